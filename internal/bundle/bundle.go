@@ -1,0 +1,37 @@
+// Package bundle holds the record of a peeked bundle: a run of positions of
+// one cabinet, pending until it is dequeued.
+package bundle
+
+import (
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// State is where a bundle is in its life.
+type State int
+
+// States of a bundle.
+const (
+	Pending State = iota + 1
+	Dequeued
+)
+
+// Record is a bundle as stored. Its notifications are positions [Start, End)
+// of its cabinet; their ids are read back from the drawers when needed, so the
+// record stays small however big the bundle is.
+type Record struct {
+	ID            string
+	Origin        domain.Origin
+	ContentType   string
+	Group         domain.PeekGroup // the group it is pending in: never ALL
+	Start, End    int64
+	Count         int
+	Weight        int64
+	DocumentTypes []string
+	NextSeq       int64 // sequence number at End when it was known at peek time, else 0
+	State         State
+	CreatedAt     time.Time
+	DequeuedAt    time.Time
+	Version       string
+}

@@ -1,0 +1,28 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Domain errors. The transport maps each to one status code in one place;
+// callers test them with errors.Is.
+var (
+	// ErrInvalidArgument: the request is malformed; nothing was changed.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotificationConflict: a notification id is already used for different content.
+	ErrNotificationConflict = errors.New("notification id already used with different content")
+	// ErrBundleIDInUse: the recipient already used this bundle id for another bundle.
+	ErrBundleIDInUse = errors.New("bundle id already used")
+	// ErrOtherBundlePending: a different bundle is pending in the group asked for.
+	ErrOtherBundlePending = errors.New("another bundle is pending")
+	// ErrNotFound: the bundle does not exist for this recipient or was already dequeued.
+	ErrNotFound = errors.New("not found")
+	// ErrUnavailable: the store is closed or cannot serve right now; retrying may help.
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// invalid wraps ErrInvalidArgument with a message that says what is wrong.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}

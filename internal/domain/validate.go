@@ -1,0 +1,129 @@
+package domain
+
+import (
+	"math"
+	"strings"
+)
+
+// Limits of the public contract.
+const (
+	MaxNotificationsPerSave = 10_000
+	MaxContentTypeLength    = 255
+	MaxWeight               = math.MaxInt32
+	DefaultMaxBundleWeight  = 51_200
+)
+
+// ParseUUID checks that s is a UUID in canonical 8-4-4-4-12 hex form (any case)
+// and returns it in lower case. field names the value in the error.
+func ParseUUID(field, s string) (string, error) {
+	if len(s) != 36 {
+		return "", invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return "", invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
+			}
+		default:
+			if !isHex(c) {
+				return "", invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
+			}
+		}
+	}
+	return strings.ToLower(s), nil
+}
+
+// ParseOptionalUUID is ParseUUID for a value that may be empty.
+func ParseOptionalUUID(field, s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	return ParseUUID(field, s)
+}
+
+// NormalizeNotifications validates a Save request and returns its
+// notifications normalised: ids and recipients in lower case, a missing
+// document type set to the content type. The input is not modified.
+func NormalizeNotifications(in []Notification) ([]Notification, error) {
+	if len(in) == 0 {
+		return nil, invalid("a save needs at least one notification")
+	}
+	if len(in) > MaxNotificationsPerSave {
+		return nil, invalid("a save holds at most %d notifications, got %d", MaxNotificationsPerSave, len(in))
+	}
+	out := make([]Notification, len(in))
+	for i, n := range in {
+		norm, err := normalizeNotification(n)
+		if err != nil {
+			return nil, invalid("notification %d: %s", i, strings.TrimPrefix(err.Error(), ErrInvalidArgument.Error()+": "))
+		}
+		out[i] = norm
+	}
+	return out, nil
+}
+
+func normalizeNotification(n Notification) (Notification, error) {
+	var err error
+	if n.ID, err = ParseUUID("id", n.ID); err != nil {
+		return n, err
+	}
+	if n.Recipient, err = ParseUUID("recipient", n.Recipient); err != nil {
+		return n, err
+	}
+	if !n.Origin.Valid() {
+		return n, invalid("origin must be a defined domain, got %d", n.Origin)
+	}
+	if err = checkTypeName("content_type", n.ContentType); err != nil {
+		return n, err
+	}
+	if n.DocumentType == "" {
+		n.DocumentType = n.ContentType
+	} else if err = checkTypeName("document_type", n.DocumentType); err != nil {
+		return n, err
+	}
+	if n.Weight < 1 || n.Weight > MaxWeight {
+		return n, invalid("weight must be 1..%d, got %d", MaxWeight, n.Weight)
+	}
+	return n, nil
+}
+
+// checkTypeName enforces 1..255 characters of [A-Za-z0-9._:-].
+func checkTypeName(field, s string) error {
+	if len(s) == 0 || len(s) > MaxContentTypeLength {
+		return invalid("%s must be 1..%d characters, got %d", field, MaxContentTypeLength, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-') {
+			return invalid("%s may only hold [A-Za-z0-9._:-], got %q", field, truncate(s))
+		}
+	}
+	return nil
+}
+
+// ValidatePeekGroup rejects values outside the PeekGroup enum.
+func ValidatePeekGroup(g PeekGroup) error {
+	if !g.Valid() {
+		return invalid("group must be a defined peek group, got %d", g)
+	}
+	return nil
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func isAlnum(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+}
+
+// truncate keeps error messages short when a client sends something huge.
+func truncate(s string) string {
+	const max = 64
+	if len(s) > max {
+		return s[:max] + "..."
+	}
+	return s
+}

@@ -1,0 +1,48 @@
+// Package drawer holds the drawer layout of seed 004: a cabinet's
+// notifications are appended to drawers of at most Capacity items; a drawer
+// is stored as pages of items. Positions number a cabinet's notifications
+// 0, 1, 2, ... in sequence order; a drawer covers [Start, Start+Count).
+package drawer
+
+// Capacity is the most notifications one drawer ever holds.
+const Capacity = 10_000
+
+// PageSize is the most items stored in one page. Pages keep stored documents
+// small while packing many notifications per write.
+const PageSize = 1_000
+
+// Meta describes one drawer of a cabinet.
+type Meta struct {
+	ID       string // GUID; in Cosmos DB the drawer's own logical partition
+	Start    int64  // cabinet position of its first item
+	Count    int    // items written, ≤ Capacity
+	FirstSeq int64  // sequence number of its first item
+	LastSeq  int64  // sequence number of its last item
+}
+
+// End is the position after the drawer's last item.
+func (m Meta) End() int64 { return m.Start + int64(m.Count) }
+
+// Full reports whether the drawer can take no more items.
+func (m Meta) Full() bool { return m.Count >= Capacity }
+
+// Item is a stored notification: the fields that vary within a cabinet plus
+// its position and sequence number. Recipient, origin and content type are
+// the cabinet's.
+type Item struct {
+	Pos              int64
+	Seq              int64
+	ID               string
+	DocumentType     string
+	SupportsBundling bool
+	Weight           int64
+}
+
+// Page is a run of consecutive items of one drawer, written together.
+type Page struct {
+	DrawerID string
+	Items    []Item
+}
+
+// Start is the position of the page's first item.
+func (p Page) Start() int64 { return p.Items[0].Pos }

@@ -1,0 +1,110 @@
+// Package repository runs the drawer algorithm of seed 004 over a narrow
+// Store interface, and holds the contract suite every Store backend passes.
+package repository
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/drawer"
+)
+
+// ErrConflict is returned by a Store when a conditional write finds that a
+// record changed since it was read (an etag mismatch) or already exists. The
+// repository reloads and retries; it never reaches callers.
+var ErrConflict = errors.New("store: conflicting write")
+
+// Head is a recipient's sequence counter and watermark. Sequence numbers up
+// to NextSeq-1 are handed out; readers ignore anything above Watermark.
+type Head struct {
+	NextSeq   int64
+	Watermark int64
+	Version   string
+}
+
+// RecipientState is everything that answers "what is pending or next for this
+// recipient?": it is read in one request.
+type RecipientState struct {
+	Head    Head
+	Entries []catalog.Entry
+	Cursors []catalog.Cursor
+	Pending []bundle.Record // bundles peeked and not yet dequeued
+}
+
+// Fingerprint identifies a notification's content, to tell a duplicate save
+// from a conflicting one.
+type Fingerprint [16]byte
+
+// IDRecord indexes a saved notification id.
+type IDRecord struct {
+	ID          string
+	Fingerprint Fingerprint
+	DrawerID    string
+}
+
+// RecipientSave is one recipient's part of a Save: new pages, the entries and
+// head as they become (Version holds the version they were read at, empty for
+// records that must not exist yet) and the ids to index (which must not exist).
+type RecipientSave struct {
+	Recipient string
+	Head      Head
+	Entries   []catalog.Entry
+	Pages     []drawer.Page
+	IDs       []IDRecord
+}
+
+// Sweep is what retention removes for one recipient in one conditional write.
+type Sweep struct {
+	Recipient     string
+	Bundles       []string        // dequeued bundle ids to delete
+	Drawers       []string        // drawer ids whose pages and id records are deleted
+	Entries       []catalog.Entry // entries to replace (Version = as read)
+	DeleteEntries []catalog.Entry // entries to delete with their cursors (Version = as read)
+	DeleteCursors []catalog.Cursor
+}
+
+// Store is the persistence the algorithm needs. Writes are conditional on
+// the versions the caller read and report ErrConflict when they no longer
+// hold; each write is atomic.
+type Store interface {
+	// LoadRecipient returns the recipient's state; a recipient never seen has
+	// a zero Head and nothing else.
+	LoadRecipient(ctx context.Context, recipient string) (RecipientState, error)
+	// ReadDrawer returns up to limit items of a drawer at positions ≥ from, in
+	// position order.
+	ReadDrawer(ctx context.Context, drawerID string, from int64, limit int) ([]drawer.Item, error)
+	// LookupIDs returns the records of those ids that are stored.
+	LookupIDs(ctx context.Context, ids []string) (map[string]IDRecord, error)
+	// CommitSaves writes the saves of several recipients all or nothing.
+	CommitSaves(ctx context.Context, saves []RecipientSave) error
+	// BundleExists reports whether the recipient has a bundle with this id,
+	// pending or dequeued.
+	BundleExists(ctx context.Context, recipient, bundleID string) (bool, error)
+	// CreateBundle stores a new pending bundle, provided no bundle of its id
+	// exists, no bundle is pending in its group and the cabinet's cursor is
+	// still at cursor.Version (empty: no cursor stored yet).
+	CreateBundle(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error
+	// Acknowledge marks a pending bundle dequeued (rec holds the new state and
+	// the version read) and writes the cabinet's cursor, both conditionally.
+	Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error
+	// Recipients calls fn for every recipient with stored state, for retention.
+	Recipients(ctx context.Context, fn func(recipient string) error) error
+	// DequeuedBundles returns the recipient's dequeued bundles, for retention.
+	DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error)
+	// ApplySweep removes what retention found, conditionally.
+	ApplySweep(ctx context.Context, sweep Sweep) error
+	// Close releases the store.
+	Close() error
+}
+
+// Options configure a Repository.
+type Options struct {
+	MaxBundleWeight int64         // 0 means domain.DefaultMaxBundleWeight
+	Retention       time.Duration // 0 means 7 days
+	SweepInterval   time.Duration // 0 means derived from Retention
+	Now             func() time.Time
+	NewID           func() string // bundle and drawer ids; nil means random UUIDs
+}
