@@ -3,9 +3,25 @@ package repository
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+const (
+	defaultRetention = 7 * 24 * time.Hour
+	// maxAttempts bounds the reload-and-retry loop after ErrConflict.
+	maxAttempts = 20
+	// opTimeout bounds work that is shared between callers (a group commit,
+	// a coalesced peek), so that no single caller's cancellation aborts it.
+	opTimeout = 30 * time.Second
 )
 
 // Repository is MessageHub's core: Save, Peek and Dequeue over a Store.
@@ -13,29 +29,77 @@ type Repository struct {
 	store  Store
 	opts   Options
 	logger *slog.Logger
+
+	peeks singleflight.Group
+
+	// saves feeds the group committer; closeMu guards sends against Close.
+	closeMu sync.RWMutex
+	closed  bool
+	saves   chan *saveCall
+
+	stopSweeper context.CancelFunc
+	background  sync.WaitGroup
 }
 
 // New starts a Repository over store. Close stops its background work; the
 // caller closes the store afterwards.
 func New(store Store, opts Options, logger *slog.Logger) *Repository {
-	return &Repository{store: store, opts: opts, logger: logger}
+	if opts.MaxBundleWeight <= 0 {
+		opts.MaxBundleWeight = domain.DefaultMaxBundleWeight
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = defaultRetention
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = min(opts.Retention/4, 10*time.Minute)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.NewID == nil {
+		opts.NewID = func() string { return uuid.NewString() }
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Repository{store: store, opts: opts, logger: logger, saves: make(chan *saveCall, 1024)}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stopSweeper = cancel
+	r.background.Add(2)
+	go func() { defer r.background.Done(); r.commitLoop() }()
+	go func() { defer r.background.Done(); r.sweepLoop(ctx) }()
+	return r
 }
 
-// Save stores notifications (already validated and normalised) all or nothing.
-func (r *Repository) Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error) {
-	return domain.SaveResult{}, errors.New("not implemented yet")
+// Close stops accepting saves, lets queued saves commit, stops the sweeper
+// and waits for both.
+func (r *Repository) Close() {
+	r.closeMu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.saves)
+	}
+	r.closeMu.Unlock()
+	r.stopSweeper()
+	r.background.Wait()
 }
 
-// Peek returns the recipient's next bundle for group, or nil when there is
-// nothing to deliver. bundleID may be empty.
-func (r *Repository) Peek(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error) {
-	return nil, errors.New("not implemented yet")
+// retry runs op until it succeeds, fails with something other than
+// ErrConflict, or runs out of attempts. Conflicts are other writers winning a
+// race; a short random pause lets them finish.
+func retry[T any](ctx context.Context, op func() (T, error)) (T, error) {
+	var zero T
+	for attempt := range maxAttempts {
+		v, err := op()
+		if !errors.Is(err, ErrConflict) {
+			return v, err
+		}
+		pause := time.Duration(rand.Int64N(int64(time.Millisecond)*int64(attempt+1))) + 50*time.Microsecond
+		select {
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+	return zero, fmt.Errorf("%w: too much contention, try again", domain.ErrUnavailable)
 }
-
-// Dequeue acknowledges a pending bundle of the recipient.
-func (r *Repository) Dequeue(ctx context.Context, recipient, bundleID string) error {
-	return errors.New("not implemented yet")
-}
-
-// Close stops background work and waits for it; in-flight saves finish.
-func (r *Repository) Close() {}

@@ -73,9 +73,9 @@ type Store interface {
 	// LoadRecipient returns the recipient's state; a recipient never seen has
 	// a zero Head and nothing else.
 	LoadRecipient(ctx context.Context, recipient string) (RecipientState, error)
-	// ReadDrawer returns up to limit items of a drawer at positions ≥ from, in
-	// position order.
-	ReadDrawer(ctx context.Context, drawerID string, from int64, limit int) ([]drawer.Item, error)
+	// ReadDrawer returns up to limit items of a drawer with from ≤ position <
+	// to, in position order (a drawer.ReadFunc).
+	ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error)
 	// LookupIDs returns the records of those ids that are stored.
 	LookupIDs(ctx context.Context, ids []string) (map[string]IDRecord, error)
 	// CommitSaves writes the saves of several recipients all or nothing.

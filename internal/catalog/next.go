@@ -1,0 +1,99 @@
+package catalog
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+)
+
+// Candidate is a cabinet with unacknowledged notifications.
+type Candidate struct {
+	Entry  Entry
+	Cursor Cursor
+	// HeadSeq is the sequence number of the first unacknowledged
+	// notification; 0 when it has to be read from the drawer at Cursor.Acked.
+	HeadSeq int64
+}
+
+// Candidates returns the cabinets the group allows that have notifications
+// after their cursor. A cabinet without a cursor is acknowledged up to
+// position 0.
+func Candidates(entries []Entry, cursors []Cursor, group domain.PeekGroup) []Candidate {
+	byKey := make(map[Key]Cursor, len(cursors))
+	for _, c := range cursors {
+		byKey[c.Key()] = c
+	}
+	var out []Candidate
+	for _, e := range entries {
+		if !group.Contains(e.Origin) {
+			continue
+		}
+		cur, ok := byKey[e.Key()]
+		if !ok {
+			cur = Cursor{Origin: e.Origin, ContentType: e.ContentType}
+		}
+		if cur.Acked >= e.Total {
+			continue
+		}
+		out = append(out, Candidate{Entry: e, Cursor: cur, HeadSeq: headSeq(e, cur)})
+	}
+	return out
+}
+
+// headSeq is the sequence number at the cursor when it is known without a
+// read: recorded by the last dequeue, or the first of a drawer.
+func headSeq(e Entry, c Cursor) int64 {
+	if c.HeadSeq > 0 {
+		return c.HeadSeq
+	}
+	if i := drawer.Containing(e.Drawers, c.Acked); i >= 0 && e.Drawers[i].Start == c.Acked {
+		return e.Drawers[i].FirstSeq
+	}
+	return 0
+}
+
+// Visible keeps the candidates whose head is at or below the watermark,
+// ordered by head sequence number: the first is where the next bundle comes
+// from. All HeadSeq must be resolved.
+func Visible(cands []Candidate, watermark int64) []Candidate {
+	out := slices.DeleteFunc(slices.Clone(cands), func(c Candidate) bool {
+		return c.HeadSeq <= 0 || c.HeadSeq > watermark
+	})
+	slices.SortFunc(out, func(a, b Candidate) int { return cmp.Compare(a.HeadSeq, b.HeadSeq) })
+	return out
+}
+
+// Span is a run of positions [Start, End) of one cabinet.
+type Span struct {
+	Key        Key
+	Start, End int64
+}
+
+// Removable decides what retention may delete of a cabinet: drawers that are
+// fully acknowledged and that no retained bundle covers. The last drawer is
+// kept for appending unless the whole cabinet goes, which it does when
+// everything is acknowledged and no retained bundle covers any of it.
+func Removable(e Entry, c Cursor, retained []Span) (drawers []drawer.Meta, dropEntry bool) {
+	covered := func(d drawer.Meta) bool {
+		for _, s := range retained {
+			if s.Key == e.Key() && s.Start < d.End() && d.Start < s.End {
+				return true
+			}
+		}
+		return false
+	}
+	for _, d := range e.Drawers {
+		if d.End() <= c.Acked && !covered(d) {
+			drawers = append(drawers, d)
+		}
+	}
+	if len(drawers) == len(e.Drawers) && c.Acked >= e.Total {
+		return drawers, true
+	}
+	if n := len(drawers); n > 0 && drawers[n-1].ID == e.Drawers[len(e.Drawers)-1].ID {
+		drawers = drawers[:n-1]
+	}
+	return drawers, false
+}

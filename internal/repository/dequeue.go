@@ -1,0 +1,45 @@
+package repository
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// Dequeue acknowledges exactly the notifications of a pending bundle of the
+// recipient. A bundle that does not exist, belongs to someone else or was
+// already dequeued is not found.
+func (r *Repository) Dequeue(ctx context.Context, recipient, bundleID string) error {
+	_, err := retry(ctx, func() (struct{}, error) {
+		return struct{}{}, r.dequeueOnce(ctx, recipient, bundleID)
+	})
+	return err
+}
+
+func (r *Repository) dequeueOnce(ctx context.Context, recipient, bundleID string) error {
+	state, err := r.store.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(state.Pending, func(rec bundle.Record) bool { return rec.ID == bundleID })
+	if i < 0 {
+		return fmt.Errorf("%w: no pending bundle %s", domain.ErrNotFound, bundleID)
+	}
+	rec := state.Pending[i]
+	cursor := catalog.Cursor{Origin: rec.Origin, ContentType: rec.ContentType}
+	if j := slices.IndexFunc(state.Cursors, func(c catalog.Cursor) bool { return c.Key() == cursor.Key() }); j >= 0 {
+		cursor = state.Cursors[j]
+	}
+	if cursor.Acked != rec.Start {
+		return fmt.Errorf("bundle %s starts at %d but its cabinet is acknowledged up to %d", rec.ID, rec.Start, cursor.Acked)
+	}
+	rec.State = bundle.Dequeued
+	rec.DequeuedAt = r.opts.Now()
+	cursor.Acked = rec.End
+	cursor.HeadSeq = rec.NextSeq
+	return r.store.Acknowledge(ctx, recipient, rec, cursor)
+}

@@ -1,0 +1,210 @@
+package repository
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+)
+
+// Peek returns the recipient's next bundle for group, or nil when there is
+// nothing to deliver. bundleID may be empty. While a bundle is pending every
+// Peek of its group returns it; concurrent identical peeks share one answer.
+func (r *Repository) Peek(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error) {
+	key := recipient + "|" + strconv.Itoa(int(group)) + "|" + bundleID
+	ch := r.peeks.DoChan(key, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer cancel()
+		return retry(ctx, func() (*domain.Bundle, error) { return r.peekOnce(ctx, recipient, group, bundleID) })
+	})
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(*domain.Bundle), nil
+	}
+}
+
+// peekOnce answers a Peek from one reading of the recipient's state. It
+// returns ErrConflict when another writer won a race; the caller retries.
+func (r *Repository) peekOnce(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error) {
+	state, err := r.store.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return nil, err
+	}
+	var pending []bundle.Record
+	for _, rec := range state.Pending {
+		if group.Contains(rec.Origin) {
+			pending = append(pending, rec)
+		}
+	}
+	slices.SortFunc(pending, func(a, b bundle.Record) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	if bundleID != "" {
+		if i := slices.IndexFunc(pending, func(rec bundle.Record) bool { return rec.ID == bundleID }); i >= 0 {
+			return r.materialize(ctx, recipient, state, pending[i])
+		}
+		if len(pending) > 0 {
+			return nil, fmt.Errorf("%w: bundle %s is pending", domain.ErrOtherBundlePending, pending[0].ID)
+		}
+		used := slices.ContainsFunc(state.Pending, func(rec bundle.Record) bool { return rec.ID == bundleID })
+		if !used {
+			if used, err = r.store.BundleExists(ctx, recipient, bundleID); err != nil {
+				return nil, err
+			}
+		}
+		if used {
+			return nil, fmt.Errorf("%w: %s", domain.ErrBundleIDInUse, bundleID)
+		}
+	} else if len(pending) > 0 {
+		return r.materialize(ctx, recipient, state, pending[0])
+	}
+
+	rec, items, cursor, err := r.cut(ctx, state, group)
+	if err != nil || rec == nil {
+		return nil, err
+	}
+	rec.ID = bundleID
+	if rec.ID == "" {
+		rec.ID = r.opts.NewID()
+	}
+	if err := r.store.CreateBundle(ctx, recipient, *rec, cursor); err != nil {
+		return nil, err
+	}
+	return toBundle(recipient, *rec, items), nil
+}
+
+// cut builds a new bundle from the visible cabinet of the group whose first
+// unacknowledged notification is oldest. It returns nil when there is none.
+func (r *Repository) cut(ctx context.Context, state RecipientState, group domain.PeekGroup) (*bundle.Record, []drawer.Item, catalog.Cursor, error) {
+	cands := catalog.Candidates(state.Entries, state.Cursors, group)
+	for i := range cands {
+		if cands[i].HeadSeq == 0 {
+			seq, err := r.firstSeqFrom(ctx, cands[i].Entry.Drawers, cands[i].Cursor.Acked)
+			if err != nil {
+				return nil, nil, catalog.Cursor{}, err
+			}
+			cands[i].HeadSeq = seq
+		}
+	}
+	watermark := state.Head.Watermark
+	// The best candidate normally yields a bundle; the others are only tried
+	// if its head turns out not to be readable, so that a stale entry never
+	// hides data that exists.
+	for _, cand := range catalog.Visible(cands, watermark) {
+		cutter := domain.NewBundleCutter(r.opts.MaxBundleWeight)
+		var items []drawer.Item
+		var nextSeq int64
+		need := func() int {
+			// Every weight is at least 1, plus one look-ahead item.
+			return int(min(r.opts.MaxBundleWeight-cutter.Weight()+1, 1<<30))
+		}
+		take := func(it drawer.Item) bool {
+			if it.Seq > watermark {
+				return false
+			}
+			if !cutter.Offer(it.SupportsBundling, it.Weight) {
+				nextSeq = it.Seq
+				return false
+			}
+			items = append(items, it)
+			return !cutter.Closed()
+		}
+		if err := drawer.Scan(ctx, r.store.ReadDrawer, cand.Entry.Drawers, cand.Cursor.Acked, need, take); err != nil {
+			return nil, nil, catalog.Cursor{}, err
+		}
+		if len(items) == 0 {
+			r.logger.Warn("catalog entry points at nothing readable", "origin", cand.Entry.Origin, "content_type", cand.Entry.ContentType)
+			continue
+		}
+		rec := &bundle.Record{
+			Origin:        cand.Entry.Origin,
+			ContentType:   cand.Entry.ContentType,
+			Group:         domain.GroupOf(cand.Entry.Origin),
+			Start:         cand.Cursor.Acked,
+			End:           items[len(items)-1].Pos + 1,
+			Count:         len(items),
+			Weight:        cutter.Weight(),
+			DocumentTypes: documentTypes(items),
+			NextSeq:       nextSeq,
+			State:         bundle.Pending,
+			CreatedAt:     r.opts.Now(),
+		}
+		return rec, items, cand.Cursor, nil
+	}
+	return nil, nil, catalog.Cursor{}, nil
+}
+
+// firstSeqFrom reads the sequence number of the first item at or after pos.
+func (r *Repository) firstSeqFrom(ctx context.Context, drawers []drawer.Meta, pos int64) (int64, error) {
+	for _, d := range drawers {
+		if d.End() <= pos {
+			continue
+		}
+		items, err := r.store.ReadDrawer(ctx, d.ID, max(pos, d.Start), d.End(), 1)
+		if err != nil {
+			return 0, err
+		}
+		if len(items) > 0 {
+			return items[0].Seq, nil
+		}
+	}
+	return 0, nil
+}
+
+// materialize reads a pending bundle's notifications back from its drawers.
+func (r *Repository) materialize(ctx context.Context, recipient string, state RecipientState, rec bundle.Record) (*domain.Bundle, error) {
+	i := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool {
+		return e.Origin == rec.Origin && e.ContentType == rec.ContentType
+	})
+	if i < 0 {
+		return nil, fmt.Errorf("pending bundle %s has no catalog entry", rec.ID)
+	}
+	items, err := drawer.ReadRange(ctx, r.store.ReadDrawer, state.Entries[i].Drawers, rec.Start, rec.End)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) != rec.Count {
+		return nil, fmt.Errorf("pending bundle %s: read %d of %d notifications", rec.ID, len(items), rec.Count)
+	}
+	return toBundle(recipient, rec, items), nil
+}
+
+func toBundle(recipient string, rec bundle.Record, items []drawer.Item) *domain.Bundle {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	return &domain.Bundle{
+		ID:              rec.ID,
+		Recipient:       recipient,
+		Origin:          rec.Origin,
+		ContentType:     rec.ContentType,
+		DocumentTypes:   rec.DocumentTypes,
+		NotificationIDs: ids,
+		Weight:          rec.Weight,
+	}
+}
+
+// documentTypes lists the distinct document types in order of first appearance.
+func documentTypes(items []drawer.Item) []string {
+	var out []string
+	seen := make(map[string]bool)
+	for _, it := range items {
+		if !seen[it.DocumentType] {
+			seen[it.DocumentType] = true
+			out = append(out, it.DocumentType)
+		}
+	}
+	return out
+}

@@ -1,0 +1,266 @@
+package repository
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+)
+
+// Group commit: Save calls queue up while a commit is being written; the next
+// commit takes all of them (up to maxGroupNotifications) in one durable
+// write, so many small saves share one fsync and one watermark step.
+const maxGroupNotifications = 20_000
+
+type saveCall struct {
+	ctx           context.Context
+	notifications []domain.Notification
+	done          chan saveOutcome
+}
+
+type saveOutcome struct {
+	result domain.SaveResult
+	err    error
+}
+
+// Save stores notifications (already validated and normalised) all or
+// nothing. Once it returns without error they are visible to Peek in the
+// order received; a Save acknowledged before another started is ordered
+// before it.
+func (r *Repository) Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error) {
+	call := &saveCall{ctx: ctx, notifications: notifications, done: make(chan saveOutcome, 1)}
+	r.closeMu.RLock()
+	if r.closed {
+		r.closeMu.RUnlock()
+		return domain.SaveResult{}, fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
+	}
+	select {
+	case r.saves <- call:
+	case <-ctx.Done():
+		r.closeMu.RUnlock()
+		return domain.SaveResult{}, ctx.Err()
+	}
+	r.closeMu.RUnlock()
+	// Once queued the outcome is always awaited, so that a caller never sees
+	// an error for a save that was in fact stored.
+	out := <-call.done
+	return out.result, out.err
+}
+
+func (r *Repository) commitLoop() {
+	var carry *saveCall
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			var ok bool
+			if first, ok = <-r.saves; !ok {
+				return
+			}
+		}
+		group := []*saveCall{first}
+		n := len(first.notifications)
+	collect:
+		for n < maxGroupNotifications {
+			select {
+			case c, ok := <-r.saves:
+				if !ok {
+					break collect
+				}
+				if n+len(c.notifications) > maxGroupNotifications {
+					carry = c
+					break collect
+				}
+				group = append(group, c)
+				n += len(c.notifications)
+			default:
+				break collect
+			}
+		}
+		r.commitGroup(group)
+	}
+}
+
+// commitGroup writes a group of saves in one conditional store write,
+// replanning after conflicts, and answers every call.
+func (r *Repository) commitGroup(group []*saveCall) {
+	live := group[:0:0]
+	for _, c := range group {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- saveOutcome{err: err}
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	outcomes, err := retry(ctx, func() ([]saveOutcome, error) {
+		outcomes, saves, err := r.planGroup(ctx, live)
+		if err != nil || len(saves) == 0 {
+			return outcomes, err
+		}
+		return outcomes, r.store.CommitSaves(ctx, saves)
+	})
+	for i, c := range live {
+		if err != nil {
+			c.done <- saveOutcome{err: err}
+		} else {
+			c.done <- outcomes[i]
+		}
+	}
+}
+
+// planGroup sorts each call's notifications into duplicates, conflicts and
+// new ones, then plans the store write of every recipient involved.
+func (r *Repository) planGroup(ctx context.Context, calls []*saveCall) ([]saveOutcome, []RecipientSave, error) {
+	var ids []string
+	for _, c := range calls {
+		for _, n := range c.notifications {
+			ids = append(ids, n.ID)
+		}
+	}
+	stored, err := r.store.LookupIDs(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	outcomes := make([]saveOutcome, len(calls))
+	accepted := make(map[string]Fingerprint) // new ids of earlier calls in the group
+	byRecipient := make(map[string][]domain.Notification)
+	var recipients []string
+	for i, c := range calls {
+		fresh, dups, err := classify(c.notifications, stored, accepted)
+		if err != nil {
+			outcomes[i] = saveOutcome{err: err}
+			continue
+		}
+		outcomes[i] = saveOutcome{result: domain.SaveResult{Saved: len(fresh), Duplicates: dups}}
+		for _, n := range fresh {
+			accepted[n.ID] = fingerprint(n)
+			if _, seen := byRecipient[n.Recipient]; !seen {
+				recipients = append(recipients, n.Recipient)
+			}
+			byRecipient[n.Recipient] = append(byRecipient[n.Recipient], n)
+		}
+	}
+	saves := make([]RecipientSave, 0, len(recipients))
+	for _, rcpt := range recipients {
+		state, err := r.store.LoadRecipient(ctx, rcpt)
+		if err != nil {
+			return nil, nil, err
+		}
+		saves = append(saves, planSave(rcpt, state, byRecipient[rcpt], r.opts.NewID))
+	}
+	return outcomes, saves, nil
+}
+
+// classify returns the notifications of one Save that are new, and how many
+// are duplicates of stored ones, of earlier saves in the group or of earlier
+// ones in the same Save. The same id with other content fails the whole Save.
+func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map[string]Fingerprint) ([]domain.Notification, int, error) {
+	own := make(map[string]Fingerprint, len(ns))
+	fresh := make([]domain.Notification, 0, len(ns))
+	dups := 0
+	for _, n := range ns {
+		fp := fingerprint(n)
+		prev, found := own[n.ID]
+		if !found {
+			prev, found = accepted[n.ID]
+		}
+		if !found {
+			var rec IDRecord
+			rec, found = stored[n.ID]
+			prev = rec.Fingerprint
+		}
+		switch {
+		case !found:
+			own[n.ID] = fp
+			fresh = append(fresh, n)
+		case prev == fp:
+			dups++
+		default:
+			return nil, 0, fmt.Errorf("%w: %s", domain.ErrNotificationConflict, n.ID)
+		}
+	}
+	return fresh, dups, nil
+}
+
+// planSave numbers one recipient's new notifications from its head, files
+// them into its cabinets' drawers and moves the watermark past them.
+func planSave(recipient string, state RecipientState, ns []domain.Notification, newID func() string) RecipientSave {
+	head := state.Head
+	seq := max(head.NextSeq, 1)
+	entries := make(map[catalog.Key]catalog.Entry, len(state.Entries))
+	for _, e := range state.Entries {
+		entries[e.Key()] = e
+	}
+	var order []catalog.Key
+	items := make(map[catalog.Key][]drawer.Item)
+	for _, n := range ns {
+		k := catalog.Key{Origin: n.Origin, ContentType: n.ContentType}
+		e, ok := entries[k]
+		if !ok {
+			e = catalog.Entry{Origin: n.Origin, ContentType: n.ContentType}
+		}
+		if _, ok := items[k]; !ok {
+			order = append(order, k)
+		}
+		items[k] = append(items[k], drawer.Item{
+			Pos: e.Total, Seq: seq, ID: n.ID, DocumentType: n.DocumentType,
+			SupportsBundling: n.SupportsBundling, Weight: n.Weight,
+		})
+		e.Total++
+		seq++
+		entries[k] = e
+	}
+	save := RecipientSave{Recipient: recipient}
+	fps := make(map[string]Fingerprint, len(ns))
+	for _, n := range ns {
+		fps[n.ID] = fingerprint(n)
+	}
+	for _, k := range order {
+		e := entries[k]
+		var pages []drawer.Page
+		e.Drawers, pages = drawer.Append(e.Drawers, items[k], newID)
+		save.Entries = append(save.Entries, e)
+		save.Pages = append(save.Pages, pages...)
+		for _, p := range pages {
+			for _, it := range p.Items {
+				save.IDs = append(save.IDs, IDRecord{ID: it.ID, Fingerprint: fps[it.ID], DrawerID: p.DrawerID})
+			}
+		}
+	}
+	head.NextSeq = seq
+	head.Watermark = seq - 1
+	save.Head = head
+	return save
+}
+
+// fingerprint hashes everything a notification says except its id.
+func fingerprint(n domain.Notification) Fingerprint {
+	h := sha256.New()
+	var num [8]byte
+	for _, s := range []string{n.Recipient, n.ContentType, n.DocumentType} {
+		binary.BigEndian.PutUint64(num[:], uint64(len(s)))
+		h.Write(num[:])
+		h.Write([]byte(s))
+	}
+	binary.BigEndian.PutUint64(num[:], uint64(n.Origin))
+	h.Write(num[:])
+	binary.BigEndian.PutUint64(num[:], uint64(n.Weight))
+	h.Write(num[:])
+	if n.SupportsBundling {
+		h.Write([]byte{1})
+	} else {
+		h.Write([]byte{0})
+	}
+	var fp Fingerprint
+	copy(fp[:], h.Sum(nil))
+	return fp
+}
