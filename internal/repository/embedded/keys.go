@@ -1,0 +1,83 @@
+package embedded
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/catalog"
+)
+
+// Key layout. Everything one Peek needs about a recipient sits under one
+// prefix, so it is read by one range scan; dequeued bundles sit elsewhere so
+// that scan stays short.
+//
+//	r <recipient> h                        head
+//	r <recipient> e <origin> <contentType> catalog entry
+//	r <recipient> c <origin> <contentType> cursor
+//	r <recipient> p <bundle>               pending bundle
+//	x <recipient> <bundle>                 dequeued bundle
+//	d <drawer> <start position>            page of a drawer
+//	i <notification id>                    id index
+const (
+	prefixRecipient = 'r'
+	prefixDequeued  = 'x'
+	prefixDrawer    = 'd'
+	prefixID        = 'i'
+
+	kindHead    = 'h'
+	kindEntry   = 'e'
+	kindCursor  = 'c'
+	kindPending = 'p'
+)
+
+// uuidBytes parses the canonical ids the domain has already validated.
+func uuidBytes(s string) ([16]byte, error) {
+	u, err := uuid.Parse(s)
+	if err != nil {
+		return [16]byte{}, fmt.Errorf("bad id %q: %w", s, err)
+	}
+	return u, nil
+}
+
+func recipientPrefix(r [16]byte) []byte {
+	return append([]byte{prefixRecipient}, r[:]...)
+}
+
+func headKey(r [16]byte) []byte { return append(recipientPrefix(r), kindHead) }
+
+func cabinetKey(kind byte, r [16]byte, k catalog.Key) []byte {
+	key := append(recipientPrefix(r), kind, byte(k.Origin))
+	return append(key, k.ContentType...)
+}
+
+func pendingPrefix(r [16]byte) []byte { return append(recipientPrefix(r), kindPending) }
+
+func pendingKey(r, b [16]byte) []byte { return append(pendingPrefix(r), b[:]...) }
+
+func dequeuedPrefix(r [16]byte) []byte { return append([]byte{prefixDequeued}, r[:]...) }
+
+func dequeuedKey(r, b [16]byte) []byte { return append(dequeuedPrefix(r), b[:]...) }
+
+func drawerPrefix(d [16]byte) []byte { return append([]byte{prefixDrawer}, d[:]...) }
+
+func pageKey(d [16]byte, start int64) []byte {
+	return binary.BigEndian.AppendUint64(drawerPrefix(d), uint64(start))
+}
+
+func idKey(id [16]byte) []byte { return append([]byte{prefixID}, id[:]...) }
+
+// prefixEnd is the first key after every key that starts with prefix.
+func prefixEnd(prefix []byte) []byte {
+	end := append([]byte(nil), prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+func uuidString(b []byte) string { return uuid.UUID(b).String() }
