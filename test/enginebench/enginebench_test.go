@@ -320,7 +320,7 @@ func makePage(r *rand.Rand, n int) []byte {
 	p := make([]byte, 4, 4+n*itemLen)
 	binary.BigEndian.PutUint32(p, uint32(n))
 	var id [16]byte
-	var pl [20]byte
+	var pl [12]byte
 	for i := 0; i < n; i++ {
 		for j := range id {
 			id[j] = byte(r.Uint32())
@@ -330,7 +330,7 @@ func makePage(r *rand.Rand, n int) []byte {
 		}
 		rec := fmt.Sprintf(`{"id":"%s","type":"meter.reading","ts":%d,"v":"%s"}`,
 			hex.EncodeToString(id[:]), 1_760_000_000_000+r.Int64N(1e9), hex.EncodeToString(pl[:]))
-		rec += strings.Repeat(" ", itemLen-len(rec))
+		rec += strings.Repeat(" ", max(0, itemLen-len(rec)))
 		p = append(p, rec[:itemLen]...)
 	}
 	return p
@@ -499,7 +499,17 @@ type fixture struct {
 	dir    string
 	s      store
 	wb0    int64
-	dbSize int64
+	alloc0 int64 // bbolt only: TxStats page-allocation bytes at start
+}
+
+// boltAlloc returns bbolt's cumulative bytes of pages allocated by
+// committed write transactions (dirty pages written), or -1 for pebble.
+func boltAlloc(s store) int64 {
+	if bs, ok := s.(*boltStore); ok {
+		st := bs.db.Stats()
+		return st.TxStats.GetPageAlloc()
+	}
+	return -1
 }
 
 func newFixture(b *testing.B, e engine) *fixture {
@@ -514,7 +524,11 @@ func newFixture(b *testing.B, e engine) *fixture {
 		b.Fatal(err)
 	}
 	f := &fixture{b: b, dir: dir, s: s}
-	b.Cleanup(func() { s.close() })
+	b.Cleanup(func() {
+		if f.s != nil {
+			f.s.close()
+		}
+	})
 	return f
 }
 
@@ -522,6 +536,7 @@ func newFixture(b *testing.B, e engine) *fixture {
 func (f *fixture) start() {
 	runtime.GC()
 	f.wb0 = writeBytes()
+	f.alloc0 = boltAlloc(f.s)
 	f.b.ResetTimer()
 }
 
@@ -531,6 +546,9 @@ func (f *fixture) stop() {
 	f.b.StopTimer()
 	if wb := writeBytes(); wb >= 0 && f.wb0 >= 0 {
 		f.b.ReportMetric(float64(wb-f.wb0)/float64(f.b.N)/1024, "diskKB/op")
+	}
+	if a := boltAlloc(f.s); a >= 0 {
+		f.b.ReportMetric(float64(a-f.alloc0)/float64(f.b.N)/1024, "boltPageKB/op")
 	}
 	if err := f.s.close(); err != nil {
 		f.b.Fatal(err)
