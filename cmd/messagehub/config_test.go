@@ -1,0 +1,147 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseConfig(t *testing.T) {
+	defaults := Config{
+		GRPCAddr:        "127.0.0.1:50051",
+		Store:           "embedded",
+		DataDir:         "./data",
+		MaxBundleWeight: 51200,
+		Retention:       168 * time.Hour,
+		LogLevel:        slog.LevelInfo,
+	}
+	with := func(f func(*Config)) Config {
+		c := defaults
+		f(&c)
+		return c
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want Config
+	}{
+		{name: "nothing set gives the defaults", want: defaults},
+		{
+			name: "env beats defaults",
+			env: map[string]string{
+				"MESSAGEHUB_GRPC_ADDR":         "0.0.0.0:6000",
+				"MESSAGEHUB_STORE":             "embedded",
+				"MESSAGEHUB_DATA_DIR":          "/var/lib/messagehub",
+				"MESSAGEHUB_MAX_BUNDLE_WEIGHT": "1000",
+				"MESSAGEHUB_RETENTION":         "24h",
+				"MESSAGEHUB_LOG_LEVEL":         "debug",
+			},
+			want: Config{
+				GRPCAddr: "0.0.0.0:6000", Store: "embedded", DataDir: "/var/lib/messagehub",
+				MaxBundleWeight: 1000, Retention: 24 * time.Hour, LogLevel: slog.LevelDebug,
+			},
+		},
+		{
+			name: "flags beat env",
+			args: []string{
+				"--grpc-addr", "127.0.0.1:0", "--store=embedded", "--data-dir", "/tmp/x",
+				"--max-bundle-weight", "7", "--retention", "90m", "--log-level", "warn",
+			},
+			env: map[string]string{
+				"MESSAGEHUB_GRPC_ADDR":         "0.0.0.0:6000",
+				"MESSAGEHUB_STORE":             "cosmos",
+				"MESSAGEHUB_DATA_DIR":          "/var/lib/messagehub",
+				"MESSAGEHUB_MAX_BUNDLE_WEIGHT": "not a number",
+				"MESSAGEHUB_RETENTION":         "-1h",
+				"MESSAGEHUB_LOG_LEVEL":         "loud",
+			},
+			want: Config{
+				GRPCAddr: "127.0.0.1:0", Store: "embedded", DataDir: "/tmp/x",
+				MaxBundleWeight: 7, Retention: 90 * time.Minute, LogLevel: slog.LevelWarn,
+			},
+		},
+		{
+			name: "a flag and the env can be mixed per setting",
+			args: []string{"--data-dir", "/flag"},
+			env:  map[string]string{"MESSAGEHUB_DATA_DIR": "/env", "MESSAGEHUB_MAX_BUNDLE_WEIGHT": "99"},
+			want: with(func(c *Config) { c.DataDir, c.MaxBundleWeight = "/flag", 99 }),
+		},
+		{
+			name: "an empty env variable counts as unset",
+			env:  map[string]string{"MESSAGEHUB_GRPC_ADDR": ""},
+			want: defaults,
+		},
+		{
+			name: "max bundle weight 1 is the smallest accepted",
+			args: []string{"--max-bundle-weight=1"},
+			want: with(func(c *Config) { c.MaxBundleWeight = 1 }),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseConfig(tt.args, envOf(tt.env), io.Discard)
+			if err != nil {
+				t.Fatalf("ParseConfig: %v", err)
+			}
+			if got != tt.want {
+				t.Errorf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseConfigRejectsInvalidValues(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string // a part of the message that tells the operator what is wrong
+	}{
+		{name: "a store other than embedded", args: []string{"--store", "cosmos"}, wantErr: `"cosmos" is not supported`},
+		{name: "an unknown store from env", env: map[string]string{"MESSAGEHUB_STORE": "memory"}, wantErr: "MESSAGEHUB_STORE"},
+		{name: "max bundle weight 0", args: []string{"--max-bundle-weight", "0"}, wantErr: "at least 1"},
+		{name: "negative max bundle weight", args: []string{"--max-bundle-weight=-5"}, wantErr: "at least 1"},
+		{name: "max bundle weight not a number from env", env: map[string]string{"MESSAGEHUB_MAX_BUNDLE_WEIGHT": "lots"}, wantErr: "MESSAGEHUB_MAX_BUNDLE_WEIGHT"},
+		{name: "retention not a duration", args: []string{"--retention", "7d"}, wantErr: "not a duration"},
+		{name: "zero retention", args: []string{"--retention", "0s"}, wantErr: "positive"},
+		{name: "negative retention from env", env: map[string]string{"MESSAGEHUB_RETENTION": "-1h"}, wantErr: "MESSAGEHUB_RETENTION"},
+		{name: "unknown log level", args: []string{"--log-level", "loud"}, wantErr: "log level"},
+		{name: "empty grpc address", args: []string{"--grpc-addr", ""}, wantErr: "--grpc-addr"},
+		{name: "empty data dir", args: []string{"--data-dir="}, wantErr: "--data-dir"},
+		{name: "an unknown flag", args: []string{"--verbose"}, wantErr: "not defined"},
+		{name: "a stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig(tt.args, envOf(tt.env), io.Discard)
+			if err == nil {
+				t.Fatal("ParseConfig accepted it")
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("error %q does not mention %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseConfigHelpIsNotAnError(t *testing.T) {
+	var out strings.Builder
+	_, err := ParseConfig([]string{"-h"}, envOf(nil), &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("got %v, want flag.ErrHelp", err)
+	}
+	for _, name := range []string{"grpc-addr", "MESSAGEHUB_GRPC_ADDR", "data-dir", "max-bundle-weight", "retention", "log-level"} {
+		if !strings.Contains(out.String(), name) {
+			t.Errorf("usage does not mention %s:\n%s", name, out.String())
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// internalMessage is all a client learns about an unexpected error; the
+// detail goes to the log only.
+const internalMessage = "internal error"
+
+// ToStatus maps an error returned by a handler to the gRPC status the client
+// sees. It is the only place where status codes are chosen. Domain errors keep
+// their message (it says what is wrong with the request); anything unexpected
+// becomes INTERNAL with a generic message and is logged with its detail.
+func ToStatus(logger *slog.Logger, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var code codes.Code
+	switch {
+	case errors.Is(err, domain.ErrInvalidArgument):
+		code = codes.InvalidArgument
+	case errors.Is(err, domain.ErrNotificationConflict), errors.Is(err, domain.ErrBundleIDInUse):
+		code = codes.AlreadyExists
+	case errors.Is(err, domain.ErrOtherBundlePending):
+		code = codes.FailedPrecondition
+	case errors.Is(err, domain.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, domain.ErrUnavailable):
+		logger.Warn("store unavailable", "method", method, "error", err)
+		code = codes.Unavailable
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	default:
+		logger.Error("internal error", "method", method, "error", err)
+		return status.Error(codes.Internal, internalMessage)
+	}
+	return status.Error(code, err.Error())
+}
+
+// UnaryErrorInterceptor applies ToStatus to every unary call and turns a
+// handler panic into INTERNAL instead of taking the process down.
+func UnaryErrorInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				resp = nil
+				err = ToStatus(logger, info.FullMethod, fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
+			}
+		}()
+		resp, err = handler(ctx, req)
+		if err != nil {
+			return nil, ToStatus(logger, info.FullMethod, err)
+		}
+		return resp, nil
+	}
+}

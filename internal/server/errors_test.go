@@ -1,0 +1,120 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+func TestToStatusMapsEveryDomainError(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want codes.Code
+	}{
+		{"invalid argument is INVALID_ARGUMENT", domain.ErrInvalidArgument, codes.InvalidArgument},
+		{"a wrapped invalid argument is INVALID_ARGUMENT", fmt.Errorf("%w: recipient must be a UUID", domain.ErrInvalidArgument), codes.InvalidArgument},
+		{"a conflicting notification is ALREADY_EXISTS", domain.ErrNotificationConflict, codes.AlreadyExists},
+		{"a reused bundle id is ALREADY_EXISTS", domain.ErrBundleIDInUse, codes.AlreadyExists},
+		{"another pending bundle is FAILED_PRECONDITION", domain.ErrOtherBundlePending, codes.FailedPrecondition},
+		{"not found is NOT_FOUND", domain.ErrNotFound, codes.NotFound},
+		{"a deeply wrapped not found is NOT_FOUND", fmt.Errorf("dequeue: %w", fmt.Errorf("bundle x: %w", domain.ErrNotFound)), codes.NotFound},
+		{"unavailable is UNAVAILABLE", fmt.Errorf("store closed: %w", domain.ErrUnavailable), codes.Unavailable},
+		{"a cancelled context is CANCELED", context.Canceled, codes.Canceled},
+		{"a wrapped cancelled context is CANCELED", fmt.Errorf("read drawer: %w", context.Canceled), codes.Canceled},
+		{"an expired deadline is DEADLINE_EXCEEDED", fmt.Errorf("commit: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
+		{"an unexpected error is INTERNAL", errors.New("disk on fire"), codes.Internal},
+		{"a joined domain error keeps its code", errors.Join(errors.New("context"), domain.ErrNotFound), codes.NotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			got := ToStatus(slog.New(slog.NewJSONHandler(&logs, nil)), "/messagehub.v1.MessageHub/Peek", tt.err)
+			st, ok := status.FromError(got)
+			if !ok {
+				t.Fatalf("ToStatus(%v) = %v, not a status error", tt.err, got)
+			}
+			if st.Code() != tt.want {
+				t.Errorf("code = %s, want %s", st.Code(), tt.want)
+			}
+			if tt.want != codes.Internal && st.Message() != tt.err.Error() {
+				t.Errorf("message = %q, want the domain message %q", st.Message(), tt.err.Error())
+			}
+		})
+	}
+}
+
+func TestToStatusHidesInternalDetailAndLogsIt(t *testing.T) {
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	err := ToStatus(logger, "/messagehub.v1.MessageHub/Save", errors.New("bolt: page 42 corrupt"))
+
+	st := status.Convert(err)
+	if st.Code() != codes.Internal || st.Message() != internalMessage {
+		t.Errorf("got %s %q, want INTERNAL %q", st.Code(), st.Message(), internalMessage)
+	}
+	for _, want := range []string{"page 42 corrupt", "/messagehub.v1.MessageHub/Save", `"level":"ERROR"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log does not hold %q: %s", want, logs.String())
+		}
+	}
+}
+
+func TestToStatusOfNilIsNil(t *testing.T) {
+	if err := ToStatus(slog.New(slog.DiscardHandler), "m", nil); err != nil {
+		t.Fatalf("ToStatus(nil) = %v", err)
+	}
+}
+
+func TestUnaryErrorInterceptor(t *testing.T) {
+	info := &grpc.UnaryServerInfo{FullMethod: "/messagehub.v1.MessageHub/Dequeue"}
+	tests := []struct {
+		name     string
+		handler  grpc.UnaryHandler
+		wantCode codes.Code
+		wantResp any
+	}{
+		{
+			name:     "a successful call passes through",
+			handler:  func(context.Context, any) (any, error) { return "ok", nil },
+			wantCode: codes.OK,
+			wantResp: "ok",
+		},
+		{
+			name:     "a domain error becomes its status",
+			handler:  func(context.Context, any) (any, error) { return nil, domain.ErrNotFound },
+			wantCode: codes.NotFound,
+		},
+		{
+			name:     "a handler panic becomes INTERNAL",
+			handler:  func(context.Context, any) (any, error) { panic("boom") },
+			wantCode: codes.Internal,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			icpt := UnaryErrorInterceptor(slog.New(slog.NewJSONHandler(&logs, nil)))
+			resp, err := icpt(context.Background(), "req", info, tt.handler)
+			if got := status.Code(err); got != tt.wantCode {
+				t.Errorf("code = %s, want %s (err %v)", got, tt.wantCode, err)
+			}
+			if resp != tt.wantResp {
+				t.Errorf("resp = %v, want %v", resp, tt.wantResp)
+			}
+			if tt.wantCode == codes.Internal && !strings.Contains(logs.String(), "boom") {
+				t.Errorf("panic not logged: %s", logs.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,119 @@
+// Package server is MessageHub's gRPC transport: it validates requests at the
+// edge, converts them between the public API and the domain, and maps domain
+// errors to status codes in one place (errors.go).
+package server
+
+import (
+	"context"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// Hub is what the transport needs from the core: the repository's three
+// operations. Inputs are already validated and normalised.
+type Hub interface {
+	Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error)
+	Peek(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error)
+	Dequeue(ctx context.Context, recipient, bundleID string) error
+}
+
+// Service implements messagehubv1.MessageHubServer over a Hub. It returns
+// domain errors as they are; the interceptor of errors.go turns them into
+// status codes.
+type Service struct {
+	messagehubv1.UnimplementedMessageHubServer
+	hub Hub
+}
+
+// NewService returns the gRPC service over hub.
+func NewService(hub Hub) *Service { return &Service{hub: hub} }
+
+// Save validates and normalises the notifications and saves them all or nothing.
+func (s *Service) Save(ctx context.Context, req *messagehubv1.SaveRequest) (*messagehubv1.SaveResponse, error) {
+	in := make([]domain.Notification, len(req.GetNotifications()))
+	for i, n := range req.GetNotifications() {
+		in[i] = notificationFromProto(n)
+	}
+	notifications, err := domain.NormalizeNotifications(in)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.hub.Save(ctx, notifications)
+	if err != nil {
+		return nil, err
+	}
+	// Both counts are bounded by MaxNotificationsPerSave, so they fit an int32.
+	return &messagehubv1.SaveResponse{
+		Saved:      int32(res.Saved),
+		Duplicates: int32(res.Duplicates),
+	}, nil
+}
+
+// Peek returns the recipient's next bundle for the group, or no bundle when
+// there is nothing to deliver.
+func (s *Service) Peek(ctx context.Context, req *messagehubv1.PeekRequest) (*messagehubv1.PeekResponse, error) {
+	recipient, err := domain.ParseUUID("recipient", req.GetRecipient())
+	if err != nil {
+		return nil, err
+	}
+	group := domain.PeekGroup(req.GetGroup())
+	if err := domain.ValidatePeekGroup(group); err != nil {
+		return nil, err
+	}
+	bundleID, err := domain.ParseOptionalUUID("bundle_id", req.GetBundleId())
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.hub.Peek(ctx, recipient, group, bundleID)
+	if err != nil {
+		return nil, err
+	}
+	return &messagehubv1.PeekResponse{Bundle: bundleToProto(b)}, nil
+}
+
+// Dequeue acknowledges a pending bundle of the recipient.
+func (s *Service) Dequeue(ctx context.Context, req *messagehubv1.DequeueRequest) (*messagehubv1.DequeueResponse, error) {
+	recipient, err := domain.ParseUUID("recipient", req.GetRecipient())
+	if err != nil {
+		return nil, err
+	}
+	bundleID, err := domain.ParseUUID("bundle_id", req.GetBundleId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.hub.Dequeue(ctx, recipient, bundleID); err != nil {
+		return nil, err
+	}
+	return &messagehubv1.DequeueResponse{}, nil
+}
+
+func notificationFromProto(n *messagehubv1.DataAvailable) domain.Notification {
+	return domain.Notification{
+		ID:               n.GetId(),
+		Recipient:        n.GetRecipient(),
+		Origin:           domain.Origin(n.GetOrigin()),
+		ContentType:      n.GetContentType(),
+		DocumentType:     n.GetDocumentType(),
+		SupportsBundling: n.GetSupportsBundling(),
+		Weight:           n.GetWeight(),
+	}
+}
+
+func bundleToProto(b *domain.Bundle) *messagehubv1.Bundle {
+	if b == nil {
+		return nil
+	}
+	return &messagehubv1.Bundle{
+		Id:              b.ID,
+		Recipient:       b.Recipient,
+		Origin:          messagehubv1.Domain(b.Origin),
+		ContentType:     b.ContentType,
+		DocumentTypes:   b.DocumentTypes,
+		NotificationIds: b.NotificationIDs,
+		Weight:          b.Weight,
+	}
+}
+
+// Compile-time check that Service serves the whole contract.
+var _ messagehubv1.MessageHubServer = (*Service)(nil)

@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+)
+
+func TestSIGTERMTurnsHealthNotServingAndExitsCleanly(t *testing.T) {
+	dataDir := t.TempDir()
+	h := startHubIn(t, dataDir)
+	recipient := newID()
+	n := notification(recipient, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
+	save(t, h, n)
+
+	// Watch both health names; the first message is the current status.
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	names := []string{"", "messagehub.v1.MessageHub"}
+	streams := make([]healthpb.Health_WatchClient, len(names))
+	for i, name := range names {
+		stream, err := h.health.Watch(ctx, &healthpb.HealthCheckRequest{Service: name})
+		if err != nil {
+			t.Fatalf("Watch(%q): %v", name, err)
+		}
+		if resp, err := stream.Recv(); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("Watch(%q) first status = %v, %v; want SERVING", name, resp.GetStatus(), err)
+		}
+		streams[i] = stream
+	}
+
+	notServing := make(chan error, 1)
+	go func() {
+		for i, stream := range streams {
+			resp, err := stream.Recv()
+			if err != nil {
+				notServing <- err
+				return
+			}
+			if resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+				t.Errorf("Watch(%q) after SIGTERM = %s, want NOT_SERVING", names[i], resp.GetStatus())
+			}
+		}
+		// Like a real client that saw NOT_SERVING, stop watching so the
+		// graceful stop need not wait for the streams.
+		cancel()
+		notServing <- nil
+	}()
+
+	took, err := h.terminate(t)
+	if err != nil {
+		t.Fatalf("exit after SIGTERM: %v (want status 0)\n%s", err, h.log())
+	}
+	if err := <-notServing; err != nil {
+		t.Errorf("health watch ended without NOT_SERVING: %v", err)
+	}
+	t.Logf("exited %s after SIGTERM", took)
+	for _, want := range []string{`"msg":"shutting down"`, `"msg":"store closed"`} {
+		if !strings.Contains(h.log(), want) {
+			t.Errorf("log lacks %s:\n%s", want, h.log())
+		}
+	}
+
+	// The store was closed cleanly: a restart on the same data finds the save.
+	h2 := startHubIn(t, dataDir)
+	b := peek(t, h2, recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
+	if !slices.Equal(b.GetNotificationIds(), []string{n.GetId()}) {
+		t.Errorf("after restart peek = %v, want the saved notification %s", b, n.GetId())
+	}
+	if _, err := h2.terminate(t); err != nil {
+		t.Errorf("second exit: %v", err)
+	}
+}
