@@ -73,6 +73,12 @@ func Scan(ctx context.Context, read ReadFunc, drawers []Meta, from int64, need f
 	limit := firstReadLimit
 	for len(rest) > 0 {
 		want := int64(min(need(), limit))
+		if want <= 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		var batch []span
 		for len(rest) > 0 && len(batch) < MaxParallelReads && want > 0 {
 			s := rest[0]

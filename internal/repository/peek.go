@@ -106,8 +106,9 @@ func (r *Repository) cut(ctx context.Context, state RecipientState, group domain
 		var items []drawer.Item
 		var nextSeq int64
 		need := func() int {
-			// Every weight is at least 1, plus one look-ahead item.
-			return int(min(r.opts.MaxBundleWeight-cutter.Weight()+1, 1<<30))
+			// Every weight is at least 1, plus one look-ahead item. A first
+			// notification over the limit leaves room for the look-ahead only.
+			return int(min(max(r.opts.MaxBundleWeight-cutter.Weight(), 0)+1, 1<<30))
 		}
 		take := func(it drawer.Item) bool {
 			if it.Seq > watermark {
