@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -101,12 +103,21 @@ func (r *Repository) commitGroup(group []*saveCall) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
+	// Ids are assumed new: the store checks them as it writes, and names
+	// those that exist so that the next attempt counts them as duplicates or
+	// rejects their saves. New ids, the common case, cost one lookup each.
+	stored := make(map[string]IDRecord)
 	outcomes, err := retry(ctx, func() ([]saveOutcome, error) {
-		outcomes, saves, err := r.planGroup(ctx, live)
+		outcomes, saves, err := r.planGroup(ctx, live, stored)
 		if err != nil || len(saves) == 0 {
 			return outcomes, err
 		}
-		return outcomes, r.store.CommitSaves(ctx, saves)
+		err = r.store.CommitSaves(ctx, saves)
+		var exist *IDsExistError
+		if errors.As(err, &exist) {
+			maps.Copy(stored, exist.Records)
+		}
+		return outcomes, err
 	})
 	for i, c := range live {
 		if err != nil {
@@ -117,19 +128,10 @@ func (r *Repository) commitGroup(group []*saveCall) {
 	}
 }
 
-// planGroup sorts each call's notifications into duplicates, conflicts and
-// new ones, then plans the store write of every recipient involved.
-func (r *Repository) planGroup(ctx context.Context, calls []*saveCall) ([]saveOutcome, []RecipientSave, error) {
-	var ids []string
-	for _, c := range calls {
-		for _, n := range c.notifications {
-			ids = append(ids, n.ID)
-		}
-	}
-	stored, err := r.store.LookupIDs(ctx, ids)
-	if err != nil {
-		return nil, nil, err
-	}
+// planGroup sorts each call's notifications into duplicates (of stored ids
+// known so far, or of earlier ones in the group), conflicts and new ones,
+// then plans the store write of every recipient involved.
+func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored map[string]IDRecord) ([]saveOutcome, []RecipientSave, error) {
 	outcomes := make([]saveOutcome, len(calls))
 	accepted := make(map[string]Fingerprint) // new ids of earlier calls in the group
 	byRecipient := make(map[string][]domain.Notification)

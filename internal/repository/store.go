@@ -5,6 +5,7 @@ package repository
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
@@ -16,6 +17,20 @@ import (
 // record changed since it was read (an etag mismatch) or already exists. The
 // repository reloads and retries; it never reaches callers.
 var ErrConflict = errors.New("store: conflicting write")
+
+// IDsExistError is how CommitSaves reports notification ids that are
+// already stored: all of them, with their records, and nothing written. It
+// is a conflict: the caller reclassifies those ids and tries again.
+type IDsExistError struct {
+	Records map[string]IDRecord
+}
+
+func (e *IDsExistError) Error() string {
+	return fmt.Sprintf("store: %d notification ids already exist", len(e.Records))
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) hold.
+func (e *IDsExistError) Unwrap() error { return ErrConflict }
 
 // Head is a recipient's sequence counter and watermark. Sequence numbers up
 // to NextSeq-1 are handed out; readers ignore anything above Watermark.
@@ -78,7 +93,8 @@ type Store interface {
 	ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error)
 	// LookupIDs returns the records of those ids that are stored.
 	LookupIDs(ctx context.Context, ids []string) (map[string]IDRecord, error)
-	// CommitSaves writes the saves of several recipients all or nothing.
+	// CommitSaves writes the saves of several recipients all or nothing. Ids
+	// that already exist make it fail with *IDsExistError naming all of them.
 	CommitSaves(ctx context.Context, saves []RecipientSave) error
 	// BundleExists reports whether the recipient has a bundle with this id,
 	// pending or dequeued.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -39,10 +40,14 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	db, err := pebble.Open(dir, &pebble.Options{
-		Logger:       pebbleLogger{logger},
-		MemTableSize: 64 << 20,
-	})
+	// A large memtable absorbs bursts of saves without write stalls.
+	opts := &pebble.Options{Logger: pebbleLogger{logger}, MemTableSize: 64 << 20}
+	// Most id lookups are for ids that do not exist yet: bloom filters answer
+	// those without reading table blocks.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
 	}
@@ -146,6 +151,7 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 	defer s.writeMu.Unlock()
 	b := s.db.NewBatch()
 	defer b.Close()
+	existing := make(map[string]repository.IDRecord)
 	for _, save := range saves {
 		r, err := uuidBytes(save.Recipient)
 		if err != nil {
@@ -187,8 +193,15 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 			if err != nil {
 				return err
 			}
-			if _, exists, err := s.get(idKey(id)); err != nil || exists {
-				return cmpErr(err, fmt.Errorf("%w: id %s exists", repository.ErrConflict, rec.ID))
+			stored, exists, err := s.get(idKey(id))
+			if err != nil {
+				return err
+			}
+			if exists {
+				if existing[rec.ID], err = decodeIDRecord(rec.ID, stored); err != nil {
+					return err
+				}
+				continue
 			}
 			v, err := encodeIDRecord(rec)
 			if err != nil {
@@ -198,6 +211,9 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 				return err
 			}
 		}
+	}
+	if len(existing) > 0 {
+		return &repository.IDsExistError{Records: existing}
 	}
 	return b.Commit(pebble.Sync)
 }
