@@ -1,0 +1,304 @@
+package cosmos
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/repository"
+)
+
+// Documents use short field names: every byte stored is paid for on write
+// and on every read.
+
+// Document types in the recipients container (field t).
+const (
+	typeHead     = "head"
+	typeEntry    = "entry"
+	typeCursor   = "cursor"
+	typePending  = "pending"
+	typeDequeued = "dequeued"
+	typeSlot     = "slot"
+	typeRegistry = "recipient"
+)
+
+// registryPartition holds one small document per recipient, so retention can
+// list recipients without a cross-partition query.
+const registryPartition = "_recipients"
+
+const headID = "head"
+
+// headDoc is a recipient's sequence counter, watermark and the reservations
+// of saves still being written.
+type headDoc struct {
+	ID           string        `json:"id"`
+	PK           string        `json:"pk"`
+	T            string        `json:"t"`
+	Next         int64         `json:"next"`
+	Watermark    int64         `json:"wm"`
+	Reservations []reservation `json:"res,omitempty"`
+	ETag         string        `json:"_etag,omitempty"`
+}
+
+// reservation is a range of sequence numbers a save has taken but not yet
+// made visible, with what it writes so that it can be rolled back.
+type reservation struct {
+	Save    string    `json:"s"`
+	From    int64     `json:"from"`
+	To      int64     `json:"to"`
+	Expires int64     `json:"exp"` // unix milliseconds
+	Pages   []pageRef `json:"pg,omitempty"`
+	IDDocs  []docRef  `json:"ix,omitempty"`
+}
+
+type pageRef struct {
+	Drawer string `json:"d"`
+	ID     string `json:"i"`
+}
+
+type docRef struct {
+	PK string `json:"p"`
+	ID string `json:"i"`
+}
+
+// watermark is the highest sequence number below which no reservation is
+// outstanding.
+func (h *headDoc) watermark() int64 {
+	wm := h.Next - 1
+	for _, r := range h.Reservations {
+		wm = min(wm, r.From-1)
+	}
+	return wm
+}
+
+type entryDoc struct {
+	ID      string       `json:"id"`
+	PK      string       `json:"pk"`
+	T       string       `json:"t"`
+	Origin  int32        `json:"o"`
+	CT      string       `json:"ct"`
+	Drawers []drawerMeta `json:"dr"`
+	Total   int64        `json:"tot"`
+	ETag    string       `json:"_etag,omitempty"`
+}
+
+type drawerMeta struct {
+	ID       string `json:"id"`
+	Start    int64  `json:"st"`
+	Count    int    `json:"n"`
+	FirstSeq int64  `json:"fs"`
+	LastSeq  int64  `json:"ls"`
+}
+
+type cursorDoc struct {
+	ID      string `json:"id"`
+	PK      string `json:"pk"`
+	T       string `json:"t"`
+	Origin  int32  `json:"o"`
+	CT      string `json:"ct"`
+	Acked   int64  `json:"ack"`
+	HeadSeq int64  `json:"hs"`
+	ETag    string `json:"_etag,omitempty"`
+}
+
+type bundleDoc struct {
+	ID         string   `json:"id"`
+	PK         string   `json:"pk"`
+	T          string   `json:"t"`
+	Bundle     string   `json:"bid"`
+	Origin     int32    `json:"o"`
+	CT         string   `json:"ct"`
+	Group      int32    `json:"g"`
+	Start      int64    `json:"st"`
+	End        int64    `json:"en"`
+	Count      int      `json:"n"`
+	Weight     int64    `json:"w"`
+	DocTypes   []string `json:"dt"`
+	NextSeq    int64    `json:"ns"`
+	CreatedAt  int64    `json:"ca"` // unix nanoseconds
+	DequeuedAt int64    `json:"da,omitempty"`
+	TTL        *int32   `json:"ttl,omitempty"`
+	ETag       string   `json:"_etag,omitempty"`
+}
+
+// slotDoc marks the one pending bundle of a peek group: creating it is what
+// makes concurrent peeks agree.
+type slotDoc struct {
+	ID     string `json:"id"`
+	PK     string `json:"pk"`
+	T      string `json:"t"`
+	Bundle string `json:"bid"`
+}
+
+// pageDoc is a run of consecutive positions of one drawer: position s+i
+// holds items[i] = [seq, id, weight, bundling 0/1, document type].
+type pageDoc struct {
+	ID    string            `json:"id"`
+	PK    string            `json:"pk"`
+	Start int64             `json:"s"`
+	End   int64             `json:"e"`
+	Items []json.RawMessage `json:"it"`
+}
+
+type pageItem struct {
+	Seq      int64
+	ID       string
+	Weight   int64
+	Bundling int
+	DocType  string
+}
+
+// idDoc indexes the ids of one save that fall in one bucket and one drawer.
+type idDoc struct {
+	ID     string    `json:"id"`
+	PK     string    `json:"pk"`
+	Drawer string    `json:"d"`
+	Save   string    `json:"s"`
+	N      []idEntry `json:"n"`
+}
+
+type idEntry struct {
+	ID          string `json:"i"`
+	Fingerprint string `json:"f"`
+}
+
+// idHit is one row of the id lookup query.
+type idHit struct {
+	ID          string `json:"i"`
+	Fingerprint string `json:"f"`
+	Drawer      string `json:"d"`
+	Save        string `json:"s"`
+}
+
+type saveDoc struct {
+	ID    string `json:"id"`
+	PK    string `json:"pk"`
+	State string `json:"state"`
+	TTL   int32  `json:"ttl"`
+	ETag  string `json:"_etag,omitempty"`
+}
+
+// States of a save's commit record.
+const (
+	statePending   = "pending"
+	stateCommitted = "committed"
+	stateAborted   = "aborted"
+)
+
+func entryID(k catalog.Key) string  { return "e:" + strconv.Itoa(int(k.Origin)) + ":" + k.ContentType }
+func cursorID(k catalog.Key) string { return "c:" + strconv.Itoa(int(k.Origin)) + ":" + k.ContentType }
+func bundleDocID(id string) string  { return "b:" + id }
+func slotID(g domain.PeekGroup) string {
+	return "p:" + strconv.Itoa(int(g))
+}
+func pageID(start int64) string { return fmt.Sprintf("%012d", start) }
+
+func toEntry(d entryDoc) catalog.Entry {
+	e := catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Total: d.Total, Version: d.ETag}
+	for _, m := range d.Drawers {
+		e.Drawers = append(e.Drawers, drawer.Meta(m))
+	}
+	return e
+}
+
+func fromEntry(recipient string, e catalog.Entry) entryDoc {
+	d := entryDoc{ID: entryID(e.Key()), PK: recipient, T: typeEntry, Origin: int32(e.Origin), CT: e.ContentType, Total: e.Total}
+	for _, m := range e.Drawers {
+		d.Drawers = append(d.Drawers, drawerMeta(m))
+	}
+	return d
+}
+
+func toCursor(d cursorDoc) catalog.Cursor {
+	return catalog.Cursor{Origin: domain.Origin(d.Origin), ContentType: d.CT, Acked: d.Acked, HeadSeq: d.HeadSeq, Version: d.ETag}
+}
+
+func fromCursor(recipient string, c catalog.Cursor) cursorDoc {
+	return cursorDoc{ID: cursorID(c.Key()), PK: recipient, T: typeCursor, Origin: int32(c.Origin), CT: c.ContentType, Acked: c.Acked, HeadSeq: c.HeadSeq}
+}
+
+func toBundle(d bundleDoc) bundle.Record {
+	rec := bundle.Record{
+		ID: d.Bundle, Origin: domain.Origin(d.Origin), ContentType: d.CT, Group: domain.PeekGroup(d.Group),
+		Start: d.Start, End: d.End, Count: d.Count, Weight: d.Weight, DocumentTypes: d.DocTypes,
+		NextSeq: d.NextSeq, State: bundle.Pending, CreatedAt: time.Unix(0, d.CreatedAt), Version: d.ETag,
+	}
+	if d.T == typeDequeued {
+		rec.State = bundle.Dequeued
+		rec.DequeuedAt = time.Unix(0, d.DequeuedAt)
+	}
+	return rec
+}
+
+func fromBundle(recipient string, rec bundle.Record) bundleDoc {
+	d := bundleDoc{
+		ID: bundleDocID(rec.ID), PK: recipient, T: typePending, Bundle: rec.ID, Origin: int32(rec.Origin), CT: rec.ContentType,
+		Group: int32(rec.Group), Start: rec.Start, End: rec.End, Count: rec.Count, Weight: rec.Weight,
+		DocTypes: rec.DocumentTypes, NextSeq: rec.NextSeq, CreatedAt: rec.CreatedAt.UnixNano(),
+	}
+	if rec.State == bundle.Dequeued {
+		d.T = typeDequeued
+		d.DequeuedAt = rec.DequeuedAt.UnixNano()
+	}
+	return d
+}
+
+func encodePage(p drawer.Page) (pageDoc, error) {
+	doc := pageDoc{ID: pageID(p.Start()), PK: p.DrawerID, Start: p.Start(), End: p.Start() + int64(len(p.Items))}
+	for i, it := range p.Items {
+		if it.Pos != doc.Start+int64(i) {
+			return doc, fmt.Errorf("page of drawer %s: positions are not consecutive", p.DrawerID)
+		}
+		flag := 0
+		if it.SupportsBundling {
+			flag = 1
+		}
+		raw, err := json.Marshal([]any{it.Seq, it.ID, it.Weight, flag, it.DocumentType})
+		if err != nil {
+			return doc, err
+		}
+		doc.Items = append(doc.Items, raw)
+	}
+	return doc, nil
+}
+
+func decodeItem(raw json.RawMessage, pos int64) (drawer.Item, error) {
+	var fields []json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || len(fields) != 5 {
+		return drawer.Item{}, fmt.Errorf("corrupt page item at %d", pos)
+	}
+	var it pageItem
+	for i, dst := range []any{&it.Seq, &it.ID, &it.Weight, &it.Bundling, &it.DocType} {
+		if err := json.Unmarshal(fields[i], dst); err != nil {
+			return drawer.Item{}, fmt.Errorf("corrupt page item at %d: %w", pos, err)
+		}
+	}
+	return drawer.Item{Pos: pos, Seq: it.Seq, ID: it.ID, DocumentType: it.DocType, SupportsBundling: it.Bundling == 1, Weight: it.Weight}, nil
+}
+
+func fingerprintString(fp repository.Fingerprint) string {
+	return base64.RawURLEncoding.EncodeToString(fp[:])
+}
+
+func parseFingerprint(s string) (repository.Fingerprint, error) {
+	var fp repository.Fingerprint
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != len(fp) {
+		return fp, fmt.Errorf("corrupt fingerprint %q", s)
+	}
+	copy(fp[:], b)
+	return fp, nil
+}
+
+func etag(v string) *azcore.ETag {
+	e := azcore.ETag(v)
+	return &e
+}

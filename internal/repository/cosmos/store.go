@@ -1,0 +1,482 @@
+// Package cosmos is the Store for Azure Cosmos DB, through the official
+// azcosmos SDK. Several MessageHub instances may share one database: every
+// write is conditional (etags) or a create, saves reserve sequence numbers
+// on the recipient's head and commit through a record of their own, and the
+// watermark only passes finished saves. See docs/cosmos.md.
+package cosmos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/repository"
+)
+
+// Config says where the store is and how it behaves.
+type Config struct {
+	Endpoint  string
+	Key       string // empty: Azure AD through azidentity's default credential chain
+	Database  string // default "messagehub"
+	Provision bool   // create the database and containers when missing
+	// Retention is the time-to-live of dequeued bundles (default 7 days).
+	Retention time.Duration
+	// Lease is how long a save may hold a reservation before others roll it
+	// back (default 30 s).
+	Lease time.Duration
+	// IDBuckets spreads the id index over this many partitions (1..256,
+	// default 16): fewer means fewer requests per save, more means less
+	// load on each partition.
+	IDBuckets int
+	// Transport sends the SDK's requests (default: a pooled HTTP client).
+	Transport policy.Transporter
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// Store is the Cosmos DB repository.Store.
+type Store struct {
+	cfg        Config
+	client     *azcosmos.Client
+	meter      *Meter
+	recipients *azcosmos.ContainerClient
+	drawers    *azcosmos.ContainerClient
+	ids        *azcosmos.ContainerClient
+	saves      *azcosmos.ContainerClient
+}
+
+var _ repository.Store = (*Store)(nil)
+
+// Open connects to the account and, when cfg.Provision is set, creates what
+// is missing.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Database == "" {
+		cfg.Database = "messagehub"
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = 7 * 24 * time.Hour
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.IDBuckets <= 0 {
+		cfg.IDBuckets = 16
+	}
+	if cfg.IDBuckets > 256 {
+		return nil, fmt.Errorf("cosmos: at most 256 id buckets, got %d", cfg.IDBuckets)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = &http.Client{Transport: pooledTransport()}
+	}
+	meter := NewMeter(cfg.Transport)
+	opts := &azcosmos.ClientOptions{ClientOptions: azcore.ClientOptions{
+		Transport: meter,
+		// 429s are retried after x-ms-retry-after-ms, 408 and 5xx with
+		// backoff, all within the call's deadline. Every write here is
+		// conditional or a create, so a retried write can only turn into a
+		// conflict, never into a second effect.
+		Retry: policy.RetryOptions{MaxRetries: 6, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+	}}
+	var client *azcosmos.Client
+	var err error
+	if cfg.Key != "" {
+		cred, kerr := azcosmos.NewKeyCredential(cfg.Key)
+		if kerr != nil {
+			return nil, fmt.Errorf("cosmos key: %w", kerr)
+		}
+		client, err = azcosmos.NewClientWithKey(cfg.Endpoint, cred, opts)
+	} else {
+		cred, cerr := azidentity.NewDefaultAzureCredential(nil)
+		if cerr != nil {
+			return nil, fmt.Errorf("cosmos: no key and no Azure AD credential: %w", cerr)
+		}
+		client, err = azcosmos.NewClient(cfg.Endpoint, cred, opts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cosmos client: %w", err)
+	}
+	if cfg.Provision {
+		if err := provision(ctx, client, cfg.Database); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{cfg: cfg, client: client, meter: meter}
+	for _, c := range []struct {
+		name string
+		dst  **azcosmos.ContainerClient
+	}{{containerRecipients, &s.recipients}, {containerDrawers, &s.drawers}, {containerIDs, &s.ids}, {containerSaves, &s.saves}} {
+		if *c.dst, err = client.NewContainer(cfg.Database, c.name); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func pooledTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 256
+	return t
+}
+
+// Meter counts this store's requests.
+func (s *Store) Meter() *Meter { return s.meter }
+
+// Close releases the client's connections.
+func (s *Store) Close() error {
+	s.client.Close()
+	return nil
+}
+
+// LoadRecipient reads the head, catalog, cursors and pending bundles in one
+// query. A head with expired reservations is repaired first.
+func (s *Store) LoadRecipient(ctx context.Context, recipient string) (repository.RecipientState, error) {
+	for attempt := 0; ; attempt++ {
+		st, head, err := s.loadRecipient(ctx, recipient)
+		if err != nil || attempt > 0 || !s.hasExpired(head) {
+			return st, err
+		}
+		if err := s.resolveExpired(ctx, recipient); err != nil && !errors.Is(err, repository.ErrConflict) {
+			return st, err
+		}
+	}
+}
+
+func (s *Store) loadRecipient(ctx context.Context, recipient string) (repository.RecipientState, headDoc, error) {
+	var st repository.RecipientState
+	var head headDoc
+	err := query(ctx, s.recipients, recipient,
+		"SELECT * FROM c WHERE c.t IN ('head', 'entry', 'cursor', 'pending')", nil,
+		func(raw []byte) error {
+			var probe struct{ T string }
+			if err := json.Unmarshal(raw, &probe); err != nil {
+				return err
+			}
+			switch probe.T {
+			case typeHead:
+				if err := json.Unmarshal(raw, &head); err != nil {
+					return err
+				}
+				st.Head = repository.Head{NextSeq: head.Next, Watermark: head.Watermark, Version: head.ETag}
+			case typeEntry:
+				var d entryDoc
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				st.Entries = append(st.Entries, toEntry(d))
+			case typeCursor:
+				var d cursorDoc
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				st.Cursors = append(st.Cursors, toCursor(d))
+			case typePending:
+				var d bundleDoc
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				st.Pending = append(st.Pending, toBundle(d))
+			}
+			return nil
+		})
+	return st, head, err
+}
+
+// ReadDrawer queries the drawer's pages overlapping [from, to).
+func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
+	var items []drawer.Item
+	errEnough := errors.New("enough")
+	err := query(ctx, s.drawers, drawerID,
+		"SELECT * FROM c WHERE c.e > @from AND c.s < @to ORDER BY c.s",
+		[]azcosmos.QueryParameter{{Name: "@from", Value: from}, {Name: "@to", Value: to}},
+		func(raw []byte) error {
+			var p pageDoc
+			if err := json.Unmarshal(raw, &p); err != nil {
+				return err
+			}
+			for i, rawItem := range p.Items {
+				pos := p.Start + int64(i)
+				if pos < from || pos >= to {
+					continue
+				}
+				it, err := decodeItem(rawItem, pos)
+				if err != nil {
+					return fmt.Errorf("drawer %s: %w", drawerID, err)
+				}
+				items = append(items, it)
+				if len(items) >= limit {
+					return errEnough
+				}
+			}
+			return nil
+		})
+	if errors.Is(err, errEnough) {
+		err = nil
+	}
+	return items, err
+}
+
+// BundleExists reads the bundle's document.
+func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
+	_, err := s.recipients.ReadItem(ctx, azcosmos.NewPartitionKeyString(recipient), bundleDocID(bundleID), nil)
+	if isStatus(err, http.StatusNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// CreateBundle creates the bundle and its group's slot, and pins the cursor,
+// in one transactional batch.
+func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
+	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+	if err := batchCreate(&b, slotDoc{ID: slotID(rec.Group), PK: recipient, T: typeSlot, Bundle: rec.ID}); err != nil {
+		return err
+	}
+	if err := batchCreate(&b, fromBundle(recipient, rec)); err != nil {
+		return err
+	}
+	// Rewriting the cursor unchanged, on its etag, makes the batch fail if a
+	// dequeue moved it since the bundle was cut.
+	if err := batchWrite(&b, fromCursor(recipient, cursor), cursor.Version); err != nil {
+		return err
+	}
+	return s.execute(ctx, s.recipients, b)
+}
+
+// Acknowledge deletes the group's slot, marks the bundle dequeued (to expire
+// after the retention) and moves the cursor, in one transactional batch.
+func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
+	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+	b.DeleteItem(slotID(rec.Group), nil)
+	doc := fromBundle(recipient, rec)
+	doc.TTL = ptr(int32(s.cfg.Retention / time.Second))
+	if err := batchWrite(&b, doc, rec.Version); err != nil {
+		return err
+	}
+	if err := batchWrite(&b, fromCursor(recipient, cursor), cursor.Version); err != nil {
+		return err
+	}
+	return s.execute(ctx, s.recipients, b)
+}
+
+// Recipients lists recipients from the registry partition.
+func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error) error {
+	var recipients []string
+	err := query(ctx, s.recipients, registryPartition, "SELECT c.id FROM c", nil, func(raw []byte) error {
+		var d struct{ ID string }
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		recipients = append(recipients, d.ID)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range recipients {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DequeuedBundles lists the recipient's dequeued bundles not yet expired.
+func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error) {
+	var out []bundle.Record
+	err := query(ctx, s.recipients, recipient, "SELECT * FROM c WHERE c.t = 'dequeued'", nil, func(raw []byte) error {
+		var d bundleDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		out = append(out, toBundle(d))
+		return nil
+	})
+	return out, err
+}
+
+// ApplySweep deletes the drawers' pages and id records first, then updates
+// the catalog: a crash in between leaves only entries pointing at drawers
+// already acknowledged, which the next sweep removes again.
+func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
+	for _, d := range sw.Drawers {
+		if err := s.deleteDrawer(ctx, d); err != nil {
+			return err
+		}
+	}
+	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
+	for _, e := range sw.Entries {
+		if err := batchWrite(&b, fromEntry(sw.Recipient, e), e.Version); err != nil {
+			return err
+		}
+	}
+	for _, e := range sw.DeleteEntries {
+		b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
+	}
+	for _, c := range sw.DeleteCursors {
+		b.DeleteItem(cursorID(c.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(c.Version)})
+	}
+	if len(sw.Entries)+len(sw.DeleteEntries)+len(sw.DeleteCursors) > 0 {
+		if err := s.execute(ctx, s.recipients, b); err != nil {
+			return err
+		}
+	}
+	// Dequeued bundles also carry a TTL; deleting them here keeps retention
+	// exact where the TTL would lag.
+	for _, id := range sw.Bundles {
+		_, err := s.recipients.DeleteItem(ctx, azcosmos.NewPartitionKeyString(sw.Recipient), bundleDocID(id), nil)
+		if err != nil && !isStatus(err, http.StatusNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteDrawer deletes a drawer's pages and the id documents pointing at it.
+func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
+	var pages []string
+	err := query(ctx, s.drawers, drawerID, "SELECT c.id FROM c", nil, func(raw []byte) error {
+		var d struct{ ID string }
+		err := json.Unmarshal(raw, &d)
+		pages = append(pages, d.ID)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.deleteAll(ctx, s.drawers, drawerID, pages); err != nil {
+		return err
+	}
+	for bucket := range s.cfg.IDBuckets {
+		pk := bucketKey(bucket)
+		var docs []string
+		err := query(ctx, s.ids, pk, "SELECT c.id FROM c WHERE c.d = @d",
+			[]azcosmos.QueryParameter{{Name: "@d", Value: drawerID}}, func(raw []byte) error {
+				var d struct{ ID string }
+				err := json.Unmarshal(raw, &d)
+				docs = append(docs, d.ID)
+				return err
+			})
+		if err != nil {
+			return err
+		}
+		if err := s.deleteAll(ctx, s.ids, pk, docs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteAll deletes documents of one partition, 100 per batch.
+func (s *Store) deleteAll(ctx context.Context, c *azcosmos.ContainerClient, pk string, ids []string) error {
+	for len(ids) > 0 {
+		n := min(len(ids), maxBatchOps)
+		b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString(pk))
+		for _, id := range ids[:n] {
+			b.DeleteItem(id, nil)
+		}
+		if err := s.execute(ctx, c, b); err != nil && !errors.Is(err, repository.ErrConflict) {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// maxBatchOps is Cosmos DB's limit of operations in one transactional batch.
+const maxBatchOps = 100
+
+// execute runs a transactional batch; a failed precondition or an existing
+// id anywhere in it is ErrConflict.
+func (s *Store) execute(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos.TransactionalBatch) error {
+	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil {
+		if isStatus(err, http.StatusConflict) || isStatus(err, http.StatusPreconditionFailed) || isStatus(err, http.StatusNotFound) {
+			return fmt.Errorf("%w: %v", repository.ErrConflict, err)
+		}
+		return err
+	}
+	if resp.Success {
+		return nil
+	}
+	for _, r := range resp.OperationResults {
+		switch r.StatusCode {
+		case http.StatusConflict, http.StatusPreconditionFailed, http.StatusNotFound:
+			return fmt.Errorf("%w: batch operation answered %d", repository.ErrConflict, r.StatusCode)
+		}
+	}
+	return fmt.Errorf("cosmos: transactional batch failed: %+v", statusCodes(resp))
+}
+
+func statusCodes(resp azcosmos.TransactionalBatchResponse) []int32 {
+	var codes []int32
+	for _, r := range resp.OperationResults {
+		codes = append(codes, r.StatusCode)
+	}
+	return codes
+}
+
+// batchCreate adds a create of doc.
+func batchCreate(b *azcosmos.TransactionalBatch, doc any) error {
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	b.CreateItem(raw, nil)
+	return nil
+}
+
+// batchWrite adds a create of doc when version is empty, else a replace on
+// that etag.
+func batchWrite(b *azcosmos.TransactionalBatch, doc interface{ docID() string }, version string) error {
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	if version == "" {
+		b.CreateItem(raw, nil)
+	} else {
+		b.ReplaceItem(doc.docID(), raw, &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(version)})
+	}
+	return nil
+}
+
+func (d entryDoc) docID() string  { return d.ID }
+func (d cursorDoc) docID() string { return d.ID }
+func (d bundleDoc) docID() string { return d.ID }
+func (d headDoc) docID() string   { return d.ID }
+
+// query runs a query within one partition and calls fn for every item.
+func query(ctx context.Context, c *azcosmos.ContainerClient, pk, sql string, params []azcosmos.QueryParameter, fn func([]byte) error) error {
+	pager := c.NewQueryItemsPager(sql, azcosmos.NewPartitionKeyString(pk), &azcosmos.QueryOptions{QueryParameters: params})
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, raw := range page.Items {
+			if err := fn(raw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package cosmos_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/repository/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// server is one Cosmos-protocol test server for the package; every test gets
+// a database of its own on it.
+var server *cosmostest.Server
+
+func TestMain(m *testing.M) {
+	srv, stop, err := cosmostest.StartMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	server = srv
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// open provisions a fresh database and returns the store on it.
+func open(t *testing.T, cfg cosmos.Config) *cosmos.Store {
+	t.Helper()
+	cfg.Endpoint, cfg.Key, cfg.Provision = server.Endpoint, server.Key, true
+	if cfg.Database == "" {
+		cfg.Database = cosmostest.UniqueID("db")
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = cosmostest.NewHTTPClient()
+	}
+	s, err := cosmos.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestContract(t *testing.T) {
+	repository.RunContractSuite(t, func(t *testing.T) repository.Store {
+		return open(t, cosmos.Config{})
+	})
+}

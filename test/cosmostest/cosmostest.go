@@ -1,0 +1,386 @@
+// Package cosmostest gives tests a real Cosmos DB (SQL API) protocol endpoint on 127.0.0.1
+// without a cloud account or Docker: the npm package @vercel/cosmosdb-server 1.0.1 started
+// through cosmos-shim.js, which fixes what that server gets wrong for the azcosmos Go SDK.
+//
+// The first use installs the server with `npm ci` from the committed package-lock.json into
+// test/cosmostest/server/node_modules (guarded by a file lock, so concurrent `go test`
+// processes do not race), then every Start launches its own node process on a free port and
+// stops it at cleanup. Node.js (>= 20) and npm must be on PATH; if they are not, Start fails
+// the test (it never skips).
+//
+// One server per test binary (StartMain from TestMain) is the cheap way to use it; give every
+// test its own database or container (UniqueID) because the server is shared.
+// See README.md in this directory for what the server can and cannot do.
+package cosmostest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// EmulatorKey is the well-known Cosmos DB emulator account key. The test server does not
+// check keys or signatures; the SDK just needs a syntactically valid key to sign with.
+const EmulatorKey = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
+
+// ServerPackageVersion is the exact @vercel/cosmosdb-server version the shim is written for.
+const ServerPackageVersion = "1.0.1"
+
+const (
+	serverPackage  = "@vercel/cosmosdb-server"
+	startTimeout   = 20 * time.Second
+	installTimeout = 5 * time.Minute
+	stampFile      = ".messagehub-cosmostest.stamp"
+	lockFile       = ".install.lock"
+)
+
+// Server is one running test server process.
+type Server struct {
+	// Endpoint is the account endpoint for azcosmos, e.g. "http://127.0.0.1:39017/".
+	Endpoint string
+	// Key is the account key to use with azcosmos.NewKeyCredential (EmulatorKey).
+	Key string
+	// Port is the TCP port the server listens on (127.0.0.1 only).
+	Port int
+
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	out      *tailBuffer
+	exited   chan struct{}
+	waitErr  error
+	stopOnce sync.Once
+}
+
+// Start installs the server if needed, starts it on a free port and registers its stop with
+// t.Cleanup. It fails the test (t.Fatal) when node or npm is missing or the server does not
+// come up within 20 s.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	srv, err := start()
+	if err != nil {
+		t.Fatalf("cosmostest: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("cosmostest: server output (tail):\n%s", srv.out.String())
+		}
+		srv.Stop()
+	})
+	return srv
+}
+
+// StartMain is Start for TestMain, where there is no testing.TB: it returns the server and
+// a stop function to call after m.Run, or an error (print it and os.Exit(1); do not skip).
+//
+//	func TestMain(m *testing.M) {
+//		srv, stop, err := cosmostest.StartMain()
+//		if err != nil {
+//			fmt.Fprintln(os.Stderr, err)
+//			os.Exit(1)
+//		}
+//		testServer = srv
+//		code := m.Run()
+//		stop()
+//		os.Exit(code)
+//	}
+func StartMain() (*Server, func(), error) {
+	srv, err := start()
+	if err != nil {
+		return nil, func() {}, fmt.Errorf("cosmostest: %w", err)
+	}
+	return srv, srv.Stop, nil
+}
+
+// Stop kills the server process and waits for it. It is safe to call more than once.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		if s.cmd == nil || s.cmd.Process == nil {
+			return
+		}
+		select {
+		case <-s.exited:
+		default:
+			_ = s.cmd.Process.Kill()
+		}
+		select {
+		case <-s.exited:
+		case <-time.After(10 * time.Second):
+		}
+		if s.stdin != nil {
+			_ = s.stdin.Close()
+		}
+	})
+}
+
+// Output returns the tail of the server's stdout and stderr (for diagnostics).
+func (s *Server) Output() string { return s.out.String() }
+
+var idSeq atomic.Uint64
+
+// UniqueID returns a name that is unique within this process and across processes started
+// at the same time (prefix-pid-nanotime-seq), for databases and containers on a shared server.
+func UniqueID(prefix string) string {
+	return fmt.Sprintf("%s-%d-%x-%d", prefix, os.Getpid(), time.Now().UnixNano()&0xffffffff, idSeq.Add(1))
+}
+
+// ServerDir returns the directory holding package.json, package-lock.json and cosmos-shim.js.
+func ServerDir() (string, error) {
+	if _, file, _, ok := runtime.Caller(0); ok {
+		dir := filepath.Join(filepath.Dir(file), "server")
+		if fileExists(filepath.Join(dir, "cosmos-shim.js")) {
+			return dir, nil
+		}
+	}
+	// Built with -trimpath or moved: find the module root from the working directory.
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if fileExists(filepath.Join(dir, "go.mod")) {
+			d := filepath.Join(dir, "test", "cosmostest", "server")
+			if fileExists(filepath.Join(d, "cosmos-shim.js")) {
+				return d, nil
+			}
+		}
+		if filepath.Dir(dir) == dir {
+			break
+		}
+	}
+	return "", errors.New("cannot find test/cosmostest/server/cosmos-shim.js (run the tests from inside the repository)")
+}
+
+func start() (*Server, error) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return nil, errors.New("node (Node.js >= 20) is not on PATH; it is required to run the Cosmos DB test server (see test/cosmostest/README.md)")
+	}
+	dir, err := ServerDir()
+	if err != nil {
+		return nil, err
+	}
+	lock, err := ensureInstalled(dir)
+	if err != nil {
+		return nil, err
+	}
+	// The shared lock is held until node has loaded its modules, so that no concurrent
+	// `npm ci` (which takes the lock exclusively) deletes node_modules under it.
+	defer lock.unlock()
+	return launch(node, dir)
+}
+
+// ensureInstalled returns holding a shared lock on the install, with node_modules matching
+// package-lock.json. It runs `npm ci` under an exclusive lock when it does not.
+func ensureInstalled(dir string) (*fileLock, error) {
+	want, err := installStamp(dir)
+	if err != nil {
+		return nil, err
+	}
+	lockPath := filepath.Join(dir, lockFile)
+	for attempt := 0; attempt < 3; attempt++ {
+		l, err := lockFileAt(lockPath, false)
+		if err != nil {
+			return nil, err
+		}
+		if installed(dir, want) {
+			return l, nil
+		}
+		l.unlock()
+
+		x, err := lockFileAt(lockPath, true)
+		if err != nil {
+			return nil, err
+		}
+		if !installed(dir, want) {
+			if err := npmCI(dir, want); err != nil {
+				x.unlock()
+				return nil, err
+			}
+		}
+		x.unlock()
+	}
+	return nil, errors.New("node_modules keeps changing under us (another process running npm ci?)")
+}
+
+func installStamp(dir string) (string, error) {
+	h := sha256.New()
+	for _, name := range []string{"package.json", "package-lock.json"} {
+		b, err := os.ReadFile(filepath.Join(dir, name)) //nolint:gosec // our own server directory
+		if err != nil {
+			return "", fmt.Errorf("read %s: %w", name, err)
+		}
+		h.Write([]byte(name))
+		h.Write([]byte{0})
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func installed(dir, want string) bool {
+	got, err := os.ReadFile(filepath.Join(dir, "node_modules", stampFile)) //nolint:gosec // our own server directory
+	if err != nil || strings.TrimSpace(string(got)) != want {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "node_modules", filepath.FromSlash(serverPackage), "package.json")) //nolint:gosec // our own server directory
+	if err != nil {
+		return false
+	}
+	var pkg struct {
+		Version string `json:"version"`
+	}
+	return json.Unmarshal(b, &pkg) == nil && pkg.Version == ServerPackageVersion
+}
+
+func npmCI(dir, stamp string) error {
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return errors.New("npm is not on PATH; it is required to install the Cosmos DB test server (see test/cosmostest/README.md)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error") //nolint:gosec // npm from PATH, fixed arguments
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("npm ci in %s failed (%w; needs the npm registry on first run):\n%s", dir, err, out.String())
+	}
+	if !fileExists(filepath.Join(dir, "node_modules", filepath.FromSlash(serverPackage), "package.json")) {
+		return fmt.Errorf("npm ci in %s did not install %s", dir, serverPackage)
+	}
+	tmp := filepath.Join(dir, "node_modules", stampFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(stamp+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "node_modules", stampFile))
+}
+
+var readyLine = regexp.MustCompile(`Ready to accept HTTPS? connections at [^\s:]+:(\d+)`)
+
+func launch(node, dir string) (*Server, error) {
+	// --require exit-with-parent.js: node exits when its stdin (our pipe) closes, so a test
+	// binary that is killed does not leave a server behind. --port 0: the OS picks a free
+	// port and the shim prints it, so there is no window in which another process takes it.
+	cmd := exec.Command(node, "--require", "./exit-with-parent.js", "cosmos-shim.js",
+		"--host", "127.0.0.1", "--port", "0", "--no-ssl")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NODE_ENV=production")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start node: %w", err)
+	}
+	s := &Server{Key: EmulatorKey, cmd: cmd, stdin: stdin, out: &tailBuffer{max: 64 << 10}, exited: make(chan struct{})}
+	go func() {
+		s.waitErr = cmd.Wait()
+		_ = pw.Close()
+		close(s.exited)
+	}()
+	portc := make(chan int, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			s.out.WriteLine(line)
+			if m := readyLine.FindStringSubmatch(line); m != nil {
+				if p, err := strconv.Atoi(m[1]); err == nil {
+					select {
+					case portc <- p:
+					default:
+					}
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+
+	deadline := time.Now().Add(startTimeout)
+	fail := func(format string, a ...any) (*Server, error) {
+		s.Stop()
+		return nil, fmt.Errorf("%s\nserver output:\n%s", fmt.Sprintf(format, a...), s.out.String())
+	}
+	select {
+	case p := <-portc:
+		s.Port = p
+	case <-s.exited:
+		return fail("the test server exited during start-up (%v)", s.waitErr)
+	case <-time.After(time.Until(deadline)):
+		return fail("the test server did not report its port within %v", startTimeout)
+	}
+	s.Endpoint = fmt.Sprintf("http://127.0.0.1:%d/", s.Port)
+
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := hc.Get(s.Endpoint)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				hc.CloseIdleConnections()
+				return s, nil
+			}
+			err = fmt.Errorf("GET / answered %s", resp.Status)
+		}
+		select {
+		case <-s.exited:
+			return fail("the test server exited during start-up (%v)", s.waitErr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fail("the test server at %s did not answer GET / within %v: %v", s.Endpoint, startTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// tailBuffer keeps the last max bytes of line-oriented output.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) WriteLine(line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, line...)
+	t.b = append(t.b, '\n')
+	if len(t.b) > t.max {
+		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
+	}
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
