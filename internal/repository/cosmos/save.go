@@ -236,16 +236,13 @@ func (s *Store) checkIDs(ctx context.Context, saveID string, plans []savePlan) e
 			ids = append(ids, rec.ID)
 		}
 	}
-	hits, err := s.lookup(ctx, ids)
+	hits, err := s.lookup(ctx, ids, saveID)
 	if err != nil {
 		return err
 	}
 	existing := map[string]repository.IDRecord{}
 	inFlight := false
 	for _, h := range hits {
-		if h.Save == saveID {
-			continue
-		}
 		state, err := s.saveState(ctx, h.Save)
 		if err != nil {
 			return err
@@ -272,7 +269,7 @@ func (s *Store) checkIDs(ctx context.Context, saveID string, plans []savePlan) e
 
 // LookupIDs returns the ids stored by committed saves.
 func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]repository.IDRecord, error) {
-	hits, err := s.lookup(ctx, ids)
+	hits, err := s.lookup(ctx, ids, "")
 	if err != nil {
 		return nil, err
 	}
@@ -291,8 +288,9 @@ func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]reposit
 	return found, nil
 }
 
-// lookup queries each bucket the ids fall in, in parallel.
-func (s *Store) lookup(ctx context.Context, ids []string) ([]idHit, error) {
+// lookup queries each bucket the ids fall in, in parallel, leaving out the
+// entries of the save named by except.
+func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHit, error) {
 	byBucket := map[string][]string{}
 	for _, id := range ids {
 		b := s.bucketOf(id)
@@ -305,8 +303,8 @@ func (s *Store) lookup(ctx context.Context, ids []string) ([]idHit, error) {
 	for bucket, inBucket := range byBucket {
 		g.Go(func() error {
 			return query(ctx, s.ids, bucket,
-				"SELECT n.i, n.f, c.d, c.s FROM c JOIN n IN c.n WHERE ARRAY_CONTAINS(@ids, n.i)",
-				[]azcosmos.QueryParameter{{Name: "@ids", Value: inBucket}},
+				"SELECT n.i, n.f, c.d, c.s FROM c JOIN n IN c.n WHERE c.s != @except AND ARRAY_CONTAINS(@ids, n.i)",
+				[]azcosmos.QueryParameter{{Name: "@ids", Value: inBucket}, {Name: "@except", Value: except}},
 				func(raw []byte) error {
 					var h idHit
 					if err := json.Unmarshal(raw, &h); err != nil {
