@@ -86,9 +86,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = &http.Client{Transport: pooledTransport()}
 	}
+	// The meter sits below the retries, so that it counts every attempt.
 	meter := NewMeter(cfg.Transport)
 	opts := &azcosmos.ClientOptions{ClientOptions: azcore.ClientOptions{
-		Transport: meter,
+		Transport: retrying{next: meter, attempts: 4, backoff: 50 * time.Millisecond},
 		// 429s are retried after x-ms-retry-after-ms, 408 and 5xx with
 		// backoff, all within the call's deadline. Every write here is
 		// conditional or a create, so a retried write can only turn into a

@@ -1,0 +1,63 @@
+package cosmos
+
+import (
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+)
+
+// retrying resends requests that failed in transit or were answered 408,
+// 500, 502, 503 or 504. The SDK retries 429s itself (after
+// x-ms-retry-after-ms) but not these. Every request this store sends is safe
+// to repeat: reads and queries, creates (a repeat is a 409), writes
+// conditional on an etag (a repeat is a 412) and deletes; a repeat can only
+// show up as a conflict, which the algorithm resolves by reloading.
+type retrying struct {
+	next     policy.Transporter
+	attempts int
+	backoff  time.Duration
+}
+
+func (r retrying) Do(req *http.Request) (*http.Response, error) {
+	for attempt := 1; ; attempt++ {
+		resp, err := r.next.Do(req)
+		if attempt >= r.attempts || !transient(resp, err) || req.Context().Err() != nil {
+			return resp, err
+		}
+		if req.Body != nil && req.GetBody == nil {
+			return resp, err // cannot resend the body
+		}
+		if resp != nil && resp.Body != nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		if req.GetBody != nil {
+			body, berr := req.GetBody()
+			if berr != nil {
+				return nil, berr
+			}
+			req.Body = body
+		}
+		pause := r.backoff<<(attempt-1) + time.Duration(rand.Int64N(int64(r.backoff)))
+		select {
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		case <-time.After(pause):
+		}
+	}
+}
+
+func transient(resp *http.Response, err error) bool {
+	if err != nil {
+		return true
+	}
+	switch resp.StatusCode {
+	case http.StatusRequestTimeout, http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
