@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -28,9 +29,12 @@ type Store struct {
 	db *pebble.DB
 	// writeMu makes each conditional write atomic: versions are checked and
 	// the batch committed without another write in between. Reads do not
-	// take it; pebble iterators and gets see committed data only.
+	// take it; they see committed data only.
 	writeMu sync.Mutex
 	version atomic.Uint64
+
+	cacheMu sync.RWMutex
+	cache   map[[16]byte]*records // see records.go
 }
 
 var _ repository.Store = (*Store)(nil)
@@ -51,7 +55,7 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
 	}
-	s := &Store{db: db}
+	s := &Store{db: db, cache: make(map[[16]byte]*records)}
 	// Versions only need to differ from every earlier one of the same record;
 	// the clock at start keeps them increasing across restarts.
 	s.version.Store(uint64(time.Now().UnixNano()))
@@ -63,34 +67,24 @@ func (s *Store) Close() error { return s.db.Close() }
 
 func (s *Store) nextVersion() string { return strconv.FormatUint(s.version.Add(1), 36) }
 
-// LoadRecipient reads everything under the recipient's prefix in one scan.
+// LoadRecipient returns the recipient's control records from memory.
 func (s *Store) LoadRecipient(ctx context.Context, recipient string) (repository.RecipientState, error) {
-	var st repository.RecipientState
 	r, err := uuidBytes(recipient)
 	if err != nil {
-		return st, err
+		return repository.RecipientState{}, err
 	}
-	prefix := recipientPrefix(r)
-	err = s.scan(prefix, func(key, value []byte) error {
-		switch key[len(prefix)] {
-		case kindHead:
-			return json.Unmarshal(value, &st.Head)
-		case kindEntry:
-			var e catalog.Entry
-			st.Entries = append(st.Entries, e)
-			return json.Unmarshal(value, &st.Entries[len(st.Entries)-1])
-		case kindCursor:
-			var c catalog.Cursor
-			st.Cursors = append(st.Cursors, c)
-			return json.Unmarshal(value, &st.Cursors[len(st.Cursors)-1])
-		case kindPending:
-			var b bundle.Record
-			st.Pending = append(st.Pending, b)
-			return json.Unmarshal(value, &st.Pending[len(st.Pending)-1])
+	rec := s.cached(r)
+	if rec == nil {
+		s.writeMu.Lock()
+		rec, err = s.recordsLocked(r)
+		s.writeMu.Unlock()
+		if err != nil {
+			return repository.RecipientState{}, err
 		}
-		return nil
-	})
-	return st, err
+	}
+	s.cacheMu.RLock()
+	defer s.cacheMu.RUnlock()
+	return rec.state(), nil
 }
 
 // ReadDrawer decodes the drawer's pages that overlap [from, to).
@@ -152,29 +146,40 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 	b := s.db.NewBatch()
 	defer b.Close()
 	existing := make(map[string]repository.IDRecord)
+	type applied struct {
+		rec     *records
+		head    repository.Head
+		entries []catalog.Entry
+	}
+	var done []applied
 	for _, save := range saves {
 		r, err := uuidBytes(save.Recipient)
 		if err != nil {
 			return err
 		}
-		if err := s.expectVersion(headKey(r), save.Head.Version); err != nil {
+		rec, err := s.recordsLocked(r)
+		if err != nil {
 			return err
 		}
-		head := save.Head
-		head.Version = s.nextVersion()
-		if err := setJSON(b, headKey(r), head); err != nil {
+		if rec.head.Version != save.Head.Version {
+			return conflict("head of %s changed", save.Recipient)
+		}
+		a := applied{rec: rec, head: save.Head}
+		a.head.Version = s.nextVersion()
+		if err := setJSON(b, headKey(r), a.head); err != nil {
 			return err
 		}
 		for _, e := range save.Entries {
-			key := cabinetKey(kindEntry, r, e.Key())
-			if err := s.expectVersion(key, e.Version); err != nil {
-				return err
+			if rec.entryVersion(e.Key()) != e.Version {
+				return conflict("catalog entry %v of %s changed", e.Key(), save.Recipient)
 			}
 			e.Version = s.nextVersion()
-			if err := setJSON(b, key, e); err != nil {
+			if err := setJSON(b, cabinetKey(kindEntry, r, e.Key()), e); err != nil {
 				return err
 			}
+			a.entries = append(a.entries, e)
 		}
+		done = append(done, a)
 		for _, p := range save.Pages {
 			d, err := uuidBytes(p.DrawerID)
 			if err != nil {
@@ -188,8 +193,8 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 				return err
 			}
 		}
-		for _, rec := range save.IDs {
-			id, err := uuidBytes(rec.ID)
+		for _, idRec := range save.IDs {
+			id, err := uuidBytes(idRec.ID)
 			if err != nil {
 				return err
 			}
@@ -198,12 +203,12 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 				return err
 			}
 			if exists {
-				if existing[rec.ID], err = decodeIDRecord(rec.ID, stored); err != nil {
+				if existing[idRec.ID], err = decodeIDRecord(idRec.ID, stored); err != nil {
 					return err
 				}
 				continue
 			}
-			v, err := encodeIDRecord(rec)
+			v, err := encodeIDRecord(idRec)
 			if err != nil {
 				return err
 			}
@@ -215,11 +220,33 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 	if len(existing) > 0 {
 		return &repository.IDsExistError{Records: existing}
 	}
-	return b.Commit(pebble.Sync)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	for _, a := range done {
+		s.update(a.rec, func(rec *records) {
+			rec.head = a.head
+			for _, e := range a.entries {
+				rec.entries[e.Key()] = e
+			}
+		})
+	}
+	return nil
 }
 
 // BundleExists looks for the id among pending and dequeued bundles.
 func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
+	st, err := s.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return false, err
+	}
+	if slices.ContainsFunc(st.Pending, func(b bundle.Record) bool { return b.ID == bundleID }) {
+		return true, nil
+	}
+	return s.dequeuedExists(recipient, bundleID)
+}
+
+func (s *Store) dequeuedExists(recipient, bundleID string) (bool, error) {
 	r, err := uuidBytes(recipient)
 	if err != nil {
 		return false, err
@@ -228,87 +255,97 @@ func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (b
 	if err != nil {
 		return false, err
 	}
-	for _, key := range [][]byte{pendingKey(r, id), dequeuedKey(r, id)} {
-		if _, ok, err := s.get(key); err != nil || ok {
-			return ok, err
-		}
-	}
-	return false, nil
+	_, ok, err := s.get(dequeuedKey(r, id))
+	return ok, err
 }
 
 // CreateBundle stores a pending bundle if its id is unused, its group has no
 // pending bundle and the cursor is unchanged.
-func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
+func (s *Store) CreateBundle(ctx context.Context, recipient string, bun bundle.Record, cursor catalog.Cursor) error {
 	r, err := uuidBytes(recipient)
 	if err != nil {
 		return err
 	}
-	id, err := uuidBytes(rec.ID)
+	id, err := uuidBytes(bun.ID)
 	if err != nil {
 		return err
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	if exists, err := s.BundleExists(ctx, recipient, rec.ID); err != nil || exists {
-		return cmpErr(err, fmt.Errorf("%w: bundle %s exists", repository.ErrConflict, rec.ID))
-	}
-	groupTaken := false
-	err = s.scan(pendingPrefix(r), func(_, value []byte) error {
-		var p bundle.Record
-		if err := json.Unmarshal(value, &p); err != nil {
-			return err
-		}
-		groupTaken = groupTaken || p.Group == rec.Group
-		return nil
-	})
-	if err != nil || groupTaken {
-		return cmpErr(err, fmt.Errorf("%w: a bundle is pending in group %d", repository.ErrConflict, rec.Group))
-	}
-	if err := s.expectVersion(cabinetKey(kindCursor, r, cursor.Key()), cursor.Version); err != nil {
+	rec, err := s.recordsLocked(r)
+	if err != nil {
 		return err
 	}
-	rec.Version = s.nextVersion()
+	if _, ok := rec.pending[bun.ID]; ok {
+		return conflict("bundle %s is pending", bun.ID)
+	}
+	for _, p := range rec.pending {
+		if p.Group == bun.Group {
+			return conflict("a bundle is pending in group %d", bun.Group)
+		}
+	}
+	if rec.cursorVersion(cursor.Key()) != cursor.Version {
+		return conflict("cursor %v moved", cursor.Key())
+	}
+	if dequeued, err := s.dequeuedExists(recipient, bun.ID); err != nil || dequeued {
+		return cmpErr(err, conflict("bundle %s was dequeued", bun.ID))
+	}
+	bun.Version = s.nextVersion()
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := setJSON(b, pendingKey(r, id), rec); err != nil {
+	if err := setJSON(b, pendingKey(r, id), bun); err != nil {
 		return err
 	}
-	return b.Commit(pebble.Sync)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	s.update(rec, func(rec *records) { rec.pending[bun.ID] = bun })
+	return nil
 }
 
 // Acknowledge moves a pending bundle to the dequeued ones and writes the cursor.
-func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
+func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Record, cursor catalog.Cursor) error {
 	r, err := uuidBytes(recipient)
 	if err != nil {
 		return err
 	}
-	id, err := uuidBytes(rec.ID)
+	id, err := uuidBytes(bun.ID)
 	if err != nil {
 		return err
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	curKey := cabinetKey(kindCursor, r, cursor.Key())
-	if err := s.expectVersion(pendingKey(r, id), rec.Version); err != nil {
+	rec, err := s.recordsLocked(r)
+	if err != nil {
 		return err
 	}
-	if err := s.expectVersion(curKey, cursor.Version); err != nil {
-		return err
+	if rec.pending[bun.ID].Version != bun.Version || bun.Version == "" {
+		return conflict("bundle %s is not pending at version %q", bun.ID, bun.Version)
 	}
-	rec.Version = s.nextVersion()
+	if rec.cursorVersion(cursor.Key()) != cursor.Version {
+		return conflict("cursor %v moved", cursor.Key())
+	}
+	bun.Version = s.nextVersion()
 	cursor.Version = s.nextVersion()
 	b := s.db.NewBatch()
 	defer b.Close()
 	if err := b.Delete(pendingKey(r, id), nil); err != nil {
 		return err
 	}
-	if err := setJSON(b, dequeuedKey(r, id), rec); err != nil {
+	if err := setJSON(b, dequeuedKey(r, id), bun); err != nil {
 		return err
 	}
-	if err := setJSON(b, curKey, cursor); err != nil {
+	if err := setJSON(b, cabinetKey(kindCursor, r, cursor.Key()), cursor); err != nil {
 		return err
 	}
-	return b.Commit(pebble.Sync)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	s.update(rec, func(rec *records) {
+		delete(rec.pending, bun.ID)
+		rec.cursors[cursor.Key()] = cursor
+	})
+	return nil
 }
 
 // Recipients calls fn once per recipient that has a head.
@@ -361,23 +398,29 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	b := s.db.NewBatch()
-	defer b.Close()
-	for _, e := range append(append([]catalog.Entry(nil), sw.Entries...), sw.DeleteEntries...) {
-		if err := s.expectVersion(cabinetKey(kindEntry, r, e.Key()), e.Version); err != nil {
-			return err
+	rec, err := s.recordsLocked(r)
+	if err != nil {
+		return err
+	}
+	for _, e := range slices.Concat(sw.Entries, sw.DeleteEntries) {
+		if rec.entryVersion(e.Key()) != e.Version {
+			return conflict("catalog entry %v changed", e.Key())
 		}
 	}
 	for _, c := range sw.DeleteCursors {
-		if err := s.expectVersion(cabinetKey(kindCursor, r, c.Key()), c.Version); err != nil {
-			return err
+		if rec.cursorVersion(c.Key()) != c.Version {
+			return conflict("cursor %v moved", c.Key())
 		}
 	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	var replaced []catalog.Entry
 	for _, e := range sw.Entries {
 		e.Version = s.nextVersion()
 		if err := setJSON(b, cabinetKey(kindEntry, r, e.Key()), e); err != nil {
 			return err
 		}
+		replaced = append(replaced, e)
 	}
 	for _, e := range sw.DeleteEntries {
 		if err := b.Delete(cabinetKey(kindEntry, r, e.Key()), nil); err != nil {
@@ -403,7 +446,21 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 			return err
 		}
 	}
-	return b.Commit(pebble.Sync)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	s.update(rec, func(rec *records) {
+		for _, e := range replaced {
+			rec.entries[e.Key()] = e
+		}
+		for _, e := range sw.DeleteEntries {
+			delete(rec.entries, e.Key())
+		}
+		for _, c := range sw.DeleteCursors {
+			delete(rec.cursors, c.Key())
+		}
+	})
+	return nil
 }
 
 // deleteDrawer deletes a drawer's pages and the id records that point at it.
@@ -444,29 +501,6 @@ func (s *Store) deleteDrawer(b *pebble.Batch, drawerID string) error {
 		return err
 	}
 	return b.DeleteRange(prefix, prefixEnd(prefix), nil)
-}
-
-// expectVersion checks a record's stored version; want "" means it must not exist.
-func (s *Store) expectVersion(key []byte, want string) error {
-	v, ok, err := s.get(key)
-	if err != nil {
-		return err
-	}
-	got := ""
-	if ok {
-		var rec struct{ Version string }
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return err
-		}
-		got = rec.Version
-	}
-	if ok && got == "" {
-		return fmt.Errorf("%w: record without version", errCorrupt)
-	}
-	if got != want {
-		return fmt.Errorf("%w: version %q, expected %q", repository.ErrConflict, got, want)
-	}
-	return nil
 }
 
 func (s *Store) get(key []byte) ([]byte, bool, error) {

@@ -1,0 +1,127 @@
+package embedded
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/repository"
+)
+
+// The control records of a recipient (head, catalog entries, cursors,
+// pending bundles) are rewritten on every save, peek and dequeue. In an LSM
+// every rewrite leaves a version behind until the next flush, and a prefix
+// scan has to step over all of them; a busy recipient's scan would grow with
+// every write. So the store keeps each recipient's committed control records
+// in memory, loaded from disk on first use and updated after every commit.
+// It is the only writer of its database, and all writes hold writeMu, so the
+// copy is exact. Version checks and LoadRecipient are memory reads.
+
+// records is one recipient's committed control records. Values are
+// replaced, never mutated, so readers may share their slices.
+type records struct {
+	head    repository.Head
+	entries map[catalog.Key]catalog.Entry
+	cursors map[catalog.Key]catalog.Cursor
+	pending map[string]bundle.Record
+}
+
+// state copies the records out in a stable order.
+func (r *records) state() repository.RecipientState {
+	st := repository.RecipientState{Head: r.head}
+	for _, k := range slices.SortedFunc(maps.Keys(r.entries), compareKeys) {
+		st.Entries = append(st.Entries, r.entries[k])
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(r.cursors), compareKeys) {
+		st.Cursors = append(st.Cursors, r.cursors[k])
+	}
+	for _, id := range slices.Sorted(maps.Keys(r.pending)) {
+		st.Pending = append(st.Pending, r.pending[id])
+	}
+	return st
+}
+
+func compareKeys(a, b catalog.Key) int {
+	if a.Origin != b.Origin {
+		return int(a.Origin) - int(b.Origin)
+	}
+	switch {
+	case a.ContentType < b.ContentType:
+		return -1
+	case a.ContentType > b.ContentType:
+		return 1
+	}
+	return 0
+}
+
+func (r *records) entryVersion(k catalog.Key) string  { return r.entries[k].Version }
+func (r *records) cursorVersion(k catalog.Key) string { return r.cursors[k].Version }
+
+// cached returns the recipient's records if they are in memory.
+func (s *Store) cached(r [16]byte) *records {
+	s.cacheMu.RLock()
+	defer s.cacheMu.RUnlock()
+	return s.cache[r]
+}
+
+// recordsLocked returns the recipient's records, reading them from disk on
+// first use. The caller holds writeMu, so no commit can interleave.
+func (s *Store) recordsLocked(r [16]byte) (*records, error) {
+	if rec := s.cached(r); rec != nil {
+		return rec, nil
+	}
+	rec := &records{
+		entries: map[catalog.Key]catalog.Entry{},
+		cursors: map[catalog.Key]catalog.Cursor{},
+		pending: map[string]bundle.Record{},
+	}
+	prefix := recipientPrefix(r)
+	err := s.scan(prefix, func(key, value []byte) error {
+		switch key[len(prefix)] {
+		case kindHead:
+			return json.Unmarshal(value, &rec.head)
+		case kindEntry:
+			var e catalog.Entry
+			if err := json.Unmarshal(value, &e); err != nil {
+				return err
+			}
+			rec.entries[e.Key()] = e
+		case kindCursor:
+			var c catalog.Cursor
+			if err := json.Unmarshal(value, &c); err != nil {
+				return err
+			}
+			rec.cursors[c.Key()] = c
+		case kindPending:
+			var b bundle.Record
+			if err := json.Unmarshal(value, &b); err != nil {
+				return err
+			}
+			rec.pending[b.ID] = b
+		default:
+			return fmt.Errorf("%w: unknown key kind %q", errCorrupt, key[len(prefix)])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.cacheMu.Lock()
+	s.cache[r] = rec
+	s.cacheMu.Unlock()
+	return rec, nil
+}
+
+// update changes a recipient's records after its commit succeeded.
+func (s *Store) update(rec *records, change func(*records)) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	change(rec)
+}
+
+func conflict(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", repository.ErrConflict, fmt.Sprintf(format, args...))
+}
