@@ -11,21 +11,35 @@ export PATH := $(BIN):$(PATH)
 BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+GRPC_GATEWAY_VERSION       := v2.32.0
+GHZ_VERSION                := v0.120.0
 GOLANGCI_LINT_VERSION      := v2.15.0
 
 # One stamp per tool and version, so changing a pin reinstalls that tool.
 BUF                := $(BIN)/.buf-$(BUF_VERSION)
 PROTOC_GEN_GO      := $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION)
 PROTOC_GEN_GO_GRPC := $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)
+PROTOC_GEN_GATEWAY := $(BIN)/.protoc-gen-grpc-gateway-$(GRPC_GATEWAY_VERSION)
+PROTOC_GEN_OPENAPI := $(BIN)/.protoc-gen-openapiv2-$(GRPC_GATEWAY_VERSION)
+GHZ                := $(BIN)/.ghz-$(GHZ_VERSION)
 GOLANGCI_LINT      := $(BIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION)
 
 BENCHTIME ?= 1x
 ARGS      ?=
 
-.PHONY: all tools generate lint build run test bench clean
+# make load: how long and how many calls each ghz run may take (see
+# test/load/ghz/README.md), and how long each native scenario runs.
+GHZ_N         ?= 20000
+GHZ_C         ?= 50
+GHZ_Z         ?= 60s
+LOAD_DURATION ?= 5s
+
+.PHONY: all tools generate lint build run test bench load clean
 all: lint build test
 
-tools: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(GOLANGCI_LINT) ## install the pinned tools into .bin
+GENERATORS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GATEWAY) $(PROTOC_GEN_OPENAPI)
+
+tools: $(GENERATORS) $(GOLANGCI_LINT) ## install the pinned tools into .bin
 
 $(BUF):
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -36,12 +50,24 @@ $(PROTOC_GEN_GO):
 $(PROTOC_GEN_GO_GRPC):
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	touch $@
+$(PROTOC_GEN_GATEWAY):
+	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
+	touch $@
+$(PROTOC_GEN_OPENAPI):
+	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+	touch $@
+$(GHZ):
+	GOBIN=$(BIN) $(GO) install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
+	touch $@
 $(GOLANGCI_LINT):
 	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	touch $@
 
-generate: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) ## regenerate gen/ from proto/ (committed; must not change)
-	rm -rf gen
+# gen/openapi/openapi.go (the go:embed of the OpenAPI document) is the one
+# file under gen/ written by hand, so only generated files are removed.
+generate: $(GENERATORS) ## regenerate gen/ from proto/ (committed; must not change)
+	rm -rf gen/messagehub
+	rm -f gen/openapi/*.swagger.json
 	$(BIN)/buf generate
 
 lint: $(BUF) $(GOLANGCI_LINT) ## buf lint, gofmt, go vet, golangci-lint
@@ -57,12 +83,20 @@ build: ## build bin/messagehub
 run: ## run the service on the embedded store in ./data (ARGS="--grpc-addr ..." to override)
 	$(GO) run ./cmd/messagehub $(ARGS)
 
+# Hubs started by tests pick a free HTTP port rather than the default 8080,
+# so that test packages running side by side do not collide.
+test: export MESSAGEHUB_HTTP_ADDR ?= 127.0.0.1:0
 test: ## vet and every test of the main module, with the race detector
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 bench: ## Go benchmarks (BENCHTIME=3s for stable numbers)
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
+
+load: export MESSAGEHUB_HTTP_ADDR ?= 127.0.0.1:0
+load: $(GHZ) ## load test on loopback: the native tool and ghz (GHZ_N, GHZ_C, GHZ_Z, LOAD_DURATION)
+	GHZ=$(BIN)/ghz GHZ_N=$(GHZ_N) GHZ_C=$(GHZ_C) GHZ_Z=$(GHZ_Z) LOAD_DURATION=$(LOAD_DURATION) \
+		test/load/ghz/load.sh
 
 clean:
 	rm -rf $(BIN) coverage.out coverage.html

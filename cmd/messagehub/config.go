@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,14 @@ import (
 // a flag, else from its environment variable, else from its default.
 type Config struct {
 	GRPCAddr        string        // address the gRPC server listens on
+	HTTPAddr        string        // address the HTTP gateway listens on
+	Auth            string        // AuthNone or AuthJWT
+	JWKSFile        string        // with AuthJWT: the keys tokens are signed with
+	JWTIssuer       string        // with AuthJWT: the iss tokens must carry
+	JWTAudience     string        // with AuthJWT: the aud tokens must carry
+	JWTActorClaim   string        // with AuthJWT: the claim holding the actor id
+	TLSCert         string        // PEM certificate (chain) of both listeners; empty: plaintext
+	TLSKey          string        // PEM private key of TLSCert
 	Store           string        // store backend: only "embedded" for now
 	DataDir         string        // folder of the embedded store
 	MaxBundleWeight int64         // largest total weight of a bundle (≥ 1)
@@ -26,6 +35,12 @@ type Config struct {
 
 // StoreEmbedded is the default (and for now only) store backend.
 const StoreEmbedded = "embedded"
+
+// Authentication modes.
+const (
+	AuthNone = "none" // no authentication: only allowed on loopback listeners
+	AuthJWT  = "jwt"  // bearer JWTs checked against a JWKS file
+)
 
 // setting describes one configuration value: its flag, its environment
 // variable, its default and how it is stored into Config.
@@ -43,6 +58,40 @@ var settings = []setting{
 			c.GRPCAddr = v
 			return nil
 		}},
+	{"http-addr", "MESSAGEHUB_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP gateway (/v1, /openapi.json, /healthz, /metrics) listens on (port 0 picks a free one)",
+		func(c *Config, v string) error {
+			if v == "" {
+				return errors.New("must not be empty")
+			}
+			c.HTTPAddr = v
+			return nil
+		}},
+	{"auth", "MESSAGEHUB_AUTH", AuthNone, "authentication: none (only when every listener is on loopback) or jwt",
+		func(c *Config, v string) error {
+			if v != AuthNone && v != AuthJWT {
+				return fmt.Errorf("must be %q or %q, got %q", AuthNone, AuthJWT, v)
+			}
+			c.Auth = v
+			return nil
+		}},
+	{"jwks-file", "MESSAGEHUB_JWKS_FILE", "", "with --auth jwt: JWKS file of the RS256/ES256 keys tokens are signed with",
+		func(c *Config, v string) error { c.JWKSFile = v; return nil }},
+	{"jwt-issuer", "MESSAGEHUB_JWT_ISSUER", "", "with --auth jwt: the iss claim tokens must carry",
+		func(c *Config, v string) error { c.JWTIssuer = v; return nil }},
+	{"jwt-audience", "MESSAGEHUB_JWT_AUDIENCE", "", "with --auth jwt: the aud claim tokens must carry",
+		func(c *Config, v string) error { c.JWTAudience = v; return nil }},
+	{"jwt-actor-claim", "MESSAGEHUB_JWT_ACTOR_CLAIM", "sub", "with --auth jwt: the claim holding the caller's actor id (a UUID)",
+		func(c *Config, v string) error {
+			if v == "" {
+				return errors.New("must not be empty")
+			}
+			c.JWTActorClaim = v
+			return nil
+		}},
+	{"tls-cert", "MESSAGEHUB_TLS_CERT", "", "PEM certificate of the gRPC and HTTP listeners (with --tls-key); empty: plaintext",
+		func(c *Config, v string) error { c.TLSCert = v; return nil }},
+	{"tls-key", "MESSAGEHUB_TLS_KEY", "", "PEM private key of --tls-cert",
+		func(c *Config, v string) error { c.TLSKey = v; return nil }},
 	{"store", "MESSAGEHUB_STORE", StoreEmbedded, "store backend (embedded)",
 		func(c *Config, v string) error {
 			if v != StoreEmbedded {
@@ -128,7 +177,54 @@ func ParseConfig(args []string, getenv func(string) string, output io.Writer) (C
 			return Config{}, fmt.Errorf("%s: %w", source, err)
 		}
 	}
+	if err := cfg.validate(); err != nil {
+		return Config{}, err
+	}
 	return cfg, nil
+}
+
+// validate checks the settings that depend on each other.
+func (c Config) validate() error {
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("--tls-cert and --tls-key go together: give both or neither")
+	}
+	switch c.Auth {
+	case AuthJWT:
+		var missing []string
+		for _, s := range []struct{ flag, v string }{
+			{"--jwks-file", c.JWKSFile}, {"--jwt-issuer", c.JWTIssuer}, {"--jwt-audience", c.JWTAudience},
+		} {
+			if s.v == "" {
+				missing = append(missing, s.flag)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("--auth jwt needs %s", strings.Join(missing, ", "))
+		}
+	case AuthNone:
+		for _, l := range []struct{ flag, addr string }{{"--grpc-addr", c.GRPCAddr}, {"--http-addr", c.HTTPAddr}} {
+			if !IsLoopback(l.addr) {
+				return fmt.Errorf("refusing to start: --auth none is only allowed when every listener is on loopback, "+
+					"but %s is %q; listen on 127.0.0.1 or ::1, or use --auth jwt with --jwks-file, --jwt-issuer and --jwt-audience",
+					l.flag, l.addr)
+			}
+		}
+	}
+	return nil
+}
+
+// IsLoopback reports whether a listen address (host:port) binds to loopback
+// only: a loopback IP or "localhost". An empty host binds every interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // lookup treats an empty variable as unset, as most deployment tools do.

@@ -17,6 +17,9 @@ func envOf(m map[string]string) func(string) string {
 func TestParseConfig(t *testing.T) {
 	defaults := Config{
 		GRPCAddr:        "127.0.0.1:50051",
+		HTTPAddr:        "127.0.0.1:8080",
+		Auth:            "none",
+		JWTActorClaim:   "sub",
 		Store:           "embedded",
 		DataDir:         "./data",
 		MaxBundleWeight: 51200,
@@ -39,6 +42,14 @@ func TestParseConfig(t *testing.T) {
 			name: "env beats defaults",
 			env: map[string]string{
 				"MESSAGEHUB_GRPC_ADDR":         "0.0.0.0:6000",
+				"MESSAGEHUB_HTTP_ADDR":         "0.0.0.0:6080",
+				"MESSAGEHUB_AUTH":              "jwt",
+				"MESSAGEHUB_JWKS_FILE":         "/etc/messagehub/jwks.json",
+				"MESSAGEHUB_JWT_ISSUER":        "https://login.example/",
+				"MESSAGEHUB_JWT_AUDIENCE":      "messagehub",
+				"MESSAGEHUB_JWT_ACTOR_CLAIM":   "azp",
+				"MESSAGEHUB_TLS_CERT":          "/tls/cert.pem",
+				"MESSAGEHUB_TLS_KEY":           "/tls/key.pem",
 				"MESSAGEHUB_STORE":             "embedded",
 				"MESSAGEHUB_DATA_DIR":          "/var/lib/messagehub",
 				"MESSAGEHUB_MAX_BUNDLE_WEIGHT": "1000",
@@ -46,7 +57,10 @@ func TestParseConfig(t *testing.T) {
 				"MESSAGEHUB_LOG_LEVEL":         "debug",
 			},
 			want: Config{
-				GRPCAddr: "0.0.0.0:6000", Store: "embedded", DataDir: "/var/lib/messagehub",
+				GRPCAddr: "0.0.0.0:6000", HTTPAddr: "0.0.0.0:6080", Auth: "jwt",
+				JWKSFile: "/etc/messagehub/jwks.json", JWTIssuer: "https://login.example/", JWTAudience: "messagehub",
+				JWTActorClaim: "azp", TLSCert: "/tls/cert.pem", TLSKey: "/tls/key.pem",
+				Store: "embedded", DataDir: "/var/lib/messagehub",
 				MaxBundleWeight: 1000, Retention: 24 * time.Hour, LogLevel: slog.LevelDebug,
 			},
 		},
@@ -65,7 +79,8 @@ func TestParseConfig(t *testing.T) {
 				"MESSAGEHUB_LOG_LEVEL":         "loud",
 			},
 			want: Config{
-				GRPCAddr: "127.0.0.1:0", Store: "embedded", DataDir: "/tmp/x",
+				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:8080", Auth: "none", JWTActorClaim: "sub",
+				Store: "embedded", DataDir: "/tmp/x",
 				MaxBundleWeight: 7, Retention: 90 * time.Minute, LogLevel: slog.LevelWarn,
 			},
 		},
@@ -79,6 +94,24 @@ func TestParseConfig(t *testing.T) {
 			name: "an empty env variable counts as unset",
 			env:  map[string]string{"MESSAGEHUB_GRPC_ADDR": ""},
 			want: defaults,
+		},
+		{
+			name: "auth none on ::1 and localhost is loopback",
+			args: []string{"--grpc-addr", "[::1]:0", "--http-addr", "localhost:0"},
+			want: with(func(c *Config) { c.GRPCAddr, c.HTTPAddr = "[::1]:0", "localhost:0" }),
+		},
+		{
+			name: "jwt on every interface with TLS",
+			args: []string{
+				"--auth", "jwt", "--grpc-addr", ":50051", "--http-addr", "0.0.0.0:8080",
+				"--jwks-file", "/k.json", "--jwt-issuer", "iss", "--jwt-audience", "aud",
+				"--tls-cert", "c.pem", "--tls-key", "k.pem",
+			},
+			want: with(func(c *Config) {
+				c.Auth, c.GRPCAddr, c.HTTPAddr = "jwt", ":50051", "0.0.0.0:8080"
+				c.JWKSFile, c.JWTIssuer, c.JWTAudience = "/k.json", "iss", "aud"
+				c.TLSCert, c.TLSKey = "c.pem", "k.pem"
+			}),
 		},
 		{
 			name: "max bundle weight 1 is the smallest accepted",
@@ -119,6 +152,15 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "empty data dir", args: []string{"--data-dir="}, wantErr: "--data-dir"},
 		{name: "an unknown flag", args: []string{"--verbose"}, wantErr: "not defined"},
 		{name: "a stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
+		{name: "an empty http address", args: []string{"--http-addr="}, wantErr: "--http-addr"},
+		{name: "an unknown auth mode", args: []string{"--auth", "basic"}, wantErr: `"basic"`},
+		{name: "auth none on every interface (gRPC)", args: []string{"--grpc-addr", "0.0.0.0:50051"}, wantErr: "--auth none is only allowed when every listener is on loopback"},
+		{name: "auth none with an empty host (HTTP)", args: []string{"--http-addr", ":8080"}, wantErr: `--http-addr is ":8080"`},
+		{name: "auth none on a named host from env", env: map[string]string{"MESSAGEHUB_HTTP_ADDR": "example.org:8080"}, wantErr: "refusing to start"},
+		{name: "jwt without its settings", args: []string{"--auth", "jwt"}, wantErr: "--jwks-file, --jwt-issuer, --jwt-audience"},
+		{name: "jwt without an audience", args: []string{"--auth", "jwt", "--jwks-file", "k", "--jwt-issuer", "i"}, wantErr: "needs --jwt-audience"},
+		{name: "a certificate without a key", args: []string{"--tls-cert", "c.pem"}, wantErr: "--tls-cert and --tls-key"},
+		{name: "a key without a certificate", env: map[string]string{"MESSAGEHUB_TLS_KEY": "k.pem"}, wantErr: "--tls-cert and --tls-key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,7 +181,7 @@ func TestParseConfigHelpIsNotAnError(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("got %v, want flag.ErrHelp", err)
 	}
-	for _, name := range []string{"grpc-addr", "MESSAGEHUB_GRPC_ADDR", "data-dir", "max-bundle-weight", "retention", "log-level"} {
+	for _, name := range []string{"grpc-addr", "MESSAGEHUB_GRPC_ADDR", "http-addr", "auth", "jwks-file", "tls-cert", "data-dir", "max-bundle-weight", "retention", "log-level"} {
 		if !strings.Contains(out.String(), name) {
 			t.Errorf("usage does not mention %s:\n%s", name, out.String())
 		}

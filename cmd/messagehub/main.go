@@ -1,5 +1,6 @@
-// Command messagehub runs the MessageHub gRPC service: Save, Peek and Dequeue
-// over the embedded store, with gRPC health and reflection.
+// Command messagehub runs the MessageHub service: Save, Peek and Dequeue over
+// gRPC (with gRPC health and reflection) and over an HTTP gateway for market
+// actors (with /openapi.json, /healthz and /metrics), on the embedded store.
 //
 // Configuration is by flags with environment fallbacks; run with -h to list
 // them. SIGTERM or SIGINT stops it gracefully: health turns NOT_SERVING,
@@ -8,26 +9,44 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/energydatahub/messagehub/internal/auth"
+	"github.com/energydatahub/messagehub/internal/gateway"
 	"github.com/energydatahub/messagehub/internal/repository"
 	"github.com/energydatahub/messagehub/internal/repository/embedded"
+	"github.com/energydatahub/messagehub/internal/repository/instrumented"
 	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
-// gracefulTimeout bounds how long shutdown waits for in-flight calls before
-// cutting them off, so the process exits well within 15 s of SIGTERM.
+// gracefulTimeout bounds how long shutdown waits for in-flight HTTP and gRPC
+// calls together before cutting them off, so the process exits well within
+// 15 s of SIGTERM.
 const gracefulTimeout = 10 * time.Second
+
+// telemetryFlushTimeout bounds the flush of pending spans at exit.
+const telemetryFlushTimeout = 2 * time.Second
+
+// inProcessBufferSize is the buffer of each direction of the gateway's
+// in-process connection to the gRPC server.
+const inProcessBufferSize = 1 << 20
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -53,15 +72,49 @@ func main() {
 // signal handler once shutdown starts, so a second signal ends the process
 // at once.
 func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.Logger) (err error) {
+	tel, err := telemetry.Setup(ctx, version(), os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), telemetryFlushTimeout)
+		defer cancel()
+		if terr := tel.Shutdown(fctx); terr != nil {
+			logger.Warn("telemetry shutdown", "error", terr)
+		}
+	}()
+
+	opts := []server.Option{
+		server.WithMetrics(tel.Metrics),
+		server.WithStatsHandler(tel.GRPCServerHandler()),
+	}
+	if cfg.Auth == AuthJWT {
+		v, err := auth.NewVerifier(auth.Config{
+			JWKSFile: cfg.JWKSFile, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, ActorClaim: cfg.JWTActorClaim,
+		})
+		if err != nil {
+			return err
+		}
+		opts = append(opts, server.WithAuthorizer(auth.NewAuthorizer(v)))
+	}
+	var tlsConfig *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("load TLS certificate: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+
 	store, err := embedded.Open(cfg.DataDir, logger)
 	if err != nil {
 		return fmt.Errorf("open %s store in %s: %w", cfg.Store, cfg.DataDir, err)
 	}
-	repo := repository.New(store, repository.Options{
+	repo := repository.New(instrumented.New(store, tel.Metrics), repository.Options{
 		MaxBundleWeight: cfg.MaxBundleWeight,
 		Retention:       cfg.Retention,
 	}, logger)
-	// Close in reverse order of opening, after the server has stopped.
+	// Close in reverse order of opening, after the servers have stopped.
 	defer func() {
 		repo.Close()
 		if cerr := store.Close(); cerr != nil {
@@ -71,14 +124,62 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 		}
 	}()
 
-	srv, hs := server.NewGRPCServer(repo, logger)
-	lis, err := net.Listen("tcp", cfg.GRPCAddr)
+	srv, hs := server.NewGRPCServer(repo, logger, opts...)
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 	}
+	defer func() { _ = grpcLis.Close() }()
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	defer func() { _ = httpLis.Close() }()
+	if cfg.Auth == AuthNone {
+		// "localhost" might not resolve to loopback: check what was bound.
+		for _, lis := range []net.Listener{grpcLis, httpLis} {
+			if a, ok := lis.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+				return fmt.Errorf("refusing to start: --auth none is only allowed on loopback, but a listener is bound to %s", lis.Addr())
+			}
+		}
+	}
+
+	// The gateway reaches the gRPC server over an in-process connection, so
+	// that every HTTP call passes the same interceptors (auth, errors,
+	// telemetry) as a gRPC call, without a network hop or a TLS handshake.
+	inProcess := bufconn.Listen(inProcessBufferSize)
+	conn, err := grpc.NewClient("passthrough:///messagehub-in-process",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return inProcess.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(tel.GRPCClientHandler()),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(server.MaxSendMsgSize),
+			grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize),
+		),
+	)
+	if err != nil {
+		return fmt.Errorf("gateway connection: %w", err)
+	}
+	defer func() { _ = conn.Close() }()
+	handler, err := gateway.New(ctx, conn, tel.MetricsHandler())
+	if err != nil {
+		return err
+	}
+	httpSrv := &http.Server{
+		Handler:           tel.HTTPHandler(handler),
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+
 	server.SetServing(hs, true)
 	logger.Info("listening",
-		"grpc_addr", lis.Addr().String(),
+		"grpc_addr", grpcLis.Addr().String(),
+		"http_addr", httpLis.Addr().String(),
+		"auth", cfg.Auth,
+		"tls", tlsConfig != nil,
+		"tracing", tel.Tracing(),
 		"store", cfg.Store,
 		"data_dir", cfg.DataDir,
 		"max_bundle_weight", cfg.MaxBundleWeight,
@@ -88,8 +189,26 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		// Serve returns nil once GracefulStop or Stop is called.
-		if err := srv.Serve(lis); err != nil {
+		if err := srv.Serve(withTLS(grpcLis, tlsConfig)); err != nil {
 			return fmt.Errorf("serve gRPC: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := srv.Serve(inProcess); err != nil {
+			return fmt.Errorf("serve gRPC in process: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		var err error
+		if tlsConfig != nil {
+			err = httpSrv.ServeTLS(httpLis, "", "") // the certificate is in TLSConfig
+		} else {
+			err = httpSrv.Serve(httpLis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve HTTP: %w", err)
 		}
 		return nil
 	})
@@ -99,6 +218,17 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 		logger.Info("shutting down")
 		server.SetServing(hs, false)
 		hs.Shutdown()
+		deadline := time.Now().Add(gracefulTimeout)
+
+		sctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		if err := httpSrv.Shutdown(sctx); err != nil {
+			logger.Warn("HTTP graceful shutdown timed out; closing connections", "error", err)
+			_ = httpSrv.Close()
+		}
+		logger.Info("HTTP server stopped")
+		_ = conn.Close()
+
 		done := make(chan struct{})
 		go func() {
 			srv.GracefulStop()
@@ -106,7 +236,7 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 		}()
 		select {
 		case <-done:
-		case <-time.After(gracefulTimeout):
+		case <-time.After(time.Until(deadline)):
 			logger.Warn("graceful stop timed out; cancelling in-flight calls", "timeout", gracefulTimeout.String())
 			srv.Stop()
 			<-done
@@ -115,4 +245,24 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 		return nil
 	})
 	return g.Wait()
+}
+
+// withTLS terminates TLS at the gRPC listener when tlsConfig is set, rather
+// than with gRPC transport credentials, which would apply to every listener
+// of the server: the gateway's in-process connection then needs no TLS.
+func withTLS(lis net.Listener, tlsConfig *tls.Config) net.Listener {
+	if tlsConfig == nil {
+		return lis
+	}
+	c := tlsConfig.Clone()
+	c.NextProtos = []string{"h2"} // gRPC clients insist on ALPN h2
+	return tls.NewListener(lis, c)
+}
+
+// version is the module version the binary was built from, if known.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }

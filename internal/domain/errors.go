@@ -20,6 +20,10 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrUnavailable: the store is closed or cannot serve right now; retrying may help.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrUnauthenticated: the caller presented no valid credentials.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrPermissionDenied: the caller is known but may not do this.
+	ErrPermissionDenied = errors.New("permission denied")
 )
 
 // invalid wraps ErrInvalidArgument with a message that says what is wrong.

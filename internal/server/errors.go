@@ -36,6 +36,10 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, domain.ErrNotFound):
 		code = codes.NotFound
+	case errors.Is(err, domain.ErrUnauthenticated):
+		code = codes.Unauthenticated
+	case errors.Is(err, domain.ErrPermissionDenied):
+		code = codes.PermissionDenied
 	case errors.Is(err, domain.ErrUnavailable):
 		logger.Warn("store unavailable", "method", method, "error", err)
 		code = codes.Unavailable
@@ -65,5 +69,25 @@ func UnaryErrorInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 			return nil, ToStatus(logger, info.FullMethod, err)
 		}
 		return resp, nil
+	}
+}
+
+// StreamErrorInterceptor is UnaryErrorInterceptor for streaming calls (health
+// Watch, reflection): it maps their errors, including the authorizer's, and
+// recovers from panics.
+func StreamErrorInterceptor(logger *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = ToStatus(logger, info.FullMethod, fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
+			}
+		}()
+		if err := handler(srv, ss); err != nil {
+			if _, ok := status.FromError(err); ok {
+				return err // already a status, e.g. from the health server
+			}
+			return ToStatus(logger, info.FullMethod, err)
+		}
+		return nil
 	}
 }

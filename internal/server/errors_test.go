@@ -30,6 +30,8 @@ func TestToStatusMapsEveryDomainError(t *testing.T) {
 		{"not found is NOT_FOUND", domain.ErrNotFound, codes.NotFound},
 		{"a deeply wrapped not found is NOT_FOUND", fmt.Errorf("dequeue: %w", fmt.Errorf("bundle x: %w", domain.ErrNotFound)), codes.NotFound},
 		{"unavailable is UNAVAILABLE", fmt.Errorf("store closed: %w", domain.ErrUnavailable), codes.Unavailable},
+		{"a missing or bad token is UNAUTHENTICATED", fmt.Errorf("%w: token is expired", domain.ErrUnauthenticated), codes.Unauthenticated},
+		{"acting for another actor is PERMISSION_DENIED", fmt.Errorf("%w: recipient is not the caller", domain.ErrPermissionDenied), codes.PermissionDenied},
 		{"a cancelled context is CANCELED", context.Canceled, codes.Canceled},
 		{"a wrapped cancelled context is CANCELED", fmt.Errorf("read drawer: %w", context.Canceled), codes.Canceled},
 		{"an expired deadline is DEADLINE_EXCEEDED", fmt.Errorf("commit: %w", context.DeadlineExceeded), codes.DeadlineExceeded},

@@ -1,14 +1,17 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
 // Message size limits. A full Save (10,000 notifications with the longest
@@ -24,17 +27,65 @@ const (
 // name its health status is reported under.
 const ServiceName = "messagehub.v1.MessageHub"
 
+// Authorizer decides whether a call may proceed. It returns the context the
+// handler runs with (e.g. carrying the caller) and may rewrite the request
+// (e.g. fill in the caller as recipient); a refusal is a domain error
+// (domain.ErrUnauthenticated, domain.ErrPermissionDenied) that ToStatus maps.
+// req is nil for streaming calls.
+type Authorizer interface {
+	Authorize(ctx context.Context, fullMethod string, req any) (context.Context, error)
+}
+
+// Option configures NewGRPCServer.
+type Option func(*options)
+
+type options struct {
+	authorizer Authorizer
+	metrics    *telemetry.Metrics
+	stats      []stats.Handler
+}
+
+// WithAuthorizer checks every call with a; without it every call is allowed.
+func WithAuthorizer(a Authorizer) Option { return func(o *options) { o.authorizer = a } }
+
+// WithMetrics records the domain metrics of Save and Peek in m.
+func WithMetrics(m *telemetry.Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithStatsHandler adds a gRPC stats handler (e.g. otelgrpc's).
+func WithStatsHandler(h stats.Handler) Option {
+	return func(o *options) { o.stats = append(o.stats, h) }
+}
+
 // NewGRPCServer builds a gRPC server serving MessageHub over hub, gRPC health
 // and server reflection. Health starts NOT_SERVING for both the overall status
 // ("") and ServiceName; the caller sets SERVING once the store is open (see
-// SetServing).
-func NewGRPCServer(hub Hub, logger *slog.Logger) (*grpc.Server, *health.Server) {
-	srv := grpc.NewServer(
+// SetServing). Health and reflection need no credentials.
+func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, *health.Server) {
+	o := options{metrics: telemetry.Discard()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	unary := []grpc.UnaryServerInterceptor{UnaryErrorInterceptor(logger)}
+	stream := []grpc.StreamServerInterceptor{StreamErrorInterceptor(logger)}
+	if o.authorizer != nil {
+		unary = append(unary, unaryAuthInterceptor(o.authorizer))
+		stream = append(stream, streamAuthInterceptor(o.authorizer))
+	}
+	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxSendMsgSize(MaxSendMsgSize),
-		grpc.ChainUnaryInterceptor(UnaryErrorInterceptor(logger)),
-	)
-	messagehubv1.RegisterMessageHubServer(srv, NewService(hub))
+		// The error interceptor comes first so that it also maps the
+		// authorizer's refusals.
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
+	}
+	for _, h := range o.stats {
+		serverOpts = append(serverOpts, grpc.StatsHandler(h))
+	}
+	srv := grpc.NewServer(serverOpts...)
+	svc := NewService(hub)
+	svc.metrics = o.metrics
+	messagehubv1.RegisterMessageHubServer(srv, svc)
 
 	hs := health.NewServer()
 	SetServing(hs, false)
@@ -42,6 +93,34 @@ func NewGRPCServer(hub Hub, logger *slog.Logger) (*grpc.Server, *health.Server) 
 	reflection.Register(srv)
 	return srv, hs
 }
+
+func unaryAuthInterceptor(a Authorizer) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := a.Authorize(ctx, info.FullMethod, req)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+func streamAuthInterceptor(a Authorizer) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := a.Authorize(ss.Context(), info.FullMethod, nil)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+// contextStream is a ServerStream with the context the authorizer returned.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }
 
 // SetServing sets the overall and the MessageHub health status.
 func SetServing(hs *health.Server, serving bool) {

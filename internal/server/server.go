@@ -8,6 +8,7 @@ import (
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
 // Hub is what the transport needs from the core: the repository's three
@@ -23,11 +24,12 @@ type Hub interface {
 // status codes.
 type Service struct {
 	messagehubv1.UnimplementedMessageHubServer
-	hub Hub
+	hub     Hub
+	metrics *telemetry.Metrics
 }
 
 // NewService returns the gRPC service over hub.
-func NewService(hub Hub) *Service { return &Service{hub: hub} }
+func NewService(hub Hub) *Service { return &Service{hub: hub, metrics: telemetry.Discard()} }
 
 // Save validates and normalises the notifications and saves them all or nothing.
 func (s *Service) Save(ctx context.Context, req *messagehubv1.SaveRequest) (*messagehubv1.SaveResponse, error) {
@@ -43,6 +45,7 @@ func (s *Service) Save(ctx context.Context, req *messagehubv1.SaveRequest) (*mes
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.RecordSave(ctx, res.Saved, res.Duplicates)
 	// Both counts are bounded by MaxNotificationsPerSave, so they fit an int32.
 	return &messagehubv1.SaveResponse{
 		Saved:      int32(res.Saved),
@@ -69,6 +72,7 @@ func (s *Service) Peek(ctx context.Context, req *messagehubv1.PeekRequest) (*mes
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.RecordPeek(ctx, b != nil)
 	return &messagehubv1.PeekResponse{Bundle: bundleToProto(b)}, nil
 }
 

@@ -1,0 +1,96 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// servicePrefix is the prefix of every MessageHub method; calls to other
+// services (health, reflection) need no token.
+var servicePrefix = "/" + messagehubv1.MessageHub_ServiceDesc.ServiceName + "/"
+
+// requiredRole is the role each MessageHub method needs. A method missing
+// here is refused, so a new RPC cannot be exposed without a decision.
+var requiredRole = map[string]string{
+	messagehubv1.MessageHub_Save_FullMethodName:    RoleDomain,
+	messagehubv1.MessageHub_Peek_FullMethodName:    RoleActor,
+	messagehubv1.MessageHub_Dequeue_FullMethodName: RoleActor,
+}
+
+// Authorizer checks the bearer token of every MessageHub call.
+type Authorizer struct {
+	verifier *Verifier
+}
+
+// NewAuthorizer returns an Authorizer that verifies tokens with v.
+func NewAuthorizer(v *Verifier) *Authorizer { return &Authorizer{verifier: v} }
+
+// Authorize authenticates the call from its "authorization" metadata and
+// checks that the caller may make it. For Peek and Dequeue it makes the
+// request act for the caller: an empty recipient becomes the caller's id, and
+// naming another recipient is refused before anything is read or changed. It
+// returns ctx carrying the Principal. req is nil for streaming calls.
+func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (context.Context, error) {
+	if !strings.HasPrefix(method, servicePrefix) {
+		return ctx, nil
+	}
+	token, err := bearerToken(ctx)
+	if err != nil {
+		return ctx, err
+	}
+	p, err := a.verifier.Verify(token)
+	if err != nil {
+		return ctx, err
+	}
+	role, ok := requiredRole[method]
+	if !ok {
+		return ctx, fmt.Errorf("%w: %s is not open to callers", domain.ErrPermissionDenied, method)
+	}
+	if !p.HasRole(role) {
+		return ctx, fmt.Errorf("%w: %s needs the %q role", domain.ErrPermissionDenied, method, role)
+	}
+	switch r := req.(type) {
+	case *messagehubv1.PeekRequest:
+		err = actAs(p, &r.Recipient)
+	case *messagehubv1.DequeueRequest:
+		err = actAs(p, &r.Recipient)
+	}
+	if err != nil {
+		return ctx, err
+	}
+	return WithPrincipal(ctx, p), nil
+}
+
+// actAs makes a request of p act for p: an empty recipient becomes p's id,
+// and p's id named in any letter case is accepted; another recipient is
+// refused and left as it was.
+func actAs(p Principal, recipient *string) error {
+	if *recipient != "" && !strings.EqualFold(*recipient, p.Actor) {
+		return fmt.Errorf("%w: an actor may only peek and dequeue its own bundles", domain.ErrPermissionDenied)
+	}
+	*recipient = p.Actor
+	return nil
+}
+
+// bearerToken returns the token of the call's "authorization: Bearer ..."
+// metadata.
+func bearerToken(ctx context.Context) (string, error) {
+	values := metadata.ValueFromIncomingContext(ctx, "authorization")
+	if len(values) == 0 {
+		return "", fmt.Errorf("%w: missing bearer token (authorization metadata)", domain.ErrUnauthenticated)
+	}
+	if len(values) > 1 {
+		return "", fmt.Errorf("%w: more than one authorization value", domain.ErrUnauthenticated)
+	}
+	scheme, token, ok := strings.Cut(values[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", fmt.Errorf("%w: authorization must be \"Bearer <token>\"", domain.ErrUnauthenticated)
+	}
+	return strings.TrimSpace(token), nil
+}

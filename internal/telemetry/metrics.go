@@ -1,0 +1,181 @@
+// Package telemetry sets up MessageHub's OpenTelemetry providers (metrics
+// exported to Prometheus, traces by OTLP when configured) and holds the
+// domain metrics the service records.
+package telemetry
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// instrumentationName names the meter of MessageHub's own metrics.
+const instrumentationName = "github.com/energydatahub/messagehub"
+
+// Bucket boundaries. Bundle sizes span one notification to a full bundle of
+// the default weight limit (51,200) and beyond; store operations span a
+// cached point read to a slow remote batch.
+var (
+	bundleSizeBuckets = []float64{1, 2, 5, 10, 50, 100, 500, 1000, 5000, 10000, 25000, 51200, 100000}
+	latencyBuckets    = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+)
+
+// Attribute keys.
+const (
+	attrOperation = attribute.Key("operation")
+	attrError     = attribute.Key("error")
+	attrOutcome   = attribute.Key("outcome")
+	attrStatus    = attribute.Key("status_code")
+)
+
+// Metrics records MessageHub's domain metrics. Its methods are safe for
+// concurrent use. The zero value is not usable; a Metrics from Discard
+// records nothing.
+type Metrics struct {
+	saved, duplicates     metric.Int64Counter
+	peeks                 metric.Int64Counter
+	bundlesPeeked         metric.Int64Counter
+	bundleNotifications   metric.Int64Histogram
+	bundleWeight          metric.Int64Histogram
+	bundlesDequeued       metric.Int64Counter
+	notificationsDequeued metric.Int64Counter
+	storeDuration         metric.Float64Histogram
+	storeErrors           metric.Int64Counter
+	requestCharge         metric.Float64Counter
+	requests              metric.Int64Counter
+}
+
+// Discard returns a Metrics that records nothing.
+func Discard() *Metrics {
+	m, err := NewMetrics(noop.NewMeterProvider())
+	if err != nil {
+		panic(err) // the no-op provider never fails
+	}
+	return m
+}
+
+// NewMetrics creates the instruments on mp.
+func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
+	meter := mp.Meter(instrumentationName)
+	var m Metrics
+	var err error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, cerr := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err == nil {
+			err = cerr
+		}
+		return c
+	}
+	histogram := func(name, unit, desc string, buckets []float64) metric.Int64Histogram {
+		h, herr := meter.Int64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(buckets...))
+		if err == nil {
+			err = herr
+		}
+		return h
+	}
+	m.saved = counter("messagehub.notifications.saved", "{notification}",
+		"Notifications newly stored by Save.")
+	m.duplicates = counter("messagehub.notifications.duplicates", "{notification}",
+		"Notifications of a Save that were already stored with identical content.")
+	m.peeks = counter("messagehub.peeks", "{call}",
+		"Successful Peek calls, by outcome: bundle (a bundle was returned) or empty.")
+	m.bundlesPeeked = counter("messagehub.bundles.peeked", "{bundle}",
+		"New bundles cut by Peek; a re-peek of a pending bundle is not counted again.")
+	m.bundleNotifications = histogram("messagehub.bundle.notifications", "{notification}",
+		"Notifications per new bundle.", bundleSizeBuckets)
+	m.bundleWeight = histogram("messagehub.bundle.weight", "1",
+		"Total weight per new bundle.", bundleSizeBuckets)
+	m.bundlesDequeued = counter("messagehub.bundles.dequeued", "{bundle}",
+		"Bundles acknowledged by Dequeue.")
+	m.notificationsDequeued = counter("messagehub.notifications.dequeued", "{notification}",
+		"Notifications acknowledged by Dequeue.")
+	m.storeErrors = counter("messagehub.store.operation.errors", "{error}",
+		"Failed store operations, by operation and kind of error (conflict is an optimistic-concurrency retry).")
+	m.requests = counter("messagehub.store.requests", "{request}",
+		"Requests sent to a remote store backend (Cosmos DB), by operation and status code.")
+	if err != nil {
+		return nil, err
+	}
+	if m.storeDuration, err = meter.Float64Histogram("messagehub.store.operation.duration",
+		metric.WithUnit("s"), metric.WithDescription("Duration of store operations, by operation."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
+		return nil, err
+	}
+	if m.requestCharge, err = meter.Float64Counter("messagehub.store.request.charge",
+		metric.WithUnit("{request_unit}"),
+		metric.WithDescription("Request units charged by a remote store backend (Cosmos DB), by operation.")); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// RecordSave counts what a Save did.
+func (m *Metrics) RecordSave(ctx context.Context, saved, duplicates int) {
+	m.saved.Add(ctx, int64(saved))
+	m.duplicates.Add(ctx, int64(duplicates))
+}
+
+// Outcomes of a Peek.
+var (
+	peekBundle = metric.WithAttributeSet(attribute.NewSet(attrOutcome.String("bundle")))
+	peekEmpty  = metric.WithAttributeSet(attribute.NewSet(attrOutcome.String("empty")))
+)
+
+// RecordPeek counts a successful Peek, whether it returned a bundle or not.
+func (m *Metrics) RecordPeek(ctx context.Context, delivered bool) {
+	if delivered {
+		m.peeks.Add(ctx, 1, peekBundle)
+	} else {
+		m.peeks.Add(ctx, 1, peekEmpty)
+	}
+}
+
+// RecordBundleCreated counts a new bundle and its size.
+func (m *Metrics) RecordBundleCreated(ctx context.Context, notifications int, weight int64) {
+	m.bundlesPeeked.Add(ctx, 1)
+	m.bundleNotifications.Record(ctx, int64(notifications))
+	m.bundleWeight.Record(ctx, weight)
+}
+
+// RecordBundleDequeued counts an acknowledged bundle of notifications.
+func (m *Metrics) RecordBundleDequeued(ctx context.Context, notifications int) {
+	m.bundlesDequeued.Add(ctx, 1)
+	m.notificationsDequeued.Add(ctx, int64(notifications))
+}
+
+// RecordStoreOperation records one store operation's duration and, when
+// errKind is not empty, its failure (errKind says what kind: "conflict",
+// "unavailable", "canceled", "other", ...).
+func (m *Metrics) RecordStoreOperation(ctx context.Context, operation string, d time.Duration, errKind string) {
+	op := attrOperation.String(operation)
+	m.storeDuration.Record(ctx, d.Seconds(), metric.WithAttributes(op))
+	if errKind != "" {
+		m.storeErrors.Add(ctx, 1, metric.WithAttributes(op, attrError.String(errKind)))
+	}
+}
+
+// RequestRecorder receives one record per request a remote store backend
+// sends: the operation it served (a short stable name such as
+// "read_recipient" or "commit_batch"), the request charge the service billed
+// (Cosmos DB request units; 0 if unknown) and the HTTP status code of the
+// answer (0 when none arrived). *Metrics implements it; a Cosmos store takes
+// one in its options.
+type RequestRecorder interface {
+	RecordRequest(ctx context.Context, operation string, requestCharge float64, statusCode int)
+}
+
+// RecordRequest implements RequestRecorder: it adds to
+// messagehub.store.requests and messagehub.store.request.charge.
+func (m *Metrics) RecordRequest(ctx context.Context, operation string, requestCharge float64, statusCode int) {
+	op := attrOperation.String(operation)
+	m.requests.Add(ctx, 1, metric.WithAttributes(op, attrStatus.Int(statusCode)))
+	if requestCharge > 0 {
+		m.requestCharge.Add(ctx, requestCharge, metric.WithAttributes(op))
+	}
+}
+
+var _ RequestRecorder = (*Metrics)(nil)

@@ -1,0 +1,188 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/stats"
+)
+
+// ServiceName is the default service.name of MessageHub's telemetry
+// (OTEL_SERVICE_NAME overrides it).
+const ServiceName = "messagehub"
+
+// Telemetry holds the providers of one process: a meter provider read by the
+// Prometheus exporter into its own registry, and a tracer provider that
+// exports by OTLP when OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set and is a no-op otherwise.
+// Nothing is installed globally: the providers are passed to what uses them.
+type Telemetry struct {
+	Metrics *Metrics
+
+	registry       *prometheus.Registry
+	meterProvider  *sdkmetric.MeterProvider
+	tracerProvider trace.TracerProvider
+	propagator     propagation.TextMapPropagator
+	shutdownTraces func(context.Context) error
+	tracing        bool
+}
+
+// Setup creates the providers. getenv reads the standard OTEL_* variables
+// that decide about tracing (the exporters and the SDK read the rest of them
+// themselves); version becomes service.version.
+func Setup(ctx context.Context, version string, getenv func(string) string) (*Telemetry, error) {
+	res, err := resource.New(ctx,
+		resource.WithAttributes(
+			attribute.String("service.name", ServiceName),
+			attribute.String("service.version", version),
+		),
+		resource.WithFromEnv(), // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+		resource.WithTelemetrySDK(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	exporter, err := promexporter.New(promexporter.WithRegisterer(reg), promexporter.WithoutScopeInfo())
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithResource(res))
+	metrics, err := NewMetrics(mp)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("metrics: %w", err), mp.Shutdown(ctx))
+	}
+
+	t := &Telemetry{
+		Metrics:        metrics,
+		registry:       reg,
+		meterProvider:  mp,
+		tracerProvider: tracenoop.NewTracerProvider(),
+		propagator:     propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		shutdownTraces: func(context.Context) error { return nil },
+	}
+	if tracingWanted(getenv) {
+		exp, err := newSpanExporter(ctx, getenv)
+		if err != nil {
+			return nil, errors.Join(err, mp.Shutdown(ctx))
+		}
+		// The SDK reads OTEL_TRACES_SAMPLER(_ARG) and OTEL_BSP_* itself.
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+		t.tracerProvider, t.shutdownTraces, t.tracing = tp, tp.Shutdown, true
+	}
+	return t, nil
+}
+
+// tracingWanted: an OTLP endpoint is configured and neither the SDK nor the
+// traces exporter is switched off.
+func tracingWanted(getenv func(string) string) bool {
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || strings.EqualFold(getenv("OTEL_TRACES_EXPORTER"), "none") {
+		return false
+	}
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// newSpanExporter picks the OTLP transport from OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL:
+// grpc, or http/protobuf (the specification's default).
+func newSpanExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
+	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	switch protocol {
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	case "", "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	default:
+		return nil, fmt.Errorf("OTLP protocol %q is not supported (grpc or http/protobuf)", protocol)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	return exp, nil
+}
+
+// Tracing reports whether spans are exported.
+func (t *Telemetry) Tracing() bool { return t.tracing }
+
+// MetricsHandler serves the Prometheus exposition of every metric.
+func (t *Telemetry) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{Registry: t.registry})
+}
+
+// GRPCServerHandler is the otelgrpc stats handler for the gRPC server.
+func (t *Telemetry) GRPCServerHandler() stats.Handler {
+	return otelgrpc.NewServerHandler(
+		otelgrpc.WithMeterProvider(t.meterProvider),
+		otelgrpc.WithTracerProvider(t.tracerProvider),
+		otelgrpc.WithPropagators(t.propagator),
+	)
+}
+
+// GRPCClientHandler is the otelgrpc stats handler for the gateway's
+// connection to the gRPC server, which carries the trace context across.
+func (t *Telemetry) GRPCClientHandler() stats.Handler {
+	return otelgrpc.NewClientHandler(
+		otelgrpc.WithMeterProvider(t.meterProvider),
+		otelgrpc.WithTracerProvider(t.tracerProvider),
+		otelgrpc.WithPropagators(t.propagator),
+	)
+}
+
+// HTTPHandler instruments the HTTP server. Scrapes and health probes are
+// left out: they are frequent and say nothing about the service's load.
+func (t *Telemetry) HTTPHandler(h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, "http",
+		otelhttp.WithMeterProvider(t.meterProvider),
+		otelhttp.WithTracerProvider(t.tracerProvider),
+		otelhttp.WithPropagators(t.propagator),
+		otelhttp.WithFilter(func(r *http.Request) bool {
+			return r.URL.Path != "/metrics" && r.URL.Path != "/healthz"
+		}),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			return r.Method + " " + routeOf(r.URL.Path)
+		}),
+	)
+}
+
+// routeOf keeps span names few: a path with a bundle id in it is named by
+// its route.
+func routeOf(path string) string {
+	if strings.HasPrefix(path, "/v1/dequeue/") {
+		return "/v1/dequeue/{bundleId}"
+	}
+	return path
+}
+
+// Shutdown flushes pending spans and stops the providers.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	return errors.Join(t.shutdownTraces(ctx), t.meterProvider.Shutdown(ctx))
+}
