@@ -26,15 +26,28 @@ type Config struct {
 	JWTActorClaim   string        // with AuthJWT: the claim holding the actor id
 	TLSCert         string        // PEM certificate (chain) of both listeners; empty: plaintext
 	TLSKey          string        // PEM private key of TLSCert
-	Store           string        // store backend: only "embedded" for now
+	Store           string        // store backend: StoreEmbedded or StoreCosmos
 	DataDir         string        // folder of the embedded store
+	Cosmos          CosmosConfig  // with StoreCosmos
 	MaxBundleWeight int64         // largest total weight of a bundle (≥ 1)
 	Retention       time.Duration // how long acknowledged data is kept (> 0)
 	LogLevel        slog.Level    // minimum level logged
 }
 
-// StoreEmbedded is the default (and for now only) store backend.
-const StoreEmbedded = "embedded"
+// Store backends.
+const (
+	StoreEmbedded = "embedded" // the default: pebble in --data-dir
+	StoreCosmos   = "cosmos"   // Azure Cosmos DB, shared by several instances
+)
+
+// CosmosConfig is where the Cosmos DB store is.
+type CosmosConfig struct {
+	Endpoint  string // account endpoint, e.g. https://account.documents.azure.com:443/
+	Key       string // account key; empty: Azure AD (azidentity's default chain)
+	Database  string // created with its containers when Provision is set
+	Provision bool
+	IDBuckets int // partitions of the id index
+}
 
 // Authentication modes.
 const (
@@ -92,12 +105,42 @@ var settings = []setting{
 		func(c *Config, v string) error { c.TLSCert = v; return nil }},
 	{"tls-key", "MESSAGEHUB_TLS_KEY", "", "PEM private key of --tls-cert",
 		func(c *Config, v string) error { c.TLSKey = v; return nil }},
-	{"store", "MESSAGEHUB_STORE", StoreEmbedded, "store backend (embedded)",
+	{"store", "MESSAGEHUB_STORE", StoreEmbedded, "store backend: embedded or cosmos",
 		func(c *Config, v string) error {
-			if v != StoreEmbedded {
-				return fmt.Errorf("store %q is not supported: the only store available is %q", v, StoreEmbedded)
+			if v != StoreEmbedded && v != StoreCosmos {
+				return fmt.Errorf("store %q is not supported: use %q or %q", v, StoreEmbedded, StoreCosmos)
 			}
 			c.Store = v
+			return nil
+		}},
+	{"cosmos-endpoint", "MESSAGEHUB_COSMOS_ENDPOINT", "", "Cosmos DB account endpoint (with --store cosmos)",
+		func(c *Config, v string) error { c.Cosmos.Endpoint = v; return nil }},
+	{"cosmos-key", "MESSAGEHUB_COSMOS_KEY", "", "Cosmos DB account key; empty: Azure AD through the default credential chain",
+		func(c *Config, v string) error { c.Cosmos.Key = v; return nil }},
+	{"cosmos-database", "MESSAGEHUB_COSMOS_DATABASE", "messagehub", "Cosmos DB database",
+		func(c *Config, v string) error {
+			if v == "" {
+				return errors.New("must not be empty")
+			}
+			c.Cosmos.Database = v
+			return nil
+		}},
+	{"cosmos-provision", "MESSAGEHUB_COSMOS_PROVISION", "true", "create the Cosmos DB database and containers when missing",
+		func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("not a boolean: %q", v)
+			}
+			c.Cosmos.Provision = b
+			return nil
+		}},
+	{"cosmos-id-buckets", "MESSAGEHUB_COSMOS_ID_BUCKETS", "16", "partitions of the Cosmos DB id index (1..256)",
+		func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 256 {
+				return fmt.Errorf("must be an integer in 1..256, got %q", v)
+			}
+			c.Cosmos.IDBuckets = n
 			return nil
 		}},
 	{"data-dir", "MESSAGEHUB_DATA_DIR", "./data", "folder of the embedded store (created if missing)",
@@ -187,6 +230,9 @@ func ParseConfig(args []string, getenv func(string) string, output io.Writer) (C
 func (c Config) validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("--tls-cert and --tls-key go together: give both or neither")
+	}
+	if c.Store == StoreCosmos && c.Cosmos.Endpoint == "" {
+		return errors.New("--store cosmos needs --cosmos-endpoint")
 	}
 	switch c.Auth {
 	case AuthJWT:

@@ -25,6 +25,7 @@ func TestParseConfig(t *testing.T) {
 		MaxBundleWeight: 51200,
 		Retention:       168 * time.Hour,
 		LogLevel:        slog.LevelInfo,
+		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 16},
 	}
 	with := func(f func(*Config)) Config {
 		c := defaults
@@ -60,7 +61,7 @@ func TestParseConfig(t *testing.T) {
 				GRPCAddr: "0.0.0.0:6000", HTTPAddr: "0.0.0.0:6080", Auth: "jwt",
 				JWKSFile: "/etc/messagehub/jwks.json", JWTIssuer: "https://login.example/", JWTAudience: "messagehub",
 				JWTActorClaim: "azp", TLSCert: "/tls/cert.pem", TLSKey: "/tls/key.pem",
-				Store: "embedded", DataDir: "/var/lib/messagehub",
+				Store: "embedded", DataDir: "/var/lib/messagehub", Cosmos: defaults.Cosmos,
 				MaxBundleWeight: 1000, Retention: 24 * time.Hour, LogLevel: slog.LevelDebug,
 			},
 		},
@@ -80,7 +81,7 @@ func TestParseConfig(t *testing.T) {
 			},
 			want: Config{
 				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:8080", Auth: "none", JWTActorClaim: "sub",
-				Store: "embedded", DataDir: "/tmp/x",
+				Store: "embedded", DataDir: "/tmp/x", Cosmos: defaults.Cosmos,
 				MaxBundleWeight: 7, Retention: 90 * time.Minute, LogLevel: slog.LevelWarn,
 			},
 		},
@@ -139,7 +140,11 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		env     map[string]string
 		wantErr string // a part of the message that tells the operator what is wrong
 	}{
-		{name: "a store other than embedded", args: []string{"--store", "cosmos"}, wantErr: `"cosmos" is not supported`},
+		{name: "an unknown store", args: []string{"--store", "mongo"}, wantErr: `"mongo" is not supported`},
+		{name: "cosmos without an endpoint", args: []string{"--store", "cosmos"}, wantErr: "--store cosmos needs --cosmos-endpoint"},
+		{name: "cosmos provision not a boolean", env: map[string]string{"MESSAGEHUB_COSMOS_PROVISION": "maybe"}, wantErr: "MESSAGEHUB_COSMOS_PROVISION"},
+		{name: "zero id buckets", args: []string{"--cosmos-id-buckets", "0"}, wantErr: "1..256"},
+		{name: "an empty cosmos database", args: []string{"--cosmos-database="}, wantErr: "--cosmos-database"},
 		{name: "an unknown store from env", env: map[string]string{"MESSAGEHUB_STORE": "memory"}, wantErr: "MESSAGEHUB_STORE"},
 		{name: "max bundle weight 0", args: []string{"--max-bundle-weight", "0"}, wantErr: "at least 1"},
 		{name: "negative max bundle weight", args: []string{"--max-bundle-weight=-5"}, wantErr: "at least 1"},
@@ -185,5 +190,30 @@ func TestParseConfigHelpIsNotAnError(t *testing.T) {
 		if !strings.Contains(out.String(), name) {
 			t.Errorf("usage does not mention %s:\n%s", name, out.String())
 		}
+	}
+}
+
+func TestParseConfigCosmos(t *testing.T) {
+	env := map[string]string{
+		"MESSAGEHUB_STORE":             "cosmos",
+		"MESSAGEHUB_COSMOS_ENDPOINT":   "https://acct.documents.azure.com:443/",
+		"MESSAGEHUB_COSMOS_KEY":        "secret",
+		"MESSAGEHUB_COSMOS_PROVISION":  "false",
+		"MESSAGEHUB_COSMOS_ID_BUCKETS": "64",
+	}
+	cfg, err := ParseConfig([]string{"--cosmos-database", "hub"}, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := CosmosConfig{Endpoint: "https://acct.documents.azure.com:443/", Key: "secret", Database: "hub", Provision: false, IDBuckets: 64}
+	if cfg.Store != StoreCosmos || cfg.Cosmos != want {
+		t.Fatalf("got store %q, %+v; want %+v", cfg.Store, cfg.Cosmos, want)
+	}
+	defaults, err := ParseConfig(nil, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := defaults.Cosmos; d.Database != "messagehub" || !d.Provision || d.IDBuckets != 16 {
+		t.Fatalf("cosmos defaults %+v", d)
 	}
 }

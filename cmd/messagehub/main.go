@@ -30,6 +30,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/auth"
 	"github.com/energydatahub/messagehub/internal/gateway"
 	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/repository/cosmos"
 	"github.com/energydatahub/messagehub/internal/repository/embedded"
 	"github.com/energydatahub/messagehub/internal/repository/instrumented"
 	"github.com/energydatahub/messagehub/internal/server"
@@ -106,9 +107,9 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
-	store, err := embedded.Open(cfg.DataDir, logger)
+	store, err := openStore(ctx, cfg, logger, tel.Metrics)
 	if err != nil {
-		return fmt.Errorf("open %s store in %s: %w", cfg.Store, cfg.DataDir, err)
+		return err
 	}
 	repo := repository.New(instrumented.New(store, tel.Metrics), repository.Options{
 		MaxBundleWeight: cfg.MaxBundleWeight,
@@ -265,4 +266,29 @@ func version() string {
 		return bi.Main.Version
 	}
 	return "(devel)"
+}
+
+// openStore opens the configured store backend.
+func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder telemetry.RequestRecorder) (repository.Store, error) {
+	if cfg.Store == StoreCosmos {
+		store, err := cosmos.Open(ctx, cosmos.Config{
+			Endpoint:  cfg.Cosmos.Endpoint,
+			Key:       cfg.Cosmos.Key,
+			Database:  cfg.Cosmos.Database,
+			Provision: cfg.Cosmos.Provision,
+			IDBuckets: cfg.Cosmos.IDBuckets,
+			Retention: cfg.Retention,
+			Logger:    logger,
+			OnRequest: recorder.RecordRequest,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open cosmos store at %s: %w", cfg.Cosmos.Endpoint, err)
+		}
+		return store, nil
+	}
+	store, err := embedded.Open(cfg.DataDir, logger)
+	if err != nil {
+		return nil, fmt.Errorf("open embedded store in %s: %w", cfg.DataDir, err)
+	}
+	return store, nil
 }

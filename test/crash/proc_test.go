@@ -55,17 +55,12 @@ func buildAndRun(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "crash: go build:", err)
 		return 1
 	}
-	// A hub that also serves HTTP must not take a fixed port: tests of
-	// several packages run at once.
-	help, _ := exec.CommandContext(ctx, binary, "-h").CombinedOutput()
-	if strings.Contains(string(help), "-http-addr") {
-		baseArgs = append(baseArgs, "--http-addr", "127.0.0.1:0")
-	}
 	return m.Run()
 }
 
-// baseArgs are passed to every process started.
-var baseArgs = []string{"--grpc-addr", "127.0.0.1:0"}
+// baseArgs are passed to every process started. The HTTP gateway must not
+// take a fixed port either: tests of several packages run at once.
+var baseArgs = []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}
 
 // proc is one running messagehub process.
 type proc struct {

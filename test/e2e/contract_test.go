@@ -15,9 +15,15 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
 
-// One process serves the contract tests; each test uses its own recipients.
+// One process per store backend serves the contract tests; each test uses
+// its own recipients.
 func TestContract(t *testing.T) {
-	h := startHub(t)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { testContract(t, startHub(t, b.args()...)) })
+	}
+}
+
+func testContract(t *testing.T, h *hub) {
 	t.Run("health reports SERVING for the server and the service", func(t *testing.T) { testHealth(t, h) })
 	t.Run("save, peek and dequeue round-trip every field", func(t *testing.T) { testRoundTrip(t, h) })
 	t.Run("invalid requests are INVALID_ARGUMENT and change nothing", func(t *testing.T) { testInvalidArgument(t, h) })

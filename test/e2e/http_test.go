@@ -135,7 +135,12 @@ func saveRequest(ns ...*messagehubv1.DataAvailable) *messagehubv1.SaveRequest {
 }
 
 func TestHTTPGatewayPeekAndDequeue(t *testing.T) {
-	h := startHTTPHub(t)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { testHTTPGatewayPeekAndDequeue(t, startHTTPHub(t, b.args()...)) })
+	}
+}
+
+func testHTTPGatewayPeekAndDequeue(t *testing.T, h *httpHub) {
 	recipient := newID()
 	q := "?recipient=" + recipient
 

@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/energydatahub/messagehub/test/cosmostest"
+
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
 
@@ -65,7 +67,30 @@ func buildAndRun(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: go build:", err)
 		return 1
 	}
+	srv, stop, err := cosmostest.StartMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer stop()
+	cosmosServer = srv
 	return m.Run()
+}
+
+// cosmosServer is the Cosmos-protocol test server the cosmos backend runs on.
+var cosmosServer *cosmostest.Server
+
+// backends are the store backends the end-to-end tests run the binary on,
+// with the flags that select each: a fresh database per hub for cosmos.
+var backends = []struct {
+	name string
+	args func() []string
+}{
+	{"embedded", func() []string { return nil }},
+	{"cosmos", func() []string {
+		return []string{"--store", "cosmos", "--cosmos-endpoint", cosmosServer.Endpoint,
+			"--cosmos-key", cosmosServer.Key, "--cosmos-database", cosmostest.UniqueID("e2e")}
+	}},
 }
 
 // hub is a running messagehub process.

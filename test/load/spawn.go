@@ -79,11 +79,8 @@ func spawnServer(ctx context.Context, bin string, maxBundleWeight int64, log log
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--grpc-addr", "127.0.0.1:0", "--data-dir", dataDir}
-	if hasFlag(ctx, bin, "http-addr") {
-		// Its HTTP gateway must not take a fixed port either.
-		args = append(args, "--http-addr", "127.0.0.1:0")
-	}
+	// Its HTTP gateway must not take a fixed port either.
+	args := []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data-dir", dataDir}
 	if maxBundleWeight > 0 {
 		args = append(args, "--max-bundle-weight", strconv.FormatInt(maxBundleWeight, 10))
 	}
@@ -173,12 +170,4 @@ func (s *server) stop() error {
 		return s.err
 	}
 	return nil
-}
-
-// hasFlag reports whether bin -h lists the flag.
-func hasFlag(ctx context.Context, bin, name string) bool {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	help, _ := exec.CommandContext(ctx, bin, "-h").CombinedOutput()
-	return strings.Contains(string(help), "-"+name+" ")
 }

@@ -42,6 +42,8 @@ type Config struct {
 	IDBuckets int
 	// Transport sends the SDK's requests (default: a pooled HTTP client).
 	Transport policy.Transporter
+	// OnRequest, when set, is told about every request (for metrics).
+	OnRequest RequestObserver
 	Logger    *slog.Logger
 	Now       func() time.Time
 }
@@ -87,7 +89,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Transport = &http.Client{Transport: pooledTransport()}
 	}
 	// The meter sits below the retries, so that it counts every attempt.
-	meter := NewMeter(cfg.Transport)
+	meter := NewMeter(cfg.Transport, cfg.OnRequest)
 	opts := &azcosmos.ClientOptions{ClientOptions: azcore.ClientOptions{
 		Transport: retrying{next: meter, attempts: 4, backoff: 50 * time.Millisecond},
 		// 429s are retried after x-ms-retry-after-ms, 408 and 5xx with

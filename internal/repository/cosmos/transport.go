@@ -1,6 +1,7 @@
 package cosmos
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strconv"
@@ -28,12 +29,16 @@ type Meter struct {
 	mu  sync.Mutex
 	ops map[string]OpStats
 	// observe, when set, is told about every request (for metrics).
-	observe func(op string, charge float64)
+	observe RequestObserver
 }
 
-// NewMeter counts requests sent through next.
-func NewMeter(next policy.Transporter) *Meter {
-	return &Meter{next: next, ops: make(map[string]OpStats)}
+// RequestObserver is told about every request: its operation, the request
+// charge reported and the status code (0 when no answer came).
+type RequestObserver func(ctx context.Context, op string, charge float64, status int)
+
+// NewMeter counts requests sent through next and tells observe (may be nil).
+func NewMeter(next policy.Transporter, observe RequestObserver) *Meter {
+	return &Meter{next: next, ops: make(map[string]OpStats), observe: observe}
 }
 
 // Do sends the request and records it.
@@ -56,20 +61,14 @@ func (m *Meter) Do(req *http.Request) (*http.Response, error) {
 		}
 	}
 	m.add(op, stats)
-	m.mu.Lock()
-	observe := m.observe
-	m.mu.Unlock()
-	if observe != nil {
-		observe(op, stats.RequestCharge)
+	if m.observe != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		m.observe(req.Context(), op, stats.RequestCharge, status)
 	}
 	return resp, err
-}
-
-// Observe registers fn to be called once per request.
-func (m *Meter) Observe(fn func(op string, charge float64)) {
-	m.mu.Lock()
-	m.observe = fn
-	m.mu.Unlock()
 }
 
 func (m *Meter) add(op string, d OpStats) {
