@@ -674,7 +674,7 @@ func TestScanReadsNoMoreThanNeedAllows(t *testing.T) {
 // otherwise never end.
 type spinning struct{}
 
-var errSpin = errors.New("Scan keeps asking need() without making progress")
+var errSpin = errors.New("scan keeps asking need() without making progress")
 
 func TestScanEndsWhenNeedSaysNothingMoreFits(t *testing.T) {
 	tests := []struct {

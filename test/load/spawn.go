@@ -45,7 +45,7 @@ func (b *serverBuilder) binary(ctx context.Context, prebuilt string, log logFunc
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	log("building messagehub into %s", bin)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/energydatahub/messagehub/cmd/messagehub")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/energydatahub/messagehub/cmd/messagehub") //nolint:gosec // bin is a path in our own temp dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build ./cmd/messagehub: %w\n%s", err, out)
@@ -84,7 +84,7 @@ func spawnServer(ctx context.Context, bin string, maxBundleWeight int64, log log
 	if maxBundleWeight > 0 {
 		args = append(args, "--max-bundle-weight", strconv.FormatInt(maxBundleWeight, 10))
 	}
-	s := &server{cmd: exec.Command(bin, args...), dataDir: dataDir, done: make(chan struct{})}
+	s := &server{cmd: exec.Command(bin, args...), dataDir: dataDir, done: make(chan struct{})} //nolint:gosec // starting the binary under test is the point
 	s.cmd.Stdout = io.Discard
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
@@ -134,7 +134,7 @@ func spawnServer(ctx context.Context, bin string, maxBundleWeight int64, log log
 		return s, nil
 	case <-s.done:
 		_ = os.RemoveAll(dataDir)
-		return nil, fmt.Errorf("messagehub exited before listening: %v\n%s", s.err, s.logTail())
+		return nil, fmt.Errorf("messagehub exited before listening: %w\n%s", s.err, s.logTail())
 	case <-time.After(startTimeout):
 	case <-ctx.Done():
 	}
@@ -165,7 +165,7 @@ func (s *server) stop() error {
 	if s.err != nil {
 		var exit *exec.ExitError
 		if errors.As(s.err, &exit) {
-			return fmt.Errorf("messagehub exited with %v after SIGTERM\n%s", s.err, s.logTail())
+			return fmt.Errorf("messagehub exited with %w after SIGTERM\n%s", s.err, s.logTail())
 		}
 		return s.err
 	}

@@ -413,7 +413,7 @@ func (s *Store) execute(ctx context.Context, c *azcosmos.ContainerClient, b azco
 	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
 	if err != nil {
 		if isStatus(err, http.StatusConflict) || isStatus(err, http.StatusPreconditionFailed) || isStatus(err, http.StatusNotFound) {
-			return fmt.Errorf("%w: %v", repository.ErrConflict, err)
+			return fmt.Errorf("%w: %w", repository.ErrConflict, err)
 		}
 		return err
 	}
