@@ -36,6 +36,9 @@ type Store struct {
 
 	cacheMu sync.RWMutex
 	cache   map[[16]byte]*records // see records.go
+
+	ids    idFilter // under writeMu; see idfilter.go
+	logger *slog.Logger
 }
 
 var _ repository.Store = (*Store)(nil)
@@ -56,7 +59,11 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
 	}
-	s := &Store{db: db, cache: make(map[[16]byte]*records)}
+	s := &Store{db: db, cache: make(map[[16]byte]*records), logger: logger}
+	if err := s.buildIDFilter(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("index the ids in %s: %w", dir, err)
+	}
 	// Versions only need to differ from every earlier one of the same record;
 	// the clock at start keeps them increasing across restarts.
 	s.version.Store(uint64(time.Now().UnixNano()))
@@ -147,6 +154,7 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 	b := s.db.NewBatch()
 	defer b.Close()
 	existing := make(map[string]repository.IDRecord)
+	var newIDs [][]byte
 	type applied struct {
 		rec     *records
 		head    repository.Head
@@ -202,9 +210,13 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 			if err != nil {
 				return err
 			}
-			stored, exists, err := s.get(idKey(id))
-			if err != nil {
-				return err
+			key := idKey(id)
+			var stored []byte
+			exists := false
+			if s.ids.mayExist(key) {
+				if stored, exists, err = s.get(key); err != nil {
+					return err
+				}
 			}
 			if exists {
 				if existing[idRec.ID], err = decodeIDRecord(idRec.ID, stored); err != nil {
@@ -216,9 +228,10 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 			if err != nil {
 				return err
 			}
-			if err := b.Set(idKey(id), v, nil); err != nil {
+			if err := b.Set(key, v, nil); err != nil {
 				return err
 			}
+			newIDs = append(newIDs, key)
 		}
 	}
 	if len(existing) > 0 {
@@ -227,6 +240,7 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
+	s.addIDs(newIDs)
 	for _, a := range done {
 		s.update(a.rec, func(rec *records) {
 			rec.head = a.head

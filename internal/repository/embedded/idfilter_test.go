@@ -1,0 +1,67 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/repository"
+)
+
+// saveIDs commits one page of new ids for a fresh recipient.
+func saveIDs(t *testing.T, s *Store, ids []string) error {
+	t.Helper()
+	d := uuid.NewString()
+	save := repository.RecipientSave{Recipient: uuid.NewString(), Head: repository.Head{NextSeq: int64(len(ids)) + 1}}
+	var page drawer.Page
+	page.DrawerID = d
+	for i, id := range ids {
+		page.Items = append(page.Items, drawer.Item{Pos: int64(i), Seq: int64(i + 1), ID: id, DocumentType: "x", Weight: 1})
+		save.IDs = append(save.IDs, repository.IDRecord{ID: id, DrawerID: d})
+	}
+	save.Pages = []drawer.Page{page}
+	return s.CommitSaves(context.Background(), []repository.RecipientSave{save})
+}
+
+func TestIDFilterNeverHidesAStoredID(t *testing.T) {
+	old := minIDFilterCapacity
+	minIDFilterCapacity = 8 // force several rebuilds
+	t.Cleanup(func() { minIDFilterCapacity = old })
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for range 20 {
+		ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()}
+		if err := saveIDs(t, s, ids); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, ids...)
+	}
+	if s.ids.capacity < uint(len(all)) {
+		t.Fatalf("filter of capacity %d holds %d ids", s.ids.capacity, len(all))
+	}
+	check := func(s *Store) {
+		t.Helper()
+		err := saveIDs(t, s, all)
+		var exist *repository.IDsExistError
+		if !errors.As(err, &exist) || len(exist.Records) != len(all) {
+			t.Fatalf("re-saving %d stored ids: %v", len(all), err)
+		}
+	}
+	check(s)
+	// After a restart the filter is rebuilt from disk.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	check(s)
+}
