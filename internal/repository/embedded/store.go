@@ -277,20 +277,25 @@ func (s *Store) dequeuedExists(recipient, bundleID string) (bool, error) {
 	return ok, err
 }
 
+// bundleOfLocked parses a recipient's and a bundle's ids and returns them
+// with the recipient's records. The caller holds writeMu.
+func (s *Store) bundleOfLocked(recipient, bundleID string) (r, id [16]byte, rec *records, err error) {
+	if r, err = uuidBytes(recipient); err != nil {
+		return r, id, nil, err
+	}
+	if id, err = uuidBytes(bundleID); err != nil {
+		return r, id, nil, err
+	}
+	rec, err = s.recordsLocked(r)
+	return r, id, rec, err
+}
+
 // CreateBundle stores a pending bundle if its id is unused, its group has no
 // pending bundle and the cursor is unchanged.
 func (s *Store) CreateBundle(ctx context.Context, recipient string, bun bundle.Record, cursor catalog.Cursor) error {
-	r, err := uuidBytes(recipient)
-	if err != nil {
-		return err
-	}
-	id, err := uuidBytes(bun.ID)
-	if err != nil {
-		return err
-	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	rec, err := s.recordsLocked(r)
+	r, id, rec, err := s.bundleOfLocked(recipient, bun.ID)
 	if err != nil {
 		return err
 	}
@@ -323,17 +328,9 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, bun bundle.R
 
 // Acknowledge moves a pending bundle to the dequeued ones and writes the cursor.
 func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Record, cursor catalog.Cursor) error {
-	r, err := uuidBytes(recipient)
-	if err != nil {
-		return err
-	}
-	id, err := uuidBytes(bun.ID)
-	if err != nil {
-		return err
-	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	rec, err := s.recordsLocked(r)
+	r, id, rec, err := s.bundleOfLocked(recipient, bun.ID)
 	if err != nil {
 		return err
 	}
