@@ -14,8 +14,14 @@ import (
 // saveIDs commits one page of new ids for a fresh recipient.
 func saveIDs(t *testing.T, s *Store, ids []string) error {
 	t.Helper()
+	return saveIDsFor(t, s, uuid.NewString(), ids)
+}
+
+// saveIDsFor commits one page of new ids as the first save of recipient.
+func saveIDsFor(t *testing.T, s *Store, recipient string, ids []string) error {
+	t.Helper()
 	d := uuid.NewString()
-	save := repository.RecipientSave{Recipient: uuid.NewString(), Head: repository.Head{NextSeq: int64(len(ids)) + 1}}
+	save := repository.RecipientSave{Recipient: recipient, Head: repository.Head{NextSeq: int64(len(ids)) + 1}}
 	var page drawer.Page
 	page.DrawerID = d
 	for i, id := range ids {

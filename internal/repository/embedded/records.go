@@ -73,6 +73,18 @@ func (s *Store) recordsLocked(r [16]byte) (*records, error) {
 	if rec := s.cached(r); rec != nil {
 		return rec, nil
 	}
+	rec, err := s.readRecords(r)
+	if err != nil {
+		return nil, err
+	}
+	s.cacheMu.Lock()
+	s.cache[r] = rec
+	s.cacheMu.Unlock()
+	return rec, nil
+}
+
+// readRecords reads a recipient's records from disk.
+func (s *Store) readRecords(r [16]byte) (*records, error) {
 	rec := &records{
 		entries: map[catalog.Key]catalog.Entry{},
 		cursors: map[catalog.Key]catalog.Cursor{},
@@ -106,13 +118,7 @@ func (s *Store) recordsLocked(r [16]byte) (*records, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	s.cacheMu.Lock()
-	s.cache[r] = rec
-	s.cacheMu.Unlock()
-	return rec, nil
+	return rec, err
 }
 
 // update changes a recipient's records after its commit succeeded.

@@ -83,6 +83,12 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string) (repository
 	}
 	rec := s.cached(r)
 	if rec == nil {
+		// Only recipients that have data are kept in memory, so peeks for
+		// unknown recipients cannot grow the cache. A read without the lock
+		// sees a committed state; one with a head is then cached under it.
+		if rec, err = s.readRecords(r); err != nil || rec.head.Version == "" {
+			return rec.state(), err
+		}
 		s.writeMu.Lock()
 		rec, err = s.recordsLocked(r)
 		s.writeMu.Unlock()
