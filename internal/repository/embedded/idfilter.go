@@ -9,7 +9,7 @@ import (
 // disk: without this, each new id costs a search of the memtable's skiplist
 // (most of a save's CPU). A "no" from the filter is certain; a "maybe" is
 // checked in the database. Ids removed by retention stay in the filter until
-// the next rebuild; that only costs a lookup. It is used under writeMu only.
+// the next rebuild; that only costs a lookup. Only the writer goroutine uses it.
 type idFilter struct {
 	filter   *bloom.BloomFilter
 	capacity uint // ids the filter is sized for at a 1% false-positive rate

@@ -16,12 +16,12 @@ import (
 // every rewrite leaves a version behind until the next flush, and a prefix
 // scan has to step over all of them; a busy recipient's scan would grow with
 // every write. So the store keeps each recipient's committed control records
-// in memory, loaded from disk on first use and updated after every commit.
-// It is the only writer of its database, and all writes hold writeMu, so the
+// in memory, loaded from disk on first use and replaced after every commit.
+// The store's single writer is the only one to change its database, so the
 // copy is exact. Version checks and LoadRecipient are memory reads.
 
-// records is one recipient's committed control records. Values are
-// replaced, never mutated, so readers may share their slices.
+// records is one recipient's committed control records. Once published it is
+// never changed (a write group changes a clone), so readers need no lock.
 type records struct {
 	head    repository.Head
 	entries map[catalog.Key]catalog.Entry
@@ -67,22 +67,6 @@ func (s *Store) cached(r [16]byte) *records {
 	return s.cache[r]
 }
 
-// recordsLocked returns the recipient's records, reading them from disk on
-// first use. The caller holds writeMu, so no commit can interleave.
-func (s *Store) recordsLocked(r [16]byte) (*records, error) {
-	if rec := s.cached(r); rec != nil {
-		return rec, nil
-	}
-	rec, err := s.readRecords(r)
-	if err != nil {
-		return nil, err
-	}
-	s.cacheMu.Lock()
-	s.cache[r] = rec
-	s.cacheMu.Unlock()
-	return rec, nil
-}
-
 // readRecords reads a recipient's records from disk.
 func (s *Store) readRecords(r [16]byte) (*records, error) {
 	rec := &records{
@@ -119,13 +103,6 @@ func (s *Store) readRecords(r [16]byte) (*records, error) {
 		return nil
 	})
 	return rec, err
-}
-
-// update changes a recipient's records after its commit succeeded.
-func (s *Store) update(rec *records, change func(*records)) {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	change(rec)
 }
 
 func conflict(format string, args ...any) error {

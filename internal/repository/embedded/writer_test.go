@@ -1,0 +1,97 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/repository"
+)
+
+// Writes that race land in the same write group; the group must still let
+// exactly one of two conflicting writes through.
+func TestConflictingWritesInOneGroupHaveOneWinner(t *testing.T) {
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	r := uuid.NewString()
+	if err := saveIDsFor(t, s, r, []string{uuid.NewString()}); err != nil {
+		t.Fatal(err)
+	}
+	cursor := catalog.Cursor{Origin: domain.OriginCharges, ContentType: "x"}
+	newBundle := func() bundle.Record {
+		return bundle.Record{ID: uuid.NewString(), Origin: domain.OriginCharges, ContentType: "x",
+			Group: domain.GroupMasterData, Start: 0, End: 1, Count: 1, Weight: 1, State: bundle.Pending, CreatedAt: time.Now()}
+	}
+	const racers = 32
+	errs := race(racers, func(int) error { return s.CreateBundle(ctx, r, newBundle(), cursor) })
+	if wins := winners(t, errs); wins != 1 {
+		t.Fatalf("%d bundles created in one group", wins)
+	}
+	st, err := s.LoadRecipient(ctx, r)
+	if err != nil || len(st.Pending) != 1 {
+		t.Fatalf("pending after the race: %+v %v", st.Pending, err)
+	}
+	pending := st.Pending[0]
+	done := pending
+	done.State, done.DequeuedAt = bundle.Dequeued, time.Now()
+	acked := cursor
+	acked.Acked = 1
+	errs = race(racers, func(int) error { return s.Acknowledge(ctx, r, done, acked) })
+	if wins := winners(t, errs); wins != 1 {
+		t.Fatalf("bundle dequeued %d times", wins)
+	}
+	// The dequeued id cannot be pending again, even from the same group.
+	again := newBundle()
+	again.ID = pending.ID
+	st, _ = s.LoadRecipient(ctx, r)
+	cur := st.Cursors[0]
+	errs = race(2, func(i int) error {
+		if i == 0 {
+			return s.CreateBundle(ctx, r, again, cur)
+		}
+		return s.CreateBundle(ctx, r, newBundle(), cur)
+	})
+	if !errors.Is(errs[0], repository.ErrConflict) {
+		t.Fatalf("a dequeued bundle id was reused: %v", errs[0])
+	}
+}
+
+func race(n int, fn func(i int) error) []error {
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+func winners(t *testing.T, errs []error) int {
+	t.Helper()
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, repository.ErrConflict):
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	return wins
+}
