@@ -412,7 +412,11 @@ func (h *harness) watermarkHidesUnfinishedSave(t *testing.T) {
 		t.Fatal(err)
 	}
 	hidden := []domain.Notification{note(r, domain.OriginCharges, "c"), note(r, domain.OriginTimeSeries, "t")}
-	plan := planSave(r, state, hidden, uuid.NewString)
+	fps := map[string]Fingerprint{}
+	for _, n := range hidden {
+		fps[n.ID] = fingerprint(n)
+	}
+	plan := planSave(r, state, hidden, fps, uuid.NewString)
 	plan.Head.Watermark = state.Head.Watermark
 	if err := e.store.CommitSaves(ctx(t), []RecipientSave{plan}); err != nil {
 		t.Fatal(err)

@@ -133,18 +133,18 @@ func (r *Repository) commitGroup(group []*saveCall) {
 // then plans the store write of every recipient involved.
 func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored map[string]IDRecord) ([]saveOutcome, []RecipientSave, error) {
 	outcomes := make([]saveOutcome, len(calls))
-	accepted := make(map[string]Fingerprint) // new ids of earlier calls in the group
+	accepted := make(map[string]Fingerprint) // new ids of the group's calls so far
 	byRecipient := make(map[string][]domain.Notification)
 	var recipients []string
 	for i, c := range calls {
-		fresh, dups, err := classify(c.notifications, stored, accepted)
+		fresh, fps, dups, err := classify(c.notifications, stored, accepted)
 		if err != nil {
 			outcomes[i] = saveOutcome{err: err}
 			continue
 		}
 		outcomes[i] = saveOutcome{result: domain.SaveResult{Saved: len(fresh), Duplicates: dups}}
+		maps.Copy(accepted, fps)
 		for _, n := range fresh {
-			accepted[n.ID] = fingerprint(n)
 			if _, seen := byRecipient[n.Recipient]; !seen {
 				recipients = append(recipients, n.Recipient)
 			}
@@ -157,15 +157,16 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 		if err != nil {
 			return nil, nil, err
 		}
-		saves = append(saves, planSave(rcpt, state, byRecipient[rcpt], r.opts.NewID))
+		saves = append(saves, planSave(rcpt, state, byRecipient[rcpt], accepted, r.opts.NewID))
 	}
 	return outcomes, saves, nil
 }
 
-// classify returns the notifications of one Save that are new, and how many
-// are duplicates of stored ones, of earlier saves in the group or of earlier
-// ones in the same Save. The same id with other content fails the whole Save.
-func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map[string]Fingerprint) ([]domain.Notification, int, error) {
+// classify returns the notifications of one Save that are new, with their
+// fingerprints, and how many are duplicates of stored ones, of earlier saves
+// in the group or of earlier ones in the same Save. The same id with other
+// content fails the whole Save.
+func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map[string]Fingerprint) ([]domain.Notification, map[string]Fingerprint, int, error) {
 	own := make(map[string]Fingerprint, len(ns))
 	fresh := make([]domain.Notification, 0, len(ns))
 	dups := 0
@@ -187,15 +188,16 @@ func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map
 		case prev == fp:
 			dups++
 		default:
-			return nil, 0, fmt.Errorf("%w: %s", domain.ErrNotificationConflict, n.ID)
+			return nil, nil, 0, fmt.Errorf("%w: %s", domain.ErrNotificationConflict, n.ID)
 		}
 	}
-	return fresh, dups, nil
+	return fresh, own, dups, nil
 }
 
 // planSave numbers one recipient's new notifications from its head, files
-// them into its cabinets' drawers and moves the watermark past them.
-func planSave(recipient string, state RecipientState, ns []domain.Notification, newID func() string) RecipientSave {
+// them into its cabinets' drawers and moves the watermark past them. fps
+// holds the notifications' fingerprints, for the id index.
+func planSave(recipient string, state RecipientState, ns []domain.Notification, fps map[string]Fingerprint, newID func() string) RecipientSave {
 	head := state.Head
 	seq := max(head.NextSeq, 1)
 	entries := make(map[catalog.Key]catalog.Entry, len(state.Entries))
@@ -222,10 +224,6 @@ func planSave(recipient string, state RecipientState, ns []domain.Notification, 
 		entries[k] = e
 	}
 	save := RecipientSave{Recipient: recipient}
-	fps := make(map[string]Fingerprint, len(ns))
-	for _, n := range ns {
-		fps[n.ID] = fingerprint(n)
-	}
 	for _, k := range order {
 		e := entries[k]
 		var pages []drawer.Page
