@@ -248,3 +248,24 @@ func modeledRU(byOp map[string]cosmos.OpStats) float64 {
 	}
 	return ru
 }
+
+// Re-saving stored notifications finds them all with a few requests: each
+// save's commit record is read once, not once per id.
+func TestResavingDuplicatesCostsFewReads(t *testing.T) {
+	e := newCostEnv(t, repository.Options{})
+	ctx := context.Background()
+	ns := notifications(1_000, uuid.NewString(), 1)
+	if _, err := e.repo.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	byOp, total := e.measure(t, func() {
+		res, err := e.repo.Save(ctx, ns)
+		if err != nil || res.Duplicates != len(ns) {
+			t.Fatalf("resave: %+v %v", res, err)
+		}
+	})
+	t.Logf("resave of 1,000 duplicates: %d requests %v", total.Requests, byOp)
+	if reads := byOp[cosmos.OpRead].Requests; reads > 5 {
+		t.Fatalf("resave read %d documents", reads)
+	}
+}

@@ -240,23 +240,9 @@ func (s *Store) checkIDs(ctx context.Context, saveID string, plans []savePlan) e
 	if err != nil {
 		return err
 	}
-	existing := map[string]repository.IDRecord{}
-	inFlight := false
-	for _, h := range hits {
-		state, err := s.saveState(ctx, h.Save)
-		if err != nil {
-			return err
-		}
-		switch state {
-		case stateCommitted:
-			rec, err := h.record()
-			if err != nil {
-				return err
-			}
-			existing[h.ID] = rec
-		case statePending:
-			inFlight = true
-		}
+	existing, inFlight, err := s.settledHits(ctx, hits)
+	if err != nil {
+		return err
 	}
 	if len(existing) > 0 {
 		return &repository.IDsExistError{Records: existing}
@@ -273,19 +259,34 @@ func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]reposit
 	if err != nil {
 		return nil, err
 	}
-	found := make(map[string]repository.IDRecord)
+	found, _, err := s.settledHits(ctx, hits)
+	return found, err
+}
+
+// settledHits returns the hits whose save is committed, and whether any
+// belongs to a save still in flight. Each save's record is read once, however
+// many of its ids were hit.
+func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[string]repository.IDRecord, inFlight bool, err error) {
+	committed = make(map[string]repository.IDRecord)
+	states := make(map[string]string)
 	for _, h := range hits {
-		state, err := s.saveState(ctx, h.Save)
-		if err != nil {
-			return nil, err
-		}
-		if state == stateCommitted {
-			if found[h.ID], err = h.record(); err != nil {
-				return nil, err
+		state, ok := states[h.Save]
+		if !ok {
+			if state, err = s.saveState(ctx, h.Save); err != nil {
+				return nil, false, err
 			}
+			states[h.Save] = state
+		}
+		switch state {
+		case stateCommitted:
+			if committed[h.ID], err = h.record(); err != nil {
+				return nil, false, err
+			}
+		case statePending:
+			inFlight = true
 		}
 	}
-	return found, nil
+	return committed, inFlight, nil
 }
 
 // lookup queries each bucket the ids fall in, in parallel, leaving out the
