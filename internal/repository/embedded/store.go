@@ -177,15 +177,7 @@ func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (b
 	if slices.ContainsFunc(st.Pending, func(b bundle.Record) bool { return b.ID == bundleID }) {
 		return true, nil
 	}
-	return s.dequeuedExists(recipient, bundleID)
-}
-
-func (s *Store) dequeuedExists(recipient, bundleID string) (bool, error) {
-	r, err := uuidBytes(recipient)
-	if err != nil {
-		return false, err
-	}
-	id, err := uuidBytes(bundleID)
+	r, id, err := parseIDs(recipient, bundleID)
 	if err != nil {
 		return false, err
 	}
@@ -290,5 +282,3 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 	panic(fmt.Sprintf(format, args...))
 }
-
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
@@ -192,7 +193,7 @@ func (tx *txn) apply(puts []put) {
 }
 
 func setPut(key []byte, v any) (put, error) {
-	data, err := jsonMarshal(v)
+	data, err := json.Marshal(v)
 	return put{key: key, value: data}, err
 }
 
