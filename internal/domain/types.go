@@ -75,19 +75,6 @@ type Notification struct {
 	Weight           int64
 }
 
-// Cabinet is the key that groups a recipient's notifications of one origin
-// and content type; a bundle is always cut from a single cabinet.
-type Cabinet struct {
-	Recipient   string
-	Origin      Origin
-	ContentType string
-}
-
-// CabinetOf returns the cabinet n belongs to.
-func CabinetOf(n Notification) Cabinet {
-	return Cabinet{Recipient: n.Recipient, Origin: n.Origin, ContentType: n.ContentType}
-}
-
 // Bundle is an ordered run of one cabinet's notifications delivered together.
 type Bundle struct {
 	ID              string

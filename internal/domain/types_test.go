@@ -192,34 +192,3 @@ func TestEveryOriginBelongsToExactlyOneRealGroup(t *testing.T) {
 		}
 	}
 }
-
-func TestCabinetOfKeysOnRecipientOriginAndContentTypeOnly(t *testing.T) {
-	base := validNotification()
-	tests := []struct {
-		name     string
-		modify   func(n *domain.Notification)
-		wantSame bool
-	}{
-		{"another id is the same cabinet", func(n *domain.Notification) { n.ID = "11111111-1111-1111-1111-111111111111" }, true},
-		{"another document type is the same cabinet", func(n *domain.Notification) { n.DocumentType = "other" }, true},
-		{"another weight is the same cabinet", func(n *domain.Notification) { n.Weight = 99 }, true},
-		{"another bundling flag is the same cabinet", func(n *domain.Notification) { n.SupportsBundling = !n.SupportsBundling }, true},
-		{"another recipient is another cabinet", func(n *domain.Notification) { n.Recipient = "22222222-2222-2222-2222-222222222222" }, false},
-		{"another origin is another cabinet", func(n *domain.Notification) { n.Origin = domain.OriginCharges }, false},
-		{"another content type is another cabinet", func(n *domain.Notification) { n.ContentType = "other" }, false},
-		{"a content type differing only in case is another cabinet", func(n *domain.Notification) { n.ContentType = "timeseries.hourly" }, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			other := base
-			tt.modify(&other)
-			if same := domain.CabinetOf(base) == domain.CabinetOf(other); same != tt.wantSame {
-				t.Errorf("same cabinet = %v, want %v", same, tt.wantSame)
-			}
-		})
-	}
-	want := domain.Cabinet{Recipient: base.Recipient, Origin: base.Origin, ContentType: base.ContentType}
-	if got := domain.CabinetOf(base); got != want {
-		t.Errorf("CabinetOf = %+v, want %+v", got, want)
-	}
-}
