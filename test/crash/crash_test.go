@@ -208,7 +208,7 @@ func runLoad(t *testing.T, p *proc, recipients []string, killAfter time.Duration
 		time.Sleep(5 * time.Millisecond)
 	}
 	killedAt := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Errorf("SIGKILL: %v", err)
 	}
 	close(stop) // Saves in flight stay in flight; no new ones start

@@ -4,18 +4,10 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,9 +16,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/energydatahub/messagehub/test/cosmostest"
-
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+	"github.com/energydatahub/messagehub/test/hubproc"
 )
 
 // binary is the messagehub executable built by TestMain.
@@ -50,21 +42,10 @@ func buildAndRun(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 
-	binary = filepath.Join(dir, "messagehub")
-	if runtime.GOOS == "windows" {
-		binary += ".exe"
-	}
-	args := []string{"build", "-o", binary}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "github.com/energydatahub/messagehub/cmd/messagehub")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", args...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: go build:", err)
+	if binary, err = hubproc.Build(ctx, dir, raceEnabled); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	srv, stop, err := cosmostest.StartMain()
@@ -93,23 +74,12 @@ var backends = []struct {
 	}},
 }
 
-// hub is a running messagehub process.
+// hub is a running messagehub process with clients on its gRPC address.
 type hub struct {
-	cmd    *exec.Cmd
+	*hubproc.Process
 	addr   string
 	client messagehubv1.MessageHubClient
 	health healthpb.HealthClient
-	done   chan struct{} // closed when the process has exited
-	err    error         // Wait's result, set before done is closed
-
-	mu   sync.Mutex
-	logs bytes.Buffer
-}
-
-// logLine is the part of a JSON log line the tests read.
-type logLine struct {
-	Msg      string `json:"msg"`
-	GRPCAddr string `json:"grpc_addr"`
 }
 
 // startHub starts the binary with a fresh data directory on a free port and
@@ -123,62 +93,17 @@ func startHub(t *testing.T, extraArgs ...string) *hub {
 func startHubIn(t *testing.T, dataDir string, extraArgs ...string) *hub {
 	t.Helper()
 	args := append([]string{"--grpc-addr", "127.0.0.1:0", "--data-dir", dataDir}, extraArgs...)
-	h := &hub{cmd: exec.Command(binary, args...), done: make(chan struct{})}
-	stderr, err := h.cmd.StderrPipe()
+	p, err := hubproc.Start(context.Background(), binary, args, startTimeout, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.cmd.Stdout = io.Discard
-	if err := h.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", binary, err)
-	}
-
-	addrCh := make(chan string, 1)
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			h.mu.Lock()
-			h.logs.Write(line)
-			h.logs.WriteByte('\n')
-			h.mu.Unlock()
-			var l logLine
-			if json.Unmarshal(line, &l) == nil && l.Msg == "listening" && l.GRPCAddr != "" {
-				select {
-				case addrCh <- l.GRPCAddr:
-				default:
-				}
-			}
-		}
-	}()
-	go func() {
-		<-scanned // read all output before Wait closes the pipe
-		h.err = h.cmd.Wait()
-		close(h.done)
-	}()
+	h := &hub{Process: p, addr: p.Addr}
 	t.Cleanup(func() {
-		select {
-		case <-h.done:
-		default:
-			_ = h.cmd.Process.Kill()
-			<-h.done
-		}
+		h.Kill()
 		if t.Failed() {
 			t.Logf("messagehub log:\n%s", h.log())
 		}
 	})
-
-	select {
-	case h.addr = <-addrCh:
-	case <-h.done:
-		t.Fatalf("messagehub exited before listening: %v\n%s", h.err, h.log())
-	case <-time.After(startTimeout):
-		t.Fatalf("messagehub did not log its address within %s\n%s", startTimeout, h.log())
-	}
-
 	conn, err := grpc.NewClient(h.addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(32<<20)),
@@ -192,26 +117,16 @@ func startHubIn(t *testing.T, dataDir string, extraArgs ...string) *hub {
 	return h
 }
 
-func (h *hub) log() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.logs.String()
-}
+func (h *hub) log() string { return h.Log() }
 
 // terminate sends SIGTERM and waits for the exit, at most exitTimeout.
 func (h *hub) terminate(t *testing.T) (time.Duration, error) {
 	t.Helper()
-	start := time.Now()
-	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
+	took, err := h.Terminate(exitTimeout)
+	if errors.Is(err, hubproc.ErrStillRunning) {
+		t.Fatalf("%v\n%s", err, h.log())
 	}
-	select {
-	case <-h.done:
-		return time.Since(start), h.err
-	case <-time.After(exitTimeout):
-		t.Fatalf("messagehub still running %s after SIGTERM\n%s", exitTimeout, h.log())
-		return 0, nil
-	}
+	return took, err
 }
 
 func ctxT(t *testing.T) context.Context {

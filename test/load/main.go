@@ -240,7 +240,7 @@ func runOne(ctx context.Context, cfg Config, name string, builder *serverBuilder
 				err = errors.Join(err, serr)
 			}
 		}()
-		addr = srv.addr
+		addr = srv.Addr
 	}
 	if maxWeight == 0 {
 		maxWeight = defaultMaxBundleWeight

@@ -1,20 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/energydatahub/messagehub/test/hubproc"
 )
 
 const (
@@ -41,14 +36,12 @@ func (b *serverBuilder) binary(ctx context.Context, prebuilt string, log logFunc
 		return "", err
 	}
 	b.dir = dir
-	bin := filepath.Join(dir, "messagehub")
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
-	log("building messagehub into %s", bin)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/energydatahub/messagehub/cmd/messagehub") //nolint:gosec // bin is a path in our own temp dir
-	out, err := cmd.CombinedOutput()
+	log("building messagehub into %s", dir)
+	bin, err := hubproc.Build(ctx, dir, false)
 	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/messagehub: %w\n%s", err, out)
+		return "", err
 	}
 	b.bin = bin
 	return bin, nil
@@ -62,14 +55,8 @@ func (b *serverBuilder) cleanup() {
 
 // server is a messagehub process started by the tool.
 type server struct {
-	cmd     *exec.Cmd
-	addr    string
+	*hubproc.Process
 	dataDir string
-	done    chan struct{}
-	err     error
-
-	mu   sync.Mutex
-	tail []string // last log lines, shown when it fails
 }
 
 // spawnServer starts bin on 127.0.0.1:0 with a fresh data dir and waits for
@@ -84,90 +71,31 @@ func spawnServer(ctx context.Context, bin string, maxBundleWeight int64, log log
 	if maxBundleWeight > 0 {
 		args = append(args, "--max-bundle-weight", strconv.FormatInt(maxBundleWeight, 10))
 	}
-	s := &server{cmd: exec.Command(bin, args...), dataDir: dataDir, done: make(chan struct{})} //nolint:gosec // starting the binary under test is the point
-	s.cmd.Stdout = io.Discard
-	stderr, err := s.cmd.StderrPipe()
+	log("spawning %s %s", bin, strings.Join(args, " "))
+	p, err := hubproc.Start(ctx, bin, args, startTimeout, func(line string) { log("hub: %s", line) })
 	if err != nil {
 		_ = os.RemoveAll(dataDir)
 		return nil, err
 	}
-	if err := s.cmd.Start(); err != nil {
-		_ = os.RemoveAll(dataDir)
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	log("spawned %s %s (pid %d)", bin, strings.Join(args, " "), s.cmd.Process.Pid)
-	addrCh := make(chan string, 1)
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			log("hub: %s", line)
-			s.mu.Lock()
-			s.tail = append(s.tail, line)
-			if len(s.tail) > keepLogLines {
-				s.tail = s.tail[1:]
-			}
-			s.mu.Unlock()
-			var l struct {
-				Msg      string `json:"msg"`
-				GRPCAddr string `json:"grpc_addr"`
-			}
-			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "listening" && l.GRPCAddr != "" {
-				select {
-				case addrCh <- l.GRPCAddr:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	go func() {
-		<-scanned
-		s.err = s.cmd.Wait()
-		close(s.done)
-	}()
-	select {
-	case s.addr = <-addrCh:
-		return s, nil
-	case <-s.done:
-		_ = os.RemoveAll(dataDir)
-		return nil, fmt.Errorf("messagehub exited before listening: %w\n%s", s.err, s.logTail())
-	case <-time.After(startTimeout):
-	case <-ctx.Done():
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	_ = os.RemoveAll(dataDir)
-	return nil, fmt.Errorf("messagehub did not log its address within %s\n%s", startTimeout, s.logTail())
+	return &server{Process: p, dataDir: dataDir}, nil
 }
 
+// logTail is the end of the hub's log, shown when it fails.
 func (s *server) logTail() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Join(s.tail, "\n")
+	lines := strings.Split(strings.TrimRight(s.Log(), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-keepLogLines):], "\n")
 }
 
 // stop sends SIGTERM, waits for a clean exit (killing it after stopTimeout)
 // and removes the data dir.
 func (s *server) stop() error {
 	defer func() { _ = os.RemoveAll(s.dataDir) }()
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(stopTimeout):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		return fmt.Errorf("messagehub still running %s after SIGTERM; killed", stopTimeout)
-	}
-	if s.err != nil {
-		var exit *exec.ExitError
-		if errors.As(s.err, &exit) {
-			return fmt.Errorf("messagehub exited with %w after SIGTERM\n%s", s.err, s.logTail())
-		}
-		return s.err
+	_, err := s.Terminate(stopTimeout)
+	switch {
+	case errors.Is(err, hubproc.ErrStillRunning):
+		return fmt.Errorf("%w; killed", err)
+	case err != nil:
+		return fmt.Errorf("messagehub exited with %w after SIGTERM\n%s", err, s.logTail())
 	}
 	return nil
 }
