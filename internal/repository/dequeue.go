@@ -14,6 +14,10 @@ import (
 // recipient. A bundle that does not exist, belongs to someone else or was
 // already dequeued is not found.
 func (r *Repository) Dequeue(ctx context.Context, recipient, bundleID string) error {
+	if err := r.begin(); err != nil {
+		return err
+	}
+	defer r.ops.Done()
 	_, err := retry(ctx, func() (struct{}, error) {
 		return struct{}{}, r.dequeueOnce(ctx, recipient, bundleID)
 	})

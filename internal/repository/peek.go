@@ -15,23 +15,22 @@ import (
 
 // Peek returns the recipient's next bundle for group, or nil when there is
 // nothing to deliver. bundleID may be empty. While a bundle is pending every
-// Peek of its group returns it; concurrent identical peeks share one answer.
+// Peek of its group returns it. Concurrent identical peeks share one
+// execution, but only one that begins after they started, so a Peek sees
+// every Save and Dequeue that returned before it.
 func (r *Repository) Peek(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error) {
+	if err := r.begin(); err != nil {
+		return nil, err
+	}
+	defer r.ops.Done()
 	key := recipient + "|" + strconv.Itoa(int(group)) + "|" + bundleID
-	ch := r.peeks.DoChan(key, func() (any, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	return r.peeks.do(ctx, key, r.spawn, func() (*domain.Bundle, error) {
+		// Shared by several callers, so no single caller's cancellation
+		// aborts it; Close does.
+		ctx, cancel := context.WithTimeout(r.opsCtx, opTimeout)
 		defer cancel()
 		return retry(ctx, func() (*domain.Bundle, error) { return r.peekOnce(ctx, recipient, group, bundleID) })
 	})
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case res := <-ch:
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		return res.Val.(*domain.Bundle), nil
-	}
 }
 
 // peekOnce answers a Peek from one reading of the recipient's state. It

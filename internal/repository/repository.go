@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/energydatahub/messagehub/internal/domain"
 )
@@ -30,12 +29,20 @@ type Repository struct {
 	opts   Options
 	logger *slog.Logger
 
-	peeks singleflight.Group
+	peeks *sharer[*domain.Bundle]
 
-	// saves feeds the group committer; closeMu guards sends against Close.
+	// closeMu guards starting work against Close: once closed is set no
+	// operation starts, so Close can wait for every one that did.
 	closeMu sync.RWMutex
 	closed  bool
-	saves   chan *saveCall
+	// saves feeds the group committer.
+	saves chan *saveCall
+	// ops counts running calls and the shared executions they started;
+	// stopOps cancels the shared executions (their callers are gone by the
+	// time Close runs).
+	ops     sync.WaitGroup
+	opsCtx  context.Context
+	stopOps context.CancelFunc
 
 	stopSweeper context.CancelFunc
 	background  sync.WaitGroup
@@ -62,7 +69,12 @@ func New(store Store, opts Options, logger *slog.Logger) *Repository {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Repository{store: store, opts: opts, logger: logger, saves: make(chan *saveCall, 1024)}
+	r := &Repository{
+		store: store, opts: opts, logger: logger,
+		peeks: newSharer[*domain.Bundle](),
+		saves: make(chan *saveCall, 1024),
+	}
+	r.opsCtx, r.stopOps = context.WithCancel(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stopSweeper = cancel
 	r.background.Add(2)
@@ -71,8 +83,9 @@ func New(store Store, opts Options, logger *slog.Logger) *Repository {
 	return r
 }
 
-// Close stops accepting saves, lets queued saves commit, stops the sweeper
-// and waits for both.
+// Close refuses new calls, lets queued saves commit, cancels shared peek
+// executions, stops the sweeper and waits for all of it, so that the caller
+// can close the store afterwards with nothing still using it.
 func (r *Repository) Close() {
 	r.closeMu.Lock()
 	if !r.closed {
@@ -81,7 +94,35 @@ func (r *Repository) Close() {
 	}
 	r.closeMu.Unlock()
 	r.stopSweeper()
+	r.stopOps()
+	r.ops.Wait()
 	r.background.Wait()
+}
+
+// errClosed answers calls that arrive after Close.
+var errClosed = fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
+
+// begin registers a call with Close; the caller must call r.ops.Done when
+// it ends. It fails once Close has begun.
+func (r *Repository) begin() error {
+	r.closeMu.RLock()
+	defer r.closeMu.RUnlock()
+	if r.closed {
+		return errClosed
+	}
+	r.ops.Add(1)
+	return nil
+}
+
+// spawn runs fn in a goroutine that Close waits for. It is only called by a
+// running operation, so the count is above zero and Close cannot have
+// started waiting.
+func (r *Repository) spawn(fn func()) {
+	r.ops.Add(1)
+	go func() {
+		defer r.ops.Done()
+		fn()
+	}()
 }
 
 // retry runs op until it succeeds, fails with something other than

@@ -38,7 +38,7 @@ func (r *Repository) Save(ctx context.Context, notifications []domain.Notificati
 	r.closeMu.RLock()
 	if r.closed {
 		r.closeMu.RUnlock()
-		return domain.SaveResult{}, fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
+		return domain.SaveResult{}, errClosed
 	}
 	select {
 	case r.saves <- call:
