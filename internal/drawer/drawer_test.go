@@ -348,10 +348,14 @@ type memStore struct {
 	meta    map[string]drawer.Meta
 	fail    map[string]error // drawer id → error to return
 
-	gate       int // when > 0, the first reads wait for each other until this many are in flight
-	inFlight   atomic.Int32
-	maxFlight  atomic.Int32
-	gateOpened atomic.Bool
+	// gate, when > 0, holds the first reads until this many are in flight
+	// at once: reaching the limit is an event the test waits for, not a
+	// race it hopes to win. Once open, the gate stays open.
+	gate      int
+	gateOnce  sync.Once
+	gateOpen  chan struct{}
+	inFlight  atomic.Int32
+	maxFlight atomic.Int32
 
 	mu    sync.Mutex
 	calls []readCall
@@ -367,7 +371,10 @@ type readCall struct {
 // newMemStore files items at positions 0.. into drawers of the given sizes.
 func newMemStore(t *testing.T, sizes ...int) (*memStore, []drawer.Meta) {
 	t.Helper()
-	s := &memStore{t: t, drawers: map[string][]drawer.Item{}, meta: map[string]drawer.Meta{}, fail: map[string]error{}}
+	s := &memStore{
+		t: t, drawers: map[string][]drawer.Item{}, meta: map[string]drawer.Meta{}, fail: map[string]error{},
+		gateOpen: make(chan struct{}),
+	}
 	var metas []drawer.Meta
 	var pos int64
 	for i, n := range sizes {
@@ -389,17 +396,18 @@ func (s *memStore) read(ctx context.Context, drawerID string, from, to int64, li
 			break
 		}
 	}
-	if s.gate > 0 && !s.gateOpened.Load() {
-		deadline := time.Now().Add(2 * time.Second)
-		for s.inFlight.Load() < int32(s.gate) && !s.gateOpened.Load() && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Microsecond)
-		}
-		s.gateOpened.Store(true)
-	}
 	if s.gate > 0 {
-		// Hold the read a little so that reads beyond the limit, if any
-		// were started, would overlap and be counted.
-		time.Sleep(time.Millisecond)
+		if cur >= int32(s.gate) {
+			s.gateOnce.Do(func() { close(s.gateOpen) })
+		}
+		select {
+		case <-s.gateOpen:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Minute):
+			s.t.Errorf("reads never reached %d in flight at once", s.gate)
+			s.gateOnce.Do(func() { close(s.gateOpen) })
+		}
 	}
 	m, ok := s.meta[drawerID]
 	s.mu.Lock()

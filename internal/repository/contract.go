@@ -136,6 +136,17 @@ func (e *env) dequeue(recipient, bundleID string) {
 	}
 }
 
+// bundleExists asks the store; a failing store fails the test rather than
+// answering "no".
+func (e *env) bundleExists(recipient, bundleID string) bool {
+	e.t.Helper()
+	exists, err := e.store.BundleExists(ctx(e.t), recipient, bundleID)
+	if err != nil {
+		e.t.Fatalf("bundle exists %s: %v", bundleID, err)
+	}
+	return exists
+}
+
 // drain peeks and dequeues until nothing is left and returns every
 // delivered notification id in delivery order.
 func (e *env) drain(recipient string, group domain.PeekGroup) []string {
@@ -737,14 +748,14 @@ func (h *harness) retention(t *testing.T) {
 	if err := e.repo.sweep(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if exists, _ := e.store.BundleExists(ctx(t), r, b.ID); !exists {
+	if !e.bundleExists(r, b.ID) {
 		t.Fatal("bundle removed before its retention")
 	}
 	e.clock.Advance(2 * time.Hour)
 	if err := e.repo.sweep(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if exists, _ := e.store.BundleExists(ctx(t), r, b.ID); exists {
+	if e.bundleExists(r, b.ID) {
 		t.Fatal("dequeued bundle kept past retention")
 	}
 	state, err := e.store.LoadRecipient(ctx(t), r)
