@@ -14,6 +14,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION       := v2.32.0
 GHZ_VERSION                := v0.120.0
 GOLANGCI_LINT_VERSION      := v2.15.0
+GOTESTSUM_VERSION          := v1.13.0
 
 # One stamp per tool and version, so changing a pin reinstalls that tool.
 BUF                := $(BIN)/.buf-$(BUF_VERSION)
@@ -23,6 +24,7 @@ PROTOC_GEN_GATEWAY := $(BIN)/.protoc-gen-grpc-gateway-$(GRPC_GATEWAY_VERSION)
 PROTOC_GEN_OPENAPI := $(BIN)/.protoc-gen-openapiv2-$(GRPC_GATEWAY_VERSION)
 GHZ                := $(BIN)/.ghz-$(GHZ_VERSION)
 GOLANGCI_LINT      := $(BIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION)
+GOTESTSUM          := $(BIN)/.gotestsum-$(GOTESTSUM_VERSION)
 
 BENCHTIME ?= 1x
 ARGS      ?=
@@ -39,9 +41,10 @@ all: lint build test
 
 GENERATORS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GATEWAY) $(PROTOC_GEN_OPENAPI)
 
-tools: $(GENERATORS) $(GOLANGCI_LINT) ## install the pinned tools into .bin
+tools: $(GENERATORS) $(GOLANGCI_LINT) $(GOTESTSUM) ## install the pinned tools into .bin
 
 $(BUF):
+	@echo "==> installing buf $(BUF_VERSION) into .bin (once, about 4 minutes)"
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	touch $@
 $(PROTOC_GEN_GO):
@@ -60,7 +63,12 @@ $(GHZ):
 	GOBIN=$(BIN) $(GO) install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 	touch $@
 $(GOLANGCI_LINT):
+	@echo "==> installing golangci-lint $(GOLANGCI_LINT_VERSION) into .bin (once, a few minutes)"
 	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	touch $@
+$(GOTESTSUM):
+	@echo "==> installing gotestsum $(GOTESTSUM_VERSION) into .bin (once)"
+	GOBIN=$(BIN) $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 	touch $@
 
 # gen/openapi/openapi.go (the go:embed of the OpenAPI document) is the one
@@ -77,18 +85,25 @@ lint: $(BUF) $(GOLANGCI_LINT) ## buf lint, gofmt, go vet, golangci-lint
 	$(GO) vet ./...
 	$(BIN)/golangci-lint run ./...
 
-build: ## build bin/messagehub
-	$(GO) build -o $(BIN)/messagehub ./cmd/messagehub
+# What ships is pure Go (as the Dockerfile builds it): no cgo, so a cold build
+# compiles no C.
+build: ## build .bin/messagehub (pure Go, as shipped)
+	@echo "==> building .bin/messagehub (CGO_ENABLED=0; a first build downloads and compiles the dependencies, about a minute)"
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/messagehub ./cmd/messagehub
 
-run: ## run the service on the embedded store in ./data (ARGS="--grpc-addr ..." to override)
-	$(GO) run ./cmd/messagehub $(ARGS)
+run: build ## run the service on the embedded store in ./data (ARGS="--grpc-addr ..." to override)
+	@echo "==> starting .bin/messagehub $(ARGS) (embedded store in ./data; Ctrl-C stops it)"
+	$(BIN)/messagehub $(ARGS)
 
 # Hubs started by tests pick a free HTTP port rather than the default 8080,
 # so that test packages running side by side do not collide.
 test: export MESSAGEHUB_HTTP_ADDR ?= 127.0.0.1:0
-test: ## vet and every test of the main module, with the race detector
+# gotestsum prints every test as it ends, so a long package is never silent.
+test: $(GOTESTSUM) ## vet and every test of the main module, with the race detector
+	@echo "==> go vet"
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 30m ./...
+	@echo "==> go test -race (the first run compiles the race-enabled dependencies and installs the Cosmos test server)"
+	$(BIN)/gotestsum --format testname --format-hide-empty-pkg -- -race -count=1 -timeout 30m ./...
 
 bench: ## Go benchmarks (BENCHTIME=3s for stable numbers)
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
