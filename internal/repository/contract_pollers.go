@@ -2,25 +2,30 @@ package repository
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/energydatahub/messagehub/internal/domain"
 )
 
-// peekAfterDequeue drains a recipient while other pollers peek the same
-// recipient and group without pause. A Peek that starts after Dequeue(X)
-// returned must never answer X, neither to the consumer nor to a poller, and
-// every notification is delivered once, in order.
+// peekAfterDequeue drains a recipient while writers keep saving to it and
+// other pollers peek the same recipient and group without pause. A Peek that
+// starts after Dequeue(X) returned must never answer X, neither to the
+// consumer nor to a poller; every notification is delivered exactly once,
+// and in the order saved within its cabinet.
 func (h *harness) peekAfterDequeue(t *testing.T) {
 	e := h.env(t, Options{})
 	r := newRecipient()
-	saved := notes(150, r, domain.OriginTimeSeries, "ts")
-	for i := range saved {
-		saved[i].SupportsBundling = false // one notification per bundle: many dequeues
+	want := map[string][]string{} // cabinet → ids in the order saved
+	first := notes(100, r, domain.OriginTimeSeries, "ts")
+	for i := range first {
+		first[i].SupportsBundling = false // one notification per bundle: many dequeues
 	}
-	e.save(saved...)
+	e.save(first...)
+	want["ts"] = ids(first)
 
 	var mu sync.Mutex
 	dequeued := map[string]bool{} // bundle ids whose Dequeue has returned
@@ -30,52 +35,110 @@ func (h *harness) peekAfterDequeue(t *testing.T) {
 		return maps.Clone(dequeued)
 	}
 
-	pollCtx, stopPolling := context.WithCancel(ctx(t))
-	defer stopPolling()
+	runCtx, stop := context.WithCancel(ctx(t))
+	defer stop()
+	failures := make(chan string, 16)
+	fail := func(format string, args ...any) {
+		select {
+		case failures <- fmt.Sprintf(format, args...):
+		default:
+		}
+		stop()
+	}
+
+	const writers, savesEach, perSave = 2, 15, 3
+	var writing sync.WaitGroup
+	var writersDone atomic.Bool
+	progress := make(chan struct{}, writers*savesEach) // one per returned Save
+	for w := range writers {
+		cabinet := fmt.Sprintf("w%d", w)
+		batches := make([][]domain.Notification, savesEach)
+		for i := range batches {
+			batches[i] = notes(perSave, r, domain.OriginTimeSeries, cabinet)
+			want[cabinet] = append(want[cabinet], ids(batches[i])...)
+		}
+		writing.Go(func() {
+			for _, batch := range batches {
+				if _, err := e.repo.Save(runCtx, batch); err != nil {
+					fail("writer %s: %v", cabinet, err)
+					return
+				}
+				progress <- struct{}{}
+			}
+		})
+	}
+	go func() { writing.Wait(); writersDone.Store(true) }()
+
 	const pollers = 3
-	failures := make(chan string, pollers)
-	var wg sync.WaitGroup
+	var polling sync.WaitGroup
 	for range pollers {
-		wg.Go(func() {
-			for pollCtx.Err() == nil {
+		polling.Go(func() {
+			for runCtx.Err() == nil {
 				before := wasDequeued()
-				b, err := e.repo.Peek(pollCtx, r, domain.GroupAll, "")
+				b, err := e.repo.Peek(runCtx, r, domain.GroupAll, "")
 				if err != nil {
-					if pollCtx.Err() == nil {
-						failures <- "poller: " + err.Error()
+					if runCtx.Err() == nil {
+						fail("poller: %v", err)
 					}
 					return
 				}
 				if b != nil && before[b.ID] {
-					failures <- "a poller's peek returned bundle " + b.ID + ", dequeued before it started"
+					fail("a poller's peek returned bundle %s, dequeued before it started", b.ID)
 					return
 				}
 			}
 		})
 	}
 
-	var delivered []string
-	for range len(saved) + 1 {
-		b := e.peek(r, domain.GroupAll, "")
-		if b == nil {
+	got := map[string][]string{}
+	seen := map[string]bool{}
+	const maxRounds = 10_000 // bounds the loop; far more than the bundles there can be
+	for round := 0; runCtx.Err() == nil; round++ {
+		if round == maxRounds {
+			fail("still delivering after %d rounds", maxRounds)
 			break
 		}
-		if err := e.repo.Dequeue(ctx(t), r, b.ID); err != nil {
-			t.Fatalf("dequeue of the bundle just peeked: %v", err)
+		done := writersDone.Load() // read before the peek: an empty answer after it means drained
+		b := e.peek(r, domain.GroupAll, "")
+		if b == nil {
+			if done {
+				break
+			}
+			select { // nothing ready yet: wait for a writer rather than spin
+			case <-progress:
+			case <-runCtx.Done():
+			}
+			continue
+		}
+		if err := e.repo.Dequeue(runCtx, r, b.ID); err != nil {
+			fail("dequeue of the bundle just peeked: %v", err)
+			break
 		}
 		mu.Lock()
 		dequeued[b.ID] = true
 		mu.Unlock()
-		delivered = append(delivered, b.NotificationIDs...)
+		for _, id := range b.NotificationIDs {
+			if seen[id] {
+				fail("notification %s delivered twice", id)
+			}
+			seen[id] = true
+		}
+		got[b.ContentType] = append(got[b.ContentType], b.NotificationIDs...)
 		if next := e.peek(r, domain.GroupAll, ""); next != nil && next.ID == b.ID {
-			t.Fatalf("peek after Dequeue(%s) returned it again", b.ID)
+			fail("peek after Dequeue(%s) returned it again", b.ID)
 		}
 	}
-	stopPolling()
-	wg.Wait()
+	stop()
+	polling.Wait()
+	writing.Wait()
 	close(failures)
 	for f := range failures {
 		t.Error(f)
 	}
-	expectIDs(t, "delivered", delivered, ids(saved))
+	if t.Failed() {
+		return
+	}
+	for cabinet, ids := range want {
+		expectIDs(t, "delivered from cabinet "+cabinet, got[cabinet], ids)
+	}
 }
