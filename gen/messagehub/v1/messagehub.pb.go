@@ -664,6 +664,71 @@ func (*DequeueResponse) Descriptor() ([]byte, []int) {
 	return file_messagehub_v1_messagehub_proto_rawDescGZIP(), []int{7}
 }
 
+// PeekContentChunk is one message of a PeekContent stream.
+type PeekContentChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bundle, in the first message only.
+	Bundle *Bundle `protobuf:"bytes,1,opt,name=bundle,proto3" json:"bundle,omitempty"`
+	// The document's media type (e.g. "application/xml; charset=utf-8"), in the
+	// first message only; empty when the bundle's domain has no provider.
+	MediaType string `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	// The next part of the document.
+	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeekContentChunk) Reset() {
+	*x = PeekContentChunk{}
+	mi := &file_messagehub_v1_messagehub_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeekContentChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeekContentChunk) ProtoMessage() {}
+
+func (x *PeekContentChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_v1_messagehub_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeekContentChunk.ProtoReflect.Descriptor instead.
+func (*PeekContentChunk) Descriptor() ([]byte, []int) {
+	return file_messagehub_v1_messagehub_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PeekContentChunk) GetBundle() *Bundle {
+	if x != nil {
+		return x.Bundle
+	}
+	return nil
+}
+
+func (x *PeekContentChunk) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *PeekContentChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_messagehub_v1_messagehub_proto protoreflect.FileDescriptor
 
 const file_messagehub_v1_messagehub_proto_rawDesc = "" +
@@ -701,7 +766,12 @@ const file_messagehub_v1_messagehub_proto_rawDesc = "" +
 	"\x0eDequeueRequest\x12\x1c\n" +
 	"\trecipient\x18\x01 \x01(\tR\trecipient\x12\x1b\n" +
 	"\tbundle_id\x18\x02 \x01(\tR\bbundleId\"\x11\n" +
-	"\x0fDequeueResponse*\x9a\x01\n" +
+	"\x0fDequeueResponse\"t\n" +
+	"\x10PeekContentChunk\x12-\n" +
+	"\x06bundle\x18\x01 \x01(\v2\x15.messagehub.v1.BundleR\x06bundle\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x02 \x01(\tR\tmediaType\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data*\x9a\x01\n" +
 	"\x06Domain\x12\x16\n" +
 	"\x12DOMAIN_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12DOMAIN_TIME_SERIES\x10\x01\x12\x12\n" +
@@ -714,12 +784,13 @@ const file_messagehub_v1_messagehub_proto_rawDesc = "" +
 	"\x0ePEEK_GROUP_ALL\x10\x01\x12\x1a\n" +
 	"\x16PEEK_GROUP_TIME_SERIES\x10\x02\x12\x1b\n" +
 	"\x17PEEK_GROUP_AGGREGATIONS\x10\x03\x12\x1a\n" +
-	"\x16PEEK_GROUP_MASTER_DATA\x10\x042\xd8\x01\n" +
+	"\x16PEEK_GROUP_MASTER_DATA\x10\x042\xa6\x02\n" +
 	"\n" +
 	"MessageHub\x12?\n" +
 	"\x04Save\x12\x1a.messagehub.v1.SaveRequest\x1a\x1b.messagehub.v1.SaveResponse\x12?\n" +
 	"\x04Peek\x12\x1a.messagehub.v1.PeekRequest\x1a\x1b.messagehub.v1.PeekResponse\x12H\n" +
-	"\aDequeue\x12\x1d.messagehub.v1.DequeueRequest\x1a\x1e.messagehub.v1.DequeueResponseBDZBgithub.com/energydatahub/messagehub/gen/messagehub/v1;messagehubv1b\x06proto3"
+	"\aDequeue\x12\x1d.messagehub.v1.DequeueRequest\x1a\x1e.messagehub.v1.DequeueResponse\x12L\n" +
+	"\vPeekContent\x12\x1a.messagehub.v1.PeekRequest\x1a\x1f.messagehub.v1.PeekContentChunk0\x01BDZBgithub.com/energydatahub/messagehub/gen/messagehub/v1;messagehubv1b\x06proto3"
 
 var (
 	file_messagehub_v1_messagehub_proto_rawDescOnce sync.Once
@@ -734,36 +805,40 @@ func file_messagehub_v1_messagehub_proto_rawDescGZIP() []byte {
 }
 
 var file_messagehub_v1_messagehub_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_messagehub_v1_messagehub_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_messagehub_v1_messagehub_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_messagehub_v1_messagehub_proto_goTypes = []any{
-	(Domain)(0),             // 0: messagehub.v1.Domain
-	(PeekGroup)(0),          // 1: messagehub.v1.PeekGroup
-	(*DataAvailable)(nil),   // 2: messagehub.v1.DataAvailable
-	(*SaveRequest)(nil),     // 3: messagehub.v1.SaveRequest
-	(*SaveResponse)(nil),    // 4: messagehub.v1.SaveResponse
-	(*PeekRequest)(nil),     // 5: messagehub.v1.PeekRequest
-	(*PeekResponse)(nil),    // 6: messagehub.v1.PeekResponse
-	(*Bundle)(nil),          // 7: messagehub.v1.Bundle
-	(*DequeueRequest)(nil),  // 8: messagehub.v1.DequeueRequest
-	(*DequeueResponse)(nil), // 9: messagehub.v1.DequeueResponse
+	(Domain)(0),              // 0: messagehub.v1.Domain
+	(PeekGroup)(0),           // 1: messagehub.v1.PeekGroup
+	(*DataAvailable)(nil),    // 2: messagehub.v1.DataAvailable
+	(*SaveRequest)(nil),      // 3: messagehub.v1.SaveRequest
+	(*SaveResponse)(nil),     // 4: messagehub.v1.SaveResponse
+	(*PeekRequest)(nil),      // 5: messagehub.v1.PeekRequest
+	(*PeekResponse)(nil),     // 6: messagehub.v1.PeekResponse
+	(*Bundle)(nil),           // 7: messagehub.v1.Bundle
+	(*DequeueRequest)(nil),   // 8: messagehub.v1.DequeueRequest
+	(*DequeueResponse)(nil),  // 9: messagehub.v1.DequeueResponse
+	(*PeekContentChunk)(nil), // 10: messagehub.v1.PeekContentChunk
 }
 var file_messagehub_v1_messagehub_proto_depIdxs = []int32{
-	0, // 0: messagehub.v1.DataAvailable.origin:type_name -> messagehub.v1.Domain
-	2, // 1: messagehub.v1.SaveRequest.notifications:type_name -> messagehub.v1.DataAvailable
-	1, // 2: messagehub.v1.PeekRequest.group:type_name -> messagehub.v1.PeekGroup
-	7, // 3: messagehub.v1.PeekResponse.bundle:type_name -> messagehub.v1.Bundle
-	0, // 4: messagehub.v1.Bundle.origin:type_name -> messagehub.v1.Domain
-	3, // 5: messagehub.v1.MessageHub.Save:input_type -> messagehub.v1.SaveRequest
-	5, // 6: messagehub.v1.MessageHub.Peek:input_type -> messagehub.v1.PeekRequest
-	8, // 7: messagehub.v1.MessageHub.Dequeue:input_type -> messagehub.v1.DequeueRequest
-	4, // 8: messagehub.v1.MessageHub.Save:output_type -> messagehub.v1.SaveResponse
-	6, // 9: messagehub.v1.MessageHub.Peek:output_type -> messagehub.v1.PeekResponse
-	9, // 10: messagehub.v1.MessageHub.Dequeue:output_type -> messagehub.v1.DequeueResponse
-	8, // [8:11] is the sub-list for method output_type
-	5, // [5:8] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	0,  // 0: messagehub.v1.DataAvailable.origin:type_name -> messagehub.v1.Domain
+	2,  // 1: messagehub.v1.SaveRequest.notifications:type_name -> messagehub.v1.DataAvailable
+	1,  // 2: messagehub.v1.PeekRequest.group:type_name -> messagehub.v1.PeekGroup
+	7,  // 3: messagehub.v1.PeekResponse.bundle:type_name -> messagehub.v1.Bundle
+	0,  // 4: messagehub.v1.Bundle.origin:type_name -> messagehub.v1.Domain
+	7,  // 5: messagehub.v1.PeekContentChunk.bundle:type_name -> messagehub.v1.Bundle
+	3,  // 6: messagehub.v1.MessageHub.Save:input_type -> messagehub.v1.SaveRequest
+	5,  // 7: messagehub.v1.MessageHub.Peek:input_type -> messagehub.v1.PeekRequest
+	8,  // 8: messagehub.v1.MessageHub.Dequeue:input_type -> messagehub.v1.DequeueRequest
+	5,  // 9: messagehub.v1.MessageHub.PeekContent:input_type -> messagehub.v1.PeekRequest
+	4,  // 10: messagehub.v1.MessageHub.Save:output_type -> messagehub.v1.SaveResponse
+	6,  // 11: messagehub.v1.MessageHub.Peek:output_type -> messagehub.v1.PeekResponse
+	9,  // 12: messagehub.v1.MessageHub.Dequeue:output_type -> messagehub.v1.DequeueResponse
+	10, // 13: messagehub.v1.MessageHub.PeekContent:output_type -> messagehub.v1.PeekContentChunk
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_messagehub_v1_messagehub_proto_init() }
@@ -777,7 +852,7 @@ func file_messagehub_v1_messagehub_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messagehub_v1_messagehub_proto_rawDesc), len(file_messagehub_v1_messagehub_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

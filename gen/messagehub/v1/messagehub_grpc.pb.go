@@ -22,9 +22,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	MessageHub_Save_FullMethodName    = "/messagehub.v1.MessageHub/Save"
-	MessageHub_Peek_FullMethodName    = "/messagehub.v1.MessageHub/Peek"
-	MessageHub_Dequeue_FullMethodName = "/messagehub.v1.MessageHub/Dequeue"
+	MessageHub_Save_FullMethodName        = "/messagehub.v1.MessageHub/Save"
+	MessageHub_Peek_FullMethodName        = "/messagehub.v1.MessageHub/Peek"
+	MessageHub_Dequeue_FullMethodName     = "/messagehub.v1.MessageHub/Dequeue"
+	MessageHub_PeekContent_FullMethodName = "/messagehub.v1.MessageHub/PeekContent"
 )
 
 // MessageHubClient is the client API for MessageHub service.
@@ -49,11 +50,29 @@ type MessageHubClient interface {
 	// ALREADY_EXISTS when bundle_id was already used by this recipient for
 	// another bundle. When nothing is ready the response holds no bundle and a
 	// given bundle_id is not used up.
+	// PeekContent takes the same request (by contract).
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error)
 	// Dequeue acknowledges the notifications of a pending bundle; they are
 	// never delivered again. NOT_FOUND when the bundle does not exist, belongs
 	// to another recipient, or was already dequeued.
 	Dequeue(ctx context.Context, in *DequeueRequest, opts ...grpc.CallOption) (*DequeueResponse, error)
+	// PeekContent picks the bundle exactly as Peek does (same groups, bundle id
+	// rules and status codes) and streams its document, built once by the
+	// bundle's domain (see BundleContentProvider) and stored by the hub: every
+	// repeated PeekContent of the bundle streams the same bytes. The first
+	// message carries the bundle and the media type, later ones data only;
+	// each message is at most 1 MiB. No bundle: the stream ends with no
+	// message. When the bundle's domain has no provider, the first message
+	// carries the bundle with an empty media type and no data follows (use the
+	// notification ids). UNAVAILABLE when the document is not ready within the
+	// hub's content timeout: the hub keeps building it, so try again.
+	//
+	// The names are the contract: Peek's request, and a stream of chunks.
+	// buf:lint:ignore RPC_REQUEST_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	PeekContent(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PeekContentChunk], error)
 }
 
 type messageHubClient struct {
@@ -94,6 +113,25 @@ func (c *messageHubClient) Dequeue(ctx context.Context, in *DequeueRequest, opts
 	return out, nil
 }
 
+func (c *messageHubClient) PeekContent(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PeekContentChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &MessageHub_ServiceDesc.Streams[0], MessageHub_PeekContent_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PeekRequest, PeekContentChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MessageHub_PeekContentClient = grpc.ServerStreamingClient[PeekContentChunk]
+
 // MessageHubServer is the server API for MessageHub service.
 // All implementations must embed UnimplementedMessageHubServer
 // for forward compatibility.
@@ -116,11 +154,29 @@ type MessageHubServer interface {
 	// ALREADY_EXISTS when bundle_id was already used by this recipient for
 	// another bundle. When nothing is ready the response holds no bundle and a
 	// given bundle_id is not used up.
+	// PeekContent takes the same request (by contract).
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	Peek(context.Context, *PeekRequest) (*PeekResponse, error)
 	// Dequeue acknowledges the notifications of a pending bundle; they are
 	// never delivered again. NOT_FOUND when the bundle does not exist, belongs
 	// to another recipient, or was already dequeued.
 	Dequeue(context.Context, *DequeueRequest) (*DequeueResponse, error)
+	// PeekContent picks the bundle exactly as Peek does (same groups, bundle id
+	// rules and status codes) and streams its document, built once by the
+	// bundle's domain (see BundleContentProvider) and stored by the hub: every
+	// repeated PeekContent of the bundle streams the same bytes. The first
+	// message carries the bundle and the media type, later ones data only;
+	// each message is at most 1 MiB. No bundle: the stream ends with no
+	// message. When the bundle's domain has no provider, the first message
+	// carries the bundle with an empty media type and no data follows (use the
+	// notification ids). UNAVAILABLE when the document is not ready within the
+	// hub's content timeout: the hub keeps building it, so try again.
+	//
+	// The names are the contract: Peek's request, and a stream of chunks.
+	// buf:lint:ignore RPC_REQUEST_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	PeekContent(*PeekRequest, grpc.ServerStreamingServer[PeekContentChunk]) error
 	mustEmbedUnimplementedMessageHubServer()
 }
 
@@ -139,6 +195,9 @@ func (UnimplementedMessageHubServer) Peek(context.Context, *PeekRequest) (*PeekR
 }
 func (UnimplementedMessageHubServer) Dequeue(context.Context, *DequeueRequest) (*DequeueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Dequeue not implemented")
+}
+func (UnimplementedMessageHubServer) PeekContent(*PeekRequest, grpc.ServerStreamingServer[PeekContentChunk]) error {
+	return status.Error(codes.Unimplemented, "method PeekContent not implemented")
 }
 func (UnimplementedMessageHubServer) mustEmbedUnimplementedMessageHubServer() {}
 func (UnimplementedMessageHubServer) testEmbeddedByValue()                    {}
@@ -215,6 +274,17 @@ func _MessageHub_Dequeue_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MessageHub_PeekContent_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PeekRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MessageHubServer).PeekContent(m, &grpc.GenericServerStream[PeekRequest, PeekContentChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MessageHub_PeekContentServer = grpc.ServerStreamingServer[PeekContentChunk]
+
 // MessageHub_ServiceDesc is the grpc.ServiceDesc for MessageHub service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -235,6 +305,12 @@ var MessageHub_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _MessageHub_Dequeue_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "PeekContent",
+			Handler:       _MessageHub_PeekContent_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "messagehub/v1/messagehub.proto",
 }

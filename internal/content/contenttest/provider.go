@@ -1,0 +1,124 @@
+// Package contenttest is a BundleContentProvider for tests: it answers as
+// the test tells it (slowly, with an error, too much data, no media type)
+// and counts what it was asked.
+package contenttest
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+)
+
+// Answer is what the provider does for one request: it sends chunks, then
+// returns err. Hold, when set, is waited for (or the call's end) first.
+type Answer struct {
+	Chunks []*messagehubv1.BundleContentChunk
+	Err    error
+	Hold   <-chan struct{}
+}
+
+// Provider is a BundleContentProvider on a loopback listener.
+type Provider struct {
+	messagehubv1.UnimplementedBundleContentProviderServer
+
+	// Address is the provider's host:port.
+	Address string
+
+	mu       sync.Mutex
+	answer   func(*messagehubv1.Bundle, int) Answer
+	creates  map[string]int // bundle id → CreateBundleContent calls
+	dequeued []*messagehubv1.Bundle
+}
+
+// Start serves a provider until the test ends. answer is called with the
+// bundle and how many times it was asked before.
+func Start(t *testing.T, answer func(b *messagehubv1.Bundle, calls int) Answer) *Provider {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Provider{Address: lis.Addr().String(), answer: answer, creates: map[string]int{}}
+	srv := grpc.NewServer()
+	messagehubv1.RegisterBundleContentProviderServer(srv, p)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return p
+}
+
+// Client returns a client of p that is closed when the test ends.
+func (p *Provider) Client(t *testing.T) messagehubv1.BundleContentProviderClient {
+	t.Helper()
+	conn, err := grpc.NewClient(p.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return messagehubv1.NewBundleContentProviderClient(conn)
+}
+
+// Document answers a whole document in chunks of at most chunkSize bytes,
+// the media type in the first.
+func Document(mediaType string, data []byte, chunkSize int) Answer {
+	chunks := []*messagehubv1.BundleContentChunk{{MediaType: mediaType}}
+	for len(data) > 0 {
+		n := min(chunkSize, len(data))
+		last := chunks[len(chunks)-1]
+		if len(last.Data) > 0 {
+			last = &messagehubv1.BundleContentChunk{}
+			chunks = append(chunks, last)
+		}
+		last.Data, data = data[:n], data[n:]
+	}
+	return Answer{Chunks: chunks}
+}
+
+// CreateBundleContent answers as the test said.
+func (p *Provider) CreateBundleContent(req *messagehubv1.CreateBundleContentRequest, stream grpc.ServerStreamingServer[messagehubv1.BundleContentChunk]) error {
+	p.mu.Lock()
+	calls := p.creates[req.GetBundle().GetId()]
+	p.creates[req.GetBundle().GetId()]++
+	p.mu.Unlock()
+	a := p.answer(req.GetBundle(), calls)
+	if a.Hold != nil {
+		select {
+		case <-a.Hold:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+	for _, c := range a.Chunks {
+		if err := stream.Send(c); err != nil {
+			return err
+		}
+	}
+	return a.Err
+}
+
+// Creates is how many times the document of bundleID was asked for.
+func (p *Provider) Creates(bundleID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.creates[bundleID]
+}
+
+// BundleDequeued records the bundle.
+func (p *Provider) BundleDequeued(_ context.Context, req *messagehubv1.BundleDequeuedRequest) (*messagehubv1.BundleDequeuedResponse, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dequeued = append(p.dequeued, req.GetBundle())
+	return &messagehubv1.BundleDequeuedResponse{}, nil
+}
+
+// Dequeued lists the bundles the provider was told of, in order.
+func (p *Provider) Dequeued() []*messagehubv1.Bundle {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*messagehubv1.Bundle(nil), p.dequeued...)
+}

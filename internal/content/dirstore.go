@@ -1,0 +1,183 @@
+package content
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path"
+	"strings"
+)
+
+// DirStore keeps each document in a file of its own under a folder: one
+// folder per recipient, one file per bundle, the media type on the file's
+// first line. A document is written to a temporary file, synced, and renamed
+// into place, so a crash leaves either the whole document or none. Every
+// access goes through an os.Root, so no path can leave the folder.
+type DirStore struct{ root *os.Root }
+
+const (
+	fileMagic  = "messagehub-document-v1\n"
+	tempSuffix = ".tmp"
+)
+
+// OpenDirStore opens (creating if needed) the folder dir, and removes what a
+// crash may have left half written.
+func OpenDirStore(dir string) (*DirStore, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("content folder: %w", err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("content folder: %w", err)
+	}
+	err = fs.WalkDir(root.FS(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, tempSuffix) {
+			return err
+		}
+		return root.Remove(path)
+	})
+	if err != nil {
+		_ = root.Close()
+		return nil, fmt.Errorf("content folder: removing unfinished documents: %w", err)
+	}
+	return &DirStore{root: root}, nil
+}
+
+// Close releases the folder.
+func (s *DirStore) Close() error { return s.root.Close() }
+
+func (s *DirStore) path(key Key) string {
+	return path.Join(key.Recipient, key.BundleID)
+}
+
+// Open returns the stored document of key, or ErrNotStored.
+func (s *DirStore) Open(_ context.Context, key Key) (*Document, error) {
+	f, err := s.root.Open(s.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotStored
+	}
+	if err != nil {
+		return nil, err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	r := bufio.NewReader(f)
+	magic, err := r.ReadString('\n')
+	if err != nil || magic != fileMagic {
+		_ = f.Close()
+		return nil, fmt.Errorf("document %s/%s: not a document file", key.Recipient, key.BundleID)
+	}
+	mediaType, err := r.ReadString('\n')
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
+	}
+	header := int64(len(magic) + len(mediaType))
+	return &Document{
+		MediaType: strings.TrimSuffix(mediaType, "\n"),
+		Size:      info.Size() - header,
+		Body:      readCloser{Reader: r, Closer: f},
+	}, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// Create stages a document for key in a temporary file next to its place.
+func (s *DirStore) Create(_ context.Context, key Key, mediaType string) (Staged, error) {
+	if err := ValidateMediaType(mediaType); err != nil {
+		return nil, err
+	}
+	if err := s.root.MkdirAll(key.Recipient, 0o750); err != nil {
+		return nil, err
+	}
+	temp := fmt.Sprintf("%s.%016x%s", s.path(key), rand.Uint64(), tempSuffix)
+	f, err := s.root.OpenFile(temp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	w := &stagedFile{root: s.root, f: f, w: bufio.NewWriterSize(f, 1<<20), temp: temp, final: s.path(key)}
+	if _, err := w.w.WriteString(fileMagic + mediaType + "\n"); err != nil {
+		w.Abort()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Delete removes the document of key; a missing one is not an error.
+func (s *DirStore) Delete(_ context.Context, key Key) error {
+	err := s.root.Remove(s.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+type stagedFile struct {
+	root        *os.Root
+	f           *os.File
+	w           *bufio.Writer
+	temp, final string
+	done        bool
+}
+
+func (s *stagedFile) Write(p []byte) (int, error) { return s.w.Write(p) }
+
+// Commit syncs the file, renames it into place and syncs the folder, so the
+// document survives a crash once Commit returns.
+func (s *stagedFile) Commit() error {
+	if s.done {
+		return errors.New("document already committed or aborted")
+	}
+	err := s.w.Flush()
+	if err == nil {
+		err = s.f.Sync()
+	}
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = s.root.Rename(s.temp, s.final)
+	}
+	if err == nil {
+		err = syncDir(s.root, path.Dir(s.final))
+	}
+	if err != nil {
+		s.Abort()
+		return fmt.Errorf("storing document: %w", err)
+	}
+	s.done = true
+	return nil
+}
+
+// Abort discards an uncommitted document.
+func (s *stagedFile) Abort() {
+	if s.done {
+		return
+	}
+	s.done = true
+	_ = s.f.Close()
+	_ = s.root.Remove(s.temp)
+}
+
+func syncDir(root *os.Root, dir string) error {
+	d, err := root.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

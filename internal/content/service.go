@@ -1,0 +1,166 @@
+package content
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// Defaults of Options.
+const (
+	DefaultRetryMin       = 500 * time.Millisecond
+	DefaultRetryMax       = time.Minute
+	DefaultAttemptTimeout = 5 * time.Minute
+)
+
+// Options configures a Service.
+type Options struct {
+	// Providers are the domains that build documents; a bundle of another
+	// domain has none (unless one was stored while it had).
+	Providers map[domain.Origin]messagehubv1.BundleContentProviderClient
+	// Store keeps the documents.
+	Store Store
+	// Pending says whether a bundle is still pending; the hub stops trying to
+	// build the document of a bundle that is not.
+	Pending func(ctx context.Context, recipient, bundleID string) (bool, error)
+	// RetryMin and RetryMax bound the exponential backoff between attempts.
+	RetryMin, RetryMax time.Duration
+	// AttemptTimeout bounds one provider call.
+	AttemptTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Service serves bundles' documents: from the store when there, else by
+// asking the bundle's domain once, in the background, until it succeeds or
+// the bundle is no longer pending.
+type Service struct {
+	opts Options
+
+	mu       sync.Mutex
+	building map[Key]*build
+
+	ctx  context.Context // ends at Close
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// build is one bundle's document being asked for; done closes when the
+// document is stored or the hub gives up on it.
+type build struct {
+	done chan struct{}
+	err  error
+}
+
+// NewService returns a Service; Close stops its background work.
+func NewService(opts Options) *Service {
+	if opts.RetryMin <= 0 {
+		opts.RetryMin = DefaultRetryMin
+	}
+	if opts.RetryMax < opts.RetryMin {
+		opts.RetryMax = max(DefaultRetryMax, opts.RetryMin)
+	}
+	if opts.AttemptTimeout <= 0 {
+		opts.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	return &Service{opts: opts, building: map[Key]*build{}, ctx: ctx, stop: stop}
+}
+
+// Close stops every background build and waits for them.
+func (s *Service) Close() {
+	s.stop()
+	s.wg.Wait()
+}
+
+// Document returns the document of a pending bundle, asking its domain for
+// it if it is not stored yet. It returns nil and no error when the bundle's
+// domain has no provider and nothing is stored. When the document is not
+// ready before ctx ends it returns an error wrapping domain.ErrUnavailable;
+// the build goes on.
+func (s *Service) Document(ctx context.Context, bundle *messagehubv1.Bundle) (*Document, error) {
+	key := Key{Recipient: bundle.GetRecipient(), BundleID: bundle.GetId()}
+	doc, err := s.opts.Store.Open(ctx, key)
+	if !errors.Is(err, ErrNotStored) {
+		return doc, err
+	}
+	provider := s.opts.Providers[domain.Origin(bundle.GetOrigin())]
+	if provider == nil {
+		return nil, nil
+	}
+	b := s.start(key, bundle, provider)
+	select {
+	case <-b.done:
+		if b.err != nil {
+			return nil, b.err
+		}
+		return s.opts.Store.Open(ctx, key)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: the document of bundle %s is not ready yet; peek again", domain.ErrUnavailable, key.BundleID)
+	}
+}
+
+// start returns the build of key, starting one if none is running.
+func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient) *build {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.building[key]; ok {
+		return b
+	}
+	b := &build{done: make(chan struct{})}
+	s.building[key] = b
+	bundle = proto.CloneOf(bundle) // the caller may reuse its message
+	s.wg.Go(func() {
+		b.err = s.run(key, bundle, provider)
+		s.mu.Lock()
+		delete(s.building, key)
+		s.mu.Unlock()
+		close(b.done)
+	})
+	return b
+}
+
+// run asks the provider until the document is stored, the bundle is no
+// longer pending, or the service closes, backing off between attempts.
+func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient) error {
+	log := s.opts.Logger.With("recipient", key.Recipient, "bundle", key.BundleID, "origin", bundle.GetOrigin().String())
+	pause := s.opts.RetryMin
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, s.opts.AttemptTimeout)
+		size, err := fetch(ctx, provider, s.opts.Store, key, bundle)
+		cancel()
+		if err == nil {
+			log.Debug("bundle document stored", "bytes", size)
+			return nil
+		}
+		if s.ctx.Err() != nil {
+			return fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
+		}
+		log.Warn("bundle document not built; trying again", "error", err, "retry_in", pause)
+
+		// Full jitter, so that many bundles failing at once do not retry in step.
+		select {
+		case <-s.ctx.Done():
+			return fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
+		case <-time.After(pause/2 + rand.N(pause/2+1)):
+		}
+		pause = min(2*pause, s.opts.RetryMax)
+
+		pending, err := s.opts.Pending(s.ctx, key.Recipient, key.BundleID)
+		if err == nil && !pending {
+			log.Info("bundle no longer pending; its document is no longer asked for")
+			return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
+		}
+	}
+}

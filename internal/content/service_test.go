@@ -1,0 +1,324 @@
+package content_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+func newBundle() *messagehubv1.Bundle {
+	return &messagehubv1.Bundle{
+		Id: uuid.NewString(), Recipient: uuid.NewString(), Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES,
+		ContentType: "rsm-014", NotificationIds: []string{uuid.NewString()}, Weight: 1,
+	}
+}
+
+type fixture struct {
+	t        *testing.T
+	dir      string
+	provider *contenttest.Provider
+	service  *content.Service
+	pending  func(recipient, bundleID string) bool
+}
+
+func newFixture(t *testing.T, answer func(*messagehubv1.Bundle, int) contenttest.Answer) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dir: t.TempDir(), pending: func(string, string) bool { return true }}
+	f.provider = contenttest.Start(t, answer)
+	f.service = f.open()
+	return f
+}
+
+// open starts a Service over the fixture's folder, as a restarted hub would.
+func (f *fixture) open() *content.Service {
+	f.t.Helper()
+	store, err := content.OpenDirStore(f.dir)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	s := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{
+			domain.OriginTimeSeries: f.provider.Client(f.t),
+		},
+		Store: store,
+		Pending: func(_ context.Context, recipient, bundleID string) (bool, error) {
+			return f.pending(recipient, bundleID), nil
+		},
+		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+	})
+	f.t.Cleanup(s.Close)
+	return s
+}
+
+func read(t *testing.T, doc *content.Document) []byte {
+	t.Helper()
+	defer func() { _ = doc.Body.Close() }()
+	data, err := io.ReadAll(doc.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(data)) != doc.Size {
+		t.Fatalf("document says %d bytes, has %d", doc.Size, len(data))
+	}
+	return data
+}
+
+func within(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestTheDomainIsAskedOnceAndTheStoredBytesAreServedAfterARestart(t *testing.T) {
+	data := bytes.Repeat([]byte("<doc/>"), 500_000) // 3 MB in many chunks
+	f := newFixture(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("application/xml; charset=utf-8", data, 64<<10)
+	})
+	b := newBundle()
+	for i, s := range []*content.Service{f.service, f.service, f.open()} {
+		doc, err := s.Document(within(t, time.Minute), b)
+		if err != nil {
+			t.Fatalf("peek %d: %v", i, err)
+		}
+		if doc.MediaType != "application/xml; charset=utf-8" || !bytes.Equal(read(t, doc), data) {
+			t.Fatalf("peek %d: media type %q or bytes differ from the provider's", i, doc.MediaType)
+		}
+	}
+	if n := f.provider.Creates(b.Id); n != 1 {
+		t.Fatalf("the provider was asked %d times, want once", n)
+	}
+}
+
+func TestConcurrentPeeksOfABundleCauseOneProviderCall(t *testing.T) {
+	release := make(chan struct{})
+	f := newFixture(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		a := contenttest.Document("text/plain", []byte("hello"), 2)
+		a.Hold = release
+		return a
+	})
+	b := newBundle()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			doc, err := f.service.Document(within(t, time.Minute), b)
+			if err == nil && string(read(t, doc)) != "hello" {
+				err = errors.New("wrong document")
+			}
+			errs <- err
+		})
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.provider.Creates(b.Id); n != 1 {
+		t.Fatalf("the provider was asked %d times, want once", n)
+	}
+}
+
+func TestASlowProviderTimesOutThePeekButTheDocumentIsBuiltForTheNext(t *testing.T) {
+	release := make(chan struct{})
+	f := newFixture(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		a := contenttest.Document("application/json", []byte(`{"ok":true}`), 4)
+		a.Hold = release
+		return a
+	})
+	b := newBundle()
+	_, err := f.service.Document(within(t, 20*time.Millisecond), b)
+	if !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("a peek that waited past its time got %v, want unavailable", err)
+	}
+	close(release) // the caller has gone; the build goes on
+	doc, err := f.service.Document(within(t, time.Minute), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(read(t, doc)) != `{"ok":true}` {
+		t.Fatal("wrong document")
+	}
+	if n := f.provider.Creates(b.Id); n != 1 {
+		t.Fatalf("the provider was asked %d times, want once", n)
+	}
+}
+
+func TestBadAnswersAreRetriedAndNeverStored(t *testing.T) {
+	tooBig := bytes.Repeat([]byte{'x'}, content.MaxDocumentBytes+1)
+	tests := []struct {
+		name string
+		bad  contenttest.Answer
+	}{
+		{"an error", contenttest.Answer{Err: errors.New("domain down")}},
+		{"an answer over 50 MiB", contenttest.Document("application/xml", tooBig, 1<<20)},
+		{"no media type", contenttest.Document("", []byte("<doc/>"), 1<<20)},
+		{"an empty stream", contenttest.Answer{}},
+		{"a media type with a line break", contenttest.Document("text/plain\r\nX-Evil: 1", nil, 1)},
+		{"data then an error", func() contenttest.Answer {
+			a := contenttest.Document("text/plain", []byte("half"), 2)
+			a.Err = errors.New("broken")
+			return a
+		}()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			good := []byte("<good/>")
+			if len(tc.bad.Chunks) > 2 {
+				good = bytes.Repeat([]byte{'y'}, content.MaxDocumentBytes) // exactly the limit is allowed
+			}
+			f := newFixture(t, func(_ *messagehubv1.Bundle, calls int) contenttest.Answer {
+				if calls < 2 {
+					return tc.bad
+				}
+				return contenttest.Document("application/octet-stream", good, 1<<20)
+			})
+			b := newBundle()
+			doc, err := f.service.Document(within(t, time.Minute), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := read(t, doc); !bytes.Equal(got, good) {
+				t.Fatalf("served %d bytes, want the good answer of %d", len(got), len(good))
+			}
+			if n := f.provider.Creates(b.Id); n != 3 {
+				t.Fatalf("the provider was asked %d times, want 3 (two bad answers, then a good one)", n)
+			}
+		})
+	}
+}
+
+func TestAnEmptyDocumentIsADocument(t *testing.T) {
+	f := newFixture(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("application/xml", nil, 1)
+	})
+	doc, err := f.service.Document(within(t, time.Minute), newBundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.MediaType != "application/xml" || len(read(t, doc)) != 0 {
+		t.Fatalf("got %q with data, want an empty application/xml document", doc.MediaType)
+	}
+}
+
+func TestADomainWithoutProviderHasNoDocument(t *testing.T) {
+	f := newFixture(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		t.Error("the provider of another domain was asked")
+		return contenttest.Answer{}
+	})
+	b := newBundle()
+	b.Origin = messagehubv1.Domain_DOMAIN_CHARGES
+	doc, err := f.service.Document(within(t, time.Minute), b)
+	if err != nil || doc != nil {
+		t.Fatalf("got %v, %v; want no document and no error", doc, err)
+	}
+}
+
+func TestAStoredDocumentIsServedAfterItsProviderIsRemoved(t *testing.T) {
+	f := newFixture(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("text/csv", []byte("a,b\n"), 16)
+	})
+	b := newBundle()
+	if _, err := f.service.Document(within(t, time.Minute), b); err != nil {
+		t.Fatal(err)
+	}
+	store, err := content.OpenDirStore(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withoutProviders := content.NewService(content.Options{Store: store})
+	defer withoutProviders.Close()
+	doc, err := withoutProviders.Document(within(t, time.Minute), b)
+	if err != nil || doc == nil {
+		t.Fatalf("got %v, %v; want the stored document", doc, err)
+	}
+	if string(read(t, doc)) != "a,b\n" {
+		t.Fatal("wrong document")
+	}
+}
+
+func TestTheBuildStopsOnceTheBundleIsNoLongerPending(t *testing.T) {
+	f := newFixture(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Answer{Err: errors.New("domain down")}
+	})
+	var mu sync.Mutex
+	dequeued := false
+	f.pending = func(string, string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !dequeued
+	}
+	b := newBundle()
+	if _, err := f.service.Document(within(t, 20*time.Millisecond), b); !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("got %v, want unavailable while the domain is down", err)
+	}
+	mu.Lock()
+	dequeued = true
+	mu.Unlock()
+	_, err := f.service.Document(within(t, time.Minute), b)
+	if !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("got %v, want not found once the bundle is dequeued", err)
+	}
+	asked := f.provider.Creates(b.Id)
+	f.service.Close() // no build left running
+	if n := f.provider.Creates(b.Id); n != asked {
+		t.Fatalf("the provider was asked again after the build stopped (%d → %d)", asked, n)
+	}
+}
+
+func TestDirStoreLeavesNothingOfADocumentThatWasNotCommitted(t *testing.T) {
+	dir := t.TempDir()
+	store, err := content.OpenDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := content.Key{Recipient: uuid.NewString(), BundleID: uuid.NewString()}
+	staged, err := store.Create(context.Background(), key, "text/plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := staged.Write([]byte("half of it")); err != nil {
+		t.Fatal(err)
+	}
+	// A crash here: the staged file stays behind until the next start.
+	if _, err := store.Open(context.Background(), key); !errors.Is(err, content.ErrNotStored) {
+		t.Fatalf("an uncommitted document was visible: %v", err)
+	}
+	if _, err := content.OpenDirStore(dir); err != nil {
+		t.Fatal(err)
+	}
+	if leftovers := filesUnder(t, dir); len(leftovers) != 0 {
+		t.Fatalf("after a restart %v remain", leftovers)
+	}
+}
+
+func filesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, strings.TrimPrefix(path, dir))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
