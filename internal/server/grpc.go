@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -40,9 +41,11 @@ type Authorizer interface {
 type Option func(*options)
 
 type options struct {
-	authorizer Authorizer
-	metrics    *telemetry.Metrics
-	stats      []stats.Handler
+	authorizer     Authorizer
+	metrics        *telemetry.Metrics
+	stats          []stats.Handler
+	documents      Documents
+	contentTimeout time.Duration
 }
 
 // WithAuthorizer checks every call with a; without it every call is allowed.
@@ -85,6 +88,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	srv := grpc.NewServer(serverOpts...)
 	svc := NewService(hub)
 	svc.metrics = o.metrics
+	svc.documents, svc.contentTimeout = o.documents, o.contentTimeout
 	messagehubv1.RegisterMessageHubServer(srv, svc)
 
 	hs := health.NewServer()

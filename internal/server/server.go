@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -26,6 +27,9 @@ type Service struct {
 	messagehubv1.UnimplementedMessageHubServer
 	hub     Hub
 	metrics *telemetry.Metrics
+
+	documents      Documents // nil: bundles are served without documents
+	contentTimeout time.Duration
 }
 
 // NewService returns the gRPC service over hub.

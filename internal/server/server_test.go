@@ -84,9 +84,9 @@ func testServer(t *testing.T, hub Hub) (messagehubv1.MessageHubClient, healthpb.
 }
 
 // testConn serves hub over an in-process connection and returns a client connection.
-func testConn(t *testing.T, hub Hub) (*grpc.ClientConn, *health.Server) {
+func testConn(t *testing.T, hub Hub, opts ...Option) (*grpc.ClientConn, *health.Server) {
 	t.Helper()
-	srv, hs := NewGRPCServer(hub, slog.New(slog.DiscardHandler))
+	srv, hs := NewGRPCServer(hub, slog.New(slog.DiscardHandler), opts...)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

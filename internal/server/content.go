@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
+)
+
+// DefaultContentTimeout is how long a PeekContent waits for a document, from
+// its own start: inside the original service's 30 s for a whole Peek.
+const DefaultContentTimeout = 25 * time.Second
+
+// Documents gives a pending bundle its document (internal/content.Service).
+// It returns nil and no error when the bundle's domain has no provider.
+type Documents interface {
+	Document(ctx context.Context, bundle *messagehubv1.Bundle) (*content.Document, error)
+}
+
+// WithDocuments serves PeekContent with d, waiting at most timeout (from the
+// call's start) for a document. Without it every bundle is served with no
+// document.
+func WithDocuments(d Documents, timeout time.Duration) Option {
+	return func(o *options) {
+		o.documents = d
+		o.contentTimeout = timeout
+	}
+}
+
+// PeekContent picks the bundle as Peek does and streams its document: the
+// bundle and media type first, then the data, each message at most
+// content.MaxMessageBytes (a bundle too large to share its message with
+// data is sent alone).
+func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerStreamingServer[messagehubv1.PeekContentChunk]) error {
+	timeout := s.contentTimeout
+	if timeout <= 0 {
+		timeout = DefaultContentTimeout
+	}
+	ctx, cancel := context.WithTimeout(stream.Context(), timeout)
+	defer cancel()
+	peeked, err := s.Peek(ctx, req)
+	if err != nil || peeked.GetBundle() == nil {
+		return err
+	}
+	first := &messagehubv1.PeekContentChunk{Bundle: peeked.GetBundle()}
+	if s.documents == nil {
+		return stream.Send(first)
+	}
+	doc, err := s.documents.Document(ctx, first.Bundle)
+	if err != nil {
+		return err
+	}
+	if doc == nil {
+		return stream.Send(first)
+	}
+	defer func() { _ = doc.Body.Close() }()
+	first.MediaType = doc.MediaType
+	return sendDocument(stream, first, doc.Body)
+}
+
+// messageOverhead is room left in each message for the data field's tag and
+// length.
+const messageOverhead = 16
+
+// sendDocument streams first (with as much data as fits) and then the rest
+// of body, every message within content.MaxMessageBytes.
+func sendDocument(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChunk], first *messagehubv1.PeekContentChunk, body io.Reader) error {
+	buf := make([]byte, content.MaxMessageBytes-messageOverhead)
+	room := max(len(buf)-proto.Size(first), 0)
+	msg := first
+	for {
+		n, err := io.ReadFull(body, buf[:room])
+		if n > 0 || msg == first {
+			msg.Data = buf[:n]
+			if serr := stream.Send(msg); serr != nil {
+				return serr
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		msg, room = &messagehubv1.PeekContentChunk{}, len(buf)
+	}
+}

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// contentClient serves hub with documents built by a test provider of the
+// time series domain and stored in a temporary folder.
+func contentClient(t *testing.T, hub Hub, timeout time.Duration, answer func(*messagehubv1.Bundle, int) contenttest.Answer) (messagehubv1.MessageHubClient, *contenttest.Provider) {
+	t.Helper()
+	provider := contenttest.Start(t, answer)
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     store,
+		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
+	})
+	t.Cleanup(docs.Close)
+	conn, _ := testConn(t, hub, WithDocuments(docs, timeout))
+	return messagehubv1.NewMessageHubClient(conn), provider
+}
+
+// receiveAll reads a PeekContent stream to its end.
+func receiveAll(t *testing.T, client messagehubv1.MessageHubClient, req *messagehubv1.PeekRequest) ([]*messagehubv1.PeekContentChunk, error) {
+	t.Helper()
+	stream, err := client.PeekContent(ctxT(t), req)
+	if err != nil {
+		return nil, err
+	}
+	var out []*messagehubv1.PeekContentChunk
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, msg)
+	}
+}
+
+func timeSeriesBundle(n int) *domain.Bundle {
+	b := &domain.Bundle{ID: bundleID, Recipient: recipient, Origin: domain.OriginTimeSeries, ContentType: "TimeSeries", Weight: int64(n)}
+	for i := range n {
+		b.NotificationIDs = append(b.NotificationIDs, uuidN(i))
+	}
+	b.DocumentTypes = []string{"TimeSeries"}
+	return b
+}
+
+func TestPeekContentStreamsTheDocumentInMessagesOfAtMostOneMiB(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 230_000) // 3.5 MiB
+	client, _ := contentClient(t, &recordingHub{bundle: timeSeriesBundle(3)}, time.Minute, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("application/xml", data, 100_000)
+	})
+	msgs, err := receiveAll(t, client, &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) < 4 {
+		t.Fatalf("%d messages for 3.5 MiB, want at least 4", len(msgs))
+	}
+	if msgs[0].GetBundle().GetId() != bundleID || msgs[0].GetMediaType() != "application/xml" {
+		t.Fatalf("first message: bundle %q, media type %q", msgs[0].GetBundle().GetId(), msgs[0].GetMediaType())
+	}
+	var got []byte
+	for i, m := range msgs {
+		if size := proto.Size(m); size > content.MaxMessageBytes {
+			t.Errorf("message %d is %d bytes, over %d", i, size, content.MaxMessageBytes)
+		}
+		if i > 0 && (m.GetBundle() != nil || m.GetMediaType() != "") {
+			t.Errorf("message %d repeats the bundle or media type", i)
+		}
+		got = append(got, m.GetData()...)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("streamed %d bytes, not the provider's %d", len(got), len(data))
+	}
+}
+
+func TestPeekContentSendsABundleTooLargeToShareAMessageAlone(t *testing.T) {
+	data := []byte("<doc/>")
+	client, _ := contentClient(t, &recordingHub{bundle: timeSeriesBundle(domain.DefaultMaxBundleWeight)}, time.Minute, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("application/xml", data, 1024)
+	})
+	msgs, err := receiveAll(t, client, &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 2 || len(msgs[0].GetBundle().GetNotificationIds()) != domain.DefaultMaxBundleWeight ||
+		len(msgs[0].GetData()) != 0 || !bytes.Equal(msgs[1].GetData(), data) {
+		t.Fatalf("got %d messages; want the bundle alone, then the data", len(msgs))
+	}
+}
+
+func TestPeekContentWithNothingToDeliverEndsWithNoMessage(t *testing.T) {
+	client, provider := contentClient(t, &recordingHub{}, time.Minute, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Answer{Err: errors.New("not asked")}
+	})
+	msgs, err := receiveAll(t, client, &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil || len(msgs) != 0 {
+		t.Fatalf("got %d messages and %v; want none", len(msgs), err)
+	}
+	if provider.Creates(bundleID) != 0 {
+		t.Fatal("the provider was asked though there was no bundle")
+	}
+}
+
+func TestPeekContentOfADomainWithoutProviderSendsTheBundleOnly(t *testing.T) {
+	b := timeSeriesBundle(2)
+	b.Origin = domain.OriginCharges
+	client, _ := contentClient(t, &recordingHub{bundle: b}, time.Minute, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Answer{Err: errors.New("not asked")}
+	})
+	msgs, err := receiveAll(t, client, &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || msgs[0].GetBundle().GetId() != bundleID || msgs[0].GetMediaType() != "" || len(msgs[0].GetData()) != 0 {
+		t.Fatalf("got %v; want one message with the bundle, no media type, no data", msgs)
+	}
+}
+
+func TestPeekContentIsUnavailableWhileTheDomainIsSlow(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	client, _ := contentClient(t, &recordingHub{bundle: timeSeriesBundle(1)}, 50*time.Millisecond, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Answer{Hold: release}
+	})
+	_, err := receiveAll(t, client, &messagehubv1.PeekRequest{Recipient: recipient})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("got %v, want UNAVAILABLE", err)
+	}
+}
+
+func TestPeekContentValidatesAsPeekDoes(t *testing.T) {
+	hub := &recordingHub{bundle: timeSeriesBundle(1)}
+	client, _ := contentClient(t, hub, time.Minute, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Answer{Err: errors.New("not asked")}
+	})
+	for _, req := range []*messagehubv1.PeekRequest{
+		{Recipient: "not-a-uuid"},
+		{Recipient: recipient, Group: 99},
+		{Recipient: recipient, BundleId: "nope"},
+	} {
+		if _, err := receiveAll(t, client, req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%v: got %v, want INVALID_ARGUMENT", req, err)
+		}
+	}
+	if hub.calls() != 0 {
+		t.Fatal("an invalid request reached the hub")
+	}
+}
