@@ -37,6 +37,7 @@ func RunContractSuite(t *testing.T, newStore StoreFactory) {
 	t.Run("PeekIsIdempotent", h.peekIsIdempotent)
 	t.Run("ConcurrentPeeksShareOneBundle", h.concurrentPeeksShareOneBundle)
 	t.Run("PeekAfterDequeueNeverReturnsIt", h.peekAfterDequeue)
+	t.Run("IsPendingFollowsTheBundle", h.isPending)
 	t.Run("ConcurrentSavesKeepOrder", h.concurrentSavesKeepOrder)
 	t.Run("BundleIDRules", h.bundleIDRules)
 	t.Run("DequeueNotFound", h.dequeueNotFound)

@@ -142,3 +142,29 @@ func (h *harness) peekAfterDequeue(t *testing.T) {
 		expectIDs(t, "delivered from cabinet "+cabinet, got[cabinet], ids)
 	}
 }
+
+// isPending follows a bundle from peek to dequeue.
+func (h *harness) isPending(t *testing.T) {
+	e := h.env(t, Options{})
+	r := newRecipient()
+	e.save(note(r, domain.OriginCharges, "c"))
+	b := e.peek(r, domain.GroupAll, "")
+	pending := func(recipient string) bool {
+		t.Helper()
+		got, err := e.repo.IsPending(ctx(t), recipient, b.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if !pending(r) {
+		t.Fatal("a peeked bundle is not pending")
+	}
+	if pending(newRecipient()) {
+		t.Fatal("another recipient's bundle is pending for this one")
+	}
+	e.dequeue(r, b.ID)
+	if pending(r) {
+		t.Fatal("a dequeued bundle is still pending")
+	}
+}
