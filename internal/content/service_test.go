@@ -322,3 +322,33 @@ func filesUnder(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+func TestForgetRemovesTheDocumentsRetentionRemoves(t *testing.T) {
+	f := newFixture(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("text/plain", []byte("x"), 1)
+	})
+	kept, gone := newBundle(), newBundle()
+	gone.Recipient = kept.Recipient
+	for _, b := range []*messagehubv1.Bundle{kept, gone} {
+		doc, err := f.service.Document(within(t, time.Minute), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = doc.Body.Close()
+	}
+	if err := f.service.Forget(context.Background(), gone.Recipient, []string{gone.Id, newBundle().Id}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := content.OpenDirStore(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Open(context.Background(), content.Key{Recipient: gone.Recipient, BundleID: gone.Id}); !errors.Is(err, content.ErrNotStored) {
+		t.Fatalf("a forgotten document is still there: %v", err)
+	}
+	doc, err := store.Open(context.Background(), content.Key{Recipient: kept.Recipient, BundleID: kept.Id})
+	if err != nil {
+		t.Fatalf("a document not forgotten is gone: %v", err)
+	}
+	_ = doc.Body.Close()
+}

@@ -734,7 +734,13 @@ func (h *harness) fullBundleSpansDrawers(t *testing.T) {
 }
 
 func (h *harness) retention(t *testing.T) {
-	e := h.env(t, Options{Retention: 24 * time.Hour})
+	var forgotten []string // recipient/bundle pairs handed to ForgetBundles
+	e := h.env(t, Options{Retention: 24 * time.Hour, ForgetBundles: func(_ context.Context, recipient string, ids []string) error {
+		for _, id := range ids {
+			forgotten = append(forgotten, recipient+"/"+id)
+		}
+		return nil
+	}})
 	r := newRecipient()
 	old := notes(drawer.Capacity+10, r, domain.OriginCharges, "c") // two drawers
 	e.save(old[:drawer.Capacity]...)
@@ -749,8 +755,8 @@ func (h *harness) retention(t *testing.T) {
 	if err := e.repo.sweep(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if !e.bundleExists(r, b.ID) {
-		t.Fatal("bundle removed before its retention")
+	if !e.bundleExists(r, b.ID) || len(forgotten) > 0 {
+		t.Fatalf("bundle removed before its retention (forgotten: %v)", forgotten)
 	}
 	e.clock.Advance(2 * time.Hour)
 	if err := e.repo.sweep(ctx(t)); err != nil {
@@ -759,6 +765,7 @@ func (h *harness) retention(t *testing.T) {
 	if e.bundleExists(r, b.ID) {
 		t.Fatal("dequeued bundle kept past retention")
 	}
+	expectIDs(t, "bundles forgotten with their records", forgotten, []string{r + "/" + b.ID})
 	state, err := e.store.LoadRecipient(ctx(t), r)
 	if err != nil {
 		t.Fatal(err)

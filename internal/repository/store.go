@@ -123,4 +123,8 @@ type Options struct {
 	SweepInterval   time.Duration // 0 means derived from Retention
 	Now             func() time.Time
 	NewID           func() string // bundle and drawer ids; nil means random UUIDs
+	// ForgetBundles, when set, removes what is kept elsewhere for bundles
+	// that retention removes (their documents). It runs before their records
+	// go, so a failure leaves nothing behind that no record points to.
+	ForgetBundles func(ctx context.Context, recipient string, bundleIDs []string) error
 }

@@ -89,5 +89,10 @@ func (r *Repository) sweepRecipient(ctx context.Context, recipient string, cutof
 	if len(sw.Bundles) == 0 && len(sw.Drawers) == 0 && len(sw.DeleteEntries) == 0 {
 		return nil
 	}
+	if r.opts.ForgetBundles != nil && len(sw.Bundles) > 0 {
+		if err := r.opts.ForgetBundles(ctx, recipient, sw.Bundles); err != nil {
+			return err
+		}
+	}
 	return r.store.ApplySweep(ctx, sw)
 }
