@@ -18,9 +18,10 @@ var servicePrefix = "/" + messagehubv1.MessageHub_ServiceDesc.ServiceName + "/"
 // requiredRole is the role each MessageHub method needs. A method missing
 // here is refused, so a new RPC cannot be exposed without a decision.
 var requiredRole = map[string]string{
-	messagehubv1.MessageHub_Save_FullMethodName:    RoleDomain,
-	messagehubv1.MessageHub_Peek_FullMethodName:    RoleActor,
-	messagehubv1.MessageHub_Dequeue_FullMethodName: RoleActor,
+	messagehubv1.MessageHub_Save_FullMethodName:        RoleDomain,
+	messagehubv1.MessageHub_Peek_FullMethodName:        RoleActor,
+	messagehubv1.MessageHub_Dequeue_FullMethodName:     RoleActor,
+	messagehubv1.MessageHub_PeekContent_FullMethodName: RoleActor,
 }
 
 // Authorizer checks the bearer token of every MessageHub call.
@@ -35,18 +36,22 @@ func NewAuthorizer(v *Verifier) *Authorizer { return &Authorizer{verifier: v} }
 // checks that the caller may make it. For Peek and Dequeue it makes the
 // request act for the caller: an empty recipient becomes the caller's id, and
 // naming another recipient is refused before anything is read or changed. It
-// returns ctx carrying the Principal. req is nil for streaming calls.
+// returns ctx carrying the Principal. A streaming call is authorized twice:
+// when it opens (req is nil), then for its request, with the context the
+// first call returned, whose Principal is not verified again.
 func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (context.Context, error) {
 	if !strings.HasPrefix(method, servicePrefix) {
 		return ctx, nil
 	}
-	token, err := bearerToken(ctx)
-	if err != nil {
-		return ctx, err
-	}
-	p, err := a.verifier.Verify(token)
-	if err != nil {
-		return ctx, err
+	p, verified := PrincipalFromContext(ctx)
+	if !verified {
+		token, err := bearerToken(ctx)
+		if err != nil {
+			return ctx, err
+		}
+		if p, err = a.verifier.Verify(token); err != nil {
+			return ctx, err
+		}
 	}
 	role, ok := requiredRole[method]
 	if !ok {
@@ -55,6 +60,7 @@ func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (con
 	if !p.HasRole(role) {
 		return ctx, fmt.Errorf("%w: %s needs the %q role", domain.ErrPermissionDenied, method, role)
 	}
+	var err error
 	switch r := req.(type) {
 	case *messagehubv1.PeekRequest:
 		err = actAs(p, &r.Recipient)

@@ -9,10 +9,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/auth"
+	"github.com/energydatahub/messagehub/internal/auth/authtest"
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -167,5 +170,59 @@ func TestPeekContentValidatesAsPeekDoes(t *testing.T) {
 	}
 	if hub.calls() != 0 {
 		t.Fatal("an invalid request reached the hub")
+	}
+}
+
+// PeekContent is a streaming call: its request reaches the authorizer only
+// through the stream, which must still make an actor peek as itself.
+func TestPeekContentActsForTheCaller(t *testing.T) {
+	const issuer, audience = "https://issuer.test/", "messagehub"
+	is := authtest.NewIssuer(t, issuer, audience)
+	verifier, err := auth.NewVerifier(auth.Config{JWKSFile: is.WriteJWKS(t), Issuer: issuer, Audience: audience})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := &recordingHub{}
+	conn, _ := testConn(t, hub, WithAuthorizer(auth.NewAuthorizer(verifier)))
+	client := messagehubv1.NewMessageHubClient(conn)
+	as := func(token string) context.Context {
+		return metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer "+token)
+	}
+	actor := is.RS256(t, is.Claims(recipient, auth.RoleActor))
+	domainToken := is.RS256(t, is.Claims(uuidN(7), auth.RoleDomain))
+
+	peek := func(ctx context.Context, req *messagehubv1.PeekRequest) error {
+		stream, err := client.PeekContent(ctx, req)
+		if err != nil {
+			return err
+		}
+		_, err = stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	if err := peek(as(actor), &messagehubv1.PeekRequest{}); err != nil {
+		t.Fatalf("an actor's own peek: %v", err)
+	}
+	if len(hub.peeks) != 1 || hub.peeks[0].Recipient != recipient {
+		t.Fatalf("the hub saw %+v; want one peek as the caller", hub.peeks)
+	}
+	for name, tc := range map[string]struct {
+		ctx context.Context
+		req *messagehubv1.PeekRequest
+	}{
+		"an actor naming another recipient": {as(actor), &messagehubv1.PeekRequest{Recipient: uuidN(9)}},
+		"a domain":                          {as(domainToken), &messagehubv1.PeekRequest{Recipient: recipient}},
+	} {
+		if err := peek(tc.ctx, tc.req); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s: got %v, want PERMISSION_DENIED", name, err)
+		}
+	}
+	if err := peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("no token: got %v, want UNAUTHENTICATED", err)
+	}
+	if len(hub.peeks) != 1 {
+		t.Fatalf("a refused peek reached the hub: %+v", hub.peeks)
 	}
 }

@@ -114,17 +114,29 @@ func streamAuthInterceptor(a Authorizer) grpc.StreamServerInterceptor {
 		if err != nil {
 			return err
 		}
-		return handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
+		return handler(srv, &authorizedStream{ServerStream: ss, ctx: ctx, authorizer: a, method: info.FullMethod})
 	}
 }
 
-// contextStream is a ServerStream with the context the authorizer returned.
-type contextStream struct {
+// authorizedStream is a ServerStream with the context the authorizer
+// returned, whose every request the authorizer checks (and may rewrite, e.g.
+// PeekContent's recipient) before the handler sees it.
+type authorizedStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx        context.Context
+	authorizer Authorizer
+	method     string
 }
 
-func (s *contextStream) Context() context.Context { return s.ctx }
+func (s *authorizedStream) Context() context.Context { return s.ctx }
+
+func (s *authorizedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	_, err := s.authorizer.Authorize(s.ctx, s.method, m)
+	return err
+}
 
 // SetServing sets the overall and the MessageHub health status.
 func SetServing(hs *health.Server, serving bool) {
