@@ -32,6 +32,8 @@ type Config struct {
 	MaxBundleWeight int64         // largest total weight of a bundle (≥ 1)
 	Retention       time.Duration // how long acknowledged data is kept (> 0)
 	LogLevel        slog.Level    // minimum level logged
+	Content         ContentConfig // bundles' documents
+	ContentTimeout  time.Duration // how long a PeekContent waits for a document
 }
 
 // Store backends.
@@ -61,6 +63,10 @@ type setting struct {
 	flag, env, def, usage string
 	set                   func(c *Config, v string) error
 }
+
+// listFlags may be repeated: their values are joined with commas, the form
+// their environment variables take.
+var listFlags = map[string]bool{"content-provider": true}
 
 var settings = []setting{
 	{"grpc-addr", "MESSAGEHUB_GRPC_ADDR", "127.0.0.1:50051", "address the gRPC server listens on (port 0 picks a free one)",
@@ -175,6 +181,39 @@ var settings = []setting{
 			c.Retention = d
 			return nil
 		}},
+	{"content-provider", "MESSAGEHUB_CONTENT_PROVIDERS", "",
+		"DOMAIN=ADDRESS of a domain's BundleContentProvider (gRPC target), e.g. DOMAIN_TIME_SERIES=ts:50061; repeat the flag, or separate with commas",
+		func(c *Config, v string) error {
+			providers, err := parseProviders(v)
+			c.Content.Providers = providers
+			return err
+		}},
+	{"content-timeout", "MESSAGEHUB_CONTENT_TIMEOUT", "25s", "how long a content peek waits for its document before answering UNAVAILABLE (the build goes on)",
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("must be a positive duration, got %q", v)
+			}
+			c.ContentTimeout = d
+			return nil
+		}},
+	{"content-provider-tls", "MESSAGEHUB_CONTENT_PROVIDER_TLS", "false", "dial content providers with TLS",
+		func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("not a boolean: %q", v)
+			}
+			c.Content.TLS = b
+			return nil
+		}},
+	{"content-provider-ca", "MESSAGEHUB_CONTENT_PROVIDER_CA", "", "PEM roots that content providers' certificates must chain to; empty: the system's",
+		func(c *Config, v string) error { c.Content.CAFile = v; return nil }},
+	{"content-provider-cert", "MESSAGEHUB_CONTENT_PROVIDER_CERT", "", "PEM client certificate presented to content providers (mTLS), with --content-provider-key",
+		func(c *Config, v string) error { c.Content.CertFile = v; return nil }},
+	{"content-provider-key", "MESSAGEHUB_CONTENT_PROVIDER_KEY", "", "PEM private key of --content-provider-cert",
+		func(c *Config, v string) error { c.Content.KeyFile = v; return nil }},
+	{"content-provider-token-file", "MESSAGEHUB_CONTENT_PROVIDER_TOKEN_FILE", "", "file holding a bearer token sent to content providers (needs --content-provider-tls)",
+		func(c *Config, v string) error { c.Content.TokenFile = v; return nil }},
 	{"log-level", "MESSAGEHUB_LOG_LEVEL", "info", "minimum log level: debug, info, warn or error",
 		func(c *Config, v string) error {
 			var l slog.Level
@@ -195,7 +234,17 @@ func ParseConfig(args []string, getenv func(string) string, output io.Writer) (C
 	fs.SetOutput(output)
 	values := make([]*string, len(settings))
 	for i, s := range settings {
-		values[i] = fs.String(s.flag, s.def, fmt.Sprintf("%s (env %s)", s.usage, s.env))
+		usage := fmt.Sprintf("%s (env %s)", s.usage, s.env)
+		if !listFlags[s.flag] {
+			values[i] = fs.String(s.flag, s.def, usage)
+			continue
+		}
+		joined := new(string)
+		values[i] = joined
+		fs.Func(s.flag, usage, func(v string) error {
+			*joined = strings.Join(append(strings.Split(*joined, ","), v), ",")
+			return nil
+		})
 	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -233,6 +282,14 @@ func (c Config) validate() error {
 	}
 	if c.Store == StoreCosmos && c.Cosmos.Endpoint == "" {
 		return errors.New("--store cosmos needs --cosmos-endpoint")
+	}
+	if c.Store == StoreCosmos && len(c.Content.Providers) > 0 {
+		// Documents must be shared by every instance (Azure Blob Storage):
+		// not built yet, and a per-instance folder would be wrong.
+		return errors.New("--content-provider is not supported with --store cosmos yet")
+	}
+	if err := c.Content.validate(); err != nil {
+		return err
 	}
 	switch c.Auth {
 	case AuthJWT:

@@ -5,9 +5,12 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/energydatahub/messagehub/internal/domain"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -26,6 +29,7 @@ func TestParseConfig(t *testing.T) {
 		Retention:       168 * time.Hour,
 		LogLevel:        slog.LevelInfo,
 		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 16},
+		ContentTimeout:  25 * time.Second,
 	}
 	with := func(f func(*Config)) Config {
 		c := defaults
@@ -63,6 +67,7 @@ func TestParseConfig(t *testing.T) {
 				JWTActorClaim: "azp", TLSCert: "/tls/cert.pem", TLSKey: "/tls/key.pem",
 				Store: "embedded", DataDir: "/var/lib/messagehub", Cosmos: defaults.Cosmos,
 				MaxBundleWeight: 1000, Retention: 24 * time.Hour, LogLevel: slog.LevelDebug,
+				ContentTimeout: 25 * time.Second,
 			},
 		},
 		{
@@ -83,6 +88,7 @@ func TestParseConfig(t *testing.T) {
 				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:8080", Auth: "none", JWTActorClaim: "sub",
 				Store: "embedded", DataDir: "/tmp/x", Cosmos: defaults.Cosmos,
 				MaxBundleWeight: 7, Retention: 90 * time.Minute, LogLevel: slog.LevelWarn,
+				ContentTimeout: 25 * time.Second,
 			},
 		},
 		{
@@ -126,7 +132,7 @@ func TestParseConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseConfig: %v", err)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v\nwant %+v", got, tt.want)
 			}
 		})
@@ -166,6 +172,14 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "jwt without an audience", args: []string{"--auth", "jwt", "--jwks-file", "k", "--jwt-issuer", "i"}, wantErr: "needs --jwt-audience"},
 		{name: "a certificate without a key", args: []string{"--tls-cert", "c.pem"}, wantErr: "--tls-cert and --tls-key"},
 		{name: "a key without a certificate", env: map[string]string{"MESSAGEHUB_TLS_KEY": "k.pem"}, wantErr: "--tls-cert and --tls-key"},
+		{name: "a content provider of no domain", args: []string{"--content-provider", "DOMAIN_WEATHER=w:1"}, wantErr: `"DOMAIN_WEATHER" is not a domain`},
+		{name: "a content provider without address", args: []string{"--content-provider", "DOMAIN_CHARGES="}, wantErr: "DOMAIN=ADDRESS"},
+		{name: "two providers of a domain", args: []string{"--content-provider", "DOMAIN_CHARGES=a:1", "--content-provider", "DOMAIN_CHARGES=b:1"}, wantErr: "two providers"},
+		{name: "the unspecified domain", env: map[string]string{"MESSAGEHUB_CONTENT_PROVIDERS": "DOMAIN_UNSPECIFIED=a:1"}, wantErr: "MESSAGEHUB_CONTENT_PROVIDERS"},
+		{name: "a zero content timeout", args: []string{"--content-timeout", "0s"}, wantErr: "positive duration"},
+		{name: "a provider token in the clear", args: []string{"--content-provider-token-file", "t"}, wantErr: "never sent in the clear"},
+		{name: "a provider client certificate without key", args: []string{"--content-provider-tls=true", "--content-provider-cert", "c.pem"}, wantErr: "--content-provider-cert and --content-provider-key"},
+		{name: "content providers on cosmos", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-provider", "DOMAIN_CHARGES=a:1"}, wantErr: "not supported with --store cosmos"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -215,5 +229,25 @@ func TestParseConfigCosmos(t *testing.T) {
 	}
 	if d := defaults.Cosmos; d.Database != "messagehub" || !d.Provision || d.IDBuckets != 16 {
 		t.Fatalf("cosmos defaults %+v", d)
+	}
+}
+
+func TestContentProvidersComeFromRepeatedFlagsOrACommaList(t *testing.T) {
+	want := map[domain.Origin]string{domain.OriginTimeSeries: "ts:50061", domain.OriginCharges: "dns:///charges:443"}
+	for name, parse := range map[string]func() (Config, error){
+		"repeated flags": func() (Config, error) {
+			return ParseConfig([]string{"--content-provider", "DOMAIN_TIME_SERIES=ts:50061", "--content-provider=DOMAIN_CHARGES=dns:///charges:443"}, envOf(nil), io.Discard)
+		},
+		"a comma list in the environment": func() (Config, error) {
+			return ParseConfig(nil, envOf(map[string]string{"MESSAGEHUB_CONTENT_PROVIDERS": "DOMAIN_TIME_SERIES=ts:50061, DOMAIN_CHARGES=dns:///charges:443"}), io.Discard)
+		},
+	} {
+		cfg, err := parse()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(cfg.Content.Providers, want) {
+			t.Errorf("%s: providers %v, want %v", name, cfg.Content.Providers, want)
+		}
 	}
 }

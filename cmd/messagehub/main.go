@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/energydatahub/messagehub/internal/auth"
+	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/gateway"
 	"github.com/energydatahub/messagehub/internal/repository"
 	"github.com/energydatahub/messagehub/internal/repository/cosmos"
@@ -111,19 +113,38 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 	if err != nil {
 		return err
 	}
-	repo := repository.New(instrumented.New(store, tel.Metrics), repository.Options{
-		MaxBundleWeight: cfg.MaxBundleWeight,
-		Retention:       cfg.Retention,
-	}, logger)
+	repoOpts := repository.Options{MaxBundleWeight: cfg.MaxBundleWeight, Retention: cfg.Retention}
+	// Bundles' documents live next to the embedded store, and are served
+	// even for a domain whose provider has since been removed.
+	var documents *content.DirStore
+	if cfg.Store == StoreEmbedded {
+		if documents, err = content.OpenDirStore(filepath.Join(cfg.DataDir, "content")); err != nil {
+			_ = store.Close()
+			return err
+		}
+		repoOpts.ForgetBundles = content.Forget(documents)
+	}
+	repo := repository.New(instrumented.New(store, tel.Metrics), repoOpts, logger)
 	// Close in reverse order of opening, after the servers have stopped.
 	defer func() {
 		repo.Close()
+		if documents != nil {
+			_ = documents.Close()
+		}
 		if cerr := store.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 		} else {
 			logger.Info("store closed")
 		}
 	}()
+	if documents != nil {
+		docs, closeDocs, err := contentService(cfg.Content, documents, repo, logger)
+		if err != nil {
+			return err
+		}
+		defer closeDocs() // before the repository closes: builds ask it whether bundles are pending
+		opts = append(opts, server.WithDocuments(docs, cfg.ContentTimeout))
+	}
 
 	srv, hs := server.NewGRPCServer(repo, logger, opts...)
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)

@@ -165,13 +165,15 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 	}
 }
 
-// Forget removes the documents of the recipient's bundles that retention
-// removes (repository.Options.ForgetBundles).
-func (s *Service) Forget(ctx context.Context, recipient string, bundleIDs []string) error {
-	for _, id := range bundleIDs {
-		if err := s.opts.Store.Delete(ctx, Key{Recipient: recipient, BundleID: id}); err != nil {
-			return fmt.Errorf("removing the document of bundle %s: %w", id, err)
+// Forget returns what retention calls (repository.Options.ForgetBundles) to
+// remove the documents of the recipient's bundles it removes.
+func Forget(store Store) func(ctx context.Context, recipient string, bundleIDs []string) error {
+	return func(ctx context.Context, recipient string, bundleIDs []string) error {
+		for _, id := range bundleIDs {
+			if err := store.Delete(ctx, Key{Recipient: recipient, BundleID: id}); err != nil {
+				return fmt.Errorf("removing the document of bundle %s: %w", id, err)
+			}
 		}
+		return nil
 	}
-	return nil
 }

@@ -336,11 +336,11 @@ func TestForgetRemovesTheDocumentsRetentionRemoves(t *testing.T) {
 		}
 		_ = doc.Body.Close()
 	}
-	if err := f.service.Forget(context.Background(), gone.Recipient, []string{gone.Id, newBundle().Id}); err != nil {
-		t.Fatal(err)
-	}
 	store, err := content.OpenDirStore(f.dir)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := content.Forget(store)(context.Background(), gone.Recipient, []string{gone.Id, newBundle().Id}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.Open(context.Background(), content.Key{Recipient: gone.Recipient, BundleID: gone.Id}); !errors.Is(err, content.ErrNotStored) {

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/repository"
+)
+
+// ContentConfig is where bundles' documents come from (issue: bundle
+// content). Without providers PeekContent serves bundles without documents.
+type ContentConfig struct {
+	Providers map[domain.Origin]string // domain → gRPC target of its BundleContentProvider
+	TLS       bool                     // dial providers with TLS
+	CAFile    string                   // PEM roots for the providers' certificates; empty: the system's
+	CertFile  string                   // PEM client certificate (mTLS), with KeyFile
+	KeyFile   string
+	TokenFile string // a bearer token sent to providers (needs TLS)
+}
+
+// parseProviders reads "DOMAIN_X=ADDRESS" entries, comma-separated.
+func parseProviders(v string) (map[domain.Origin]string, error) {
+	out := map[domain.Origin]string{}
+	for entry := range strings.SplitSeq(v, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		name, target, ok := strings.Cut(entry, "=")
+		if !ok || target == "" {
+			return nil, fmt.Errorf("%q is not DOMAIN=ADDRESS", entry)
+		}
+		n, known := messagehubv1.Domain_value[name]
+		if !known || n == 0 {
+			return nil, fmt.Errorf("%q is not a domain (e.g. DOMAIN_TIME_SERIES)", name)
+		}
+		origin := domain.Origin(n)
+		if _, twice := out[origin]; twice {
+			return nil, fmt.Errorf("%s has two providers", name)
+		}
+		out[origin] = target
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+func (c ContentConfig) validate() error {
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return errors.New("--content-provider-cert and --content-provider-key go together: give both or neither")
+	}
+	if !c.TLS && (c.CAFile != "" || c.CertFile != "") {
+		return errors.New("--content-provider-ca and --content-provider-cert need --content-provider-tls")
+	}
+	if !c.TLS && c.TokenFile != "" {
+		return errors.New("--content-provider-token-file needs --content-provider-tls: a bearer token is never sent in the clear")
+	}
+	return nil
+}
+
+// contentService dials the configured providers and returns the document
+// service over store; closeAll releases the connections.
+func contentService(cfg ContentConfig, store content.Store, repo *repository.Repository, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
+	creds, err := cfg.dialOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	var conns []*grpc.ClientConn
+	closeConns := func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	providers := map[domain.Origin]messagehubv1.BundleContentProviderClient{}
+	origins := make([]domain.Origin, 0, len(cfg.Providers))
+	for origin := range cfg.Providers {
+		origins = append(origins, origin)
+	}
+	slices.Sort(origins)
+	for _, origin := range origins {
+		conn, err := grpc.NewClient(cfg.Providers[origin], creds...)
+		if err != nil {
+			closeConns()
+			return nil, nil, fmt.Errorf("content provider of %s: %w", messagehubv1.Domain(origin), err)
+		}
+		conns = append(conns, conn)
+		providers[origin] = messagehubv1.NewBundleContentProviderClient(conn)
+	}
+	svc = content.NewService(content.Options{
+		Providers: providers,
+		Store:     store,
+		Pending:   repo.IsPending,
+		Logger:    logger,
+	})
+	return svc, func() {
+		svc.Close()
+		closeConns()
+	}, nil
+}
+
+// dialOptions are the transport credentials towards providers.
+func (c ContentConfig) dialOptions() ([]grpc.DialOption, error) {
+	if !c.TLS {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--content-provider-ca: %w", err)
+		}
+		tlsConfig.RootCAs = x509.NewCertPool()
+		if !tlsConfig.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--content-provider-ca: no PEM certificate in %s", c.CAFile)
+		}
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--content-provider-cert: %w", err)
+		}
+		tlsConfig.Certificates = []tls.Certificate{cert}
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig))}
+	if c.TokenFile != "" {
+		token, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--content-provider-token-file: %w", err)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(strings.TrimSpace(string(token)))))
+	}
+	return opts, nil
+}
+
+// bearer sends a fixed token, over TLS only.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return true }

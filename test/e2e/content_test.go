@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
+)
+
+// peekContent reads a whole PeekContent stream: the first message and the
+// data of all of them.
+func (h *hub) peekContent(t *testing.T, recipient string) (*messagehubv1.PeekContentChunk, []byte, error) {
+	t.Helper()
+	stream, err := h.client.PeekContent(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil {
+		return nil, nil, err
+	}
+	var first *messagehubv1.PeekContentChunk
+	var data []byte
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return first, data, nil
+		}
+		if err != nil {
+			return first, data, err
+		}
+		if first == nil {
+			first = msg
+		}
+		data = append(data, msg.GetData()...)
+	}
+}
+
+// The binary asks the domain once, stores the document, and serves the same
+// bytes after a restart; a slow domain makes the peek UNAVAILABLE while the
+// hub goes on building the document in the background.
+func TestContentIsBuiltOnceAndSurvivesARestart(t *testing.T) {
+	document := bytes.Repeat([]byte("<MarketDocument/>"), 200_000) // 3.4 MB
+	release := make(chan struct{})
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		a := contenttest.Document("application/xml", document, 256<<10)
+		a.Hold = release
+		return a
+	})
+	dataDir := t.TempDir()
+	args := []string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address, "--content-timeout", "300ms"}
+	h := startHubIn(t, dataDir, args...)
+
+	recipient := newID()
+	if _, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{{
+		Id: newID(), Recipient: recipient, Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES,
+		ContentType: "rsm-014", SupportsBundling: true, Weight: 1,
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.peekContent(t, recipient); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a peek while the domain is slow: %v, want UNAVAILABLE", err)
+	}
+	close(release)
+	var first *messagehubv1.PeekContentChunk
+	var data []byte
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var err error
+		first, data, err = h.peekContent(t, recipient)
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			t.Fatalf("peek after the domain answered: %v", err)
+		}
+	}
+	if first.GetMediaType() != "application/xml" || !bytes.Equal(data, document) {
+		t.Fatalf("got %q with %d bytes, want the provider's application/xml of %d", first.GetMediaType(), len(data), len(document))
+	}
+	bundleID := first.GetBundle().GetId()
+
+	if _, err := h.terminate(t); err != nil {
+		t.Fatal(err)
+	}
+	h = startHubIn(t, dataDir, args...)
+	again, data, err := h.peekContent(t, recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.GetBundle().GetId() != bundleID || !bytes.Equal(data, document) {
+		t.Fatal("after a restart the peek served another bundle or other bytes")
+	}
+	if n := provider.Creates(bundleID); n != 1 {
+		t.Fatalf("the domain was asked %d times, want once", n)
+	}
+	if _, err := h.client.Dequeue(ctxT(t), &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: bundleID}); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, err := h.peekContent(t, recipient); err != nil || first != nil {
+		t.Fatalf("after the dequeue: %v, %v; want an empty stream", first, err)
+	}
+}
