@@ -309,7 +309,7 @@ func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder te
 	}
 	store, err := embedded.Open(cfg.DataDir, logger)
 	if err != nil {
-		return nil, fmt.Errorf("open embedded store in %s: %w", cfg.DataDir, err)
+		return nil, err // it names the directory
 	}
 	return store, nil
 }

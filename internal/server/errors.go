@@ -26,6 +26,12 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if st, ok := status.FromError(err); ok {
+		// Already a status (e.g. the health server's NOT_FOUND for an unknown
+		// service): it says what it means.
+		logger.Debug("call failed", "method", method, "code", st.Code().String(), "error", err)
+		return st.Err()
+	}
 	var code codes.Code
 	switch {
 	case errors.Is(err, domain.ErrInvalidArgument):
@@ -50,6 +56,11 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 	default:
 		logger.Error("internal error", "method", method, "error", err)
 		return status.Error(codes.Internal, internalMessage)
+	}
+	if code != codes.Unavailable {
+		// The caller's mistake or choice, not the service's: anyone could
+		// fill an ERROR log with these.
+		logger.Debug("call refused", "method", method, "code", code.String(), "error", err)
 	}
 	return status.Error(code, err.Error())
 }
@@ -82,12 +93,6 @@ func StreamErrorInterceptor(logger *slog.Logger) grpc.StreamServerInterceptor {
 				err = ToStatus(logger, info.FullMethod, fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
 			}
 		}()
-		if err := handler(srv, ss); err != nil {
-			if _, ok := status.FromError(err); ok {
-				return err // already a status, e.g. from the health server
-			}
-			return ToStatus(logger, info.FullMethod, err)
-		}
-		return nil
+		return ToStatus(logger, info.FullMethod, handler(srv, ss))
 	}
 }

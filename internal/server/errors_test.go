@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -118,5 +119,39 @@ func TestUnaryErrorInterceptor(t *testing.T) {
 				t.Errorf("panic not logged: %s", logs.String())
 			}
 		})
+	}
+}
+
+// Errors that are already statuses (gRPC's own services answer with them)
+// keep their code and are no server fault: nothing reaches the ERROR log.
+func TestStatusErrorsPassThroughWithoutAnErrorLog(t *testing.T) {
+	for _, code := range []codes.Code{codes.NotFound, codes.InvalidArgument, codes.Unimplemented, codes.PermissionDenied} {
+		var logs bytes.Buffer
+		got := ToStatus(slog.New(slog.NewJSONHandler(&logs, nil)), "/grpc.health.v1.Health/Check", status.Error(code, "as the library said"))
+		if st := status.Convert(got); st.Code() != code || st.Message() != "as the library said" {
+			t.Errorf("%s became %s %q", code, st.Code(), st.Message())
+		}
+		if logs.Len() > 0 {
+			t.Errorf("%s was logged at info or above: %s", code, logs.String())
+		}
+	}
+}
+
+func TestClientErrorsAreNotLoggedAtError(t *testing.T) {
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	for _, err := range []error{domain.ErrInvalidArgument, domain.ErrNotFound, domain.ErrUnauthenticated, domain.ErrPermissionDenied, context.Canceled} {
+		_ = ToStatus(logger, "/messagehub.v1.MessageHub/Peek", err)
+	}
+	if logs.Len() > 0 {
+		t.Fatalf("client errors were logged at info or above: %s", logs.String())
+	}
+}
+
+func TestAHealthCheckOfAnUnknownServiceIsNotFound(t *testing.T) {
+	_, healthClient, _ := testServer(t, &recordingHub{})
+	_, err := healthClient.Check(ctxT(t), &healthpb.HealthCheckRequest{Service: "no.such.Service"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("got %v, want NOT_FOUND", err)
 	}
 }

@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -74,5 +77,25 @@ func TestSIGTERMTurnsHealthNotServingAndExitsCleanly(t *testing.T) {
 	}
 	if _, err := h2.terminate(t); err != nil {
 		t.Errorf("second exit: %v", err)
+	}
+}
+
+func TestASecondHubOnTheSameDataDirSaysItIsInUse(t *testing.T) {
+	dir := t.TempDir()
+	first := startHubIn(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "--grpc-addr", "127.0.0.1:0", "--data-dir", dir).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("the second hub did not fail: %v\n%s", err, out)
+	}
+	for _, want := range []string{"in use by another process", dir, fmt.Sprintf("(pid %d)", first.Cmd.Process.Pid)} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("its message does not say %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(string(out), "open embedded store"); n != 1 {
+		t.Errorf("its message repeats its prefix:\n%s", out)
 	}
 }

@@ -10,10 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -58,9 +62,16 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	db, err := pebble.Open(dir, opts)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		// pebble's lock on the directory is held: another process has it open.
+		return nil, fmt.Errorf("open embedded store: the data directory %s is in use by another process%s; "+
+			"stop it or give this one another --data-dir", dir, holder(dir))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
 	}
+	// Tell a second process who holds the directory; only read while locked.
+	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 	s := &Store{
 		db: db, logger: logger, cache: make(map[[16]byte]*records),
 		writes: make(chan writeReq, maxWriteGroup), writerDone: make(chan struct{}),
@@ -74,6 +85,18 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 	s.version.Store(uint64(time.Now().UnixNano()))
 	go s.writeLoop()
 	return s, nil
+}
+
+// pidFile names the process that has the directory open.
+const pidFile = "messagehub.pid"
+
+// holder says which process has dir open, as far as its pid file tells.
+func holder(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, pidFile)) //nolint:gosec // the operator's data directory
+	if pid := strings.TrimSpace(string(data)); err == nil && pid != "" {
+		return " (pid " + pid + ")"
+	}
+	return ""
 }
 
 // Close lets queued writes finish, then closes the database.
