@@ -34,6 +34,17 @@ type Config struct {
 	LogLevel        slog.Level    // minimum level logged
 	Content         ContentConfig // bundles' documents
 	ContentTimeout  time.Duration // how long a PeekContent waits for a document
+	Limits          Limits        // what clients can make the process hold
+}
+
+// Limits bound the resources clients can tie up.
+type Limits struct {
+	HTTPReadTimeout  time.Duration // whole request, body included
+	HTTPWriteTimeout time.Duration // whole response
+	HTTPIdleTimeout  time.Duration // between requests on a kept-alive connection
+	MaxConnections   int           // open connections per listener
+	GRPCMaxStreams   uint32        // concurrent calls per gRPC connection
+	GRPCMaxConnAge   time.Duration // gRPC connections are closed (gracefully) after this long
 }
 
 // Store backends.
@@ -214,6 +225,32 @@ var settings = []setting{
 		func(c *Config, v string) error { c.Content.KeyFile = v; return nil }},
 	{"content-provider-token-file", "MESSAGEHUB_CONTENT_PROVIDER_TOKEN_FILE", "", "file holding a bearer token sent to content providers (needs --content-provider-tls)",
 		func(c *Config, v string) error { c.Content.TokenFile = v; return nil }},
+	{"http-read-timeout", "MESSAGEHUB_HTTP_READ_TIMEOUT", "60s", "longest time to read an HTTP request, body included",
+		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPReadTimeout) }},
+	{"http-write-timeout", "MESSAGEHUB_HTTP_WRITE_TIMEOUT", "2m", "longest time to write an HTTP response",
+		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPWriteTimeout) }},
+	{"http-idle-timeout", "MESSAGEHUB_HTTP_IDLE_TIMEOUT", "2m", "how long an idle kept-alive HTTP connection stays open",
+		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPIdleTimeout) }},
+	{"max-connections", "MESSAGEHUB_MAX_CONNECTIONS", "1000", "most open connections per listener (gRPC and HTTP each); more wait to be accepted",
+		func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("must be a positive integer, got %q", v)
+			}
+			c.Limits.MaxConnections = n
+			return nil
+		}},
+	{"grpc-max-streams", "MESSAGEHUB_GRPC_MAX_STREAMS", "100", "most concurrent calls per gRPC connection",
+		func(c *Config, v string) error {
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil || n < 1 {
+				return fmt.Errorf("must be a positive integer, got %q", v)
+			}
+			c.Limits.GRPCMaxStreams = uint32(n)
+			return nil
+		}},
+	{"grpc-max-connection-age", "MESSAGEHUB_GRPC_MAX_CONNECTION_AGE", "30m", "gRPC connections are closed gracefully after this long (clients reconnect)",
+		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.GRPCMaxConnAge) }},
 	{"log-level", "MESSAGEHUB_LOG_LEVEL", "info", "minimum log level: debug, info, warn or error",
 		func(c *Config, v string) error {
 			var l slog.Level
@@ -223,6 +260,15 @@ var settings = []setting{
 			c.LogLevel = l
 			return nil
 		}},
+}
+
+func positiveDuration(v string, into *time.Duration) error {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("must be a positive duration, got %q", v)
+	}
+	*into = d
+	return nil
 }
 
 // ParseConfig reads the configuration from the command-line arguments (without

@@ -17,6 +17,11 @@ func envOf(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
+var defaultLimits = Limits{
+	HTTPReadTimeout: time.Minute, HTTPWriteTimeout: 2 * time.Minute, HTTPIdleTimeout: 2 * time.Minute,
+	MaxConnections: 1000, GRPCMaxStreams: 100, GRPCMaxConnAge: 30 * time.Minute,
+}
+
 func TestParseConfig(t *testing.T) {
 	defaults := Config{
 		GRPCAddr:        "127.0.0.1:50051",
@@ -30,6 +35,7 @@ func TestParseConfig(t *testing.T) {
 		LogLevel:        slog.LevelInfo,
 		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 16},
 		ContentTimeout:  25 * time.Second,
+		Limits:          defaultLimits,
 	}
 	with := func(f func(*Config)) Config {
 		c := defaults
@@ -67,7 +73,7 @@ func TestParseConfig(t *testing.T) {
 				JWTActorClaim: "azp", TLSCert: "/tls/cert.pem", TLSKey: "/tls/key.pem",
 				Store: "embedded", DataDir: "/var/lib/messagehub", Cosmos: defaults.Cosmos,
 				MaxBundleWeight: 1000, Retention: 24 * time.Hour, LogLevel: slog.LevelDebug,
-				ContentTimeout: 25 * time.Second,
+				ContentTimeout: 25 * time.Second, Limits: defaultLimits,
 			},
 		},
 		{
@@ -88,7 +94,7 @@ func TestParseConfig(t *testing.T) {
 				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:8080", Auth: "none", JWTActorClaim: "sub",
 				Store: "embedded", DataDir: "/tmp/x", Cosmos: defaults.Cosmos,
 				MaxBundleWeight: 7, Retention: 90 * time.Minute, LogLevel: slog.LevelWarn,
-				ContentTimeout: 25 * time.Second,
+				ContentTimeout: 25 * time.Second, Limits: defaultLimits,
 			},
 		},
 		{
@@ -176,6 +182,9 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "a content provider without address", args: []string{"--content-provider", "DOMAIN_CHARGES="}, wantErr: "DOMAIN=ADDRESS"},
 		{name: "two providers of a domain", args: []string{"--content-provider", "DOMAIN_CHARGES=a:1", "--content-provider", "DOMAIN_CHARGES=b:1"}, wantErr: "two providers"},
 		{name: "the unspecified domain", env: map[string]string{"MESSAGEHUB_CONTENT_PROVIDERS": "DOMAIN_UNSPECIFIED=a:1"}, wantErr: "MESSAGEHUB_CONTENT_PROVIDERS"},
+		{name: "zero max connections", args: []string{"--max-connections", "0"}, wantErr: "positive integer"},
+		{name: "zero gRPC streams", env: map[string]string{"MESSAGEHUB_GRPC_MAX_STREAMS": "0"}, wantErr: "MESSAGEHUB_GRPC_MAX_STREAMS"},
+		{name: "a negative read timeout", args: []string{"--http-read-timeout", "-1s"}, wantErr: "--http-read-timeout"},
 		{name: "a zero content timeout", args: []string{"--content-timeout", "0s"}, wantErr: "positive duration"},
 		{name: "a provider token in the clear", args: []string{"--content-provider-token-file", "t"}, wantErr: "never sent in the clear"},
 		{name: "a provider client certificate without key", args: []string{"--content-provider-tls=true", "--content-provider-cert", "c.pem"}, wantErr: "--content-provider-cert and --content-provider-key"},

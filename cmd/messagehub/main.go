@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -90,7 +91,12 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 	opts := []server.Option{
 		server.WithMetrics(tel.Metrics),
 		server.WithStatsHandler(tel.GRPCServerHandler()),
+		server.WithLimits(server.Limits{
+			MaxConcurrentStreams: cfg.Limits.GRPCMaxStreams,
+			MaxConnectionAge:     cfg.Limits.GRPCMaxConnAge,
+		}),
 	}
+	gatewayOpts := []gateway.Option{gateway.WithMaxBodyBytes(server.MaxRecvMsgSize + 1<<20)}
 	if cfg.Auth == AuthJWT {
 		v, err := auth.NewVerifier(auth.Config{
 			JWKSFile: cfg.JWKSFile, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, ActorClaim: cfg.JWTActorClaim,
@@ -98,7 +104,9 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 		if err != nil {
 			return err
 		}
-		opts = append(opts, server.WithAuthorizer(auth.NewAuthorizer(v)))
+		authorizer := auth.NewAuthorizer(v)
+		opts = append(opts, server.WithAuthorizer(authorizer))
+		gatewayOpts = append(gatewayOpts, gateway.WithAuthentication(authorizer.Authenticate))
 	}
 	var tlsConfig *tls.Config
 	if cfg.TLSCert != "" {
@@ -183,15 +191,17 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 		return fmt.Errorf("gateway connection: %w", err)
 	}
 	defer func() { _ = conn.Close() }()
-	handler, err := gateway.New(ctx, conn, tel.MetricsHandler())
+	handler, err := gateway.New(ctx, conn, tel.MetricsHandler(), gatewayOpts...)
 	if err != nil {
 		return err
 	}
 	httpSrv := &http.Server{
 		Handler:           tel.HTTPHandler(handler),
 		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: min(10*time.Second, cfg.Limits.HTTPReadTimeout),
+		ReadTimeout:       cfg.Limits.HTTPReadTimeout,
+		WriteTimeout:      cfg.Limits.HTTPWriteTimeout,
+		IdleTimeout:       cfg.Limits.HTTPIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 
@@ -211,7 +221,7 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		// Serve returns nil once GracefulStop or Stop is called.
-		if err := srv.Serve(withTLS(grpcLis, tlsConfig)); err != nil {
+		if err := srv.Serve(withTLS(netutil.LimitListener(grpcLis, cfg.Limits.MaxConnections), tlsConfig)); err != nil {
 			return fmt.Errorf("serve gRPC: %w", err)
 		}
 		return nil
@@ -224,10 +234,11 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 	})
 	g.Go(func() error {
 		var err error
+		limited := netutil.LimitListener(httpLis, cfg.Limits.MaxConnections)
 		if tlsConfig != nil {
-			err = httpSrv.ServeTLS(httpLis, "", "") // the certificate is in TLSConfig
+			err = httpSrv.ServeTLS(limited, "", "") // the certificate is in TLSConfig
 		} else {
-			err = httpSrv.Serve(httpLis)
+			err = httpSrv.Serve(limited)
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve HTTP: %w", err)

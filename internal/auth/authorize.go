@@ -87,7 +87,23 @@ func actAs(p Principal, recipient *string) error {
 // bearerToken returns the token of the call's "authorization: Bearer ..."
 // metadata.
 func bearerToken(ctx context.Context) (string, error) {
-	values := metadata.ValueFromIncomingContext(ctx, "authorization")
+	return parseBearer(metadata.ValueFromIncomingContext(ctx, "authorization"))
+}
+
+// Authenticate checks the Authorization header of an HTTP request as
+// Authorize checks a call's metadata, but only who the caller is, not what
+// it may do: the gateway asks it before reading a request's body.
+func (a *Authorizer) Authenticate(authorization []string) error {
+	token, err := parseBearer(authorization)
+	if err != nil {
+		return err
+	}
+	_, err = a.verifier.Verify(token)
+	return err
+}
+
+// parseBearer returns the token of one "Bearer <token>" value.
+func parseBearer(values []string) (string, error) {
 	if len(values) == 0 {
 		return "", fmt.Errorf("%w: missing bearer token (authorization metadata)", domain.ErrUnauthenticated)
 	}

@@ -9,7 +9,9 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
@@ -36,13 +39,45 @@ var peekGroups = map[string]string{
 	"/v1/peek/masterdata":   messagehubv1.PeekGroup_PEEK_GROUP_MASTER_DATA.String(),
 }
 
+// DefaultMaxBodyBytes bounds a request body: just above the gRPC server's
+// message limit (32 MiB), which a full Save in JSON stays well below.
+const DefaultMaxBodyBytes = 33 << 20
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	maxBodyBytes int64
+	authenticate func(authorization []string) error
+}
+
+// WithMaxBodyBytes refuses request bodies over n bytes with 413.
+func WithMaxBodyBytes(n int64) Option { return func(o *options) { o.maxBodyBytes = n } }
+
+// WithAuthentication checks every API request's Authorization header with
+// fn before its body is read; a refusal is 401. The gRPC server still
+// authenticates and authorizes the call itself.
+func WithAuthentication(fn func(authorization []string) error) Option {
+	return func(o *options) { o.authenticate = fn }
+}
+
 // New returns the HTTP handler of the gateway. conn reaches the gRPC server
 // (MessageHub and health); metrics serves /metrics.
-func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handler) (http.Handler, error) {
+func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handler, opts ...Option) (http.Handler, error) {
+	o := options{maxBodyBytes: DefaultMaxBodyBytes}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	mux := runtime.NewServeMux(
 		runtime.WithHealthzEndpoint(healthpb.NewHealthClient(conn)),
 		runtime.WithForwardResponseOption(peekResponse),
 		runtime.WithErrorHandler(errorHandler),
+		// Unknown fields are refused rather than dropped: a misspelt field
+		// must not silently change what is stored.
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}}),
 		// The server sets no response metadata worth exposing as
 		// Grpc-Metadata-* headers.
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
@@ -50,20 +85,103 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 	if err := messagehubv1.RegisterMessageHubHandlerClient(ctx, mux, messagehubv1.NewMessageHubClient(conn)); err != nil {
 		return nil, fmt.Errorf("register gateway routes: %w", err)
 	}
-	// The routes are repeated here so that request metrics name them
-	// (http.route); anything else goes to grpc-gateway for its 404 or 405.
-	root := http.NewServeMux()
-	root.Handle("GET /metrics", metrics)
-	root.HandleFunc("GET /openapi.json", serveOpenAPI)
-	root.Handle("GET /healthz", mux)
-	root.Handle("POST /v1/notifications", mux)
-	root.Handle("GET /v1/peek", mux)
-	for path, group := range peekGroups {
-		root.Handle("GET "+path, peekGroup(mux, group))
+	api := guard(mux, o)
+	routes := []struct {
+		method, path string
+		handler      http.Handler
+	}{
+		{http.MethodGet, "/metrics", metrics},
+		{http.MethodGet, "/openapi.json", http.HandlerFunc(serveOpenAPI)},
+		{http.MethodGet, "/healthz", mux},
+		{http.MethodPost, "/v1/notifications", api},
+		{http.MethodGet, "/v1/peek", api},
+		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
 	}
-	root.Handle("DELETE /v1/dequeue/{bundleId}", mux)
+	for path, group := range peekGroups {
+		routes = append(routes, struct {
+			method, path string
+			handler      http.Handler
+		}{http.MethodGet, path, peekGroup(api, group)})
+	}
+	// Every route is named here so that request metrics name it
+	// (http.route), and so that another method on it is 405; anything else
+	// goes to grpc-gateway for its 404.
+	root := http.NewServeMux()
+	for _, rt := range routes {
+		root.Handle(rt.method+" "+rt.path, rt.handler)
+		root.Handle(rt.path, methodNotAllowed(mux, rt.method))
+	}
 	root.Handle("/", mux)
 	return root, nil
+}
+
+// methodNotAllowed answers 405 with the allowed methods, in the gateway's
+// JSON error shape.
+func methodNotAllowed(mux *runtime.ServeMux, method string) http.Handler {
+	allow := method
+	if method == http.MethodGet {
+		allow += ", " + http.MethodHead
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(mux, w, r, http.StatusMethodNotAllowed,
+			status.Errorf(codes.Unimplemented, "method %s is not allowed on %s: use %s", r.Method, r.URL.Path, allow))
+	})
+}
+
+// guard checks the caller's token before anything of the body is read, and
+// bounds the body: a declared length over the limit is refused at once, an
+// undeclared one as soon as it passes the limit.
+func guard(next http.Handler, o options) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o.authenticate != nil {
+			if err := o.authenticate(r.Header.Values("Authorization")); err != nil {
+				writeError(nil, bearerChallenge{w}, r, http.StatusUnauthorized, status.Error(codes.Unauthenticated, err.Error()))
+				return
+			}
+		}
+		if r.ContentLength > o.maxBodyBytes {
+			writeError(nil, w, r, http.StatusRequestEntityTooLarge, tooLarge(o.maxBodyBytes))
+			return
+		}
+		body := &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, o.maxBodyBytes), limit: o.maxBodyBytes}
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
+		r.Body = body
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tooLarge(limit int64) error {
+	return status.Errorf(codes.ResourceExhausted, "request body over %d bytes", limit)
+}
+
+// limitedBody remembers that the body went over its limit, so that the
+// error handler answers 413 rather than a decoding error.
+type limitedBody struct {
+	io.ReadCloser
+	limit   int64
+	tripped bool
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		b.tripped = true
+	}
+	return n, err
+}
+
+type bodyKey struct{}
+
+// writeError writes err in grpc-gateway's JSON error shape with an HTTP
+// status of our choosing.
+func writeError(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, httpStatus int, err error) {
+	if mux == nil {
+		mux = runtime.NewServeMux()
+	}
+	_, out := runtime.MarshalerForRequest(mux, r)
+	runtime.DefaultHTTPErrorHandler(r.Context(), mux, out, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: err})
 }
 
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
@@ -106,6 +224,9 @@ func peekResponse(_ context.Context, w http.ResponseWriter, m proto.Message) err
 // errorHandler is grpc-gateway's standard mapping (status code to HTTP
 // status, JSON body) with an RFC 6750 challenge on 401.
 func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if body, ok := ctx.Value(bodyKey{}).(*limitedBody); ok && body.tripped {
+		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: tooLarge(body.limit)}
+	}
 	if status.Code(err) == codes.Unauthenticated {
 		w = bearerChallenge{w}
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
 
@@ -46,6 +47,55 @@ type options struct {
 	stats          []stats.Handler
 	documents      Documents
 	contentTimeout time.Duration
+	limits         Limits
+}
+
+// Limits bound what clients can make the server hold. The defaults suit a
+// public deployment.
+type Limits struct {
+	// MaxConcurrentStreams is the most calls one connection may have open.
+	MaxConcurrentStreams uint32
+	// MaxConnectionAge closes connections after this long (with a grace for
+	// calls in flight), so that no client keeps one forever and load spreads
+	// over instances.
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	// MaxConnectionIdle closes connections without calls after this long.
+	MaxConnectionIdle time.Duration
+}
+
+// DefaultLimits are the limits without WithLimits.
+var DefaultLimits = Limits{
+	MaxConcurrentStreams:  100,
+	MaxConnectionAge:      30 * time.Minute,
+	MaxConnectionAgeGrace: time.Minute,
+	MaxConnectionIdle:     5 * time.Minute,
+}
+
+// Keepalive: the server pings idle connections to find dead peers, and
+// refuses clients that ping more often than keepaliveMinTime.
+const (
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+	keepaliveMinTime = 10 * time.Second
+)
+
+// WithLimits replaces DefaultLimits; zero fields keep their defaults.
+func WithLimits(l Limits) Option {
+	return func(o *options) {
+		if l.MaxConcurrentStreams > 0 {
+			o.limits.MaxConcurrentStreams = l.MaxConcurrentStreams
+		}
+		if l.MaxConnectionAge > 0 {
+			o.limits.MaxConnectionAge = l.MaxConnectionAge
+		}
+		if l.MaxConnectionAgeGrace > 0 {
+			o.limits.MaxConnectionAgeGrace = l.MaxConnectionAgeGrace
+		}
+		if l.MaxConnectionIdle > 0 {
+			o.limits.MaxConnectionIdle = l.MaxConnectionIdle
+		}
+	}
 }
 
 // WithAuthorizer checks every call with a; without it every call is allowed.
@@ -64,7 +114,7 @@ func WithStatsHandler(h stats.Handler) Option {
 // ("") and ServiceName; the caller sets SERVING once the store is open (see
 // SetServing). Health and reflection need no credentials.
 func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, *health.Server) {
-	o := options{metrics: telemetry.Discard()}
+	o := options{metrics: telemetry.Discard(), limits: DefaultLimits}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -77,6 +127,15 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxSendMsgSize(MaxSendMsgSize),
+		grpc.MaxConcurrentStreams(o.limits.MaxConcurrentStreams),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     o.limits.MaxConnectionIdle,
+			MaxConnectionAge:      o.limits.MaxConnectionAge,
+			MaxConnectionAgeGrace: o.limits.MaxConnectionAgeGrace,
+			Time:                  keepaliveTime,
+			Timeout:               keepaliveTimeout,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		// The error interceptor comes first so that it also maps the
 		// authorizer's refusals.
 		grpc.ChainUnaryInterceptor(unary...),

@@ -3,13 +3,16 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -355,4 +358,29 @@ func grepLines(s, re string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A client that sends its body slowly is cut off by the read timeout rather
+// than holding a connection (and a goroutine) forever.
+func TestASlowBodyIsCutOffByTheReadTimeout(t *testing.T) {
+	h := startHTTPHub(t, "--http-read-timeout", "1s")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_, err = fmt.Fprintf(conn, "POST /v1/notifications HTTP/1.1\r\nHost: hub\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"notif")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing more is sent. The server must answer or close by itself; the
+	// deadline only keeps a broken server from hanging the test.
+	if err := conn.SetReadDeadline(time.Now().Add(callTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.ReadAll(conn)
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		t.Fatalf("the connection was still open after %s: the slow body was never cut off", callTimeout)
+	}
 }

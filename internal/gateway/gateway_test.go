@@ -1,0 +1,251 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/test/bufconn"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/gateway"
+	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/repository/embedded"
+	"github.com/energydatahub/messagehub/internal/server"
+)
+
+// stack is the gateway in front of the real gRPC server, repository and
+// embedded store, served on loopback.
+type stack struct {
+	url   string
+	repo  *repository.Repository
+	saves atomic.Int32 // Save calls that reached the gRPC server
+}
+
+func newStack(t *testing.T, opts ...gateway.Option) *stack {
+	t.Helper()
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{repo: repository.New(store, repository.Options{}, nil)}
+	t.Cleanup(func() { s.repo.Close(); _ = store.Close() })
+	srv, hs := server.NewGRPCServer(s.repo, slog.New(slog.DiscardHandler), server.WithStatsHandler(countSaves{&s.saves}))
+	server.SetServing(hs, true)
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("passthrough:///in-process",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	handler, err := gateway.New(context.Background(), conn, http.NotFoundHandler(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(handler)
+	t.Cleanup(web.Close)
+	s.url = web.URL
+	return s
+}
+
+// errorBody is the gateway's JSON error shape.
+type errorBody struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// answer is a response, read and closed.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func call(t *testing.T, req *http.Request) (answer, errorBody) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var e errorBody
+	if data, _ := io.ReadAll(resp.Body); resp.StatusCode >= 400 {
+		if err := json.Unmarshal(data, &e); err != nil {
+			t.Fatalf("%d with a body that is not the JSON error shape: %q", resp.StatusCode, data)
+		}
+	}
+	return answer{resp.StatusCode, resp.Header}, e
+}
+
+func newRequest(t *testing.T, method, url string, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func saveJSON(recipient, extra string) string {
+	return fmt.Sprintf(`{"notifications":[{"id":%q,"recipient":%q,"origin":"DOMAIN_CHARGES","contentType":"c","weight":1%s}]}`,
+		uuid.NewString(), recipient, extra)
+}
+
+func (s *stack) nothingPending(t *testing.T, recipient string) {
+	t.Helper()
+	b, err := s.repo.Peek(t.Context(), recipient, domain.GroupAll, "")
+	if err != nil || b != nil {
+		t.Fatalf("the refused request changed something: %v, %v", b, err)
+	}
+}
+
+func TestUnknownFieldsAndEnumNamesAreRefusedByName(t *testing.T) {
+	s := newStack(t)
+	recipient := uuid.NewString()
+	for name, tc := range map[string]struct{ body, mentions string }{
+		"a misspelt field":          {saveJSON(recipient, `,"supportBundling":true`), `"supportBundling"`},
+		"an unknown enum name":      {strings.Replace(saveJSON(recipient, ""), "DOMAIN_CHARGES", "DOMAIN_WEATHER", 1), `DOMAIN_WEATHER`},
+		"an unknown top field":      {`{"notification":[]}`, `"notification"`},
+		"a field of the wrong type": {saveJSON(recipient, `,"supportsBundling":"yes"`), `supportsBundling`},
+	} {
+		resp, e := call(t, newRequest(t, http.MethodPost, s.url+"/v1/notifications", strings.NewReader(tc.body)))
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Message, tc.mentions) {
+			t.Errorf("%s: %d %q; want 400 naming %s", name, resp.StatusCode, e.Message, tc.mentions)
+		}
+	}
+	s.nothingPending(t, recipient)
+	if resp, _ := call(t, newRequest(t, http.MethodPost, s.url+"/v1/notifications", strings.NewReader(saveJSON(recipient, `,"supportsBundling":true`)))); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a correct save: %d", resp.StatusCode)
+	}
+}
+
+func TestAWrongMethodOnAKnownRouteIs405(t *testing.T) {
+	s := newStack(t)
+	for _, tc := range []struct{ method, path, allow string }{
+		{http.MethodPost, "/v1/peek", "GET, HEAD"},
+		{http.MethodDelete, "/v1/peek/timeseries", "GET, HEAD"},
+		{http.MethodGet, "/v1/notifications", "POST"},
+		{http.MethodPost, "/v1/dequeue/" + uuid.NewString(), "DELETE"},
+		{http.MethodPut, "/openapi.json", "GET, HEAD"},
+	} {
+		resp, e := call(t, newRequest(t, tc.method, s.url+tc.path, nil))
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != tc.allow || !strings.Contains(e.Message, tc.method) {
+			t.Errorf("%s %s: %d, Allow %q, %q; want 405 allowing %s", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), e.Message, tc.allow)
+		}
+	}
+	if resp, _ := call(t, newRequest(t, http.MethodGet, s.url+"/v1/nothing", nil)); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("an unknown route: %d, want 404", resp.StatusCode)
+	}
+}
+
+// endless is a body of n bytes that never ends in valid JSON, produced as it
+// is read.
+type endless struct{ left int64 }
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.left <= 0 {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), e.left)
+	for i := range p[:n] {
+		p[i] = ' '
+	}
+	e.left -= n
+	return int(n), nil
+}
+
+func TestOversizedBodiesAre413AndNeverHeldWhole(t *testing.T) {
+	s := newStack(t) // the default limit, just above the gRPC message limit
+	const size = 300 << 20
+	for name, declare := range map[string]bool{"declared": true, "chunked": false} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		req := newRequest(t, http.MethodPost, s.url+"/v1/notifications", &endless{left: size})
+		if declare {
+			req.ContentLength = size
+		} else {
+			req.ContentLength = -1 // chunked: the size shows only while reading
+		}
+		resp, err := http.DefaultClient.Do(req)
+		var status int
+		if err == nil {
+			status = resp.StatusCode
+			_ = resp.Body.Close()
+		} else if !errors.Is(err, io.ErrClosedPipe) && !strings.Contains(err.Error(), "connection reset") && !strings.Contains(err.Error(), "broken pipe") {
+			t.Fatalf("%s: %v", name, err)
+		}
+		runtime.ReadMemStats(&after)
+		if err == nil && status != http.StatusRequestEntityTooLarge {
+			t.Errorf("%s: %d, want 413", name, status)
+		}
+		// The client and server allocate in this process: a body held whole
+		// would allocate more than its 300 MB.
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 150<<20 {
+			t.Errorf("%s: %d MB allocated for a refused body", name, grew>>20)
+		}
+	}
+	if n := s.saves.Load(); n != 0 {
+		t.Fatalf("%d oversized saves reached the server", n)
+	}
+}
+
+func TestTheTokenIsCheckedBeforeTheBody(t *testing.T) {
+	var checked atomic.Int32
+	s := newStack(t, gateway.WithMaxBodyBytes(1<<20), gateway.WithAuthentication(func(h []string) error {
+		checked.Add(1)
+		if len(h) == 1 && h[0] == "Bearer good" {
+			return nil
+		}
+		return fmt.Errorf("%w: no valid token", domain.ErrUnauthenticated)
+	}))
+	recipient := uuid.NewString()
+	big := newRequest(t, http.MethodPost, s.url+"/v1/notifications", &endless{left: 10 << 20})
+	big.ContentLength = 10 << 20
+	if resp, _ := call(t, big); resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+		t.Fatalf("an oversized body without token: %d; want 401 with a challenge, before its size is looked at", resp.StatusCode)
+	}
+	tooBig := newRequest(t, http.MethodPost, s.url+"/v1/notifications", &endless{left: 10 << 20})
+	tooBig.ContentLength = 10 << 20
+	tooBig.Header.Set("Authorization", "Bearer good")
+	if resp, _ := call(t, tooBig); resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("an oversized body with a token: %d, want 413", resp.StatusCode)
+	}
+	if checked.Load() != 2 || s.saves.Load() != 0 {
+		t.Fatalf("token checked %d times, %d saves reached the server", checked.Load(), s.saves.Load())
+	}
+	s.nothingPending(t, recipient)
+}
+
+// countSaves counts the Save calls that reach the gRPC server.
+type countSaves struct{ n *atomic.Int32 }
+
+func (c countSaves) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if info.FullMethodName == messagehubv1.MessageHub_Save_FullMethodName {
+		c.n.Add(1)
+	}
+	return ctx
+}
+func (countSaves) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (countSaves) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (countSaves) HandleConn(context.Context, stats.ConnStats)                       {}
