@@ -89,7 +89,7 @@ lint: $(BUF) $(GOLANGCI_LINT) ## buf lint, gofmt, go vet, golangci-lint
 # compiles no C.
 build: ## build .bin/messagehub (pure Go, as shipped)
 	@echo "==> building .bin/messagehub (CGO_ENABLED=0; a first build downloads and compiles the dependencies, about a minute)"
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/messagehub ./cmd/messagehub
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o $(BIN)/messagehub ./cmd/messagehub
 
 run: build ## run the service on the embedded store in ./data (ARGS="--grpc-addr ..." to override)
 	@echo "==> starting .bin/messagehub $(ARGS) (embedded store in ./data; Ctrl-C stops it)"

@@ -19,6 +19,7 @@ import (
 type Config struct {
 	GRPCAddr        string        // address the gRPC server listens on
 	HTTPAddr        string        // address the HTTP gateway listens on
+	MetricsAddr     string        // address /metrics is served on; empty: the HTTP gateway's
 	Auth            string        // AuthNone or AuthJWT
 	JWKSFile        string        // with AuthJWT: the keys tokens are signed with
 	JWTIssuer       string        // with AuthJWT: the iss tokens must carry
@@ -96,6 +97,8 @@ var settings = []setting{
 			c.HTTPAddr = v
 			return nil
 		}},
+	{"metrics-addr", "MESSAGEHUB_METRICS_ADDR", "", "address of a listener of its own for /metrics (e.g. an internal interface); empty: /metrics is on the HTTP gateway",
+		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
 	{"auth", "MESSAGEHUB_AUTH", AuthNone, "authentication: none (only when every listener is on loopback) or jwt",
 		func(c *Config, v string) error {
 			if v != AuthNone && v != AuthJWT {
@@ -271,6 +274,9 @@ func positiveDuration(v string, into *time.Duration) error {
 	return nil
 }
 
+// ErrVersion is ParseConfig's answer to --version: print the version and exit.
+var ErrVersion = errors.New("version requested")
+
 // ParseConfig reads the configuration from the command-line arguments (without
 // the program name) and the environment (getenv). A flag beats its environment
 // variable, which beats the default. Usage and errors go to output; -h returns
@@ -292,8 +298,12 @@ func ParseConfig(args []string, getenv func(string) string, output io.Writer) (C
 			return nil
 		})
 	}
+	showVersion := fs.Bool("version", false, "print the version, commit and build time, and exit")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if *showVersion {
+		return Config{}, ErrVersion
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -351,8 +361,8 @@ func (c Config) validate() error {
 			return fmt.Errorf("--auth jwt needs %s", strings.Join(missing, ", "))
 		}
 	case AuthNone:
-		for _, l := range []struct{ flag, addr string }{{"--grpc-addr", c.GRPCAddr}, {"--http-addr", c.HTTPAddr}} {
-			if !IsLoopback(l.addr) {
+		for _, l := range []struct{ flag, addr string }{{"--grpc-addr", c.GRPCAddr}, {"--http-addr", c.HTTPAddr}, {"--metrics-addr", c.MetricsAddr}} {
+			if l.addr != "" && !IsLoopback(l.addr) {
 				return fmt.Errorf("refusing to start: --auth none is only allowed when every listener is on loopback, "+
 					"but %s is %q; listen on 127.0.0.1 or ::1, or use --auth jwt with --jwks-file, --jwt-issuer and --jwt-audience",
 					l.flag, l.addr)

@@ -1,6 +1,7 @@
-// Command messagehub runs the MessageHub service: Save, Peek and Dequeue over
-// gRPC (with gRPC health and reflection) and over an HTTP gateway for market
-// actors (with /openapi.json, /healthz and /metrics), on the embedded store.
+// Command messagehub runs the MessageHub service: Save, Peek, PeekContent and
+// Dequeue over gRPC (with gRPC health and reflection) and over an HTTP
+// gateway for market actors (with /openapi.json, /healthz and /metrics), on
+// the embedded store or on Azure Cosmos DB.
 //
 // Configuration is by flags with environment fallbacks; run with -h to list
 // them. SIGTERM or SIGINT stops it gracefully: health turns NOT_SERVING,
@@ -19,7 +20,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/energydatahub/messagehub/internal/auth"
@@ -57,10 +58,13 @@ func main() {
 	defer stop()
 
 	cfg, err := ParseConfig(os.Args[1:], os.Getenv, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		return
-	}
-	if err != nil {
+	case errors.Is(err, ErrVersion):
+		fmt.Print(readBuildInfo())
+		return
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "messagehub:", err)
 		os.Exit(2)
 	}
@@ -72,212 +76,321 @@ func main() {
 	}
 }
 
-// run serves until ctx is done, then shuts down in order. stop releases the
-// signal handler once shutdown starts, so a second signal ends the process
-// at once.
+// run builds the service, serves until ctx is done, then shuts down in
+// order. stop releases the signal handler once shutdown starts, so a second
+// signal ends the process at once.
 func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.Logger) (err error) {
-	tel, err := telemetry.Setup(ctx, version(), os.Getenv)
+	h, err := build(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
+	defer func() { err = errors.Join(err, h.close()) }()
+	return h.serve(ctx, stop)
+}
+
+// hub is the running service: its parts, its listeners and what closes them.
+type hub struct {
+	cfg    Config
+	logger *slog.Logger
+	tel    *telemetry.Telemetry
+
+	grpcSrv     *grpc.Server
+	health      *health.Server
+	grpcLis     net.Listener
+	inProcess   *bufconn.Listener // the gateway's way to the gRPC server
+	gatewayConn *grpc.ClientConn
+	httpSrv     *http.Server
+	httpLis     net.Listener
+	metricsSrv  *http.Server // nil: /metrics is on httpSrv
+	metricsLis  net.Listener
+	tlsConfig   *tls.Config
+
+	closers []func() error // in the order things were opened
+}
+
+// onClose registers fn to run at close, before everything opened earlier.
+func (h *hub) onClose(fn func() error) { h.closers = append(h.closers, fn) }
+
+// close releases everything in reverse order of opening.
+func (h *hub) close() error {
+	var errs []error
+	for i := len(h.closers) - 1; i >= 0; i-- {
+		errs = append(errs, h.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// build opens the store and wires the servers and listeners, releasing
+// whatever it opened if a step fails.
+func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err error) {
+	h := &hub{cfg: cfg, logger: logger}
 	defer func() {
-		fctx, cancel := context.WithTimeout(context.Background(), telemetryFlushTimeout)
-		defer cancel()
-		if terr := tel.Shutdown(fctx); terr != nil {
-			logger.Warn("telemetry shutdown", "error", terr)
+		if err != nil {
+			err = errors.Join(err, h.close())
 		}
 	}()
+	info := readBuildInfo()
+	if h.tel, err = telemetry.Setup(ctx, info.Version, os.Getenv); err != nil {
+		return nil, err
+	}
+	h.onClose(func() error {
+		fctx, cancel := context.WithTimeout(context.Background(), telemetryFlushTimeout)
+		defer cancel()
+		if err := h.tel.Shutdown(fctx); err != nil {
+			logger.Warn("telemetry shutdown", "error", err)
+		}
+		return nil
+	})
+	if err := h.tel.RegisterBuildInfo(info.Version, info.Revision, info.GoVersion); err != nil {
+		return nil, err
+	}
 
 	opts := []server.Option{
-		server.WithMetrics(tel.Metrics),
-		server.WithStatsHandler(tel.GRPCServerHandler()),
+		server.WithMetrics(h.tel.Metrics),
+		server.WithStatsHandler(h.tel.GRPCServerHandler()),
 		server.WithLimits(server.Limits{
 			MaxConcurrentStreams: cfg.Limits.GRPCMaxStreams,
 			MaxConnectionAge:     cfg.Limits.GRPCMaxConnAge,
 		}),
 	}
-	gatewayOpts := []gateway.Option{gateway.WithMaxBodyBytes(server.MaxRecvMsgSize + 1<<20)}
+	gatewayOpts := []gateway.Option{gateway.WithMaxBodyBytes(server.MaxRecvMsgSize + 1<<20), gateway.WithAccessLog(logger)}
 	if cfg.Auth == AuthJWT {
 		v, err := auth.NewVerifier(auth.Config{
 			JWKSFile: cfg.JWKSFile, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, ActorClaim: cfg.JWTActorClaim,
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		authorizer := auth.NewAuthorizer(v)
 		opts = append(opts, server.WithAuthorizer(authorizer))
 		gatewayOpts = append(gatewayOpts, gateway.WithAuthentication(authorizer.Authenticate))
 	}
-	var tlsConfig *tls.Config
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
-			return fmt.Errorf("load TLS certificate: %w", err)
+			return nil, fmt.Errorf("load TLS certificate: %w", err)
 		}
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		h.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
-	store, err := openStore(ctx, cfg, logger, tel.Metrics)
+	repo, docs, err := h.openRepository(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	repoOpts := repository.Options{MaxBundleWeight: cfg.MaxBundleWeight, Retention: cfg.Retention}
-	// Bundles' documents live next to the embedded store, and are served
-	// even for a domain whose provider has since been removed.
-	var documents *content.DirStore
-	if cfg.Store == StoreEmbedded {
-		if documents, err = content.OpenDirStore(filepath.Join(cfg.DataDir, "content")); err != nil {
-			_ = store.Close()
-			return err
-		}
-		repoOpts.ForgetBundles = content.Forget(documents)
-	}
-	repo := repository.New(instrumented.New(store, tel.Metrics), repoOpts, logger)
-	// Close in reverse order of opening, after the servers have stopped.
-	defer func() {
-		repo.Close()
-		if documents != nil {
-			_ = documents.Close()
-		}
-		if cerr := store.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
-		} else {
-			logger.Info("store closed")
-		}
-	}()
-	if documents != nil {
-		docs, closeDocs, err := contentService(cfg.Content, documents, repo, logger)
-		if err != nil {
-			return err
-		}
-		defer closeDocs() // before the repository closes: builds ask it whether bundles are pending
+	if docs != nil {
 		opts = append(opts, server.WithDocuments(docs, cfg.ContentTimeout))
 	}
+	h.grpcSrv, h.health = server.NewGRPCServer(repo, logger, opts...)
 
-	srv, hs := server.NewGRPCServer(repo, logger, opts...)
-	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
+	if err := h.listen(); err != nil {
+		return nil, err
 	}
-	defer func() { _ = grpcLis.Close() }()
-	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
-	}
-	defer func() { _ = httpLis.Close() }()
-	if cfg.Auth == AuthNone {
-		// "localhost" might not resolve to loopback: check what was bound.
-		for _, lis := range []net.Listener{grpcLis, httpLis} {
-			if a, ok := lis.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
-				return fmt.Errorf("refusing to start: --auth none is only allowed on loopback, but a listener is bound to %s", lis.Addr())
-			}
-		}
+	metrics := h.tel.MetricsHandler()
+	if h.metricsLis != nil {
+		own := http.NewServeMux()
+		own.Handle("GET /metrics", metrics)
+		h.metricsSrv = h.newHTTPServer(own)
+		metrics = nil // served only on its own listener
 	}
 
 	// The gateway reaches the gRPC server over an in-process connection, so
 	// that every HTTP call passes the same interceptors (auth, errors,
 	// telemetry) as a gRPC call, without a network hop or a TLS handshake.
-	inProcess := bufconn.Listen(inProcessBufferSize)
+	h.inProcess = bufconn.Listen(inProcessBufferSize)
 	conn, err := grpc.NewClient("passthrough:///messagehub-in-process",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return inProcess.DialContext(ctx) }),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return h.inProcess.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(tel.GRPCClientHandler()),
+		grpc.WithStatsHandler(h.tel.GRPCClientHandler()),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(server.MaxSendMsgSize),
 			grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize),
 		),
 	)
 	if err != nil {
-		return fmt.Errorf("gateway connection: %w", err)
+		return nil, fmt.Errorf("gateway connection: %w", err)
 	}
-	defer func() { _ = conn.Close() }()
-	handler, err := gateway.New(ctx, conn, tel.MetricsHandler(), gatewayOpts...)
+	h.gatewayConn = conn
+	h.onClose(func() error { _ = conn.Close(); return nil })
+	handler, err := gateway.New(ctx, conn, metrics, gatewayOpts...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	httpSrv := &http.Server{
-		Handler:           tel.HTTPHandler(handler),
-		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: min(10*time.Second, cfg.Limits.HTTPReadTimeout),
-		ReadTimeout:       cfg.Limits.HTTPReadTimeout,
-		WriteTimeout:      cfg.Limits.HTTPWriteTimeout,
-		IdleTimeout:       cfg.Limits.HTTPIdleTimeout,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	h.httpSrv = h.newHTTPServer(h.tel.HTTPHandler(handler))
+	return h, nil
+}
 
-	server.SetServing(hs, true)
-	logger.Info("listening",
-		"grpc_addr", grpcLis.Addr().String(),
-		"http_addr", httpLis.Addr().String(),
-		"auth", cfg.Auth,
-		"tls", tlsConfig != nil,
-		"tracing", tel.Tracing(),
-		"store", cfg.Store,
-		"data_dir", cfg.DataDir,
-		"max_bundle_weight", cfg.MaxBundleWeight,
-		"retention", cfg.Retention.String(),
-	)
+// openRepository opens the store, the documents next to it and the
+// repository over both; the document service is nil without a place for
+// documents.
+func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *content.Service, error) {
+	store, err := openStore(ctx, h.cfg, h.logger, h.tel.Metrics)
+	if err != nil {
+		return nil, nil, err
+	}
+	h.onClose(func() error {
+		if err := store.Close(); err != nil {
+			return fmt.Errorf("close store: %w", err)
+		}
+		h.logger.Info("store closed")
+		return nil
+	})
+	repoOpts := repository.Options{MaxBundleWeight: h.cfg.MaxBundleWeight, Retention: h.cfg.Retention}
+	// Bundles' documents live next to the embedded store, and are served
+	// even for a domain whose provider has since been removed.
+	var documents *content.DirStore
+	if h.cfg.Store == StoreEmbedded {
+		if documents, err = content.OpenDirStore(filepath.Join(h.cfg.DataDir, "content")); err != nil {
+			return nil, nil, err
+		}
+		h.onClose(documents.Close)
+		repoOpts.ForgetBundles = content.Forget(documents)
+	}
+	repo := repository.New(instrumented.New(store, h.tel.Metrics), repoOpts, h.logger)
+	h.onClose(func() error { repo.Close(); return nil })
+	if documents == nil {
+		return repo, nil, nil
+	}
+	docs, closeDocs, err := contentService(h.cfg.Content, documents, repo, h.logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Closed before the repository: builds ask it whether bundles are pending.
+	h.onClose(func() error { closeDocs(); return nil })
+	return repo, docs, nil
+}
+
+// listen opens the listeners; with --auth none every one must be on loopback.
+func (h *hub) listen() error {
+	for _, l := range []struct {
+		addr string
+		into *net.Listener
+	}{{h.cfg.GRPCAddr, &h.grpcLis}, {h.cfg.HTTPAddr, &h.httpLis}, {h.cfg.MetricsAddr, &h.metricsLis}} {
+		if l.addr == "" {
+			continue
+		}
+		lis, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", l.addr, err)
+		}
+		h.onClose(func() error { _ = lis.Close(); return nil })
+		if h.cfg.Auth == AuthNone {
+			// "localhost" might not resolve to loopback: check what was bound.
+			if a, ok := lis.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+				return fmt.Errorf("refusing to start: --auth none is only allowed on loopback, but a listener is bound to %s", lis.Addr())
+			}
+		}
+		*l.into = netutil.LimitListener(lis, h.cfg.Limits.MaxConnections)
+	}
+	return nil
+}
+
+func (h *hub) newHTTPServer(handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		TLSConfig:         h.tlsConfig,
+		ReadHeaderTimeout: min(10*time.Second, h.cfg.Limits.HTTPReadTimeout),
+		ReadTimeout:       h.cfg.Limits.HTTPReadTimeout,
+		WriteTimeout:      h.cfg.Limits.HTTPWriteTimeout,
+		IdleTimeout:       h.cfg.Limits.HTTPIdleTimeout,
+		ErrorLog:          slog.NewLogLogger(h.logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// serve runs the servers until ctx is done, then shuts them down.
+func (h *hub) serve(ctx context.Context, stop context.CancelFunc) error {
+	server.SetServing(h.health, true)
+	attrs := []any{
+		"grpc_addr", h.grpcLis.Addr().String(),
+		"http_addr", h.httpLis.Addr().String(),
+		"auth", h.cfg.Auth,
+		"tls", h.tlsConfig != nil,
+		"tracing", h.tel.Tracing(),
+		"store", h.cfg.Store,
+		"data_dir", h.cfg.DataDir,
+		"max_bundle_weight", h.cfg.MaxBundleWeight,
+		"retention", h.cfg.Retention.String(),
+		"version", readBuildInfo().Version,
+	}
+	if h.metricsLis != nil {
+		attrs = append(attrs, "metrics_addr", h.metricsLis.Addr().String())
+	}
+	h.logger.Info("listening", attrs...)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		// Serve returns nil once GracefulStop or Stop is called.
-		if err := srv.Serve(withTLS(netutil.LimitListener(grpcLis, cfg.Limits.MaxConnections), tlsConfig)); err != nil {
+		if err := h.grpcSrv.Serve(withTLS(h.grpcLis, h.tlsConfig)); err != nil {
 			return fmt.Errorf("serve gRPC: %w", err)
 		}
 		return nil
 	})
 	g.Go(func() error {
-		if err := srv.Serve(inProcess); err != nil {
+		if err := h.grpcSrv.Serve(h.inProcess); err != nil {
 			return fmt.Errorf("serve gRPC in process: %w", err)
 		}
 		return nil
 	})
-	g.Go(func() error {
-		var err error
-		limited := netutil.LimitListener(httpLis, cfg.Limits.MaxConnections)
-		if tlsConfig != nil {
-			err = httpSrv.ServeTLS(limited, "", "") // the certificate is in TLSConfig
-		} else {
-			err = httpSrv.Serve(limited)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve HTTP: %w", err)
-		}
-		return nil
-	})
+	g.Go(func() error { return serveHTTP(h.httpSrv, h.httpLis, h.tlsConfig) })
+	if h.metricsSrv != nil {
+		g.Go(func() error { return serveHTTP(h.metricsSrv, h.metricsLis, h.tlsConfig) })
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		stop()
-		logger.Info("shutting down")
-		server.SetServing(hs, false)
-		hs.Shutdown()
-		deadline := time.Now().Add(gracefulTimeout)
-
-		sctx, cancel := context.WithDeadline(context.Background(), deadline)
-		defer cancel()
-		if err := httpSrv.Shutdown(sctx); err != nil {
-			logger.Warn("HTTP graceful shutdown timed out; closing connections", "error", err)
-			_ = httpSrv.Close()
-		}
-		logger.Info("HTTP server stopped")
-		_ = conn.Close()
-
-		done := make(chan struct{})
-		go func() {
-			srv.GracefulStop()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(time.Until(deadline)):
-			logger.Warn("graceful stop timed out; cancelling in-flight calls", "timeout", gracefulTimeout.String())
-			srv.Stop()
-			<-done
-		}
-		logger.Info("gRPC server stopped")
+		h.shutdown()
 		return nil
 	})
 	return g.Wait()
+}
+
+func serveHTTP(srv *http.Server, lis net.Listener, tlsConfig *tls.Config) error {
+	var err error
+	if tlsConfig != nil {
+		err = srv.ServeTLS(lis, "", "") // the certificate is in TLSConfig
+	} else {
+		err = srv.Serve(lis)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve HTTP on %s: %w", lis.Addr(), err)
+	}
+	return nil
+}
+
+// shutdown turns health to NOT_SERVING and stops the servers, letting
+// in-flight calls finish within gracefulTimeout before cutting them off.
+func (h *hub) shutdown() {
+	h.logger.Info("shutting down")
+	server.SetServing(h.health, false)
+	h.health.Shutdown()
+	deadline := time.Now().Add(gracefulTimeout)
+
+	sctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	for _, srv := range []*http.Server{h.httpSrv, h.metricsSrv} {
+		if srv == nil {
+			continue
+		}
+		if err := srv.Shutdown(sctx); err != nil {
+			h.logger.Warn("HTTP graceful shutdown timed out; closing connections", "error", err)
+			_ = srv.Close()
+		}
+	}
+	h.logger.Info("HTTP server stopped")
+	_ = h.gatewayConn.Close() // its calls have ended with the HTTP server
+
+	done := make(chan struct{})
+	go func() {
+		h.grpcSrv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Until(deadline)):
+		h.logger.Warn("graceful stop timed out; cancelling in-flight calls", "timeout", gracefulTimeout.String())
+		h.grpcSrv.Stop()
+		<-done
+	}
+	h.logger.Info("gRPC server stopped")
 }
 
 // withTLS terminates TLS at the gRPC listener when tlsConfig is set, rather
@@ -290,14 +403,6 @@ func withTLS(lis net.Listener, tlsConfig *tls.Config) net.Listener {
 	c := tlsConfig.Clone()
 	c.NextProtos = []string{"h2"} // gRPC clients insist on ALPN h2
 	return tls.NewListener(lis, c)
-}
-
-// version is the module version the binary was built from, if known.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }
 
 // openStore opens the configured store backend.

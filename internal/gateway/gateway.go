@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 
+	"github.com/felixge/httpsnoop"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -49,7 +51,12 @@ type Option func(*options)
 type options struct {
 	maxBodyBytes int64
 	authenticate func(authorization []string) error
+	accessLog    *slog.Logger
 }
+
+// WithAccessLog logs every request at debug level on logger: method, path,
+// status, duration and client.
+func WithAccessLog(logger *slog.Logger) Option { return func(o *options) { o.accessLog = logger } }
 
 // WithMaxBodyBytes refuses request bodies over n bytes with 413.
 func WithMaxBodyBytes(n int64) Option { return func(o *options) { o.maxBodyBytes = n } }
@@ -62,7 +69,8 @@ func WithAuthentication(fn func(authorization []string) error) Option {
 }
 
 // New returns the HTTP handler of the gateway. conn reaches the gRPC server
-// (MessageHub and health); metrics serves /metrics.
+// (MessageHub and health); metrics serves /metrics (nil: /metrics is served
+// elsewhere and is not found here).
 func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handler, opts ...Option) (http.Handler, error) {
 	o := options{maxBodyBytes: DefaultMaxBodyBytes}
 	for _, opt := range opts {
@@ -86,22 +94,22 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		return nil, fmt.Errorf("register gateway routes: %w", err)
 	}
 	api := guard(mux, o)
-	routes := []struct {
+	type route struct {
 		method, path string
 		handler      http.Handler
-	}{
-		{http.MethodGet, "/metrics", metrics},
+	}
+	routes := []route{
 		{http.MethodGet, "/openapi.json", http.HandlerFunc(serveOpenAPI)},
 		{http.MethodGet, "/healthz", mux},
 		{http.MethodPost, "/v1/notifications", api},
 		{http.MethodGet, "/v1/peek", api},
 		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
 	}
+	if metrics != nil {
+		routes = append(routes, route{http.MethodGet, "/metrics", metrics})
+	}
 	for path, group := range peekGroups {
-		routes = append(routes, struct {
-			method, path string
-			handler      http.Handler
-		}{http.MethodGet, path, peekGroup(api, group)})
+		routes = append(routes, route{http.MethodGet, path, peekGroup(api, group)})
 	}
 	// Every route is named here so that request metrics name it
 	// (http.route), and so that another method on it is 405; anything else
@@ -112,7 +120,22 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		root.Handle(rt.path, methodNotAllowed(mux, rt.method))
 	}
 	root.Handle("/", mux)
+	if o.accessLog != nil {
+		return accessLog(o.accessLog, root), nil
+	}
 	return root, nil
+}
+
+func accessLog(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !logger.Enabled(r.Context(), slog.LevelDebug) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		m := httpsnoop.CaptureMetrics(next, w, r)
+		logger.Debug("http request", "method", r.Method, "path", r.URL.Path, "status", m.Code,
+			"duration", m.Duration, "bytes", m.Written, "client", r.RemoteAddr)
+	})
 }
 
 // methodNotAllowed answers 405 with the allowed methods, in the gateway's

@@ -249,3 +249,23 @@ func (c countSaves) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.
 func (countSaves) HandleRPC(context.Context, stats.RPCStats)                         {}
 func (countSaves) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
 func (countSaves) HandleConn(context.Context, stats.ConnStats)                       {}
+
+// lines hands each log line to the test as it is written.
+type lines chan string
+
+func (l lines) Write(p []byte) (int, error) { l <- string(p); return len(p), nil }
+
+func TestRequestsAreInTheDebugAccessLog(t *testing.T) {
+	logged := make(lines, 1)
+	s := newStack(t, gateway.WithAccessLog(slog.New(slog.NewJSONHandler(logged, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	recipient := uuid.NewString()
+	if resp, _ := call(t, newRequest(t, http.MethodGet, s.url+"/v1/peek?recipient="+recipient, nil)); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("peek: %d", resp.StatusCode)
+	}
+	line := <-logged // written once the response is
+	for _, want := range []string{`"msg":"http request"`, `"method":"GET"`, `"path":"/v1/peek"`, `"status":204`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("access log lacks %s: %s", want, line)
+		}
+	}
+}

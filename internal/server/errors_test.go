@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -153,5 +154,48 @@ func TestAHealthCheckOfAnUnknownServiceIsNotFound(t *testing.T) {
 	_, err := healthClient.Check(ctxT(t), &healthpb.HealthCheckRequest{Service: "no.such.Service"})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("got %v, want NOT_FOUND", err)
+	}
+}
+
+// Refused credentials are logged at info, but a client hammering with a bad
+// token gets at most authFailuresPerSecond lines a second; every call is in
+// the debug access log.
+func TestAccessLogAndRateLimitedAuthFailures(t *testing.T) {
+	var logs bytes.Buffer
+	a := &accessLog{logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})), limit: windowLimiter{max: authFailuresPerSecond}}
+	refused := status.Error(codes.Unauthenticated, "token expired")
+	for range 100 {
+		a.record(context.Background(), "/messagehub.v1.MessageHub/Peek", time.Now(), refused)
+	}
+	a.record(context.Background(), "/messagehub.v1.MessageHub/Peek", time.Now(), nil)
+	if n := strings.Count(logs.String(), "call refused for its credentials"); n != authFailuresPerSecond {
+		t.Fatalf("%d info lines for 100 refusals within a second, want %d", n, authFailuresPerSecond)
+	}
+	if strings.Contains(logs.String(), `"msg":"call"`) {
+		t.Fatal("the access log appeared at info level")
+	}
+
+	logs.Reset()
+	a.logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	a.record(context.Background(), "/messagehub.v1.MessageHub/Save", time.Now(), nil)
+	for _, want := range []string{`"msg":"call"`, "/messagehub.v1.MessageHub/Save", `"code":"OK"`, "duration"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("debug access log lacks %s: %s", want, logs.String())
+		}
+	}
+}
+
+func TestWindowLimiterCountsWhatItSuppressed(t *testing.T) {
+	l := windowLimiter{max: 2}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var allowed int
+	for i := range 5 {
+		if ok, _ := l.allow(start.Add(time.Duration(i) * time.Millisecond)); ok {
+			allowed++
+		}
+	}
+	ok, suppressed := l.allow(start.Add(1500 * time.Millisecond))
+	if allowed != 2 || !ok || suppressed != 3 {
+		t.Fatalf("allowed %d in the first second, then %v with %d suppressed; want 2, then true with 3", allowed, ok, suppressed)
 	}
 }

@@ -118,8 +118,10 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	for _, opt := range opts {
 		opt(&o)
 	}
-	unary := []grpc.UnaryServerInterceptor{UnaryErrorInterceptor(logger)}
-	stream := []grpc.StreamServerInterceptor{StreamErrorInterceptor(logger)}
+	// The access log comes first so that it sees the status the client gets.
+	access := &accessLog{logger: logger, limit: windowLimiter{max: authFailuresPerSecond}}
+	unary := []grpc.UnaryServerInterceptor{access.unary(), UnaryErrorInterceptor(logger)}
+	stream := []grpc.StreamServerInterceptor{access.stream(), StreamErrorInterceptor(logger)}
 	if o.authorizer != nil {
 		unary = append(unary, unaryAuthInterceptor(o.authorizer))
 		stream = append(stream, streamAuthInterceptor(o.authorizer))

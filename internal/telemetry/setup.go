@@ -130,6 +130,17 @@ func newSpanExporter(ctx context.Context, getenv func(string) string) (sdktrace.
 	return exp, nil
 }
 
+// RegisterBuildInfo exposes messagehub_build_info{version,revision,go_version} = 1,
+// so dashboards can tell which build each instance runs.
+func (t *Telemetry) RegisterBuildInfo(version, revision, goVersion string) error {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "messagehub_build_info",
+		Help: "The build of this instance (always 1).",
+	}, []string{"version", "revision", "go_version"})
+	g.WithLabelValues(version, revision, goVersion).Set(1)
+	return t.registry.Register(g)
+}
+
 // Tracing reports whether spans are exported.
 func (t *Telemetry) Tracing() bool { return t.tracing }
 

@@ -15,7 +15,7 @@ import (
 // dockerBuild is the build step of the Dockerfile, which must hold it word
 // for word: a static binary without cgo, so that it runs on a distroless
 // static image.
-const dockerBuild = `CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/messagehub ./cmd/messagehub`
+const dockerBuild = `CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.stampedVersion=${VERSION} -X main.stampedRevision=${REVISION} -X main.stampedTime=${CREATED}" -o /out/messagehub ./cmd/messagehub`
 
 // The Docker engine is not available where the tests run, so this builds
 // the binary the way the Dockerfile does and checks that it is static.
@@ -35,7 +35,10 @@ func TestBinaryBuildsAsTheDockerfileBuildsIt(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "messagehub")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/messagehub")
+	const version, revision, created = "v9.9.9-test", "0123456789abcdef", "2026-11-22T00:00:00Z"
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath",
+		"-ldflags=-s -w -X main.stampedVersion="+version+" -X main.stampedRevision="+revision+" -X main.stampedTime="+created,
+		"-o", out, "./cmd/messagehub")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -54,6 +57,11 @@ func TestBinaryBuildsAsTheDockerfileBuildsIt(t *testing.T) {
 	}
 	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
 		t.Errorf("the binary links %v dynamically", libs)
+	}
+	// The image's build arguments reach --version.
+	if b, err := exec.CommandContext(ctx, out, "--version").CombinedOutput(); err != nil ||
+		!strings.Contains(string(b), "messagehub "+version) || !strings.Contains(string(b), "commit "+revision) || !strings.Contains(string(b), created) {
+		t.Errorf("--version of the stamped binary: %v\n%s", err, b)
 	}
 	// It runs: -h prints the flags and exits 0.
 	if b, err := exec.CommandContext(ctx, out, "-h").CombinedOutput(); err != nil || !strings.Contains(string(b), "--auth") && !strings.Contains(string(b), "-auth") {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -382,5 +383,43 @@ func TestASlowBodyIsCutOffByTheReadTimeout(t *testing.T) {
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
 		t.Fatalf("the connection was still open after %s: the slow body was never cut off", callTimeout)
+	}
+}
+
+func TestVersionNamesTheCommitItWasBuiltFrom(t *testing.T) {
+	out, err := exec.Command(binary, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("--version: %v\n%s", err, out)
+	}
+	// Built in a checkout, the binary knows its commit; built elsewhere it
+	// says it does not.
+	commit := "commit unknown"
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		commit = "commit " + strings.TrimSpace(string(head))
+	}
+	for _, want := range []string{"messagehub ", commit, "go1."} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("--version does not say %q:\n%s", want, out)
+		}
+	}
+}
+
+// /metrics can move to a listener of its own, leaving the public HTTP port
+// without it; build info is among the metrics.
+func TestMetricsOnTheirOwnListener(t *testing.T) {
+	h := startHTTPHub(t, "--metrics-addr", "127.0.0.1:0")
+	h.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusNotFound)
+	m := regexp.MustCompile(`"metrics_addr":"([^"]+)"`).FindStringSubmatch(h.log())
+	if m == nil {
+		t.Fatalf("no metrics_addr in the listening line:\n%s", h.log())
+	}
+	resp, err := h.web.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !regexp.MustCompile(`(?m)^messagehub_build_info\{.*version=.*\} 1$`).Match(body) {
+		t.Fatalf("metrics listener: %d without messagehub_build_info:\n%.2000s", resp.StatusCode, body)
 	}
 }

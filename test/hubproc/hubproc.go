@@ -24,7 +24,9 @@ import (
 // is set, and returns the binary's path.
 func Build(ctx context.Context, dir string, race bool) (string, error) {
 	bin := filepath.Join(dir, "messagehub")
-	args := []string{"build", "-o", bin}
+	// -buildvcs=auto: stamp the commit when built in a checkout, whatever
+	// GOFLAGS says (--version names it).
+	args := []string{"build", "-buildvcs=auto", "-o", bin}
 	if race {
 		args = append(args, "-race")
 	}
