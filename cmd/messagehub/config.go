@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
 )
 
@@ -29,6 +30,7 @@ type Config struct {
 	TLSKey          string        // PEM private key of TLSCert
 	Store           string        // store backend: StoreEmbedded or StoreCosmos
 	DataDir         string        // folder of the embedded store
+	MinFreeDisk     uint64        // saves are refused while the data volume has less free; 0: never
 	Cosmos          CosmosConfig  // with StoreCosmos
 	MaxBundleWeight int64         // largest total weight of a bundle (≥ 1)
 	Retention       time.Duration // how long acknowledged data is kept (> 0)
@@ -170,6 +172,12 @@ var settings = []setting{
 			}
 			c.DataDir = v
 			return nil
+		}},
+	{"min-free-disk", "MESSAGEHUB_MIN_FREE_DISK", "1GiB", "free space kept on the embedded store's volume: below it saves are refused (RESOURCE_EXHAUSTED) until space is freed; 0 turns the guard off",
+		func(c *Config, v string) error {
+			n, err := diskguard.ParseSize(v)
+			c.MinFreeDisk = n
+			return err
 		}},
 	{"max-bundle-weight", "MESSAGEHUB_MAX_BUNDLE_WEIGHT", strconv.Itoa(domain.DefaultMaxBundleWeight), "largest total weight of a bundle (at least 1)",
 		func(c *Config, v string) error {

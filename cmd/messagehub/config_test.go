@@ -36,6 +36,7 @@ func TestParseConfig(t *testing.T) {
 		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 16},
 		ContentTimeout:  25 * time.Second,
 		Limits:          defaultLimits,
+		MinFreeDisk:     1 << 30,
 	}
 	with := func(f func(*Config)) Config {
 		c := defaults
@@ -73,7 +74,7 @@ func TestParseConfig(t *testing.T) {
 				JWTActorClaim: "azp", TLSCert: "/tls/cert.pem", TLSKey: "/tls/key.pem",
 				Store: "embedded", DataDir: "/var/lib/messagehub", Cosmos: defaults.Cosmos,
 				MaxBundleWeight: 1000, Retention: 24 * time.Hour, LogLevel: slog.LevelDebug,
-				ContentTimeout: 25 * time.Second, Limits: defaultLimits,
+				ContentTimeout: 25 * time.Second, Limits: defaultLimits, MinFreeDisk: 1 << 30,
 			},
 		},
 		{
@@ -94,7 +95,7 @@ func TestParseConfig(t *testing.T) {
 				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:8080", Auth: "none", JWTActorClaim: "sub",
 				Store: "embedded", DataDir: "/tmp/x", Cosmos: defaults.Cosmos,
 				MaxBundleWeight: 7, Retention: 90 * time.Minute, LogLevel: slog.LevelWarn,
-				ContentTimeout: 25 * time.Second, Limits: defaultLimits,
+				ContentTimeout: 25 * time.Second, Limits: defaultLimits, MinFreeDisk: 1 << 30,
 			},
 		},
 		{
@@ -182,6 +183,8 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "a content provider without address", args: []string{"--content-provider", "DOMAIN_CHARGES="}, wantErr: "DOMAIN=ADDRESS"},
 		{name: "two providers of a domain", args: []string{"--content-provider", "DOMAIN_CHARGES=a:1", "--content-provider", "DOMAIN_CHARGES=b:1"}, wantErr: "two providers"},
 		{name: "the unspecified domain", env: map[string]string{"MESSAGEHUB_CONTENT_PROVIDERS": "DOMAIN_UNSPECIFIED=a:1"}, wantErr: "MESSAGEHUB_CONTENT_PROVIDERS"},
+		{name: "a free-disk size without a number", args: []string{"--min-free-disk", "GiB"}, wantErr: "not a size"},
+		{name: "a free-disk size in an unknown unit", env: map[string]string{"MESSAGEHUB_MIN_FREE_DISK": "3 parsecs"}, wantErr: "MESSAGEHUB_MIN_FREE_DISK"},
 		{name: "zero max connections", args: []string{"--max-connections", "0"}, wantErr: "positive integer"},
 		{name: "zero gRPC streams", env: map[string]string{"MESSAGEHUB_GRPC_MAX_STREAMS": "0"}, wantErr: "MESSAGEHUB_GRPC_MAX_STREAMS"},
 		{name: "a negative read timeout", args: []string{"--http-read-timeout", "-1s"}, wantErr: "--http-read-timeout"},

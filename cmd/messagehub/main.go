@@ -32,6 +32,8 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/auth"
 	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/diskguard"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/gateway"
 	"github.com/energydatahub/messagehub/internal/repository"
 	"github.com/energydatahub/messagehub/internal/repository/cosmos"
@@ -180,7 +182,13 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 	if docs != nil {
 		opts = append(opts, server.WithDocuments(docs, cfg.ContentTimeout))
 	}
-	h.grpcSrv, h.health = server.NewGRPCServer(repo, logger, opts...)
+	var hubCore server.Hub = repo
+	if cfg.Store == StoreEmbedded && cfg.MinFreeDisk > 0 {
+		guard := diskguard.New(cfg.DataDir, cfg.MinFreeDisk, nil, 0, logger)
+		h.onClose(func() error { guard.Close(); return nil })
+		hubCore = savesGuarded{Repository: repo, guard: guard}
+	}
+	h.grpcSrv, h.health = server.NewGRPCServer(hubCore, logger, opts...)
 
 	if err := h.listen(); err != nil {
 		return nil, err
@@ -217,6 +225,20 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 	}
 	h.httpSrv = h.newHTTPServer(h.tel.HTTPHandler(handler))
 	return h, nil
+}
+
+// savesGuarded is the repository with the disk guard in front of Save: the
+// small writes of Peek and Dequeue go on while saves are refused.
+type savesGuarded struct {
+	*repository.Repository
+	guard *diskguard.Guard
+}
+
+func (s savesGuarded) Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error) {
+	if err := s.guard.Check(); err != nil {
+		return domain.SaveResult{}, err
+	}
+	return s.Repository.Save(ctx, notifications)
 }
 
 // openRepository opens the store, the documents next to it and the

@@ -18,6 +18,8 @@ var (
 	ErrOtherBundlePending = errors.New("another bundle is pending")
 	// ErrNotFound: the bundle does not exist for this recipient or was already dequeued.
 	ErrNotFound = errors.New("not found")
+	// ErrStorageFull: saves are refused while the data volume is nearly full.
+	ErrStorageFull = errors.New("storage full")
 	// ErrUnavailable: the store is closed or cannot serve right now; retrying may help.
 	ErrUnavailable = errors.New("unavailable")
 	// ErrUnauthenticated: the caller presented no valid credentials.

@@ -3,13 +3,14 @@ package server
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/energydatahub/messagehub/internal/lograte"
 )
 
 // authFailuresPerSecond bounds the info lines about refused credentials: a
@@ -20,7 +21,7 @@ const authFailuresPerSecond = 10
 // and refused credentials at info, at most authFailuresPerSecond a second.
 type accessLog struct {
 	logger *slog.Logger
-	limit  windowLimiter
+	limit  lograte.Limiter
 }
 
 func (a *accessLog) record(ctx context.Context, method string, start time.Time, err error) {
@@ -30,7 +31,7 @@ func (a *accessLog) record(ctx context.Context, method string, start time.Time, 
 		from = p.Addr.String()
 	}
 	if code == codes.Unauthenticated || code == codes.PermissionDenied {
-		if ok, suppressed := a.limit.allow(time.Now()); ok {
+		if ok, suppressed := a.limit.Allow(time.Now()); ok {
 			a.logger.Info("call refused for its credentials", "method", method, "code", code.String(), "peer", from,
 				"error", status.Convert(err).Message(), "suppressed_since_last", suppressed)
 		}
@@ -56,33 +57,4 @@ func (a *accessLog) stream() grpc.StreamServerInterceptor {
 		a.record(ss.Context(), info.FullMethod, start, err)
 		return err
 	}
-}
-
-// windowLimiter allows at most max events per one-second window and counts
-// the ones it refused.
-type windowLimiter struct {
-	max int
-
-	mu         sync.Mutex
-	window     time.Time
-	n          int
-	suppressed int
-}
-
-// allow says whether an event at now may be logged and, if so, how many
-// were refused since the last one allowed.
-func (l *windowLimiter) allow(now time.Time) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Sub(l.window) >= time.Second {
-		l.window, l.n = now, 0
-	}
-	if l.n >= l.max {
-		l.suppressed++
-		return false, 0
-	}
-	l.n++
-	suppressed := l.suppressed
-	l.suppressed = 0
-	return true, suppressed
 }

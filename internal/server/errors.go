@@ -46,6 +46,8 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 		code = codes.Unauthenticated
 	case errors.Is(err, domain.ErrPermissionDenied):
 		code = codes.PermissionDenied
+	case errors.Is(err, domain.ErrStorageFull):
+		code = codes.ResourceExhausted // the guard logs the condition once, not every refusal
 	case errors.Is(err, domain.ErrUnavailable):
 		logger.Warn("store unavailable", "method", method, "error", err)
 		code = codes.Unavailable

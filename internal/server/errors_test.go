@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/lograte"
 )
 
 func TestToStatusMapsEveryDomainError(t *testing.T) {
@@ -31,6 +32,7 @@ func TestToStatusMapsEveryDomainError(t *testing.T) {
 		{"another pending bundle is FAILED_PRECONDITION", domain.ErrOtherBundlePending, codes.FailedPrecondition},
 		{"not found is NOT_FOUND", domain.ErrNotFound, codes.NotFound},
 		{"a deeply wrapped not found is NOT_FOUND", fmt.Errorf("dequeue: %w", fmt.Errorf("bundle x: %w", domain.ErrNotFound)), codes.NotFound},
+		{"a full data volume is RESOURCE_EXHAUSTED", fmt.Errorf("%w: 10MiB free", domain.ErrStorageFull), codes.ResourceExhausted},
 		{"unavailable is UNAVAILABLE", fmt.Errorf("store closed: %w", domain.ErrUnavailable), codes.Unavailable},
 		{"a missing or bad token is UNAUTHENTICATED", fmt.Errorf("%w: token is expired", domain.ErrUnauthenticated), codes.Unauthenticated},
 		{"acting for another actor is PERMISSION_DENIED", fmt.Errorf("%w: recipient is not the caller", domain.ErrPermissionDenied), codes.PermissionDenied},
@@ -162,7 +164,7 @@ func TestAHealthCheckOfAnUnknownServiceIsNotFound(t *testing.T) {
 // the debug access log.
 func TestAccessLogAndRateLimitedAuthFailures(t *testing.T) {
 	var logs bytes.Buffer
-	a := &accessLog{logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})), limit: windowLimiter{max: authFailuresPerSecond}}
+	a := &accessLog{logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})), limit: lograte.Limiter{Max: authFailuresPerSecond}}
 	refused := status.Error(codes.Unauthenticated, "token expired")
 	for range 100 {
 		a.record(context.Background(), "/messagehub.v1.MessageHub/Peek", time.Now(), refused)
@@ -182,20 +184,5 @@ func TestAccessLogAndRateLimitedAuthFailures(t *testing.T) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("debug access log lacks %s: %s", want, logs.String())
 		}
-	}
-}
-
-func TestWindowLimiterCountsWhatItSuppressed(t *testing.T) {
-	l := windowLimiter{max: 2}
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var allowed int
-	for i := range 5 {
-		if ok, _ := l.allow(start.Add(time.Duration(i) * time.Millisecond)); ok {
-			allowed++
-		}
-	}
-	ok, suppressed := l.allow(start.Add(1500 * time.Millisecond))
-	if allowed != 2 || !ok || suppressed != 3 {
-		t.Fatalf("allowed %d in the first second, then %v with %d suppressed; want 2, then true with 3", allowed, ok, suppressed)
 	}
 }

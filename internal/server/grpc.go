@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/stats"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/lograte"
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
@@ -119,7 +120,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		opt(&o)
 	}
 	// The access log comes first so that it sees the status the client gets.
-	access := &accessLog{logger: logger, limit: windowLimiter{max: authFailuresPerSecond}}
+	access := &accessLog{logger: logger, limit: lograte.Limiter{Max: authFailuresPerSecond}}
 	unary := []grpc.UnaryServerInterceptor{access.unary(), UnaryErrorInterceptor(logger)}
 	stream := []grpc.StreamServerInterceptor{access.stream(), StreamErrorInterceptor(logger)}
 	if o.authorizer != nil {

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
@@ -97,5 +99,39 @@ func TestASecondHubOnTheSameDataDirSaysItIsInUse(t *testing.T) {
 	}
 	if n := strings.Count(string(out), "open embedded store"); n != 1 {
 		t.Errorf("its message repeats its prefix:\n%s", out)
+	}
+}
+
+// A volume below --min-free-disk: the hub starts, says once why saves are
+// refused, refuses them with RESOURCE_EXHAUSTED, and still serves peeks and
+// dequeues of what was saved before.
+func TestANearlyFullVolumeRefusesSavesAndServesTheRest(t *testing.T) {
+	dir := t.TempDir()
+	recipient := newID()
+	h := startHubIn(t, dir)
+	n := notification(recipient, messagehubv1.Domain_DOMAIN_CHARGES, "Charge")
+	if _, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{n}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.terminate(t); err != nil {
+		t.Fatal(err)
+	}
+
+	h = startHubIn(t, dir, "--min-free-disk", "1000000TiB") // more than any volume has
+	_, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{
+		notification(recipient, messagehubv1.Domain_DOMAIN_CHARGES, "Charge"),
+	}})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--min-free-disk") {
+		t.Fatalf("a save on a nearly full volume: %v; want RESOURCE_EXHAUSTED naming --min-free-disk", err)
+	}
+	peeked, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil || len(peeked.GetBundle().GetNotificationIds()) != 1 {
+		t.Fatalf("peek on a nearly full volume: %v, %v", peeked, err)
+	}
+	if _, err := h.client.Dequeue(ctxT(t), &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: peeked.GetBundle().GetId()}); err != nil {
+		t.Fatalf("dequeue on a nearly full volume: %v", err)
+	}
+	if n := strings.Count(h.log(), "saves are refused"); n != 1 {
+		t.Fatalf("%d log lines say saves are refused, want 1:\n%s", n, h.log())
 	}
 }

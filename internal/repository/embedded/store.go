@@ -25,6 +25,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/lograte"
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
@@ -55,7 +56,7 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	// A large memtable absorbs bursts of saves without write stalls.
-	opts := &pebble.Options{Logger: pebbleLogger{logger}, MemTableSize: 64 << 20}
+	opts := &pebble.Options{Logger: &pebbleLogger{l: logger, errors: lograte.Limiter{Max: pebbleErrorsPerSecond}}, MemTableSize: 64 << 20}
 	// Most id lookups are for ids that do not exist yet: bloom filters answer
 	// those without reading table blocks.
 	for i := range opts.Levels {
@@ -290,18 +291,27 @@ func cmpErr(err, fallback error) error {
 	return fallback
 }
 
-// pebbleLogger sends pebble's messages to slog.
-type pebbleLogger struct{ l *slog.Logger }
+// pebbleErrorsPerSecond bounds pebble's error lines: a background job that
+// fails and retries (a compaction on a full disk) must not flood the log.
+const pebbleErrorsPerSecond = 5
 
-func (p pebbleLogger) Infof(format string, args ...any) {
+// pebbleLogger sends pebble's messages to slog.
+type pebbleLogger struct {
+	l      *slog.Logger
+	errors lograte.Limiter
+}
+
+func (p *pebbleLogger) Infof(format string, args ...any) {
 	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
 }
 
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+func (p *pebbleLogger) Errorf(format string, args ...any) {
+	if ok, held := p.errors.Allow(time.Now()); ok {
+		p.l.Error(fmt.Sprintf(format, args...), "component", "pebble", "held_back_since_last", held)
+	}
 }
 
-func (p pebbleLogger) Fatalf(format string, args ...any) {
+func (p *pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 	panic(fmt.Sprintf(format, args...))
 }

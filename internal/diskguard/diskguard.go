@@ -1,0 +1,110 @@
+// Package diskguard keeps a reserve of free space on the data volume, like
+// etcd's space quota: while free space is below the reserve, saves are
+// refused with a clear error, so that the store never meets a full disk.
+// Reads and the small writes of Peek and Dequeue go on; saves resume by
+// themselves once space is freed.
+package diskguard
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// DefaultInterval is how often free space is looked at: often enough that a
+// burst of saves cannot eat much of a 1 GiB reserve in between, and a
+// syscall per interval rather than per save.
+const DefaultInterval = 2 * time.Second
+
+// FreeFunc reports the bytes available to this process on dir's volume.
+type FreeFunc func(dir string) (uint64, error)
+
+// Guard watches the free space of one directory's volume.
+type Guard struct {
+	dir     string
+	reserve uint64
+	free    FreeFunc
+	logger  *slog.Logger
+
+	mu    sync.Mutex // serialises checks, so state changes are logged once
+	low   atomic.Bool
+	avail atomic.Uint64
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// New checks dir's volume at once (logging if saves start refused) and then
+// every interval until Close. free nil means the volume's real free space.
+func New(dir string, reserve uint64, free FreeFunc, interval time.Duration, logger *slog.Logger) *Guard {
+	if free == nil {
+		free = Free
+	}
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Guard{dir: dir, reserve: reserve, free: free, logger: logger, stop: make(chan struct{}), done: make(chan struct{})}
+	g.Refresh()
+	go g.loop(interval)
+	return g
+}
+
+func (g *Guard) loop(interval time.Duration) {
+	defer close(g.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			g.Refresh()
+		}
+	}
+}
+
+// Close stops the watching.
+func (g *Guard) Close() {
+	close(g.stop)
+	<-g.done
+}
+
+// Refresh looks at the free space now. A change between enough and too
+// little is logged once; an error reading the free space leaves the last
+// state (a guard that cannot see the disk does not stop saves).
+func (g *Guard) Refresh() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	avail, err := g.free(g.dir)
+	if err != nil {
+		g.logger.Warn("cannot read the free space of the data volume", "dir", g.dir, "error", err)
+		return
+	}
+	g.avail.Store(avail)
+	low := avail < g.reserve
+	switch was := g.low.Swap(low); {
+	case low && !was:
+		g.logger.Error("saves are refused: the data volume is nearly full; free space, or lower --min-free-disk",
+			"dir", g.dir, "free_bytes", avail, "min_free_bytes", g.reserve)
+	case !low && was:
+		g.logger.Info("saves resume: the data volume has space again", "dir", g.dir, "free_bytes", avail)
+	}
+}
+
+// Check returns an error wrapping domain.ErrStorageFull while free space is
+// below the reserve.
+func (g *Guard) Check() error {
+	if !g.low.Load() {
+		return nil
+	}
+	return fmt.Errorf("%w: the data volume has %s free, below the %s kept in reserve (--min-free-disk); "+
+		"saves are refused until space is freed, peeks and dequeues go on",
+		domain.ErrStorageFull, FormatSize(g.avail.Load()), FormatSize(g.reserve))
+}

@@ -1,0 +1,110 @@
+package diskguard
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// volume is a data volume whose free space the test sets.
+type volume struct {
+	free atomic.Uint64
+	fail atomic.Bool
+}
+
+func (v *volume) read(string) (uint64, error) {
+	if v.fail.Load() {
+		return 0, errors.New("statfs: no such device")
+	}
+	return v.free.Load(), nil
+}
+
+func TestSavesAreRefusedBelowTheReserveAndResumeOnTheirOwn(t *testing.T) {
+	var logs bytes.Buffer
+	v := &volume{}
+	v.free.Store(100 << 20) // starts full: 100 MiB free, 1 GiB kept in reserve
+	g := New("/data", 1<<30, v.read, time.Hour, slog.New(slog.NewJSONHandler(&logs, nil)))
+	defer g.Close()
+
+	err := g.Check()
+	if !errors.Is(err, domain.ErrStorageFull) || !strings.Contains(err.Error(), "100.0MiB free") || !strings.Contains(err.Error(), "1.0GiB") {
+		t.Fatalf("a start on a nearly full volume: %v", err)
+	}
+	if !strings.Contains(logs.String(), "saves are refused") {
+		t.Fatalf("a start on a full volume does not say why saves are refused: %s", logs.String())
+	}
+	for range 100 { // checks while full do not log again
+		g.Refresh()
+		_ = g.Check()
+	}
+	if n := strings.Count(logs.String(), "\n"); n != 1 {
+		t.Fatalf("%d log lines while the volume stayed full, want 1:\n%s", n, logs.String())
+	}
+
+	v.free.Store(5 << 30)
+	g.Refresh()
+	if err := g.Check(); err != nil {
+		t.Fatalf("after space was freed: %v", err)
+	}
+	if !strings.Contains(logs.String(), "saves resume") {
+		t.Fatalf("resuming is not logged: %s", logs.String())
+	}
+
+	v.fail.Store(true) // a volume that cannot be read keeps the last state
+	g.Refresh()
+	if err := g.Check(); err != nil {
+		t.Fatalf("an unreadable volume stopped saves: %v", err)
+	}
+}
+
+func TestTheGuardLooksAgainByItself(t *testing.T) {
+	v := &volume{}
+	v.free.Store(1 << 40)
+	checked := make(chan struct{}, 1)
+	g := New("/data", 1<<30, func(dir string) (uint64, error) {
+		select {
+		case checked <- struct{}{}:
+		default:
+		}
+		return v.read(dir)
+	}, time.Millisecond, nil)
+	defer g.Close()
+	<-checked // the check at start
+	v.free.Store(1)
+	for g.Check() == nil { // bounded by the test's timeout; each loop waits for a check
+		<-checked
+	}
+	if err := g.Check(); !errors.Is(err, domain.ErrStorageFull) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestTheRealVolumeCanBeRead(t *testing.T) {
+	free, err := Free(t.TempDir())
+	if err != nil || free == 0 {
+		t.Fatalf("free space of the test's volume: %d, %v", free, err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]uint64{
+		"0": 0, "1": 1, "512B": 512, "1KB": 1000, "1kib": 1024, "2MiB": 2 << 20, "1GiB": 1 << 30,
+		"1 GB": 1e9, "3TiB": 3 << 40, "10MB": 10e6,
+	} {
+		got, err := ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "GiB", "-1GiB", "1.5GiB", "1 parsec", "99999999999TiB"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) accepted it", bad)
+		}
+	}
+}
