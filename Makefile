@@ -36,7 +36,7 @@ GHZ_C         ?= 50
 GHZ_Z         ?= 60s
 LOAD_DURATION ?= 5s
 
-.PHONY: all tools generate lint build run test bench load clean
+.PHONY: all tools generate lint build run test bench load dev-tokens clean
 all: lint build test
 
 GENERATORS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GATEWAY) $(PROTOC_GEN_OPENAPI)
@@ -74,7 +74,7 @@ $(GOTESTSUM):
 # gen/openapi/openapi.go (the go:embed of the OpenAPI document) is the one
 # file under gen/ written by hand, so only generated files are removed.
 generate: $(GENERATORS) ## regenerate gen/ from proto/ (committed; must not change)
-	rm -rf gen/messagehub
+	rm -rf gen/messagehub gen/gateway
 	rm -f gen/openapi/*.swagger.json
 	$(BIN)/buf generate
 
@@ -104,6 +104,9 @@ test: $(GOTESTSUM) ## vet and every test of the main module, with the race detec
 	$(GO) vet ./...
 	@echo "==> go test -race (the first run compiles the race-enabled dependencies and installs the Cosmos test server)"
 	$(BIN)/gotestsum --format testname --format-hide-empty-pkg -- -race -count=1 -timeout 30m ./...
+
+dev-tokens: ## a signing key, its JWKS and tokens for a domain and an actor in ./dev-auth, to try --auth jwt
+	$(GO) run ./cmd/devtoken --out dev-auth
 
 bench: ## Go benchmarks (BENCHTIME=3s for stable numbers)
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	messagehubv1gw "github.com/energydatahub/messagehub/gen/gateway/messagehub/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/gen/openapi"
 )
@@ -90,7 +91,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		// Grpc-Metadata-* headers.
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 	)
-	if err := messagehubv1.RegisterMessageHubHandlerClient(ctx, mux, messagehubv1.NewMessageHubClient(conn)); err != nil {
+	if err := messagehubv1gw.RegisterMessageHubHandlerClient(ctx, mux, messagehubv1.NewMessageHubClient(conn)); err != nil {
 		return nil, fmt.Errorf("register gateway routes: %w", err)
 	}
 	api := guard(mux, o)

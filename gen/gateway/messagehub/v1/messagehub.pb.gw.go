@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 
+	extMessagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_MessageHub_Save_0(ctx context.Context, marshaler runtime.Marshaler, client MessageHubClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_MessageHub_Save_0(ctx context.Context, marshaler runtime.Marshaler, client extMessagehubv1.MessageHubClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SaveRequest
+		protoReq extMessagehubv1.SaveRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -50,9 +51,9 @@ func request_MessageHub_Save_0(ctx context.Context, marshaler runtime.Marshaler,
 	return msg, metadata, err
 }
 
-func local_request_MessageHub_Save_0(ctx context.Context, marshaler runtime.Marshaler, server MessageHubServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_MessageHub_Save_0(ctx context.Context, marshaler runtime.Marshaler, server extMessagehubv1.MessageHubServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SaveRequest
+		protoReq extMessagehubv1.SaveRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -64,9 +65,9 @@ func local_request_MessageHub_Save_0(ctx context.Context, marshaler runtime.Mars
 
 var filter_MessageHub_Peek_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_MessageHub_Peek_0(ctx context.Context, marshaler runtime.Marshaler, client MessageHubClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_MessageHub_Peek_0(ctx context.Context, marshaler runtime.Marshaler, client extMessagehubv1.MessageHubClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PeekRequest
+		protoReq extMessagehubv1.PeekRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -82,9 +83,9 @@ func request_MessageHub_Peek_0(ctx context.Context, marshaler runtime.Marshaler,
 	return msg, metadata, err
 }
 
-func local_request_MessageHub_Peek_0(ctx context.Context, marshaler runtime.Marshaler, server MessageHubServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_MessageHub_Peek_0(ctx context.Context, marshaler runtime.Marshaler, server extMessagehubv1.MessageHubServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PeekRequest
+		protoReq extMessagehubv1.PeekRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -99,9 +100,9 @@ func local_request_MessageHub_Peek_0(ctx context.Context, marshaler runtime.Mars
 
 var filter_MessageHub_Dequeue_0 = &utilities.DoubleArray{Encoding: map[string]int{"bundle_id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
-func request_MessageHub_Dequeue_0(ctx context.Context, marshaler runtime.Marshaler, client MessageHubClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_MessageHub_Dequeue_0(ctx context.Context, marshaler runtime.Marshaler, client extMessagehubv1.MessageHubClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DequeueRequest
+		protoReq extMessagehubv1.DequeueRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -126,9 +127,9 @@ func request_MessageHub_Dequeue_0(ctx context.Context, marshaler runtime.Marshal
 	return msg, metadata, err
 }
 
-func local_request_MessageHub_Dequeue_0(ctx context.Context, marshaler runtime.Marshaler, server MessageHubServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_MessageHub_Dequeue_0(ctx context.Context, marshaler runtime.Marshaler, server extMessagehubv1.MessageHubServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DequeueRequest
+		protoReq extMessagehubv1.DequeueRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -155,7 +156,7 @@ func local_request_MessageHub_Dequeue_0(ctx context.Context, marshaler runtime.M
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterMessageHubHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterMessageHubHandlerServer(ctx context.Context, mux *runtime.ServeMux, server MessageHubServer) error {
+func RegisterMessageHubHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extMessagehubv1.MessageHubServer) error {
 	mux.Handle(http.MethodPost, pattern_MessageHub_Save_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -194,7 +195,7 @@ func RegisterMessageHubHandlerServer(ctx context.Context, mux *runtime.ServeMux,
 			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
 			return
 		}
-		forward_MessageHub_Peek_0(annotatedContext, mux, outboundMarshaler, w, req, response_MessageHub_Peek_0{resp.(*PeekResponse)}, mux.GetForwardResponseOptions()...)
+		forward_MessageHub_Peek_0(annotatedContext, mux, outboundMarshaler, w, req, response_MessageHub_Peek_0{resp.(*extMessagehubv1.PeekResponse)}, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodDelete, pattern_MessageHub_Dequeue_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -247,15 +248,15 @@ func RegisterMessageHubHandlerFromEndpoint(ctx context.Context, mux *runtime.Ser
 // RegisterMessageHubHandler registers the http handlers for service MessageHub to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterMessageHubHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterMessageHubHandlerClient(ctx, mux, NewMessageHubClient(conn))
+	return RegisterMessageHubHandlerClient(ctx, mux, extMessagehubv1.NewMessageHubClient(conn))
 }
 
 // RegisterMessageHubHandlerClient registers the http handlers for service MessageHub
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "MessageHubClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "MessageHubClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extMessagehubv1.MessageHubClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extMessagehubv1.MessageHubClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "MessageHubClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterMessageHubHandlerClient(ctx context.Context, mux *runtime.ServeMux, client MessageHubClient) error {
+// "extMessagehubv1.MessageHubClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterMessageHubHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extMessagehubv1.MessageHubClient) error {
 	mux.Handle(http.MethodPost, pattern_MessageHub_Save_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -288,7 +289,7 @@ func RegisterMessageHubHandlerClient(ctx context.Context, mux *runtime.ServeMux,
 			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
 			return
 		}
-		forward_MessageHub_Peek_0(annotatedContext, mux, outboundMarshaler, w, req, response_MessageHub_Peek_0{resp.(*PeekResponse)}, mux.GetForwardResponseOptions()...)
+		forward_MessageHub_Peek_0(annotatedContext, mux, outboundMarshaler, w, req, response_MessageHub_Peek_0{resp.(*extMessagehubv1.PeekResponse)}, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodDelete, pattern_MessageHub_Dequeue_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -311,7 +312,7 @@ func RegisterMessageHubHandlerClient(ctx context.Context, mux *runtime.ServeMux,
 }
 
 type response_MessageHub_Peek_0 struct {
-	*PeekResponse
+	*extMessagehubv1.PeekResponse
 }
 
 func (m response_MessageHub_Peek_0) XXX_ResponseBody() interface{} {

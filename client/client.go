@@ -1,0 +1,239 @@
+// Package client is the Go client of MessageHub for domain services (Save)
+// and market actors (Peek, Dequeue). It speaks gRPC only: it links neither
+// the HTTP gateway nor anything of the server.
+//
+// # Retries
+//
+// Each call is retried, with exponential backoff and jitter, when the hub
+// answers UNAVAILABLE or RESOURCE_EXHAUSTED (or an attempt's own deadline
+// passes), for at most RetryPolicy.MaxAttempts attempts and never past the
+// caller's context. That is safe because:
+//   - Save is idempotent per notification id: a retry sends the same ids, and
+//     notifications stored by an attempt whose answer was lost come back as
+//     duplicates, never stored twice. Never give a retried notification a new id.
+//   - Peek returns the pending bundle of its group again until it is
+//     dequeued, so a retried Peek answers the same bundle. Pass a bundle id of
+//     your own to make even the first answer repeatable.
+//   - Dequeue: an attempt whose answer was lost may have acknowledged the
+//     bundle, and then the retry answers NOT_FOUND. Dequeue therefore treats
+//     NOT_FOUND after such an attempt as done (see ErrNotFound).
+//
+// Other codes (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION,
+// PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND) are the caller's to handle
+// and are returned at once.
+//
+// # Deadlines
+//
+// Give every call a context with a deadline. A Save of 10,000 notifications
+// or a Peek of a full bundle takes well under a second on a healthy hub;
+// 30 s per call leaves room for retries. Each attempt is also bounded by
+// RetryPolicy.AttemptTimeout.
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+)
+
+// Notification is the contract's DataAvailable: what a domain saves.
+type Notification = messagehubv1.DataAvailable
+
+// Bundle is what a Peek returns.
+type Bundle = messagehubv1.Bundle
+
+// PeekGroup picks the domains a Peek looks at.
+type PeekGroup = messagehubv1.PeekGroup
+
+// Message size limits of the hub: a full Save and the largest bundle fit.
+const (
+	maxSendBytes = 32 << 20
+	maxRecvBytes = 64 << 20
+)
+
+// TokenSource gives the bearer token sent with every call (--auth jwt).
+type TokenSource interface {
+	Token(ctx context.Context) (string, error)
+}
+
+// StaticToken is a TokenSource of one fixed token.
+type StaticToken string
+
+// Token returns the token.
+func (s StaticToken) Token(context.Context) (string, error) { return string(s), nil }
+
+// RetryPolicy says how calls are retried. Zero fields take the defaults.
+type RetryPolicy struct {
+	MaxAttempts    int           // default 5; 1 turns retries off
+	InitialBackoff time.Duration // default 100 ms
+	MaxBackoff     time.Duration // default 5 s
+	AttemptTimeout time.Duration // default 30 s
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 5
+	}
+	if p.InitialBackoff <= 0 {
+		p.InitialBackoff = 100 * time.Millisecond
+	}
+	if p.MaxBackoff < p.InitialBackoff {
+		p.MaxBackoff = max(5*time.Second, p.InitialBackoff)
+	}
+	if p.AttemptTimeout <= 0 {
+		p.AttemptTimeout = 30 * time.Second
+	}
+	return p
+}
+
+// Options configure New.
+type Options struct {
+	// TLS secures the connection. Nil means plaintext, which New refuses
+	// unless Plaintext is set (for a hub on loopback during development).
+	TLS       *tls.Config
+	Plaintext bool
+	// Tokens, when set, adds "authorization: Bearer <token>" to every call;
+	// tokens are never sent in plaintext.
+	Tokens TokenSource
+	Retry  RetryPolicy
+	// DialOptions are passed to grpc.NewClient after the client's own.
+	DialOptions []grpc.DialOption
+}
+
+// Client calls one MessageHub. It is safe for concurrent use.
+type Client struct {
+	conn  *grpc.ClientConn
+	hub   messagehubv1.MessageHubClient
+	retry RetryPolicy
+}
+
+// New connects to target (host:port or any gRPC target).
+func New(target string, opts Options) (*Client, error) {
+	var dial []grpc.DialOption
+	switch {
+	case opts.TLS != nil:
+		dial = append(dial, grpc.WithTransportCredentials(credentials.NewTLS(opts.TLS)))
+	case opts.Plaintext:
+		if opts.Tokens != nil {
+			return nil, errors.New("client: a bearer token is never sent in plaintext: give Options.TLS")
+		}
+		dial = append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	default:
+		return nil, errors.New("client: give Options.TLS, or set Options.Plaintext for a hub on loopback")
+	}
+	if opts.Tokens != nil {
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer{opts.Tokens}))
+	}
+	dial = append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxSendBytes), grpc.MaxCallRecvMsgSize(maxRecvBytes)))
+	conn, err := grpc.NewClient(target, append(dial, opts.DialOptions...)...)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return &Client{conn: conn, hub: messagehubv1.NewMessageHubClient(conn), retry: opts.Retry.withDefaults()}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// SaveResult counts a Save's notifications: stored now, or already stored.
+type SaveResult struct {
+	Saved, Duplicates int
+}
+
+// Save stores the notifications all or nothing (1..10,000 of them).
+func (c *Client) Save(ctx context.Context, notifications ...*Notification) (SaveResult, error) {
+	var res SaveResult
+	err := c.do(ctx, func(ctx context.Context) error {
+		resp, err := c.hub.Save(ctx, &messagehubv1.SaveRequest{Notifications: notifications})
+		if err == nil {
+			res = SaveResult{Saved: int(resp.GetSaved()), Duplicates: int(resp.GetDuplicates())}
+		}
+		return err
+	})
+	return res, err
+}
+
+// Peek returns the recipient's next bundle of the group, or nil when there
+// is nothing to deliver now. bundleID may be empty (the hub makes one).
+// With --auth jwt an actor may leave recipient empty: it peeks as itself.
+func (c *Client) Peek(ctx context.Context, recipient string, group PeekGroup, bundleID string) (*Bundle, error) {
+	var b *Bundle
+	err := c.do(ctx, func(ctx context.Context) error {
+		resp, err := c.hub.Peek(ctx, &messagehubv1.PeekRequest{Recipient: recipient, Group: group, BundleId: bundleID})
+		b = resp.GetBundle()
+		return err
+	})
+	return b, err
+}
+
+// ErrNotFound is what Dequeue returns (wrapped) when the hub does not know
+// the bundle as pending, and no earlier attempt of this call can explain it.
+var ErrNotFound = errors.New("client: no such pending bundle")
+
+// Dequeue acknowledges a pending bundle: it is never delivered again.
+func (c *Client) Dequeue(ctx context.Context, recipient, bundleID string) error {
+	lostAnswer := false // an earlier attempt may have acknowledged the bundle
+	return c.do(ctx, func(ctx context.Context) error {
+		_, err := c.hub.Dequeue(ctx, &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: bundleID})
+		switch code := status.Code(err); {
+		case code == codes.NotFound && lostAnswer:
+			return nil
+		case code == codes.NotFound:
+			return fmt.Errorf("%w: %s", ErrNotFound, status.Convert(err).Message())
+		case retryable(code):
+			lostAnswer = true
+		}
+		return err
+	})
+}
+
+// retryable codes say the hub could not answer now, not that the request
+// is wrong.
+func retryable(code codes.Code) bool {
+	return code == codes.Unavailable || code == codes.ResourceExhausted || code == codes.DeadlineExceeded
+}
+
+// do runs call until it succeeds, fails for good, runs out of attempts or
+// the caller's context ends.
+func (c *Client) do(ctx context.Context, call func(context.Context) error) error {
+	pause := c.retry.InitialBackoff
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.retry.AttemptTimeout)
+		err := call(actx)
+		cancel()
+		if err == nil || !retryable(status.Code(err)) || attempt == c.retry.MaxAttempts || ctx.Err() != nil {
+			return err
+		}
+		// Full jitter keeps many clients from retrying in step.
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause/2 + rand.N(pause/2+1)):
+		}
+		pause = min(2*pause, c.retry.MaxBackoff)
+	}
+}
+
+// bearer sends the token source's token with every call, over TLS only.
+type bearer struct{ tokens TokenSource }
+
+func (b bearer) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
+	token, err := b.tokens.Token(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("client: token: %w", err)
+	}
+	return map[string]string{"authorization": "Bearer " + token}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return true }

@@ -1,0 +1,187 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/energydatahub/messagehub/client"
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/repository/embedded"
+	"github.com/energydatahub/messagehub/internal/server"
+)
+
+// fault decides, per call, whether the hub fails it with UNAVAILABLE before
+// (lose=false) or after (lose=true: the answer is lost) doing the work.
+type fault struct {
+	calls   atomic.Int32
+	failN   int32 // the first failN calls fail
+	lose    bool
+	methods string // only calls whose method contains this
+}
+
+func (f *fault) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !strings.Contains(info.FullMethod, f.methods) {
+		return handler(ctx, req)
+	}
+	n := f.calls.Add(1)
+	if n > f.failN {
+		return handler(ctx, req)
+	}
+	if f.lose {
+		_, _ = handler(ctx, req)
+	}
+	return nil, status.Error(codes.Unavailable, "injected")
+}
+
+// startHub serves the real service over the embedded store on loopback,
+// with f's faults in front.
+func startHub(t *testing.T, f *fault) string {
+	t.Helper()
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := repository.New(store, repository.Options{}, nil)
+	t.Cleanup(func() { repo.Close(); _ = store.Close() })
+	svc := server.NewService(repo)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(f.interceptor, server.UnaryErrorInterceptor(slog.New(slog.DiscardHandler))))
+	messagehubv1.RegisterMessageHubServer(srv, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func newClient(t *testing.T, addr string) *client.Client {
+	t.Helper()
+	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func notification(recipient string) *client.Notification {
+	return &client.Notification{
+		Id: uuid.NewString(), Recipient: recipient, Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES,
+		ContentType: "rsm-014", SupportsBundling: true, Weight: 1,
+	}
+}
+
+func within(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestSaveRetriesUnavailableWithTheSameIDs(t *testing.T) {
+	f := &fault{failN: 2, lose: true, methods: "Save"} // two attempts store and lose their answer
+	c := newClient(t, startHub(t, f))
+	recipient := uuid.NewString()
+	res, err := c.Save(within(t), notification(recipient), notification(recipient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.calls.Load() != 3 || res.Saved != 0 || res.Duplicates != 2 {
+		t.Fatalf("%d attempts, %+v; want 3 attempts, the last finding both stored (duplicates)", f.calls.Load(), res)
+	}
+	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
+	if err != nil || len(b.GetNotificationIds()) != 2 {
+		t.Fatalf("peek after retried saves: %v, %v; want the two notifications once", b, err)
+	}
+}
+
+func TestADequeueWhoseAnswerWasLostIsDone(t *testing.T) {
+	f := &fault{failN: 1, lose: true, methods: "Dequeue"}
+	c := newClient(t, startHub(t, f))
+	recipient := uuid.NewString()
+	if _, err := c.Save(within(t), notification(recipient)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v, %v", b, err)
+	}
+	if err := c.Dequeue(within(t), recipient, b.GetId()); err != nil {
+		t.Fatalf("a dequeue acknowledged by an attempt whose answer was lost: %v", err)
+	}
+	if f.calls.Load() != 2 {
+		t.Fatalf("%d attempts, want 2", f.calls.Load())
+	}
+	// Without a lost answer, NOT_FOUND is the caller's to see.
+	if err := c.Dequeue(within(t), recipient, b.GetId()); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("a second dequeue: %v, want ErrNotFound", err)
+	}
+	if next, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, ""); err != nil || next != nil {
+		t.Fatalf("after the dequeue: %v, %v; want nothing", next, err)
+	}
+}
+
+func TestTheCallersMistakesAreNotRetried(t *testing.T) {
+	f := &fault{failN: 0, methods: "Save"}
+	c := newClient(t, startHub(t, f))
+	bad := notification(uuid.NewString())
+	bad.Id = "not-a-uuid"
+	if _, err := c.Save(within(t), bad); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("got %v, want INVALID_ARGUMENT", err)
+	}
+	if f.calls.Load() != 1 {
+		t.Fatalf("an invalid save was sent %d times", f.calls.Load())
+	}
+}
+
+func TestRetriesStopAtMaxAttempts(t *testing.T) {
+	f := &fault{failN: 100, methods: "Peek"}
+	addr := startHub(t, f)
+	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); status.Code(err) != codes.Unavailable || f.calls.Load() != 3 {
+		t.Fatalf("got %v after %d attempts; want UNAVAILABLE after 3", err, f.calls.Load())
+	}
+}
+
+func TestTokensAreNeverSentInPlaintext(t *testing.T) {
+	if _, err := client.New("127.0.0.1:1", client.Options{Plaintext: true, Tokens: client.StaticToken("secret")}); err == nil {
+		t.Fatal("a client sending a token in plaintext was made")
+	}
+	if _, err := client.New("127.0.0.1:1", client.Options{}); err == nil {
+		t.Fatal("a client without TLS was made without asking for plaintext")
+	}
+}
+
+// Domain services and actors import the client: it must not bring the
+// server's weight with it.
+func TestTheClientLinksNothingOfTheServer(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/energydatahub/messagehub/client").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, forbidden := range []string{
+		"grpc-gateway", "cockroachdb/pebble", "azcosmos", "prometheus", "go.opentelemetry.io",
+		"github.com/energydatahub/messagehub/internal/",
+	} {
+		if strings.Contains(string(out), forbidden) {
+			t.Errorf("the client links %s", forbidden)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/auth"
+)
+
+// What devtoken writes is what the hub accepts: the domain may save, the
+// actor may peek as itself and not as another.
+func TestTheTokensAreAcceptedByTheHub(t *testing.T) {
+	dir := t.TempDir()
+	const actor = "aaaaaaaa-0000-4000-8000-000000000001"
+	var out strings.Builder
+	c := config{out: dir, issuer: "https://dev.test/", audience: "hub", actor: actor, valid: time.Hour}
+	if err := run(c, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "--jwks-file "+dir+"/jwks.json --jwt-issuer https://dev.test/ --jwt-audience hub") {
+		t.Errorf("the printed command does not match what was written:\n%s", out.String())
+	}
+	v, err := auth.NewVerifier(auth.Config{JWKSFile: filepath.Join(dir, "jwks.json"), Issuer: "https://dev.test/", Audience: "hub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := auth.NewAuthorizer(v)
+	with := func(file string) context.Context {
+		token, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+strings.TrimSpace(string(token))))
+	}
+	if _, err := a.Authorize(with("domain.jwt"), messagehubv1.MessageHub_Save_FullMethodName, &messagehubv1.SaveRequest{}); err != nil {
+		t.Errorf("the domain token cannot save: %v", err)
+	}
+	peek := &messagehubv1.PeekRequest{}
+	if _, err := a.Authorize(with("actor.jwt"), messagehubv1.MessageHub_Peek_FullMethodName, peek); err != nil || peek.GetRecipient() != actor {
+		t.Errorf("the actor token cannot peek as %s: %v (recipient %q)", actor, err, peek.GetRecipient())
+	}
+	if _, err := a.Authorize(with("actor.jwt"), messagehubv1.MessageHub_Save_FullMethodName, &messagehubv1.SaveRequest{}); err == nil {
+		t.Error("the actor token may save")
+	}
+}
+
+func TestABadActorIDIsRefused(t *testing.T) {
+	if err := run(config{out: t.TempDir(), actor: "me", valid: time.Hour}, &strings.Builder{}); err == nil {
+		t.Fatal("a non-UUID actor was accepted")
+	}
+}
