@@ -71,12 +71,15 @@ $(GOTESTSUM):
 	GOBIN=$(BIN) $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
 	touch $@
 
-# gen/openapi/openapi.go (the go:embed of the OpenAPI document) is the one
+# gen/openapi/openapi.go (the go:embed of the OpenAPI documents) is the one
 # file under gen/ written by hand, so only generated files are removed.
+# cmd/apidoc completes protoc-gen-openapiv2's document into openapi2.json and
+# converts it to openapi3.json.
 generate: $(GENERATORS) ## regenerate gen/ from proto/ (committed; must not change)
 	rm -rf gen/messagehub gen/gateway
-	rm -f gen/openapi/*.swagger.json
+	rm -f gen/openapi/*.json
 	$(BIN)/buf generate
+	$(GO) run ./cmd/apidoc gen/openapi/messagehub.swagger.json gen/openapi
 
 lint: $(BUF) $(GOLANGCI_LINT) ## buf lint, gofmt, go vet, golangci-lint
 	$(BIN)/buf lint proto

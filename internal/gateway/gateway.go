@@ -100,7 +100,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		handler      http.Handler
 	}
 	routes := []route{
-		{http.MethodGet, "/openapi.json", http.HandlerFunc(serveOpenAPI)},
+		{http.MethodGet, "/openapi.json", serveJSON(openapi.Document)},
+		{http.MethodGet, "/openapi.v3.json", serveJSON(openapi.DocumentV3)},
 		{http.MethodGet, "/healthz", mux},
 		{http.MethodPost, "/v1/notifications", api},
 		{http.MethodGet, "/v1/peek", api},
@@ -208,9 +209,11 @@ func writeError(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, h
 	runtime.DefaultHTTPErrorHandler(r.Context(), mux, out, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: err})
 }
 
-func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(openapi.Document)
+func serveJSON(doc []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(doc)
+	})
 }
 
 // peekGroup serves a per-group Peek route as GET /v1/peek with the group

@@ -9,7 +9,7 @@ import (
 )
 
 // buildExample compiles one of examples/ into dir.
-func buildExample(t *testing.T, ctx context.Context, name string) string {
+func buildExample(ctx context.Context, t *testing.T, name string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), name)
 	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/energydatahub/messagehub/examples/"+name).CombinedOutput()
@@ -24,7 +24,7 @@ func buildExample(t *testing.T, ctx context.Context, name string) string {
 func TestTheExamplesPublishAndDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout+2*callTimeout)
 	defer cancel()
-	publisher, actor := buildExample(t, ctx, "domain-publisher"), buildExample(t, ctx, "market-actor")
+	publisher, actor := buildExample(ctx, t, "domain-publisher"), buildExample(ctx, t, "market-actor")
 	h := startHTTPHub(t)
 	recipient := newID()
 

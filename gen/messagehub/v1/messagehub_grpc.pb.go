@@ -50,7 +50,7 @@ type MessageHubClient interface {
 	// ALREADY_EXISTS when bundle_id was already used by this recipient for
 	// another bundle. When nothing is ready the response holds no bundle and a
 	// given bundle_id is not used up.
-	// PeekContent takes the same request (by contract).
+	// PeekContent takes the same request and streams the bundle's document.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error)
 	// Dequeue acknowledges the notifications of a pending bundle; they are
@@ -154,7 +154,7 @@ type MessageHubServer interface {
 	// ALREADY_EXISTS when bundle_id was already used by this recipient for
 	// another bundle. When nothing is ready the response holds no bundle and a
 	// given bundle_id is not used up.
-	// PeekContent takes the same request (by contract).
+	// PeekContent takes the same request and streams the bundle's document.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	Peek(context.Context, *PeekRequest) (*PeekResponse, error)
 	// Dequeue acknowledges the notifications of a pending bundle; they are
