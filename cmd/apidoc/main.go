@@ -38,7 +38,6 @@ func main() {
 	}
 	for name, data := range map[string][]byte{"openapi2.json": v2, "openapi3.json": v3} {
 		if err := os.WriteFile(filepath.Join(os.Args[2], name), data, 0o600); err != nil { //nolint:gosec // the folder it is told to write
-
 			fmt.Fprintln(os.Stderr, "apidoc:", err)
 			os.Exit(1)
 		}
