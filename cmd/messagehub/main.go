@@ -267,7 +267,13 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 		h.onClose(documents.Close)
 		repoOpts.ForgetBundles = content.Forget(documents)
 	}
-	repo := repository.New(instrumented.New(store, h.tel.Metrics), repoOpts, h.logger)
+	measured := instrumented.New(store, h.tel.Metrics)
+	stopBacklog, err := h.tel.WatchBacklog(measured.Backlog, telemetry.DefaultBacklogInterval, h.logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	h.onClose(func() error { stopBacklog(); return nil })
+	repo := repository.New(measured, repoOpts, h.logger)
 	h.onClose(func() error { repo.Close(); return nil })
 	if documents == nil {
 		return repo, nil, nil

@@ -143,7 +143,7 @@ func TestAppendNeverOverfillsADrawerWhateverTheSaveSizes(t *testing.T) {
 			for _, n := range tt.saves {
 				items := numbered(pos, n)
 				opened := ids.n
-				next, newPages := drawer.Append(drawers, items, ids.next)
+				next, newPages := drawer.Append(drawers, items, ids.next, 0)
 				if got, want := ids.n-opened, len(next)-len(drawers); got != want {
 					t.Fatalf("save of %d: %d new ids asked for, %d drawers opened", n, got, want)
 				}
@@ -189,8 +189,8 @@ func TestAppendCutsPagesAtPageSizeAndAtDrawerBoundaries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var ids idSource
-			drawers, _ := drawer.Append(nil, numbered(0, tt.before), ids.next)
-			_, pages := drawer.Append(drawers, numbered(int64(tt.before), tt.save), ids.next)
+			drawers, _ := drawer.Append(nil, numbered(0, tt.before), ids.next, 0)
+			_, pages := drawer.Append(drawers, numbered(int64(tt.before), tt.save), ids.next, 0)
 			var got []string
 			for _, p := range pages {
 				got = append(got, fmt.Sprintf("%s:%d", p.DrawerID, len(p.Items)))
@@ -213,7 +213,7 @@ func TestAppendContinuesTheLastDrawerAndKeepsItsIdentity(t *testing.T) {
 		{ID: "old-2", Start: 10_000, Count: 4, FirstSeq: 100 + 3*10_000, LastSeq: 100 + 3*10_003},
 	}
 	var ids idSource
-	got, _ := drawer.Append(existing, numbered(10_004, 9_997), ids.next)
+	got, _ := drawer.Append(existing, numbered(10_004, 9_997), ids.next, 0)
 	want := []drawer.Meta{
 		existing[0],
 		{ID: "old-2", Start: 10_000, Count: 10_000, FirstSeq: 100 + 3*10_000, LastSeq: 100 + 3*19_999},
@@ -235,13 +235,13 @@ func TestAppendNeverModifiesTheDrawersItIsGiven(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var ids idSource
-			base, _ := drawer.Append(nil, numbered(0, 9_990), ids.next)
+			base, _ := drawer.Append(nil, numbered(0, 9_990), ids.next, 0)
 			// Spare capacity invites an in-place append; it must not happen.
 			drawers := slices.Grow(slices.Clone(base), 10)
 			before := slices.Clone(drawers)
 			spare := drawers[:cap(drawers)]
 			spareBefore := slices.Clone(spare)
-			got, _ := drawer.Append(drawers, numbered(9_990, tt.save), ids.next)
+			got, _ := drawer.Append(drawers, numbered(9_990, tt.save), ids.next, 0)
 			if !slices.Equal(drawers, before) || !slices.Equal(spare, spareBefore) {
 				t.Fatalf("Append modified its input: %+v, was %+v", drawers, before)
 			}
@@ -324,7 +324,7 @@ func FuzzAppend(f *testing.F) {
 			n := (int(data[0])<<8 | int(data[1])) % 25_001
 			data = data[2:]
 			before := slices.Clone(drawers)
-			next, newPages := drawer.Append(drawers, plain(pos, n), ids.next)
+			next, newPages := drawer.Append(drawers, plain(pos, n), ids.next, 0)
 			if !slices.Equal(drawers, before) {
 				t.Fatalf("Append modified its input drawers")
 			}
@@ -774,5 +774,30 @@ func TestScanPropagatesAReadErrorAndFeedsNothingOfTheFailedBatch(t *testing.T) {
 				t.Errorf("take was fed %d items, want %d", taken, tt.wantTaken)
 			}
 		})
+	}
+}
+
+func TestAppendRecordsWhenDrawersWereWritten(t *testing.T) {
+	ids := &idSource{}
+	drawers, _ := drawer.Append(nil, numbered(0, 100), ids.next, 1_000)
+	drawers, _ = drawer.Append(drawers, numbered(100, drawer.Capacity), ids.next, 5_000)
+	if len(drawers) != 2 {
+		t.Fatalf("%d drawers, want 2", len(drawers))
+	}
+	first, second := drawers[0], drawers[1]
+	if first.FirstAt != 1_000 || first.LastAt != 5_000 || second.FirstAt != 5_000 || second.LastAt != 5_000 {
+		t.Fatalf("times %d..%d and %d..%d; want 1000..5000 and 5000..5000", first.FirstAt, first.LastAt, second.FirstAt, second.LastAt)
+	}
+	if got := first.SavedAt(0); got != 1_000 {
+		t.Errorf("the first item was saved at %d, want 1000", got)
+	}
+	if got := first.SavedAt(first.End() - 1); got != 5_000 {
+		t.Errorf("the last item was saved at %d, want 5000", got)
+	}
+	if mid := first.SavedAt(first.Start + int64(first.Count/2)); mid <= 1_000 || mid >= 5_000 {
+		t.Errorf("an item in between was saved at %d, want between the two", mid)
+	}
+	if got := (drawer.Meta{Count: 10}).SavedAt(3); got != 0 {
+		t.Errorf("a drawer without times says %d, want 0 (unknown)", got)
 	}
 }

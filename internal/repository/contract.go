@@ -38,6 +38,7 @@ func RunContractSuite(t *testing.T, newStore StoreFactory) {
 	t.Run("ConcurrentPeeksShareOneBundle", h.concurrentPeeksShareOneBundle)
 	t.Run("PeekAfterDequeueNeverReturnsIt", h.peekAfterDequeue)
 	t.Run("IsPendingFollowsTheBundle", h.isPending)
+	t.Run("BacklogSumsWhatIsNotDequeued", h.backlog)
 	t.Run("ConcurrentSavesKeepOrder", h.concurrentSavesKeepOrder)
 	t.Run("BundleIDRules", h.bundleIDRules)
 	t.Run("DequeueNotFound", h.dequeueNotFound)
@@ -429,7 +430,7 @@ func (h *harness) watermarkHidesUnfinishedSave(t *testing.T) {
 	for _, n := range hidden {
 		fps[n.ID] = fingerprint(n)
 	}
-	plan := planSave(r, state, hidden, fps, uuid.NewString)
+	plan := planSave(r, state, hidden, fps, uuid.NewString, e.clock.Now().UnixMilli())
 	plan.Head.Watermark = state.Head.Watermark
 	if err := e.store.CommitSaves(ctx(t), []RecipientSave{plan}); err != nil {
 		t.Fatal(err)

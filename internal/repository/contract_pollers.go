@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/energydatahub/messagehub/internal/domain"
 )
@@ -166,5 +167,46 @@ func (h *harness) isPending(t *testing.T) {
 	e.dequeue(r, b.ID)
 	if pending(r) {
 		t.Fatal("a dequeued bundle is still pending")
+	}
+}
+
+// backlog follows saves, a peek and a dequeue in the store's backlog sums.
+func (h *harness) backlog(t *testing.T) {
+	e := h.env(t, Options{})
+	read := func() Backlog {
+		t.Helper()
+		b, err := e.store.Backlog(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if b := read(); b.Recipients != 0 || len(b.ByOrigin) != 0 {
+		t.Fatalf("an empty store has a backlog: %+v", b)
+	}
+	a, other := newRecipient(), newRecipient()
+	before := e.clock.Now()
+	e.save(notes(5, a, domain.OriginTimeSeries, "ts")...)
+	between := e.clock.Now()
+	e.save(notes(3, a, domain.OriginCharges, "c")...)
+	e.save(notes(2, other, domain.OriginCharges, "c")...)
+
+	b := read()
+	ts, charges := b.ByOrigin[domain.OriginTimeSeries], b.ByOrigin[domain.OriginCharges]
+	if b.Recipients != 2 || ts.Notifications != 5 || charges.Notifications != 5 {
+		t.Fatalf("backlog %+v; want 2 recipients, 5 time series and 5 charges", b)
+	}
+	if ts.Oldest.Before(before.Truncate(time.Millisecond)) || ts.Oldest.After(between) || charges.Oldest.Before(between.Truncate(time.Millisecond)) {
+		t.Fatalf("oldest time series %v, charges %v; saved from %v, charges after %v", ts.Oldest, charges.Oldest, before, between)
+	}
+
+	bundle := e.peek(a, domain.GroupTimeSeries, "")
+	if got := read().ByOrigin[domain.OriginTimeSeries].Notifications; got != 5 {
+		t.Fatalf("a peeked, not dequeued bundle left %d in the backlog, want 5", got)
+	}
+	e.dequeue(a, bundle.ID)
+	b = read()
+	if got := b.ByOrigin[domain.OriginTimeSeries].Notifications; got != 0 || b.Recipients != 2 {
+		t.Fatalf("after the dequeue: %+v; want no time series, 2 recipients still waiting", b)
 	}
 }

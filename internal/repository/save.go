@@ -157,7 +157,7 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 		if err != nil {
 			return nil, nil, err
 		}
-		saves = append(saves, planSave(rcpt, state, byRecipient[rcpt], accepted, r.opts.NewID))
+		saves = append(saves, planSave(rcpt, state, byRecipient[rcpt], accepted, r.opts.NewID, r.opts.Now().UnixMilli()))
 	}
 	return outcomes, saves, nil
 }
@@ -197,7 +197,7 @@ func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map
 // planSave numbers one recipient's new notifications from its head, files
 // them into its cabinets' drawers and moves the watermark past them. fps
 // holds the notifications' fingerprints, for the id index.
-func planSave(recipient string, state RecipientState, ns []domain.Notification, fps map[string]Fingerprint, newID func() string) RecipientSave {
+func planSave(recipient string, state RecipientState, ns []domain.Notification, fps map[string]Fingerprint, newID func() string, at int64) RecipientSave {
 	head := state.Head
 	seq := max(head.NextSeq, 1)
 	entries := make(map[catalog.Key]catalog.Entry, len(state.Entries))
@@ -227,7 +227,7 @@ func planSave(recipient string, state RecipientState, ns []domain.Notification, 
 	for _, k := range order {
 		e := entries[k]
 		var pages []drawer.Page
-		e.Drawers, pages = drawer.Append(e.Drawers, items[k], newID)
+		e.Drawers, pages = drawer.Append(e.Drawers, items[k], newID, at)
 		save.Entries = append(save.Entries, e)
 		save.Pages = append(save.Pages, pages...)
 		for _, p := range pages {

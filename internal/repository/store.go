@@ -112,6 +112,9 @@ type Store interface {
 	DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error)
 	// ApplySweep removes what retention found, conditionally.
 	ApplySweep(ctx context.Context, sweep Sweep) error
+	// Backlog sums what every recipient has saved and not yet dequeued, from
+	// the catalog entries and cursors the store keeps.
+	Backlog(ctx context.Context) (Backlog, error)
 	// Close releases the store.
 	Close() error
 }

@@ -96,6 +96,8 @@ type drawerMeta struct {
 	Count    int    `json:"n"`
 	FirstSeq int64  `json:"fs"`
 	LastSeq  int64  `json:"ls"`
+	FirstAt  int64  `json:"fa,omitempty"` // unix milliseconds
+	LastAt   int64  `json:"la,omitempty"`
 }
 
 type cursorDoc struct {

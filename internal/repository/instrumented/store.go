@@ -29,6 +29,7 @@ const (
 	OpRecipients      = "recipients"
 	OpDequeuedBundles = "dequeued_bundles"
 	OpApplySweep      = "apply_sweep"
+	OpBacklog         = "backlog"
 )
 
 // Store wraps a repository.Store with metrics.
@@ -172,6 +173,14 @@ func (s *Store) ApplySweep(ctx context.Context, sweep repository.Sweep) error {
 	err := s.next.ApplySweep(ctx, sweep)
 	s.observe(ctx, OpApplySweep, start, err)
 	return err
+}
+
+// Backlog implements repository.Store.
+func (s *Store) Backlog(ctx context.Context) (repository.Backlog, error) {
+	start := s.now()
+	b, err := s.next.Backlog(ctx)
+	s.observe(ctx, OpBacklog, start, err)
+	return b, err
 }
 
 // Close implements repository.Store.

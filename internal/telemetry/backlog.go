@@ -1,0 +1,113 @@
+package telemetry
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/repository"
+)
+
+// DefaultBacklogInterval is how often the backlog is read: its gauges are
+// never older than this, and a scrape never reads the store.
+const DefaultBacklogInterval = 15 * time.Second
+
+// backlogCollector exposes the last backlog read; the age of the oldest
+// notification is computed at scrape time, so it keeps growing between reads.
+type backlogCollector struct {
+	notifications, oldestAge, recipients *prometheus.Desc
+	now                                  func() time.Time
+
+	mu   sync.Mutex
+	last *repository.Backlog // nil until the first read
+}
+
+func newBacklogCollector(now func() time.Time) *backlogCollector {
+	return &backlogCollector{
+		notifications: prometheus.NewDesc("messagehub_backlog_notifications",
+			"Notifications saved and not yet dequeued, by origin domain.", []string{"origin"}, nil),
+		oldestAge: prometheus.NewDesc("messagehub_backlog_oldest_age_seconds",
+			"Age of the oldest notification not yet dequeued, by origin domain (0 without one).", []string{"origin"}, nil),
+		recipients: prometheus.NewDesc("messagehub_backlog_recipients",
+			"Recipients with at least one notification not yet dequeued.", nil, nil),
+		now: now,
+	}
+}
+
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.notifications
+	ch <- c.oldestAge
+	ch <- c.recipients
+}
+
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	last := c.last
+	c.mu.Unlock()
+	if last == nil {
+		return // not read yet: no numbers rather than false zeros
+	}
+	now := c.now()
+	for _, o := range domain.Origins {
+		b := last.ByOrigin[o]
+		name := messagehubv1.Domain(o).String()
+		age := 0.0
+		if !b.Oldest.IsZero() && b.Notifications > 0 {
+			age = max(now.Sub(b.Oldest).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(c.notifications, prometheus.GaugeValue, float64(b.Notifications), name)
+		ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, age, name)
+	}
+	ch <- prometheus.MustNewConstMetric(c.recipients, prometheus.GaugeValue, float64(last.Recipients))
+}
+
+func (c *backlogCollector) set(b repository.Backlog) {
+	c.mu.Lock()
+	c.last = &b
+	c.mu.Unlock()
+}
+
+// WatchBacklog reads the backlog with read now and every interval, and
+// exposes it as the messagehub_backlog_* gauges, until stop is called; stop
+// waits for a read in progress, so the store can be closed after it. A
+// failed read keeps the last numbers and is logged.
+func (t *Telemetry) WatchBacklog(read func(context.Context) (repository.Backlog, error), interval time.Duration, logger *slog.Logger) (stop func(), err error) {
+	c := newBacklogCollector(time.Now)
+	if err := t.registry.Register(c); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	refresh := func() {
+		rctx, cancel := context.WithTimeout(ctx, interval)
+		defer cancel()
+		b, err := read(rctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Warn("reading the backlog for its metrics failed", "error", err)
+			}
+			return
+		}
+		c.set(b)
+	}
+	go func() {
+		defer close(done)
+		refresh()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				refresh()
+			}
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}

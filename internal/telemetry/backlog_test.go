@@ -1,0 +1,84 @@
+package telemetry_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/repository/embedded"
+	"github.com/energydatahub/messagehub/internal/telemetry"
+)
+
+// scrape returns the value of one series of the exposition.
+func scrape(t *testing.T, tel *telemetry.Telemetry, series string) (float64, bool) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, true
+}
+
+func TestTheBacklogGaugesFollowTheStore(t *testing.T) {
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := repository.New(store, repository.Options{}, nil)
+	defer func() { repo.Close(); _ = store.Close() }()
+	ctx := context.Background()
+	recipient := uuid.NewString()
+	notes := make([]domain.Notification, 7)
+	for i := range notes {
+		notes[i] = domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
+			ContentType: "c", DocumentType: "c", SupportsBundling: true, Weight: 1}
+	}
+	if _, err := repo.Save(ctx, notes); err != nil {
+		t.Fatal(err)
+	}
+
+	tel, err := telemetry.Setup(ctx, "test", envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{}, 10)
+	stop, err := tel.WatchBacklog(func(ctx context.Context) (repository.Backlog, error) {
+		defer func() { read <- struct{}{} }()
+		return store.Backlog(ctx)
+	}, time.Hour, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-read // the first read is at once
+	stop()
+
+	if v, ok := scrape(t, tel, `messagehub_backlog_notifications{origin="DOMAIN_CHARGES"}`); !ok || v != 7 {
+		t.Errorf("charges backlog %v (%v), want 7", v, ok)
+	}
+	if v, ok := scrape(t, tel, `messagehub_backlog_notifications{origin="DOMAIN_TIME_SERIES"}`); !ok || v != 0 {
+		t.Errorf("time series backlog %v (%v), want 0", v, ok)
+	}
+	if v, ok := scrape(t, tel, `messagehub_backlog_recipients`); !ok || v != 1 {
+		t.Errorf("recipients with a backlog %v (%v), want 1", v, ok)
+	}
+	age, ok := scrape(t, tel, `messagehub_backlog_oldest_age_seconds{origin="DOMAIN_CHARGES"}`)
+	if !ok || age < 0 || age > 60 {
+		t.Errorf("oldest charge %v s old (%v), want a fresh one", age, ok)
+	}
+}
