@@ -154,6 +154,29 @@ func complete(doc *openapi2.T) error {
 		doc.Paths[g.path] = &openapi2.PathItem{Get: &op}
 	}
 
+	var peekContent openapi2.PathItem
+	if err := json.Unmarshal([]byte(`{"get": {
+		"operationId": "MessageHub_PeekContent",
+		"summary": "The bundle's document itself: PeekContent over HTTP.",
+		"description": "Picks the bundle exactly as GET /v1/peek does (same parameters, rules and errors) and answers its document, built once by the bundle's domain and stored by the hub: every repeated peek answers the same bytes. The Content-Type is the document's media type; a bundle of a domain without document provider is answered as the bundle itself, application/vnd.messagehub.bundle+json. 503 with Retry-After while the domain has not answered within the hub's content timeout: the hub keeps building the document, so peek again.",
+		"tags": ["MessageHub"],
+		"produces": ["*/*"],
+		"responses": {
+			"200": {"description": "The document (or the bundle, see the description).", "schema": {"type": "file"},
+				"headers": {"MessageId": {"type": "string", "description": "The id of the bundle; Dequeue names it."}}},
+			"204": {"description": "Nothing to deliver now (no body)."},
+			"503": {"description": "UNAVAILABLE: the document is not ready yet (or the hub cannot answer now); retry after Retry-After seconds.",
+				"schema": {"$ref": "#/definitions/rpcStatus"},
+				"headers": {"Retry-After": {"type": "integer", "description": "Seconds to wait before peeking again."}}}
+		}}}`), &peekContent); err != nil {
+		return err
+	}
+	peekContent.Get.Parameters = peek.Get.Parameters
+	for _, code := range []string{"400", "401", "403", "405", "409"} {
+		peekContent.Get.Responses[code] = errorResponse(errorAnswers[code])
+	}
+	doc.Paths["/v1/peek/content"] = &peekContent
+
 	var health openapi2.PathItem
 	if err := json.Unmarshal([]byte(`{"get": {
 		"operationId": "Healthz",

@@ -82,6 +82,9 @@ func TestTheDocumentDescribesTheGateway(t *testing.T) {
 			t.Error("a per-group peek route takes a group")
 		}
 	}
+	if doc.Paths.Find("/v1/peek/content").Get.Responses.Value("503").Value.Headers["Retry-After"] == nil {
+		t.Error("the content peek's 503 does not say Retry-After")
+	}
 	if bytes.Contains(openapi.Document, []byte("buf:lint")) {
 		t.Error("lint directives leaked into the document")
 	}

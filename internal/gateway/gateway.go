@@ -106,6 +106,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodPost, "/v1/notifications", api},
 		{http.MethodGet, "/v1/peek", api},
 		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
+		{http.MethodGet, "/v1/peek/content", guard(peekContent(mux, messagehubv1.NewMessageHubClient(conn)), o)},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})

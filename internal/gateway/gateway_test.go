@@ -39,13 +39,19 @@ type stack struct {
 
 func newStack(t *testing.T, opts ...gateway.Option) *stack {
 	t.Helper()
+	return newStackWith(t, nil, opts...)
+}
+
+// newStackWith is newStack with options of the gRPC server.
+func newStackWith(t *testing.T, serverOpts []server.Option, opts ...gateway.Option) *stack {
+	t.Helper()
 	store, err := embedded.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &stack{repo: repository.New(store, repository.Options{}, nil)}
 	t.Cleanup(func() { s.repo.Close(); _ = store.Close() })
-	srv, hs := server.NewGRPCServer(s.repo, slog.New(slog.DiscardHandler), server.WithStatsHandler(countSaves{&s.saves}))
+	srv, hs := server.NewGRPCServer(s.repo, slog.New(slog.DiscardHandler), append(serverOpts, server.WithStatsHandler(countSaves{&s.saves}))...)
 	server.SetServing(hs, true)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()

@@ -1,0 +1,115 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/gateway"
+	"github.com/energydatahub/messagehub/internal/server"
+)
+
+// contentStack is the gateway over a hub whose time series domain answers
+// with answer.
+func contentStack(t *testing.T, timeout time.Duration, answer func(*messagehubv1.Bundle, int) contenttest.Answer) *stack {
+	t.Helper()
+	provider := contenttest.Start(t, answer)
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     store,
+		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
+	})
+	t.Cleanup(docs.Close)
+	return newStackWith(t, []server.Option{server.WithDocuments(docs, timeout)})
+}
+
+func (s *stack) saveOne(t *testing.T, recipient string, origin domain.Origin) {
+	t.Helper()
+	n := domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: origin, ContentType: "c", DocumentType: "c", SupportsBundling: true, Weight: 1}
+	if _, err := s.repo.Save(t.Context(), []domain.Notification{n}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, url string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(newRequest(t, http.MethodGet, url, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
+}
+
+func TestAContentPeekAnswersTheDocumentItself(t *testing.T) {
+	document := bytes.Repeat([]byte("<doc/>"), 400_000) // 2.4 MB, several messages
+	s := contentStack(t, time.Minute, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("application/xml; charset=utf-8", document, 100_000)
+	})
+	recipient := uuid.NewString()
+	if resp, _ := get(t, s.url+"/v1/peek/content?recipient="+recipient); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("nothing to deliver: %d, want 204", resp.StatusCode)
+	}
+	s.saveOne(t, recipient, domain.OriginTimeSeries)
+	resp, body := get(t, s.url+"/v1/peek/content?recipient="+recipient+"&group=PEEK_GROUP_TIME_SERIES")
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/xml; charset=utf-8" || !bytes.Equal(body, document) {
+		t.Fatalf("%d %q with %d bytes; want 200 with the provider's document", resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
+	}
+	id := resp.Header.Values("MessageId")
+	bundle, err := s.repo.Peek(t.Context(), recipient, domain.GroupAll, "")
+	if err != nil || len(id) != 1 || bundle == nil || id[0] != bundle.ID {
+		t.Fatalf("MessageId %v; want the pending bundle's id", id)
+	}
+}
+
+func TestAContentPeekWithoutProviderAnswersTheBundle(t *testing.T) {
+	s := contentStack(t, time.Minute, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Answer{}
+	})
+	recipient := uuid.NewString()
+	s.saveOne(t, recipient, domain.OriginCharges)
+	resp, body := get(t, s.url+"/v1/peek/content?recipient="+recipient)
+	var b struct {
+		ID              string   `json:"id"`
+		NotificationIDs []string `json:"notificationIds"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil || resp.StatusCode != http.StatusOK ||
+		resp.Header.Get("Content-Type") != gateway.BundleMediaType || len(b.NotificationIDs) != 1 || resp.Header.Get("MessageId") != b.ID {
+		t.Fatalf("%d %q %s; want 200 with the bundle as %s", resp.StatusCode, resp.Header.Get("Content-Type"), body, gateway.BundleMediaType)
+	}
+}
+
+func TestASlowDomainIs503WithRetryAfter(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	s := contentStack(t, 50*time.Millisecond, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Answer{Hold: release}
+	})
+	recipient := uuid.NewString()
+	s.saveOne(t, recipient, domain.OriginTimeSeries)
+	resp, _ := get(t, s.url+"/v1/peek/content?recipient="+recipient)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("%d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if resp, _ := get(t, s.url+"/v1/peek/content?recipient="+recipient+"&group=PEEK_GROUP_WEATHER"); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("an unknown group: %d, want 400", resp.StatusCode)
+	}
+}
