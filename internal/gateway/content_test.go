@@ -45,7 +45,7 @@ func (s *stack) saveOne(t *testing.T, recipient string, origin domain.Origin) {
 	}
 }
 
-func get(t *testing.T, url string) (*http.Response, []byte) {
+func get(t *testing.T, url string) (answer, []byte) {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(newRequest(t, http.MethodGet, url, nil))
 	if err != nil {
@@ -56,7 +56,7 @@ func get(t *testing.T, url string) (*http.Response, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp, body
+	return answer{resp.StatusCode, resp.Header}, body
 }
 
 func TestAContentPeekAnswersTheDocumentItself(t *testing.T) {
@@ -111,5 +111,17 @@ func TestASlowDomainIs503WithRetryAfter(t *testing.T) {
 	}
 	if resp, _ := get(t, s.url+"/v1/peek/content?recipient="+recipient+"&group=PEEK_GROUP_WEATHER"); resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("an unknown group: %d, want 400", resp.StatusCode)
+	}
+}
+
+func TestADocumentCannotRunInABrowser(t *testing.T) {
+	s := contentStack(t, time.Minute, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("text/html", []byte("<script>alert(1)</script>"), 1024)
+	})
+	recipient := uuid.NewString()
+	s.saveOne(t, recipient, domain.OriginTimeSeries)
+	resp, _ := get(t, s.url+"/v1/peek/content?recipient="+recipient)
+	if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Content-Security-Policy") == "" {
+		t.Fatalf("an HTML document is served without nosniff and a sandbox: %v", resp.Header)
 	}
 }
