@@ -75,7 +75,7 @@ func (c ContentConfig) validate() error {
 
 // contentService dials the configured providers and returns the document
 // service over store; closeAll releases the connections.
-func contentService(cfg ContentConfig, store content.Store, repo *repository.Repository, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
+func contentService(cfg ContentConfig, store content.Store, repo *repository.Repository, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
 	creds, err := cfg.dialOptions()
 	if err != nil {
 		return nil, nil, err
@@ -106,6 +106,7 @@ func contentService(cfg ContentConfig, store content.Store, repo *repository.Rep
 		Store:     store,
 		Pending:   repo.IsPending,
 		Logger:    logger,
+		Metrics:   metrics,
 	})
 	return svc, func() {
 		svc.Close()

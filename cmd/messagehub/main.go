@@ -278,7 +278,7 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 	if documents == nil {
 		return repo, nil, nil
 	}
-	docs, closeDocs, err := contentService(h.cfg.Content, documents, repo, h.logger)
+	docs, closeDocs, err := contentService(h.cfg.Content, documents, repo, h.tel.Metrics, h.logger)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -37,6 +37,14 @@ type Options struct {
 	// AttemptTimeout bounds one provider call.
 	AttemptTimeout time.Duration
 	Logger         *slog.Logger
+	// Metrics, when set, records every provider call (telemetry.Metrics).
+	Metrics ProviderMetrics
+}
+
+// ProviderMetrics records provider calls: the domain, the outcome ("ok",
+// "error", "invalid"), the duration and the bytes stored.
+type ProviderMetrics interface {
+	RecordProviderCall(ctx context.Context, origin, outcome string, d time.Duration, bytes int64)
 }
 
 // Service serves bundles' documents: from the store when there, else by
@@ -138,8 +146,19 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 	pause := s.opts.RetryMin
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, s.opts.AttemptTimeout)
+		start := time.Now()
 		size, err := fetch(ctx, provider, s.opts.Store, key, bundle)
 		cancel()
+		if s.opts.Metrics != nil {
+			outcome := "ok"
+			switch {
+			case errors.Is(err, errProvider):
+				outcome = "invalid"
+			case err != nil:
+				outcome = "error"
+			}
+			s.opts.Metrics.RecordProviderCall(s.ctx, bundle.GetOrigin().String(), outcome, time.Since(start), size)
+		}
 		if err == nil {
 			log.Debug("bundle document stored", "bytes", size)
 			return nil

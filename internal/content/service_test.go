@@ -352,3 +352,53 @@ func TestForgetRemovesTheDocumentsRetentionRemoves(t *testing.T) {
 	}
 	_ = doc.Body.Close()
 }
+
+// recorded keeps what the service reported of its provider calls.
+type recorded struct {
+	mu       sync.Mutex
+	outcomes []string
+	bytes    int64
+}
+
+func (r *recorded) RecordProviderCall(_ context.Context, origin, outcome string, _ time.Duration, bytes int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outcomes = append(r.outcomes, origin+":"+outcome)
+	r.bytes += bytes
+}
+
+func TestEveryProviderCallIsCounted(t *testing.T) {
+	provider := contenttest.Start(t, func(_ *messagehubv1.Bundle, calls int) contenttest.Answer {
+		switch calls {
+		case 0:
+			return contenttest.Answer{Err: errors.New("down")}
+		case 1:
+			return contenttest.Document("", []byte("x"), 1)
+		default:
+			return contenttest.Document("text/plain", []byte("hello"), 2)
+		}
+	})
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := &recorded{}
+	s := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     store, Metrics: metrics,
+		Pending:  func(context.Context, string, string) (bool, error) { return true, nil },
+		RetryMin: time.Millisecond, RetryMax: time.Millisecond,
+	})
+	defer s.Close()
+	doc, err := s.Document(within(t, time.Minute), newBundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = doc.Body.Close()
+	metrics.mu.Lock()
+	defer metrics.mu.Unlock()
+	want := []string{"DOMAIN_TIME_SERIES:error", "DOMAIN_TIME_SERIES:invalid", "DOMAIN_TIME_SERIES:ok"}
+	if strings.Join(metrics.outcomes, " ") != strings.Join(want, " ") || metrics.bytes != 5 {
+		t.Fatalf("recorded %v and %d bytes; want %v and 5", metrics.outcomes, metrics.bytes, want)
+	}
+}

@@ -29,6 +29,7 @@ const (
 	attrError     = attribute.Key("error")
 	attrOutcome   = attribute.Key("outcome")
 	attrStatus    = attribute.Key("status_code")
+	attrOrigin    = attribute.Key("origin")
 )
 
 // Metrics records MessageHub's domain metrics. Its methods are safe for
@@ -46,6 +47,9 @@ type Metrics struct {
 	storeErrors           metric.Int64Counter
 	requestCharge         metric.Float64Counter
 	requests              metric.Int64Counter
+	providerCalls         metric.Int64Counter
+	providerDuration      metric.Float64Histogram
+	contentBytes          metric.Int64Counter
 }
 
 // Discard returns a Metrics that records nothing.
@@ -97,11 +101,20 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		"Failed store operations, by operation and kind of error (conflict is an optimistic-concurrency retry).")
 	m.requests = counter("messagehub.store.requests", "{request}",
 		"Requests sent to a remote store backend (Cosmos DB), by operation and status code.")
+	m.providerCalls = counter("messagehub.content.provider.calls", "{call}",
+		"CreateBundleContent calls to domains' providers, by origin and outcome (ok, error, invalid).")
+	m.contentBytes = counter("messagehub.content.stored", "By",
+		"Bytes of bundle documents stored, by origin.")
 	if err != nil {
 		return nil, err
 	}
 	if m.storeDuration, err = meter.Float64Histogram("messagehub.store.operation.duration",
 		metric.WithUnit("s"), metric.WithDescription("Duration of store operations, by operation."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
+		return nil, err
+	}
+	if m.providerDuration, err = meter.Float64Histogram("messagehub.content.provider.duration",
+		metric.WithUnit("s"), metric.WithDescription("Duration of CreateBundleContent calls, by origin."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
 		return nil, err
 	}
@@ -179,3 +192,15 @@ func (m *Metrics) RecordRequest(ctx context.Context, operation string, requestCh
 }
 
 var _ RequestRecorder = (*Metrics)(nil)
+
+// RecordProviderCall records one call for a bundle's document: its domain,
+// its outcome ("ok", "error", or "invalid" for an answer the hub refuses)
+// and how long it took; bytes is what was stored (0 unless ok).
+func (m *Metrics) RecordProviderCall(ctx context.Context, origin, outcome string, d time.Duration, bytes int64) {
+	o := attrOrigin.String(origin)
+	m.providerCalls.Add(ctx, 1, metric.WithAttributes(o, attrOutcome.String(outcome)))
+	m.providerDuration.Record(ctx, d.Seconds(), metric.WithAttributes(o))
+	if bytes > 0 {
+		m.contentBytes.Add(ctx, bytes, metric.WithAttributes(o))
+	}
+}
