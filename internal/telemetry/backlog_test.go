@@ -82,3 +82,20 @@ func TestTheBacklogGaugesFollowTheStore(t *testing.T) {
 		t.Errorf("oldest charge %v s old (%v), want a fresh one", age, ok)
 	}
 }
+
+func TestProviderCallsAreExposedUnderTheirDocumentedNames(t *testing.T) {
+	tel, err := telemetry.Setup(context.Background(), "test", envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.Metrics.RecordProviderCall(context.Background(), "DOMAIN_CHARGES", "ok", 20*time.Millisecond, 1234)
+	for series, want := range map[string]float64{
+		`messagehub_content_provider_calls_total{origin="DOMAIN_CHARGES",outcome="ok"}`: 1,
+		`messagehub_content_stored_bytes_total{origin="DOMAIN_CHARGES"}`:                1234,
+		`messagehub_content_provider_duration_seconds_count{origin="DOMAIN_CHARGES"}`:  1,
+	} {
+		if v, ok := scrape(t, tel, series); !ok || v != want {
+			t.Errorf("%s = %v (%v), want %v", series, v, ok, want)
+		}
+	}
+}
