@@ -92,7 +92,7 @@ func TestProviderCallsAreExposedUnderTheirDocumentedNames(t *testing.T) {
 	for series, want := range map[string]float64{
 		`messagehub_content_provider_calls_total{origin="DOMAIN_CHARGES",outcome="ok"}`: 1,
 		`messagehub_content_stored_bytes_total{origin="DOMAIN_CHARGES"}`:                1234,
-		`messagehub_content_provider_duration_seconds_count{origin="DOMAIN_CHARGES"}`:  1,
+		`messagehub_content_provider_duration_seconds_count{origin="DOMAIN_CHARGES"}`:   1,
 	} {
 		if v, ok := scrape(t, tel, series); !ok || v != want {
 			t.Errorf("%s = %v (%v), want %v", series, v, ok, want)
