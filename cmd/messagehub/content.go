@@ -73,9 +73,10 @@ func (c ContentConfig) validate() error {
 	return nil
 }
 
-// contentService dials the configured providers and returns the document
-// service over store; closeAll releases the connections.
-func contentService(cfg ContentConfig, store content.Store, repo *repository.Repository, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
+// contentService dials the configured providers, and returns the document
+// service over store and starts telling the providers of dequeues from the
+// notices; closeAll stops both and releases the connections.
+func contentService(cfg ContentConfig, store content.Store, repo *repository.Repository, notices repository.Announcer, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
 	creds, err := cfg.dialOptions()
 	if err != nil {
 		return nil, nil, err
@@ -108,7 +109,14 @@ func contentService(cfg ContentConfig, store content.Store, repo *repository.Rep
 		Logger:    logger,
 		Metrics:   metrics,
 	})
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: providers,
+		Notices:   notices,
+		Bundle:    repo.DequeuedBundle,
+		Logger:    logger,
+	})
 	return svc, func() {
+		notifier.Close()
 		svc.Close()
 		closeConns()
 	}, nil

@@ -266,6 +266,8 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 		}
 		h.onClose(documents.Close)
 		repoOpts.ForgetBundles = content.Forget(documents)
+		// Domains with a provider hear of their bundles' dequeues.
+		repoOpts.Announce = func(o domain.Origin) bool { _, ok := h.cfg.Content.Providers[o]; return ok }
 	}
 	measured := instrumented.New(store, h.tel.Metrics)
 	stopBacklog, err := h.tel.WatchBacklog(measured.Backlog, telemetry.DefaultBacklogInterval, h.logger)
@@ -278,7 +280,12 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 	if documents == nil {
 		return repo, nil, nil
 	}
-	docs, closeDocs, err := contentService(h.cfg.Content, documents, repo, h.tel.Metrics, h.logger)
+	stopOutbox, err := h.tel.WatchOutbox(measured.NoticeBacklog, telemetry.DefaultBacklogInterval, h.logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	h.onClose(func() error { stopOutbox(); return nil })
+	docs, closeDocs, err := contentService(h.cfg.Content, documents, repo, measured, h.tel.Metrics, h.logger)
 	if err != nil {
 		return nil, nil, err
 	}

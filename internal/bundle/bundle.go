@@ -33,5 +33,8 @@ type Record struct {
 	State         State
 	CreatedAt     time.Time
 	DequeuedAt    time.Time
-	Version       string
+	// Announce: the bundle's domain is told of the dequeue (BundleDequeued),
+	// so Acknowledge records a notice in the same atomic write.
+	Announce bool `json:",omitempty"`
+	Version  string
 }

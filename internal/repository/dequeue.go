@@ -43,7 +43,30 @@ func (r *Repository) dequeueOnce(ctx context.Context, recipient, bundleID string
 	}
 	rec.State = bundle.Dequeued
 	rec.DequeuedAt = r.opts.Now()
+	rec.Announce = r.opts.Announce != nil && r.opts.Announce(rec.Origin)
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq
 	return r.store.Acknowledge(ctx, recipient, rec, cursor)
+}
+
+// DequeuedBundle returns a dequeued bundle of the recipient as it was
+// dequeued, for telling its domain; ErrNotFound once retention removed it.
+func (r *Repository) DequeuedBundle(ctx context.Context, recipient, bundleID string) (*domain.Bundle, error) {
+	if err := r.begin(); err != nil {
+		return nil, err
+	}
+	defer r.ops.Done()
+	dequeued, err := r.store.DequeuedBundles(ctx, recipient)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(dequeued, func(rec bundle.Record) bool { return rec.ID == bundleID })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
+	}
+	state, err := r.store.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return nil, err
+	}
+	return r.materialize(ctx, recipient, state, dequeued[i])
 }

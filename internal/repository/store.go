@@ -10,6 +10,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 )
 
@@ -119,6 +120,25 @@ type Store interface {
 	Close() error
 }
 
+// Notice says that a dequeued bundle's domain is still to be told of it.
+type Notice struct {
+	Recipient, BundleID string
+	DequeuedAt          time.Time
+}
+
+// Announcer is a Store that keeps notices: Acknowledge of a record with
+// Announce set writes one in the same atomic write, and they stay until
+// removed, across crashes. They are found through an index of their own,
+// oldest first, without scanning anything else.
+type Announcer interface {
+	// Notices returns up to limit notices, oldest first.
+	Notices(ctx context.Context, limit int) ([]Notice, error)
+	// RemoveNotices removes delivered notices; missing ones are no error.
+	RemoveNotices(ctx context.Context, notices []Notice) error
+	// NoticeBacklog counts the notices and says when the oldest was made.
+	NoticeBacklog(ctx context.Context) (n int, oldest time.Time, err error)
+}
+
 // Options configure a Repository.
 type Options struct {
 	MaxBundleWeight int64         // 0 means domain.DefaultMaxBundleWeight
@@ -130,4 +150,8 @@ type Options struct {
 	// that retention removes (their documents). It runs before their records
 	// go, so a failure leaves nothing behind that no record points to.
 	ForgetBundles func(ctx context.Context, recipient string, bundleIDs []string) error
+	// Announce, when set, says which domains hear of their bundles'
+	// dequeues: their Acknowledge records a notice (the store must be an
+	// Announcer).
+	Announce func(domain.Origin) bool
 }

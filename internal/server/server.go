@@ -8,6 +8,7 @@ import (
 	"time"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/apiconv"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
@@ -39,7 +40,7 @@ func NewService(hub Hub) *Service { return &Service{hub: hub, metrics: telemetry
 func (s *Service) Save(ctx context.Context, req *messagehubv1.SaveRequest) (*messagehubv1.SaveResponse, error) {
 	in := make([]domain.Notification, len(req.GetNotifications()))
 	for i, n := range req.GetNotifications() {
-		in[i] = notificationFromProto(n)
+		in[i] = apiconv.Notification(n)
 	}
 	notifications, err := domain.NormalizeNotifications(in)
 	if err != nil {
@@ -77,7 +78,7 @@ func (s *Service) Peek(ctx context.Context, req *messagehubv1.PeekRequest) (*mes
 		return nil, err
 	}
 	s.metrics.RecordPeek(ctx, b != nil)
-	return &messagehubv1.PeekResponse{Bundle: bundleToProto(b)}, nil
+	return &messagehubv1.PeekResponse{Bundle: apiconv.Bundle(b)}, nil
 }
 
 // Dequeue acknowledges a pending bundle of the recipient.
@@ -94,33 +95,6 @@ func (s *Service) Dequeue(ctx context.Context, req *messagehubv1.DequeueRequest)
 		return nil, err
 	}
 	return &messagehubv1.DequeueResponse{}, nil
-}
-
-func notificationFromProto(n *messagehubv1.DataAvailable) domain.Notification {
-	return domain.Notification{
-		ID:               n.GetId(),
-		Recipient:        n.GetRecipient(),
-		Origin:           domain.Origin(n.GetOrigin()),
-		ContentType:      n.GetContentType(),
-		DocumentType:     n.GetDocumentType(),
-		SupportsBundling: n.GetSupportsBundling(),
-		Weight:           n.GetWeight(),
-	}
-}
-
-func bundleToProto(b *domain.Bundle) *messagehubv1.Bundle {
-	if b == nil {
-		return nil
-	}
-	return &messagehubv1.Bundle{
-		Id:              b.ID,
-		Recipient:       b.Recipient,
-		Origin:          messagehubv1.Domain(b.Origin),
-		ContentType:     b.ContentType,
-		DocumentTypes:   b.DocumentTypes,
-		NotificationIds: b.NotificationIDs,
-		Weight:          b.Weight,
-	}
 }
 
 // Compile-time check that Service serves the whole contract.

@@ -81,23 +81,67 @@ func (t *Telemetry) WatchBacklog(read func(context.Context) (repository.Backlog,
 	if err := t.registry.Register(c); err != nil {
 		return nil, err
 	}
+	return watch(func(ctx context.Context) error {
+		b, err := read(ctx)
+		if err == nil {
+			c.set(b)
+		}
+		return err
+	}, interval, logger, "the backlog"), nil
+}
+
+// WatchOutbox exposes the notices of dequeues not yet told to their domains
+// (messagehub_outbox_notices, messagehub_outbox_oldest_age_seconds), read
+// with read every interval until stop is called.
+func (t *Telemetry) WatchOutbox(read func(context.Context) (int, time.Time, error), interval time.Duration, logger *slog.Logger) (stop func(), err error) {
+	var mu sync.Mutex
+	var n int
+	var oldest time.Time
+	known := false
+	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "messagehub_outbox_notices", Help: "Dequeues not yet told to their domains (BundleDequeued).",
+	}, func() float64 { mu.Lock(); defer mu.Unlock(); return float64(n) })
+	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "messagehub_outbox_oldest_age_seconds", Help: "Age of the oldest dequeue not yet told to its domain (0 without one).",
+	}, func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		if !known || n == 0 {
+			return 0
+		}
+		return max(time.Since(oldest).Seconds(), 0)
+	})
+	for _, c := range []prometheus.Collector{depth, age} {
+		if err := t.registry.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return watch(func(ctx context.Context) error {
+		count, first, err := read(ctx)
+		if err == nil {
+			mu.Lock()
+			n, oldest, known = count, first, true
+			mu.Unlock()
+		}
+		return err
+	}, interval, logger, "the outbox"), nil
+}
+
+// watch runs refresh now and every interval until the returned stop is
+// called; stop waits for a refresh in progress.
+func watch(refresh func(context.Context) error, interval time.Duration, logger *slog.Logger, what string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	refresh := func() {
+	once := func() {
 		rctx, cancel := context.WithTimeout(ctx, interval)
 		defer cancel()
-		b, err := read(rctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				logger.Warn("reading the backlog for its metrics failed", "error", err)
-			}
-			return
+		if err := refresh(rctx); err != nil && ctx.Err() == nil {
+			logger.Warn("reading "+what+" for its metrics failed", "error", err)
 		}
-		c.set(b)
 	}
 	go func() {
 		defer close(done)
-		refresh()
+		once()
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
@@ -105,9 +149,9 @@ func (t *Telemetry) WatchBacklog(read func(context.Context) (repository.Backlog,
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				refresh()
+				once()
 			}
 		}
 	}()
-	return func() { cancel(); <-done }, nil
+	return func() { cancel(); <-done }
 }

@@ -99,3 +99,45 @@ func TestProviderCallsAreExposedUnderTheirDocumentedNames(t *testing.T) {
 		}
 	}
 }
+
+func TestTheOutboxGaugesCountUntoldDequeues(t *testing.T) {
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := repository.New(store, repository.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	defer func() { repo.Close(); _ = store.Close() }()
+	ctx := context.Background()
+	recipient := uuid.NewString()
+	n := domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges, ContentType: "c", DocumentType: "c", Weight: 1}
+	if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v %v", b, err)
+	}
+	if err := repo.Dequeue(ctx, recipient, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	tel, err := telemetry.Setup(ctx, "test", envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{}, 10)
+	stop, err := tel.WatchOutbox(func(ctx context.Context) (int, time.Time, error) {
+		defer func() { read <- struct{}{} }()
+		return store.NoticeBacklog(ctx)
+	}, time.Hour, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-read
+	stop()
+	if v, ok := scrape(t, tel, "messagehub_outbox_notices"); !ok || v != 1 {
+		t.Errorf("outbox notices %v (%v), want 1", v, ok)
+	}
+	if v, ok := scrape(t, tel, "messagehub_outbox_oldest_age_seconds"); !ok || v <= 0 || v > 60 {
+		t.Errorf("outbox oldest age %v (%v), want a fresh one", v, ok)
+	}
+}

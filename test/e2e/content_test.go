@@ -104,3 +104,50 @@ func TestContentIsBuiltOnceAndSurvivesARestart(t *testing.T) {
 		t.Fatalf("after the dequeue: %v, %v; want an empty stream", first, err)
 	}
 }
+
+// Every dequeue of a domain with a provider is told to it at least once,
+// even when the hub is killed before the domain could be reached.
+func TestDequeuesAreToldAfterAKill(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("text/plain", []byte("x"), 1)
+	})
+	provider.FailDequeued(1_000_000) // down until the restart
+	dataDir := t.TempDir()
+	args := []string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address}
+	h := startHubIn(t, dataDir, args...)
+	recipient := newID()
+	var notes []*messagehubv1.DataAvailable
+	for range 3 {
+		n := notification(recipient, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
+		n.SupportsBundling = false
+		notes = append(notes, n)
+	}
+	if _, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: notes}); err != nil {
+		t.Fatal(err)
+	}
+	dequeued := map[string]bool{}
+	for range notes {
+		resp, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := resp.GetBundle().GetId()
+		if _, err := h.client.Dequeue(ctxT(t), &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: id}); err != nil {
+			t.Fatal(err)
+		}
+		dequeued[id] = true
+	}
+	h.Kill() // SIGKILL: nothing was told yet
+
+	provider.FailDequeued(0)
+	startHubIn(t, dataDir, args...)
+	ctx := ctxT(t)
+	for len(dequeued) > 0 {
+		select {
+		case b := <-provider.Told():
+			delete(dequeued, b.GetId()) // a repeat is allowed
+		case <-ctx.Done():
+			t.Fatalf("%d dequeues were never told after the restart", len(dequeued))
+		}
+	}
+}

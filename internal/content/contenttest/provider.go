@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
@@ -30,10 +32,12 @@ type Provider struct {
 	// Address is the provider's host:port.
 	Address string
 
-	mu       sync.Mutex
-	answer   func(*messagehubv1.Bundle, int) Answer
-	creates  map[string]int // bundle id → CreateBundleContent calls
-	dequeued []*messagehubv1.Bundle
+	mu           sync.Mutex
+	answer       func(*messagehubv1.Bundle, int) Answer
+	creates      map[string]int // bundle id → CreateBundleContent calls
+	dequeued     []*messagehubv1.Bundle
+	failDequeued int
+	told         chan *messagehubv1.Bundle
 }
 
 // Start serves a provider until the test ends. answer is called with the
@@ -44,7 +48,7 @@ func Start(t *testing.T, answer func(b *messagehubv1.Bundle, calls int) Answer) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Provider{Address: lis.Addr().String(), answer: answer, creates: map[string]int{}}
+	p := &Provider{Address: lis.Addr().String(), answer: answer, creates: map[string]int{}, told: make(chan *messagehubv1.Bundle, 10_000)}
 	srv := grpc.NewServer()
 	messagehubv1.RegisterBundleContentProviderServer(srv, p)
 	go func() { _ = srv.Serve(lis) }()
@@ -108,13 +112,28 @@ func (p *Provider) Creates(bundleID string) int {
 	return p.creates[bundleID]
 }
 
-// BundleDequeued records the bundle.
+// FailDequeued makes the next n BundleDequeued calls fail with UNAVAILABLE.
+func (p *Provider) FailDequeued(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failDequeued = n
+}
+
+// BundleDequeued records the bundle and hands it to Told.
 func (p *Provider) BundleDequeued(_ context.Context, req *messagehubv1.BundleDequeuedRequest) (*messagehubv1.BundleDequeuedResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.failDequeued > 0 {
+		p.failDequeued--
+		return nil, status.Error(codes.Unavailable, "provider down (test)")
+	}
 	p.dequeued = append(p.dequeued, req.GetBundle())
+	p.told <- req.GetBundle()
 	return &messagehubv1.BundleDequeuedResponse{}, nil
 }
+
+// Told delivers every bundle the provider was told of, as it is told.
+func (p *Provider) Told() <-chan *messagehubv1.Bundle { return p.told }
 
 // Dequeued lists the bundles the provider was told of, in order.
 func (p *Provider) Dequeued() []*messagehubv1.Bundle {

@@ -20,11 +20,13 @@ import (
 //	x <recipient> <bundle>                 dequeued bundle
 //	d <drawer> <start position>            page of a drawer
 //	i <notification id>                    id index
+//	n <dequeued at> <recipient> <bundle>   notice: a domain to tell of a dequeue
 const (
 	prefixRecipient = 'r'
 	prefixDequeued  = 'x'
 	prefixDrawer    = 'd'
 	prefixID        = 'i'
+	prefixNotice    = 'n'
 
 	kindHead    = 'h'
 	kindEntry   = 'e'
@@ -81,3 +83,10 @@ func prefixEnd(prefix []byte) []byte {
 }
 
 func uuidString(b []byte) string { return uuid.UUID(b).String() }
+
+// noticeKey orders notices by the time of their dequeue.
+func noticeKey(at int64, r, b [16]byte) []byte {
+	key := binary.BigEndian.AppendUint64([]byte{prefixNotice}, uint64(at)) //nolint:gosec // times after 1970
+	key = append(key, r[:]...)
+	return append(key, b[:]...)
+}

@@ -370,7 +370,11 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Re
 		if err != nil {
 			return err
 		}
-		tx.apply([]put{{key: pendingKey(r, id), del: true}, dq, cur})
+		puts := []put{{key: pendingKey(r, id), del: true}, dq, cur}
+		if bun.Announce {
+			puts = append(puts, put{key: noticeKey(bun.DequeuedAt.UnixNano(), r, id), value: []byte{}})
+		}
+		tx.apply(puts)
 		tx.dequeued[string(dq.key)] = true
 		tx.change(r, rec, func(rec *records) {
 			delete(rec.pending, bun.ID)

@@ -30,6 +30,8 @@ const (
 	OpDequeuedBundles = "dequeued_bundles"
 	OpApplySweep      = "apply_sweep"
 	OpBacklog         = "backlog"
+	OpNotices         = "notices"
+	OpRemoveNotices   = "remove_notices"
 )
 
 // Store wraps a repository.Store with metrics.
@@ -182,6 +184,42 @@ func (s *Store) Backlog(ctx context.Context) (repository.Backlog, error) {
 	s.observe(ctx, OpBacklog, start, err)
 	return b, err
 }
+
+// Notices implements repository.Announcer when the store it wraps does.
+func (s *Store) Notices(ctx context.Context, limit int) ([]repository.Notice, error) {
+	a, ok := s.next.(repository.Announcer)
+	if !ok {
+		return nil, errNoNotices
+	}
+	start := s.now()
+	n, err := a.Notices(ctx, limit)
+	s.observe(ctx, OpNotices, start, err)
+	return n, err
+}
+
+// RemoveNotices implements repository.Announcer when the store it wraps does.
+func (s *Store) RemoveNotices(ctx context.Context, notices []repository.Notice) error {
+	a, ok := s.next.(repository.Announcer)
+	if !ok {
+		return errNoNotices
+	}
+	start := s.now()
+	err := a.RemoveNotices(ctx, notices)
+	s.observe(ctx, OpRemoveNotices, start, err)
+	return err
+}
+
+// NoticeBacklog implements repository.Announcer when the store it wraps does.
+func (s *Store) NoticeBacklog(ctx context.Context) (int, time.Time, error) {
+	a, ok := s.next.(repository.Announcer)
+	if !ok {
+		return 0, time.Time{}, errNoNotices
+	}
+	return a.NoticeBacklog(ctx)
+}
+
+// errNoNotices: the wrapped store keeps no notices.
+var errNoNotices = errors.New("the store keeps no notices of dequeues")
 
 // Close implements repository.Store.
 func (s *Store) Close() error { return s.next.Close() }
