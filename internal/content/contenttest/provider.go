@@ -42,7 +42,7 @@ type Provider struct {
 
 // Start serves a provider until the test ends. answer is called with the
 // bundle and how many times it was asked before.
-func Start(t *testing.T, answer func(b *messagehubv1.Bundle, calls int) Answer) *Provider {
+func Start(t testing.TB, answer func(b *messagehubv1.Bundle, calls int) Answer) *Provider {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -57,7 +57,7 @@ func Start(t *testing.T, answer func(b *messagehubv1.Bundle, calls int) Answer) 
 }
 
 // Client returns a client of p that is closed when the test ends.
-func (p *Provider) Client(t *testing.T) messagehubv1.BundleContentProviderClient {
+func (p *Provider) Client(t testing.TB) messagehubv1.BundleContentProviderClient {
 	t.Helper()
 	conn, err := grpc.NewClient(p.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
