@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -149,5 +150,52 @@ func TestDequeuesAreToldAfterAKill(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("%d dequeues were never told after the restart", len(dequeued))
 		}
+	}
+}
+
+// A hub killed while a document is being built keeps nothing half-written:
+// after the restart the domain is asked again and the whole document served.
+func TestAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T) {
+	document := bytes.Repeat([]byte("<Series/>"), 100_000)
+	release := make(chan struct{})
+	provider := contenttest.Start(t, func(_ *messagehubv1.Bundle, calls int) contenttest.Answer {
+		a := contenttest.Document("application/xml", document, 64<<10)
+		if calls == 0 {
+			// The first answer sends part of the document, then stalls.
+			a.Chunks, a.Hold = a.Chunks[:2], release
+		}
+		return a
+	})
+	defer close(release)
+	dataDir := t.TempDir()
+	args := []string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address, "--content-timeout", "200ms"}
+	h := startHubIn(t, dataDir, args...)
+	recipient := newID()
+	n := notification(recipient, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
+	if _, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{n}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.peekContent(t, recipient); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a peek while the document is half built: %v, want UNAVAILABLE", err)
+	}
+	h.Kill()
+
+	h = startHubIn(t, dataDir, args...)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		first, data, err := h.peekContent(t, recipient)
+		if err == nil {
+			if first.GetMediaType() != "application/xml" || !bytes.Equal(data, document) {
+				t.Fatalf("after the restart: %q with %d bytes, want the whole document", first.GetMediaType(), len(data))
+			}
+			break
+		}
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			t.Fatalf("peek after the restart: %v", err)
+		}
+	}
+	leftovers, err := filepath.Glob(filepath.Join(dataDir, "content", "*", "*.tmp"))
+	if err != nil || len(leftovers) != 0 {
+		t.Fatalf("half-written documents left: %v (%v)", leftovers, err)
 	}
 }
