@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,9 @@ import (
 // faulty answers some requests itself instead of the server: inject decides,
 // per data-plane request, which status to answer (0: pass the request on).
 type faulty struct {
-	next   *http.Client
-	inject atomic.Pointer[func(*http.Request) int]
+	next       *http.Client
+	inject     atomic.Pointer[func(*http.Request) int]
+	retryAfter atomic.Int64 // milliseconds a 429 asks to wait; 0 means 5
 }
 
 func newFaulty() *faulty { return &faulty{next: cosmostest.NewHTTPClient()} }
@@ -36,7 +38,11 @@ func (f *faulty) Do(req *http.Request) (*http.Response, error) {
 		if code := (*fn)(req); code != 0 {
 			h := http.Header{"Content-Type": {"application/json"}}
 			if code == http.StatusTooManyRequests {
-				h.Set("x-ms-retry-after-ms", "5")
+				wait := f.retryAfter.Load()
+				if wait == 0 {
+					wait = 5
+				}
+				h.Set("x-ms-retry-after-ms", strconv.FormatInt(wait, 10))
 			}
 			return &http.Response{
 				StatusCode: code, Status: http.StatusText(code), Header: h, Request: req,
@@ -69,6 +75,29 @@ func cycle(t *testing.T, repo *repository.Repository, n int) {
 	}
 	if err := repo.Dequeue(ctx, r, b.ID); err != nil {
 		t.Fatalf("dequeue: %v", err)
+	}
+}
+
+// Cosmos DB asks a throttled client to wait as long as the partition's debt
+// takes to repay, which can be seconds: the store waits as asked rather than
+// giving up on waits over a fixed cap.
+func TestALongRetryAfterIsWaitedFor(t *testing.T) {
+	f := newFaulty()
+	f.retryAfter.Store(2500) // over the 2 s the SDK's retry used to cap
+	store := open(t, cosmos.Config{Transport: f})
+	repo := repository.New(store, repository.Options{}, nil)
+	t.Cleanup(repo.Close)
+	var n atomic.Int64
+	f.set(func(*http.Request) int {
+		if n.Add(1) == 1 {
+			return http.StatusTooManyRequests
+		}
+		return 0
+	})
+	start := time.Now()
+	cycle(t, repo, 10)
+	if took := time.Since(start); took < 2500*time.Millisecond {
+		t.Fatalf("the cycle took %s: the 429's retry-after of 2.5 s was not honoured", took)
 	}
 }
 

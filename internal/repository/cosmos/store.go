@@ -93,10 +93,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	opts := &azcosmos.ClientOptions{ClientOptions: azcore.ClientOptions{
 		Transport: retrying{next: meter, attempts: 4, backoff: 50 * time.Millisecond},
 		// 429s are retried after x-ms-retry-after-ms, 408 and 5xx with
-		// backoff, all within the call's deadline. Every write here is
-		// conditional or a create, so a retried write can only turn into a
-		// conflict, never into a second effect.
-		Retry: policy.RetryOptions{MaxRetries: 6, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+		// backoff, all within the call's deadline: a throttled partition may
+		// ask for seconds while it repays its debt, so the cap is a minute
+		// and the tries many, and the caller's deadline decides when to give
+		// up. Every write here is conditional or a create, so a retried
+		// write can only turn into a conflict, never into a second effect.
+		Retry: policy.RetryOptions{MaxRetries: 30, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: time.Minute},
 	}}
 	var client *azcosmos.Client
 	var err error
