@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -197,8 +198,9 @@ var settings = []setting{
 			if err != nil {
 				return fmt.Errorf("not a duration: %q", v)
 			}
-			if d <= 0 {
-				return fmt.Errorf("must be positive, got %s", d)
+			// Cosmos DB keeps it as a TTL in whole seconds, an int32.
+			if d < time.Second || d > math.MaxInt32*time.Second {
+				return fmt.Errorf("must be between 1s and %s, got %s", math.MaxInt32*time.Second, d)
 			}
 			c.Retention = d
 			return nil
