@@ -125,7 +125,7 @@ type bundleDoc struct {
 	Weight     int64    `json:"w"`
 	DocTypes   []string `json:"dt"`
 	NextSeq    int64    `json:"ns"`
-	CreatedAt  int64    `json:"ca"` // unix nanoseconds
+	CreatedAt  int64    `json:"ca"` // unix microseconds: exact within the 2^53 of a JSON number
 	DequeuedAt int64    `json:"da,omitempty"`
 	TTL        *int32   `json:"ttl,omitempty"`
 	ETag       string   `json:"_etag,omitempty"`
@@ -231,11 +231,11 @@ func toBundle(d bundleDoc) bundle.Record {
 	rec := bundle.Record{
 		ID: d.Bundle, Origin: domain.Origin(d.Origin), ContentType: d.CT, Group: domain.PeekGroup(d.Group),
 		Start: d.Start, End: d.End, Count: d.Count, Weight: d.Weight, DocumentTypes: d.DocTypes,
-		NextSeq: d.NextSeq, State: bundle.Pending, CreatedAt: time.Unix(0, d.CreatedAt), Version: d.ETag,
+		NextSeq: d.NextSeq, State: bundle.Pending, CreatedAt: fromMicros(d.CreatedAt), Version: d.ETag,
 	}
 	if d.T == typeDequeued {
 		rec.State = bundle.Dequeued
-		rec.DequeuedAt = time.Unix(0, d.DequeuedAt)
+		rec.DequeuedAt = fromMicros(d.DequeuedAt)
 	}
 	return rec
 }
@@ -244,11 +244,11 @@ func fromBundle(recipient string, rec bundle.Record) bundleDoc {
 	d := bundleDoc{
 		ID: bundleDocID(rec.ID), PK: recipient, T: typePending, Bundle: rec.ID, Origin: int32(rec.Origin), CT: rec.ContentType,
 		Group: int32(rec.Group), Start: rec.Start, End: rec.End, Count: rec.Count, Weight: rec.Weight,
-		DocTypes: rec.DocumentTypes, NextSeq: rec.NextSeq, CreatedAt: rec.CreatedAt.UnixNano(),
+		DocTypes: rec.DocumentTypes, NextSeq: rec.NextSeq, CreatedAt: rec.CreatedAt.UnixMicro(),
 	}
 	if rec.State == bundle.Dequeued {
 		d.T = typeDequeued
-		d.DequeuedAt = rec.DequeuedAt.UnixNano()
+		d.DequeuedAt = rec.DequeuedAt.UnixMicro()
 	}
 	return d
 }
@@ -303,4 +303,14 @@ func parseFingerprint(s string) (repository.Fingerprint, error) {
 func etag(v string) *azcore.ETag {
 	e := azcore.ETag(v)
 	return &e
+}
+
+// fromMicros reads a time written in unix microseconds, or in nanoseconds by
+// earlier versions (those are above 10^17 for any date after 1973, where
+// microseconds stay below it until the year 5138).
+func fromMicros(v int64) time.Time {
+	if v > 1e17 {
+		return time.Unix(0, v)
+	}
+	return time.UnixMicro(v)
 }
