@@ -194,3 +194,23 @@ func BenchmarkDequeue(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// BenchmarkSaveBatch1000Over100Recipients: the users' shape. A domain
+// publishes for many actors at once: every Save of 1,000 holds 10
+// notifications for each of 100 recipients; 4 writers.
+func BenchmarkSaveBatch1000Over100Recipients(b *testing.B) {
+	repo := openRepo(b, repository.Options{})
+	recipients := make([]string, 100)
+	for i := range recipients {
+		recipients[i] = uuid.NewString()
+	}
+	batches := make([][]domain.Notification, b.N)
+	for i := range batches {
+		for _, r := range recipients {
+			batches[i] = append(batches[i], batch(10, r, 1)...)
+		}
+	}
+	b.ResetTimer()
+	saveAll(b, repo, 4, batches)
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "notifications/s")
+}
