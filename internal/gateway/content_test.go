@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
-	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/gateway"
@@ -23,17 +21,7 @@ import (
 // with answer.
 func contentStack(t *testing.T, timeout time.Duration, answer func(*messagehubv1.Bundle, int) contenttest.Answer) *stack {
 	t.Helper()
-	provider := contenttest.Start(t, answer)
-	store, err := content.OpenDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     store,
-		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
-	})
-	t.Cleanup(docs.Close)
+	docs := contenttest.Start(t, answer).Documents(t)
 	return newStackWith(t, []server.Option{server.WithDocuments(docs, timeout)})
 }
 

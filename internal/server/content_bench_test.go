@@ -42,17 +42,7 @@ func (h *freshHub) Peek(context.Context, string, domain.PeekGroup, string) (*dom
 // loopback listener, as a client on another process would reach it.
 func loopbackContent(b *testing.B, hub Hub, provider *contenttest.Provider) messagehubv1.MessageHubClient {
 	b.Helper()
-	store, err := content.OpenDirStore(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	docs := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(b)},
-		Store:     store,
-		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
-	})
-	b.Cleanup(docs.Close)
-	srv, _ := NewGRPCServer(hub, slog.New(slog.DiscardHandler), WithDocuments(docs, time.Minute))
+	srv, _ := NewGRPCServer(hub, slog.New(slog.DiscardHandler), WithDocuments(provider.Documents(b), time.Minute))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -26,17 +26,7 @@ import (
 func contentClient(t *testing.T, hub Hub, timeout time.Duration, answer func(*messagehubv1.Bundle, int) contenttest.Answer) (messagehubv1.MessageHubClient, *contenttest.Provider) {
 	t.Helper()
 	provider := contenttest.Start(t, answer)
-	store, err := content.OpenDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     store,
-		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
-	})
-	t.Cleanup(docs.Close)
-	conn, _ := testConn(t, hub, WithDocuments(docs, timeout))
+	conn, _ := testConn(t, hub, WithDocuments(provider.Documents(t), timeout))
 	return messagehubv1.NewMessageHubClient(conn), provider
 }
 

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/domain"
 )
 
 // Answer is what the provider does for one request: it sends chunks, then
@@ -140,4 +142,22 @@ func (p *Provider) Dequeued() []*messagehubv1.Bundle {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]*messagehubv1.Bundle(nil), p.dequeued...)
+}
+
+// Documents is a content.Service over a temporary folder whose time series
+// domain is p, for which every bundle counts as pending; it is closed when
+// the test ends.
+func (p *Provider) Documents(t testing.TB) *content.Service {
+	t.Helper()
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: p.Client(t)},
+		Store:     store,
+		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
+	})
+	t.Cleanup(func() { docs.Close(); _ = store.Close() })
+	return docs
 }
