@@ -102,9 +102,57 @@ func Faithful() Options {
 }
 
 // Default is what Start and StartMain enforce: the parts of Faithful the Cosmos store
-// already passes (see README.md).
+// already passes (see README.md), or what COSMOSTEST_OPTIONS names when it is set (e.g.
+// "limits,charges,ttl,ru=400,lag=200ms", "faithful" or "none"; for trying a feature on the
+// whole suite without editing tests).
 func Default() Options {
-	return Options{}
+	if env := os.Getenv("COSMOSTEST_OPTIONS"); env != "" {
+		o, err := ParseOptions(env)
+		if err != nil {
+			panic(err)
+		}
+		return o
+	}
+	return Options{Charges: true, TTL: true}
+}
+
+// ParseOptions reads a comma-separated option list: faithful, none, limits, charges, ttl,
+// ru=<RU/s>, lag=<duration>, lagfixed, seed=<n>, consistency=<level>.
+func ParseOptions(list string) (Options, error) {
+	var o Options
+	for _, f := range strings.Split(list, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(f), "=")
+		var err error
+		switch strings.ToLower(k) {
+		case "", "none":
+		case "faithful":
+			o = Faithful()
+		case "limits":
+			o.Limits = true
+		case "charges":
+			o.Charges = true
+		case "ttl":
+			o.TTL = true
+		case "lagfixed":
+			o.LagFixed = true
+		case "ru":
+			o.RUPerSecond, err = strconv.ParseFloat(v, 64)
+		case "lag":
+			o.Lag, err = time.ParseDuration(v)
+		case "seed":
+			var n uint64
+			n, err = strconv.ParseUint(v, 10, 32)
+			o.Seed = uint32(n)
+		case "consistency":
+			o.Consistency = v
+		default:
+			err = errors.New("unknown option")
+		}
+		if err != nil {
+			return Options{}, fmt.Errorf("cosmostest: option %q: %w", f, err)
+		}
+	}
+	return o, nil
 }
 
 func (o Options) arg() string {
