@@ -394,4 +394,3 @@ func TestFaithfulConsistency(t *testing.T) {
 		}
 	}
 }
-
