@@ -191,3 +191,27 @@ func TestAnUnreadAnswerKeepsItsPlaceUntilSent(t *testing.T) {
 		t.Fatalf("a call once the first answer was sent: stream %d %+v, want 5 answered", id, ev)
 	}
 }
+
+// goAway reads frames until the server closes the connection, and returns
+// its code.
+func (c *rawClient) goAway() http2.ErrCode {
+	c.t.Helper()
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			c.t.Fatalf("reading the server's frames: %v", err)
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			return g.ErrCode
+		}
+	}
+}
+
+// No client keeps a connection forever: past MaxConnectionAge the server
+// asks it to go away (and reconnect, possibly to another instance).
+func TestConnectionsAreClosedAtTheirMaximumAge(t *testing.T) {
+	c := newRawClient(t, nil, WithLimits(Limits{MaxConnectionAge: 50 * time.Millisecond, MaxConnectionAgeGrace: time.Second}))
+	if code := c.goAway(); code != http2.ErrCodeNo {
+		t.Fatalf("closed with %v, want a graceful GOAWAY (NO_ERROR)", code)
+	}
+}
