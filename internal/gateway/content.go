@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -86,6 +87,11 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient) http.
 // peekRequestOf reads the query of a content peek as /v1/peek takes it.
 func peekRequestOf(r *http.Request) (*messagehubv1.PeekRequest, error) {
 	q := r.URL.Query()
+	for key := range q {
+		if key != "recipient" && key != "bundleId" && key != "group" {
+			return nil, fmt.Errorf("unknown query parameter %q: a content peek takes recipient, group, bundleId", key)
+		}
+	}
 	req := &messagehubv1.PeekRequest{Recipient: q.Get("recipient"), BundleId: q.Get("bundleId")}
 	if g := q.Get("group"); g != "" {
 		n, ok := messagehubv1.PeekGroup_value[g]

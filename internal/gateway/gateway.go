@@ -87,6 +87,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}}),
+		// So are unknown query parameters.
+		runtime.SetQueryParameterParser(&strictQuery{}),
 		// The server sets no response metadata worth exposing as
 		// Grpc-Metadata-* headers.
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),

@@ -145,6 +145,39 @@ func TestUnknownFieldsAndEnumNamesAreRefusedByName(t *testing.T) {
 	}
 }
 
+func TestUnknownQueryParametersAreRefusedByName(t *testing.T) {
+	s := newStack(t)
+	recipient := uuid.NewString()
+	if resp, _ := call(t, newRequest(t, http.MethodPost, s.url+"/v1/notifications", strings.NewReader(saveJSON(recipient, "")))); resp.StatusCode != http.StatusOK {
+		t.Fatalf("save: %d", resp.StatusCode)
+	}
+	// The notification is of the charges' group: a misspelt group parameter
+	// ignored would peek it from every group.
+	for _, path := range []string{
+		"/v1/peek?recipient=" + recipient + "&grop=PEEK_GROUP_TIME_SERIES",
+		"/v1/peek/timeseries?recipient=" + recipient + "&bundleid=" + uuid.NewString(),
+		"/v1/peek/content?recipient=" + recipient + "&grop=PEEK_GROUP_TIME_SERIES",
+		"/v1/dequeue/" + uuid.NewString() + "?recipient=" + recipient + "&force=true",
+	} {
+		method := http.MethodGet
+		if strings.HasPrefix(path, "/v1/dequeue/") {
+			method = http.MethodDelete
+		}
+		resp, e := call(t, newRequest(t, method, s.url+path, nil))
+		bad := path[strings.LastIndex(path, "&")+1 : strings.LastIndex(path, "=")]
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Message, `"`+bad+`"`) {
+			t.Errorf("%s %s: %d %q; want 400 naming %q", method, path, resp.StatusCode, e.Message, bad)
+		}
+	}
+	// Both spellings of a field are known.
+	for _, param := range []string{"bundleId", "bundle_id"} {
+		path := "/v1/peek?recipient=" + recipient + "&group=PEEK_GROUP_TIME_SERIES&" + param + "=" + uuid.NewString()
+		if resp, e := call(t, newRequest(t, http.MethodGet, s.url+path, nil)); resp.StatusCode != http.StatusNoContent {
+			t.Errorf("%s: %d %q, want 204", path, resp.StatusCode, e.Message)
+		}
+	}
+}
+
 func TestAWrongMethodOnAKnownRouteIs405(t *testing.T) {
 	s := newStack(t)
 	for _, tc := range []struct{ method, path, allow string }{

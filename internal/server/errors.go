@@ -28,8 +28,16 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 	}
 	if st, ok := status.FromError(err); ok {
 		// Already a status (e.g. the health server's NOT_FOUND for an unknown
-		// service): it says what it means.
-		logger.Debug("call failed", "method", method, "code", st.Code().String(), "error", err)
+		// service): it says what it means. Only a fault of the server is
+		// worth an ERROR line; the rest the caller caused or chose.
+		level := slog.LevelDebug
+		switch st.Code() {
+		case codes.Internal, codes.Unknown, codes.DataLoss:
+			level = slog.LevelError
+		case codes.Unavailable:
+			level = slog.LevelWarn
+		}
+		logger.Log(context.Background(), level, "call failed", "method", method, "code", st.Code().String(), "error", err)
 		return st.Err()
 	}
 	var code codes.Code

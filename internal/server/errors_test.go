@@ -128,7 +128,10 @@ func TestUnaryErrorInterceptor(t *testing.T) {
 // Errors that are already statuses (gRPC's own services answer with them)
 // keep their code and are no server fault: nothing reaches the ERROR log.
 func TestStatusErrorsPassThroughWithoutAnErrorLog(t *testing.T) {
-	for _, code := range []codes.Code{codes.NotFound, codes.InvalidArgument, codes.Unimplemented, codes.PermissionDenied} {
+	for _, code := range []codes.Code{
+		codes.NotFound, codes.InvalidArgument, codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated,
+		codes.AlreadyExists, codes.FailedPrecondition, codes.ResourceExhausted, codes.Canceled, codes.DeadlineExceeded,
+	} {
 		var logs bytes.Buffer
 		got := ToStatus(slog.New(slog.NewJSONHandler(&logs, nil)), "/grpc.health.v1.Health/Check", status.Error(code, "as the library said"))
 		if st := status.Convert(got); st.Code() != code || st.Message() != "as the library said" {
@@ -140,10 +143,29 @@ func TestStatusErrorsPassThroughWithoutAnErrorLog(t *testing.T) {
 	}
 }
 
+// A status that says the server failed is passed on too, but it is the
+// server's fault and must not hide in the debug log.
+func TestServerFaultStatusesAreLoggedAtError(t *testing.T) {
+	for _, code := range []codes.Code{codes.Internal, codes.Unknown, codes.DataLoss} {
+		var logs bytes.Buffer
+		got := ToStatus(slog.New(slog.NewJSONHandler(&logs, nil)), "/grpc.health.v1.Health/Watch", status.Error(code, "broken"))
+		if status.Code(got) != code {
+			t.Errorf("%s became %s", code, status.Code(got))
+		}
+		if !strings.Contains(logs.String(), `"level":"ERROR"`) || !strings.Contains(logs.String(), code.String()) {
+			t.Errorf("%s was not logged at ERROR: %q", code, logs.String())
+		}
+	}
+}
+
 func TestClientErrorsAreNotLoggedAtError(t *testing.T) {
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	for _, err := range []error{domain.ErrInvalidArgument, domain.ErrNotFound, domain.ErrUnauthenticated, domain.ErrPermissionDenied, context.Canceled} {
+	for _, err := range []error{
+		domain.ErrInvalidArgument, domain.ErrNotFound, domain.ErrUnauthenticated, domain.ErrPermissionDenied,
+		domain.ErrNotificationConflict, domain.ErrBundleIDInUse, domain.ErrOtherBundlePending, domain.ErrStorageFull,
+		context.Canceled, context.DeadlineExceeded,
+	} {
 		_ = ToStatus(logger, "/messagehub.v1.MessageHub/Peek", err)
 	}
 	if logs.Len() > 0 {

@@ -527,39 +527,3 @@ func TestReflectionListsTheServices(t *testing.T) {
 		}
 	}
 }
-
-// A connection may hold at most MaxConcurrentStreams calls: the next waits
-// until one ends, so a client that never reads cannot pile up calls.
-func TestStreamsPerConnectionAreCapped(t *testing.T) {
-	conn, hs := testConn(t, &recordingHub{}, WithLimits(Limits{MaxConcurrentStreams: 2}))
-	SetServing(hs, true)
-	client := healthpb.NewHealthClient(conn)
-	watch := func(ctx context.Context) (healthpb.Health_WatchClient, error) {
-		stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
-		if err == nil {
-			_, err = stream.Recv() // the first status: the call is running
-		}
-		return stream, err
-	}
-	first, cancelFirst := context.WithCancel(ctxT(t))
-	defer cancelFirst()
-	for _, ctx := range []context.Context{first, ctxT(t)} {
-		if _, err := watch(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	third := make(chan error, 1)
-	go func() {
-		_, err := watch(ctxT(t))
-		third <- err
-	}()
-	select {
-	case err := <-third:
-		t.Fatalf("a third call ran beside two on a connection capped at two (%v)", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	cancelFirst()
-	if err := <-third; err != nil {
-		t.Fatalf("the third call, once a stream was free: %v", err)
-	}
-}
