@@ -166,7 +166,7 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 		}
 		authorizer := auth.NewAuthorizer(v)
 		opts = append(opts, server.WithAuthorizer(authorizer))
-		gatewayOpts = append(gatewayOpts, gateway.WithAuthentication(authorizer.Authenticate))
+		gatewayOpts = append(gatewayOpts, gateway.WithAuthentication(auth.LogRefusals(logger, nil, authorizer.Authenticate)))
 	}
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
