@@ -240,6 +240,21 @@ func (s savesGuarded) Save(ctx context.Context, notifications []domain.Notificat
 	return s.Repository.Save(ctx, notifications)
 }
 
+// documentsGuarded refuses new documents while saves are refused: they are
+// new data on the store's volume, and must not eat the space kept for
+// pebble's small writes. A refused build is retried with backoff.
+type documentsGuarded struct {
+	content.Store
+	guard *diskguard.Guard
+}
+
+func (d documentsGuarded) Create(ctx context.Context, key content.Key, mediaType string) (content.Staged, error) {
+	if err := d.guard.Check(); err != nil {
+		return nil, err
+	}
+	return d.Store.Create(ctx, key, mediaType)
+}
+
 // openRepository opens the store, the documents next to it and the
 // repository over both; the document service is nil without a place for
 // documents.
@@ -290,7 +305,11 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 		return nil, nil, err
 	}
 	h.onClose(func() error { stopOutbox(); return nil })
-	docs, closeDocs, err := contentService(h.cfg.Content, documents, repo, measured, h.tel.Metrics, h.logger)
+	var docStore content.Store = documents
+	if h.guard != nil {
+		docStore = documentsGuarded{Store: documents, guard: h.guard}
+	}
+	docs, closeDocs, err := contentService(h.cfg.Content, docStore, repo, measured, h.tel.Metrics, h.logger)
 	if err != nil {
 		return nil, nil, err
 	}
