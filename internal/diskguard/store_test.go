@@ -179,3 +179,13 @@ func TestAFullVolumeRefusesWritesWithoutAPanic(t *testing.T) {
 		t.Fatalf("peek once space was freed: %+v, %v; want both saves of the recipient", next, err)
 	}
 }
+
+// A first start on an almost full volume has nothing to serve: it says so.
+func TestAFirstStartOnAFullVolumeSaysWhy(t *testing.T) {
+	g := diskguard.New(t.TempDir(), 1<<30, func(string) (uint64, error) { return 0, nil }, time.Hour, nil)
+	defer g.Close()
+	_, err := embedded.OpenGated(filepath.Join(t.TempDir(), "data"), nil, g.CheckWrite)
+	if !errors.Is(err, domain.ErrStorageFull) || !strings.Contains(err.Error(), "no store there yet") {
+		t.Fatalf("a first start on a full volume: %v", err)
+	}
+}

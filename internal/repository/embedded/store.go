@@ -73,6 +73,9 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	if gate != nil && gate() != nil {
+		if manifests, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(manifests) == 0 {
+			return nil, fmt.Errorf("open embedded store in %s: no store there yet, and the data volume is almost full: %w", dir, gate())
+		}
 		opts.ReadOnly = true
 		logger.Error("the embedded store is opened read-only: the data volume is almost full; "+
 			"free space and restart the hub to write again", "dir", dir)
