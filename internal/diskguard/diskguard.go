@@ -35,9 +35,10 @@ type Guard struct {
 	free    FreeFunc
 	logger  *slog.Logger
 
-	mu    sync.Mutex   // serialises checks, so state changes are logged once
-	level atomic.Int32 // levelOK, levelSavesRefused or levelWritesRefused
-	avail atomic.Uint64
+	mu     sync.Mutex   // serialises checks, so state changes are logged once
+	unread bool         // the last look failed (logged once, not every look)
+	level  atomic.Int32 // levelOK, levelSavesRefused or levelWritesRefused
+	avail  atomic.Uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -99,9 +100,13 @@ func (g *Guard) Refresh() {
 	defer g.mu.Unlock()
 	avail, err := g.free(g.dir)
 	if err != nil {
-		g.logger.Warn("cannot read the free space of the data volume", "dir", g.dir, "error", err)
+		if !g.unread {
+			g.logger.Warn("cannot read the free space of the data volume; the guard keeps its last state", "dir", g.dir, "error", err)
+		}
+		g.unread = true
 		return
 	}
+	g.unread = false
 	g.avail.Store(avail)
 	level := int32(levelOK)
 	switch {

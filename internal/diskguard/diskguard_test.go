@@ -57,9 +57,15 @@ func TestSavesAreRefusedBelowTheReserveAndResumeOnTheirOwn(t *testing.T) {
 	}
 
 	v.fail.Store(true) // a volume that cannot be read keeps the last state
-	g.Refresh()
+	logs.Reset()
+	for range 10 {
+		g.Refresh()
+	}
 	if err := g.Check(); err != nil {
 		t.Fatalf("an unreadable volume stopped saves: %v", err)
+	}
+	if n := strings.Count(logs.String(), "cannot read the free space"); n != 1 {
+		t.Fatalf("%d log lines for 10 failed looks, want 1:\n%s", n, logs.String())
 	}
 }
 
