@@ -185,6 +185,7 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "a content provider without address", args: []string{"--content-provider", "DOMAIN_CHARGES="}, wantErr: "DOMAIN=ADDRESS"},
 		{name: "two providers of a domain", args: []string{"--content-provider", "DOMAIN_CHARGES=a:1", "--content-provider", "DOMAIN_CHARGES=b:1"}, wantErr: "two providers"},
 		{name: "the unspecified domain", env: map[string]string{"MESSAGEHUB_CONTENT_PROVIDERS": "DOMAIN_UNSPECIFIED=a:1"}, wantErr: "MESSAGEHUB_CONTENT_PROVIDERS"},
+		{name: "auth none with metrics on every interface", args: []string{"--metrics-addr", "0.0.0.0:9090"}, wantErr: `--metrics-addr is "0.0.0.0:9090"`},
 		{name: "a free-disk size without a number", args: []string{"--min-free-disk", "GiB"}, wantErr: "not a size"},
 		{name: "a free-disk size in an unknown unit", env: map[string]string{"MESSAGEHUB_MIN_FREE_DISK": "3 parsecs"}, wantErr: "MESSAGEHUB_MIN_FREE_DISK"},
 		{name: "zero max connections", args: []string{"--max-connections", "0"}, wantErr: "positive integer"},
@@ -205,6 +206,27 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestMetricsAddrAndMinFreeDiskAreRead(t *testing.T) {
+	cfg, err := ParseConfig([]string{"--metrics-addr", "127.0.0.1:9090", "--min-free-disk", "512MiB"}, envOf(nil), io.Discard)
+	if err != nil || cfg.MetricsAddr != "127.0.0.1:9090" || cfg.MinFreeDisk != 512<<20 {
+		t.Fatalf("got %q, %d, %v; want 127.0.0.1:9090 and 512 MiB", cfg.MetricsAddr, cfg.MinFreeDisk, err)
+	}
+	cfg, err = ParseConfig(nil, envOf(map[string]string{"MESSAGEHUB_MIN_FREE_DISK": "2GB"}), io.Discard)
+	if err != nil || cfg.MinFreeDisk != 2e9 {
+		t.Fatalf("from env: %d, %v; want 2e9", cfg.MinFreeDisk, err)
+	}
+}
+
+func TestVersionFlagAsksForTheVersion(t *testing.T) {
+	if _, err := ParseConfig([]string{"--version"}, envOf(nil), io.Discard); !errors.Is(err, ErrVersion) {
+		t.Fatalf("--version: %v; want ErrVersion", err)
+	}
+	info := readBuildInfo()
+	if info.GoVersion == "" || info.Revision == "" || !strings.Contains(info.String(), "commit "+info.Revision) {
+		t.Fatalf("build info: %+v\n%s", info, info)
 	}
 }
 

@@ -106,6 +106,7 @@ type hub struct {
 	metricsSrv  *http.Server // nil: /metrics is on httpSrv
 	metricsLis  net.Listener
 	tlsConfig   *tls.Config
+	guard       *diskguard.Guard // nil: free disk space is not watched
 
 	closers []func() error // in the order things were opened
 }
@@ -165,7 +166,7 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 		}
 		authorizer := auth.NewAuthorizer(v)
 		opts = append(opts, server.WithAuthorizer(authorizer))
-		gatewayOpts = append(gatewayOpts, gateway.WithAuthentication(authorizer.Authenticate))
+		gatewayOpts = append(gatewayOpts, gateway.WithAuthentication(auth.LogRefusals(logger, nil, authorizer.Authenticate)))
 	}
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
@@ -183,10 +184,8 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 		opts = append(opts, server.WithDocuments(docs, cfg.ContentTimeout))
 	}
 	var hubCore server.Hub = repo
-	if cfg.Store == StoreEmbedded && cfg.MinFreeDisk > 0 {
-		guard := diskguard.New(cfg.DataDir, cfg.MinFreeDisk, nil, 0, logger)
-		h.onClose(func() error { guard.Close(); return nil })
-		hubCore = savesGuarded{Repository: repo, guard: guard}
+	if h.guard != nil {
+		hubCore = savesGuarded{Repository: repo, guard: h.guard}
 	}
 	h.grpcSrv, h.health = server.NewGRPCServer(hubCore, logger, opts...)
 
@@ -241,11 +240,32 @@ func (s savesGuarded) Save(ctx context.Context, notifications []domain.Notificat
 	return s.Repository.Save(ctx, notifications)
 }
 
+// documentsGuarded refuses new documents while saves are refused: they are
+// new data on the store's volume, and must not eat the space kept for
+// pebble's small writes. A refused build is retried with backoff.
+type documentsGuarded struct {
+	content.Store
+	guard *diskguard.Guard
+}
+
+func (d documentsGuarded) Create(ctx context.Context, key content.Key, mediaType string) (content.Staged, error) {
+	if err := d.guard.Check(); err != nil {
+		return nil, err
+	}
+	return d.Store.Create(ctx, key, mediaType)
+}
+
 // openRepository opens the store, the documents next to it and the
 // repository over both; the document service is nil without a place for
 // documents.
 func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *content.Service, error) {
-	store, err := openStore(ctx, h.cfg, h.logger, h.tel.Metrics)
+	var gate func() error
+	if h.cfg.Store == StoreEmbedded && h.cfg.MinFreeDisk > 0 {
+		h.guard = diskguard.New(h.cfg.DataDir, h.cfg.MinFreeDisk, nil, 0, h.logger)
+		h.onClose(func() error { h.guard.Close(); return nil })
+		gate = h.guard.CheckWrite
+	}
+	store, err := openStore(ctx, h.cfg, h.logger, h.tel.Metrics, gate)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -285,7 +305,11 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 		return nil, nil, err
 	}
 	h.onClose(func() error { stopOutbox(); return nil })
-	docs, closeDocs, err := contentService(h.cfg.Content, documents, repo, measured, h.tel.Metrics, h.logger)
+	var docStore content.Store = documents
+	if h.guard != nil {
+		docStore = documentsGuarded{Store: documents, guard: h.guard}
+	}
+	docs, closeDocs, err := contentService(h.cfg.Content, docStore, repo, measured, h.tel.Metrics, h.logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -440,8 +464,9 @@ func withTLS(lis net.Listener, tlsConfig *tls.Config) net.Listener {
 	return tls.NewListener(lis, c)
 }
 
-// openStore opens the configured store backend.
-func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder telemetry.RequestRecorder) (repository.Store, error) {
+// openStore opens the configured store backend; the embedded store's writes
+// ask gate first (nil: none).
+func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder telemetry.RequestRecorder, gate func() error) (repository.Store, error) {
 	if cfg.Store == StoreCosmos {
 		store, err := cosmos.Open(ctx, cosmos.Config{
 			Endpoint:  cfg.Cosmos.Endpoint,
@@ -458,7 +483,7 @@ func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder te
 		}
 		return store, nil
 	}
-	store, err := embedded.Open(cfg.DataDir, logger)
+	store, err := embedded.OpenGated(cfg.DataDir, logger, gate)
 	if err != nil {
 		return nil, err // it names the directory
 	}

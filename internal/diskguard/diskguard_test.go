@@ -57,9 +57,48 @@ func TestSavesAreRefusedBelowTheReserveAndResumeOnTheirOwn(t *testing.T) {
 	}
 
 	v.fail.Store(true) // a volume that cannot be read keeps the last state
-	g.Refresh()
+	logs.Reset()
+	for range 10 {
+		g.Refresh()
+	}
 	if err := g.Check(); err != nil {
 		t.Fatalf("an unreadable volume stopped saves: %v", err)
+	}
+	if n := strings.Count(logs.String(), "cannot read the free space"); n != 1 {
+		t.Fatalf("%d log lines for 10 failed looks, want 1:\n%s", n, logs.String())
+	}
+}
+
+func TestBelowHalfTheReserveEveryWriteIsRefused(t *testing.T) {
+	var logs bytes.Buffer
+	v := &volume{}
+	v.free.Store(600 << 20)
+	g := New("/data", 1<<30, v.read, time.Hour, slog.New(slog.NewJSONHandler(&logs, nil)))
+	defer g.Close()
+	if err := g.Check(); !errors.Is(err, domain.ErrStorageFull) {
+		t.Fatalf("saves with 600 MiB of a 1 GiB reserve free: %v", err)
+	}
+	if err := g.CheckWrite(); err != nil {
+		t.Fatalf("peeks and dequeues with 600 MiB of a 1 GiB reserve free: %v", err)
+	}
+
+	v.free.Store(100 << 20)
+	g.Refresh()
+	err := g.CheckWrite()
+	if !errors.Is(err, domain.ErrStorageFull) || !strings.Contains(err.Error(), "every write is refused") {
+		t.Fatalf("writes with 100 MiB of a 1 GiB reserve free: %v", err)
+	}
+	if !strings.Contains(logs.String(), "every write is refused") {
+		t.Fatalf("refusing every write is not logged: %s", logs.String())
+	}
+
+	v.free.Store(700 << 20)
+	g.Refresh()
+	if g.CheckWrite() != nil || g.Check() == nil {
+		t.Fatalf("with 700 MiB free again: writes %v, saves %v; want writes only", g.CheckWrite(), g.Check())
+	}
+	if n := strings.Count(logs.String(), "\n"); n != 3 {
+		t.Fatalf("%d log lines for three changes of level, want 3:\n%s", n, logs.String())
 	}
 }
 
@@ -92,10 +131,17 @@ func TestTheRealVolumeCanBeRead(t *testing.T) {
 	}
 }
 
+func TestAFolderNotMadeYetIsOnItsParentsVolume(t *testing.T) {
+	free, err := Free(t.TempDir() + "/data/not/made")
+	if err != nil || free == 0 {
+		t.Fatalf("free space for a folder not made yet: %d, %v", free, err)
+	}
+}
+
 func TestParseSize(t *testing.T) {
 	for in, want := range map[string]uint64{
 		"0": 0, "1": 1, "512B": 512, "1KB": 1000, "1kib": 1024, "2MiB": 2 << 20, "1GiB": 1 << 30,
-		"1 GB": 1e9, "3TiB": 3 << 40, "10MB": 10e6,
+		"1 GB": 1e9, "512MiB": 512 << 20, "1GB": 1e9, "3TiB": 3 << 40, "10MB": 10e6,
 	} {
 		got, err := ParseSize(in)
 		if err != nil || got != want {

@@ -2,12 +2,27 @@
 
 package diskguard
 
-import "golang.org/x/sys/unix"
+import (
+	"errors"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
 
 // Free reports the bytes available to unprivileged users on dir's volume.
+// A dir not made yet is looked at through its nearest existing parent: the
+// volume it will be on.
 func Free(dir string) (uint64, error) {
 	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
+	for {
+		err := unix.Statfs(dir, &st)
+		if err == nil {
+			break
+		}
+		if parent := filepath.Dir(dir); errors.Is(err, unix.ENOENT) && parent != dir {
+			dir = parent
+			continue
+		}
 		return 0, err
 	}
 	return uint64(st.Bavail) * uint64(st.Bsize), nil //nolint:gosec // block counts and sizes are not negative

@@ -22,6 +22,7 @@ const authFailuresPerSecond = 10
 type accessLog struct {
 	logger *slog.Logger
 	limit  lograte.Limiter
+	now    func() time.Time // the limiter's clock; nil: time.Now
 }
 
 func (a *accessLog) record(ctx context.Context, method string, start time.Time, err error) {
@@ -31,7 +32,11 @@ func (a *accessLog) record(ctx context.Context, method string, start time.Time, 
 		from = p.Addr.String()
 	}
 	if code == codes.Unauthenticated || code == codes.PermissionDenied {
-		if ok, suppressed := a.limit.Allow(time.Now()); ok {
+		now := time.Now
+		if a.now != nil {
+			now = a.now
+		}
+		if ok, suppressed := a.limit.Allow(now()); ok {
 			a.logger.Info("call refused for its credentials", "method", method, "code", code.String(), "peer", from,
 				"error", status.Convert(err).Message(), "suppressed_since_last", suppressed)
 		}

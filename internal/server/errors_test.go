@@ -186,7 +186,12 @@ func TestAHealthCheckOfAnUnknownServiceIsNotFound(t *testing.T) {
 // the debug access log.
 func TestAccessLogAndRateLimitedAuthFailures(t *testing.T) {
 	var logs bytes.Buffer
-	a := &accessLog{logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})), limit: lograte.Limiter{Max: authFailuresPerSecond}}
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // the 100 refusals fall within one second
+	a := &accessLog{
+		logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		limit:  lograte.Limiter{Max: authFailuresPerSecond},
+		now:    func() time.Time { return clock },
+	}
 	refused := status.Error(codes.Unauthenticated, "token expired")
 	for range 100 {
 		a.record(context.Background(), "/messagehub.v1.MessageHub/Peek", time.Now(), refused)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/diskguard"
 )
 
 func TestSIGTERMTurnsHealthNotServingAndExitsCleanly(t *testing.T) {
@@ -104,13 +106,52 @@ func TestASecondHubOnTheSameDataDirSaysItIsInUse(t *testing.T) {
 
 // A volume below --min-free-disk: the hub starts, says once why saves are
 // refused, refuses them with RESOURCE_EXHAUSTED, and still serves peeks and
-// dequeues of what was saved before.
+// dequeues of what was saved before. Below half of it, where pebble could
+// meet a full disk, it opens its store read-only: it serves the pending
+// bundle and refuses every write, without a panic.
 func TestANearlyFullVolumeRefusesSavesAndServesTheRest(t *testing.T) {
 	dir := t.TempDir()
-	recipient := newID()
+	recipients := []string{newID(), newID()}
 	h := startHubIn(t, dir)
-	n := notification(recipient, messagehubv1.Domain_DOMAIN_CHARGES, "Charge")
-	if _, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{n}}); err != nil {
+	for _, r := range recipients {
+		n := notification(r, messagehubv1.Domain_DOMAIN_CHARGES, "Charge")
+		if _, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.terminate(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// A reserve above what the volume has free, but below twice that: saves
+	// are refused, peeks and dequeues go on.
+	free, err := diskguard.Free(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = startHubIn(t, dir, "--min-free-disk", strconv.FormatUint(free+free/2, 10))
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %v; want RESOURCE_EXHAUSTED saying %q", what, err, want)
+		}
+	}
+	_, err = h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{
+		notification(recipients[0], messagehubv1.Domain_DOMAIN_CHARGES, "Charge"),
+	}})
+	refused("a save on a nearly full volume", err, "--min-free-disk")
+	peeked, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipients[0]})
+	if err != nil || len(peeked.GetBundle().GetNotificationIds()) != 1 {
+		t.Fatalf("peek on a nearly full volume: %v, %v", peeked, err)
+	}
+	if _, err := h.client.Dequeue(ctxT(t), &messagehubv1.DequeueRequest{Recipient: recipients[0], BundleId: peeked.GetBundle().GetId()}); err != nil {
+		t.Fatalf("dequeue on a nearly full volume: %v", err)
+	}
+	if n := strings.Count(h.log(), "saves are refused"); n != 1 {
+		t.Fatalf("%d log lines say saves are refused, want 1:\n%s", n, h.log())
+	}
+	pending, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipients[1]})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.terminate(t); err != nil {
@@ -118,20 +159,15 @@ func TestANearlyFullVolumeRefusesSavesAndServesTheRest(t *testing.T) {
 	}
 
 	h = startHubIn(t, dir, "--min-free-disk", "1000000TiB") // more than any volume has
-	_, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{
-		notification(recipient, messagehubv1.Domain_DOMAIN_CHARGES, "Charge"),
-	}})
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--min-free-disk") {
-		t.Fatalf("a save on a nearly full volume: %v; want RESOURCE_EXHAUSTED naming --min-free-disk", err)
+	again, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipients[1]})
+	if err != nil || again.GetBundle().GetId() != pending.GetBundle().GetId() {
+		t.Fatalf("peek of the pending bundle on an almost full volume: %v, %v", again, err)
 	}
-	peeked, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient})
-	if err != nil || len(peeked.GetBundle().GetNotificationIds()) != 1 {
-		t.Fatalf("peek on a nearly full volume: %v, %v", peeked, err)
-	}
-	if _, err := h.client.Dequeue(ctxT(t), &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: peeked.GetBundle().GetId()}); err != nil {
-		t.Fatalf("dequeue on a nearly full volume: %v", err)
-	}
-	if n := strings.Count(h.log(), "saves are refused"); n != 1 {
-		t.Fatalf("%d log lines say saves are refused, want 1:\n%s", n, h.log())
+	_, err = h.client.Dequeue(ctxT(t), &messagehubv1.DequeueRequest{Recipient: recipients[1], BundleId: pending.GetBundle().GetId()})
+	refused("a dequeue on an almost full volume", err, "every write is refused")
+	for _, want := range []string{"every write is refused", "opened read-only"} {
+		if n := strings.Count(h.log(), want); n != 1 {
+			t.Fatalf("%d log lines say %q, want 1:\n%s", n, want, h.log())
+		}
 	}
 }

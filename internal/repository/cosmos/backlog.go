@@ -13,7 +13,7 @@ import (
 // backlogQuery reads every recipient's catalog entries and cursors in one
 // cross-partition query: a filter on the indexed type and a projection, which
 // the gateway serves without a client-side query engine. It is run by the
-// metrics refresher (every 30 s, not per scrape) and costs about one RU per
+// metrics refresher (every 15 s, not per scrape) and costs about one RU per
 // 1,000 entries and cursors read, plus a request per page and partition range.
 const backlogQuery = "SELECT c.pk, c.t, c.o, c.ct, c.tot, c.dr, c.ack FROM c WHERE c.t = @entry OR c.t = @cursor"
 

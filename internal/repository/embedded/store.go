@@ -40,7 +40,9 @@ type Store struct {
 	writerDone chan struct{}
 	closeMu    sync.RWMutex // guards sends on writes against Close
 	closed     bool
-	ids        idFilter // see idfilter.go
+	ids        idFilter     // see idfilter.go
+	gate       func() error // asked before every write; nil: none (see OpenGated)
+	readOnly   bool
 
 	// cache holds the published control records of recipients with data
 	// (records.go). Records are never changed once published.
@@ -51,7 +53,15 @@ type Store struct {
 var _ repository.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the store in dir.
-func Open(dir string, logger *slog.Logger) (*Store, error) {
+func Open(dir string, logger *slog.Logger) (*Store, error) { return OpenGated(dir, logger, nil) }
+
+// OpenGated opens the store in dir with every write asking gate first and
+// failing with its error instead of reaching pebble: a disk guard keeps
+// writes off a full volume, where pebble would panic. When gate refuses at
+// open, the store is opened read-only, for pebble's start-up flush of its
+// log would need space it cannot have and would wait for it forever; its
+// writes then fail until the process is restarted with space to spare.
+func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -61,6 +71,14 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 	// those without reading table blocks.
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	if gate != nil && gate() != nil {
+		if manifests, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(manifests) == 0 {
+			return nil, fmt.Errorf("open embedded store in %s: no store there yet, and the data volume is almost full: %w", dir, gate())
+		}
+		opts.ReadOnly = true
+		logger.Error("the embedded store is opened read-only: the data volume is almost full; "+
+			"free space and restart the hub to write again", "dir", dir)
 	}
 	db, err := pebble.Open(dir, opts)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -74,7 +92,7 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 	// Tell a second process who holds the directory; only read while locked.
 	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 	s := &Store{
-		db: db, logger: logger, cache: make(map[[16]byte]*records),
+		db: db, logger: logger, cache: make(map[[16]byte]*records), gate: gate, readOnly: opts.ReadOnly,
 		writes: make(chan writeReq, maxWriteGroup), writerDone: make(chan struct{}),
 	}
 	if err := s.buildIDFilter(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
@@ -39,6 +41,14 @@ type writeReq struct {
 // outcome is always awaited: the caller never sees an error for a write
 // that happened.
 func (s *Store) write(ctx context.Context, op writeOp) error {
+	if s.gate != nil {
+		if err := s.gate(); err != nil {
+			return err
+		}
+	}
+	if s.readOnly {
+		return errReadOnly
+	}
 	req := writeReq{op: op, done: make(chan error, 1)}
 	s.closeMu.RLock()
 	if s.closed {
@@ -56,6 +66,9 @@ func (s *Store) write(ctx context.Context, op writeOp) error {
 }
 
 var errStoreClosed = errors.New("embedded: store closed")
+
+var errReadOnly = fmt.Errorf("%w: the store was opened read-only, as the data volume was almost full at start; "+
+	"restart the hub now that space is freed", domain.ErrStorageFull)
 
 func (s *Store) writeLoop() {
 	defer close(s.writerDone)

@@ -1,0 +1,191 @@
+package diskguard_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/diskguard"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/repository/embedded"
+)
+
+// volume is a small data volume. On a machine where the test may mount a
+// tmpfs it is a real 32 MiB filesystem that fill really fills; elsewhere it
+// is a folder whose free space the test sets, so the guard's part is still
+// tested.
+type volume struct {
+	dir        string
+	free       diskguard.FreeFunc
+	fill, drop func(t *testing.T)
+}
+
+const volumeSize = 32 << 20
+
+func smallVolume(t *testing.T) volume {
+	t.Helper()
+	mnt := t.TempDir()
+	if err := exec.Command("mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", mnt).Run(); err == nil {
+		t.Cleanup(func() {
+			if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+				t.Errorf("umount %s: %v %s", mnt, err, out)
+			}
+		})
+		filler := filepath.Join(mnt, "filler")
+		return volume{
+			dir:  filepath.Join(mnt, "data"),
+			free: diskguard.Free,
+			fill: func(t *testing.T) {
+				f, err := os.Create(filler)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					if _, err := f.Write(buf); err != nil {
+						return // the volume is full
+					}
+				}
+			},
+			drop: func(t *testing.T) {
+				if err := os.Remove(filler); err != nil {
+					t.Fatal(err)
+				}
+			},
+		}
+	}
+	t.Log("cannot mount a tmpfs here: the volume's free space is simulated")
+	var free atomic.Uint64
+	free.Store(volumeSize)
+	return volume{
+		dir:  filepath.Join(mnt, "data"),
+		free: func(string) (uint64, error) { return free.Load(), nil },
+		fill: func(*testing.T) { free.Store(0) },
+		drop: func(*testing.T) { free.Store(volumeSize) },
+	}
+}
+
+// hub is the embedded store and the repository over it, with the guard
+// wired as cmd/messagehub wires it.
+type hub struct {
+	store *embedded.Store
+	repo  *repository.Repository
+}
+
+func openHub(t *testing.T, dir string, g *diskguard.Guard) hub {
+	t.Helper()
+	store, err := embedded.OpenGated(dir, nil, g.CheckWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hub{store: store, repo: repository.New(store, repository.Options{}, nil)}
+}
+
+func (h hub) close(t *testing.T) {
+	t.Helper()
+	h.repo.Close()
+	if err := h.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h hub) save(ctx context.Context, g *diskguard.Guard, recipient string) error {
+	if err := g.Check(); err != nil { // as the server does before a save
+		return err
+	}
+	_, err := h.repo.Save(ctx, []domain.Notification{{
+		ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
+		ContentType: "c", DocumentType: "c", SupportsBundling: true, Weight: 1,
+	}})
+	return err
+}
+
+// A volume that something else fills to the last byte: saves, new bundles
+// and dequeues are refused with ErrStorageFull instead of reaching pebble,
+// which would panic; pending bundles are still served, across a restart on
+// the full volume; once space is freed, everything resumes.
+func TestAFullVolumeRefusesWritesWithoutAPanic(t *testing.T) {
+	v := smallVolume(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g := diskguard.New(v.dir, 8<<20, v.free, time.Hour, slog.New(slog.DiscardHandler))
+	defer g.Close()
+	if err := os.MkdirAll(v.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	h := openHub(t, v.dir, g)
+	peeked, waiting := uuid.NewString(), uuid.NewString()
+	for _, r := range []string{peeked, waiting} {
+		if err := h.save(ctx, g, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending, err := h.repo.Peek(ctx, peeked, domain.GroupAll, "")
+	if err != nil || pending == nil {
+		t.Fatalf("peek before the volume filled: %v, %v", pending, err)
+	}
+
+	v.fill(t)
+	g.Refresh()
+	full := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, domain.ErrStorageFull) {
+			t.Fatalf("%s on a full volume: %v; want ErrStorageFull", what, err)
+		}
+	}
+	full("a save", h.save(ctx, g, waiting))
+	_, err = h.repo.Peek(ctx, waiting, domain.GroupAll, "")
+	full("a peek that makes a bundle", err)
+	full("a dequeue", h.repo.Dequeue(ctx, peeked, pending.ID))
+	again, err := h.repo.Peek(ctx, peeked, domain.GroupAll, "")
+	if err != nil || again == nil || again.ID != pending.ID {
+		t.Fatalf("peek of the pending bundle on a full volume: %v, %v; want %s", again, err, pending.ID)
+	}
+
+	h.close(t) // a restart on the full volume
+	h = openHub(t, v.dir, g)
+	if again, err = h.repo.Peek(ctx, peeked, domain.GroupAll, ""); err != nil || again == nil || again.ID != pending.ID {
+		t.Fatalf("peek of the pending bundle after a restart on a full volume: %v, %v", again, err)
+	}
+	full("a dequeue after the restart", h.repo.Dequeue(ctx, peeked, pending.ID))
+
+	v.drop(t)
+	g.Refresh()
+	if err := h.repo.Dequeue(ctx, peeked, pending.ID); !errors.Is(err, domain.ErrStorageFull) || !strings.Contains(err.Error(), "restart") {
+		t.Fatalf("a dequeue once space was freed, on a store opened read-only: %v; want ErrStorageFull asking for a restart", err)
+	}
+	h.close(t)
+	h = openHub(t, v.dir, g)
+	defer h.close(t)
+	if err := h.repo.Dequeue(ctx, peeked, pending.ID); err != nil {
+		t.Fatalf("dequeue once space was freed: %v", err)
+	}
+	if err := h.save(ctx, g, waiting); err != nil {
+		t.Fatalf("save once space was freed: %v", err)
+	}
+	next, err := h.repo.Peek(ctx, waiting, domain.GroupAll, "")
+	if err != nil || next == nil || len(next.NotificationIDs) != 2 {
+		t.Fatalf("peek once space was freed: %+v, %v; want both saves of the recipient", next, err)
+	}
+}
+
+// A first start on an almost full volume has nothing to serve: it says so.
+func TestAFirstStartOnAFullVolumeSaysWhy(t *testing.T) {
+	g := diskguard.New(t.TempDir(), 1<<30, func(string) (uint64, error) { return 0, nil }, time.Hour, nil)
+	defer g.Close()
+	_, err := embedded.OpenGated(filepath.Join(t.TempDir(), "data"), nil, g.CheckWrite)
+	if !errors.Is(err, domain.ErrStorageFull) || !strings.Contains(err.Error(), "no store there yet") {
+		t.Fatalf("a first start on a full volume: %v", err)
+	}
+}
