@@ -22,6 +22,15 @@
 // PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND) are the caller's to handle
 // and are returned at once.
 //
+// # Tokens
+//
+// With --auth jwt give Options.Tokens (StaticToken, or a TokenSource that
+// renews tokens). It is asked for a token on every call, and the token is
+// sent only over TLS, so that it cannot be read on the wire. To try tokens
+// against a hub on the same machine (`make dev-tokens`), set Plaintext and
+// TokensOverLoopback with a loopback target such as 127.0.0.1:50051; any
+// other target is refused.
+//
 // # Deadlines
 //
 // Give every call a context with a deadline. A Save of 10,000 notifications
@@ -36,6 +45,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -103,10 +115,13 @@ type Options struct {
 	// unless Plaintext is set (for a hub on loopback during development).
 	TLS       *tls.Config
 	Plaintext bool
-	// Tokens, when set, adds "authorization: Bearer <token>" to every call;
-	// tokens are never sent in plaintext.
-	Tokens TokenSource
-	Retry  RetryPolicy
+	// Tokens, when set, adds "authorization: Bearer <token>" to every call.
+	// Tokens are sent over TLS only, unless TokensOverLoopback is also set
+	// and the target is a loopback address (a hub started with
+	// `make run ARGS="--auth jwt ..."` to try tokens locally).
+	Tokens             TokenSource
+	TokensOverLoopback bool
+	Retry              RetryPolicy
 	// DialOptions are passed to grpc.NewClient after the client's own.
 	DialOptions []grpc.DialOption
 }
@@ -125,15 +140,16 @@ func New(target string, opts Options) (*Client, error) {
 	case opts.TLS != nil:
 		dial = append(dial, grpc.WithTransportCredentials(credentials.NewTLS(opts.TLS)))
 	case opts.Plaintext:
-		if opts.Tokens != nil {
-			return nil, errors.New("client: a bearer token is never sent in plaintext: give Options.TLS")
+		if opts.Tokens != nil && !(opts.TokensOverLoopback && isLoopback(target)) {
+			return nil, fmt.Errorf("client: a bearer token is never sent in plaintext to %q: give Options.TLS "+
+				"(or, for a hub on this machine, Options.TokensOverLoopback with a loopback address)", target)
 		}
 		dial = append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	default:
 		return nil, errors.New("client: give Options.TLS, or set Options.Plaintext for a hub on loopback")
 	}
 	if opts.Tokens != nil {
-		dial = append(dial, grpc.WithPerRPCCredentials(bearer{opts.Tokens}))
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer{tokens: opts.Tokens, requireTLS: opts.TLS != nil}))
 	}
 	dial = append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxSendBytes), grpc.MaxCallRecvMsgSize(maxRecvBytes)))
 	conn, err := grpc.NewClient(target, append(dial, opts.DialOptions...)...)
@@ -225,8 +241,30 @@ func (c *Client) do(ctx context.Context, call func(context.Context) error) error
 	}
 }
 
-// bearer sends the token source's token with every call, over TLS only.
-type bearer struct{ tokens TokenSource }
+// isLoopback reports whether a target (host:port, optionally with the
+// passthrough or dns scheme) names this machine: a loopback IP or
+// "localhost".
+func isLoopback(target string) bool {
+	for _, scheme := range []string{"passthrough:///", "dns:///"} {
+		target = strings.TrimPrefix(target, scheme)
+	}
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// bearer sends the token source's token with every call; over TLS only,
+// unless New allowed plaintext to a loopback hub.
+type bearer struct {
+	tokens     TokenSource
+	requireTLS bool
+}
 
 func (b bearer) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
 	token, err := b.tokens.Token(ctx)
@@ -236,4 +274,4 @@ func (b bearer) GetRequestMetadata(ctx context.Context, _ ...string) (map[string
 	return map[string]string{"authorization": "Bearer " + token}, nil
 }
 
-func (bearer) RequireTransportSecurity() bool { return true }
+func (b bearer) RequireTransportSecurity() bool { return b.requireTLS }

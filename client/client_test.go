@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/energydatahub/messagehub/client"
@@ -30,9 +32,15 @@ type fault struct {
 	failN   int32 // the first failN calls fail
 	lose    bool
 	methods string // only calls whose method contains this
+	token   string // when set, calls without "Bearer <token>" are UNAUTHENTICATED
 }
 
 func (f *fault) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if f.token != "" {
+		if md, _ := metadata.FromIncomingContext(ctx); !slices.Equal(md.Get("authorization"), []string{"Bearer " + f.token}) {
+			return nil, status.Error(codes.Unauthenticated, "no token")
+		}
+	}
 	if !strings.Contains(info.FullMethod, f.methods) {
 		return handler(ctx, req)
 	}
@@ -166,6 +174,33 @@ func TestTokensAreNeverSentInPlaintext(t *testing.T) {
 	}
 	if _, err := client.New("127.0.0.1:1", client.Options{}); err == nil {
 		t.Fatal("a client without TLS was made without asking for plaintext")
+	}
+	for _, target := range []string{"hub.example.org:50051", "10.0.0.1:50051", "dns:///hub.example.org:50051", "127.0.0.1"} {
+		opts := client.Options{Plaintext: true, Tokens: client.StaticToken("secret"), TokensOverLoopback: true}
+		if _, err := client.New(target, opts); err == nil {
+			t.Errorf("a client sending a token in plaintext to %s (not loopback) was made", target)
+		}
+	}
+}
+
+// For trying --auth jwt on one machine, tokens may go in plaintext to a hub
+// on loopback when the caller says so, and then they are sent.
+func TestTokensGoInPlaintextToLoopbackWhenAllowed(t *testing.T) {
+	f := &fault{token: "dev-token", methods: "none"}
+	addr := startHub(t, f)
+	for _, target := range []string{addr, "passthrough:///" + addr, strings.Replace(addr, "127.0.0.1", "localhost", 1)} {
+		c, err := client.New(target, client.Options{Plaintext: true, Tokens: client.StaticToken("dev-token"), TokensOverLoopback: true})
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil {
+			t.Errorf("peek with the token to %s: %v", target, err)
+		}
+		_ = c.Close()
+	}
+	// The hub does check: a client without the token is refused.
+	if _, err := newClient(t, addr).Peek(within(t), uuid.NewString(), 0, ""); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("peek without a token: %v, want UNAUTHENTICATED", err)
 	}
 }
 
