@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -36,6 +37,7 @@ func main() {
 	tokenFile := flag.String("token-file", "", "bearer token of this actor (see make dev-tokens)")
 	maxBundles := flag.Int("bundles", 100, "stop after this many bundles")
 	idle := flag.Duration("idle", 2*time.Second, "stop after finding nothing for this long")
+	timeout := flag.Duration("timeout", time.Minute, "how long the whole run may take")
 	flag.Parse()
 	a := &actor{hub: strings.TrimSuffix(*hub, "/"), recipient: *recipient, web: &http.Client{Timeout: 30 * time.Second}}
 	if *tokenFile != "" {
@@ -46,7 +48,10 @@ func main() {
 		}
 		a.token = strings.TrimSpace(string(token))
 	}
-	n, notes, err := a.run(context.Background(), *maxBundles, *idle)
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	n, notes, err := a.run(ctx, *maxBundles, *idle)
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "market-actor:", err)
 		os.Exit(1)
@@ -80,7 +85,9 @@ func (a *actor) run(ctx context.Context, maxBundles int, idle time.Duration) (bu
 			if time.Since(quietSince) >= idle {
 				return bundles, notifications, nil
 			}
-			time.Sleep(wait)
+			if err := sleep(ctx, wait); err != nil {
+				return bundles, notifications, err
+			}
 			wait = min(2*wait, maxWait)
 			continue
 		}
@@ -95,26 +102,46 @@ func (a *actor) run(ctx context.Context, maxBundles int, idle time.Duration) (bu
 	return bundles, notifications, nil
 }
 
+// attempts bounds the tries of one call that found the hub busy or got no
+// answer.
+const attempts = 5
+
+// peek returns the next bundle, or nil on 204. A peek changes nothing, so
+// a busy hub (429, 503) or a lost answer is simply asked again.
 func (a *actor) peek(ctx context.Context) (*bundle, error) {
+	for attempt := 1; ; attempt++ {
+		b, retry, err := a.peekOnce(ctx)
+		if !retry || attempt == attempts {
+			return b, err
+		}
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (a *actor) peekOnce(ctx context.Context) (b *bundle, retry bool, err error) {
 	resp, err := a.call(ctx, http.MethodGet, "/v1/peek")
 	if err != nil {
-		return nil, err
+		return nil, ctx.Err() == nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	switch resp.StatusCode {
 	case http.StatusNoContent:
-		return nil, nil
+		return nil, false, nil
 	case http.StatusOK:
-		var b bundle
-		if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
-			return nil, err
+		b = new(bundle)
+		if err := json.NewDecoder(resp.Body).Decode(b); err != nil {
+			return nil, true, err
 		}
 		if id := resp.Header.Get("MessageId"); id != b.ID {
-			return nil, fmt.Errorf("MessageId %q is not the bundle's id %q", id, b.ID)
+			return nil, false, fmt.Errorf("MessageId %q is not the bundle's id %q", id, b.ID)
 		}
-		return &b, nil
+		return b, false, nil
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return nil, true, statusError(resp)
 	default:
-		return nil, statusError(resp)
+		return nil, false, statusError(resp)
 	}
 }
 
@@ -125,11 +152,13 @@ func (a *actor) dequeue(ctx context.Context, bundleID string) error {
 	for attempt := 1; ; attempt++ {
 		resp, err := a.call(ctx, http.MethodDelete, "/v1/dequeue/"+url.PathEscape(bundleID))
 		if err != nil { // no answer: the dequeue may or may not have happened
-			if attempt == 5 {
+			if attempt == attempts || ctx.Err() != nil {
 				return err
 			}
 			lost = true
-			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
 			continue
 		}
 		_ = resp.Body.Close()
@@ -138,12 +167,34 @@ func (a *actor) dequeue(ctx context.Context, bundleID string) error {
 			return nil
 		case resp.StatusCode == http.StatusNotFound && lost:
 			return nil
-		case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && attempt < 5:
+		case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && attempt < attempts:
+			// A 503 may come from a proxy after the hub did the work.
 			lost = true
-			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
 		default:
 			return statusError(resp)
 		}
+	}
+}
+
+// backoff is the pause before the next try: exponential from 200 ms, with
+// jitter so that many actors do not retry in step.
+func backoff(attempt int) time.Duration {
+	d := 200 * time.Millisecond << (attempt - 1)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d, or less if ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
