@@ -5,8 +5,9 @@
 //	go run ./examples/market-actor --hub http://127.0.0.1:8080 --recipient <actor UUID>
 //
 // What a careful actor does:
-//   - 200: a bundle. Its id is in the MessageId header. Fetch the data of its
-//     notifications, store it, and only then dequeue it.
+//   - 200: a bundle. Its id is in the MessageId header. Fetch its data
+//     (GET /v1/peek/content answers the bundle's document), store it, and only
+//     then dequeue it. A 503 there has Retry-After: the document is being made.
 //   - 204: nothing to deliver now. Wait (back off, up to a bound) and peek again.
 //   - 404 on dequeue after a dequeue whose answer was lost (a timeout, a
 //     dropped connection): the first dequeue went through. Carry on.
@@ -27,6 +28,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -38,8 +41,9 @@ func main() {
 	maxBundles := flag.Int("bundles", 100, "stop after this many bundles")
 	idle := flag.Duration("idle", 2*time.Second, "stop after finding nothing for this long")
 	timeout := flag.Duration("timeout", time.Minute, "how long the whole run may take")
+	out := flag.String("out", "", "folder to write each bundle's document into (empty: fetched and dropped)")
 	flag.Parse()
-	a := &actor{hub: strings.TrimSuffix(*hub, "/"), recipient: *recipient, web: &http.Client{Timeout: 30 * time.Second}}
+	a := &actor{hub: strings.TrimSuffix(*hub, "/"), recipient: *recipient, out: *out, web: &http.Client{Timeout: 30 * time.Second}}
 	if *tokenFile != "" {
 		token, err := os.ReadFile(*tokenFile) //nolint:gosec // the operator names the file
 		if err != nil {
@@ -61,6 +65,7 @@ func main() {
 
 type actor struct {
 	hub, recipient, token string
+	out                   string // folder the documents are written to; empty: read and dropped
 	web                   *http.Client
 }
 
@@ -92,8 +97,11 @@ func (a *actor) run(ctx context.Context, maxBundles int, idle time.Duration) (bu
 			continue
 		}
 		wait, quietSince = minWait, time.Now()
-		// Here a real actor fetches the data of b.NotificationIDs and stores
-		// it durably before dequeuing.
+		// Fetch the data and store it durably before dequeuing: a crash
+		// in between peeks the same bundle again.
+		if err := a.fetch(ctx, b.ID); err != nil {
+			return bundles, notifications, err
+		}
 		if err := a.dequeue(ctx, b.ID); err != nil {
 			return bundles, notifications, err
 		}
@@ -142,6 +150,81 @@ func (a *actor) peekOnce(ctx context.Context) (b *bundle, retry bool, err error)
 		return nil, true, statusError(resp)
 	default:
 		return nil, false, statusError(resp)
+	}
+}
+
+// fetch gets the document of the pending bundle (GET /v1/peek/content: the
+// domain's document, or the bundle itself when the domain has none) and
+// writes it to the out folder, if any. The hub answers 503 with Retry-After
+// while the domain is still building the document.
+func (a *actor) fetch(ctx context.Context, bundleID string) error {
+	for attempt := 1; ; attempt++ {
+		resp, err := a.call(ctx, http.MethodGet, "/v1/peek/content")
+		if err != nil {
+			if attempt == attempts || ctx.Err() != nil {
+				return err
+			}
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
+			continue
+		}
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			err := fmt.Errorf("the content peek answered bundle %q, not %q: is another poller dequeuing?", resp.Header.Get("MessageId"), bundleID)
+			if resp.Header.Get("MessageId") == bundleID {
+				err = a.store(bundleID, resp.Header.Get("Content-Type"), resp.Body)
+			}
+			_ = resp.Body.Close()
+			return err
+		case (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && attempt < attempts:
+			wait := backoff(attempt)
+			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+				wait = time.Duration(s) * time.Second
+			}
+			_ = resp.Body.Close()
+			if err := sleep(ctx, wait); err != nil {
+				return err
+			}
+		default:
+			err := statusError(resp)
+			_ = resp.Body.Close()
+			return err
+		}
+	}
+}
+
+// store keeps a bundle's document: a real actor writes it to its own
+// system, durably, before it dequeues.
+func (a *actor) store(bundleID, mediaType string, body io.Reader) error {
+	if a.out == "" {
+		_, err := io.Copy(io.Discard, body)
+		return err
+	}
+	name := filepath.Join(a.out, bundleID+extensionOf(mediaType))
+	f, err := os.Create(name) //nolint:gosec // a file named by the bundle id in the folder the operator gave
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func extensionOf(mediaType string) string {
+	switch {
+	case strings.Contains(mediaType, "json"):
+		return ".json"
+	case strings.Contains(mediaType, "xml"):
+		return ".xml"
+	default:
+		return ""
 	}
 }
 

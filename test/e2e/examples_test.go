@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -37,9 +39,24 @@ func TestTheExamplesPublishAndDrain(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "published 2500 notifications") {
 		t.Fatalf("domain-publisher: %v\n%s", err, out)
 	}
-	out, err = exec.CommandContext(ctx, actor, "--hub", h.base, "--recipient", recipient, "--idle", "500ms").CombinedOutput()
+	docs := t.TempDir()
+	out, err = exec.CommandContext(ctx, actor, "--hub", h.base, "--recipient", recipient, "--idle", "500ms", "--out", docs).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "with 2500 notifications") {
 		t.Fatalf("market-actor: %v\n%s", err, out)
+	}
+	// It fetched each bundle's document (here the bundle itself: the domain
+	// has no provider) before dequeuing it.
+	var bundles int
+	if _, err := fmt.Sscanf(string(out), "dequeued %d bundles", &bundles); err != nil {
+		t.Fatalf("market-actor output %q: %v", out, err)
+	}
+	files, err := os.ReadDir(docs)
+	if err != nil || len(files) != bundles || bundles == 0 {
+		t.Fatalf("%d documents written (%v) for %d bundles", len(files), err, bundles)
+	}
+	doc, err := os.ReadFile(filepath.Join(docs, files[0].Name()))
+	if err != nil || !strings.HasSuffix(files[0].Name(), ".json") || !strings.Contains(string(doc), "notificationIds") {
+		t.Fatalf("document %s: %v\n%.300s", files[0].Name(), err, doc)
 	}
 	// Nothing is left.
 	h.do(t, "GET", "/v1/peek?recipient="+recipient, "", nil).want(t, 204)
