@@ -12,15 +12,25 @@
 //     notifications stored by an attempt whose answer was lost come back as
 //     duplicates, never stored twice. Never give a retried notification a new id.
 //   - Peek returns the pending bundle of its group again until it is
-//     dequeued, so a retried Peek answers the same bundle. Pass a bundle id of
-//     your own to make even the first answer repeatable.
+//     dequeued, so a retried Peek answers the same bundle. Pass a bundle id
+//     of your own (a new UUID per bundle you expect) to know the id even if
+//     every answer is lost: a retry with it answers that bundle, and the id
+//     can be dequeued later. A retried Peek with a bundle id answers
+//     ALREADY_EXISTS if the bundle was dequeued in between (another poller
+//     of the same recipient did it) and FAILED_PRECONDITION if another bundle
+//     is pending: peek again with a new id.
 //   - Dequeue: an attempt whose answer was lost may have acknowledged the
 //     bundle, and then the retry answers NOT_FOUND. Dequeue therefore treats
 //     NOT_FOUND after such an attempt as done (see ErrNotFound).
 //
-// Other codes (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION,
-// PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND) are the caller's to handle
-// and are returned at once.
+// DEADLINE_EXCEEDED is retried only when an attempt's own timeout
+// (RetryPolicy.AttemptTimeout) passed, never once the caller's context
+// ended. Other codes (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION,
+// PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND, INTERNAL) are the caller's to
+// handle and are returned at once; status.Code reads the code of the error
+// returned (the last attempt's). RESOURCE_EXHAUSTED on Save means the hub is
+// short of disk and refuses saves until space is freed: after the attempts,
+// keep the notifications and save them again later, with the same ids.
 //
 // # Tokens
 //
@@ -206,7 +216,7 @@ func (c *Client) Dequeue(ctx context.Context, recipient, bundleID string) error 
 		case code == codes.NotFound && lostAnswer:
 			return nil
 		case code == codes.NotFound:
-			return fmt.Errorf("%w: %s", ErrNotFound, status.Convert(err).Message())
+			return fmt.Errorf("%w: %w", ErrNotFound, err) // status.Code still reads NOT_FOUND
 		case retryable(code):
 			lostAnswer = true
 		}

@@ -31,6 +31,7 @@ type fault struct {
 	calls   atomic.Int32
 	failN   int32 // the first failN calls fail
 	lose    bool
+	hang    bool   // the failing calls wait until the caller gives up
 	methods string // only calls whose method contains this
 	token   string // when set, calls without "Bearer <token>" are UNAUTHENTICATED
 }
@@ -50,6 +51,10 @@ func (f *fault) interceptor(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	if f.lose {
 		_, _ = handler(ctx, req)
+	}
+	if f.hang {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	return nil, status.Error(codes.Unavailable, "injected")
 }
@@ -134,11 +139,51 @@ func TestADequeueWhoseAnswerWasLostIsDone(t *testing.T) {
 		t.Fatalf("%d attempts, want 2", f.calls.Load())
 	}
 	// Without a lost answer, NOT_FOUND is the caller's to see.
-	if err := c.Dequeue(within(t), recipient, b.GetId()); !errors.Is(err, client.ErrNotFound) {
-		t.Fatalf("a second dequeue: %v, want ErrNotFound", err)
+	if err := c.Dequeue(within(t), recipient, b.GetId()); !errors.Is(err, client.ErrNotFound) || status.Code(err) != codes.NotFound {
+		t.Fatalf("a second dequeue: %v, want ErrNotFound with code NOT_FOUND", err)
 	}
 	if next, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, ""); err != nil || next != nil {
 		t.Fatalf("after the dequeue: %v, %v; want nothing", next, err)
+	}
+}
+
+// A Peek that names its bundle id and whose answer was lost is answered
+// that same bundle on the retry: nothing is delivered under another id.
+func TestAPeekWithABundleIDIsRetriedToTheSameBundle(t *testing.T) {
+	f := &fault{failN: 1, lose: true, methods: "Peek"}
+	c := newClient(t, startHub(t, f))
+	recipient, bundleID := uuid.NewString(), uuid.NewString()
+	if _, err := c.Save(within(t), notification(recipient)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, bundleID)
+	if err != nil || b.GetId() != bundleID || f.calls.Load() != 2 {
+		t.Fatalf("peek: %v, %v after %d attempts; want bundle %s after 2", b, err, f.calls.Load(), bundleID)
+	}
+	if err := c.Dequeue(within(t), recipient, bundleID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An attempt that outlives its own timeout is retried; the caller's
+// deadline still bounds the whole call.
+func TestAnAttemptThatTimesOutIsRetried(t *testing.T) {
+	f := &fault{failN: 1, hang: true, methods: "Peek"}
+	addr := startHub(t, f)
+	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{AttemptTimeout: 100 * time.Millisecond, InitialBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil || f.calls.Load() != 2 {
+		t.Fatalf("got %v after %d attempts; want the second to answer", err, f.calls.Load())
+	}
+	// Once the caller's own context has ended, nothing more is tried.
+	f.calls.Store(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Peek(ctx, uuid.NewString(), 0, ""); status.Code(err) != codes.Canceled || f.calls.Load() > 1 {
+		t.Fatalf("got %v after %d attempts; want CANCELED at once", err, f.calls.Load())
 	}
 }
 
