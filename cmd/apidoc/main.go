@@ -190,7 +190,22 @@ func complete(doc *openapi2.T) error {
 		}}}`), &health); err != nil {
 		return err
 	}
+	health.Get.Responses["405"] = errorResponse("405")
 	doc.Paths["/healthz"] = &health
+	for path, version := range map[string]string{"/openapi.json": "2", "/openapi.v3.json": "3"} {
+		var item openapi2.PathItem
+		if err := json.Unmarshal([]byte(`{"get": {
+			"operationId": "OpenAPI`+version+`",
+			"summary": "This document as OpenAPI `+version+` (JSON); needs no token.",
+			"tags": ["OpenAPI"],
+			"security": [],
+			"produces": ["application/json"],
+			"responses": {"200": {"description": "The document.", "schema": {"type": "object"}}}}}`), &item); err != nil {
+			return err
+		}
+		item.Get.Responses["405"] = errorResponse("405")
+		doc.Paths[path] = &item
+	}
 	var status openapi2.SchemaRef
 	if err := json.Unmarshal([]byte(`{"type": "object", "properties": {"status": {"type": "string", "enum": ["SERVING", "NOT_SERVING"]}}}`), &status); err != nil {
 		return err
