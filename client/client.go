@@ -34,8 +34,8 @@
 //
 // # Tokens
 //
-// With --auth jwt give Options.Tokens (StaticToken, or a TokenSource that
-// renews tokens). It is asked for a token on every call, and the token is
+// With --auth jwt give Options.Tokens: StaticToken, TokenFile (re-read at
+// every call), or a TokenFunc that renews tokens. It is asked for a token on every call, and the token is
 // sent only over TLS, so that it cannot be read on the wire. To try tokens
 // against a hub on the same machine (`make dev-tokens`), set Plaintext and
 // TokensOverLoopback with a loopback target such as 127.0.0.1:50051; any
@@ -57,6 +57,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -94,6 +95,33 @@ type StaticToken string
 
 // Token returns the token.
 func (s StaticToken) Token(context.Context) (string, error) { return string(s), nil }
+
+// TokenFunc adapts a function, such as one asking an identity provider for
+// a fresh token, to a TokenSource. It is called for every call: cache
+// tokens in it until shortly before they expire.
+type TokenFunc func(ctx context.Context) (string, error)
+
+// Token calls f.
+func (f TokenFunc) Token(ctx context.Context) (string, error) { return f(ctx) }
+
+// TokenFile is a TokenSource that reads the token from a file at every
+// call, so that a token renewed in place (a mounted secret, a projected
+// service-account token) is used at once. Surrounding white space is
+// dropped; an empty file is an error.
+type TokenFile string
+
+// Token reads the file.
+func (f TokenFile) Token(context.Context) (string, error) {
+	data, err := os.ReadFile(string(f))
+	if err != nil {
+		return "", err
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("token file %s is empty", f)
+	}
+	return token, nil
+}
 
 // RetryPolicy says how calls are retried. Zero fields take the defaults.
 type RetryPolicy struct {

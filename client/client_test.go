@@ -5,7 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -31,14 +33,16 @@ type fault struct {
 	calls   atomic.Int32
 	failN   int32 // the first failN calls fail
 	lose    bool
-	hang    bool   // the failing calls wait until the caller gives up
-	methods string // only calls whose method contains this
-	token   string // when set, calls without "Bearer <token>" are UNAUTHENTICATED
+	hang    bool                   // the failing calls wait until the caller gives up
+	methods string                 // only calls whose method contains this
+	token   atomic.Pointer[string] // when set, calls without "Bearer <token>" are UNAUTHENTICATED
 }
 
+func (f *fault) requireToken(token string) *fault { f.token.Store(&token); return f }
+
 func (f *fault) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if f.token != "" {
-		if md, _ := metadata.FromIncomingContext(ctx); !slices.Equal(md.Get("authorization"), []string{"Bearer " + f.token}) {
+	if token := f.token.Load(); token != nil {
+		if md, _ := metadata.FromIncomingContext(ctx); !slices.Equal(md.Get("authorization"), []string{"Bearer " + *token}) {
 			return nil, status.Error(codes.Unauthenticated, "no token")
 		}
 	}
@@ -228,10 +232,42 @@ func TestTokensAreNeverSentInPlaintext(t *testing.T) {
 	}
 }
 
+// A TokenFile is read at every call: a token renewed in place is sent at
+// once, and an unreadable one fails the call without sending it.
+func TestATokenFileIsReadAtEveryCall(t *testing.T) {
+	f := (&fault{methods: "none"}).requireToken("first")
+	addr := startHub(t, f)
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(addr, client.Options{Plaintext: true, Tokens: client.TokenFile(file), TokensOverLoopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil {
+		t.Fatalf("peek with the first token: %v", err)
+	}
+	f.requireToken("second")
+	if err := os.WriteFile(file, []byte("second"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil {
+		t.Fatalf("peek with the renewed token: %v", err)
+	}
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("peek with an empty token file: %v, want an error saying so", err)
+	}
+}
+
 // For trying --auth jwt on one machine, tokens may go in plaintext to a hub
 // on loopback when the caller says so, and then they are sent.
 func TestTokensGoInPlaintextToLoopbackWhenAllowed(t *testing.T) {
-	f := &fault{token: "dev-token", methods: "none"}
+	f := (&fault{methods: "none"}).requireToken("dev-token")
 	addr := startHub(t, f)
 	for _, target := range []string{addr, "passthrough:///" + addr, strings.Replace(addr, "127.0.0.1", "localhost", 1)} {
 		c, err := client.New(target, client.Options{Plaintext: true, Tokens: client.StaticToken("dev-token"), TokensOverLoopback: true})
