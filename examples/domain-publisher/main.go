@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -43,12 +42,8 @@ func main() {
 func publish(hub, recipient string, count, batch int, tokenFile string, loopback bool, timeout time.Duration) error {
 	opts := client.Options{Plaintext: true}
 	if tokenFile != "" {
-		token, err := os.ReadFile(tokenFile) //nolint:gosec // the operator names the file
-		if err != nil {
-			return err
-		}
-		opts.Tokens = client.StaticToken(strings.TrimSpace(string(token)))
-		if loopback { // the client refuses unless hub is a loopback address
+		opts.Tokens = client.TokenFile(tokenFile) // read at every call: a renewed token is used at once
+		if loopback {                             // the client refuses unless hub is a loopback address
 			opts.TokensOverLoopback = true
 		} else {
 			opts = client.Options{Tokens: opts.Tokens, TLS: defaultTLS()}
