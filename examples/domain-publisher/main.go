@@ -42,8 +42,10 @@ func main() {
 func publish(hub, recipient string, count, batch int, tokenFile string, loopback bool, timeout time.Duration) error {
 	opts := client.Options{Plaintext: true}
 	if tokenFile != "" {
-		opts.Tokens = client.TokenFile(tokenFile) // read at every call: a renewed token is used at once
-		if loopback {                             // the client refuses unless hub is a loopback address
+		// Read at every call, so a renewed token is used at once.
+		opts.Tokens = client.TokenFile(tokenFile)
+		// The client refuses this unless hub is a loopback address.
+		if loopback {
 			opts.TokensOverLoopback = true
 		} else {
 			opts = client.Options{Tokens: opts.Tokens, TLS: defaultTLS()}
