@@ -124,6 +124,9 @@ func (f TokenFile) Token(context.Context) (string, error) {
 }
 
 // RetryPolicy says how calls are retried. Zero fields take the defaults.
+// The pause before retry n is between half and all of
+// min(InitialBackoff*2^(n-1), MaxBackoff), at random; with the defaults the
+// five attempts of a call span about 1.5 s of pauses at most.
 type RetryPolicy struct {
 	MaxAttempts    int           // default 5; 1 turns retries off
 	InitialBackoff time.Duration // default 100 ms
@@ -269,7 +272,7 @@ func (c *Client) do(ctx context.Context, call func(context.Context) error) error
 		if err == nil || !retryable(status.Code(err)) || attempt == c.retry.MaxAttempts || ctx.Err() != nil {
 			return err
 		}
-		// Full jitter keeps many clients from retrying in step.
+		// A random half of the pause keeps many clients from retrying in step.
 		select {
 		case <-ctx.Done():
 			return err
