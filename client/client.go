@@ -12,15 +12,34 @@
 //     notifications stored by an attempt whose answer was lost come back as
 //     duplicates, never stored twice. Never give a retried notification a new id.
 //   - Peek returns the pending bundle of its group again until it is
-//     dequeued, so a retried Peek answers the same bundle. Pass a bundle id of
-//     your own to make even the first answer repeatable.
+//     dequeued, so a retried Peek answers the same bundle. Pass a bundle id
+//     of your own (a new UUID per bundle you expect) to know the id even if
+//     every answer is lost: a retry with it answers that bundle, and the id
+//     can be dequeued later. A retried Peek with a bundle id answers
+//     ALREADY_EXISTS if the bundle was dequeued in between (another poller
+//     of the same recipient did it) and FAILED_PRECONDITION if another bundle
+//     is pending: peek again with a new id.
 //   - Dequeue: an attempt whose answer was lost may have acknowledged the
 //     bundle, and then the retry answers NOT_FOUND. Dequeue therefore treats
 //     NOT_FOUND after such an attempt as done (see ErrNotFound).
 //
-// Other codes (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION,
-// PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND) are the caller's to handle
-// and are returned at once.
+// DEADLINE_EXCEEDED is retried only when an attempt's own timeout
+// (RetryPolicy.AttemptTimeout) passed, never once the caller's context
+// ended. Other codes (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION,
+// PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND, INTERNAL) are the caller's to
+// handle and are returned at once; status.Code reads the code of the error
+// returned (the last attempt's). RESOURCE_EXHAUSTED on Save means the hub is
+// short of disk and refuses saves until space is freed: after the attempts,
+// keep the notifications and save them again later, with the same ids.
+//
+// # Tokens
+//
+// With --auth jwt give Options.Tokens: StaticToken, TokenFile (re-read at
+// every call), or a TokenFunc that renews tokens. It is asked for a token on every call, and the token is
+// sent only over TLS, so that it cannot be read on the wire. To try tokens
+// against a hub on the same machine (`make dev-tokens`), set Plaintext and
+// TokensOverLoopback with a loopback target such as 127.0.0.1:50051; any
+// other target is refused.
 //
 // # Deadlines
 //
@@ -36,6 +55,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -73,7 +96,37 @@ type StaticToken string
 // Token returns the token.
 func (s StaticToken) Token(context.Context) (string, error) { return string(s), nil }
 
+// TokenFunc adapts a function, such as one asking an identity provider for
+// a fresh token, to a TokenSource. It is called for every call: cache
+// tokens in it until shortly before they expire.
+type TokenFunc func(ctx context.Context) (string, error)
+
+// Token calls f.
+func (f TokenFunc) Token(ctx context.Context) (string, error) { return f(ctx) }
+
+// TokenFile is a TokenSource that reads the token from a file at every
+// call, so that a token renewed in place (a mounted secret, a projected
+// service-account token) is used at once. Surrounding white space is
+// dropped; an empty file is an error.
+type TokenFile string
+
+// Token reads the file.
+func (f TokenFile) Token(context.Context) (string, error) {
+	data, err := os.ReadFile(string(f))
+	if err != nil {
+		return "", err
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("token file %s is empty", f)
+	}
+	return token, nil
+}
+
 // RetryPolicy says how calls are retried. Zero fields take the defaults.
+// The pause before retry n is between half and all of
+// min(InitialBackoff*2^(n-1), MaxBackoff), at random; with the defaults the
+// five attempts of a call span about 1.5 s of pauses at most.
 type RetryPolicy struct {
 	MaxAttempts    int           // default 5; 1 turns retries off
 	InitialBackoff time.Duration // default 100 ms
@@ -103,10 +156,13 @@ type Options struct {
 	// unless Plaintext is set (for a hub on loopback during development).
 	TLS       *tls.Config
 	Plaintext bool
-	// Tokens, when set, adds "authorization: Bearer <token>" to every call;
-	// tokens are never sent in plaintext.
-	Tokens TokenSource
-	Retry  RetryPolicy
+	// Tokens, when set, adds "authorization: Bearer <token>" to every call.
+	// Tokens are sent over TLS only, unless TokensOverLoopback is also set
+	// and the target is a loopback address (a hub started with
+	// `make run ARGS="--auth jwt ..."` to try tokens locally).
+	Tokens             TokenSource
+	TokensOverLoopback bool
+	Retry              RetryPolicy
 	// DialOptions are passed to grpc.NewClient after the client's own.
 	DialOptions []grpc.DialOption
 }
@@ -125,15 +181,16 @@ func New(target string, opts Options) (*Client, error) {
 	case opts.TLS != nil:
 		dial = append(dial, grpc.WithTransportCredentials(credentials.NewTLS(opts.TLS)))
 	case opts.Plaintext:
-		if opts.Tokens != nil {
-			return nil, errors.New("client: a bearer token is never sent in plaintext: give Options.TLS")
+		if opts.Tokens != nil && !(opts.TokensOverLoopback && isLoopback(target)) {
+			return nil, fmt.Errorf("client: a bearer token is never sent in plaintext to %q: give Options.TLS "+
+				"(or, for a hub on this machine, Options.TokensOverLoopback with a loopback address)", target)
 		}
 		dial = append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	default:
 		return nil, errors.New("client: give Options.TLS, or set Options.Plaintext for a hub on loopback")
 	}
 	if opts.Tokens != nil {
-		dial = append(dial, grpc.WithPerRPCCredentials(bearer{opts.Tokens}))
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer{tokens: opts.Tokens, requireTLS: opts.TLS != nil}))
 	}
 	dial = append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxSendBytes), grpc.MaxCallRecvMsgSize(maxRecvBytes)))
 	conn, err := grpc.NewClient(target, append(dial, opts.DialOptions...)...)
@@ -190,7 +247,7 @@ func (c *Client) Dequeue(ctx context.Context, recipient, bundleID string) error 
 		case code == codes.NotFound && lostAnswer:
 			return nil
 		case code == codes.NotFound:
-			return fmt.Errorf("%w: %s", ErrNotFound, status.Convert(err).Message())
+			return fmt.Errorf("%w: %w", ErrNotFound, err) // status.Code still reads NOT_FOUND
 		case retryable(code):
 			lostAnswer = true
 		}
@@ -215,7 +272,7 @@ func (c *Client) do(ctx context.Context, call func(context.Context) error) error
 		if err == nil || !retryable(status.Code(err)) || attempt == c.retry.MaxAttempts || ctx.Err() != nil {
 			return err
 		}
-		// Full jitter keeps many clients from retrying in step.
+		// A random half of the pause keeps many clients from retrying in step.
 		select {
 		case <-ctx.Done():
 			return err
@@ -225,8 +282,30 @@ func (c *Client) do(ctx context.Context, call func(context.Context) error) error
 	}
 }
 
-// bearer sends the token source's token with every call, over TLS only.
-type bearer struct{ tokens TokenSource }
+// isLoopback reports whether a target (host:port, optionally with the
+// passthrough or dns scheme) names this machine: a loopback IP or
+// "localhost".
+func isLoopback(target string) bool {
+	for _, scheme := range []string{"passthrough:///", "dns:///"} {
+		target = strings.TrimPrefix(target, scheme)
+	}
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// bearer sends the token source's token with every call; over TLS only,
+// unless New allowed plaintext to a loopback hub.
+type bearer struct {
+	tokens     TokenSource
+	requireTLS bool
+}
 
 func (b bearer) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
 	token, err := b.tokens.Token(ctx)
@@ -236,4 +315,4 @@ func (b bearer) GetRequestMetadata(ctx context.Context, _ ...string) (map[string
 	return map[string]string{"authorization": "Bearer " + token}, nil
 }
 
-func (bearer) RequireTransportSecurity() bool { return true }
+func (b bearer) RequireTransportSecurity() bool { return b.requireTLS }

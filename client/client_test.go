@@ -5,7 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/energydatahub/messagehub/client"
@@ -29,10 +33,19 @@ type fault struct {
 	calls   atomic.Int32
 	failN   int32 // the first failN calls fail
 	lose    bool
-	methods string // only calls whose method contains this
+	hang    bool                   // the failing calls wait until the caller gives up
+	methods string                 // only calls whose method contains this
+	token   atomic.Pointer[string] // when set, calls without "Bearer <token>" are UNAUTHENTICATED
 }
 
+func (f *fault) requireToken(token string) *fault { f.token.Store(&token); return f }
+
 func (f *fault) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if token := f.token.Load(); token != nil {
+		if md, _ := metadata.FromIncomingContext(ctx); !slices.Equal(md.Get("authorization"), []string{"Bearer " + *token}) {
+			return nil, status.Error(codes.Unauthenticated, "no token")
+		}
+	}
 	if !strings.Contains(info.FullMethod, f.methods) {
 		return handler(ctx, req)
 	}
@@ -42,6 +55,10 @@ func (f *fault) interceptor(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	if f.lose {
 		_, _ = handler(ctx, req)
+	}
+	if f.hang {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	return nil, status.Error(codes.Unavailable, "injected")
 }
@@ -126,11 +143,51 @@ func TestADequeueWhoseAnswerWasLostIsDone(t *testing.T) {
 		t.Fatalf("%d attempts, want 2", f.calls.Load())
 	}
 	// Without a lost answer, NOT_FOUND is the caller's to see.
-	if err := c.Dequeue(within(t), recipient, b.GetId()); !errors.Is(err, client.ErrNotFound) {
-		t.Fatalf("a second dequeue: %v, want ErrNotFound", err)
+	if err := c.Dequeue(within(t), recipient, b.GetId()); !errors.Is(err, client.ErrNotFound) || status.Code(err) != codes.NotFound {
+		t.Fatalf("a second dequeue: %v, want ErrNotFound with code NOT_FOUND", err)
 	}
 	if next, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, ""); err != nil || next != nil {
 		t.Fatalf("after the dequeue: %v, %v; want nothing", next, err)
+	}
+}
+
+// A Peek that names its bundle id and whose answer was lost is answered
+// that same bundle on the retry: nothing is delivered under another id.
+func TestAPeekWithABundleIDIsRetriedToTheSameBundle(t *testing.T) {
+	f := &fault{failN: 1, lose: true, methods: "Peek"}
+	c := newClient(t, startHub(t, f))
+	recipient, bundleID := uuid.NewString(), uuid.NewString()
+	if _, err := c.Save(within(t), notification(recipient)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, bundleID)
+	if err != nil || b.GetId() != bundleID || f.calls.Load() != 2 {
+		t.Fatalf("peek: %v, %v after %d attempts; want bundle %s after 2", b, err, f.calls.Load(), bundleID)
+	}
+	if err := c.Dequeue(within(t), recipient, bundleID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An attempt that outlives its own timeout is retried; the caller's
+// deadline still bounds the whole call.
+func TestAnAttemptThatTimesOutIsRetried(t *testing.T) {
+	f := &fault{failN: 1, hang: true, methods: "Peek"}
+	addr := startHub(t, f)
+	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{AttemptTimeout: 100 * time.Millisecond, InitialBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil || f.calls.Load() != 2 {
+		t.Fatalf("got %v after %d attempts; want the second to answer", err, f.calls.Load())
+	}
+	// Once the caller's own context has ended, nothing more is tried.
+	f.calls.Store(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Peek(ctx, uuid.NewString(), 0, ""); status.Code(err) != codes.Canceled || f.calls.Load() > 1 {
+		t.Fatalf("got %v after %d attempts; want CANCELED at once", err, f.calls.Load())
 	}
 }
 
@@ -166,6 +223,65 @@ func TestTokensAreNeverSentInPlaintext(t *testing.T) {
 	}
 	if _, err := client.New("127.0.0.1:1", client.Options{}); err == nil {
 		t.Fatal("a client without TLS was made without asking for plaintext")
+	}
+	for _, target := range []string{"hub.example.org:50051", "10.0.0.1:50051", "dns:///hub.example.org:50051", "127.0.0.1"} {
+		opts := client.Options{Plaintext: true, Tokens: client.StaticToken("secret"), TokensOverLoopback: true}
+		if _, err := client.New(target, opts); err == nil {
+			t.Errorf("a client sending a token in plaintext to %s (not loopback) was made", target)
+		}
+	}
+}
+
+// A TokenFile is read at every call: a token renewed in place is sent at
+// once, and an unreadable one fails the call without sending it.
+func TestATokenFileIsReadAtEveryCall(t *testing.T) {
+	f := (&fault{methods: "none"}).requireToken("first")
+	addr := startHub(t, f)
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(addr, client.Options{Plaintext: true, Tokens: client.TokenFile(file), TokensOverLoopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil {
+		t.Fatalf("peek with the first token: %v", err)
+	}
+	f.requireToken("second")
+	if err := os.WriteFile(file, []byte("second"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil {
+		t.Fatalf("peek with the renewed token: %v", err)
+	}
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("peek with an empty token file: %v, want an error saying so", err)
+	}
+}
+
+// For trying --auth jwt on one machine, tokens may go in plaintext to a hub
+// on loopback when the caller says so, and then they are sent.
+func TestTokensGoInPlaintextToLoopbackWhenAllowed(t *testing.T) {
+	f := (&fault{methods: "none"}).requireToken("dev-token")
+	addr := startHub(t, f)
+	for _, target := range []string{addr, "passthrough:///" + addr, strings.Replace(addr, "127.0.0.1", "localhost", 1)} {
+		c, err := client.New(target, client.Options{Plaintext: true, Tokens: client.StaticToken("dev-token"), TokensOverLoopback: true})
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil {
+			t.Errorf("peek with the token to %s: %v", target, err)
+		}
+		_ = c.Close()
+	}
+	// The hub does check: a client without the token is refused.
+	if _, err := newClient(t, addr).Peek(within(t), uuid.NewString(), 0, ""); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("peek without a token: %v, want UNAUTHENTICATED", err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi2"
 	"github.com/getkin/kin-openapi/openapi2conv"
+	"github.com/getkin/kin-openapi/openapi3"
 )
 
 func main() {
@@ -79,7 +80,7 @@ var errorAnswers = map[string]string{
 	"404": "NOT_FOUND: no such pending bundle of this recipient (Dequeue), or an unknown route.",
 	"405": "Another method than the route's; the Allow header lists the right ones.",
 	"409": "ALREADY_EXISTS: a notification id used with other content, or a bundle id already used.",
-	"413": "The request body is over 33 MiB.",
+	"413": "The request body is over 33 MiB (a declared Content-Length over it is refused before the body is read).",
 	"429": "RESOURCE_EXHAUSTED: saves are refused while the hub's data volume is nearly full.",
 	"503": "UNAVAILABLE: the hub cannot answer now (stopping, or its store is unreachable); retry.",
 }
@@ -87,8 +88,8 @@ var errorAnswers = map[string]string{
 // answersOf lists, per operation, the error answers it can give.
 var answersOf = map[string][]string{
 	"MessageHub_Save":    {"400", "401", "403", "405", "409", "413", "429", "503"},
-	"MessageHub_Peek":    {"400", "401", "403", "405", "409", "503"},
-	"MessageHub_Dequeue": {"400", "401", "403", "404", "405", "503"},
+	"MessageHub_Peek":    {"400", "401", "403", "405", "409", "413", "503"},
+	"MessageHub_Dequeue": {"400", "401", "403", "404", "405", "413", "503"},
 }
 
 // peekGroups are the per-group peek routes of internal/gateway.
@@ -112,7 +113,7 @@ func complete(doc *openapi2.T) error {
 				return fmt.Errorf("no error answers listed for %s", op.OperationID)
 			}
 			for _, code := range codes {
-				op.Responses[code] = errorResponse(errorAnswers[code])
+				op.Responses[code] = errorResponse(code)
 			}
 		}
 	}
@@ -172,8 +173,8 @@ func complete(doc *openapi2.T) error {
 		return err
 	}
 	peekContent.Get.Parameters = peek.Get.Parameters
-	for _, code := range []string{"400", "401", "403", "405", "409"} {
-		peekContent.Get.Responses[code] = errorResponse(errorAnswers[code])
+	for _, code := range []string{"400", "401", "403", "405", "409", "413"} {
+		peekContent.Get.Responses[code] = errorResponse(code)
 	}
 	doc.Paths["/v1/peek/content"] = &peekContent
 
@@ -189,7 +190,22 @@ func complete(doc *openapi2.T) error {
 		}}}`), &health); err != nil {
 		return err
 	}
+	health.Get.Responses["405"] = errorResponse("405")
 	doc.Paths["/healthz"] = &health
+	for path, version := range map[string]string{"/openapi.json": "2", "/openapi.v3.json": "3"} {
+		var item openapi2.PathItem
+		if err := json.Unmarshal([]byte(`{"get": {
+			"operationId": "OpenAPI`+version+`",
+			"summary": "This document as OpenAPI `+version+` (JSON); needs no token.",
+			"tags": ["OpenAPI"],
+			"security": [],
+			"produces": ["application/json"],
+			"responses": {"200": {"description": "The document.", "schema": {"type": "object"}}}}}`), &item); err != nil {
+			return err
+		}
+		item.Get.Responses["405"] = errorResponse("405")
+		doc.Paths[path] = &item
+	}
 	var status openapi2.SchemaRef
 	if err := json.Unmarshal([]byte(`{"type": "object", "properties": {"status": {"type": "string", "enum": ["SERVING", "NOT_SERVING"]}}}`), &status); err != nil {
 		return err
@@ -198,10 +214,20 @@ func complete(doc *openapi2.T) error {
 	return nil
 }
 
-func errorResponse(description string) *openapi2.Response {
+// errorResponse is the answer of one error code: its description, the JSON
+// error body, and the headers the gateway sends with it.
+func errorResponse(code string) *openapi2.Response {
 	var r openapi2.Response
 	_ = json.Unmarshal([]byte(`{"schema": {"$ref": "#/definitions/rpcStatus"}}`), &r) // a constant document
-	r.Description = description
+	r.Description = errorAnswers[code]
+	switch code {
+	case "401":
+		r.Headers = map[string]*openapi2.Header{"WWW-Authenticate": {Parameter: openapi2.Parameter{
+			Type: &openapi3.Types{"string"}, Description: `Bearer realm="messagehub": a bearer token is required.`}}}
+	case "405":
+		r.Headers = map[string]*openapi2.Header{"Allow": {Parameter: openapi2.Parameter{
+			Type: &openapi3.Types{"string"}, Description: "The methods of the route, e.g. \"GET, HEAD\"."}}}
+	}
 	return &r
 }
 

@@ -39,12 +39,15 @@ func TestTheDocumentDescribesTheGateway(t *testing.T) {
 	}
 	want := map[string]map[string][]string{ // path → method → answers
 		"/v1/notifications":      {"POST": {"200", "400", "401", "403", "405", "409", "413", "429", "503"}},
-		"/v1/peek":               {"GET": {"200", "204", "400", "401", "403", "405", "409", "503"}},
-		"/v1/peek/timeseries":    {"GET": {"200", "204", "400", "401", "403", "503"}},
-		"/v1/peek/aggregations":  {"GET": {"200", "204", "400", "401", "403", "503"}},
-		"/v1/peek/masterdata":    {"GET": {"200", "204", "400", "401", "403", "503"}},
-		"/v1/dequeue/{bundleId}": {"DELETE": {"200", "400", "401", "403", "404", "405", "503"}},
-		"/healthz":               {"GET": {"200", "503"}},
+		"/v1/peek":               {"GET": {"200", "204", "400", "401", "403", "405", "409", "413", "503"}},
+		"/v1/peek/timeseries":    {"GET": {"200", "204", "400", "401", "403", "405", "409", "413", "503"}},
+		"/v1/peek/aggregations":  {"GET": {"200", "204", "400", "401", "403", "405", "409", "413", "503"}},
+		"/v1/peek/masterdata":    {"GET": {"200", "204", "400", "401", "403", "405", "409", "413", "503"}},
+		"/v1/peek/content":       {"GET": {"200", "204", "400", "401", "403", "405", "409", "413", "503"}},
+		"/v1/dequeue/{bundleId}": {"DELETE": {"200", "400", "401", "403", "404", "405", "413", "503"}},
+		"/healthz":               {"GET": {"200", "405", "503"}},
+		"/openapi.json":          {"GET": {"200", "405"}},
+		"/openapi.v3.json":       {"GET": {"200", "405"}},
 	}
 	for path, methods := range want {
 		item := doc.Paths.Find(path)
@@ -66,6 +69,10 @@ func TestTheDocumentDescribesTheGateway(t *testing.T) {
 				}
 				if code >= "400" && path != "/healthz" && r.Value.Content.Get("application/json") == nil {
 					t.Errorf("%s %s: the %s answer has no JSON error body", method, path, code)
+				}
+				// The headers the gateway sends with an answer are named.
+				if header := map[string]string{"401": "WWW-Authenticate", "405": "Allow"}[code]; header != "" && r.Value.Headers[header] == nil {
+					t.Errorf("%s %s: the %s answer does not name its %s header", method, path, code, header)
 				}
 			}
 		}

@@ -34,7 +34,7 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.out, "out", "dev-auth", "folder to write jwks.json, domain.jwt and actor.jwt into")
+	flag.StringVar(&c.out, "out", "dev-auth", "folder to write jwks.json, domain.jwt, actor.jwt, domain.id and actor.id into")
 	flag.StringVar(&c.issuer, "issuer", "https://dev.messagehub.local/", "iss of the tokens (--jwt-issuer)")
 	flag.StringVar(&c.audience, "audience", "messagehub", "aud of the tokens (--jwt-audience)")
 	flag.StringVar(&c.actor, "actor", "", "the market actor's id (a UUID); empty: a new one")
@@ -85,6 +85,8 @@ func run(c config, stdout io.Writer) error {
 	}
 	for name, data := range map[string][]byte{
 		"jwks.json": jwks, "domain.jwt": []byte(domainToken + "\n"), "actor.jwt": []byte(actorToken + "\n"),
+		// The ids too, for scripts: a domain saves for the actor's id.
+		"domain.id": []byte(c.domain + "\n"), "actor.id": []byte(c.actor + "\n"),
 	} {
 		if err := os.WriteFile(filepath.Join(c.out, name), data, 0o600); err != nil {
 			return err
@@ -94,7 +96,9 @@ func run(c config, stdout io.Writer) error {
 Start the hub with them:
   make run ARGS="--auth jwt --jwks-file %[1]s/jwks.json --jwt-issuer %[5]s --jwt-audience %[6]s"
 Then, for example:
+  go run ./examples/domain-publisher --recipient %[3]s --token-file %[1]s/domain.jwt --token-over-loopback
   curl -i -H "Authorization: Bearer $(cat %[1]s/actor.jwt)" http://127.0.0.1:8080/v1/peek
+  go run ./examples/market-actor --token-file %[1]s/actor.jwt
 `, c.out, c.domain, c.actor, c.valid, c.issuer, c.audience)
 	return err
 }

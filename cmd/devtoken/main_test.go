@@ -27,6 +27,9 @@ func TestTheTokensAreAcceptedByTheHub(t *testing.T) {
 	if !strings.Contains(out.String(), "--jwks-file "+dir+"/jwks.json --jwt-issuer https://dev.test/ --jwt-audience hub") {
 		t.Errorf("the printed command does not match what was written:\n%s", out.String())
 	}
+	if id, err := os.ReadFile(filepath.Join(dir, "actor.id")); err != nil || strings.TrimSpace(string(id)) != actor {
+		t.Errorf("actor.id: %q, %v; want %s", id, err, actor)
+	}
 	v, err := auth.NewVerifier(auth.Config{JWKSFile: filepath.Join(dir, "jwks.json"), Issuer: "https://dev.test/", Audience: "hub"})
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,27 +25,31 @@ func main() {
 	recipient := flag.String("recipient", "", "the market actor the data is for (a UUID)")
 	count := flag.Int("count", 100, "how many notifications to publish")
 	batch := flag.Int("batch", 1000, "notifications per Save (at most 10,000)")
-	tokenFile := flag.String("token-file", "", "bearer token of a domain (with TLS only; see make dev-tokens)")
+	tokenFile := flag.String("token-file", "", "bearer token of a domain (sent over TLS; see make dev-tokens)")
+	loopback := flag.Bool("token-over-loopback", false, "send the token in plaintext to a hub on loopback (development only)")
 	timeout := flag.Duration("timeout", time.Minute, "how long the whole run may take")
 	flag.Parse()
 	if _, err := uuid.Parse(*recipient); err != nil {
 		fmt.Fprintln(os.Stderr, "--recipient must be a UUID")
 		os.Exit(2)
 	}
-	if err := publish(*hub, *recipient, *count, *batch, *tokenFile, *timeout); err != nil {
+	if err := publish(*hub, *recipient, *count, *batch, *tokenFile, *loopback, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "domain-publisher:", err)
 		os.Exit(1)
 	}
 }
 
-func publish(hub, recipient string, count, batch int, tokenFile string, timeout time.Duration) error {
+func publish(hub, recipient string, count, batch int, tokenFile string, loopback bool, timeout time.Duration) error {
 	opts := client.Options{Plaintext: true}
 	if tokenFile != "" {
-		token, err := os.ReadFile(tokenFile) //nolint:gosec // the operator names the file
-		if err != nil {
-			return err
+		// Read at every call, so a renewed token is used at once.
+		opts.Tokens = client.TokenFile(tokenFile)
+		// The client refuses this unless hub is a loopback address.
+		if loopback {
+			opts.TokensOverLoopback = true
+		} else {
+			opts = client.Options{Tokens: opts.Tokens, TLS: defaultTLS()}
 		}
-		opts = client.Options{Tokens: client.StaticToken(strings.TrimSpace(string(token))), TLS: defaultTLS()}
 	}
 	c, err := client.New(hub, opts)
 	if err != nil {

@@ -5,8 +5,9 @@
 //	go run ./examples/market-actor --hub http://127.0.0.1:8080 --recipient <actor UUID>
 //
 // What a careful actor does:
-//   - 200: a bundle. Its id is in the MessageId header. Fetch the data of its
-//     notifications, store it, and only then dequeue it.
+//   - 200: a bundle. Its id is in the MessageId header. Fetch its data
+//     (GET /v1/peek/content answers the bundle's document), store it, and only
+//     then dequeue it. A 503 there has Retry-After: the document is being made.
 //   - 204: nothing to deliver now. Wait (back off, up to a bound) and peek again.
 //   - 404 on dequeue after a dequeue whose answer was lost (a timeout, a
 //     dropped connection): the first dequeue went through. Carry on.
@@ -23,9 +24,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -36,8 +40,10 @@ func main() {
 	tokenFile := flag.String("token-file", "", "bearer token of this actor (see make dev-tokens)")
 	maxBundles := flag.Int("bundles", 100, "stop after this many bundles")
 	idle := flag.Duration("idle", 2*time.Second, "stop after finding nothing for this long")
+	timeout := flag.Duration("timeout", time.Minute, "how long the whole run may take")
+	out := flag.String("out", "", "folder to write each bundle's document into (empty: fetched and dropped)")
 	flag.Parse()
-	a := &actor{hub: strings.TrimSuffix(*hub, "/"), recipient: *recipient, web: &http.Client{Timeout: 30 * time.Second}}
+	a := &actor{hub: strings.TrimSuffix(*hub, "/"), recipient: *recipient, out: *out, web: &http.Client{Timeout: 30 * time.Second}}
 	if *tokenFile != "" {
 		token, err := os.ReadFile(*tokenFile) //nolint:gosec // the operator names the file
 		if err != nil {
@@ -46,7 +52,10 @@ func main() {
 		}
 		a.token = strings.TrimSpace(string(token))
 	}
-	n, notes, err := a.run(context.Background(), *maxBundles, *idle)
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	n, notes, err := a.run(ctx, *maxBundles, *idle)
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "market-actor:", err)
 		os.Exit(1)
@@ -56,6 +65,7 @@ func main() {
 
 type actor struct {
 	hub, recipient, token string
+	out                   string // folder the documents are written to; empty: read and dropped
 	web                   *http.Client
 }
 
@@ -80,13 +90,18 @@ func (a *actor) run(ctx context.Context, maxBundles int, idle time.Duration) (bu
 			if time.Since(quietSince) >= idle {
 				return bundles, notifications, nil
 			}
-			time.Sleep(wait)
+			if err := sleep(ctx, wait); err != nil {
+				return bundles, notifications, err
+			}
 			wait = min(2*wait, maxWait)
 			continue
 		}
 		wait, quietSince = minWait, time.Now()
-		// Here a real actor fetches the data of b.NotificationIDs and stores
-		// it durably before dequeuing.
+		// Fetch the data and store it durably before dequeuing: a crash
+		// in between peeks the same bundle again.
+		if err := a.fetch(ctx, b.ID); err != nil {
+			return bundles, notifications, err
+		}
 		if err := a.dequeue(ctx, b.ID); err != nil {
 			return bundles, notifications, err
 		}
@@ -95,26 +110,121 @@ func (a *actor) run(ctx context.Context, maxBundles int, idle time.Duration) (bu
 	return bundles, notifications, nil
 }
 
+// attempts bounds the tries of one call that found the hub busy or got no
+// answer.
+const attempts = 5
+
+// peek returns the next bundle, or nil on 204. A peek changes nothing, so
+// a busy hub (429, 503) or a lost answer is simply asked again.
 func (a *actor) peek(ctx context.Context) (*bundle, error) {
+	for attempt := 1; ; attempt++ {
+		b, retry, err := a.peekOnce(ctx)
+		if !retry || attempt == attempts {
+			return b, err
+		}
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (a *actor) peekOnce(ctx context.Context) (b *bundle, retry bool, err error) {
 	resp, err := a.call(ctx, http.MethodGet, "/v1/peek")
 	if err != nil {
-		return nil, err
+		return nil, ctx.Err() == nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	switch resp.StatusCode {
 	case http.StatusNoContent:
-		return nil, nil
+		return nil, false, nil
 	case http.StatusOK:
-		var b bundle
-		if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
-			return nil, err
+		b = new(bundle)
+		if err := json.NewDecoder(resp.Body).Decode(b); err != nil {
+			return nil, true, err
 		}
 		if id := resp.Header.Get("MessageId"); id != b.ID {
-			return nil, fmt.Errorf("MessageId %q is not the bundle's id %q", id, b.ID)
+			return nil, false, fmt.Errorf("MessageId %q is not the bundle's id %q", id, b.ID)
 		}
-		return &b, nil
+		return b, false, nil
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return nil, true, statusError(resp)
 	default:
-		return nil, statusError(resp)
+		return nil, false, statusError(resp)
+	}
+}
+
+// fetch gets the document of the pending bundle (GET /v1/peek/content: the
+// domain's document, or the bundle itself when the domain has none) and
+// writes it to the out folder, if any. The hub answers 503 with Retry-After
+// while the domain is still building the document.
+func (a *actor) fetch(ctx context.Context, bundleID string) error {
+	for attempt := 1; ; attempt++ {
+		resp, err := a.call(ctx, http.MethodGet, "/v1/peek/content")
+		if err != nil {
+			if attempt == attempts || ctx.Err() != nil {
+				return err
+			}
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
+			continue
+		}
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			err := fmt.Errorf("the content peek answered bundle %q, not %q: is another poller dequeuing?", resp.Header.Get("MessageId"), bundleID)
+			if resp.Header.Get("MessageId") == bundleID {
+				err = a.store(bundleID, resp.Header.Get("Content-Type"), resp.Body)
+			}
+			_ = resp.Body.Close()
+			return err
+		case (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && attempt < attempts:
+			wait := backoff(attempt)
+			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+				wait = time.Duration(s) * time.Second
+			}
+			_ = resp.Body.Close()
+			if err := sleep(ctx, wait); err != nil {
+				return err
+			}
+		default:
+			err := statusError(resp)
+			_ = resp.Body.Close()
+			return err
+		}
+	}
+}
+
+// store keeps a bundle's document: a real actor writes it to its own
+// system, durably, before it dequeues.
+func (a *actor) store(bundleID, mediaType string, body io.Reader) error {
+	if a.out == "" {
+		_, err := io.Copy(io.Discard, body)
+		return err
+	}
+	name := filepath.Join(a.out, bundleID+extensionOf(mediaType))
+	f, err := os.Create(name) //nolint:gosec // a file named by the bundle id in the folder the operator gave
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func extensionOf(mediaType string) string {
+	switch {
+	case strings.Contains(mediaType, "json"):
+		return ".json"
+	case strings.Contains(mediaType, "xml"):
+		return ".xml"
+	default:
+		return ""
 	}
 }
 
@@ -125,11 +235,13 @@ func (a *actor) dequeue(ctx context.Context, bundleID string) error {
 	for attempt := 1; ; attempt++ {
 		resp, err := a.call(ctx, http.MethodDelete, "/v1/dequeue/"+url.PathEscape(bundleID))
 		if err != nil { // no answer: the dequeue may or may not have happened
-			if attempt == 5 {
+			if attempt == attempts || ctx.Err() != nil {
 				return err
 			}
 			lost = true
-			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
 			continue
 		}
 		_ = resp.Body.Close()
@@ -138,12 +250,34 @@ func (a *actor) dequeue(ctx context.Context, bundleID string) error {
 			return nil
 		case resp.StatusCode == http.StatusNotFound && lost:
 			return nil
-		case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && attempt < 5:
+		case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && attempt < attempts:
+			// A 503 may come from a proxy after the hub did the work.
 			lost = true
-			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
 		default:
 			return statusError(resp)
 		}
+	}
+}
+
+// backoff is the pause before the next try: exponential from 200 ms, with
+// jitter so that many actors do not retry in step.
+func backoff(attempt int) time.Duration {
+	d := 200 * time.Millisecond << (attempt - 1)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d, or less if ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

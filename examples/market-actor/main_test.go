@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const bundleID = "6f1c1b0e-2b7a-4c1e-9d55-0c7f3b0e8a11"
+
+// fakeHub answers like the gateway, with the faults an actor must survive:
+// busy peeks, a document not ready yet, and a dequeue whose answer is lost
+// (the connection drops after the bundle was acknowledged).
+type fakeHub struct {
+	mu                      sync.Mutex
+	busyPeeks, notReadyDocs int
+	loseDequeue             bool
+	dequeued                bool
+	dequeues                int
+}
+
+func (f *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/peek":
+		if f.busyPeeks > 0 {
+			f.busyPeeks--
+			http.Error(w, `{"code":14,"message":"stopping"}`, http.StatusServiceUnavailable)
+			return
+		}
+		if f.dequeued {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.Header().Set("MessageId", bundleID)
+		_, _ = w.Write([]byte(`{"id":"` + bundleID + `","notificationIds":["a","b"]}`))
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/peek/content":
+		if f.notReadyDocs > 0 {
+			f.notReadyDocs--
+			w.Header().Set("Retry-After", "0")
+			http.Error(w, `{"code":14,"message":"not ready"}`, http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("MessageId", bundleID)
+		w.Header().Set("Content-Type", "application/xml")
+		_, _ = w.Write([]byte("<document/>"))
+	case r.Method == http.MethodDelete && r.URL.Path == "/v1/dequeue/"+bundleID:
+		f.dequeues++
+		if f.dequeued {
+			http.Error(w, `{"code":5,"message":"no such bundle"}`, http.StatusNotFound)
+			return
+		}
+		f.dequeued = true
+		if f.loseDequeue {
+			f.loseDequeue = false
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = conn.Close() // done, but the answer never arrives
+			}
+			return
+		}
+		_, _ = w.Write([]byte("{}"))
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func runAgainst(t *testing.T, hub *fakeHub, out string) (bundles, notifications int, err error) {
+	t.Helper()
+	srv := httptest.NewServer(hub) // 127.0.0.1
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := &actor{hub: srv.URL, recipient: "r", out: out, web: srv.Client()}
+	return a.run(ctx, 10, 50*time.Millisecond)
+}
+
+// Busy peeks and a document not ready are waited out, the document is
+// stored before the dequeue, and a 404 after a lost dequeue answer is done.
+func TestTheActorSurvivesABusyHubAndALostAnswer(t *testing.T) {
+	hub := &fakeHub{busyPeeks: 2, notReadyDocs: 1, loseDequeue: true}
+	out := t.TempDir()
+	bundles, notifications, err := runAgainst(t, hub, out)
+	if err != nil || bundles != 1 || notifications != 2 {
+		t.Fatalf("%d bundles, %d notifications, %v; want 1, 2, no error", bundles, notifications, err)
+	}
+	if hub.dequeues != 2 {
+		t.Errorf("%d dequeues, want 2 (the lost one and its retry)", hub.dequeues)
+	}
+	doc, err := os.ReadFile(filepath.Join(out, bundleID+".xml"))
+	if err != nil || string(doc) != "<document/>" {
+		t.Fatalf("stored document: %q, %v", doc, err)
+	}
+}
+
+// A 404 on a first dequeue is not explained by a lost answer: it is said.
+func TestA404WithoutALostAnswerIsAnError(t *testing.T) {
+	srv := httptest.NewServer(&fakeHub{dequeued: true}) // gone before this actor's dequeue
+	defer srv.Close()
+	a := &actor{hub: srv.URL, recipient: "r", web: srv.Client()}
+	if err := a.dequeue(context.Background(), bundleID); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("dequeue of a bundle not pending: %v, want the 404", err)
+	}
+}
