@@ -46,7 +46,7 @@ func faithfulContainer(t *testing.T, opts cosmostest.Options, props azcosmos.Con
 }
 
 func TestFaithfulLimits(t *testing.T) {
-	_, c, _ := faithfulContainer(t, cosmostest.Options{Limits: true}, azcosmos.ContainerProperties{})
+	s, c, dbID := faithfulContainer(t, cosmostest.Options{Limits: true}, azcosmos.ContainerProperties{})
 	ctx := ctxT(t)
 	pk := azcosmos.NewPartitionKeyString("p")
 
@@ -66,6 +66,26 @@ func TestFaithfulLimits(t *testing.T) {
 	}
 	if err := batch(100); err != nil {
 		t.Errorf("batch of 100 operations: %v", err)
+	}
+
+	// azcosmos cannot send a batch over two partition keys (each operation takes the batch's);
+	// another client can, and Cosmos refuses it.
+	span := `[{"operationType":"Create","partitionKey":"[\"p\"]","resourceBody":{"id":"s1","pk":"p"}},` +
+		`{"operationType":"Create","partitionKey":"[\"q\"]","resourceBody":{"id":"s2","pk":"q"}}]`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.Endpoint+"dbs/"+dbID+"/colls/items/docs", strings.NewReader(span))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-ms-cosmos-is-batch-request", "true")
+	req.Header.Set("x-ms-cosmos-batch-atomic", "true")
+	req.Header.Set("x-ms-documentdb-partitionkey", `["p"]`)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("batch over two partition keys: %s, want 400", resp.Status)
 	}
 
 	big := doc{ID: "big", PK: "p", Type: strings.Repeat("x", 2100*1024)}
