@@ -46,6 +46,7 @@ type Limits struct {
 	HTTPReadTimeout  time.Duration // whole request, body included
 	HTTPWriteTimeout time.Duration // whole response
 	HTTPIdleTimeout  time.Duration // between requests on a kept-alive connection
+	HTTPBodyMemory   int64         // bytes of request bodies all HTTP requests together may have in flight
 	MaxConnections   int           // open connections per listener
 	GRPCMaxStreams   uint32        // concurrent calls per gRPC connection
 	GRPCMaxConnAge   time.Duration // gRPC connections are closed (gracefully) after this long
@@ -244,6 +245,18 @@ var settings = []setting{
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPWriteTimeout) }},
 	{"http-idle-timeout", "MESSAGEHUB_HTTP_IDLE_TIMEOUT", "2m", "how long an idle kept-alive HTTP connection stays open",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPIdleTimeout) }},
+	{"http-max-body-memory", "MESSAGEHUB_HTTP_MAX_BODY_MEMORY", "128MiB", "bytes of request bodies all HTTP requests together may have in flight (a body counts its Content-Length, or 33MiB when chunked); a request that does not fit is answered 503 with Retry-After",
+		func(c *Config, v string) error {
+			n, err := diskguard.ParseSize(v)
+			if err != nil {
+				return err
+			}
+			if n < 1<<20 || n > 1<<40 {
+				return fmt.Errorf("must be between 1MiB and 1TiB, got %q", v)
+			}
+			c.Limits.HTTPBodyMemory = int64(n)
+			return nil
+		}},
 	{"max-connections", "MESSAGEHUB_MAX_CONNECTIONS", "1000", "most open connections per listener (gRPC and HTTP each); more wait to be accepted",
 		func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)

@@ -19,7 +19,7 @@ func envOf(m map[string]string) func(string) string {
 
 var defaultLimits = Limits{
 	HTTPReadTimeout: time.Minute, HTTPWriteTimeout: 2 * time.Minute, HTTPIdleTimeout: 2 * time.Minute,
-	MaxConnections: 1000, GRPCMaxStreams: 100, GRPCMaxConnAge: 30 * time.Minute,
+	MaxConnections: 1000, GRPCMaxStreams: 100, GRPCMaxConnAge: 30 * time.Minute, HTTPBodyMemory: 128 << 20,
 }
 
 func TestParseConfig(t *testing.T) {
@@ -105,6 +105,11 @@ func TestParseConfig(t *testing.T) {
 			want: with(func(c *Config) { c.DataDir, c.MaxBundleWeight = "/flag", 99 }),
 		},
 		{
+			name: "the memory of HTTP bodies takes a size",
+			args: []string{"--http-max-body-memory", "512MiB"},
+			want: with(func(c *Config) { c.Limits.HTTPBodyMemory = 512 << 20 }),
+		},
+		{
 			name: "an empty env variable counts as unset",
 			env:  map[string]string{"MESSAGEHUB_GRPC_ADDR": ""},
 			want: defaults,
@@ -188,6 +193,8 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "auth none with metrics on every interface", args: []string{"--metrics-addr", "0.0.0.0:9090"}, wantErr: `--metrics-addr is "0.0.0.0:9090"`},
 		{name: "a free-disk size without a number", args: []string{"--min-free-disk", "GiB"}, wantErr: "not a size"},
 		{name: "a free-disk size in an unknown unit", env: map[string]string{"MESSAGEHUB_MIN_FREE_DISK": "3 parsecs"}, wantErr: "MESSAGEHUB_MIN_FREE_DISK"},
+		{name: "a body memory below 1MiB", args: []string{"--http-max-body-memory", "1000"}, wantErr: "--http-max-body-memory"},
+		{name: "a body memory that is no size", env: map[string]string{"MESSAGEHUB_HTTP_MAX_BODY_MEMORY": "lots"}, wantErr: "MESSAGEHUB_HTTP_MAX_BODY_MEMORY"},
 		{name: "zero max connections", args: []string{"--max-connections", "0"}, wantErr: "positive integer"},
 		{name: "zero gRPC streams", env: map[string]string{"MESSAGEHUB_GRPC_MAX_STREAMS": "0"}, wantErr: "MESSAGEHUB_GRPC_MAX_STREAMS"},
 		{name: "a negative read timeout", args: []string{"--http-read-timeout", "-1s"}, wantErr: "--http-read-timeout"},

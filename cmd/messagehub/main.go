@@ -156,7 +156,8 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 			MaxConnectionAge:     cfg.Limits.GRPCMaxConnAge,
 		}),
 	}
-	gatewayOpts := []gateway.Option{gateway.WithMaxBodyBytes(server.MaxRecvMsgSize + 1<<20), gateway.WithAccessLog(logger)}
+	gatewayOpts := []gateway.Option{gateway.WithMaxBodyBytes(server.MaxRecvMsgSize + 1<<20), gateway.WithAccessLog(logger),
+		gateway.WithMaxBodyMemory(cfg.Limits.HTTPBodyMemory)}
 	if cfg.Auth == AuthJWT {
 		v, err := auth.NewVerifier(auth.Config{
 			JWKSFile: cfg.JWKSFile, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, ActorClaim: cfg.JWTActorClaim,

@@ -14,9 +14,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/felixge/httpsnoop"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -46,13 +48,25 @@ var peekGroups = map[string]string{
 // message limit (32 MiB), which a full Save in JSON stays well below.
 const DefaultMaxBodyBytes = 33 << 20
 
+// DefaultMaxBodyMemory bounds the bodies all requests together may be
+// reading or holding: the per-request cap alone still lets many clients at
+// once exhaust memory (a body being decoded costs about three times its
+// size).
+const DefaultMaxBodyMemory = 128 << 20
+
+// busyRetryAfterSeconds is what a 503 for too many bodies in flight asks the
+// client to wait.
+const busyRetryAfterSeconds = 1
+
 // Option configures New.
 type Option func(*options)
 
 type options struct {
-	maxBodyBytes int64
-	authenticate func(authorization []string) error
-	accessLog    *slog.Logger
+	maxBodyBytes  int64
+	maxBodyMemory int64
+	bodies        *semaphore.Weighted
+	authenticate  func(authorization []string) error
+	accessLog     *slog.Logger
 }
 
 // WithAccessLog logs every request at debug level on logger: method, path,
@@ -61,6 +75,11 @@ func WithAccessLog(logger *slog.Logger) Option { return func(o *options) { o.acc
 
 // WithMaxBodyBytes refuses request bodies over n bytes with 413.
 func WithMaxBodyBytes(n int64) Option { return func(o *options) { o.maxBodyBytes = n } }
+
+// WithMaxBodyMemory bounds the bytes of request bodies all requests together
+// may have in flight; a request whose body does not fit is refused with 503
+// and Retry-After. Less than the body limit is raised to it.
+func WithMaxBodyMemory(n int64) Option { return func(o *options) { o.maxBodyMemory = n } }
 
 // WithAuthentication checks every API request's Authorization header with
 // fn before its body is read; a refusal is 401. The gRPC server still
@@ -73,10 +92,11 @@ func WithAuthentication(fn func(authorization []string) error) Option {
 // (MessageHub and health); metrics serves /metrics (nil: /metrics is served
 // elsewhere and is not found here).
 func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handler, opts ...Option) (http.Handler, error) {
-	o := options{maxBodyBytes: DefaultMaxBodyBytes}
+	o := options{maxBodyBytes: DefaultMaxBodyBytes, maxBodyMemory: DefaultMaxBodyMemory}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	o.bodies = semaphore.NewWeighted(max(o.maxBodyMemory, o.maxBodyBytes))
 	mux := runtime.NewServeMux(
 		runtime.WithHealthzEndpoint(healthpb.NewHealthClient(conn)),
 		runtime.WithForwardResponseOption(peekResponse),
@@ -159,7 +179,9 @@ func methodNotAllowed(mux *runtime.ServeMux, method string) http.Handler {
 
 // guard checks the caller's token before anything of the body is read, and
 // bounds the body: a declared length over the limit is refused at once, an
-// undeclared one as soon as it passes the limit.
+// undeclared one as soon as it passes the limit. A body counts against the
+// memory of all bodies in flight until the request is answered: its declared
+// length, or the limit when undeclared.
 func guard(next http.Handler, o options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o.authenticate != nil {
@@ -172,11 +194,33 @@ func guard(next http.Handler, o options) http.Handler {
 			writeError(nil, w, r, http.StatusRequestEntityTooLarge, tooLarge(o.maxBodyBytes))
 			return
 		}
+		if weight := bodyWeight(r, o.maxBodyBytes); weight > 0 {
+			if !o.bodies.TryAcquire(weight) {
+				w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+				writeError(nil, w, r, http.StatusServiceUnavailable,
+					status.Error(codes.Unavailable, "too many request bodies in flight; try again shortly"))
+				return
+			}
+			defer o.bodies.Release(weight)
+		}
 		body := &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, o.maxBodyBytes), limit: o.maxBodyBytes}
 		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
 		r.Body = body
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bodyWeight is what r's body may cost: its declared length, or the limit
+// when it is sent without one (chunked). A request without body costs nothing.
+func bodyWeight(r *http.Request, limit int64) int64 {
+	switch {
+	case r.ContentLength >= 0:
+		return r.ContentLength
+	case r.Body == nil || r.Body == http.NoBody:
+		return 0
+	default:
+		return limit
+	}
 }
 
 func tooLarge(limit int64) error {

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
@@ -272,6 +274,42 @@ func TestTheTokenIsCheckedBeforeTheBody(t *testing.T) {
 	}
 	if checked.Load() != 2 || s.saves.Load() != 0 {
 		t.Fatalf("token checked %d times, %d saves reached the server", checked.Load(), s.saves.Load())
+	}
+	s.nothingPending(t, recipient)
+}
+
+// Bodies in flight together are bounded: while one request holds the whole
+// budget, another with a body is refused at once with 503 and Retry-After
+// (a retryable answer), and requests without a body go on.
+func TestBodiesInFlightTogetherAreBounded(t *testing.T) {
+	s := newStack(t, gateway.WithMaxBodyBytes(1<<20), gateway.WithMaxBodyMemory(1<<20))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	// Only keeps a broken gateway from hanging the test.
+	if err := conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// The server says 100 Continue once the handler reads the body: from
+	// then on this request holds the whole budget.
+	if _, err := fmt.Fprintf(conn, "POST /v1/notifications HTTP/1.1\r\nHost: hub\r\nContent-Type: application/json\r\n"+
+		"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || !strings.Contains(line, "100 Continue") {
+		t.Fatalf("the body is not being read: %q, %v", line, err)
+	}
+
+	recipient := uuid.NewString()
+	resp, e := call(t, newRequest(t, http.MethodPost, s.url+"/v1/notifications", strings.NewReader(saveJSON(recipient, ""))))
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(e.Message, "in flight") {
+		t.Fatalf("a save while the budget is taken: %d, Retry-After %q, %q; want 503 with Retry-After",
+			resp.StatusCode, resp.Header.Get("Retry-After"), e.Message)
+	}
+	if resp, _ := call(t, newRequest(t, http.MethodGet, s.url+"/v1/peek?recipient="+recipient, nil)); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("a peek (no body) while the budget is taken: %d, want 204", resp.StatusCode)
 	}
 	s.nothingPending(t, recipient)
 }
