@@ -96,17 +96,22 @@ type hub struct {
 	logger *slog.Logger
 	tel    *telemetry.Telemetry
 
-	grpcSrv     *grpc.Server
-	health      *health.Server
-	grpcLis     net.Listener
-	inProcess   *bufconn.Listener // the gateway's way to the gRPC server
-	gatewayConn *grpc.ClientConn
-	httpSrv     *http.Server
-	httpLis     net.Listener
-	metricsSrv  *http.Server // nil: /metrics is on httpSrv
-	metricsLis  net.Listener
-	tlsConfig   *tls.Config
-	guard       *diskguard.Guard // nil: free disk space is not watched
+	grpcSrv *grpc.Server
+	health  *health.Server
+	// gatewaySrv serves the gateway's in-process connection: the same
+	// service and interceptors, without the per-client limits (that one
+	// connection carries every HTTP user).
+	gatewaySrv    *grpc.Server
+	gatewayHealth *health.Server
+	grpcLis       net.Listener
+	inProcess     *bufconn.Listener // the gateway's way to the gRPC server
+	gatewayConn   *grpc.ClientConn
+	httpSrv       *http.Server
+	httpLis       net.Listener
+	metricsSrv    *http.Server // nil: /metrics is on httpSrv
+	metricsLis    net.Listener
+	tlsConfig     *tls.Config
+	guard         *diskguard.Guard // nil: free disk space is not watched
 
 	closers []func() error // in the order things were opened
 }
@@ -189,6 +194,7 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 		hubCore = savesGuarded{Repository: repo, guard: h.guard}
 	}
 	h.grpcSrv, h.health = server.NewGRPCServer(hubCore, logger, opts...)
+	h.gatewaySrv, h.gatewayHealth = server.NewGRPCServer(hubCore, logger, append(opts, server.WithLimits(server.InProcessLimits))...)
 
 	if err := h.listen(); err != nil {
 		return nil, err
@@ -359,6 +365,7 @@ func (h *hub) newHTTPServer(handler http.Handler) *http.Server {
 // serve runs the servers until ctx is done, then shuts them down.
 func (h *hub) serve(ctx context.Context, stop context.CancelFunc) error {
 	server.SetServing(h.health, true)
+	server.SetServing(h.gatewayHealth, true)
 	attrs := []any{
 		"grpc_addr", h.grpcLis.Addr().String(),
 		"http_addr", h.httpLis.Addr().String(),
@@ -385,7 +392,7 @@ func (h *hub) serve(ctx context.Context, stop context.CancelFunc) error {
 		return nil
 	})
 	g.Go(func() error {
-		if err := h.grpcSrv.Serve(h.inProcess); err != nil {
+		if err := h.gatewaySrv.Serve(h.inProcess); err != nil {
 			return fmt.Errorf("serve gRPC in process: %w", err)
 		}
 		return nil
@@ -420,8 +427,10 @@ func serveHTTP(srv *http.Server, lis net.Listener, tlsConfig *tls.Config) error 
 // in-flight calls finish within gracefulTimeout before cutting them off.
 func (h *hub) shutdown() {
 	h.logger.Info("shutting down")
-	server.SetServing(h.health, false)
-	h.health.Shutdown()
+	for _, hs := range []*health.Server{h.health, h.gatewayHealth} {
+		server.SetServing(hs, false)
+		hs.Shutdown()
+	}
 	deadline := time.Now().Add(gracefulTimeout)
 
 	sctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -440,6 +449,7 @@ func (h *hub) shutdown() {
 
 	done := make(chan struct{})
 	go func() {
+		h.gatewaySrv.GracefulStop()
 		h.grpcSrv.GracefulStop()
 		close(done)
 	}()
@@ -447,6 +457,7 @@ func (h *hub) shutdown() {
 	case <-done:
 	case <-time.After(time.Until(deadline)):
 		h.logger.Warn("graceful stop timed out; cancelling in-flight calls", "timeout", gracefulTimeout.String())
+		h.gatewaySrv.Stop()
 		h.grpcSrv.Stop()
 		<-done
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"math"
 	"time"
 
 	"google.golang.org/grpc"
@@ -72,6 +73,20 @@ var DefaultLimits = Limits{
 	MaxConnectionAgeGrace: time.Minute,
 	MaxConnectionIdle:     5 * time.Minute,
 }
+
+// InProcessLimits are for the server behind the HTTP gateway's in-process
+// connection: that one connection carries every HTTP user's calls, whose
+// resources the HTTP server bounds already, so it must not be held to one
+// client's stream cap or be closed for its age.
+var InProcessLimits = Limits{
+	MaxConcurrentStreams:  math.MaxUint32,
+	MaxConnectionAge:      infinity,
+	MaxConnectionAgeGrace: infinity,
+	MaxConnectionIdle:     infinity,
+}
+
+// infinity is what gRPC's keepalive takes for "never".
+const infinity = time.Duration(math.MaxInt64)
 
 // Keepalive: the server pings idle connections to find dead peers, and
 // refuses clients that ping more often than keepaliveMinTime.

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/auth/authtest"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
 )
 
 // With --auth jwt a body is neither read nor waited for before its token is
@@ -123,4 +125,42 @@ func peakRSS(t *testing.T, pid int) int {
 	}
 	t.Fatalf("no VmHWM in /proc/%d/status", pid)
 	return 0
+}
+
+// Every HTTP user's calls share the gateway's one in-process connection: a
+// client's stream cap must not apply to it, or a few slow calls (content
+// peeks waiting for a domain) would stall the whole HTTP API.
+func TestSlowHTTPCallsDoNotHoldUpOthers(t *testing.T) {
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	defer close(release)
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		return contenttest.Answer{Hold: release}
+	})
+	h := startHTTPHub(t, "--grpc-max-streams", "1", "--content-timeout", "10m",
+		"--content-provider", "DOMAIN_TIME_SERIES="+provider.Address)
+	waiting := newID()
+	n := notification(waiting, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
+	h.do(t, http.MethodPost, "/v1/notifications", "", saveRequest(n)).want(t, http.StatusOK)
+
+	slow := make(chan struct{})
+	go func() {
+		defer close(slow)
+		resp, err := h.web.Get(h.base + "/v1/peek/content?recipient=" + waiting)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	<-asked // the content peek is in flight and holds its call for the test's whole length
+	// Held up behind it, this would wait out the HTTP client's timeout.
+	h.do(t, http.MethodGet, "/v1/peek?recipient="+newID(), "", nil).want(t, http.StatusNoContent)
+	select {
+	case <-slow:
+		t.Fatal("the slow content peek ended early")
+	default:
+	}
 }
