@@ -3,6 +3,7 @@ package cosmos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
@@ -101,6 +103,7 @@ type savePlan struct {
 
 func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) (savePlan, error) {
 	p := savePlan{save: sv, res: reservation{Save: saveID, Expires: expires}}
+	p.res.Ranges = takenRanges(sv)
 	for _, pg := range sv.Pages {
 		doc, err := encodePage(pg)
 		if err != nil {
@@ -128,6 +131,28 @@ func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) 
 		p.res.IDDocs = append(p.res.IDDocs, docRef{PK: byDoc[k].bucket, ID: byDoc[k].doc.ID})
 	}
 	return p, nil
+}
+
+// takenRanges are the positions a save takes in each cabinet: the tail of
+// each entry it writes, as long as the items it files there.
+func takenRanges(sv repository.RecipientSave) []posRange {
+	cabinetOf := map[string]catalog.Key{}
+	for _, e := range sv.Entries {
+		for _, d := range e.Drawers {
+			cabinetOf[d.ID] = e.Key()
+		}
+	}
+	taken := map[catalog.Key]int64{}
+	for _, pg := range sv.Pages {
+		taken[cabinetOf[pg.DrawerID]] += int64(len(pg.Items))
+	}
+	var out []posRange
+	for _, e := range sv.Entries {
+		if n := taken[e.Key()]; n > 0 {
+			out = append(out, posRange{Origin: int32(e.Origin), CT: e.ContentType, Start: e.Total - n, End: e.Total})
+		}
+	}
+	return out
 }
 
 // reserveAll reserves on every recipient's head; it returns how many plans
@@ -432,9 +457,59 @@ func (s *Store) rollback(ctx context.Context, recipient string, res reservation)
 			return err
 		}
 	}
-	return s.updateHead(ctx, recipient, func(h *headDoc) bool {
-		return dropReservation(h, res.Save, h.Next-1)
-	})
+	return s.dropAborted(ctx, recipient, res)
+}
+
+// dropAborted drops an aborted save's reservation and records the positions
+// it took as holes in the catalog entries, in one batch: readers may skip
+// them from the moment the watermark passes them, and only because they are
+// recorded.
+func (s *Store) dropAborted(ctx context.Context, recipient string, res reservation) error {
+	pk := azcosmos.NewPartitionKeyString(recipient)
+	for {
+		item, err := s.recipients.ReadItem(ctx, pk, headID, nil)
+		if err != nil {
+			return err
+		}
+		var h headDoc
+		if err := json.Unmarshal(item.Value, &h); err != nil {
+			return err
+		}
+		version := h.ETag
+		if !dropReservation(&h, res.Save, h.Next-1) {
+			return nil
+		}
+		b := s.recipients.NewTransactionalBatch(pk)
+		h.ETag = ""
+		if err := batchWrite(&b, h, version); err != nil {
+			return err
+		}
+		for _, r := range res.Ranges {
+			item, err := s.recipients.ReadItem(ctx, pk, entryID(r.key()), nil)
+			if isStatus(err, http.StatusNotFound) {
+				continue // never written: the reservation failed
+			}
+			if err != nil {
+				return err
+			}
+			var d entryDoc
+			if err := json.Unmarshal(item.Value, &d); err != nil {
+				return err
+			}
+			e := toEntry(d)
+			e.AddHole(r.Start, r.End)
+			if err := batchWrite(&b, fromEntry(recipient, e), e.Version); err != nil {
+				return err
+			}
+		}
+		err = s.execute(ctx, s.recipients, b)
+		if !errors.Is(err, repository.ErrConflict) {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }
 
 func (s *Store) hasExpired(h headDoc) bool {
