@@ -70,7 +70,9 @@ type posRange struct {
 	End    int64  `json:"e"`
 }
 
-func (r posRange) key() catalog.Key { return catalog.Key{Origin: domain.Origin(r.Origin), ContentType: r.CT} }
+func (r posRange) key() catalog.Key {
+	return catalog.Key{Origin: domain.Origin(r.Origin), ContentType: r.CT}
+}
 
 type pageRef struct {
 	Drawer string `json:"d"`
