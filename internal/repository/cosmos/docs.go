@@ -45,7 +45,10 @@ type headDoc struct {
 	Next         int64         `json:"next"`
 	Watermark    int64         `json:"wm"`
 	Reservations []reservation `json:"res,omitempty"`
-	ETag         string        `json:"_etag,omitempty"`
+	// DrawersToken is the session token of the drawer pages below the
+	// watermark (merged over saves): readers of the pages wait for it.
+	DrawersToken string `json:"dst,omitempty"`
+	ETag         string `json:"_etag,omitempty"`
 }
 
 // reservation is a range of sequence numbers a save has taken but not yet
@@ -60,6 +63,9 @@ type reservation struct {
 	// Ranges are the cabinet positions it took: an abort records them as
 	// holes in the catalog entries, in the write that drops it.
 	Ranges []posRange `json:"rg,omitempty"`
+	// Token is the session token of the save's commit record, so that a
+	// reader of the record never takes a lagging replica's 404 for an abort.
+	Token string `json:"st,omitempty"`
 }
 
 // posRange is a run of positions [Start, End) of one cabinet.
@@ -180,6 +186,7 @@ type idDoc struct {
 	PK     string    `json:"pk"`
 	Drawer string    `json:"d"`
 	Save   string    `json:"s"`
+	Token  string    `json:"st,omitempty"` // session token of the save's commit record
 	N      []idEntry `json:"n"`
 }
 
@@ -194,6 +201,7 @@ type idHit struct {
 	Fingerprint string `json:"f"`
 	Drawer      string `json:"d"`
 	Save        string `json:"s"`
+	Token       string `json:"st"`
 }
 
 type saveDoc struct {

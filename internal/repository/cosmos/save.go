@@ -61,10 +61,22 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		return err
 	}
 	version := string(resp.ETag)
+	// Whoever reads the record because of what this save wrote reads it
+	// with its token: a lagging replica's 404 is no abort.
+	if resp.SessionToken != nil {
+		s.tokens.note(containerSaves, *resp.SessionToken)
+		for i := range plans {
+			plans[i].res.Token = *resp.SessionToken
+			for j := range plans[i].ids {
+				plans[i].ids[j].doc.Token = *resp.SessionToken
+			}
+		}
+	}
 
 	reserved, err := s.reserveAll(ctx, plans)
+	var pagesToken string
 	if err == nil {
-		err = s.writeData(ctx, plans)
+		pagesToken, err = s.writeData(ctx, plans)
 	}
 	if err == nil {
 		err = s.checkIDs(ctx, saveID, plans)
@@ -73,8 +85,12 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		// Committed records never expire: they vouch for the ids as long as
 		// the data is kept.
 		record.State, record.TTL = stateCommitted, -1
-		_, err = s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(record),
+		var resp azcosmos.ItemResponse
+		resp, err = s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(record),
 			&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+		if err == nil && resp.SessionToken != nil {
+			s.tokens.note(containerSaves, *resp.SessionToken)
+		}
 		if isStatus(err, http.StatusPreconditionFailed) {
 			// Our lease ran out and someone aborted the save.
 			err = fmt.Errorf("%w: save %s was aborted", repository.ErrConflict, saveID)
@@ -90,7 +106,7 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 	// the caller still waiting.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
 	defer cancel()
-	return s.finalizeAll(ctx, saveID, plans)
+	return s.finalizeAll(ctx, saveID, plans, pagesToken)
 }
 
 // savePlan is one recipient's part of a save as documents.
@@ -170,7 +186,7 @@ func (s *Store) reserve(ctx context.Context, p *savePlan, res reservation) error
 	sv := p.save
 	head := headDoc{ID: headID, PK: sv.Recipient, T: typeHead}
 	if sv.Head.Version != "" {
-		item, err := s.recipients.ReadItem(ctx, azcosmos.NewPartitionKeyString(sv.Recipient), headID, nil)
+		item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sv.Recipient), headID, "")
 		if err != nil {
 			return err
 		}
@@ -212,8 +228,11 @@ func (s *Store) register(ctx context.Context, recipient string) error {
 	return nil
 }
 
-// writeData writes pages (batched per drawer) and id documents in parallel.
-func (s *Store) writeData(ctx context.Context, plans []savePlan) error {
+// writeData writes pages (batched per drawer) and id documents in parallel,
+// and returns the merged session token of the page batches.
+func (s *Store) writeData(ctx context.Context, plans []savePlan) (string, error) {
+	var mu sync.Mutex
+	var tokens []string
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for _, p := range plans {
@@ -230,21 +249,31 @@ func (s *Store) writeData(ctx context.Context, plans []savePlan) error {
 							return err
 						}
 					}
-					return s.execute(ctx, s.drawers, b)
+					token, err := s.run(ctx, s.drawers, b)
+					mu.Lock()
+					tokens = append(tokens, token)
+					mu.Unlock()
+					return err
 				})
 			}
 		}
 		for _, w := range p.ids {
 			g.Go(func() error {
-				_, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
+				resp, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
 				if isStatus(err, http.StatusConflict) {
 					return fmt.Errorf("%w: id document %s exists", repository.ErrConflict, w.doc.ID)
+				}
+				if err == nil && resp.SessionToken != nil {
+					// The lookup after writing must see every id document
+					// written before this one: it reads with this token.
+					s.tokens.note(containerIDs, *resp.SessionToken)
 				}
 				return err
 			})
 		}
 	}
-	return g.Wait()
+	err := g.Wait()
+	return mergeTokens(tokens...), err
 }
 
 // pagesPerBatch keeps a batch of pages (≤ 1,000 items each) under the 2 MB
@@ -297,7 +326,7 @@ func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[st
 	for _, h := range hits {
 		state, ok := states[h.Save]
 		if !ok {
-			if state, err = s.saveState(ctx, h.Save); err != nil {
+			if state, err = s.saveState(ctx, h.Save, h.Token); err != nil {
 				return nil, false, err
 			}
 			states[h.Save] = state
@@ -328,8 +357,8 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 	g.SetLimit(8)
 	for bucket, inBucket := range byBucket {
 		g.Go(func() error {
-			return query(ctx, s.ids, bucket,
-				"SELECT n.i, n.f, c.d, c.s FROM c JOIN n IN c.n WHERE c.s != @except AND ARRAY_CONTAINS(@ids, n.i)",
+			return s.query(ctx, s.ids, bucket,
+				"SELECT n.i, n.f, c.d, c.s, c.st FROM c JOIN n IN c.n WHERE c.s != @except AND ARRAY_CONTAINS(@ids, n.i)",
 				[]azcosmos.QueryParameter{{Name: "@ids", Value: inBucket}, {Name: "@except", Value: except}},
 				func(raw []byte) error {
 					var h idHit
@@ -351,10 +380,11 @@ func (h idHit) record() (repository.IDRecord, error) {
 	return repository.IDRecord{ID: h.ID, Fingerprint: fp, DrawerID: h.Drawer}, err
 }
 
-// saveState reads a save's commit record. One that no longer exists was
-// aborted (committed records outlive the data they cover).
-func (s *Store) saveState(ctx context.Context, saveID string) (string, error) {
-	item, err := s.saves.ReadItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, nil)
+// saveState reads a save's commit record with the token it was created
+// with. One that no longer exists was aborted and expired (committed records
+// outlive the data they cover).
+func (s *Store) saveState(ctx context.Context, saveID, token string) (string, error) {
+	item, err := s.readItem(ctx, s.saves, azcosmos.NewPartitionKeyString(saveID), saveID, token)
 	if isStatus(err, http.StatusNotFound) {
 		return stateAborted, nil
 	}
@@ -374,12 +404,17 @@ func (s *Store) bucketOf(id string) string {
 func bucketKey(b int) string { return "b" + strconv.Itoa(b) }
 
 // finalizeAll drops the reservation from every head, moving the watermarks.
-func (s *Store) finalizeAll(ctx context.Context, saveID string, plans []savePlan) error {
+// The head keeps the pages' session token, for readers on any instance.
+func (s *Store) finalizeAll(ctx context.Context, saveID string, plans []savePlan, pagesToken string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	for _, p := range plans {
 		g.Go(func() error {
 			return s.updateHead(ctx, p.save.Recipient, func(h *headDoc) bool {
-				return dropReservation(h, saveID, p.save.Head.Watermark)
+				if !dropReservation(h, saveID, p.save.Head.Watermark) {
+					return false
+				}
+				h.DrawersToken = mergeTokens(h.DrawersToken, pagesToken)
+				return true
 			})
 		})
 	}
@@ -404,7 +439,7 @@ func dropReservation(h *headDoc, saveID string, limit int64) bool {
 func (s *Store) updateHead(ctx context.Context, recipient string, change func(*headDoc) bool) error {
 	pk := azcosmos.NewPartitionKeyString(recipient)
 	for {
-		item, err := s.recipients.ReadItem(ctx, pk, headID, nil)
+		item, err := s.readItem(ctx, s.recipients, pk, headID, "")
 		if err != nil {
 			return err
 		}
@@ -467,7 +502,7 @@ func (s *Store) rollback(ctx context.Context, recipient string, res reservation)
 func (s *Store) dropAborted(ctx context.Context, recipient string, res reservation) error {
 	pk := azcosmos.NewPartitionKeyString(recipient)
 	for {
-		item, err := s.recipients.ReadItem(ctx, pk, headID, nil)
+		item, err := s.readItem(ctx, s.recipients, pk, headID, "")
 		if err != nil {
 			return err
 		}
@@ -485,7 +520,7 @@ func (s *Store) dropAborted(ctx context.Context, recipient string, res reservati
 			return err
 		}
 		for _, r := range res.Ranges {
-			item, err := s.recipients.ReadItem(ctx, pk, entryID(r.key()), nil)
+			item, err := s.readItem(ctx, s.recipients, pk, entryID(r.key()), "")
 			if isStatus(err, http.StatusNotFound) {
 				continue // never written: the reservation failed
 			}
@@ -520,7 +555,7 @@ func (s *Store) hasExpired(h headDoc) bool {
 // resolveExpired settles the reservations of saves that outlived their
 // lease: finalized when committed, else aborted and rolled back.
 func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
-	item, err := s.recipients.ReadItem(ctx, azcosmos.NewPartitionKeyString(recipient), headID, nil)
+	item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), headID, "")
 	if err != nil {
 		return err
 	}
@@ -533,7 +568,7 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 		if res.Expires >= now {
 			continue
 		}
-		state, err := s.settle(ctx, res.Save)
+		state, err := s.settle(ctx, res.Save, res.Token)
 		if err != nil {
 			return err
 		}
@@ -551,9 +586,9 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 }
 
 // settle returns a save's final state, aborting it if it is still pending.
-func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
+func (s *Store) settle(ctx context.Context, saveID, token string) (string, error) {
 	pk := azcosmos.NewPartitionKeyString(saveID)
-	item, err := s.saves.ReadItem(ctx, pk, saveID, nil)
+	item, err := s.readItem(ctx, s.saves, pk, saveID, token)
 	if isStatus(err, http.StatusNotFound) {
 		return stateAborted, nil
 	}
@@ -571,7 +606,7 @@ func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
 	d.State, d.ETag = stateAborted, ""
 	_, err = s.saves.ReplaceItem(ctx, pk, saveID, mustJSON(d), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
 	if isStatus(err, http.StatusPreconditionFailed) {
-		return s.settle(ctx, saveID) // it committed or was aborted meanwhile
+		return s.settle(ctx, saveID, token) // it committed or was aborted meanwhile
 	}
 	return stateAborted, err
 }
