@@ -60,6 +60,8 @@ type Server struct {
 	Key string
 	// Port is the TCP port the server listens on (127.0.0.1 only).
 	Port int
+	// Options is what the server enforces.
+	Options Options
 
 	cmd      *exec.Cmd
 	stdin    io.WriteCloser
@@ -69,12 +71,114 @@ type Server struct {
 	stopOnce sync.Once
 }
 
-// Start installs the server if needed, starts it on a free port and registers its stop with
-// t.Cleanup. It fails the test (t.Fatal) when node or npm is missing or the server does not
-// come up within 20 s.
+// Options selects what the server enforces beyond the protocol, as real Cosmos DB does (see
+// README.md "Faithful mode"). The zero value enforces nothing.
+type Options struct {
+	// Limits: 413 for a request or item over 2 MB, 400 for a batch over 100 operations or over
+	// more than one partition key, 400 for a query request over 512 KB.
+	Limits bool
+	// Charges: x-ms-request-charge from the README's cost model instead of a constant 1.
+	Charges bool
+	// RUPerSecond is every container's throughput (0 = unlimited). A container created with
+	// provisioned (or autoscale max) throughput, or set by SetThroughput, uses that instead.
+	// Requests beyond it get 429 with x-ms-retry-after-ms and x-ms-substatus 3200.
+	RUPerSecond float64
+	// TTL: defaultTtl on the container and ttl on items expire items.
+	TTL bool
+	// Lag serves each read as of a random moment up to Lag in the past (replica lag), unless
+	// its x-ms-session-token names a later write. LagFixed makes every read lag exactly Lag.
+	Lag      time.Duration
+	LagFixed bool
+	// Seed seeds the lag's random numbers (0 = 1), so a test's reads are reproducible.
+	Seed uint32
+	// Consistency is the account's default consistency level ("" = "Session").
+	Consistency string
+}
+
+// Faithful is everything real Cosmos enforces: limits, charges, 400 RU/s per container (the
+// smallest manual throughput), TTL and up to 200 ms of replica lag.
+func Faithful() Options {
+	return Options{Limits: true, Charges: true, RUPerSecond: 400, TTL: true, Lag: 200 * time.Millisecond}
+}
+
+// Default is what Start and StartMain enforce: the parts of Faithful the Cosmos store
+// already passes (see README.md), or what COSMOSTEST_OPTIONS names when it is set (e.g.
+// "limits,charges,ttl,ru=400,lag=200ms", "faithful" or "none"; for trying a feature on the
+// whole suite without editing tests).
+func Default() Options {
+	if env := os.Getenv("COSMOSTEST_OPTIONS"); env != "" {
+		o, err := ParseOptions(env)
+		if err != nil {
+			panic(err)
+		}
+		return o
+	}
+	return Options{Charges: true, TTL: true}
+}
+
+// ParseOptions reads a comma-separated option list: faithful, none, limits, charges, ttl,
+// ru=<RU/s>, lag=<duration>, lagfixed, seed=<n>, consistency=<level>.
+func ParseOptions(list string) (Options, error) {
+	var o Options
+	for _, f := range strings.Split(list, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(f), "=")
+		var err error
+		switch strings.ToLower(k) {
+		case "", "none":
+		case "faithful":
+			o = Faithful()
+		case "limits":
+			o.Limits = true
+		case "charges":
+			o.Charges = true
+		case "ttl":
+			o.TTL = true
+		case "lagfixed":
+			o.LagFixed = true
+		case "ru":
+			o.RUPerSecond, err = strconv.ParseFloat(v, 64)
+		case "lag":
+			o.Lag, err = time.ParseDuration(v)
+		case "seed":
+			var n uint64
+			n, err = strconv.ParseUint(v, 10, 32)
+			o.Seed = uint32(n)
+		case "consistency":
+			o.Consistency = v
+		default:
+			err = errors.New("unknown option")
+		}
+		if err != nil {
+			return Options{}, fmt.Errorf("cosmostest: option %q: %w", f, err)
+		}
+	}
+	return o, nil
+}
+
+func (o Options) arg() string {
+	m := map[string]any{
+		"limits": o.Limits, "charges": o.Charges, "ruPerSecond": o.RUPerSecond, "ttl": o.TTL,
+		"lagMs": o.Lag.Milliseconds(), "lagFixed": o.LagFixed, "seed": o.Seed,
+	}
+	if o.Consistency != "" {
+		m["consistency"] = o.Consistency
+	}
+	b, _ := json.Marshal(m) //nolint:errchkjson // plain map of scalars
+	return string(b)
+}
+
+// Start installs the server if needed, starts it on a free port with Default options and
+// registers its stop with t.Cleanup. It fails the test (t.Fatal) when node or npm is missing
+// or the server does not come up within 20 s.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	srv, err := start()
+	return StartWith(t, Default())
+}
+
+// StartWith is Start with explicit options.
+func StartWith(t testing.TB, opts Options) *Server {
+	t.Helper()
+	srv, err := start(opts)
 	if err != nil {
 		t.Fatalf("cosmostest: %v", err)
 	}
@@ -102,7 +206,12 @@ func Start(t testing.TB) *Server {
 //		os.Exit(code)
 //	}
 func StartMain() (*Server, func(), error) {
-	srv, err := start()
+	return StartMainWith(Default())
+}
+
+// StartMainWith is StartMain with explicit options.
+func StartMainWith(opts Options) (*Server, func(), error) {
+	srv, err := start(opts)
 	if err != nil {
 		return nil, func() {}, fmt.Errorf("cosmostest: %w", err)
 	}
@@ -128,6 +237,34 @@ func (s *Server) Stop() {
 			_ = s.stdin.Close()
 		}
 	})
+}
+
+// SetThroughput sets the RU/s of one container (0 = unlimited) and refills its budget.
+func (s *Server) SetThroughput(db, container string, ruPerSecond float64) error {
+	return s.control("throughput", map[string]any{"db": db, "coll": container, "ruPerSecond": ruPerSecond})
+}
+
+// AdvanceClock moves the server's clock forward by d: items' _ts, TTL expiry, throughput
+// refill and replica lag all follow it (TTL tests without sleeping).
+func (s *Server) AdvanceClock(d time.Duration) error {
+	return s.control("clock", map[string]any{"advanceMs": d.Milliseconds()})
+}
+
+func (s *Server) control(name string, body any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	resp, err := http.Post(s.Endpoint+"_shim/"+name, "application/json", bytes.NewReader(b)) //nolint:gosec,noctx // our own server on 127.0.0.1
+	if err != nil {
+		return fmt.Errorf("cosmostest: %s: %w", name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cosmostest: %s: %s: %s", name, resp.Status, out)
+	}
+	return nil
 }
 
 // Output returns the tail of the server's stdout and stderr (for diagnostics).
@@ -168,7 +305,7 @@ func ServerDir() (string, error) {
 	return "", errors.New("cannot find test/cosmostest/server/cosmos-shim.js (run the tests from inside the repository)")
 }
 
-func start() (*Server, error) {
+func start(opts Options) (*Server, error) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		return nil, errors.New("node (Node.js >= 20) is not on PATH; it is required to run the Cosmos DB test server (see test/cosmostest/README.md)")
@@ -184,7 +321,7 @@ func start() (*Server, error) {
 	// The shared lock is held until node has loaded its modules, so that no concurrent
 	// `npm ci` (which takes the lock exclusively) deletes node_modules under it.
 	defer lock.unlock()
-	return launch(node, dir)
+	return launch(node, dir, opts)
 }
 
 // ensureInstalled returns holding a shared lock on the install, with node_modules matching
@@ -276,12 +413,12 @@ func npmCI(dir, stamp string) error {
 
 var readyLine = regexp.MustCompile(`Ready to accept HTTPS? connections at [^\s:]+:(\d+)`)
 
-func launch(node, dir string) (*Server, error) {
+func launch(node, dir string, opts Options) (*Server, error) {
 	// --require exit-with-parent.js: node exits when its stdin (our pipe) closes, so a test
 	// binary that is killed does not leave a server behind. --port 0: the OS picks a free
 	// port and the shim prints it, so there is no window in which another process takes it.
 	cmd := exec.Command(node, "--require", "./exit-with-parent.js", "cosmos-shim.js",
-		"--host", "127.0.0.1", "--port", "0", "--no-ssl")
+		"--host", "127.0.0.1", "--port", "0", "--no-ssl", "--faithful", opts.arg())
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "NODE_ENV=production")
 	stdin, err := cmd.StdinPipe()
@@ -293,7 +430,7 @@ func launch(node, dir string) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start node: %w", err)
 	}
-	s := &Server{Key: EmulatorKey, cmd: cmd, stdin: stdin, out: &tailBuffer{max: 64 << 10}, exited: make(chan struct{})}
+	s := &Server{Key: EmulatorKey, Options: opts, cmd: cmd, stdin: stdin, out: &tailBuffer{max: 64 << 10}, exited: make(chan struct{})}
 	go func() {
 		s.waitErr = cmd.Wait()
 		_ = pw.Close()

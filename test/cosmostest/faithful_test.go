@@ -1,0 +1,396 @@
+package cosmostest_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// faithfulContainer is a fresh container (/pk) on its own server started with opts.
+func faithfulContainer(t *testing.T, opts cosmostest.Options, props azcosmos.ContainerProperties) (*cosmostest.Server, *azcosmos.ContainerClient, string) {
+	t.Helper()
+	s := cosmostest.StartWith(t, opts)
+	ctx := ctxT(t)
+	co := cosmostest.ClientOptions(nil)
+	co.Retry.MaxRetries = -1 // see every 429 and error as it is
+	client := cosmostest.NewClientWithOptions(t, s, co)
+	dbID := cosmostest.UniqueID("db")
+	if _, err := client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: dbID}, nil); err != nil {
+		t.Fatalf("CreateDatabase: %v", err)
+	}
+	db, err := client.NewDatabase(dbID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	props.ID = "items"
+	props.PartitionKeyDefinition = azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}
+	if _, err := db.CreateContainer(ctx, props, nil); err != nil {
+		t.Fatalf("CreateContainer: %v", err)
+	}
+	c, err := db.NewContainer("items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c, dbID
+}
+
+func TestFaithfulLimits(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{Limits: true}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+
+	batch := func(n int) error {
+		b := c.NewTransactionalBatch(pk)
+		for i := 0; i < n; i++ {
+			b.CreateItem(mustJSON(t, doc{ID: "b" + strconv.Itoa(n) + "-" + strconv.Itoa(i), PK: "p"}), nil)
+		}
+		resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+		if err == nil && !resp.Success {
+			t.Fatalf("batch of %d failed: %+v", n, resp.OperationResults[0])
+		}
+		return err
+	}
+	if err := batch(101); statusOf(err) != http.StatusBadRequest {
+		t.Errorf("batch of 101 operations: %v, want 400", err)
+	}
+	if err := batch(100); err != nil {
+		t.Errorf("batch of 100 operations: %v", err)
+	}
+
+	big := doc{ID: "big", PK: "p", Type: strings.Repeat("x", 2100*1024)}
+	if _, err := c.CreateItem(ctx, pk, mustJSON(t, big), nil); statusOf(err) != http.StatusRequestEntityTooLarge {
+		t.Errorf("2.1 MB item: %v, want 413", err)
+	}
+	if _, err := c.ReadItem(ctx, pk, "big", nil); statusOf(err) != http.StatusNotFound {
+		t.Errorf("the refused item was stored: %v", err)
+	}
+	almost := doc{ID: "almost", PK: "p", Type: strings.Repeat("x", 1900*1024)}
+	if _, err := c.CreateItem(ctx, pk, mustJSON(t, almost), nil); err != nil {
+		t.Errorf("1.9 MB item: %v", err)
+	}
+
+	q := azcosmos.QueryOptions{QueryParameters: []azcosmos.QueryParameter{{Name: "@t", Value: strings.Repeat("y", 600*1024)}}}
+	pager := c.NewQueryItemsPager("SELECT * FROM c WHERE c.type = @t", pk, &q)
+	if _, err := pager.NextPage(ctx); statusOf(err) != http.StatusBadRequest {
+		t.Errorf("600 KB query: %v, want 400", err)
+	}
+	q.QueryParameters[0].Value = strings.Repeat("y", 400*1024)
+	pager = c.NewQueryItemsPager("SELECT * FROM c WHERE c.type = @t", pk, &q)
+	if _, err := pager.NextPage(ctx); err != nil {
+		t.Errorf("400 KB query: %v", err)
+	}
+}
+
+// termsOf counts a document's indexed terms as the model does for the container below:
+// every scalar leaf except system properties and those under /payload/.
+func termsOf(v any, top bool, under string) int {
+	switch x := v.(type) {
+	case map[string]any:
+		n := 0
+		for k, e := range x {
+			if top && (strings.HasPrefix(k, "_") || k == "payload") {
+				continue
+			}
+			n += termsOf(e, false, under+"/"+k)
+		}
+		return n
+	case []any:
+		n := 0
+		for _, e := range x {
+			n += termsOf(e, false, under)
+		}
+		return n
+	default:
+		return 1
+	}
+}
+
+func kb(n int) float64 { return math.Max(1, math.Ceil(float64(n)/1024)) }
+
+func near(a, b float64) bool { return math.Abs(a-b) < 0.011 }
+
+func TestFaithfulCharges(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{Charges: true}, azcosmos.ContainerProperties{
+		IndexingPolicy: &azcosmos.IndexingPolicy{
+			Automatic: true, IndexingMode: azcosmos.IndexingModeConsistent,
+			IncludedPaths: []azcosmos.IncludedPath{{Path: "/*"}},
+			ExcludedPaths: []azcosmos.ExcludedPath{{Path: "/payload/*"}},
+		},
+	})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	content := &azcosmos.ItemOptions{EnableContentResponseOnWrite: true}
+	var stored []byte
+	for i := 0; i < 10; i++ {
+		item := map[string]any{"id": "i" + strconv.Itoa(i), "pk": "p", "n": i, "tags": []string{"a", "b"},
+			"payload": map[string]any{"a": i, "blob": strings.Repeat("z", 1500)}}
+		resp, err := c.CreateItem(ctx, pk, mustJSON(t, item), content)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back map[string]any
+		if err := json.Unmarshal(resp.Value, &back); err != nil {
+			t.Fatal(err)
+		}
+		want := 5*kb(len(resp.Value)) + 0.1*float64(termsOf(back, true, ""))
+		if !near(float64(resp.RequestCharge), want) {
+			t.Errorf("create %d: %v RU, want %v (%d bytes)", i, resp.RequestCharge, want, len(resp.Value))
+		}
+		stored = resp.Value
+	}
+	r, err := c.ReadItem(ctx, pk, "i9", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := kb(len(r.Value)); !near(float64(r.RequestCharge), want) {
+		t.Errorf("read: %v RU, want %v", r.RequestCharge, want)
+	}
+	if _, err := c.ReadItem(ctx, pk, "missing", nil); statusOf(err) != 404 {
+		t.Fatal(err)
+	}
+
+	query := func(sql string) (float64, int, int) {
+		p := c.NewQueryItemsPager(sql, pk, nil)
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		bytes := 2
+		for i, it := range page.Items {
+			bytes += len(it)
+			if i > 0 {
+				bytes++
+			}
+		}
+		return float64(page.RequestCharge), len(page.Items), bytes
+	}
+	// Indexed filter: only the one match is loaded. Unindexed filter: all 10 are.
+	got, n, size := query("SELECT * FROM c WHERE c.n = 3")
+	if want := 2.5 + 0.1*float64(n) + math.Ceil(float64(size)/1024); n != 1 || !near(got, want) {
+		t.Errorf("indexed query: %v RU for %d items, want %v", got, n, want)
+	}
+	got, n, size = query("SELECT * FROM c WHERE c.payload.a = 3")
+	if want := 2.5 + 0.1*10 + math.Ceil(float64(size)/1024); n != 1 || !near(got, want) {
+		t.Errorf("unindexed query: %v RU for %d items, want %v", got, n, want)
+	}
+
+	d, err := c.DeleteItem(ctx, pk, "i9", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	_ = json.Unmarshal(stored, &back)
+	if want := 5*kb(len(stored)) + 0.1*float64(termsOf(back, true, "")); !near(float64(d.RequestCharge), want) {
+		t.Errorf("delete: %v RU, want %v", d.RequestCharge, want)
+	}
+
+	b := c.NewTransactionalBatch(pk)
+	b.ReadItem("i1", nil)
+	b.DeleteItem("i2", nil)
+	b.CreateItem(mustJSON(t, doc{ID: "new", PK: "p"}), nil)
+	br, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil || !br.Success {
+		t.Fatalf("batch: %v", err)
+	}
+	var sum float64
+	for _, op := range br.OperationResults {
+		if op.RequestCharge <= 0 {
+			t.Errorf("batch operation charged %v", op.RequestCharge)
+		}
+		sum += float64(op.RequestCharge)
+	}
+	if !near(float64(br.RequestCharge), sum) {
+		t.Errorf("batch: %v RU, want the sum of its operations %v", br.RequestCharge, sum)
+	}
+}
+
+func TestFaithfulThrottling(t *testing.T) {
+	s, c, dbID := faithfulContainer(t, cosmostest.Options{Charges: true}, azcosmos.ContainerProperties{})
+	if err := s.SetThroughput(dbID, "items", 20); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	// Each write of a small item costs a little over 5 RU: 20 RU/s admits four (the fourth
+	// drives the balance into debt), then answers 429.
+	var throttled *azcore.ResponseError
+	admitted := 0
+	for i := 0; i < 10 && throttled == nil; i++ {
+		_, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "w" + strconv.Itoa(i), PK: "p"}), nil)
+		switch {
+		case err == nil:
+			admitted++
+		case errors.As(err, &throttled) && throttled.StatusCode == http.StatusTooManyRequests:
+		default:
+			t.Fatal(err)
+		}
+	}
+	if throttled == nil || admitted != 4 {
+		t.Fatalf("admitted %d writes, throttled %v; want 4 then a 429", admitted, throttled)
+	}
+	h := throttled.RawResponse.Header
+	wait, err := strconv.Atoi(h.Get("x-ms-retry-after-ms"))
+	if err != nil || wait <= 0 || wait > 1000 {
+		t.Fatalf("x-ms-retry-after-ms %q", h.Get("x-ms-retry-after-ms"))
+	}
+	if h.Get("x-ms-substatus") != "3200" {
+		t.Errorf("x-ms-substatus %q, want 3200", h.Get("x-ms-substatus"))
+	}
+	if _, err := c.ReadItem(ctx, pk, "w9", nil); statusOf(err) != http.StatusTooManyRequests {
+		t.Errorf("a read before the wait: %v, want 429", err)
+	}
+	// The server's clock moves instead of the test sleeping: after the wait it admits again.
+	if err := s.AdvanceClock(time.Duration(wait) * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "after", PK: "p"}), nil); err != nil {
+		t.Errorf("write after x-ms-retry-after-ms: %v", err)
+	}
+}
+
+func TestFaithfulTTL(t *testing.T) {
+	ttlOn := int32(-1)
+	s, c, _ := faithfulContainer(t, cosmostest.Options{TTL: true}, azcosmos.ContainerProperties{DefaultTimeToLive: &ttlOn})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	ten := 10
+	for _, d := range []doc{{ID: "short", PK: "p", TTL: &ten}, {ID: "forever", PK: "p"}} {
+		if _, err := c.CreateItem(ctx, pk, mustJSON(t, d), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.ReadItem(ctx, pk, "short", nil); err != nil {
+		t.Fatalf("before expiry: %v", err)
+	}
+	if err := s.AdvanceClock(11 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReadItem(ctx, pk, "short", nil); statusOf(err) != http.StatusNotFound {
+		t.Errorf("expired item: %v, want 404", err)
+	}
+	if _, err := c.ReadItem(ctx, pk, "forever", nil); err != nil {
+		t.Errorf("item without ttl under defaultTtl -1: %v", err)
+	}
+	page, err := c.NewQueryItemsPager("SELECT * FROM c", pk, nil).NextPage(ctx)
+	if err != nil || len(page.Items) != 1 {
+		t.Errorf("query after expiry: %d items, %v; want only the one without ttl", len(page.Items), err)
+	}
+	// Removed, not only hidden: the id is free again.
+	if _, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "short", PK: "p"}), nil); err != nil {
+		t.Errorf("re-create the expired id: %v", err)
+	}
+}
+
+func TestFaithfulDefaultTTL(t *testing.T) {
+	five := int32(5)
+	s, c, _ := faithfulContainer(t, cosmostest.Options{TTL: true}, azcosmos.ContainerProperties{DefaultTimeToLive: &five})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	never := -1
+	for _, d := range []doc{{ID: "default", PK: "p"}, {ID: "never", PK: "p", TTL: &never}} {
+		if _, err := c.CreateItem(ctx, pk, mustJSON(t, d), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AdvanceClock(6 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReadItem(ctx, pk, "default", nil); statusOf(err) != http.StatusNotFound {
+		t.Errorf("item past the container's defaultTtl: %v, want 404", err)
+	}
+	if _, err := c.ReadItem(ctx, pk, "never", nil); err != nil {
+		t.Errorf("item with ttl -1: %v", err)
+	}
+}
+
+func TestFaithfulLag(t *testing.T) {
+	// An hour of lag and a fixed seed: the reads below are reproducible and do not depend on
+	// how fast the test runs.
+	_, c, _ := faithfulContainer(t, cosmostest.Options{Lag: time.Hour, Seed: 7}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	if _, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 1}), nil); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.ReplaceItem(ctx, pk, "x", mustJSON(t, doc{ID: "x", PK: "p", N: 2}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.SessionToken == nil || !strings.HasPrefix(*w.SessionToken, "0:-1#") {
+		t.Fatalf("write session token %v, want 0:-1#<lsn>", w.SessionToken)
+	}
+	read := func(opts *azcosmos.ItemOptions) int64 {
+		r, err := c.ReadItem(ctx, pk, "x", opts)
+		if statusOf(err) == http.StatusNotFound {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d doc
+		if err := json.Unmarshal(r.Value, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.N
+	}
+	stale := 0
+	for i := 0; i < 50; i++ {
+		if read(nil) != 2 {
+			stale++
+		}
+	}
+	if stale == 0 {
+		t.Error("50 reads without a session token all saw the latest write; want some stale")
+	}
+	for i := 0; i < 50; i++ {
+		if n := read(&azcosmos.ItemOptions{SessionToken: w.SessionToken}); n != 2 {
+			t.Fatalf("read %d with the write's session token saw n=%d, want 2", i, n)
+		}
+	}
+	qo := &azcosmos.QueryOptions{SessionToken: w.SessionToken}
+	for i := 0; i < 20; i++ {
+		page, err := c.NewQueryItemsPager("SELECT * FROM c WHERE c.id = 'x'", pk, qo).NextPage(ctx)
+		if err != nil || len(page.Items) != 1 || !bytes.Contains(page.Items[0], []byte(`"n":2`)) {
+			t.Fatalf("query with the write's session token: %v %q", err, page.Items)
+		}
+	}
+	// Writes apply to the latest state whatever the reads see.
+	if _, err := c.ReplaceItem(ctx, pk, "x", mustJSON(t, doc{ID: "x", PK: "p", N: 3}), &azcosmos.ItemOptions{IfMatchEtag: &w.ETag}); err != nil {
+		t.Errorf("conditional write on the latest etag: %v", err)
+	}
+}
+
+func TestFaithfulConsistency(t *testing.T) {
+	for _, level := range []string{"", "Eventual"} {
+		s := cosmostest.StartWith(t, cosmostest.Options{Consistency: level})
+		resp, err := http.Get(s.Endpoint) //nolint:noctx // test server on 127.0.0.1
+		if err != nil {
+			t.Fatal(err)
+		}
+		var acc struct {
+			Policy struct {
+				Level string `json:"defaultConsistencyLevel"`
+			} `json:"userConsistencyPolicy"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&acc)
+		_ = resp.Body.Close()
+		want := level
+		if want == "" {
+			want = "Session"
+		}
+		if err != nil || acc.Policy.Level != want {
+			t.Errorf("consistency %q: account says %q (%v)", level, acc.Policy.Level, err)
+		}
+	}
+}
