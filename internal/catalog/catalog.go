@@ -41,6 +41,17 @@ func (e Entry) InHoles(from, to int64) bool {
 	return from >= to
 }
 
+// SkipHoles returns the first position at or after pos that is not in a
+// recorded hole.
+func (e Entry) SkipHoles(pos int64) int64 {
+	for _, h := range e.Holes {
+		if h.Start <= pos && pos < h.End {
+			pos = h.End
+		}
+	}
+	return pos
+}
+
 // AddHole records [start, end) as a hole, keeping the holes ordered and
 // merged; recording one twice changes nothing.
 func (e *Entry) AddHole(start, end int64) {

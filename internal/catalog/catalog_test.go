@@ -459,6 +459,11 @@ func TestHolesAreRecordedMergedAndOnlyTheyCount(t *testing.T) {
 			t.Errorf("InHoles(%d, %d) = %v, want %v", tt.from, tt.to, got, tt.want)
 		}
 	}
+	for pos, want := range map[int64]int64{9: 9, 10: 25, 24: 25, 25: 25, 30: 40, 41: 41} {
+		if got := e.SkipHoles(pos); got != want {
+			t.Errorf("SkipHoles(%d) = %d, want %d", pos, got, want)
+		}
+	}
 	e.DropHolesBefore(25)
 	if !slices.Equal(e.Holes, want[1:]) {
 		t.Fatalf("after dropping holes before 25: %v, want %v", e.Holes, want[1:])

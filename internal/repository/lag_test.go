@@ -140,3 +140,46 @@ func TestPendingBundleIsReadAgainAfterAStaleRead(t *testing.T) {
 		t.Fatalf("pending bundle read again = %v, want %v", again, first)
 	}
 }
+
+// abortedStore records positions [from, to) of every cabinet as a hole, as
+// an aborted save's rollback does, while its drawers still return the items
+// there: a replica that has not yet seen the rollback's deletes.
+type abortedStore struct {
+	repository.Store
+	from, to int64
+}
+
+func (s abortedStore) LoadRecipient(ctx context.Context, recipient string) (repository.RecipientState, error) {
+	st, err := s.Store.LoadRecipient(ctx, recipient)
+	for i := range st.Entries {
+		st.Entries[i].AddHole(s.from, s.to)
+	}
+	return st, err
+}
+
+// What a replica still returns from a recorded hole is deleted data: it is
+// neither delivered nor counted, in a new bundle or a pending one.
+func TestItemsInARecordedHoleAreNeverDelivered(t *testing.T) {
+	inner, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := repository.New(abortedStore{Store: inner, from: 3, to: 6}, repository.Options{}, nil)
+	t.Cleanup(func() {
+		repo.Close()
+		_ = inner.Close()
+	})
+	recipient := uuid.NewString()
+	ns := tenNotes(recipient)
+	ctx := context.Background()
+	if _, err := repo.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	want := noteIDs(slices.Concat(ns[:3], ns[6:]))
+	for _, what := range []string{"cut", "pending"} {
+		b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+		if err != nil || b == nil || !slices.Equal(b.NotificationIDs, want) {
+			t.Fatalf("%s bundle = %v, %v; want the seven outside the hole %v", what, b, err, want)
+		}
+	}
+}

@@ -115,6 +115,9 @@ func (r *Repository) cut(ctx context.Context, state RecipientState, group domain
 			return int(min(max(r.opts.MaxBundleWeight-cutter.Weight(), 0)+1, 1<<30))
 		}
 		take := func(it drawer.Item) bool {
+			if cand.Entry.InHoles(it.Pos, it.Pos+1) {
+				return true // a replica that has not yet seen the abort's deletes
+			}
 			if it.Seq > watermark {
 				return false
 			}
@@ -162,9 +165,11 @@ func (r *Repository) cut(ctx context.Context, state RecipientState, group domain
 	return nil, nil, catalog.Cursor{}, nil
 }
 
-// firstSeqFrom reads the sequence number of the first item at or after pos.
-// Positions it finds empty must be recorded holes: else the read lags.
+// firstSeqFrom reads the sequence number of the first item at or after pos
+// that is not in a recorded hole. That position must hold an item: one
+// found further on means the read lags.
 func (r *Repository) firstSeqFrom(ctx context.Context, e catalog.Entry, pos int64) (int64, error) {
+	pos = e.SkipHoles(pos)
 	for _, d := range e.Drawers {
 		if d.End() <= pos {
 			continue
@@ -174,7 +179,7 @@ func (r *Repository) firstSeqFrom(ctx context.Context, e catalog.Entry, pos int6
 			return 0, err
 		}
 		if len(items) > 0 {
-			if !e.InHoles(pos, items[0].Pos) {
+			if items[0].Pos != pos {
 				return 0, fmt.Errorf("%w: %v/%s positions %d..%d missing", ErrStaleRead, e.Origin, e.ContentType, pos, items[0].Pos)
 			}
 			return items[0].Seq, nil
@@ -191,10 +196,14 @@ func (r *Repository) materialize(ctx context.Context, recipient string, state Re
 	if i < 0 {
 		return nil, fmt.Errorf("pending bundle %s has no catalog entry", rec.ID)
 	}
-	items, err := drawer.ReadRange(ctx, r.store.ReadDrawer, state.Entries[i].Drawers, rec.Start, rec.End)
+	e := state.Entries[i]
+	items, err := drawer.ReadRange(ctx, r.store.ReadDrawer, e.Drawers, rec.Start, rec.End)
 	if err != nil {
 		return nil, err
 	}
+	// Items in recorded holes were deleted; a lagging replica may still
+	// return them.
+	items = slices.DeleteFunc(items, func(it drawer.Item) bool { return e.InHoles(it.Pos, it.Pos+1) })
 	if len(items) != rec.Count {
 		// Its notifications were read when it was cut, so a replica lags.
 		return nil, fmt.Errorf("%w: bundle %s: read %d of %d notifications", ErrStaleRead, rec.ID, len(items), rec.Count)

@@ -481,13 +481,13 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 // rollback deletes what a reservation wrote, then drops it from the head.
 func (s *Store) rollback(ctx context.Context, recipient string, res reservation) error {
 	for _, pg := range res.Pages {
-		_, err := s.drawers.DeleteItem(ctx, azcosmos.NewPartitionKeyString(pg.Drawer), pg.ID, nil)
+		err := s.deleteItem(ctx, s.drawers, azcosmos.NewPartitionKeyString(pg.Drawer), pg.ID)
 		if err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
 		}
 	}
 	for _, d := range res.IDDocs {
-		_, err := s.ids.DeleteItem(ctx, azcosmos.NewPartitionKeyString(d.PK), d.ID, nil)
+		err := s.deleteItem(ctx, s.ids, azcosmos.NewPartitionKeyString(d.PK), d.ID)
 		if err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
 		}

@@ -392,7 +392,7 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 	// Dequeued bundles also carry a TTL; deleting them here keeps retention
 	// exact where the TTL would lag.
 	for _, id := range sw.Bundles {
-		_, err := s.recipients.DeleteItem(ctx, azcosmos.NewPartitionKeyString(sw.Recipient), bundleDocID(id), nil)
+		err := s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sw.Recipient), bundleDocID(id))
 		if err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
 		}
@@ -546,6 +546,16 @@ func (s *Store) readItem(ctx context.Context, c *azcosmos.ContainerClient, pk az
 		opts.SessionToken = &merged
 	}
 	return c.ReadItem(ctx, pk, id, opts)
+}
+
+// deleteItem deletes one item and keeps the token of the delete, so that
+// this process's reads no longer find it.
+func (s *Store) deleteItem(ctx context.Context, c *azcosmos.ContainerClient, pk azcosmos.PartitionKey, id string) error {
+	resp, err := c.DeleteItem(ctx, pk, id, nil)
+	if err == nil && resp.SessionToken != nil {
+		s.tokens.note(c.ID(), *resp.SessionToken)
+	}
+	return err
 }
 
 // query runs a query within one partition and calls fn for every item.
