@@ -3,6 +3,7 @@ package cosmos_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,4 +149,67 @@ func TestTwoInstancesSoakUnderReplicaLag(t *testing.T) {
 		t.Fatalf("%d notifications delivered, %d saved", len(delivered), total)
 	}
 	t.Logf("%d notifications in %d saves, %d bundles dequeued", total, len(saves), len(dequeuedAt))
+}
+
+// The same new ids saved at once on two instances whose replicas lag: one
+// save stores them, the other counts them as duplicates, and each is
+// delivered once.
+func TestOneIDSavedOnTwoInstancesAtOnceIsStoredOnceUnderLag(t *testing.T) {
+	opts := cosmostest.Default()
+	opts.Lag, opts.Seed = 200*time.Millisecond, 11
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	repos := make([]*repository.Repository, 2)
+	for i := range repos {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		repos[i] = repository.New(s, repository.Options{}, nil)
+		t.Cleanup(repos[i].Close)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := uuid.NewString()
+	var want []string
+	for round := range 8 {
+		ns := notifications(1+round%3, r, 1)
+		want = append(want, ids(ns)...)
+		results := make([]domain.SaveResult, 2)
+		var wg sync.WaitGroup
+		for i := range repos {
+			wg.Go(func() {
+				var err error
+				if results[i], err = repos[i].Save(ctx, ns); err != nil {
+					t.Errorf("save on instance %d: %v", i, err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		if results[0].Saved+results[1].Saved != len(ns) || results[0].Duplicates+results[1].Duplicates != len(ns) {
+			t.Fatalf("round %d: results %+v, want the %d ids saved once and counted once as duplicates", round, results, len(ns))
+		}
+	}
+	var got []string
+	for range 100 {
+		b, err := repos[1].Peek(ctx, r, domain.GroupAll, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			break
+		}
+		got = append(got, b.NotificationIDs...)
+		if err := repos[0].Dequeue(ctx, r, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("delivered %d ids, want each of the %d saved once, in order", len(got), len(want))
+	}
 }
