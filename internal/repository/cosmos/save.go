@@ -92,8 +92,13 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 			s.tokens.note(containerSaves, *resp.SessionToken)
 		}
 		if isStatus(err, http.StatusPreconditionFailed) {
-			// Our lease ran out and someone aborted the save.
-			err = fmt.Errorf("%w: save %s was aborted", repository.ErrConflict, saveID)
+			// A replay of our own commit after a lost answer, or our lease
+			// ran out and someone aborted the save: the record says which.
+			if d, rerr := s.readSaveOnPrimary(ctx, saveID); rerr == nil && d.State == stateCommitted {
+				err = nil
+			} else {
+				err = fmt.Errorf("%w: save %s was aborted", repository.ErrConflict, saveID)
+			}
 		}
 	}
 	if err != nil {
@@ -215,7 +220,17 @@ func (s *Store) reserve(ctx context.Context, p *savePlan, res reservation) error
 			return err
 		}
 	}
-	return s.execute(ctx, s.recipients, b)
+	err := s.execute(ctx, s.recipients, b)
+	if errors.Is(err, repository.ErrConflict) {
+		// A replay of our own batch after a lost answer finds its own
+		// effect: the head holds our reservation.
+		var now headDoc
+		if found, rerr := s.readOnPrimary(ctx, s.recipients, sv.Recipient, headID, &now); rerr == nil && found &&
+			slices.ContainsFunc(now.Reservations, func(r reservation) bool { return r.Save == res.Save }) {
+			return nil
+		}
+	}
+	return err
 }
 
 // register records a new recipient in the registry partition.
@@ -250,6 +265,12 @@ func (s *Store) writeData(ctx context.Context, plans []savePlan) (string, error)
 						}
 					}
 					token, err := s.run(ctx, s.drawers, b)
+					if errors.Is(err, repository.ErrConflict) {
+						// Only this save writes these positions: a page
+						// that exists is its own, written by a replay's
+						// first attempt whose answer was lost.
+						err = nil
+					}
 					mu.Lock()
 					tokens = append(tokens, token)
 					mu.Unlock()
@@ -261,7 +282,7 @@ func (s *Store) writeData(ctx context.Context, plans []savePlan) (string, error)
 			g.Go(func() error {
 				resp, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
 				if isStatus(err, http.StatusConflict) {
-					return fmt.Errorf("%w: id document %s exists", repository.ErrConflict, w.doc.ID)
+					return nil // its id names this save: our own, from a replay
 				}
 				if err == nil && resp.SessionToken != nil {
 					// The lookup after writing must see every id document
@@ -609,6 +630,39 @@ func (s *Store) settle(ctx context.Context, saveID, token string) (string, error
 		return s.settle(ctx, saveID, token) // it committed or was aborted meanwhile
 	}
 	return stateAborted, err
+}
+
+// readOnPrimary reads one item in a transactional batch, which Cosmos DB
+// runs on the primary replica: the answer reflects every write that
+// succeeded. found is false when the item does not exist.
+func (s *Store) readOnPrimary(ctx context.Context, c *azcosmos.ContainerClient, pk, id string, into any) (found bool, err error) {
+	b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString(pk))
+	b.ReadItem(id, nil)
+	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil {
+		return false, err
+	}
+	s.tokens.note(c.ID(), resp.SessionToken)
+	if len(resp.OperationResults) != 1 {
+		return false, fmt.Errorf("cosmos: read of %s answered %d results", id, len(resp.OperationResults))
+	}
+	op := resp.OperationResults[0]
+	switch {
+	case op.StatusCode == http.StatusNotFound:
+		return false, nil
+	case op.StatusCode >= 300:
+		return false, fmt.Errorf("cosmos: read of %s answered %d", id, op.StatusCode)
+	}
+	return true, json.Unmarshal(op.ResourceBody, into)
+}
+
+func (s *Store) readSaveOnPrimary(ctx context.Context, saveID string) (saveDoc, error) {
+	var d saveDoc
+	found, err := s.readOnPrimary(ctx, s.saves, saveID, saveID, &d)
+	if err == nil && !found {
+		d.State = stateAborted
+	}
+	return d, err
 }
 
 func mustJSON(v any) []byte {

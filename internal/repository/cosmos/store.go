@@ -324,7 +324,17 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 	if err := batchWrite(&b, fromCursor(recipient, cursor), cursor.Version); err != nil {
 		return err
 	}
-	return s.execute(ctx, s.recipients, b)
+	err := s.execute(ctx, s.recipients, b)
+	if errors.Is(err, repository.ErrConflict) {
+		// A replay of our own batch after a lost answer: the bundle is
+		// dequeued, at the moment we dequeued it.
+		var now bundleDoc
+		if found, rerr := s.readOnPrimary(ctx, s.recipients, recipient, doc.ID, &now); rerr == nil && found &&
+			now.T == typeDequeued && now.DequeuedAt == doc.DequeuedAt {
+			return nil
+		}
+	}
+	return err
 }
 
 // Recipients lists recipients from the registry partition.
