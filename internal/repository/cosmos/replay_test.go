@@ -104,3 +104,35 @@ func TestReplayedWritesFindTheirOwnEffect(t *testing.T) {
 		})
 	}
 }
+
+// Once a save's commit record says committed the save succeeded: when
+// moving the watermark fails for a while it is retried until done, and the
+// caller gets no error for a save that is stored.
+func TestACommittedSaveNeverReturnsAnError(t *testing.T) {
+	f := newFaulty()
+	repo := repository.New(open(t, cosmos.Config{Transport: f}), repository.Options{}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	var failed atomic.Int32
+	f.set(func(req *http.Request) int {
+		// The finalize's replace of the head; the first three fail.
+		if toContainer(req, "recipients") && req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/docs/head") &&
+			failed.Add(1) <= 3 {
+			return http.StatusForbidden
+		}
+		return 0
+	})
+	ns := notifications(4, r, 1)
+	res, err := repo.Save(ctx, ns)
+	if err != nil || res.Saved != 4 {
+		t.Fatalf("save whose finalize failed three times = %+v, %v; want 4 saved", res, err)
+	}
+	if failed.Load() < 4 {
+		t.Fatalf("the finalize was tried %d times; the test did not test anything", failed.Load())
+	}
+	b, err := repo.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || b == nil || !slices.Equal(b.NotificationIDs, ids(ns)) {
+		t.Fatalf("peek after the save = %v, %v; want all four", b, err)
+	}
+}

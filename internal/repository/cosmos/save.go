@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/google/uuid"
@@ -107,12 +108,27 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		s.abort(context.WithoutCancel(ctx), record, version, plans[:reserved])
 		return err
 	}
-	// Committed is final: finishing the watermark step must not depend on
-	// the caller still waiting.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
+	// Committed is final: the save succeeded whatever happens next, so
+	// finalizing is retried until done, without depending on the caller
+	// still waiting. Should it fail for longer than finalizeFor, whoever
+	// loads the recipient after the lease finalizes it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeFor)
 	defer cancel()
-	return s.finalizeAll(ctx, saveID, plans, pagesToken)
+	for attempt := 0; ; attempt++ {
+		err := s.finalizeAll(ctx, saveID, plans, pagesToken)
+		if err == nil {
+			return nil
+		}
+		s.cfg.Logger.Warn("cosmos: finalizing a committed save failed; retrying", "save", saveID, "attempt", attempt+1, "err", err)
+		if !pause(ctx, attempt) {
+			s.cfg.Logger.Error("cosmos: committed save not finalized; its lease will", "save", saveID, "err", err)
+			return nil
+		}
+	}
 }
+
+// finalizeFor bounds the retries of a committed save's finalize.
+const finalizeFor = 10 * time.Minute
 
 // savePlan is one recipient's part of a save as documents.
 type savePlan struct {
@@ -459,7 +475,7 @@ func dropReservation(h *headDoc, saveID string, limit int64) bool {
 // anything to write.
 func (s *Store) updateHead(ctx context.Context, recipient string, change func(*headDoc) bool) error {
 	pk := azcosmos.NewPartitionKeyString(recipient)
-	for {
+	for attempt := 0; ; attempt++ {
 		item, err := s.readItem(ctx, s.recipients, pk, headID, "")
 		if err != nil {
 			return err
@@ -477,8 +493,8 @@ func (s *Store) updateHead(ctx context.Context, recipient string, change func(*h
 		if !isStatus(err, http.StatusPreconditionFailed) {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if !pause(ctx, attempt) {
+			return ctx.Err()
 		}
 	}
 }
@@ -522,7 +538,7 @@ func (s *Store) rollback(ctx context.Context, recipient string, res reservation)
 // recorded.
 func (s *Store) dropAborted(ctx context.Context, recipient string, res reservation) error {
 	pk := azcosmos.NewPartitionKeyString(recipient)
-	for {
+	for attempt := 0; ; attempt++ {
 		item, err := s.readItem(ctx, s.recipients, pk, headID, "")
 		if err != nil {
 			return err
@@ -562,8 +578,8 @@ func (s *Store) dropAborted(ctx context.Context, recipient string, res reservati
 		if !errors.Is(err, repository.ErrConflict) {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if !pause(ctx, attempt) {
+			return ctx.Err()
 		}
 	}
 }
