@@ -32,6 +32,9 @@ type Config struct {
 	Key       string // empty: Azure AD through azidentity's default credential chain
 	Database  string // default "messagehub"
 	Provision bool   // create the database and containers when missing
+	// Throughput of each container created by provisioning (default
+	// DefaultThroughput).
+	Throughput Throughput
 	// Retention is the time-to-live of dequeued bundles (default 7 days).
 	Retention time.Duration
 	// Lease is how long a save may hold a reservation before others roll it
@@ -126,7 +129,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("cosmos client: %w", err)
 	}
 	if cfg.Provision {
-		if err := provision(ctx, client, cfg.Database); err != nil {
+		if err := provision(ctx, client, cfg.Database, cfg.Throughput); err != nil {
 			return nil, err
 		}
 	} else if db, err := client.NewDatabase(cfg.Database); err != nil {
