@@ -417,7 +417,7 @@ func launch(node, dir string, opts Options) (*Server, error) {
 	// --require exit-with-parent.js: node exits when its stdin (our pipe) closes, so a test
 	// binary that is killed does not leave a server behind. --port 0: the OS picks a free
 	// port and the shim prints it, so there is no window in which another process takes it.
-	cmd := exec.Command(node, "--require", "./exit-with-parent.js", "cosmos-shim.js",
+	cmd := exec.Command(node, "--require", "./exit-with-parent.js", "cosmos-shim.js", //nolint:gosec // node on PATH running our shim with the test's own options
 		"--host", "127.0.0.1", "--port", "0", "--no-ssl", "--faithful", opts.arg())
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "NODE_ENV=production")

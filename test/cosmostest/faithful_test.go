@@ -46,7 +46,7 @@ func faithfulContainer(t *testing.T, opts cosmostest.Options, props azcosmos.Con
 }
 
 func TestFaithfulLimits(t *testing.T) {
-	_, c, _ := faithfulContainer(t, cosmostest.Options{Limits: true}, azcosmos.ContainerProperties{})
+	s, c, dbID := faithfulContainer(t, cosmostest.Options{Limits: true}, azcosmos.ContainerProperties{})
 	ctx := ctxT(t)
 	pk := azcosmos.NewPartitionKeyString("p")
 
@@ -66,6 +66,26 @@ func TestFaithfulLimits(t *testing.T) {
 	}
 	if err := batch(100); err != nil {
 		t.Errorf("batch of 100 operations: %v", err)
+	}
+
+	// azcosmos cannot send a batch over two partition keys (each operation takes the batch's);
+	// another client can, and Cosmos refuses it.
+	span := `[{"operationType":"Create","partitionKey":"[\"p\"]","resourceBody":{"id":"s1","pk":"p"}},` +
+		`{"operationType":"Create","partitionKey":"[\"q\"]","resourceBody":{"id":"s2","pk":"q"}}]`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.Endpoint+"dbs/"+dbID+"/colls/items/docs", strings.NewReader(span))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-ms-cosmos-is-batch-request", "true")
+	req.Header.Set("x-ms-cosmos-batch-atomic", "true")
+	req.Header.Set("x-ms-documentdb-partitionkey", `["p"]`)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("batch over two partition keys: %s, want 400", resp.Status)
 	}
 
 	big := doc{ID: "big", PK: "p", Type: strings.Repeat("x", 2100*1024)}
@@ -365,6 +385,24 @@ func TestFaithfulLag(t *testing.T) {
 			t.Fatalf("query with the write's session token: %v %q", err, page.Items)
 		}
 	}
+	ids := []azcosmos.ItemIdentity{{ID: "x", PartitionKey: pk}}
+	staleMany := 0
+	for i := 0; i < 20; i++ {
+		r, err := c.ReadManyItems(ctx, ids, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Items) != 1 || !bytes.Contains(r.Items[0], []byte(`"n":2`)) {
+			staleMany++
+		}
+		r, err = c.ReadManyItems(ctx, ids, &azcosmos.ReadManyItemsOptions{SessionToken: w.SessionToken})
+		if err != nil || len(r.Items) != 1 || !bytes.Contains(r.Items[0], []byte(`"n":2`)) {
+			t.Fatalf("ReadManyItems with the write's session token: %v %q", err, r.Items)
+		}
+	}
+	if staleMany == 0 {
+		t.Error("20 ReadManyItems without a session token all saw the latest write; want some stale")
+	}
 	// Writes apply to the latest state whatever the reads see.
 	if _, err := c.ReplaceItem(ctx, pk, "x", mustJSON(t, doc{ID: "x", PK: "p", N: 3}), &azcosmos.ItemOptions{IfMatchEtag: &w.ETag}); err != nil {
 		t.Errorf("conditional write on the latest etag: %v", err)
@@ -392,5 +430,57 @@ func TestFaithfulConsistency(t *testing.T) {
 		if err != nil || acc.Policy.Level != want {
 			t.Errorf("consistency %q: account says %q (%v)", level, acc.Policy.Level, err)
 		}
+	}
+}
+
+func TestFaithfulThroughputFromTheContainersOffer(t *testing.T) {
+	s := cosmostest.StartWith(t, cosmostest.Options{Charges: true})
+	ctx := ctxT(t)
+	co := cosmostest.ClientOptions(nil)
+	co.Retry.MaxRetries = -1
+	client := cosmostest.NewClientWithOptions(t, s, co)
+	dbID := cosmostest.UniqueID("db")
+	if _, err := client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: dbID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	db, err := client.NewDatabase(dbID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server does not enforce the 400 RU/s minimum: 10 RU/s makes the test short.
+	tp := azcosmos.NewManualThroughputProperties(10)
+	for _, id := range []string{"manual", "unlimited"} {
+		o := &azcosmos.CreateContainerOptions{}
+		if id == "manual" {
+			o.ThroughputProperties = &tp
+		}
+		if _, err := db.CreateContainer(ctx, azcosmos.ContainerProperties{ID: id,
+			PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}}, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pk := azcosmos.NewPartitionKeyString("p")
+	writes := func(container string) (admitted int, throttled bool) {
+		c, err := db.NewContainer(container)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 5; i++ {
+			_, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "w" + strconv.Itoa(i), PK: "p"}), nil)
+			if statusOf(err) == http.StatusTooManyRequests {
+				return admitted, true
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			admitted++
+		}
+		return admitted, false
+	}
+	if n, throttled := writes("manual"); n != 2 || !throttled {
+		t.Errorf("10 RU/s container: %d writes admitted, throttled %v; want 2 then 429", n, throttled)
+	}
+	if n, throttled := writes("unlimited"); n != 5 || throttled {
+		t.Errorf("container without throughput: %d writes admitted, throttled %v; want all 5", n, throttled)
 	}
 }
