@@ -272,13 +272,11 @@ func (s *Store) writeData(ctx context.Context, plans []savePlan) (string, error)
 			byDrawer[pg.PK] = append(byDrawer[pg.PK], pg)
 		}
 		for drawerID, pages := range byDrawer {
-			for chunk := range slices.Chunk(pages, pagesPerBatch) {
+			for _, chunk := range pageBatches(pages) {
 				g.Go(func() error {
 					b := s.drawers.NewTransactionalBatch(azcosmos.NewPartitionKeyString(drawerID))
-					for _, pg := range chunk {
-						if err := batchCreate(&b, pg); err != nil {
-							return err
-						}
+					for _, raw := range chunk {
+						b.CreateItem(raw, nil)
 					}
 					token, err := s.run(ctx, s.drawers, b)
 					if errors.Is(err, repository.ErrConflict) {
@@ -313,9 +311,33 @@ func (s *Store) writeData(ctx context.Context, plans []savePlan) (string, error)
 	return mergeTokens(tokens...), err
 }
 
-// pagesPerBatch keeps a batch of pages (≤ 1,000 items each) under the 2 MB
-// request limit.
-const pagesPerBatch = 20
+// Cosmos DB refuses a request over 2 MB and a batch of more than 100
+// operations; page batches keep a margin below both.
+const (
+	maxBatchBytes = 1_500_000
+	maxPageOps    = 50
+)
+
+// pageBatches groups a drawer's pages, as JSON, into batches within the
+// request limits; a page is never split (drawer.PageSize bounds it).
+func pageBatches(pages []pageDoc) [][][]byte {
+	var out [][][]byte
+	var cur [][]byte
+	size := 0
+	for _, pg := range pages {
+		raw := mustJSON(pg)
+		if len(cur) > 0 && (size+len(raw) > maxBatchBytes || len(cur) >= maxPageOps) {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, raw)
+		size += len(raw)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
 
 // checkIDs looks the save's ids up again after writing them: an id some
 // other save holds too means this one gives way, as a duplicate when the
