@@ -114,7 +114,7 @@ func joinTokens(m map[string]string) string {
 		segs = append(segs, s)
 	}
 	// Any order is valid; a stable one keeps documents from changing needlessly.
-	sortStrings(segs)
+	slices.Sort(segs)
 	return strings.Join(segs, ",")
 }
 
@@ -173,5 +173,3 @@ func checkConsistency(level string) error {
 		return fmt.Errorf("cosmos: unknown account consistency level %q", level)
 	}
 }
-
-func sortStrings(s []string) { slices.Sort(s) }

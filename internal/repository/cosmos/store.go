@@ -571,11 +571,6 @@ func (s *Store) deleteItem(ctx context.Context, c *azcosmos.ContainerClient, pk 
 	return err
 }
 
-// query runs a query within one partition and calls fn for every item.
-func query(ctx context.Context, c *azcosmos.ContainerClient, pk, sql string, params []azcosmos.QueryParameter, fn func([]byte) error) error {
-	return queryWith(ctx, c, pk, sql, &azcosmos.QueryOptions{QueryParameters: params}, fn)
-}
-
 func queryWith(ctx context.Context, c *azcosmos.ContainerClient, pk, sql string, opts *azcosmos.QueryOptions, fn func([]byte) error) error {
 	pager := c.NewQueryItemsPager(sql, azcosmos.NewPartitionKeyString(pk), opts)
 	for pager.More() {
