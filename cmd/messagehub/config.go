@@ -14,6 +14,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/repository/cosmos"
 )
 
 // Config is everything the binary is configured with. Each setting comes from
@@ -65,6 +66,8 @@ type CosmosConfig struct {
 	Database  string // created with its containers when Provision is set
 	Provision bool
 	IDBuckets int // partitions of the id index
+	// Throughput of each container created by provisioning.
+	Throughput cosmos.Throughput
 }
 
 // Authentication modes.
@@ -165,6 +168,16 @@ var settings = []setting{
 				return fmt.Errorf("must be an integer in 1..256, got %q", v)
 			}
 			c.Cosmos.IDBuckets = n
+			return nil
+		}},
+	{"cosmos-throughput", "MESSAGEHUB_COSMOS_THROUGHPUT", string(cosmos.DefaultThroughput),
+		"request units of each Cosmos DB container created: autoscale=<max RU/s>, manual=<RU/s> or serverless",
+		func(c *Config, v string) error {
+			t := cosmos.Throughput(v)
+			if err := t.Validate(); err != nil {
+				return err
+			}
+			c.Cosmos.Throughput = t
 			return nil
 		}},
 	{"data-dir", "MESSAGEHUB_DATA_DIR", "./data", "folder of the embedded store (created if missing)",

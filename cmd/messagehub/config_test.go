@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/repository/cosmos"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -33,7 +34,7 @@ func TestParseConfig(t *testing.T) {
 		MaxBundleWeight: 51200,
 		Retention:       168 * time.Hour,
 		LogLevel:        slog.LevelInfo,
-		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 16},
+		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 16, Throughput: cosmos.DefaultThroughput},
 		ContentTimeout:  25 * time.Second,
 		Limits:          defaultLimits,
 		MinFreeDisk:     1 << 30,
@@ -162,6 +163,9 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "cosmos without an endpoint", args: []string{"--store", "cosmos"}, wantErr: "--store cosmos needs --cosmos-endpoint"},
 		{name: "cosmos provision not a boolean", env: map[string]string{"MESSAGEHUB_COSMOS_PROVISION": "maybe"}, wantErr: "MESSAGEHUB_COSMOS_PROVISION"},
 		{name: "zero id buckets", args: []string{"--cosmos-id-buckets", "0"}, wantErr: "1..256"},
+		{name: "autoscale below 1000", args: []string{"--cosmos-throughput", "autoscale=500"}, wantErr: "autoscale=<max RU/s>"},
+		{name: "manual below 400", args: []string{"--cosmos-throughput", "manual=300"}, wantErr: "manual=<RU/s>"},
+		{name: "unknown throughput", args: []string{"--cosmos-throughput", "lots"}, wantErr: "serverless"},
 		{name: "an empty cosmos database", args: []string{"--cosmos-database="}, wantErr: "--cosmos-database"},
 		{name: "an unknown store from env", env: map[string]string{"MESSAGEHUB_STORE": "memory"}, wantErr: "MESSAGEHUB_STORE"},
 		{name: "max bundle weight 0", args: []string{"--max-bundle-weight", "0"}, wantErr: "at least 1"},
@@ -257,12 +261,13 @@ func TestParseConfigCosmos(t *testing.T) {
 		"MESSAGEHUB_COSMOS_KEY":        "secret",
 		"MESSAGEHUB_COSMOS_PROVISION":  "false",
 		"MESSAGEHUB_COSMOS_ID_BUCKETS": "64",
+		"MESSAGEHUB_COSMOS_THROUGHPUT": "manual=400",
 	}
 	cfg, err := ParseConfig([]string{"--cosmos-database", "hub"}, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := CosmosConfig{Endpoint: "https://acct.documents.azure.com:443/", Key: "secret", Database: "hub", Provision: false, IDBuckets: 64}
+	want := CosmosConfig{Endpoint: "https://acct.documents.azure.com:443/", Key: "secret", Database: "hub", Provision: false, IDBuckets: 64, Throughput: "manual=400"}
 	if cfg.Store != StoreCosmos || cfg.Cosmos != want {
 		t.Fatalf("got store %q, %+v; want %+v", cfg.Store, cfg.Cosmos, want)
 	}

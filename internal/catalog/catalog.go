@@ -4,8 +4,13 @@
 // record.
 package catalog
 
-import "github.com/energydatahub/messagehub/internal/drawer"
-import "github.com/energydatahub/messagehub/internal/domain"
+import (
+	"cmp"
+	"slices"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+)
 
 // Entry is a cabinet's drawers, written by Save.
 type Entry struct {
@@ -13,7 +18,66 @@ type Entry struct {
 	ContentType string
 	Drawers     []drawer.Meta // in position order; fully acknowledged ones are swept away
 	Total       int64         // positions handed out so far
-	Version     string        // store version; empty when not yet stored
+	// Holes are positions that aborted saves took and never filled, in
+	// order. Readers skip a position they find empty only when it is a
+	// recorded hole: anything else is a read that lags behind the catalog.
+	Holes   []Hole
+	Version string // store version; empty when not yet stored
+}
+
+// Hole is a run of positions [Start, End) left empty by an aborted save.
+type Hole struct{ Start, End int64 }
+
+// InHoles reports whether every position of [from, to) is a recorded hole.
+func (e Entry) InHoles(from, to int64) bool {
+	for _, h := range e.Holes {
+		if from >= to {
+			return true
+		}
+		if h.Start <= from && from < h.End {
+			from = h.End
+		}
+	}
+	return from >= to
+}
+
+// SkipHoles returns the first position at or after pos that is not in a
+// recorded hole.
+func (e Entry) SkipHoles(pos int64) int64 {
+	for _, h := range e.Holes {
+		if h.Start <= pos && pos < h.End {
+			pos = h.End
+		}
+	}
+	return pos
+}
+
+// AddHole records [start, end) as a hole, keeping the holes ordered and
+// merged; recording one twice changes nothing.
+func (e *Entry) AddHole(start, end int64) {
+	if start >= end || e.InHoles(start, end) {
+		return
+	}
+	holes := append(slices.Clone(e.Holes), Hole{start, end})
+	slices.SortFunc(holes, func(a, b Hole) int { return cmp.Compare(a.Start, b.Start) })
+	merged := holes[:1]
+	for _, h := range holes[1:] {
+		last := &merged[len(merged)-1]
+		if h.Start <= last.End {
+			last.End = max(last.End, h.End)
+			continue
+		}
+		merged = append(merged, h)
+	}
+	e.Holes = merged
+}
+
+// DropHolesBefore forgets the holes that end at or before pos (swept away).
+func (e *Entry) DropHolesBefore(pos int64) {
+	e.Holes = slices.DeleteFunc(slices.Clone(e.Holes), func(h Hole) bool { return h.End <= pos })
+	if len(e.Holes) == 0 {
+		e.Holes = nil
+	}
 }
 
 // Cursor is how far a cabinet is acknowledged, written by Dequeue.

@@ -435,3 +435,37 @@ func FuzzRemovable(f *testing.F) {
 		checkRemovable(t, e, c, retained, got, drop)
 	})
 }
+
+func TestHolesAreRecordedMergedAndOnlyTheyCount(t *testing.T) {
+	var e catalog.Entry
+	e.AddHole(10, 20)
+	e.AddHole(30, 40)
+	e.AddHole(20, 25) // touches the first: merged
+	e.AddHole(12, 14) // inside: nothing changes
+	e.AddHole(5, 5)   // empty: nothing changes
+	want := []catalog.Hole{{Start: 10, End: 25}, {Start: 30, End: 40}}
+	if !slices.Equal(e.Holes, want) {
+		t.Fatalf("holes = %v, want %v", e.Holes, want)
+	}
+	tests := []struct {
+		from, to int64
+		want     bool
+	}{
+		{10, 25, true}, {12, 13, true}, {30, 40, true}, {7, 7, true},
+		{9, 11, false}, {24, 26, false}, {10, 40, false}, {25, 30, false}, {39, 41, false},
+	}
+	for _, tt := range tests {
+		if got := e.InHoles(tt.from, tt.to); got != tt.want {
+			t.Errorf("InHoles(%d, %d) = %v, want %v", tt.from, tt.to, got, tt.want)
+		}
+	}
+	for pos, want := range map[int64]int64{9: 9, 10: 25, 24: 25, 25: 25, 30: 40, 41: 41} {
+		if got := e.SkipHoles(pos); got != want {
+			t.Errorf("SkipHoles(%d) = %d, want %d", pos, got, want)
+		}
+	}
+	e.DropHolesBefore(25)
+	if !slices.Equal(e.Holes, want[1:]) {
+		t.Fatalf("after dropping holes before 25: %v, want %v", e.Holes, want[1:])
+	}
+}

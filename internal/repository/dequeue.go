@@ -64,9 +64,11 @@ func (r *Repository) DequeuedBundle(ctx context.Context, recipient, bundleID str
 	if i < 0 {
 		return nil, fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
 	}
-	state, err := r.store.LoadRecipient(ctx, recipient)
-	if err != nil {
-		return nil, err
-	}
-	return r.materialize(ctx, recipient, state, dequeued[i])
+	return retry(ctx, func() (*domain.Bundle, error) {
+		state, err := r.store.LoadRecipient(ctx, recipient)
+		if err != nil {
+			return nil, err
+		}
+		return r.materialize(ctx, recipient, state, dequeued[i])
+	})
 }

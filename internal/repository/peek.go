@@ -89,7 +89,7 @@ func (r *Repository) cut(ctx context.Context, state RecipientState, group domain
 	cands := catalog.Candidates(state.Entries, state.Cursors, group)
 	for i := range cands {
 		if cands[i].HeadSeq == 0 {
-			seq, err := r.firstSeqFrom(ctx, cands[i].Entry.Drawers, cands[i].Cursor.Acked)
+			seq, err := r.firstSeqFrom(ctx, cands[i].Entry, cands[i].Cursor.Acked)
 			if err != nil {
 				return nil, nil, catalog.Cursor{}, err
 			}
@@ -104,15 +104,28 @@ func (r *Repository) cut(ctx context.Context, state RecipientState, group domain
 		cutter := domain.NewBundleCutter(r.opts.MaxBundleWeight)
 		var items []drawer.Item
 		var nextSeq int64
+		// next is the position the scan should find; an item further on
+		// means the positions between were not read: that is allowed only
+		// for recorded holes, else the drawer read lags the catalog.
+		next := cand.Cursor.Acked
+		var stale error
 		need := func() int {
 			// Every weight is at least 1, plus one look-ahead item. A first
 			// notification over the limit leaves room for the look-ahead only.
 			return int(min(max(r.opts.MaxBundleWeight-cutter.Weight(), 0)+1, 1<<30))
 		}
 		take := func(it drawer.Item) bool {
+			if cand.Entry.InHoles(it.Pos, it.Pos+1) {
+				return true // a replica that has not yet seen the abort's deletes
+			}
 			if it.Seq > watermark {
 				return false
 			}
+			if it.Pos > next && !cand.Entry.InHoles(next, it.Pos) {
+				stale = fmt.Errorf("%w: %v/%s positions %d..%d missing", ErrStaleRead, cand.Entry.Origin, cand.Entry.ContentType, next, it.Pos)
+				return false
+			}
+			next = it.Pos + 1
 			if !cutter.Offer(it.SupportsBundling, it.Weight) {
 				nextSeq = it.Seq
 				return false
@@ -122,6 +135,13 @@ func (r *Repository) cut(ctx context.Context, state RecipientState, group domain
 		}
 		if err := drawer.Scan(ctx, r.store.ReadDrawer, cand.Entry.Drawers, cand.Cursor.Acked, need, take); err != nil {
 			return nil, nil, catalog.Cursor{}, err
+		}
+		if stale != nil {
+			return nil, nil, catalog.Cursor{}, stale
+		}
+		if len(items) == 0 && !cand.Entry.InHoles(cand.Cursor.Acked, cand.Cursor.Acked+1) {
+			// Its head is at or below the watermark, so it was saved.
+			return nil, nil, catalog.Cursor{}, fmt.Errorf("%w: %v/%s position %d missing", ErrStaleRead, cand.Entry.Origin, cand.Entry.ContentType, cand.Cursor.Acked)
 		}
 		if len(items) == 0 {
 			r.logger.Warn("catalog entry points at nothing readable", "origin", cand.Entry.Origin, "content_type", cand.Entry.ContentType)
@@ -145,9 +165,12 @@ func (r *Repository) cut(ctx context.Context, state RecipientState, group domain
 	return nil, nil, catalog.Cursor{}, nil
 }
 
-// firstSeqFrom reads the sequence number of the first item at or after pos.
-func (r *Repository) firstSeqFrom(ctx context.Context, drawers []drawer.Meta, pos int64) (int64, error) {
-	for _, d := range drawers {
+// firstSeqFrom reads the sequence number of the first item at or after pos
+// that is not in a recorded hole. That position must hold an item: one
+// found further on means the read lags.
+func (r *Repository) firstSeqFrom(ctx context.Context, e catalog.Entry, pos int64) (int64, error) {
+	pos = e.SkipHoles(pos)
+	for _, d := range e.Drawers {
 		if d.End() <= pos {
 			continue
 		}
@@ -156,6 +179,9 @@ func (r *Repository) firstSeqFrom(ctx context.Context, drawers []drawer.Meta, po
 			return 0, err
 		}
 		if len(items) > 0 {
+			if items[0].Pos != pos {
+				return 0, fmt.Errorf("%w: %v/%s positions %d..%d missing", ErrStaleRead, e.Origin, e.ContentType, pos, items[0].Pos)
+			}
 			return items[0].Seq, nil
 		}
 	}
@@ -170,12 +196,17 @@ func (r *Repository) materialize(ctx context.Context, recipient string, state Re
 	if i < 0 {
 		return nil, fmt.Errorf("pending bundle %s has no catalog entry", rec.ID)
 	}
-	items, err := drawer.ReadRange(ctx, r.store.ReadDrawer, state.Entries[i].Drawers, rec.Start, rec.End)
+	e := state.Entries[i]
+	items, err := drawer.ReadRange(ctx, r.store.ReadDrawer, e.Drawers, rec.Start, rec.End)
 	if err != nil {
 		return nil, err
 	}
+	// Items in recorded holes were deleted; a lagging replica may still
+	// return them.
+	items = slices.DeleteFunc(items, func(it drawer.Item) bool { return e.InHoles(it.Pos, it.Pos+1) })
 	if len(items) != rec.Count {
-		return nil, fmt.Errorf("pending bundle %s: read %d of %d notifications", rec.ID, len(items), rec.Count)
+		// Its notifications were read when it was cut, so a replica lags.
+		return nil, fmt.Errorf("%w: bundle %s: read %d of %d notifications", ErrStaleRead, rec.ID, len(items), rec.Count)
 	}
 	return toBundle(recipient, rec, items), nil
 }

@@ -127,7 +127,8 @@ func (r *Repository) spawn(fn func()) {
 
 // retry runs op until it succeeds, fails with something other than
 // ErrConflict, or runs out of attempts. Conflicts are other writers winning a
-// race; a short random pause lets them finish.
+// race (or a lagging read); a random pause, whose ceiling doubles with each
+// attempt up to 100 ms, lets them finish without spinning.
 func retry[T any](ctx context.Context, op func() (T, error)) (T, error) {
 	var zero T
 	for attempt := range maxAttempts {
@@ -135,7 +136,8 @@ func retry[T any](ctx context.Context, op func() (T, error)) (T, error) {
 		if !errors.Is(err, ErrConflict) {
 			return v, err
 		}
-		pause := time.Duration(rand.Int64N(int64(time.Millisecond)*int64(attempt+1))) + 50*time.Microsecond
+		ceiling := min(time.Millisecond<<attempt, 100*time.Millisecond)
+		pause := time.Duration(rand.Int64N(int64(ceiling))) + 50*time.Microsecond
 		select {
 		case <-ctx.Done():
 			return zero, ctx.Err()

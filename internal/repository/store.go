@@ -19,6 +19,12 @@ import (
 // repository reloads and retries; it never reaches callers.
 var ErrConflict = errors.New("store: conflicting write")
 
+// ErrStaleRead is a conflict found by a reader: a record said something
+// exists that a later read did not find (a replica behind the one that
+// answered first). The repository reloads and retries; it never skips what
+// it did not read.
+var ErrStaleRead = fmt.Errorf("%w: stale read", ErrConflict)
+
 // IDsExistError is how CommitSaves reports notification ids that are
 // already stored: all of them, with their records, and nothing written. It
 // is a conflict: the caller reclassifies those ids and tries again.

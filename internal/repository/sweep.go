@@ -83,6 +83,7 @@ func (r *Repository) sweepRecipient(ctx context.Context, recipient string, cutof
 			e.Drawers = slices.DeleteFunc(slices.Clone(e.Drawers), func(d drawer.Meta) bool {
 				return slices.ContainsFunc(gone, func(g drawer.Meta) bool { return g.ID == d.ID })
 			})
+			e.DropHolesBefore(e.Drawers[0].Start)
 			sw.Entries = append(sw.Entries, e)
 		}
 	}

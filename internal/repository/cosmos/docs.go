@@ -45,7 +45,10 @@ type headDoc struct {
 	Next         int64         `json:"next"`
 	Watermark    int64         `json:"wm"`
 	Reservations []reservation `json:"res,omitempty"`
-	ETag         string        `json:"_etag,omitempty"`
+	// DrawersToken is the session token of the drawer pages below the
+	// watermark (merged over saves): readers of the pages wait for it.
+	DrawersToken string `json:"dst,omitempty"`
+	ETag         string `json:"_etag,omitempty"`
 }
 
 // reservation is a range of sequence numbers a save has taken but not yet
@@ -57,6 +60,24 @@ type reservation struct {
 	Expires int64     `json:"exp"` // unix milliseconds
 	Pages   []pageRef `json:"pg,omitempty"`
 	IDDocs  []docRef  `json:"ix,omitempty"`
+	// Ranges are the cabinet positions it took: an abort records them as
+	// holes in the catalog entries, in the write that drops it.
+	Ranges []posRange `json:"rg,omitempty"`
+	// Token is the session token of the save's commit record, so that a
+	// reader of the record never takes a lagging replica's 404 for an abort.
+	Token string `json:"st,omitempty"`
+}
+
+// posRange is a run of positions [Start, End) of one cabinet.
+type posRange struct {
+	Origin int32  `json:"o"`
+	CT     string `json:"ct"`
+	Start  int64  `json:"s"`
+	End    int64  `json:"e"`
+}
+
+func (r posRange) key() catalog.Key {
+	return catalog.Key{Origin: domain.Origin(r.Origin), ContentType: r.CT}
 }
 
 type pageRef struct {
@@ -87,6 +108,7 @@ type entryDoc struct {
 	CT      string       `json:"ct"`
 	Drawers []drawerMeta `json:"dr"`
 	Total   int64        `json:"tot"`
+	Holes   [][2]int64   `json:"h,omitempty"` // [start, end) of positions aborted saves left empty
 	ETag    string       `json:"_etag,omitempty"`
 }
 
@@ -164,6 +186,7 @@ type idDoc struct {
 	PK     string    `json:"pk"`
 	Drawer string    `json:"d"`
 	Save   string    `json:"s"`
+	Token  string    `json:"st,omitempty"` // session token of the save's commit record
 	N      []idEntry `json:"n"`
 }
 
@@ -178,6 +201,7 @@ type idHit struct {
 	Fingerprint string `json:"f"`
 	Drawer      string `json:"d"`
 	Save        string `json:"s"`
+	Token       string `json:"st"`
 }
 
 type saveDoc struct {
@@ -208,6 +232,9 @@ func toEntry(d entryDoc) catalog.Entry {
 	for _, m := range d.Drawers {
 		e.Drawers = append(e.Drawers, drawer.Meta(m))
 	}
+	for _, h := range d.Holes {
+		e.Holes = append(e.Holes, catalog.Hole{Start: h[0], End: h[1]})
+	}
 	return e
 }
 
@@ -215,6 +242,9 @@ func fromEntry(recipient string, e catalog.Entry) entryDoc {
 	d := entryDoc{ID: entryID(e.Key()), PK: recipient, T: typeEntry, Origin: int32(e.Origin), CT: e.ContentType, Total: e.Total}
 	for _, m := range e.Drawers {
 		d.Drawers = append(d.Drawers, drawerMeta(m))
+	}
+	for _, h := range e.Holes {
+		d.Holes = append(d.Holes, [2]int64{h.Start, h.End})
 	}
 	return d
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/repository"
@@ -149,6 +150,14 @@ func TestSaveFailingHalfWayLeavesNothingAndCanBeRetried(t *testing.T) {
 	f.set(func(*http.Request) int { return 0 })
 	if b, err := repo.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
 		t.Fatalf("after a failed save: %v %v", b, err)
+	}
+	// Its positions are recorded as a hole: the only gap a reader may skip.
+	state, err := store.LoadRecipient(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(state.Entries) != 1 || !slices.Equal(state.Entries[0].Holes, []catalog.Hole{{Start: 0, End: 1_500}}) {
+		t.Fatalf("catalog after the abort = %+v, want one entry with the hole [0, 1500)", state.Entries)
 	}
 	found, err := store.LookupIDs(ctx, []string{ns[0].ID, ns[1_499].ID})
 	if err != nil || len(found) != 0 {

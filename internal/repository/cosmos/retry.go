@@ -1,6 +1,7 @@
 package cosmos
 
 import (
+	"context"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -60,4 +61,18 @@ func transient(resp *http.Response, err error) bool {
 		return true
 	}
 	return false
+}
+
+// pause waits before attempt+1 of a contention loop: a random time up to
+// 2 ms doubled per attempt, at most 500 ms, so that losers of a race spread
+// out instead of spending request units on 412s. It reports false when ctx
+// ended first.
+func pause(ctx context.Context, attempt int) bool {
+	ceiling := min(2*time.Millisecond<<min(attempt, 10), 500*time.Millisecond)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Duration(rand.Int64N(int64(ceiling))) + time.Millisecond):
+		return true
+	}
 }

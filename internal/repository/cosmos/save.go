@@ -3,16 +3,19 @@ package cosmos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
@@ -59,10 +62,22 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		return err
 	}
 	version := string(resp.ETag)
+	// Whoever reads the record because of what this save wrote reads it
+	// with its token: a lagging replica's 404 is no abort.
+	if resp.SessionToken != nil {
+		s.tokens.note(containerSaves, *resp.SessionToken)
+		for i := range plans {
+			plans[i].res.Token = *resp.SessionToken
+			for j := range plans[i].ids {
+				plans[i].ids[j].doc.Token = *resp.SessionToken
+			}
+		}
+	}
 
 	reserved, err := s.reserveAll(ctx, plans)
+	var pagesToken string
 	if err == nil {
-		err = s.writeData(ctx, plans)
+		pagesToken, err = s.writeData(ctx, plans)
 	}
 	if err == nil {
 		err = s.checkIDs(ctx, saveID, plans)
@@ -71,11 +86,20 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		// Committed records never expire: they vouch for the ids as long as
 		// the data is kept.
 		record.State, record.TTL = stateCommitted, -1
-		_, err = s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(record),
+		var resp azcosmos.ItemResponse
+		resp, err = s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(record),
 			&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+		if err == nil && resp.SessionToken != nil {
+			s.tokens.note(containerSaves, *resp.SessionToken)
+		}
 		if isStatus(err, http.StatusPreconditionFailed) {
-			// Our lease ran out and someone aborted the save.
-			err = fmt.Errorf("%w: save %s was aborted", repository.ErrConflict, saveID)
+			// A replay of our own commit after a lost answer, or our lease
+			// ran out and someone aborted the save: the record says which.
+			if d, rerr := s.readSaveOnPrimary(ctx, saveID); rerr == nil && d.State == stateCommitted {
+				err = nil
+			} else {
+				err = fmt.Errorf("%w: save %s was aborted", repository.ErrConflict, saveID)
+			}
 		}
 	}
 	if err != nil {
@@ -84,12 +108,27 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		s.abort(context.WithoutCancel(ctx), record, version, plans[:reserved])
 		return err
 	}
-	// Committed is final: finishing the watermark step must not depend on
-	// the caller still waiting.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
+	// Committed is final: the save succeeded whatever happens next, so
+	// finalizing is retried until done, without depending on the caller
+	// still waiting. Should it fail for longer than finalizeFor, whoever
+	// loads the recipient after the lease finalizes it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeFor)
 	defer cancel()
-	return s.finalizeAll(ctx, saveID, plans)
+	for attempt := 0; ; attempt++ {
+		err := s.finalizeAll(ctx, saveID, plans, pagesToken)
+		if err == nil {
+			return nil
+		}
+		s.cfg.Logger.Warn("cosmos: finalizing a committed save failed; retrying", "save", saveID, "attempt", attempt+1, "err", err)
+		if !pause(ctx, attempt) {
+			s.cfg.Logger.Error("cosmos: committed save not finalized; its lease will", "save", saveID, "err", err)
+			return nil
+		}
+	}
 }
+
+// finalizeFor bounds the retries of a committed save's finalize.
+const finalizeFor = 10 * time.Minute
 
 // savePlan is one recipient's part of a save as documents.
 type savePlan struct {
@@ -101,6 +140,7 @@ type savePlan struct {
 
 func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) (savePlan, error) {
 	p := savePlan{save: sv, res: reservation{Save: saveID, Expires: expires}}
+	p.res.Ranges = takenRanges(sv)
 	for _, pg := range sv.Pages {
 		doc, err := encodePage(pg)
 		if err != nil {
@@ -130,6 +170,28 @@ func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) 
 	return p, nil
 }
 
+// takenRanges are the positions a save takes in each cabinet: the tail of
+// each entry it writes, as long as the items it files there.
+func takenRanges(sv repository.RecipientSave) []posRange {
+	cabinetOf := map[string]catalog.Key{}
+	for _, e := range sv.Entries {
+		for _, d := range e.Drawers {
+			cabinetOf[d.ID] = e.Key()
+		}
+	}
+	taken := map[catalog.Key]int64{}
+	for _, pg := range sv.Pages {
+		taken[cabinetOf[pg.DrawerID]] += int64(len(pg.Items))
+	}
+	var out []posRange
+	for _, e := range sv.Entries {
+		if n := taken[e.Key()]; n > 0 {
+			out = append(out, posRange{Origin: int32(e.Origin), CT: e.ContentType, Start: e.Total - n, End: e.Total})
+		}
+	}
+	return out
+}
+
 // reserveAll reserves on every recipient's head; it returns how many plans
 // (a prefix) hold a reservation.
 func (s *Store) reserveAll(ctx context.Context, plans []savePlan) (int, error) {
@@ -145,7 +207,7 @@ func (s *Store) reserve(ctx context.Context, p *savePlan, res reservation) error
 	sv := p.save
 	head := headDoc{ID: headID, PK: sv.Recipient, T: typeHead}
 	if sv.Head.Version != "" {
-		item, err := s.recipients.ReadItem(ctx, azcosmos.NewPartitionKeyString(sv.Recipient), headID, nil)
+		item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sv.Recipient), headID, "")
 		if err != nil {
 			return err
 		}
@@ -174,7 +236,17 @@ func (s *Store) reserve(ctx context.Context, p *savePlan, res reservation) error
 			return err
 		}
 	}
-	return s.execute(ctx, s.recipients, b)
+	err := s.execute(ctx, s.recipients, b)
+	if errors.Is(err, repository.ErrConflict) {
+		// A replay of our own batch after a lost answer finds its own
+		// effect: the head holds our reservation.
+		var now headDoc
+		if found, rerr := s.readOnPrimary(ctx, s.recipients, sv.Recipient, headID, &now); rerr == nil && found &&
+			slices.ContainsFunc(now.Reservations, func(r reservation) bool { return r.Save == res.Save }) {
+			return nil
+		}
+	}
+	return err
 }
 
 // register records a new recipient in the registry partition.
@@ -187,8 +259,11 @@ func (s *Store) register(ctx context.Context, recipient string) error {
 	return nil
 }
 
-// writeData writes pages (batched per drawer) and id documents in parallel.
-func (s *Store) writeData(ctx context.Context, plans []savePlan) error {
+// writeData writes pages (batched per drawer) and id documents in parallel,
+// and returns the merged session token of the page batches.
+func (s *Store) writeData(ctx context.Context, plans []savePlan) (string, error) {
+	var mu sync.Mutex
+	var tokens []string
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for _, p := range plans {
@@ -197,34 +272,72 @@ func (s *Store) writeData(ctx context.Context, plans []savePlan) error {
 			byDrawer[pg.PK] = append(byDrawer[pg.PK], pg)
 		}
 		for drawerID, pages := range byDrawer {
-			for chunk := range slices.Chunk(pages, pagesPerBatch) {
+			for _, chunk := range pageBatches(pages) {
 				g.Go(func() error {
 					b := s.drawers.NewTransactionalBatch(azcosmos.NewPartitionKeyString(drawerID))
-					for _, pg := range chunk {
-						if err := batchCreate(&b, pg); err != nil {
-							return err
-						}
+					for _, raw := range chunk {
+						b.CreateItem(raw, nil)
 					}
-					return s.execute(ctx, s.drawers, b)
+					token, err := s.run(ctx, s.drawers, b)
+					if errors.Is(err, repository.ErrConflict) {
+						// Only this save writes these positions: a page
+						// that exists is its own, written by a replay's
+						// first attempt whose answer was lost.
+						err = nil
+					}
+					mu.Lock()
+					tokens = append(tokens, token)
+					mu.Unlock()
+					return err
 				})
 			}
 		}
 		for _, w := range p.ids {
 			g.Go(func() error {
-				_, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
+				resp, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
 				if isStatus(err, http.StatusConflict) {
-					return fmt.Errorf("%w: id document %s exists", repository.ErrConflict, w.doc.ID)
+					return nil // its id names this save: our own, from a replay
+				}
+				if err == nil && resp.SessionToken != nil {
+					// The lookup after writing must see every id document
+					// written before this one: it reads with this token.
+					s.tokens.note(containerIDs, *resp.SessionToken)
 				}
 				return err
 			})
 		}
 	}
-	return g.Wait()
+	err := g.Wait()
+	return mergeTokens(tokens...), err
 }
 
-// pagesPerBatch keeps a batch of pages (≤ 1,000 items each) under the 2 MB
-// request limit.
-const pagesPerBatch = 20
+// Cosmos DB refuses a request over 2 MB and a batch of more than 100
+// operations; page batches keep a margin below both.
+const (
+	maxBatchBytes = 1_500_000
+	maxPageOps    = 50
+)
+
+// pageBatches groups a drawer's pages, as JSON, into batches within the
+// request limits; a page is never split (drawer.PageSize bounds it).
+func pageBatches(pages []pageDoc) [][][]byte {
+	var out [][][]byte
+	var cur [][]byte
+	size := 0
+	for _, pg := range pages {
+		raw := mustJSON(pg)
+		if len(cur) > 0 && (size+len(raw) > maxBatchBytes || len(cur) >= maxPageOps) {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, raw)
+		size += len(raw)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
 
 // checkIDs looks the save's ids up again after writing them: an id some
 // other save holds too means this one gives way, as a duplicate when the
@@ -272,7 +385,7 @@ func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[st
 	for _, h := range hits {
 		state, ok := states[h.Save]
 		if !ok {
-			if state, err = s.saveState(ctx, h.Save); err != nil {
+			if state, err = s.saveState(ctx, h.Save, h.Token); err != nil {
 				return nil, false, err
 			}
 			states[h.Save] = state
@@ -303,8 +416,8 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 	g.SetLimit(8)
 	for bucket, inBucket := range byBucket {
 		g.Go(func() error {
-			return query(ctx, s.ids, bucket,
-				"SELECT n.i, n.f, c.d, c.s FROM c JOIN n IN c.n WHERE c.s != @except AND ARRAY_CONTAINS(@ids, n.i)",
+			return s.query(ctx, s.ids, bucket,
+				"SELECT n.i, n.f, c.d, c.s, c.st FROM c JOIN n IN c.n WHERE c.s != @except AND ARRAY_CONTAINS(@ids, n.i)",
 				[]azcosmos.QueryParameter{{Name: "@ids", Value: inBucket}, {Name: "@except", Value: except}},
 				func(raw []byte) error {
 					var h idHit
@@ -326,10 +439,11 @@ func (h idHit) record() (repository.IDRecord, error) {
 	return repository.IDRecord{ID: h.ID, Fingerprint: fp, DrawerID: h.Drawer}, err
 }
 
-// saveState reads a save's commit record. One that no longer exists was
-// aborted (committed records outlive the data they cover).
-func (s *Store) saveState(ctx context.Context, saveID string) (string, error) {
-	item, err := s.saves.ReadItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, nil)
+// saveState reads a save's commit record with the token it was created
+// with. One that no longer exists was aborted and expired (committed records
+// outlive the data they cover).
+func (s *Store) saveState(ctx context.Context, saveID, token string) (string, error) {
+	item, err := s.readItem(ctx, s.saves, azcosmos.NewPartitionKeyString(saveID), saveID, token)
 	if isStatus(err, http.StatusNotFound) {
 		return stateAborted, nil
 	}
@@ -349,12 +463,17 @@ func (s *Store) bucketOf(id string) string {
 func bucketKey(b int) string { return "b" + strconv.Itoa(b) }
 
 // finalizeAll drops the reservation from every head, moving the watermarks.
-func (s *Store) finalizeAll(ctx context.Context, saveID string, plans []savePlan) error {
+// The head keeps the pages' session token, for readers on any instance.
+func (s *Store) finalizeAll(ctx context.Context, saveID string, plans []savePlan, pagesToken string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	for _, p := range plans {
 		g.Go(func() error {
 			return s.updateHead(ctx, p.save.Recipient, func(h *headDoc) bool {
-				return dropReservation(h, saveID, p.save.Head.Watermark)
+				if !dropReservation(h, saveID, p.save.Head.Watermark) {
+					return false
+				}
+				h.DrawersToken = mergeTokens(h.DrawersToken, pagesToken)
+				return true
 			})
 		})
 	}
@@ -378,8 +497,8 @@ func dropReservation(h *headDoc, saveID string, limit int64) bool {
 // anything to write.
 func (s *Store) updateHead(ctx context.Context, recipient string, change func(*headDoc) bool) error {
 	pk := azcosmos.NewPartitionKeyString(recipient)
-	for {
-		item, err := s.recipients.ReadItem(ctx, pk, headID, nil)
+	for attempt := 0; ; attempt++ {
+		item, err := s.readItem(ctx, s.recipients, pk, headID, "")
 		if err != nil {
 			return err
 		}
@@ -396,8 +515,8 @@ func (s *Store) updateHead(ctx context.Context, recipient string, change func(*h
 		if !isStatus(err, http.StatusPreconditionFailed) {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if !pause(ctx, attempt) {
+			return ctx.Err()
 		}
 	}
 }
@@ -421,20 +540,70 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 // rollback deletes what a reservation wrote, then drops it from the head.
 func (s *Store) rollback(ctx context.Context, recipient string, res reservation) error {
 	for _, pg := range res.Pages {
-		_, err := s.drawers.DeleteItem(ctx, azcosmos.NewPartitionKeyString(pg.Drawer), pg.ID, nil)
+		err := s.deleteItem(ctx, s.drawers, azcosmos.NewPartitionKeyString(pg.Drawer), pg.ID)
 		if err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
 		}
 	}
 	for _, d := range res.IDDocs {
-		_, err := s.ids.DeleteItem(ctx, azcosmos.NewPartitionKeyString(d.PK), d.ID, nil)
+		err := s.deleteItem(ctx, s.ids, azcosmos.NewPartitionKeyString(d.PK), d.ID)
 		if err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
 		}
 	}
-	return s.updateHead(ctx, recipient, func(h *headDoc) bool {
-		return dropReservation(h, res.Save, h.Next-1)
-	})
+	return s.dropAborted(ctx, recipient, res)
+}
+
+// dropAborted drops an aborted save's reservation and records the positions
+// it took as holes in the catalog entries, in one batch: readers may skip
+// them from the moment the watermark passes them, and only because they are
+// recorded.
+func (s *Store) dropAborted(ctx context.Context, recipient string, res reservation) error {
+	pk := azcosmos.NewPartitionKeyString(recipient)
+	for attempt := 0; ; attempt++ {
+		item, err := s.readItem(ctx, s.recipients, pk, headID, "")
+		if err != nil {
+			return err
+		}
+		var h headDoc
+		if err := json.Unmarshal(item.Value, &h); err != nil {
+			return err
+		}
+		version := h.ETag
+		if !dropReservation(&h, res.Save, h.Next-1) {
+			return nil
+		}
+		b := s.recipients.NewTransactionalBatch(pk)
+		h.ETag = ""
+		if err := batchWrite(&b, h, version); err != nil {
+			return err
+		}
+		for _, r := range res.Ranges {
+			item, err := s.readItem(ctx, s.recipients, pk, entryID(r.key()), "")
+			if isStatus(err, http.StatusNotFound) {
+				continue // never written: the reservation failed
+			}
+			if err != nil {
+				return err
+			}
+			var d entryDoc
+			if err := json.Unmarshal(item.Value, &d); err != nil {
+				return err
+			}
+			e := toEntry(d)
+			e.AddHole(r.Start, r.End)
+			if err := batchWrite(&b, fromEntry(recipient, e), e.Version); err != nil {
+				return err
+			}
+		}
+		err = s.execute(ctx, s.recipients, b)
+		if !errors.Is(err, repository.ErrConflict) {
+			return err
+		}
+		if !pause(ctx, attempt) {
+			return ctx.Err()
+		}
+	}
 }
 
 func (s *Store) hasExpired(h headDoc) bool {
@@ -445,7 +614,7 @@ func (s *Store) hasExpired(h headDoc) bool {
 // resolveExpired settles the reservations of saves that outlived their
 // lease: finalized when committed, else aborted and rolled back.
 func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
-	item, err := s.recipients.ReadItem(ctx, azcosmos.NewPartitionKeyString(recipient), headID, nil)
+	item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), headID, "")
 	if err != nil {
 		return err
 	}
@@ -458,7 +627,7 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 		if res.Expires >= now {
 			continue
 		}
-		state, err := s.settle(ctx, res.Save)
+		state, err := s.settle(ctx, res.Save, res.Token)
 		if err != nil {
 			return err
 		}
@@ -476,9 +645,9 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 }
 
 // settle returns a save's final state, aborting it if it is still pending.
-func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
+func (s *Store) settle(ctx context.Context, saveID, token string) (string, error) {
 	pk := azcosmos.NewPartitionKeyString(saveID)
-	item, err := s.saves.ReadItem(ctx, pk, saveID, nil)
+	item, err := s.readItem(ctx, s.saves, pk, saveID, token)
 	if isStatus(err, http.StatusNotFound) {
 		return stateAborted, nil
 	}
@@ -496,9 +665,42 @@ func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
 	d.State, d.ETag = stateAborted, ""
 	_, err = s.saves.ReplaceItem(ctx, pk, saveID, mustJSON(d), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
 	if isStatus(err, http.StatusPreconditionFailed) {
-		return s.settle(ctx, saveID) // it committed or was aborted meanwhile
+		return s.settle(ctx, saveID, token) // it committed or was aborted meanwhile
 	}
 	return stateAborted, err
+}
+
+// readOnPrimary reads one item in a transactional batch, which Cosmos DB
+// runs on the primary replica: the answer reflects every write that
+// succeeded. found is false when the item does not exist.
+func (s *Store) readOnPrimary(ctx context.Context, c *azcosmos.ContainerClient, pk, id string, into any) (found bool, err error) {
+	b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString(pk))
+	b.ReadItem(id, nil)
+	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil {
+		return false, err
+	}
+	s.tokens.note(c.ID(), resp.SessionToken)
+	if len(resp.OperationResults) != 1 {
+		return false, fmt.Errorf("cosmos: read of %s answered %d results", id, len(resp.OperationResults))
+	}
+	op := resp.OperationResults[0]
+	switch {
+	case op.StatusCode == http.StatusNotFound:
+		return false, nil
+	case op.StatusCode >= 300:
+		return false, fmt.Errorf("cosmos: read of %s answered %d", id, op.StatusCode)
+	}
+	return true, json.Unmarshal(op.ResourceBody, into)
+}
+
+func (s *Store) readSaveOnPrimary(ctx context.Context, saveID string) (saveDoc, error) {
+	var d saveDoc
+	found, err := s.readOnPrimary(ctx, s.saves, saveID, saveID, &d)
+	if err == nil && !found {
+		d.State = stateAborted
+	}
+	return d, err
 }
 
 func mustJSON(v any) []byte {

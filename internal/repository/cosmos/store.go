@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -31,6 +32,9 @@ type Config struct {
 	Key       string // empty: Azure AD through azidentity's default credential chain
 	Database  string // default "messagehub"
 	Provision bool   // create the database and containers when missing
+	// Throughput of each container created by provisioning (default
+	// DefaultThroughput).
+	Throughput Throughput
 	// Retention is the time-to-live of dequeued bundles (default 7 days).
 	Retention time.Duration
 	// Lease is how long a save may hold a reservation before others roll it
@@ -57,6 +61,11 @@ type Store struct {
 	drawers    *azcosmos.ContainerClient
 	ids        *azcosmos.ContainerClient
 	saves      *azcosmos.ContainerClient
+
+	tokens *sessionTokens
+	// anchored: reads of a recipient's state first read its head on the
+	// primary (Session consistency); stronger levels read a quorum anyway.
+	anchored bool
 }
 
 var _ repository.Store = (*Store)(nil)
@@ -89,7 +98,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Transport = &http.Client{Transport: pooledTransport()}
 	}
 	// The meter sits below the retries, so that it counts every attempt.
-	meter := NewMeter(cfg.Transport, cfg.OnRequest)
+	account := &accountReader{next: cfg.Transport}
+	meter := NewMeter(account, cfg.OnRequest)
 	opts := &azcosmos.ClientOptions{ClientOptions: azcore.ClientOptions{
 		Transport: retrying{next: meter, attempts: 4, backoff: 50 * time.Millisecond},
 		// 429s are retried after x-ms-retry-after-ms, 408 and 5xx with
@@ -119,11 +129,20 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("cosmos client: %w", err)
 	}
 	if cfg.Provision {
-		if err := provision(ctx, client, cfg.Database); err != nil {
+		if err := provision(ctx, client, cfg.Database, cfg.Throughput); err != nil {
 			return nil, err
 		}
+	} else if db, err := client.NewDatabase(cfg.Database); err != nil {
+		return nil, err
+	} else if _, err := db.Read(ctx, nil); err != nil {
+		return nil, fmt.Errorf("cosmos: database %s: %w", cfg.Database, err)
 	}
-	s := &Store{cfg: cfg, client: client, meter: meter}
+	// The SDK read the account's properties before its first request.
+	level := account.consistency()
+	if err := checkConsistency(level); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, client: client, meter: meter, tokens: newSessionTokens(), anchored: strings.EqualFold(level, "Session")}
 	for _, c := range []struct {
 		name string
 		dst  **azcosmos.ContainerClient
@@ -168,7 +187,10 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string) (repository
 func (s *Store) loadRecipient(ctx context.Context, recipient string) (repository.RecipientState, headDoc, error) {
 	var st repository.RecipientState
 	var head headDoc
-	err := query(ctx, s.recipients, recipient,
+	if err := s.anchor(ctx, recipient); err != nil {
+		return st, head, err
+	}
+	err := s.query(ctx, s.recipients, recipient,
 		"SELECT * FROM c WHERE c.t IN ('head', 'entry', 'cursor', 'pending')", nil,
 		func(raw []byte) error {
 			var probe struct{ T string }
@@ -181,6 +203,8 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (repository
 					return err
 				}
 				st.Head = repository.Head{NextSeq: head.Next, Watermark: head.Watermark, Version: head.ETag}
+				// The pages below this watermark are read with their token.
+				s.tokens.note(containerDrawers, head.DrawersToken)
 			case typeEntry:
 				var d entryDoc
 				if err := json.Unmarshal(raw, &d); err != nil {
@@ -205,11 +229,30 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (repository
 	return st, head, err
 }
 
+// anchor reads the recipient's head on the primary (a transactional batch
+// runs there) and keeps the answer's session token, so that the query of the
+// recipient's state that follows sees every write that succeeded before it,
+// whichever instance made it. A head that does not exist yet fails the batch
+// but still answers with a token.
+func (s *Store) anchor(ctx context.Context, recipient string) error {
+	if !s.anchored {
+		return nil
+	}
+	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+	b.ReadItem(headID, nil)
+	resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil {
+		return err
+	}
+	s.tokens.note(containerRecipients, resp.SessionToken)
+	return nil
+}
+
 // ReadDrawer queries the drawer's pages overlapping [from, to).
 func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
 	var items []drawer.Item
 	errEnough := errors.New("enough")
-	err := query(ctx, s.drawers, drawerID,
+	err := s.query(ctx, s.drawers, drawerID,
 		"SELECT * FROM c WHERE c.e > @from AND c.s < @to ORDER BY c.s",
 		[]azcosmos.QueryParameter{{Name: "@from", Value: from}, {Name: "@to", Value: to}},
 		func(raw []byte) error {
@@ -241,7 +284,7 @@ func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64,
 
 // BundleExists reads the bundle's document.
 func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
-	_, err := s.recipients.ReadItem(ctx, azcosmos.NewPartitionKeyString(recipient), bundleDocID(bundleID), nil)
+	_, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), bundleDocID(bundleID), "")
 	if isStatus(err, http.StatusNotFound) {
 		return false, nil
 	}
@@ -284,13 +327,23 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 	if err := batchWrite(&b, fromCursor(recipient, cursor), cursor.Version); err != nil {
 		return err
 	}
-	return s.execute(ctx, s.recipients, b)
+	err := s.execute(ctx, s.recipients, b)
+	if errors.Is(err, repository.ErrConflict) {
+		// A replay of our own batch after a lost answer: the bundle is
+		// dequeued, at the moment we dequeued it.
+		var now bundleDoc
+		if found, rerr := s.readOnPrimary(ctx, s.recipients, recipient, doc.ID, &now); rerr == nil && found &&
+			now.T == typeDequeued && now.DequeuedAt == doc.DequeuedAt {
+			return nil
+		}
+	}
+	return err
 }
 
 // Recipients lists recipients from the registry partition.
 func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error) error {
 	var recipients []string
-	err := query(ctx, s.recipients, registryPartition, "SELECT c.id FROM c", nil, func(raw []byte) error {
+	err := s.query(ctx, s.recipients, registryPartition, "SELECT c.id FROM c", nil, func(raw []byte) error {
 		var d struct{ ID string }
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return err
@@ -312,7 +365,7 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 // DequeuedBundles lists the recipient's dequeued bundles not yet expired.
 func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error) {
 	var out []bundle.Record
-	err := query(ctx, s.recipients, recipient, "SELECT * FROM c WHERE c.t = 'dequeued'", nil, func(raw []byte) error {
+	err := s.query(ctx, s.recipients, recipient, "SELECT * FROM c WHERE c.t = 'dequeued'", nil, func(raw []byte) error {
 		var d bundleDoc
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return err
@@ -352,7 +405,7 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 	// Dequeued bundles also carry a TTL; deleting them here keeps retention
 	// exact where the TTL would lag.
 	for _, id := range sw.Bundles {
-		_, err := s.recipients.DeleteItem(ctx, azcosmos.NewPartitionKeyString(sw.Recipient), bundleDocID(id), nil)
+		err := s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sw.Recipient), bundleDocID(id))
 		if err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
 		}
@@ -363,7 +416,7 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 // deleteDrawer deletes a drawer's pages and the id documents pointing at it.
 func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 	var pages []string
-	err := query(ctx, s.drawers, drawerID, "SELECT c.id FROM c", nil, func(raw []byte) error {
+	err := s.query(ctx, s.drawers, drawerID, "SELECT c.id FROM c", nil, func(raw []byte) error {
 		var d struct{ ID string }
 		err := json.Unmarshal(raw, &d)
 		pages = append(pages, d.ID)
@@ -378,7 +431,7 @@ func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 	for bucket := range s.cfg.IDBuckets {
 		pk := bucketKey(bucket)
 		var docs []string
-		err := query(ctx, s.ids, pk, "SELECT c.id FROM c WHERE c.d = @d",
+		err := s.query(ctx, s.ids, pk, "SELECT c.id FROM c WHERE c.d = @d",
 			[]azcosmos.QueryParameter{{Name: "@d", Value: drawerID}}, func(raw []byte) error {
 				var d struct{ ID string }
 				err := json.Unmarshal(raw, &d)
@@ -417,7 +470,21 @@ const maxBatchOps = 100
 // execute runs a transactional batch; a failed precondition or an existing
 // id anywhere in it is ErrConflict.
 func (s *Store) execute(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos.TransactionalBatch) error {
+	_, err := s.run(ctx, c, b)
+	return err
+}
+
+// run is execute that also returns the batch's session token.
+func (s *Store) run(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos.TransactionalBatch) (string, error) {
 	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err == nil {
+		s.tokens.note(c.ID(), resp.SessionToken)
+	}
+	return resp.SessionToken, batchError(resp, err)
+}
+
+// batchError maps a batch's outcome to the store's errors.
+func batchError(resp azcosmos.TransactionalBatchResponse, err error) error {
 	if err != nil {
 		if isStatus(err, http.StatusConflict) || isStatus(err, http.StatusPreconditionFailed) || isStatus(err, http.StatusNotFound) {
 			return fmt.Errorf("%w: %w", repository.ErrConflict, err)
@@ -474,9 +541,38 @@ func (d cursorDoc) docID() string { return d.ID }
 func (d bundleDoc) docID() string { return d.ID }
 func (d headDoc) docID() string   { return d.ID }
 
-// query runs a query within one partition and calls fn for every item.
-func query(ctx context.Context, c *azcosmos.ContainerClient, pk, sql string, params []azcosmos.QueryParameter, fn func([]byte) error) error {
-	pager := c.NewQueryItemsPager(sql, azcosmos.NewPartitionKeyString(pk), &azcosmos.QueryOptions{QueryParameters: params})
+// query runs a query within one partition, as fresh as the session
+// tokens this store holds for the container, and calls fn for every item.
+func (s *Store) query(ctx context.Context, c *azcosmos.ContainerClient, pk, sql string, params []azcosmos.QueryParameter, fn func([]byte) error) error {
+	return queryWith(ctx, c, pk, sql, &azcosmos.QueryOptions{QueryParameters: params, SessionToken: s.tokens.get(c.ID())}, fn)
+}
+
+// readItem reads one item with the container's session tokens and token (a
+// token recorded by whoever wrote it; may be empty).
+func (s *Store) readItem(ctx context.Context, c *azcosmos.ContainerClient, pk azcosmos.PartitionKey, id, token string) (azcosmos.ItemResponse, error) {
+	opts := &azcosmos.ItemOptions{SessionToken: s.tokens.get(c.ID())}
+	if token != "" {
+		merged := token
+		if opts.SessionToken != nil {
+			merged = mergeTokens(token, *opts.SessionToken)
+		}
+		opts.SessionToken = &merged
+	}
+	return c.ReadItem(ctx, pk, id, opts)
+}
+
+// deleteItem deletes one item and keeps the token of the delete, so that
+// this process's reads no longer find it.
+func (s *Store) deleteItem(ctx context.Context, c *azcosmos.ContainerClient, pk azcosmos.PartitionKey, id string) error {
+	resp, err := c.DeleteItem(ctx, pk, id, nil)
+	if err == nil && resp.SessionToken != nil {
+		s.tokens.note(c.ID(), *resp.SessionToken)
+	}
+	return err
+}
+
+func queryWith(ctx context.Context, c *azcosmos.ContainerClient, pk, sql string, opts *azcosmos.QueryOptions, fn func([]byte) error) error {
+	pager := c.NewQueryItemsPager(sql, azcosmos.NewPartitionKeyString(pk), opts)
 	for pager.More() {
 		page, err := pager.NextPage(ctx)
 		if err != nil {

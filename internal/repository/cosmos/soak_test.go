@@ -1,0 +1,257 @@
+package cosmos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/repository/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// Two instances on one database whose replicas lag up to 200 ms, with
+// savers and consumers running at once on both: every notification is
+// delivered in exactly one dequeued bundle, each save's notifications in
+// order and together, and no Peek that began after a bundle's Dequeue
+// returned hands that bundle out again. Bounded: 4 savers × 12 saves, and
+// a two-minute deadline.
+func TestTwoInstancesSoakUnderReplicaLag(t *testing.T) {
+	opts := cosmostest.Default()
+	opts.Lag, opts.Seed = 200*time.Millisecond, 7
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	repos := make([]*repository.Repository, 2)
+	for i := range repos {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		repos[i] = repository.New(s, repository.Options{}, nil)
+		t.Cleanup(repos[i].Close)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	recipients := []string{uuid.NewString(), uuid.NewString()}
+
+	var mu sync.Mutex
+	var saves [][]string
+	var savers sync.WaitGroup
+	for w := range 4 {
+		savers.Go(func() {
+			for i := range 12 {
+				ns := notifications(1+(w+i)%5, recipients[(w+i)%2], 1)
+				if _, err := repos[(w+i)%2].Save(ctx, ns); err != nil {
+					t.Errorf("save: %v", err)
+					return
+				}
+				mu.Lock()
+				saves = append(saves, ids(ns))
+				mu.Unlock()
+			}
+		})
+	}
+	savingDone := make(chan struct{})
+	go func() { savers.Wait(); close(savingDone) }()
+
+	// clock orders events: a Dequeue's return and a Peek's start.
+	var clock atomic.Int64
+	dequeuedAt := map[string]int64{} // bundle → clock when its Dequeue returned
+	order := map[string][]string{}   // recipient → ids of its dequeued bundles, in dequeue order
+	delivered := map[string]int{}
+	var consumers sync.WaitGroup
+	for ci := range 4 {
+		consumers.Go(func() {
+			repo, r := repos[ci%2], recipients[(ci/2)%2]
+			for ctx.Err() == nil {
+				started := clock.Add(1)
+				b, err := repo.Peek(ctx, r, domain.GroupAll, "")
+				if err != nil {
+					t.Errorf("peek: %v", err)
+					return
+				}
+				if b == nil {
+					select {
+					case <-savingDone:
+						// Nothing left once saving ended: one more look.
+						if b, err = repo.Peek(ctx, r, domain.GroupAll, ""); err == nil && b == nil {
+							return
+						}
+					case <-time.After(20 * time.Millisecond): // poll interval
+					}
+					continue
+				}
+				mu.Lock()
+				if at, ok := dequeuedAt[b.ID]; ok && at < started {
+					mu.Unlock()
+					t.Errorf("bundle %s handed out by a Peek that began after its Dequeue returned", b.ID)
+					return
+				}
+				mu.Unlock()
+				err = repo.Dequeue(ctx, r, b.ID)
+				if errors.Is(err, domain.ErrNotFound) {
+					continue // the other consumer of this recipient dequeued it
+				}
+				if err != nil {
+					t.Errorf("dequeue: %v", err)
+					return
+				}
+				mu.Lock()
+				if _, twice := dequeuedAt[b.ID]; twice {
+					mu.Unlock()
+					t.Errorf("bundle %s dequeued twice", b.ID)
+					return
+				}
+				dequeuedAt[b.ID] = clock.Add(1)
+				for _, id := range b.NotificationIDs {
+					delivered[id]++
+					order[r] = append(order[r], id)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	consumers.Wait()
+	if t.Failed() {
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		t.Fatalf("soak did not finish in time: %v", err)
+	}
+	pos := map[string]int{} // id → place in its recipient's order
+	for _, ids := range order {
+		for i, id := range ids {
+			pos[id] = i
+		}
+	}
+	total := 0
+	for _, s := range saves {
+		for i, id := range s {
+			total++
+			if delivered[id] != 1 {
+				t.Fatalf("notification %s delivered %d times", id, delivered[id])
+			}
+			if i > 0 && pos[id] != pos[s[i-1]]+1 {
+				t.Fatal("a save's notifications were not delivered together in order")
+			}
+		}
+	}
+	if len(delivered) != total {
+		t.Fatalf("%d notifications delivered, %d saved", len(delivered), total)
+	}
+	t.Logf("%d notifications in %d saves, %d bundles dequeued", total, len(saves), len(dequeuedAt))
+}
+
+// The same new ids saved at once on two instances whose replicas lag: one
+// save stores them, the other counts them as duplicates, and each is
+// delivered once.
+func TestOneIDSavedOnTwoInstancesAtOnceIsStoredOnceUnderLag(t *testing.T) {
+	opts := cosmostest.Default()
+	opts.Lag, opts.Seed = 200*time.Millisecond, 11
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	repos := make([]*repository.Repository, 2)
+	for i := range repos {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		repos[i] = repository.New(s, repository.Options{}, nil)
+		t.Cleanup(repos[i].Close)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := uuid.NewString()
+	var want []string
+	for round := range 8 {
+		ns := notifications(1+round%3, r, 1)
+		want = append(want, ids(ns)...)
+		results := make([]domain.SaveResult, 2)
+		var wg sync.WaitGroup
+		for i := range repos {
+			wg.Go(func() {
+				var err error
+				if results[i], err = repos[i].Save(ctx, ns); err != nil {
+					t.Errorf("save on instance %d: %v", i, err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		if results[0].Saved+results[1].Saved != len(ns) || results[0].Duplicates+results[1].Duplicates != len(ns) {
+			t.Fatalf("round %d: results %+v, want the %d ids saved once and counted once as duplicates", round, results, len(ns))
+		}
+	}
+	var got []string
+	for range 100 {
+		b, err := repos[1].Peek(ctx, r, domain.GroupAll, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			break
+		}
+		got = append(got, b.NotificationIDs...)
+		if err := repos[0].Dequeue(ctx, r, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("delivered %d ids, want each of the %d saved once, in order", len(got), len(want))
+	}
+}
+
+// The largest Save validation allows, with the longest content type and
+// distinct longest document types, fits Cosmos DB's request limits: page
+// batches are sized by bytes, so no request is refused with 413.
+func TestLargestSaveFitsTheRequestLimits(t *testing.T) {
+	opts := cosmostest.Default()
+	opts.Limits = true
+	srv := cosmostest.StartWith(t, opts)
+	s, err := cosmos.Open(context.Background(), cosmos.Config{
+		Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: cosmostest.UniqueID("db"), Transport: cosmostest.NewHTTPClient(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := repository.New(s, repository.Options{}, nil)
+	t.Cleanup(repo.Close)
+	r := uuid.NewString()
+	long := func(prefix string, i int) string {
+		tail := fmt.Sprintf("%s-%06d", prefix, i)
+		return strings.Repeat("x", domain.MaxContentTypeLength-len(tail)) + tail
+	}
+	ns := notifications(10_000, r, 1)
+	for i := range ns {
+		ns[i].ContentType = long("ct", 0)
+		ns[i].DocumentType = long("dt", i)
+	}
+	res, err := repo.Save(context.Background(), ns)
+	if err != nil || res.Saved != len(ns) {
+		t.Fatalf("save of 10,000 with 255-character types = %+v, %v", res, err)
+	}
+	state, err := s.LoadRecipient(context.Background(), r)
+	if err != nil || len(state.Entries) != 1 {
+		t.Fatalf("state = %+v, %v", state, err)
+	}
+	items, err := drawer.ReadRange(context.Background(), s.ReadDrawer, state.Entries[0].Drawers, 0, state.Entries[0].Total)
+	if err != nil || len(items) != len(ns) || items[9_999].DocumentType != ns[9_999].DocumentType {
+		t.Fatalf("read back %d of %d items, %v", len(items), len(ns), err)
+	}
+}
