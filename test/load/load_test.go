@@ -146,3 +146,19 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("percentile of one sample = %v, want it", got)
 	}
 }
+
+// TestSpreadGivesEveryRecipientItsShare checks the users' shape: a Save of
+// 1,000 spread over 100 recipients holds 10 notifications for each.
+func TestSpreadGivesEveryRecipientItsShare(t *testing.T) {
+	recipients := newRecipients(100)
+	ns := newGen().saveBatch(recipients, 1000, true)
+	count := map[string]int{}
+	for _, n := range ns {
+		count[n.GetRecipient()]++
+	}
+	for _, r := range recipients {
+		if count[r] != 10 {
+			t.Errorf("recipient %s got %d notifications, want 10", r, count[r])
+		}
+	}
+}

@@ -53,6 +53,7 @@ type Config struct {
 	Requests        int
 	Batch           int
 	Recipients      int
+	Spread          bool // save-batch: each Save's notifications round-robin over the recipients
 	Notifications   int
 	BundleSize      int
 	PeekSize        int
@@ -97,6 +98,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&cfg.Requests, "requests", 0, "save-batch, save-single: stop after this many Saves (0: only -duration)")
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "save-batch: notifications per Save (1..10000)")
 	fs.IntVar(&cfg.Recipients, "recipients", cfg.Recipients, "save-batch, save-single, dequeue-rate: how many recipients the notifications are spread over")
+	fs.BoolVar(&cfg.Spread, "spread", false, "save-batch, save-single: give each Save's notifications to the recipients in turn (a Save of 1,000 over 100 recipients: 10 each) instead of at random")
 	fs.IntVar(&cfg.Notifications, "notifications", cfg.Notifications, "drain: notifications pre-loaded, then drained")
 	fs.IntVar(&cfg.BundleSize, "bundle-size", cfg.BundleSize, "drain: notifications per bundle")
 	fs.IntVar(&cfg.PeekSize, "peek-size", cfg.PeekSize, "peek-full: notifications (of weight 1) in the bundle peeked")

@@ -95,6 +95,22 @@ func notification(id, recipient string, c cabinet, bundling bool, weight int64) 
 	}
 }
 
+// saveBatch makes batch new notifications of weight 1, each for a random
+// cabinet and a random recipient or, with spread, for the recipients in turn
+// starting from a random one (1,000 over 100 recipients: 10 each).
+func (g *gen) saveBatch(recipients []string, batch int, spread bool) []*messagehubv1.DataAvailable {
+	ns := make([]*messagehubv1.DataAvailable, batch)
+	first := g.r.IntN(len(recipients))
+	for i := range ns {
+		r := recipients[g.r.IntN(len(recipients))]
+		if spread {
+			r = recipients[(first+i)%len(recipients)]
+		}
+		ns[i] = notification(g.id(), r, saveCabinets[g.r.IntN(len(saveCabinets))], true, 1)
+	}
+	return ns
+}
+
 func newRecipients(n int) []string {
 	rs := make([]string, n)
 	for i := range rs {
@@ -171,11 +187,13 @@ func cmpOr(v, def int) int {
 
 // saveLoad runs closed-loop Saves of batch notifications from concurrency
 // workers until cfg.Duration has passed or cfg.Requests were sent. Each
-// notification goes to a random recipient and cabinet.
+// notification goes to a random cabinet and to a random recipient or, with
+// cfg.Spread, to the recipients in turn from a random one.
 func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, error) {
 	res := newResult(map[string]any{
 		"batch": batch, "concurrency": concurrency, "duration": e.cfg.Duration.String(),
 		"requests": e.cfg.Requests, "recipients": e.cfg.Recipients, "conns": e.cfg.Conns,
+		"spread": e.cfg.Spread,
 	})
 	recipients := newRecipients(e.cfg.Recipients)
 	var errs errorLog
@@ -192,10 +210,7 @@ func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, err
 				if e.cfg.Requests > 0 && issued.Add(1) > int64(e.cfg.Requests) {
 					return
 				}
-				ns := make([]*messagehubv1.DataAvailable, batch)
-				for i := range ns {
-					ns[i] = notification(g.id(), recipients[g.r.IntN(len(recipients))], saveCabinets[g.r.IntN(len(saveCabinets))], true, 1)
-				}
+				ns := g.saveBatch(recipients, batch, e.cfg.Spread)
 				cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
 				t0 := time.Now()
 				resp, err := c.Save(cctx, &messagehubv1.SaveRequest{Notifications: ns})
