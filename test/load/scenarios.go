@@ -23,6 +23,7 @@ var scenarios = map[string]func(context.Context, *env) (*Result, error){
 	"drain":        drain,
 	"peek-full":    peekFull,
 	"dequeue-rate": dequeueRate,
+	"backlog":      backlog,
 }
 
 // env is what a scenario runs with.
@@ -241,6 +242,27 @@ func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, err
 	res.add("elapsed_s", elapsed.Seconds())
 	errs.fill(res)
 	return res, ctx.Err()
+}
+
+// backlog saves cfg.Notifications notifications spread evenly over
+// cfg.Recipients new recipients, in Saves of 10,000 from 4 workers, and
+// leaves them undelivered: with -data-dir, it builds the backlog that later
+// runs on the same directory measure with.
+func backlog(ctx context.Context, e *env) (*Result, error) {
+	total := e.cfg.Notifications
+	res := newResult(map[string]any{"notifications": total, "recipients": e.cfg.Recipients, "conns": e.cfg.Conns})
+	recipients := newRecipients(e.cfg.Recipients)
+	e.log("backlog: saving %d notifications over %d recipients", total, len(recipients))
+	t0 := time.Now()
+	err := e.preload(ctx, total, func(g *gen, i int) *messagehubv1.DataAvailable {
+		return notification(g.id(), recipients[i%len(recipients)], saveCabinets[i%len(saveCabinets)], true, 1)
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.add("notifications_per_s", rate(int64(total), time.Since(t0)))
+	res.add("elapsed_s", time.Since(t0).Seconds())
+	return res, nil
 }
 
 // drain pre-loads cfg.Notifications notifications spread evenly over one
