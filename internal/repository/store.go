@@ -59,6 +59,9 @@ type IDRecord struct {
 	ID          string
 	Fingerprint Fingerprint
 	DrawerID    string
+	// LegacyFingerprint says Fingerprint is the truncated SHA-256 that
+	// versions before xxh3 stored, not today's xxh3 hash.
+	LegacyFingerprint bool
 }
 
 // RecipientSave is one recipient's part of a Save: new pages, the entries and
