@@ -40,12 +40,16 @@ type Store struct {
 	writerDone chan struct{}
 	closeMu    sync.RWMutex // guards sends on writes against Close
 	closed     bool
-	ids        idFilter // see idfilter.go
+	ids        idFilter       // see idfilter.go
+	stopBuild  chan struct{}  // closed by Close: stop building the id filter
+	background sync.WaitGroup // the id filter's build
 
 	// cache holds the published control records of recipients with data
 	// (records.go). Records are never changed once published.
-	cacheMu sync.RWMutex
-	cache   map[[16]byte]*records
+	cacheMu    sync.RWMutex
+	cache      map[[16]byte]*records
+	cacheEpoch uint64        // counts eviction rounds that dropped records
+	evictStop  chan struct{} // closed by Close
 }
 
 var _ repository.Store = (*Store)(nil)
@@ -76,15 +80,14 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 	s := &Store{
 		db: db, logger: logger, cache: make(map[[16]byte]*records),
 		writes: make(chan writeReq, maxWriteGroup), writerDone: make(chan struct{}),
+		evictStop: make(chan struct{}), stopBuild: make(chan struct{}),
 	}
-	if err := s.buildIDFilter(); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("index the ids in %s: %w", dir, err)
-	}
+	s.startIDFilter()
 	// Versions only need to differ from every earlier one of the same record;
 	// the clock at start keeps them increasing across restarts.
 	s.version.Store(uint64(time.Now().UnixNano()))
 	go s.writeLoop()
+	go s.evictLoop()
 	return s, nil
 }
 
@@ -106,9 +109,12 @@ func (s *Store) Close() error {
 	if !s.closed {
 		s.closed = true
 		close(s.writes)
+		close(s.evictStop)
+		close(s.stopBuild)
 	}
 	s.closeMu.Unlock()
 	<-s.writerDone
+	s.background.Wait()
 	return s.db.Close()
 }
 
@@ -123,16 +129,21 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string) (repository
 	if rec := s.cached(r); rec != nil {
 		return rec.state(), nil
 	}
+	s.cacheMu.RLock()
+	epoch := s.cacheEpoch
+	s.cacheMu.RUnlock()
 	rec, err := s.readRecords(r)
 	if err != nil {
 		return repository.RecipientState{}, err
 	}
 	// Only recipients that have data are kept in memory, so peeks for
 	// unknown recipients cannot grow the cache. What was read is durable;
-	// if the writer published meanwhile, its records are newer and stay.
+	// if the writer published meanwhile, its records are newer and stay, and
+	// if an eviction round ran meanwhile, they may have been newer and gone.
 	if rec.head.Version != "" {
+		rec.used.Store(true)
 		s.cacheMu.Lock()
-		if s.cache[r] == nil {
+		if s.cache[r] == nil && s.cacheEpoch == epoch {
 			s.cache[r] = rec
 		}
 		s.cacheMu.Unlock()

@@ -78,6 +78,7 @@ func (s *Store) writeLoop() {
 }
 
 func (s *Store) commitGroup(group []writeReq) {
+	s.useBuiltIDFilter(false)
 	tx := &txn{
 		s:        s,
 		batch:    s.db.NewBatch(),
@@ -102,7 +103,10 @@ func (s *Store) commitGroup(group []writeReq) {
 			}
 		} else {
 			s.cacheMu.Lock()
-			maps.Copy(s.cache, tx.touched)
+			for r, rec := range tx.touched {
+				rec.used.Store(true)
+				s.cache[r] = rec
+			}
 			s.cacheMu.Unlock()
 			s.addIDs(tx.newIDs)
 		}
