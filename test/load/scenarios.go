@@ -254,8 +254,12 @@ func backlog(ctx context.Context, e *env) (*Result, error) {
 	recipients := newRecipients(e.cfg.Recipients)
 	e.log("backlog: saving %d notifications over %d recipients", total, len(recipients))
 	t0 := time.Now()
+	// Each Save of 10,000 goes to 100 recipients (100 each), the next Save
+	// to the next 100: as domains publish, and the fastest way to fill.
+	const perSave = 100
 	err := e.preload(ctx, total, func(g *gen, i int) *messagehubv1.DataAvailable {
-		return notification(g.id(), recipients[i%len(recipients)], saveCabinets[i%len(saveCabinets)], true, 1)
+		r := (i/maxPerSave*perSave + i%perSave) % len(recipients)
+		return notification(g.id(), recipients[r], saveCabinets[i%len(saveCabinets)], true, 1)
 	})
 	if err != nil {
 		return nil, err
