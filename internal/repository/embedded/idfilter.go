@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"errors"
+	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
 )
@@ -37,6 +38,7 @@ func (s *Store) startIDFilter() {
 		if beforeIDScan != nil {
 			beforeIDScan()
 		}
+		t0 := time.Now()
 		f, err := s.newIDFilter(s.stopBuild)
 		if err != nil {
 			if !errors.Is(err, errStoreClosed) {
@@ -44,6 +46,7 @@ func (s *Store) startIDFilter() {
 			}
 			return
 		}
+		s.logger.Info("stored ids indexed", "ids", f.count, "took", time.Since(t0).Round(time.Millisecond).String())
 		built <- f
 	})
 }
@@ -73,17 +76,30 @@ func (s *Store) useBuiltIDFilter(wait bool) {
 // beforeIDScan, when set (by tests), runs before the first id filter is built.
 var beforeIDScan func()
 
-// newIDFilter sizes a filter for twice the ids stored and adds them all.
-// It stops with errStoreClosed when stop is closed.
+// newIDFilter sizes a filter for twice the ids stored and adds them all. The
+// count comes from the size of the ids on disk (over-estimated: a filter too
+// large only costs memory), so one scan does; when the estimate falls short
+// (ids still in the memtable) a second scan sizes it exactly. It stops with
+// errStoreClosed when stop is closed.
 func (s *Store) newIDFilter(stop <-chan struct{}) (idFilter, error) {
-	var n uint
-	count := func(_, _ []byte) error {
-		n++
-		return stopped(stop, n)
-	}
-	if err := s.scan([]byte{prefixID}, count); err != nil {
+	onDisk, err := s.db.EstimateDiskUsage([]byte{prefixID}, []byte{prefixID + 1})
+	if err != nil {
 		return idFilter{}, err
 	}
+	f, err := s.fillIDFilter(uint(onDisk/minIDRecordOnDisk), stop)
+	if err != nil || f.count <= f.capacity/2 {
+		return f, err
+	}
+	return s.fillIDFilter(f.count, stop)
+}
+
+// minIDRecordOnDisk under-estimates what one id record takes in a table (a
+// 17-byte key and a 33-byte value of random bytes, which do not compress:
+// about 53 measured), so that dividing by it over-estimates the count.
+const minIDRecordOnDisk = 32
+
+// fillIDFilter builds a filter for 2 × n ids and adds every stored id.
+func (s *Store) fillIDFilter(n uint, stop <-chan struct{}) (idFilter, error) {
 	f := idFilter{capacity: max(2*n, minIDFilterCapacity)}
 	f.filter = bloom.NewWithEstimates(f.capacity, 0.01)
 	err := s.scan([]byte{prefixID}, func(key, _ []byte) error {
