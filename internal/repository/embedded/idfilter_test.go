@@ -41,7 +41,6 @@ func TestIDFilterNeverHidesAStoredID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitForIDFilter(t, s)
 	var all []string
 	for range 20 {
 		ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()}
@@ -71,61 +70,4 @@ func TestIDFilterNeverHidesAStoredID(t *testing.T) {
 	}
 	defer s.Close()
 	check(s)
-	waitForIDFilter(t, s)
-	check(s)
-}
-
-// waitForIDFilter has the writer wait for the filter built at start.
-func waitForIDFilter(t *testing.T, s *Store) {
-	t.Helper()
-	err := s.write(context.Background(), func(*txn) error {
-		s.useBuiltIDFilter(true)
-		return nil
-	})
-	if err != nil || s.ids.filter == nil {
-		t.Fatalf("id filter not built: %v", err)
-	}
-}
-
-// Opening does not wait for every stored id to be indexed; ids saved while
-// the index is built are in it once it is there.
-func TestIDsSavedWhileTheFilterIsBuiltAreFound(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := []string{uuid.NewString(), uuid.NewString()}
-	if err := saveIDs(t, s, before); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	beforeIDScan = func() { <-release }
-	t.Cleanup(func() { beforeIDScan = nil })
-	if s, err = Open(dir, nil); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	during := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}
-	if err := saveIDs(t, s, during); err != nil {
-		t.Fatal(err)
-	}
-	all := append(before, during...)
-	var exist *repository.IDsExistError
-	if err := saveIDs(t, s, all); !errors.As(err, &exist) || len(exist.Records) != len(all) {
-		t.Fatalf("before the filter is built, re-saving %d stored ids: %v", len(all), err)
-	}
-	close(release)
-	waitForIDFilter(t, s)
-	for _, id := range all {
-		if !s.ids.mayExist(idKey(uuidOf(t, id))) {
-			t.Fatalf("id %s missing from the filter", id)
-		}
-	}
-	if err := saveIDs(t, s, all); !errors.As(err, &exist) || len(exist.Records) != len(all) {
-		t.Fatalf("after, re-saving %d stored ids: %v", len(all), err)
-	}
 }

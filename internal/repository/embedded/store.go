@@ -40,9 +40,7 @@ type Store struct {
 	writerDone chan struct{}
 	closeMu    sync.RWMutex // guards sends on writes against Close
 	closed     bool
-	ids        idFilter       // see idfilter.go
-	stopBuild  chan struct{}  // closed by Close: stop building the id filter
-	background sync.WaitGroup // the id filter's build
+	ids        idFilter // see idfilter.go
 
 	// cache holds the published control records of recipients with data
 	// (records.go). Records are never changed once published.
@@ -80,9 +78,12 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 	s := &Store{
 		db: db, logger: logger, cache: make(map[[16]byte]*records),
 		writes: make(chan writeReq, maxWriteGroup), writerDone: make(chan struct{}),
-		evictStop: make(chan struct{}), stopBuild: make(chan struct{}),
+		evictStop: make(chan struct{}),
 	}
-	s.startIDFilter()
+	if err := s.buildIDFilter(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("index the ids in %s: %w", dir, err)
+	}
 	// Versions only need to differ from every earlier one of the same record;
 	// the clock at start keeps them increasing across restarts.
 	s.version.Store(uint64(time.Now().UnixNano()))
@@ -110,11 +111,9 @@ func (s *Store) Close() error {
 		s.closed = true
 		close(s.writes)
 		close(s.evictStop)
-		close(s.stopBuild)
 	}
 	s.closeMu.Unlock()
 	<-s.writerDone
-	s.background.Wait()
 	return s.db.Close()
 }
 

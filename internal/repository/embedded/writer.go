@@ -78,7 +78,6 @@ func (s *Store) writeLoop() {
 }
 
 func (s *Store) commitGroup(group []writeReq) {
-	s.useBuiltIDFilter(false)
 	tx := &txn{
 		s:        s,
 		batch:    s.db.NewBatch(),
