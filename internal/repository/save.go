@@ -178,20 +178,20 @@ func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map
 		if !found {
 			prev, found = accepted[n.ID]
 		}
-		want := fp
+		fromStore := false
 		if !found {
 			var rec IDRecord
 			rec, found = stored[n.ID]
-			prev = rec.Fingerprint
-			if rec.LegacyFingerprint {
-				want = legacyFingerprint(n)
-			}
+			prev, fromStore = rec.Fingerprint, found
 		}
 		switch {
 		case !found:
 			own[n.ID] = fp
 			fresh = append(fresh, n)
-		case prev == want:
+		case prev == fp, fromStore && prev == legacyFingerprint(n):
+			// A stored record may hold the SHA-256 fingerprint of an earlier
+			// version: a store that cannot tell (Cosmos documents carry no
+			// format) is served by comparing with both.
 			dups++
 		default:
 			return nil, nil, 0, fmt.Errorf("%w: %s", domain.ErrNotificationConflict, n.ID)

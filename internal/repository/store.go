@@ -60,7 +60,8 @@ type IDRecord struct {
 	Fingerprint Fingerprint
 	DrawerID    string
 	// LegacyFingerprint says Fingerprint is the truncated SHA-256 that
-	// versions before xxh3 stored, not today's xxh3 hash.
+	// versions before xxh3 stored, where the store can tell (the embedded
+	// one can). Save compares stored fingerprints with both hashes anyway.
 	LegacyFingerprint bool
 }
 
