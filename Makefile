@@ -29,6 +29,8 @@ GOTESTSUM          := $(BIN)/.gotestsum-$(GOTESTSUM_VERSION)
 BENCHTIME ?= 1x
 ARGS      ?=
 
+INGEST_DURATION ?= 5s
+
 # make load: how long and how many calls each ghz run may take (see
 # test/load/ghz/README.md), and how long each native scenario runs.
 GHZ_N         ?= 20000
@@ -36,7 +38,7 @@ GHZ_C         ?= 50
 GHZ_Z         ?= 60s
 LOAD_DURATION ?= 5s
 
-.PHONY: all tools generate lint build run test bench load dev-tokens clean
+.PHONY: all tools generate lint build run test bench load ingest-vs-postgres dev-tokens clean
 all: lint build test
 
 GENERATORS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GATEWAY) $(PROTOC_GEN_OPENAPI)
@@ -118,6 +120,9 @@ load: export MESSAGEHUB_HTTP_ADDR ?= 127.0.0.1:0
 load: $(GHZ) ## load test on loopback: the native tool and ghz (GHZ_N, GHZ_C, GHZ_Z, LOAD_DURATION)
 	GHZ=$(BIN)/ghz GHZ_N=$(GHZ_N) GHZ_C=$(GHZ_C) GHZ_Z=$(GHZ_Z) LOAD_DURATION=$(LOAD_DURATION) \
 		test/load/ghz/load.sh
+
+ingest-vs-postgres: ## ingest side by side with a private PostgreSQL 15 cluster (INGEST_DURATION, default 5s)
+	test/load/postgres/run.sh $(INGEST_DURATION)
 
 clean:
 	rm -rf $(BIN) coverage.out coverage.html

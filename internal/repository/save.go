@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
@@ -176,16 +178,20 @@ func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map
 		if !found {
 			prev, found = accepted[n.ID]
 		}
+		fromStore := false
 		if !found {
 			var rec IDRecord
 			rec, found = stored[n.ID]
-			prev = rec.Fingerprint
+			prev, fromStore = rec.Fingerprint, found
 		}
 		switch {
 		case !found:
 			own[n.ID] = fp
 			fresh = append(fresh, n)
-		case prev == fp:
+		case prev == fp, fromStore && prev == legacyFingerprint(n):
+			// A stored record may hold the SHA-256 fingerprint of an earlier
+			// version: a store that cannot tell (Cosmos documents carry no
+			// format) is served by comparing with both.
 			dups++
 		default:
 			return nil, nil, 0, fmt.Errorf("%w: %s", domain.ErrNotificationConflict, n.ID)
@@ -242,25 +248,38 @@ func planSave(recipient string, state RecipientState, ns []domain.Notification, 
 	return save
 }
 
-// fingerprint hashes everything a notification says except its id.
+// fingerprint hashes everything a notification says except its id with
+// xxh3's 128-bit hash: fast, and strong enough to tell a duplicate from a
+// conflicting save by trusted callers (no one forges collisions here).
 func fingerprint(n domain.Notification) Fingerprint {
-	h := sha256.New()
-	var num [8]byte
-	for _, s := range []string{n.Recipient, n.ContentType, n.DocumentType} {
-		binary.BigEndian.PutUint64(num[:], uint64(len(s)))
-		h.Write(num[:])
-		h.Write([]byte(s))
-	}
-	binary.BigEndian.PutUint64(num[:], uint64(n.Origin))
-	h.Write(num[:])
-	binary.BigEndian.PutUint64(num[:], uint64(n.Weight))
-	h.Write(num[:])
-	if n.SupportsBundling {
-		h.Write([]byte{1})
-	} else {
-		h.Write([]byte{0})
-	}
+	var buf [256]byte
+	h := xxh3.Hash128(appendContent(buf[:0], n))
 	var fp Fingerprint
-	copy(fp[:], h.Sum(nil))
+	binary.BigEndian.PutUint64(fp[:8], h.Hi)
+	binary.BigEndian.PutUint64(fp[8:], h.Lo)
 	return fp
+}
+
+// legacyFingerprint is the fingerprint of versions before xxh3: the first
+// 16 bytes of a SHA-256 of the same content. Id records stored by them say
+// so (IDRecord.LegacyFingerprint) and are compared with this.
+func legacyFingerprint(n domain.Notification) Fingerprint {
+	var buf [256]byte
+	sum := sha256.Sum256(appendContent(buf[:0], n))
+	return Fingerprint(sum[:16])
+}
+
+// appendContent appends what a fingerprint covers, each string preceded by
+// its length so that no two contents read alike.
+func appendContent(b []byte, n domain.Notification) []byte {
+	for _, s := range []string{n.Recipient, n.ContentType, n.DocumentType} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(n.Origin))
+	b = binary.BigEndian.AppendUint64(b, uint64(n.Weight)) //nolint:gosec // a weight is positive
+	if n.SupportsBundling {
+		return append(b, 1)
+	}
+	return append(b, 0)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,7 @@ func TestScenariosAgainstSpawnedHub(t *testing.T) {
 		},
 		"peek-full":    {"peek_p50_ms": positive, "peek_samples": atLeast(1), "repeek_p50_ms": positive},
 		"dequeue-rate": {"achieved_rps": positive, "dequeue_samples": equals(60), "dequeue_p99_ms": positive, "skipped_ticks": equals(0)},
+		"backlog":      {"notifications_per_s": positive, "hub_startup_s": positive, "hub_rss_start_mib": positive, "hub_rss_end_mib": positive},
 	}
 	for _, r := range results {
 		if r.Errors != 0 {
@@ -105,7 +107,7 @@ func TestParseFlags(t *testing.T) {
 		{args: nil, want: []string{"save-batch"}},
 		{args: []string{"-scenario", "drain,peek-full"}, want: []string{"drain", "peek-full"}},
 		{args: []string{"-scenario", "all"}, want: scenarioNames},
-		{args: []string{"-scenario", "drain,all,drain"}, want: []string{"drain", "save-batch", "save-single", "peek-full", "dequeue-rate"}},
+		{args: []string{"-scenario", "drain,all,drain"}, want: []string{"drain", "save-batch", "save-single", "peek-full", "dequeue-rate", "backlog"}},
 		{args: []string{"-scenario", "nope"}, wantErr: "unknown scenario"},
 		{args: []string{"-batch", "10001"}, wantErr: "-batch"},
 		{args: []string{"-rate", "0"}, wantErr: "-rate"},
@@ -144,5 +146,45 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := percentile([]time.Duration{7}, 0.99); got != 7 {
 		t.Errorf("percentile of one sample = %v, want it", got)
+	}
+}
+
+// TestSpreadGivesEveryRecipientItsShare checks the users' shape: a Save of
+// 1,000 spread over 100 recipients holds 10 notifications for each.
+func TestSpreadGivesEveryRecipientItsShare(t *testing.T) {
+	recipients := newRecipients(100)
+	ns := newGen().saveBatch(recipients, 1000, true)
+	count := map[string]int{}
+	for _, n := range ns {
+		count[n.GetRecipient()]++
+	}
+	for _, r := range recipients {
+		if count[r] != 10 {
+			t.Errorf("recipient %s got %d notifications, want 10", r, count[r])
+		}
+	}
+}
+
+// TestDataDirIsKeptForTheNextRun checks that a hub spawned on -data-dir
+// leaves its data there, so a later run measures with that backlog.
+func TestDataDirIsKeptForTheNextRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the hub")
+	}
+	cfg := defaultConfig()
+	cfg.Scenarios = []string{"backlog", "backlog"}
+	cfg.Spawn = true
+	cfg.DataDir = t.TempDir()
+	cfg.Notifications = 500
+	cfg.Recipients = 5
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	results, err := runAll(ctx, cfg, func(string, ...any) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(cfg.DataDir)
+	if err != nil || len(entries) == 0 || len(results) != 2 {
+		t.Fatalf("data dir after the runs: %v entries (%v); %d results", len(entries), err, len(results))
 	}
 }

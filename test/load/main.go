@@ -38,7 +38,7 @@ const (
 )
 
 // scenarioNames lists the scenarios in the order "all" runs them.
-var scenarioNames = []string{"save-batch", "save-single", "drain", "peek-full", "dequeue-rate"}
+var scenarioNames = []string{"save-batch", "save-single", "drain", "peek-full", "dequeue-rate", "backlog"}
 
 // Config is everything the tool is told on its command line.
 type Config struct {
@@ -53,6 +53,8 @@ type Config struct {
 	Requests        int
 	Batch           int
 	Recipients      int
+	Spread          bool   // save-batch: each Save's notifications round-robin over the recipients
+	DataDir         string // with Spawn: the hub's data dir, kept (empty: a fresh temporary one)
 	Notifications   int
 	BundleSize      int
 	PeekSize        int
@@ -97,6 +99,8 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&cfg.Requests, "requests", 0, "save-batch, save-single: stop after this many Saves (0: only -duration)")
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "save-batch: notifications per Save (1..10000)")
 	fs.IntVar(&cfg.Recipients, "recipients", cfg.Recipients, "save-batch, save-single, dequeue-rate: how many recipients the notifications are spread over")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "with -spawn: run the hub on this data dir and keep it (to measure with a backlog; see the backlog scenario) instead of a fresh temporary one")
+	fs.BoolVar(&cfg.Spread, "spread", false, "save-batch, save-single: give each Save's notifications to the recipients in turn (a Save of 1,000 over 100 recipients: 10 each) instead of at random")
 	fs.IntVar(&cfg.Notifications, "notifications", cfg.Notifications, "drain: notifications pre-loaded, then drained")
 	fs.IntVar(&cfg.BundleSize, "bundle-size", cfg.BundleSize, "drain: notifications per bundle")
 	fs.IntVar(&cfg.PeekSize, "peek-size", cfg.PeekSize, "peek-full: notifications (of weight 1) in the bundle peeked")
@@ -226,12 +230,13 @@ func runOne(ctx context.Context, cfg Config, name string, builder *serverBuilder
 		// Bundles of exactly -bundle-size notifications of weight 1.
 		maxWeight = int64(cfg.BundleSize)
 	}
+	var srv *server
 	if cfg.Spawn {
 		bin, err := builder.binary(ctx, cfg.ServerBin, log)
 		if err != nil {
 			return nil, err
 		}
-		srv, err := spawnServer(ctx, bin, maxWeight, log)
+		srv, err = spawnServer(ctx, bin, maxWeight, cfg.DataDir, log)
 		if err != nil {
 			return nil, err
 		}
@@ -268,6 +273,9 @@ func runOne(ctx context.Context, cfg Config, name string, builder *serverBuilder
 		res.Scenario = name
 		res.Params["spawn"] = cfg.Spawn
 		res.Params["max_bundle_weight"] = maxWeight
+		if srv != nil {
+			srv.report(res)
+		}
 	}
 	return res, err
 }

@@ -23,6 +23,7 @@ var scenarios = map[string]func(context.Context, *env) (*Result, error){
 	"drain":        drain,
 	"peek-full":    peekFull,
 	"dequeue-rate": dequeueRate,
+	"backlog":      backlog,
 }
 
 // env is what a scenario runs with.
@@ -93,6 +94,22 @@ func notification(id, recipient string, c cabinet, bundling bool, weight int64) 
 		SupportsBundling: bundling,
 		Weight:           weight,
 	}
+}
+
+// saveBatch makes batch new notifications of weight 1, each for a random
+// cabinet and a random recipient or, with spread, for the recipients in turn
+// starting from a random one (1,000 over 100 recipients: 10 each).
+func (g *gen) saveBatch(recipients []string, batch int, spread bool) []*messagehubv1.DataAvailable {
+	ns := make([]*messagehubv1.DataAvailable, batch)
+	first := g.r.IntN(len(recipients))
+	for i := range ns {
+		r := recipients[g.r.IntN(len(recipients))]
+		if spread {
+			r = recipients[(first+i)%len(recipients)]
+		}
+		ns[i] = notification(g.id(), r, saveCabinets[g.r.IntN(len(saveCabinets))], true, 1)
+	}
+	return ns
 }
 
 func newRecipients(n int) []string {
@@ -171,11 +188,13 @@ func cmpOr(v, def int) int {
 
 // saveLoad runs closed-loop Saves of batch notifications from concurrency
 // workers until cfg.Duration has passed or cfg.Requests were sent. Each
-// notification goes to a random recipient and cabinet.
+// notification goes to a random cabinet and to a random recipient or, with
+// cfg.Spread, to the recipients in turn from a random one.
 func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, error) {
 	res := newResult(map[string]any{
 		"batch": batch, "concurrency": concurrency, "duration": e.cfg.Duration.String(),
 		"requests": e.cfg.Requests, "recipients": e.cfg.Recipients, "conns": e.cfg.Conns,
+		"spread": e.cfg.Spread,
 	})
 	recipients := newRecipients(e.cfg.Recipients)
 	var errs errorLog
@@ -192,10 +211,7 @@ func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, err
 				if e.cfg.Requests > 0 && issued.Add(1) > int64(e.cfg.Requests) {
 					return
 				}
-				ns := make([]*messagehubv1.DataAvailable, batch)
-				for i := range ns {
-					ns[i] = notification(g.id(), recipients[g.r.IntN(len(recipients))], saveCabinets[g.r.IntN(len(saveCabinets))], true, 1)
-				}
+				ns := g.saveBatch(recipients, batch, e.cfg.Spread)
 				cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
 				t0 := time.Now()
 				resp, err := c.Save(cctx, &messagehubv1.SaveRequest{Notifications: ns})
@@ -226,6 +242,31 @@ func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, err
 	res.add("elapsed_s", elapsed.Seconds())
 	errs.fill(res)
 	return res, ctx.Err()
+}
+
+// backlog saves cfg.Notifications notifications spread evenly over
+// cfg.Recipients new recipients, in Saves of 10,000 from 4 workers, and
+// leaves them undelivered: with -data-dir, it builds the backlog that later
+// runs on the same directory measure with.
+func backlog(ctx context.Context, e *env) (*Result, error) {
+	total := e.cfg.Notifications
+	res := newResult(map[string]any{"notifications": total, "recipients": e.cfg.Recipients, "conns": e.cfg.Conns})
+	recipients := newRecipients(e.cfg.Recipients)
+	e.log("backlog: saving %d notifications over %d recipients", total, len(recipients))
+	t0 := time.Now()
+	// Each Save of 10,000 goes to 100 recipients (100 each), the next Save
+	// to the next 100: as domains publish, and the fastest way to fill.
+	const perSave = 100
+	err := e.preload(ctx, total, func(g *gen, i int) *messagehubv1.DataAvailable {
+		r := (i/maxPerSave*perSave + i%perSave) % len(recipients)
+		return notification(g.id(), recipients[r], saveCabinets[i%len(saveCabinets)], true, 1)
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.add("notifications_per_s", rate(int64(total), time.Since(t0)))
+	res.add("elapsed_s", time.Since(t0).Seconds())
+	return res, nil
 }
 
 // drain pre-loads cfg.Notifications notifications spread evenly over one

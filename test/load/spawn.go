@@ -56,15 +56,21 @@ func (b *serverBuilder) cleanup() {
 // server is a messagehub process started by the tool.
 type server struct {
 	*hubproc.Process
-	dataDir string
+	dataDir  string
+	keep     bool          // the data dir was given: leave it
+	startup  time.Duration // from starting the process to its listening
+	rssStart float64       // MiB resident once it listens, -1 if unknown
 }
 
-// spawnServer starts bin on 127.0.0.1:0 with a fresh data dir and waits for
-// it to log the address it listens on.
-func spawnServer(ctx context.Context, bin string, maxBundleWeight int64, log logFunc) (*server, error) {
-	dataDir, err := os.MkdirTemp("", "messagehub-load-data-")
-	if err != nil {
-		return nil, err
+// spawnServer starts bin on 127.0.0.1:0 with dataDir (a fresh temporary one
+// when empty) and waits for it to log the address it listens on.
+func spawnServer(ctx context.Context, bin string, maxBundleWeight int64, dataDir string, log logFunc) (*server, error) {
+	keep := dataDir != ""
+	if !keep {
+		var err error
+		if dataDir, err = os.MkdirTemp("", "messagehub-load-data-"); err != nil {
+			return nil, err
+		}
 	}
 	// Its HTTP gateway must not take a fixed port either.
 	args := []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data-dir", dataDir}
@@ -72,12 +78,48 @@ func spawnServer(ctx context.Context, bin string, maxBundleWeight int64, log log
 		args = append(args, "--max-bundle-weight", strconv.FormatInt(maxBundleWeight, 10))
 	}
 	log("spawning %s %s", bin, strings.Join(args, " "))
+	t0 := time.Now()
 	p, err := hubproc.Start(ctx, bin, args, startTimeout, func(line string) { log("hub: %s", line) })
 	if err != nil {
-		_ = os.RemoveAll(dataDir)
+		if !keep {
+			_ = os.RemoveAll(dataDir)
+		}
 		return nil, err
 	}
-	return &server{Process: p, dataDir: dataDir}, nil
+	s := &server{Process: p, dataDir: dataDir, keep: keep, startup: time.Since(t0)}
+	s.rssStart = s.rssMiB()
+	return s, nil
+}
+
+// report adds what the tool saw of the hub process: its start-up time (with
+// -data-dir, that of opening an existing store) and resident memory at start
+// and now.
+func (s *server) report(res *Result) {
+	res.add("hub_startup_s", s.startup.Seconds())
+	if s.rssStart >= 0 {
+		res.add("hub_rss_start_mib", s.rssStart)
+	}
+	if rss := s.rssMiB(); rss >= 0 {
+		res.add("hub_rss_end_mib", rss)
+	}
+}
+
+// rssMiB reads the process's resident set size from /proc (Linux); -1 where
+// there is none.
+func (s *server) rssMiB() float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err == nil {
+				return kb / 1024
+			}
+		}
+	}
+	return -1
 }
 
 // logTail is the end of the hub's log, shown when it fails.
@@ -87,9 +129,13 @@ func (s *server) logTail() string {
 }
 
 // stop sends SIGTERM, waits for a clean exit (killing it after stopTimeout)
-// and removes the data dir.
+// and removes the data dir unless it was given.
 func (s *server) stop() error {
-	defer func() { _ = os.RemoveAll(s.dataDir) }()
+	defer func() {
+		if !s.keep {
+			_ = os.RemoveAll(s.dataDir)
+		}
+	}()
 	_, err := s.Terminate(stopTimeout)
 	switch {
 	case errors.Is(err, hubproc.ErrStillRunning):

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 
@@ -96,20 +97,35 @@ func (p *pageReader) next() (it drawer.Item, ok bool) {
 	return it, true
 }
 
-// An id record is its fingerprint followed by the drawer holding it.
+// An id record is a format byte, the fingerprint and the drawer holding the
+// notification. Records of earlier versions have no format byte and hold a
+// truncated SHA-256 fingerprint (32 bytes in all).
+const (
+	idRecordXXH3      = 1
+	idRecordLen       = 33
+	legacyIDRecordLen = 32
+)
+
 func encodeIDRecord(rec repository.IDRecord) ([]byte, error) {
 	d, err := uuidBytes(rec.DrawerID)
 	if err != nil {
 		return nil, err
 	}
-	return append(rec.Fingerprint[:], d[:]...), nil
+	if rec.LegacyFingerprint {
+		return slices.Concat(rec.Fingerprint[:], d[:]), nil
+	}
+	return slices.Concat([]byte{idRecordXXH3}, rec.Fingerprint[:], d[:]), nil
 }
 
 func decodeIDRecord(id string, v []byte) (repository.IDRecord, error) {
-	if len(v) != 32 {
-		return repository.IDRecord{}, fmt.Errorf("%w: id record of %d bytes", errCorrupt, len(v))
+	legacy := len(v) == legacyIDRecordLen
+	if !legacy {
+		if len(v) != idRecordLen || v[0] != idRecordXXH3 {
+			return repository.IDRecord{}, fmt.Errorf("%w: id record of %d bytes", errCorrupt, len(v))
+		}
+		v = v[1:]
 	}
-	rec := repository.IDRecord{ID: id, DrawerID: uuid.UUID(v[16:]).String()}
+	rec := repository.IDRecord{ID: id, DrawerID: uuid.UUID(v[16:]).String(), LegacyFingerprint: legacy}
 	copy(rec.Fingerprint[:], v[:16])
 	return rec, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -27,6 +29,7 @@ type records struct {
 	entries map[catalog.Key]catalog.Entry
 	cursors map[catalog.Key]catalog.Cursor
 	pending map[string]bundle.Record
+	used    atomic.Bool // read or written since the last eviction round
 }
 
 // state copies the records out in a stable order.
@@ -64,7 +67,48 @@ func (r *records) cursorVersion(k catalog.Key) string { return r.cursors[k].Vers
 func (s *Store) cached(r [16]byte) *records {
 	s.cacheMu.RLock()
 	defer s.cacheMu.RUnlock()
-	return s.cache[r]
+	rec := s.cache[r]
+	if rec != nil && !rec.used.Load() {
+		rec.used.Store(true)
+	}
+	return rec
+}
+
+// An idle recipient costs no memory: each eviction round drops the records
+// of recipients nobody read or wrote since the round before (they are on
+// disk; the next use reads them again). The retention sweep visits every
+// recipient, so without this every recipient that ever had data would stay.
+const evictEvery = time.Minute
+
+func (s *Store) evictLoop() {
+	t := time.NewTicker(evictEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.evictStop:
+			return
+		case <-t.C:
+			s.evictIdle()
+		}
+	}
+}
+
+// evictIdle drops the records not used since the last round and marks the
+// rest unused. A load that read from disk before the round does not cache
+// what it read (see LoadRecipient): it may be older than what was evicted.
+func (s *Store) evictIdle() (evicted int) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	for r, rec := range s.cache {
+		if !rec.used.Swap(false) {
+			delete(s.cache, r)
+			evicted++
+		}
+	}
+	if evicted > 0 {
+		s.cacheEpoch++
+	}
+	return evicted
 }
 
 // readRecords reads a recipient's records from disk.

@@ -46,8 +46,10 @@ type Store struct {
 
 	// cache holds the published control records of recipients with data
 	// (records.go). Records are never changed once published.
-	cacheMu sync.RWMutex
-	cache   map[[16]byte]*records
+	cacheMu    sync.RWMutex
+	cache      map[[16]byte]*records
+	cacheEpoch uint64        // counts eviction rounds that dropped records
+	evictStop  chan struct{} // closed by Close
 }
 
 var _ repository.Store = (*Store)(nil)
@@ -94,6 +96,7 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	s := &Store{
 		db: db, logger: logger, cache: make(map[[16]byte]*records), gate: gate, readOnly: opts.ReadOnly,
 		writes: make(chan writeReq, maxWriteGroup), writerDone: make(chan struct{}),
+		evictStop: make(chan struct{}),
 	}
 	if err := s.buildIDFilter(); err != nil {
 		_ = db.Close()
@@ -103,6 +106,7 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	// the clock at start keeps them increasing across restarts.
 	s.version.Store(uint64(time.Now().UnixNano()))
 	go s.writeLoop()
+	go s.evictLoop()
 	return s, nil
 }
 
@@ -124,6 +128,7 @@ func (s *Store) Close() error {
 	if !s.closed {
 		s.closed = true
 		close(s.writes)
+		close(s.evictStop)
 	}
 	s.closeMu.Unlock()
 	<-s.writerDone
@@ -141,16 +146,21 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string) (repository
 	if rec := s.cached(r); rec != nil {
 		return rec.state(), nil
 	}
+	s.cacheMu.RLock()
+	epoch := s.cacheEpoch
+	s.cacheMu.RUnlock()
 	rec, err := s.readRecords(r)
 	if err != nil {
 		return repository.RecipientState{}, err
 	}
 	// Only recipients that have data are kept in memory, so peeks for
 	// unknown recipients cannot grow the cache. What was read is durable;
-	// if the writer published meanwhile, its records are newer and stay.
+	// if the writer published meanwhile, its records are newer and stay, and
+	// if an eviction round ran meanwhile, they may have been newer and gone.
 	if rec.head.Version != "" {
+		rec.used.Store(true)
 		s.cacheMu.Lock()
-		if s.cache[r] == nil {
+		if s.cache[r] == nil && s.cacheEpoch == epoch {
 			s.cache[r] = rec
 		}
 		s.cacheMu.Unlock()

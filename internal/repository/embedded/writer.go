@@ -115,7 +115,10 @@ func (s *Store) commitGroup(group []writeReq) {
 			}
 		} else {
 			s.cacheMu.Lock()
-			maps.Copy(s.cache, tx.touched)
+			for r, rec := range tx.touched {
+				rec.used.Store(true)
+				s.cache[r] = rec
+			}
 			s.cacheMu.Unlock()
 			s.addIDs(tx.newIDs)
 		}
