@@ -492,18 +492,25 @@ func dropReservation(h *headDoc, saveID string, limit int64) bool {
 	return true
 }
 
+// readHead reads the recipient's head; its ETag is the version read.
+func (s *Store) readHead(ctx context.Context, pk azcosmos.PartitionKey) (headDoc, error) {
+	item, err := s.readItem(ctx, s.recipients, pk, headID, "")
+	if err != nil {
+		return headDoc{}, err
+	}
+	var h headDoc
+	err = json.Unmarshal(item.Value, &h)
+	return h, err
+}
+
 // updateHead applies change to the recipient's head with optimistic
 // concurrency, rereading after a lost race. change reports whether there is
 // anything to write.
 func (s *Store) updateHead(ctx context.Context, recipient string, change func(*headDoc) bool) error {
 	pk := azcosmos.NewPartitionKeyString(recipient)
 	for attempt := 0; ; attempt++ {
-		item, err := s.readItem(ctx, s.recipients, pk, headID, "")
+		h, err := s.readHead(ctx, pk)
 		if err != nil {
-			return err
-		}
-		var h headDoc
-		if err := json.Unmarshal(item.Value, &h); err != nil {
 			return err
 		}
 		version := h.ETag
@@ -561,12 +568,8 @@ func (s *Store) rollback(ctx context.Context, recipient string, res reservation)
 func (s *Store) dropAborted(ctx context.Context, recipient string, res reservation) error {
 	pk := azcosmos.NewPartitionKeyString(recipient)
 	for attempt := 0; ; attempt++ {
-		item, err := s.readItem(ctx, s.recipients, pk, headID, "")
+		h, err := s.readHead(ctx, pk)
 		if err != nil {
-			return err
-		}
-		var h headDoc
-		if err := json.Unmarshal(item.Value, &h); err != nil {
 			return err
 		}
 		version := h.ETag
