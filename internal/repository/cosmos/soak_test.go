@@ -27,21 +27,7 @@ import (
 // returned hands that bundle out again. Bounded: 4 savers × 12 saves, and
 // a two-minute deadline.
 func TestTwoInstancesSoakUnderReplicaLag(t *testing.T) {
-	opts := cosmostest.Default()
-	opts.Lag, opts.Seed = 200*time.Millisecond, 7
-	srv := cosmostest.StartWith(t, opts)
-	db := cosmostest.UniqueID("db")
-	repos := make([]*repository.Repository, 2)
-	for i := range repos {
-		s, err := cosmos.Open(context.Background(), cosmos.Config{
-			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		repos[i] = repository.New(s, repository.Options{}, nil)
-		t.Cleanup(repos[i].Close)
-	}
+	repos := twoLaggingInstances(t, 7)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	recipients := []string{uuid.NewString(), uuid.NewString()}
@@ -158,21 +144,7 @@ func TestTwoInstancesSoakUnderReplicaLag(t *testing.T) {
 // save stores them, the other counts them as duplicates, and each is
 // delivered once.
 func TestOneIDSavedOnTwoInstancesAtOnceIsStoredOnceUnderLag(t *testing.T) {
-	opts := cosmostest.Default()
-	opts.Lag, opts.Seed = 200*time.Millisecond, 11
-	srv := cosmostest.StartWith(t, opts)
-	db := cosmostest.UniqueID("db")
-	repos := make([]*repository.Repository, 2)
-	for i := range repos {
-		s, err := cosmos.Open(context.Background(), cosmos.Config{
-			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		repos[i] = repository.New(s, repository.Options{}, nil)
-		t.Cleanup(repos[i].Close)
-	}
+	repos := twoLaggingInstances(t, 11)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r := uuid.NewString()
@@ -254,4 +226,27 @@ func TestLargestSaveFitsTheRequestLimits(t *testing.T) {
 	if err != nil || len(items) != len(ns) || items[9_999].DocumentType != ns[9_999].DocumentType {
 		t.Fatalf("read back %d of %d items, %v", len(items), len(ns), err)
 	}
+}
+
+// twoLaggingInstances opens two stores on one database of a test server
+// whose reads lag up to 200 ms (random moments from seed), as two hub
+// instances would, each with its repository.
+func twoLaggingInstances(t *testing.T, seed uint32) []*repository.Repository {
+	t.Helper()
+	opts := cosmostest.Default()
+	opts.Lag, opts.Seed = 200*time.Millisecond, seed
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	repos := make([]*repository.Repository, 2)
+	for i := range repos {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		repos[i] = repository.New(s, repository.Options{}, nil)
+		t.Cleanup(repos[i].Close)
+	}
+	return repos
 }
