@@ -37,7 +37,6 @@ type Provider struct {
 	mu           sync.Mutex
 	answer       func(*messagehubv1.Bundle, int) Answer
 	creates      map[string]int // bundle id → CreateBundleContent calls
-	dequeued     []*messagehubv1.Bundle
 	failDequeued int
 	told         chan *messagehubv1.Bundle
 }
@@ -121,7 +120,7 @@ func (p *Provider) FailDequeued(n int) {
 	p.failDequeued = n
 }
 
-// BundleDequeued records the bundle and hands it to Told.
+// BundleDequeued hands the bundle to Told.
 func (p *Provider) BundleDequeued(_ context.Context, req *messagehubv1.BundleDequeuedRequest) (*messagehubv1.BundleDequeuedResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -129,20 +128,12 @@ func (p *Provider) BundleDequeued(_ context.Context, req *messagehubv1.BundleDeq
 		p.failDequeued--
 		return nil, status.Error(codes.Unavailable, "provider down (test)")
 	}
-	p.dequeued = append(p.dequeued, req.GetBundle())
 	p.told <- req.GetBundle()
 	return &messagehubv1.BundleDequeuedResponse{}, nil
 }
 
 // Told delivers every bundle the provider was told of, as it is told.
 func (p *Provider) Told() <-chan *messagehubv1.Bundle { return p.told }
-
-// Dequeued lists the bundles the provider was told of, in order.
-func (p *Provider) Dequeued() []*messagehubv1.Bundle {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]*messagehubv1.Bundle(nil), p.dequeued...)
-}
 
 // Documents is a content.Service over a temporary folder whose time series
 // domain is p, for which every bundle counts as pending; it is closed when
