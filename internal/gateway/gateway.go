@@ -116,7 +116,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 	if err := messagehubv1gw.RegisterMessageHubHandlerClient(ctx, mux, messagehubv1.NewMessageHubClient(conn)); err != nil {
 		return nil, fmt.Errorf("register gateway routes: %w", err)
 	}
-	api := guard(mux, o)
+	api := guard(mux, mux, o)
 	type route struct {
 		method, path string
 		handler      http.Handler
@@ -128,7 +128,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodPost, "/v1/notifications", api},
 		{http.MethodGet, "/v1/peek", api},
 		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
-		{http.MethodGet, "/v1/peek/content", guard(peekContent(mux, messagehubv1.NewMessageHubClient(conn)), o)},
+		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn)), o)},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})
@@ -177,27 +177,28 @@ func methodNotAllowed(mux *runtime.ServeMux, method string) http.Handler {
 	})
 }
 
-// guard checks the caller's token before anything of the body is read, and
+// guard checks the caller's token before anything of the body is read (its
+// refusals are written in mux's error shape), and
 // bounds the body: a declared length over the limit is refused at once, an
 // undeclared one as soon as it passes the limit. A body counts against the
 // memory of all bodies in flight until the request is answered: its declared
 // length, or the limit when undeclared.
-func guard(next http.Handler, o options) http.Handler {
+func guard(mux *runtime.ServeMux, next http.Handler, o options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o.authenticate != nil {
 			if err := o.authenticate(r.Header.Values("Authorization")); err != nil {
-				writeError(nil, bearerChallenge{w}, r, http.StatusUnauthorized, status.Error(codes.Unauthenticated, err.Error()))
+				writeError(mux, bearerChallenge{w}, r, http.StatusUnauthorized, status.Error(codes.Unauthenticated, err.Error()))
 				return
 			}
 		}
 		if r.ContentLength > o.maxBodyBytes {
-			writeError(nil, w, r, http.StatusRequestEntityTooLarge, tooLarge(o.maxBodyBytes))
+			writeError(mux, w, r, http.StatusRequestEntityTooLarge, tooLarge(o.maxBodyBytes))
 			return
 		}
 		if weight := bodyWeight(r, o.maxBodyBytes); weight > 0 {
 			if !o.bodies.TryAcquire(weight) {
 				w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-				writeError(nil, w, r, http.StatusServiceUnavailable,
+				writeError(mux, w, r, http.StatusServiceUnavailable,
 					status.Error(codes.Unavailable, "too many request bodies in flight; try again shortly"))
 				return
 			}
@@ -249,9 +250,6 @@ type bodyKey struct{}
 // writeError writes err in grpc-gateway's JSON error shape with an HTTP
 // status of our choosing.
 func writeError(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, httpStatus int, err error) {
-	if mux == nil {
-		mux = runtime.NewServeMux()
-	}
 	_, out := runtime.MarshalerForRequest(mux, r)
 	runtime.DefaultHTTPErrorHandler(r.Context(), mux, out, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: err})
 }
