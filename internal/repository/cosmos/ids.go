@@ -2,6 +2,7 @@ package cosmos
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -145,3 +146,41 @@ func (s *Store) bucketOf(id string) string {
 }
 
 func bucketKey(b int) string { return "b" + strconv.Itoa(b) }
+
+// idDoc indexes the ids of one save that fall in one bucket and one drawer.
+type idDoc struct {
+	ID     string    `json:"id"`
+	PK     string    `json:"pk"`
+	Drawer string    `json:"d"`
+	Save   string    `json:"s"`
+	Token  string    `json:"st,omitempty"` // session token of the save's commit record
+	N      []idEntry `json:"n"`
+}
+
+type idEntry struct {
+	ID          string `json:"i"`
+	Fingerprint string `json:"f"`
+}
+
+// idHit is one row of the id lookup query.
+type idHit struct {
+	ID          string `json:"i"`
+	Fingerprint string `json:"f"`
+	Drawer      string `json:"d"`
+	Save        string `json:"s"`
+	Token       string `json:"st"`
+}
+
+func fingerprintString(fp repository.Fingerprint) string {
+	return base64.RawURLEncoding.EncodeToString(fp[:])
+}
+
+func parseFingerprint(s string) (repository.Fingerprint, error) {
+	var fp repository.Fingerprint
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != len(fp) {
+		return fp, fmt.Errorf("corrupt fingerprint %q", s)
+	}
+	copy(fp[:], b)
+	return fp, nil
+}
