@@ -26,6 +26,10 @@ func (r *Repository) sweepLoop(ctx context.Context) {
 	}
 }
 
+// SweepNow runs one retention pass at once, without waiting for the
+// sweeper's turn (tests; operators who want the space back).
+func (r *Repository) SweepNow(ctx context.Context) error { return r.sweep(ctx) }
+
 // sweep removes what retention allows for every recipient: dequeued bundles
 // older than the retention, and fully acknowledged drawers that no retained
 // bundle covers. Nothing unacknowledged is ever removed.

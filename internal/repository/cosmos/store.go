@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -66,6 +67,9 @@ type Store struct {
 	// anchored: reads of a recipient's state first read its head on the
 	// primary (Session consistency); stronger levels read a quorum anyway.
 	anchored bool
+	// legacyIDs: id documents of the layout before hashed buckets remain,
+	// and are read too (see probeLegacyIDs).
+	legacyIDs atomic.Bool
 }
 
 var _ repository.Store = (*Store)(nil)
@@ -150,6 +154,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if *c.dst, err = client.NewContainer(cfg.Database, c.name); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.probeLegacyIDs(ctx); err != nil {
+		return nil, fmt.Errorf("cosmos: id index: %w", err)
 	}
 	return s, nil
 }
@@ -248,39 +255,41 @@ func (s *Store) anchor(ctx context.Context, recipient string) error {
 	return nil
 }
 
-// ReadDrawer queries the drawer's pages overlapping [from, to).
+// ReadDrawer queries the drawer's pages overlapping [from, to), projected
+// to the items asked for: a bundle of one reads one item, not a page of a
+// thousand (a query is charged by the bytes it returns).
 func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
+	// Positions are consecutive within pages, so limit items lie below
+	// from+limit.
+	to = min(to, from+int64(limit))
 	var items []drawer.Item
-	errEnough := errors.New("enough")
-	err := s.query(ctx, s.drawers, drawerID,
-		"SELECT * FROM c WHERE c.e > @from AND c.s < @to ORDER BY c.s",
+	err := s.query(ctx, s.drawers, drawerID, readDrawerSQL,
 		[]azcosmos.QueryParameter{{Name: "@from", Value: from}, {Name: "@to", Value: to}},
 		func(raw []byte) error {
 			var p pageDoc
 			if err := json.Unmarshal(raw, &p); err != nil {
 				return err
 			}
-			for i, rawItem := range p.Items {
-				pos := p.Start + int64(i)
-				if pos < from || pos >= to {
-					continue
-				}
-				it, err := decodeItem(rawItem, pos)
-				if err != nil {
-					return fmt.Errorf("drawer %s: %w", drawerID, err)
-				}
-				items = append(items, it)
-				if len(items) >= limit {
-					return errEnough
+			got, err := p.items(max(from-p.Start, 0))
+			if err != nil {
+				return fmt.Errorf("drawer %s: %w", drawerID, err)
+			}
+			for _, it := range got {
+				if it.Pos >= from && it.Pos < to {
+					items = append(items, it)
 				}
 			}
 			return nil
 		})
-	if errors.Is(err, errEnough) {
-		err = nil
-	}
 	return items, err
 }
+
+// readDrawerSQL slices each page's items to [@from, @to): the slice starts
+// at @from - s in the first page and at 0 in the others.
+const readDrawerSQL = "SELECT c.s, c.q, c.w, c.b, c.t, " +
+	"ARRAY_SLICE(c.x, (@from > c.s ? @from - c.s : 0), @to - (@from > c.s ? @from : c.s)) AS x, " +
+	"ARRAY_SLICE(c.it, (@from > c.s ? @from - c.s : 0), @to - (@from > c.s ? @from : c.s)) AS it " +
+	"FROM c WHERE c.e > @from AND c.s < @to ORDER BY c.s"
 
 // BundleExists reads the bundle's document.
 func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
@@ -428,24 +437,7 @@ func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 	if err := s.deleteAll(ctx, s.drawers, drawerID, pages); err != nil {
 		return err
 	}
-	for bucket := range s.cfg.IDBuckets {
-		pk := bucketKey(bucket)
-		var docs []string
-		err := s.query(ctx, s.ids, pk, "SELECT c.id FROM c WHERE c.d = @d",
-			[]azcosmos.QueryParameter{{Name: "@d", Value: drawerID}}, func(raw []byte) error {
-				var d struct{ ID string }
-				err := json.Unmarshal(raw, &d)
-				docs = append(docs, d.ID)
-				return err
-			})
-		if err != nil {
-			return err
-		}
-		if err := s.deleteAll(ctx, s.ids, pk, docs); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.deleteIDDocs(ctx, drawerID)
 }
 
 // deleteAll deletes documents of one partition, 100 per batch.
