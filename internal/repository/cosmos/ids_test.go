@@ -156,3 +156,27 @@ func container(t *testing.T, db, name string) *azcosmos.ContainerClient {
 	}
 	return c
 }
+
+// A lookup of more ids than one query can carry (512 KB of text and
+// parameters) is split: 40,000 ids in one bucket are 1 MB packed.
+func TestLookupOfManyIDsStaysUnderTheQueryLimit(t *testing.T) {
+	opts := cosmostest.Default()
+	opts.Limits = true
+	srv := cosmostest.StartWith(t, opts)
+	s, err := cosmos.Open(context.Background(), cosmos.Config{
+		Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: cosmostest.UniqueID("db"),
+		Transport: cosmostest.NewHTTPClient(), IDBuckets: 1, Throughput: "serverless",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ids := make([]string, 40_000)
+	for i := range ids {
+		ids[i] = uuid.NewString()
+	}
+	found, err := s.LookupIDs(context.Background(), ids)
+	if err != nil || len(found) != 0 {
+		t.Fatalf("lookup of 40,000 new ids: %d found, %v", len(found), err)
+	}
+}
