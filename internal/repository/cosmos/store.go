@@ -105,7 +105,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	account := &accountReader{next: cfg.Transport}
 	meter := NewMeter(account, cfg.OnRequest)
 	opts := &azcosmos.ClientOptions{ClientOptions: azcore.ClientOptions{
-		Transport: retrying{next: meter, attempts: 4, backoff: 50 * time.Millisecond},
+		Transport: prioritized{retrying{next: meter, attempts: 4, backoff: 50 * time.Millisecond}},
 		// 429s are retried after x-ms-retry-after-ms, 408 and 5xx with
 		// backoff, all within the call's deadline: a throttled partition may
 		// ask for seconds while it repays its debt, so the cap is a minute
