@@ -141,6 +141,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	} else if _, err := db.Read(ctx, nil); err != nil {
 		return nil, fmt.Errorf("cosmos: database %s: %w", cfg.Database, err)
 	}
+	if err := checkContainers(ctx, client, cfg.Database, cfg.Logger); err != nil {
+		return nil, err
+	}
 	// The SDK read the account's properties before its first request.
 	level := account.consistency()
 	if err := checkConsistency(level); err != nil {
