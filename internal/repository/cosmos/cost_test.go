@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,11 +22,13 @@ import (
 
 // partitionAudit remembers every data-plane query sent without a partition
 // key: a cross-partition query.
+// It also sums the charges the server reports by container.
 type partitionAudit struct {
 	next *http.Client
 
-	mu    sync.Mutex
-	cross []string
+	mu      sync.Mutex
+	cross   []string
+	charged map[string]float64 // container → RU
 }
 
 func (a *partitionAudit) Do(req *http.Request) (*http.Response, error) {
@@ -34,7 +37,24 @@ func (a *partitionAudit) Do(req *http.Request) (*http.Response, error) {
 		a.cross = append(a.cross, req.URL.Path)
 		a.mu.Unlock()
 	}
-	return a.next.Do(req)
+	resp, err := a.next.Do(req)
+	if parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/"); err == nil && len(parts) >= 4 && parts[2] == "colls" {
+		ru, _ := strconv.ParseFloat(resp.Header.Get("x-ms-request-charge"), 64)
+		a.mu.Lock()
+		if a.charged == nil {
+			a.charged = map[string]float64{}
+		}
+		a.charged[parts[3]] += ru
+		a.mu.Unlock()
+	}
+	return resp, err
+}
+
+// byContainer returns the charges so far by container.
+func (a *partitionAudit) byContainer() map[string]float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.charged)
 }
 
 type costEnv struct {
@@ -256,6 +276,9 @@ func TestModeledCostPerNotification(t *testing.T) {
 			}
 			if found, err := e.store.LookupIDs(ctx, []string{ns[0].ID, ns[n-1].ID}); err != nil || len(found) != 0 {
 				t.Fatalf("retention left ids %v, %v", found, err)
+			}
+			for name, total := range e.audit.byContainer() {
+				t.Logf("container %-10s %8.1f RU = %.3f RU per notification (all parts, warm-up included)", name, total, total/n)
 			}
 			ru := map[string]float64{"save": charged(save), "peek+dequeue": charged(drain), "retention": charged(retention)}
 			for _, part := range []struct {
