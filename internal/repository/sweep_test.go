@@ -31,7 +31,7 @@ type fakeLease struct {
 	expires time.Time
 }
 
-type lowKey struct{}
+type sweepLowKey struct{}
 
 func (s *sweptStore) Recipients(_ context.Context, fn func(string) error) error {
 	for _, r := range s.recipients {
@@ -44,7 +44,7 @@ func (s *sweptStore) Recipients(_ context.Context, fn func(string) error) error 
 
 func (s *sweptStore) LoadRecipient(ctx context.Context, _ string) (RecipientState, error) {
 	s.mu.Lock()
-	s.loads = append(s.loads, sweepLoad{at: time.Now(), low: ctx.Value(lowKey{}) != nil})
+	s.loads = append(s.loads, sweepLoad{at: time.Now(), low: ctx.Value(sweepLowKey{}) != nil})
 	s.mu.Unlock()
 	return RecipientState{}, nil
 }
@@ -76,7 +76,7 @@ func (s leasedStore) HoldSweepLease(_ context.Context, holder string, d time.Dur
 }
 
 func (s leasedStore) LowPriority(ctx context.Context) context.Context {
-	return context.WithValue(ctx, lowKey{}, true)
+	return context.WithValue(ctx, sweepLowKey{}, true)
 }
 
 // On a shared store one instance sweeps at a time, at low priority, and a

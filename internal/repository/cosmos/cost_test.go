@@ -232,7 +232,7 @@ func TestModeledCostPerNotification(t *testing.T) {
 		{name: "a hundred saves of 100", saves: 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := &fakeClock{now: time.Now()}
+			clock := &costClock{now: time.Now()}
 			e := newCostEnv(t, repository.Options{MaxBundleWeight: 1000, Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now})
 			ctx := context.Background()
 			seeded(t, e) // warm the metadata caches
@@ -315,19 +315,19 @@ func byOpCharges(byOp map[string]cosmos.OpStats) string {
 	return b.String()
 }
 
-type fakeClock struct {
+type costClock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (c *fakeClock) Now() time.Time {
+func (c *costClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(time.Millisecond)
 	return c.now
 }
 
-func (c *fakeClock) advance(d time.Duration) {
+func (c *costClock) advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()

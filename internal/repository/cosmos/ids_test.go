@@ -30,7 +30,7 @@ func TestTimeOrderedIDsSpreadOverEveryIDBucket(t *testing.T) {
 	if _, err := repo.Save(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
-	ids := container(t, db, "ids")
+	ids := containerOf(t, db, "ids")
 	buckets := map[string]int{}
 	pager := ids.NewQueryItemsPager("SELECT c.pk, c.i FROM c", azcosmos.NewPartitionKey(), nil)
 	for pager.More() {
@@ -75,15 +75,15 @@ func TestDocumentsOfTheLayoutBeforePackingAreStillRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write(container(t, db, "saves"), saveID, map[string]any{"id": saveID, "pk": saveID, "state": "committed", "ttl": -1})
-	write(container(t, db, "drawers"), drawerID, map[string]any{
+	write(containerOf(t, db, "saves"), saveID, map[string]any{"id": saveID, "pk": saveID, "state": "committed", "ttl": -1})
+	write(containerOf(t, db, "drawers"), drawerID, map[string]any{
 		"id": "000000000000", "pk": drawerID, "s": 0, "e": 2,
 		"it": []any{[]any{7, oldID, 3, 1, "doc-a"}, []any{9, "not-a-uuid", 1, 0, "doc-b"}},
 	})
 	// The first byte of the id, modulo the 16 buckets, named the partition.
 	first, _ := strconv.ParseUint(oldID[:2], 16, 8)
 	legacyBucket := "b" + strconv.Itoa(int(first%16))
-	write(container(t, db, "ids"), legacyBucket, map[string]any{
+	write(containerOf(t, db, "ids"), legacyBucket, map[string]any{
 		"id": saveID + ":" + drawerID, "pk": legacyBucket, "d": drawerID, "s": saveID,
 		"n": []any{map[string]any{"i": oldID, "f": "AAAAAAAAAAAAAAAAAAAAAA"}},
 	})
@@ -148,7 +148,7 @@ func TestABundleOfOneReadsOneItemNotAPage(t *testing.T) {
 	}
 }
 
-func container(t *testing.T, db, name string) *azcosmos.ContainerClient {
+func containerOf(t *testing.T, db, name string) *azcosmos.ContainerClient {
 	t.Helper()
 	c, err := cosmostest.NewClient(t, server).NewContainer(db, name)
 	if err != nil {

@@ -36,7 +36,7 @@ func TestOpenRefusesContainersThatDriftedAndWarnsOfHarmlessDrift(t *testing.T) {
 		{name: "a queried path not indexed", refused: "container ids does not index /i/*",
 			props: azcosmos.ContainerProperties{ID: "ids", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/d/?", "/s/?")}},
 		{name: "a default TTL that expires heads", refused: "container recipients expires documents after 3600 s",
-			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?"), DefaultTimeToLive: ptr[int32](3600)}},
+			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?"), DefaultTimeToLive: ttlOf(3600)}},
 		{name: "every path indexed", warning: "indexes every path",
 			props: azcosmos.ContainerProperties{ID: "drawers", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: everything}},
 		{name: "no default TTL where bundles carry one", warning: "has no default TTL",
@@ -87,4 +87,4 @@ func TestOpenOfAProvisionedDatabaseWarnsOfNothing(t *testing.T) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
+func ttlOf(s int32) *int32 { return &s }

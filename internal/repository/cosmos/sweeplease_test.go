@@ -21,7 +21,7 @@ import (
 // exactly one gets it.
 func TestSweepLeaseHasOneHolderAtATime(t *testing.T) {
 	db := cosmostest.UniqueID("db")
-	clock := &fakeClock{now: time.Now()}
+	clock := &costClock{now: time.Now()}
 	a := open(t, cosmos.Config{Database: db, Now: clock.Now})
 	b := open(t, cosmos.Config{Database: db, Now: clock.Now})
 	ctx := context.Background()
