@@ -225,7 +225,7 @@ const (
 )
 
 func legacyBucketOf(id string, buckets int) string {
-	v, _ := strconv.ParseUint(id[:2], 16, 8)
+	v, _ := strconv.ParseUint(id[:min(2, len(id))], 16, 8)
 	return legacyBucketKey(int(v) % buckets)
 }
 
