@@ -111,7 +111,7 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 	for _, id := range ids {
 		add(s.bucketOf(id), packID(id))
 		if s.legacyIDs.Load() {
-			add(legacyBucketOf(id, s.cfg.IDBuckets), id)
+			add(legacyBucketOf(id, s.cfg.LegacyIDBuckets), id)
 		}
 	}
 	var parts []part
@@ -266,10 +266,12 @@ func (s *Store) idWrites(saveID string, recs []repository.IDRecord) []idWrite {
 
 // deleteIDDocs deletes the id documents of a drawer, in every bucket.
 func (s *Store) deleteIDDocs(ctx context.Context, drawerID string) error {
-	buckets := make([]string, 0, 2*s.cfg.IDBuckets)
+	buckets := make([]string, 0, s.cfg.IDBuckets+s.cfg.LegacyIDBuckets)
 	for b := range s.cfg.IDBuckets {
 		buckets = append(buckets, bucketPrefix+strconv.Itoa(b))
-		if s.legacyIDs.Load() {
+	}
+	if s.legacyIDs.Load() {
+		for b := range s.cfg.LegacyIDBuckets {
 			buckets = append(buckets, legacyBucketKey(b))
 		}
 	}
@@ -295,7 +297,7 @@ func (s *Store) deleteIDDocs(ctx context.Context, drawerID string) error {
 // probeLegacyIDs says whether any id document of the layout before hashing
 // is left; while one is, lookups and retention read those partitions too.
 func (s *Store) probeLegacyIDs(ctx context.Context) error {
-	for b := range s.cfg.IDBuckets {
+	for b := range s.cfg.LegacyIDBuckets {
 		found := false
 		err := s.query(ctx, s.ids, legacyBucketKey(b), "SELECT TOP 1 c.id FROM c", nil, func([]byte) error {
 			found = true
