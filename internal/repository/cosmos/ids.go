@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/zeebo/xxh3"
@@ -275,6 +276,16 @@ func (s *Store) deleteIDDocs(ctx context.Context, drawerID string) error {
 			buckets = append(buckets, legacyBucketKey(b))
 		}
 	}
+	// Retention removes the old documents with their drawers: look again
+	// now and then whether any is left, so that lookups stop reading the
+	// old buckets without waiting for a restart.
+	defer func() {
+		if last := s.legacyProbed.Load(); s.legacyIDs.Load() && s.cfg.Now().UnixMilli()-last > legacyReprobe.Milliseconds() {
+			if err := s.probeLegacyIDs(ctx); err != nil {
+				s.cfg.Logger.Warn("cosmos: looking for id documents of the old layout failed", "err", err)
+			}
+		}
+	}()
 	for _, pk := range buckets {
 		var docs []string
 		err := s.query(ctx, s.ids, pk, "SELECT c.id FROM c WHERE c.d = @d",
@@ -294,9 +305,14 @@ func (s *Store) deleteIDDocs(ctx context.Context, drawerID string) error {
 	return nil
 }
 
+// legacyReprobe is how often retention looks again for id documents of the
+// old layout while some are left.
+const legacyReprobe = 10 * time.Minute
+
 // probeLegacyIDs says whether any id document of the layout before hashing
 // is left; while one is, lookups and retention read those partitions too.
 func (s *Store) probeLegacyIDs(ctx context.Context) error {
+	s.legacyProbed.Store(s.cfg.Now().UnixMilli())
 	for b := range s.cfg.LegacyIDBuckets {
 		found := false
 		err := s.query(ctx, s.ids, legacyBucketKey(b), "SELECT TOP 1 c.id FROM c", nil, func([]byte) error {

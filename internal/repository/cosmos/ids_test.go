@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/google/uuid"
@@ -88,7 +89,8 @@ func TestDocumentsOfTheLayoutBeforePackingAreStillRead(t *testing.T) {
 		"n": []any{map[string]any{"i": oldID, "f": "AAAAAAAAAAAAAAAAAAAAAA"}},
 	})
 
-	store := open(t, cosmos.Config{Database: db}) // finds the old id documents
+	clock := &costClock{now: time.Now()}
+	store := open(t, cosmos.Config{Database: db, Now: clock.Now}) // finds the old id documents
 	found, err := store.LookupIDs(ctx, []string{oldID, uuid.NewString()})
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +115,21 @@ func TestDocumentsOfTheLayoutBeforePackingAreStillRead(t *testing.T) {
 	n.ID = oldID
 	if _, err := repo.Save(ctx, []domain.Notification{n}); err == nil {
 		t.Fatal("an id stored in the old layout was saved again")
+	}
+
+	// Once retention has removed the old documents with their drawer, it
+	// looks again (at most every ten minutes), and lookups read only the
+	// new buckets: one query for one id.
+	clock.advance(11 * time.Minute)
+	if err := store.ApplySweep(ctx, repository.Sweep{Recipient: uuid.NewString(), Drawers: []string{drawerID}}); err != nil {
+		t.Fatal(err)
+	}
+	before := store.Meter().Snapshot()[cosmos.OpQuery].Requests
+	if _, err := store.LookupIDs(ctx, []string{oldID}); err != nil {
+		t.Fatal(err)
+	}
+	if queries := store.Meter().Snapshot()[cosmos.OpQuery].Requests - before; queries != 1 {
+		t.Fatalf("a lookup of one id after the old documents went sent %d queries", queries)
 	}
 }
 

@@ -79,7 +79,8 @@ type Store struct {
 	anchored bool
 	// legacyIDs: id documents of the layout before hashed buckets remain,
 	// and are read too (see probeLegacyIDs).
-	legacyIDs atomic.Bool
+	legacyIDs    atomic.Bool
+	legacyProbed atomic.Int64 // unix ms of the last probe
 }
 
 var _ repository.Store = (*Store)(nil)
