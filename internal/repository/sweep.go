@@ -22,6 +22,9 @@ type SweepCoordinator interface {
 	// extends it when holder has it; false when another holder's lease has
 	// not run out.
 	HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error)
+	// ReleaseSweepLease gives the lease up if holder has it, so that
+	// another instance need not wait for it to run out.
+	ReleaseSweepLease(ctx context.Context, holder string) error
 	// LowPriority marks ctx so that the store's requests made with it are
 	// the first to be throttled when the store is busy.
 	LowPriority(ctx context.Context) context.Context
@@ -38,6 +41,15 @@ func (r *Repository) sweepLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			if c, ok := r.store.(SweepCoordinator); ok {
+				// Shutting down: hand the lease over now (the store closes
+				// only after this loop ends).
+				release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				if err := c.ReleaseSweepLease(release, holder); err != nil {
+					r.logger.Warn("releasing the sweep lease failed; it runs out by itself", "err", err)
+				}
+				cancel()
+			}
 			return
 		case <-timer.C:
 			if err := r.sweepTurn(ctx, holder); err != nil && ctx.Err() == nil {

@@ -75,6 +75,16 @@ func (s leasedStore) HoldSweepLease(_ context.Context, holder string, d time.Dur
 	return true, nil
 }
 
+func (s leasedStore) ReleaseSweepLease(_ context.Context, holder string) error {
+	l := s.lease
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holder == holder {
+		l.holder, l.expires = "", time.Time{}
+	}
+	return nil
+}
+
 func (s leasedStore) LowPriority(ctx context.Context) context.Context {
 	return context.WithValue(ctx, sweepLowKey{}, true)
 }
@@ -125,5 +135,23 @@ func TestAStoreOfOneInstanceSweepsWithoutALease(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if len(s.swept()) == 0 {
 		t.Fatal("no sweep")
+	}
+}
+
+// An instance that shuts down gives the lease up: another may take it at
+// once instead of waiting for it to run out.
+func TestAClosingInstanceHandsTheSweepLeaseOver(t *testing.T) {
+	lease := &fakeLease{}
+	const interval = 100 * time.Millisecond
+	first := &sweptStore{recipients: []string{"a"}, lease: lease}
+	repo := New(leasedStore{first}, Options{SweepInterval: interval}, nil)
+	time.Sleep(2 * interval)
+	if len(first.swept()) == 0 {
+		t.Fatal("the first instance never swept")
+	}
+	repo.Close()
+	held, err := leasedStore{first}.HoldSweepLease(context.Background(), "another", interval)
+	if err != nil || !held {
+		t.Fatalf("after the holder closed, another instance could not take the lease: %v %v", held, err)
 	}
 }

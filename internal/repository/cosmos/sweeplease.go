@@ -58,6 +58,23 @@ func (s *Store) HoldSweepLease(ctx context.Context, holder string, d time.Durati
 	return err == nil, err
 }
 
+// ReleaseSweepLease ends holder's lease, if it still has it.
+func (s *Store) ReleaseSweepLease(ctx context.Context, holder string) error {
+	var cur leaseDoc
+	found, err := s.readOnPrimary(ctx, s.recipients, sweepLeasePartition, sweepLeaseID, &cur)
+	if err != nil || !found || cur.Holder != holder {
+		return err
+	}
+	version := cur.ETag
+	cur.Expires, cur.ETag = 0, ""
+	_, err = s.recipients.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(sweepLeasePartition), sweepLeaseID, mustJSON(cur),
+		&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+	if isStatus(err, http.StatusPreconditionFailed) {
+		return nil // taken over meanwhile
+	}
+	return err
+}
+
 type lowPriorityKey struct{}
 
 // LowPriority marks ctx: the store's requests made with it carry

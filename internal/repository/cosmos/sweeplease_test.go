@@ -40,6 +40,14 @@ func TestSweepLeaseHasOneHolderAtATime(t *testing.T) {
 	clock.advance(2 * time.Minute)
 	hold(b, "b", true) // a's ran out
 	hold(a, "a", false)
+	if err := a.ReleaseSweepLease(ctx, "a"); err != nil { // not a's: nothing
+		t.Fatal(err)
+	}
+	hold(a, "a", false)
+	if err := b.ReleaseSweepLease(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	hold(a, "a", true) // b gave it up
 
 	fresh := cosmostest.UniqueID("db")
 	stores := []*cosmos.Store{open(t, cosmos.Config{Database: fresh}), open(t, cosmos.Config{Database: fresh})}
