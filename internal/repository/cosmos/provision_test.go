@@ -88,3 +88,19 @@ func TestOpenOfAProvisionedDatabaseWarnsOfNothing(t *testing.T) {
 }
 
 func ttlOf(s int32) *int32 { return &s }
+
+// Without provisioning, a container that is missing is named at start-up.
+func TestOpenWithoutProvisioningNamesAMissingContainer(t *testing.T) {
+	ctx := context.Background()
+	dbID := cosmostest.UniqueID("db")
+	client := cosmostest.NewClient(t, server)
+	if _, err := client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: dbID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cosmos.Open(ctx, cosmos.Config{
+		Endpoint: server.Endpoint, Key: server.Key, Database: dbID, Transport: cosmostest.NewHTTPClient(),
+	})
+	if err == nil || !strings.Contains(err.Error(), "container recipients does not exist (run with --cosmos-provision") {
+		t.Fatalf("open = %v, want the missing containers named", err)
+	}
+}
