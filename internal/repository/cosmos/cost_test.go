@@ -353,3 +353,24 @@ func TestResavingDuplicatesCostsFewReads(t *testing.T) {
 		t.Fatalf("resave read %d documents", reads)
 	}
 }
+
+// TestCostOfASaveSpreadOverManyRecipients prints what a save of 1,000
+// notifications for 100 recipients costs on the test server's model: each
+// recipient has its own head, entry and drawer, and the id index one
+// document per bucket and drawer. Printed, not asserted.
+func TestCostOfASaveSpreadOverManyRecipients(t *testing.T) {
+	e := newCostEnv(t, repository.Options{})
+	ctx := context.Background()
+	seeded(t, e)
+	var ns []domain.Notification
+	for range 100 {
+		ns = append(ns, notifications(10, uuid.NewString(), 1)...)
+	}
+	byOp, _ := e.measure(t, func() {
+		if _, err := e.repo.Save(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ru := charged(byOp)
+	t.Logf("COST a save of 1,000 for 100 recipients: %.1f RU = %.3f RU per notification; %s", ru, ru/1000, byOpCharges(byOp))
+}
