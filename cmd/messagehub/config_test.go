@@ -34,7 +34,7 @@ func TestParseConfig(t *testing.T) {
 		MaxBundleWeight: 51200,
 		Retention:       168 * time.Hour,
 		LogLevel:        slog.LevelInfo,
-		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 16, Throughput: cosmos.DefaultThroughput},
+		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 4, LegacyIDBuckets: 16, Throughput: cosmos.DefaultThroughput},
 		ContentTimeout:  25 * time.Second,
 		Limits:          defaultLimits,
 		MinFreeDisk:     1 << 30,
@@ -267,7 +267,7 @@ func TestParseConfigCosmos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := CosmosConfig{Endpoint: "https://acct.documents.azure.com:443/", Key: "secret", Database: "hub", Provision: false, IDBuckets: 64, Throughput: "manual=400"}
+	want := CosmosConfig{Endpoint: "https://acct.documents.azure.com:443/", Key: "secret", Database: "hub", Provision: false, IDBuckets: 64, LegacyIDBuckets: 16, Throughput: "manual=400"}
 	if cfg.Store != StoreCosmos || cfg.Cosmos != want {
 		t.Fatalf("got store %q, %+v; want %+v", cfg.Store, cfg.Cosmos, want)
 	}
@@ -275,7 +275,7 @@ func TestParseConfigCosmos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := defaults.Cosmos; d.Database != "messagehub" || !d.Provision || d.IDBuckets != 16 {
+	if d := defaults.Cosmos; d.Database != "messagehub" || !d.Provision || d.IDBuckets != 4 {
 		t.Fatalf("cosmos defaults %+v", d)
 	}
 }

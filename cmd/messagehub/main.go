@@ -481,15 +481,16 @@ func withTLS(lis net.Listener, tlsConfig *tls.Config) net.Listener {
 func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder telemetry.RequestRecorder, gate func() error) (repository.Store, error) {
 	if cfg.Store == StoreCosmos {
 		store, err := cosmos.Open(ctx, cosmos.Config{
-			Endpoint:   cfg.Cosmos.Endpoint,
-			Key:        cfg.Cosmos.Key,
-			Database:   cfg.Cosmos.Database,
-			Provision:  cfg.Cosmos.Provision,
-			IDBuckets:  cfg.Cosmos.IDBuckets,
-			Throughput: cfg.Cosmos.Throughput,
-			Retention:  cfg.Retention,
-			Logger:     logger,
-			OnRequest:  recorder.RecordRequest,
+			Endpoint:        cfg.Cosmos.Endpoint,
+			Key:             cfg.Cosmos.Key,
+			Database:        cfg.Cosmos.Database,
+			Provision:       cfg.Cosmos.Provision,
+			IDBuckets:       cfg.Cosmos.IDBuckets,
+			LegacyIDBuckets: cfg.Cosmos.LegacyIDBuckets,
+			Throughput:      cfg.Cosmos.Throughput,
+			Retention:       cfg.Retention,
+			Logger:          logger,
+			OnRequest:       recorder.RecordRequest,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open cosmos store at %s: %w", cfg.Cosmos.Endpoint, err)

@@ -3,41 +3,132 @@ package repository
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/drawer"
 )
 
+// SweepCoordinator is a Store that several instances share, whose sweepers
+// take turns: one instance at a time sweeps, and its requests yield to the
+// others' traffic.
+type SweepCoordinator interface {
+	// HoldSweepLease takes the sweep lease for holder until d from now, or
+	// extends it when holder has it; false when another holder's lease has
+	// not run out.
+	HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error)
+	// ReleaseSweepLease gives the lease up if holder has it, so that
+	// another instance need not wait for it to run out.
+	ReleaseSweepLease(ctx context.Context, holder string) error
+	// LowPriority marks ctx so that the store's requests made with it are
+	// the first to be throttled when the store is busy.
+	LowPriority(ctx context.Context) context.Context
+}
+
+// sweepSpread is the part of the interval a pass is spread over: a pass
+// paces its recipients instead of bursting, and ends before the next.
+const sweepSpread = 3 // quarters
+
 func (r *Repository) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(r.opts.SweepInterval)
-	defer t.Stop()
+	holder := uuid.NewString()
+	timer := time.NewTimer(jittered(r.opts.SweepInterval))
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			if c, ok := r.store.(SweepCoordinator); ok {
+				// Shutting down: hand the lease over now (the store closes
+				// only after this loop ends).
+				release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				if err := c.ReleaseSweepLease(release, holder); err != nil {
+					r.logger.Warn("releasing the sweep lease failed; it runs out by itself", "err", err)
+				}
+				cancel()
+			}
 			return
-		case <-t.C:
-			if err := r.sweep(ctx); err != nil && ctx.Err() == nil {
+		case <-timer.C:
+			if err := r.sweepTurn(ctx, holder); err != nil && ctx.Err() == nil {
 				r.logger.Error("retention sweep failed", "err", err)
 			}
+			timer.Reset(jittered(r.opts.SweepInterval))
 		}
 	}
 }
 
-// sweep removes what retention allows for every recipient: dequeued bundles
-// older than the retention, and fully acknowledged drawers that no retained
-// bundle covers. Nothing unacknowledged is ever removed.
-func (r *Repository) sweep(ctx context.Context) error {
-	cutoff := r.opts.Now().Add(-r.opts.Retention)
-	return r.store.Recipients(ctx, func(recipient string) error {
-		err := r.sweepRecipient(ctx, recipient, cutoff)
-		if errors.Is(err, ErrConflict) {
-			return nil // someone wrote meanwhile; the next sweep looks again
-		}
+// jittered is d ± 10%, so that instances started together do not ask for
+// the lease at the same moment forever.
+func jittered(d time.Duration) time.Duration {
+	return d - d/10 + time.Duration(rand.Int64N(int64(d/5)+1))
+}
+
+// sweepTurn runs one pass if this instance may: on a shared store only the
+// holder of the lease sweeps, at low priority. The lease outlasts the pass
+// and is extended as the pass goes on; a holder that dies frees it after two
+// intervals.
+func (r *Repository) sweepTurn(ctx context.Context, holder string) error {
+	interval := r.opts.SweepInterval
+	hold := func(context.Context) (bool, error) { return true, nil }
+	if c, ok := r.store.(SweepCoordinator); ok {
+		hold = func(ctx context.Context) (bool, error) { return c.HoldSweepLease(ctx, holder, 2*interval) }
+		ctx = c.LowPriority(ctx)
+	}
+	if held, err := hold(ctx); err != nil || !held {
 		return err
-	})
+	}
+	return r.sweepPaced(ctx, interval*sweepSpread/4, hold)
+}
+
+// SweepNow runs one retention pass at once, without waiting for the
+// sweeper's turn (tests; operators who want the space back).
+func (r *Repository) SweepNow(ctx context.Context) error { return r.sweep(ctx) }
+
+// sweep removes what retention allows for every recipient at once.
+func (r *Repository) sweep(ctx context.Context) error { return r.sweepPaced(ctx, 0, nil) }
+
+// sweepPaced removes what retention allows for every recipient: dequeued
+// bundles older than the retention, and fully acknowledged drawers that no
+// retained bundle covers. Nothing unacknowledged is ever removed. The
+// recipients are spread evenly over spread; hold, when set, is asked again
+// every half of it and ends the pass when the lease is lost.
+func (r *Repository) sweepPaced(ctx context.Context, spread time.Duration, hold func(context.Context) (bool, error)) error {
+	var recipients []string
+	if err := r.store.Recipients(ctx, func(recipient string) error {
+		recipients = append(recipients, recipient)
+		return nil
+	}); err != nil {
+		return err
+	}
+	cutoff := r.opts.Now().Add(-r.opts.Retention)
+	var pause time.Duration
+	if len(recipients) > 0 {
+		pause = spread / time.Duration(len(recipients))
+	}
+	held := time.Now()
+	for i, recipient := range recipients {
+		if i > 0 && pause > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(pause):
+			}
+		}
+		if hold != nil && time.Since(held) > spread/2 {
+			if ok, err := hold(ctx); err != nil || !ok {
+				return err // another instance sweeps now
+			}
+			held = time.Now()
+		}
+		err := r.sweepRecipient(ctx, recipient, cutoff)
+		if err != nil && !errors.Is(err, ErrConflict) { // a conflict: someone wrote meanwhile; the next pass looks again
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *Repository) sweepRecipient(ctx context.Context, recipient string, cutoff time.Time) error {

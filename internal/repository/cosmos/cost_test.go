@@ -2,9 +2,15 @@ package cosmos_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -16,11 +22,13 @@ import (
 
 // partitionAudit remembers every data-plane query sent without a partition
 // key: a cross-partition query.
+// It also sums the charges the server reports by container.
 type partitionAudit struct {
 	next *http.Client
 
-	mu    sync.Mutex
-	cross []string
+	mu      sync.Mutex
+	cross   []string
+	charged map[string]float64 // container → RU
 }
 
 func (a *partitionAudit) Do(req *http.Request) (*http.Response, error) {
@@ -29,7 +37,24 @@ func (a *partitionAudit) Do(req *http.Request) (*http.Response, error) {
 		a.cross = append(a.cross, req.URL.Path)
 		a.mu.Unlock()
 	}
-	return a.next.Do(req)
+	resp, err := a.next.Do(req)
+	if parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/"); err == nil && len(parts) >= 4 && parts[2] == "colls" {
+		ru, _ := strconv.ParseFloat(resp.Header.Get("x-ms-request-charge"), 64)
+		a.mu.Lock()
+		if a.charged == nil {
+			a.charged = map[string]float64{}
+		}
+		a.charged[parts[3]] += ru
+		a.mu.Unlock()
+	}
+	return resp, err
+}
+
+// byContainer returns the charges so far by container.
+func (a *partitionAudit) byContainer() map[string]float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.charged)
 }
 
 type costEnv struct {
@@ -134,13 +159,13 @@ func TestSaveCostGrowsWithNOver100(t *testing.T) {
 		})
 		t.Logf("save of %5d: %3d requests, %7d bytes sent, %v", n, total.Requests, total.RequestBytes, byOp)
 		// Fixed steps (load, commit record, reserve, commit, finalize) plus
-		// one id document write and one id query per bucket touched (16).
-		if limit := int64(n/100 + 45); total.Requests > limit {
+		// one id document write and one id query per bucket touched.
+		if limit := int64(n/100 + 13 + 2*cosmos.DefaultIDBuckets); total.Requests > limit {
 			t.Fatalf("save of %d cost %d requests, want at most %d", n, total.Requests, limit)
 		}
 		// Single creates: one id document per bucket, the commit record and
 		// the recipient's registry entry. Notifications travel in batches.
-		if creates := byOp[cosmos.OpCreate].Requests; creates > 16+2 {
+		if creates := byOp[cosmos.OpCreate].Requests; creates > cosmos.DefaultIDBuckets+2 {
 			t.Fatalf("save of %d made %d single creates: notifications are not batched", n, creates)
 		}
 	}
@@ -188,68 +213,124 @@ func TestDequeueCostsThreeRequestsAndPeekReadsDrawersOnce(t *testing.T) {
 	}
 }
 
-// TestModeledCostPerNotification prices save + peek + dequeue of bundles of
-// 1,000 with the documented RU model and checks it stays within 1 RU per
-// notification. See docs/cosmos.md.
+// TestModeledCostPerNotification measures what a notification costs on the
+// test server's §5 model, from the charges it reports (x-ms-request-charge:
+// 5 RU per KB written with a 1 KB minimum, 0.1 RU per indexed term, deletes
+// like writes, queries by documents loaded and KB returned): saved, peeked
+// and dequeued in bundles of 1,000, then removed by retention. The goal, for
+// saves of 1,000 and more, is at most 0.5 RU per notification without
+// retention and 1 RU with it. See docs/cosmos.md, "Cost".
 func TestModeledCostPerNotification(t *testing.T) {
-	e := newCostEnv(t, repository.Options{MaxBundleWeight: 1000})
-	ctx := context.Background()
-	seeded(t, e)
-	r := uuid.NewString()
 	const n = 10_000
-	var all []map[string]cosmos.OpStats
-	save, _ := e.measure(t, func() {
-		if _, err := e.repo.Save(ctx, notifications(n, r, 1)); err != nil {
-			t.Fatal(err)
-		}
-	})
-	all = append(all, save)
-	drain, _ := e.measure(t, func() {
-		for {
-			b, err := e.repo.Peek(ctx, r, domain.GroupAll, "")
-			if err != nil {
-				t.Fatal(err)
+	for _, tc := range []struct {
+		name        string
+		saves       int
+		goal, total float64 // RU per notification; 0: printed, not asserted
+	}{
+		{name: "one save of 10,000", saves: 1, goal: 0.5, total: 1},
+		{name: "ten saves of 1,000", saves: 10, goal: 0.5, total: 1},
+		{name: "a hundred saves of 100", saves: 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &costClock{now: time.Now()}
+			e := newCostEnv(t, repository.Options{MaxBundleWeight: 1000, Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now})
+			ctx := context.Background()
+			seeded(t, e) // warm the metadata caches
+			r := uuid.NewString()
+			ns := notifications(n, r, 1)
+			save, _ := e.measure(t, func() {
+				for i := range tc.saves {
+					if _, err := e.repo.Save(ctx, ns[i*n/tc.saves:(i+1)*n/tc.saves]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			bundles := 0
+			drain, _ := e.measure(t, func() {
+				for {
+					b, err := e.repo.Peek(ctx, r, domain.GroupAll, "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if b == nil {
+						return
+					}
+					bundles++
+					if err := e.repo.Dequeue(ctx, r, b.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			if bundles != n/1000 {
+				t.Fatalf("%d bundles, want %d", bundles, n/1000)
 			}
-			if b == nil {
-				return
+			clock.advance(2 * time.Hour)
+			retention, _ := e.measure(t, func() {
+				if err := e.repo.SweepNow(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+			state, err := e.store.LoadRecipient(ctx, r)
+			if err != nil || len(state.Entries) != 0 {
+				t.Fatalf("retention left %+v, %v", state, err)
 			}
-			if err := e.repo.Dequeue(ctx, r, b.ID); err != nil {
-				t.Fatal(err)
+			if found, err := e.store.LookupIDs(ctx, []string{ns[0].ID, ns[n-1].ID}); err != nil || len(found) != 0 {
+				t.Fatalf("retention left ids %v, %v", found, err)
 			}
-		}
-	})
-	all = append(all, drain)
-	ru := 0.0
-	for _, byOp := range all {
-		ru += modeledRU(byOp)
-	}
-	t.Logf("save %v", save)
-	t.Logf("drain %v", drain)
-	t.Logf("modeled cost: %.0f RU for %d notifications = %.3f RU per notification", ru, n, ru/n)
-	if ru/n > 1 {
-		t.Fatalf("modeled cost %.3f RU per notification, want ≤ 1", ru/n)
+			for name, total := range e.audit.byContainer() {
+				t.Logf("container %-10s %8.1f RU = %.3f RU per notification (all parts, warm-up included)", name, total, total/n)
+			}
+			ru := map[string]float64{"save": charged(save), "peek+dequeue": charged(drain), "retention": charged(retention)}
+			for _, part := range []struct {
+				name string
+				ops  map[string]cosmos.OpStats
+			}{{"save", save}, {"peek+dequeue", drain}, {"retention", retention}} {
+				t.Logf("%-12s %8.1f RU = %.3f RU per notification; by operation (requests, RU): %s", part.name, ru[part.name], ru[part.name]/n, byOpCharges(part.ops))
+			}
+			perN := (ru["save"] + ru["peek+dequeue"]) / n
+			withRetention := perN + ru["retention"]/n
+			t.Logf("COST %s: %.3f RU per notification for save + peek + dequeue, %.3f with retention", tc.name, perN, withRetention)
+			if tc.goal > 0 && (perN > tc.goal || withRetention > tc.total) {
+				t.Fatalf("%.3f RU per notification (%.3f with retention), want ≤ %.1f (≤ %.1f)", perN, withRetention, tc.goal, tc.total)
+			}
+		})
 	}
 }
 
-// modeledRU prices requests with the RU model of docs/cosmos.md: a point
-// read 1 RU per KB read, a write 5.5 RU per KB written, a query 2.5 RU per
-// page plus 1 RU per KB returned; every request costs at least its 1 KB.
-func modeledRU(byOp map[string]cosmos.OpStats) float64 {
-	kb := func(b int64) float64 { return float64(b) / 1024 }
+// charged sums the request charges the server reported.
+func charged(byOp map[string]cosmos.OpStats) float64 {
 	ru := 0.0
-	for op, s := range byOp {
-		n := float64(s.Requests)
-		switch op {
-		case cosmos.OpRead:
-			ru += max(kb(s.ResponseBytes), n) * 1
-		case cosmos.OpQuery:
-			ru += n*2.5 + kb(s.ResponseBytes)
-		case cosmos.OpMetadata:
-		default: // writes and batches
-			ru += max(kb(s.RequestBytes), n) * 5.5
-		}
+	for _, s := range byOp {
+		ru += s.RequestCharge
 	}
 	return ru
+}
+
+func byOpCharges(byOp map[string]cosmos.OpStats) string {
+	ops := slices.Sorted(maps.Keys(byOp))
+	var b strings.Builder
+	for _, op := range ops {
+		fmt.Fprintf(&b, "%s %d %.1f; ", op, byOp[op].Requests, byOp[op].RequestCharge)
+	}
+	return b.String()
+}
+
+type costClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *costClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(time.Millisecond)
+	return c.now
+}
+
+func (c *costClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }
 
 // Re-saving stored notifications finds them all with a few requests: each
@@ -271,4 +352,25 @@ func TestResavingDuplicatesCostsFewReads(t *testing.T) {
 	if reads := byOp[cosmos.OpRead].Requests; reads > 5 {
 		t.Fatalf("resave read %d documents", reads)
 	}
+}
+
+// TestCostOfASaveSpreadOverManyRecipients prints what a save of 1,000
+// notifications for 100 recipients costs on the test server's model: each
+// recipient has its own head, entry and drawer, and the id index one
+// document per bucket and drawer. Printed, not asserted.
+func TestCostOfASaveSpreadOverManyRecipients(t *testing.T) {
+	e := newCostEnv(t, repository.Options{})
+	ctx := context.Background()
+	seeded(t, e)
+	var ns []domain.Notification
+	for range 100 {
+		ns = append(ns, notifications(10, uuid.NewString(), 1)...)
+	}
+	byOp, _ := e.measure(t, func() {
+		if _, err := e.repo.Save(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ru := charged(byOp)
+	t.Logf("COST a save of 1,000 for 100 recipients: %.1f RU = %.3f RU per notification; %s", ru, ru/1000, byOpCharges(byOp))
 }

@@ -1,9 +1,6 @@
 package cosmos
 
 import (
-	"encoding/base64"
-	"encoding/json"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -13,7 +10,6 @@ import (
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
-	"github.com/energydatahub/messagehub/internal/repository"
 )
 
 // Documents use short field names: every byte stored is paid for on write
@@ -162,48 +158,6 @@ type slotDoc struct {
 	Bundle string `json:"bid"`
 }
 
-// pageDoc is a run of consecutive positions of one drawer: position s+i
-// holds items[i] = [seq, id, weight, bundling 0/1, document type].
-type pageDoc struct {
-	ID    string            `json:"id"`
-	PK    string            `json:"pk"`
-	Start int64             `json:"s"`
-	End   int64             `json:"e"`
-	Items []json.RawMessage `json:"it"`
-}
-
-type pageItem struct {
-	Seq      int64
-	ID       string
-	Weight   int64
-	Bundling int
-	DocType  string
-}
-
-// idDoc indexes the ids of one save that fall in one bucket and one drawer.
-type idDoc struct {
-	ID     string    `json:"id"`
-	PK     string    `json:"pk"`
-	Drawer string    `json:"d"`
-	Save   string    `json:"s"`
-	Token  string    `json:"st,omitempty"` // session token of the save's commit record
-	N      []idEntry `json:"n"`
-}
-
-type idEntry struct {
-	ID          string `json:"i"`
-	Fingerprint string `json:"f"`
-}
-
-// idHit is one row of the id lookup query.
-type idHit struct {
-	ID          string `json:"i"`
-	Fingerprint string `json:"f"`
-	Drawer      string `json:"d"`
-	Save        string `json:"s"`
-	Token       string `json:"st"`
-}
-
 type saveDoc struct {
 	ID    string `json:"id"`
 	PK    string `json:"pk"`
@@ -225,7 +179,6 @@ func bundleDocID(id string) string  { return "b:" + id }
 func slotID(g domain.PeekGroup) string {
 	return "p:" + strconv.Itoa(int(g))
 }
-func pageID(start int64) string { return fmt.Sprintf("%012d", start) }
 
 func toEntry(d entryDoc) catalog.Entry {
 	e := catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Total: d.Total, Version: d.ETag}
@@ -281,53 +234,6 @@ func fromBundle(recipient string, rec bundle.Record) bundleDoc {
 		d.DequeuedAt = rec.DequeuedAt.UnixMicro()
 	}
 	return d
-}
-
-func encodePage(p drawer.Page) (pageDoc, error) {
-	doc := pageDoc{ID: pageID(p.Start()), PK: p.DrawerID, Start: p.Start(), End: p.Start() + int64(len(p.Items))}
-	for i, it := range p.Items {
-		if it.Pos != doc.Start+int64(i) {
-			return doc, fmt.Errorf("page of drawer %s: positions are not consecutive", p.DrawerID)
-		}
-		flag := 0
-		if it.SupportsBundling {
-			flag = 1
-		}
-		raw, err := json.Marshal([]any{it.Seq, it.ID, it.Weight, flag, it.DocumentType})
-		if err != nil {
-			return doc, err
-		}
-		doc.Items = append(doc.Items, raw)
-	}
-	return doc, nil
-}
-
-func decodeItem(raw json.RawMessage, pos int64) (drawer.Item, error) {
-	var fields []json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil || len(fields) != 5 {
-		return drawer.Item{}, fmt.Errorf("corrupt page item at %d", pos)
-	}
-	var it pageItem
-	for i, dst := range []any{&it.Seq, &it.ID, &it.Weight, &it.Bundling, &it.DocType} {
-		if err := json.Unmarshal(fields[i], dst); err != nil {
-			return drawer.Item{}, fmt.Errorf("corrupt page item at %d: %w", pos, err)
-		}
-	}
-	return drawer.Item{Pos: pos, Seq: it.Seq, ID: it.ID, DocumentType: it.DocType, SupportsBundling: it.Bundling == 1, Weight: it.Weight}, nil
-}
-
-func fingerprintString(fp repository.Fingerprint) string {
-	return base64.RawURLEncoding.EncodeToString(fp[:])
-}
-
-func parseFingerprint(s string) (repository.Fingerprint, error) {
-	var fp repository.Fingerprint
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) != len(fp) {
-		return fp, fmt.Errorf("corrupt fingerprint %q", s)
-	}
-	copy(fp[:], b)
-	return fp, nil
 }
 
 func etag(v string) *azcore.ETag {

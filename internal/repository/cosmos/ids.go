@@ -1,14 +1,19 @@
 package cosmos
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/zeebo/xxh3"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/energydatahub/messagehub/internal/repository"
@@ -87,23 +92,44 @@ func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[st
 }
 
 // lookup queries each bucket the ids fall in, in parallel, leaving out the
-// entries of the save named by except.
+// documents of the save named by except. Ids are sent packed and in chunks:
+// a query's text and parameters must stay under 512 KB, and the 20,000 ids
+// of the largest group commit would be 780 KB as canonical strings.
 func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHit, error) {
+	type part struct {
+		bucket string
+		legacy bool
+		ids    []string
+	}
 	byBucket := map[string][]string{}
+	var order []string
+	add := func(bucket, id string) {
+		if _, ok := byBucket[bucket]; !ok {
+			order = append(order, bucket)
+		}
+		byBucket[bucket] = append(byBucket[bucket], id)
+	}
 	for _, id := range ids {
-		b := s.bucketOf(id)
-		byBucket[b] = append(byBucket[b], id)
+		add(s.bucketOf(id), packID(id))
+		if s.legacyIDs.Load() {
+			add(legacyBucketOf(id, s.cfg.LegacyIDBuckets), id)
+		}
+	}
+	var parts []part
+	for _, b := range order {
+		for _, chunk := range chunkIDs(byBucket[b], maxLookupBytes) {
+			parts = append(parts, part{bucket: b, legacy: b[0] == legacyPrefix, ids: chunk})
+		}
 	}
 	var mu sync.Mutex
 	var hits []idHit
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
-	for bucket, inBucket := range byBucket {
+	for _, p := range parts {
 		g.Go(func() error {
-			return s.query(ctx, s.ids, bucket,
-				"SELECT n.i, n.f, c.d, c.s, c.st FROM c JOIN n IN c.n WHERE c.s != @except AND ARRAY_CONTAINS(@ids, n.i)",
-				[]azcosmos.QueryParameter{{Name: "@ids", Value: inBucket}, {Name: "@except", Value: except}},
-				func(raw []byte) error {
+			params := []azcosmos.QueryParameter{{Name: "@ids", Value: p.ids}, {Name: "@except", Value: except}}
+			if p.legacy {
+				return s.query(ctx, s.ids, p.bucket, legacyLookupSQL, params, func(raw []byte) error {
 					var h idHit
 					if err := json.Unmarshal(raw, &h); err != nil {
 						return err
@@ -113,9 +139,56 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 					mu.Unlock()
 					return nil
 				})
+			}
+			asked := make(map[string]bool, len(p.ids))
+			for _, id := range p.ids {
+				asked[id] = true
+			}
+			return s.query(ctx, s.ids, p.bucket, lookupSQL, params, func(raw []byte) error {
+				var d idDoc
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				found, err := d.hits(asked)
+				mu.Lock()
+				hits = append(hits, found...)
+				mu.Unlock()
+				return err
+			})
 		})
 	}
 	return hits, g.Wait()
+}
+
+// lookupSQL finds the other saves' documents that hold any of @ids; a
+// document comes back once, whole, however many of them it holds (the rare
+// path: duplicates). New ids, the common case, load no document at all.
+const lookupSQL = "SELECT c.d, c.s, c.st, c.i, c.f, c.fn FROM c " +
+	"WHERE c.s != @except AND EXISTS(SELECT VALUE i FROM i IN c.i WHERE ARRAY_CONTAINS(@ids, i))"
+
+// legacyLookupSQL reads the id documents of the layout before packing.
+const legacyLookupSQL = "SELECT n.i, n.f, c.d, c.s, c.st FROM c JOIN n IN c.n WHERE c.s != @except AND ARRAY_CONTAINS(@ids, n.i)"
+
+// maxLookupBytes bounds the ids of one lookup query, well below the 512 KB
+// Cosmos DB allows for a query's text and parameters.
+const maxLookupBytes = 256 << 10
+
+// chunkIDs splits ids into runs of at most maxBytes as a JSON array.
+func chunkIDs(ids []string, maxBytes int) [][]string {
+	var out [][]string
+	start, size := 0, 0
+	for i, id := range ids {
+		n := len(id) + 3 // quotes and comma
+		if i > start && size+n > maxBytes {
+			out = append(out, ids[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	if start < len(ids) {
+		out = append(out, ids[start:])
+	}
+	return out
 }
 
 func (h idHit) record() (repository.IDRecord, error) {
@@ -138,10 +211,190 @@ func (s *Store) saveState(ctx context.Context, saveID, token string) (string, er
 	return d.State, json.Unmarshal(item.Value, &d)
 }
 
-// bucketOf spreads ids over the id partitions by their first hex digits.
+// bucketOf spreads ids over the id partitions by a hash of the whole id:
+// time-ordered ids (UUIDv7) share their first bytes, and would otherwise
+// all land in one partition.
 func (s *Store) bucketOf(id string) string {
-	v, _ := strconv.ParseUint(id[:2], 16, 8)
-	return bucketKey(int(v) % s.cfg.IDBuckets)
+	return bucketPrefix + strconv.FormatUint(xxh3.HashString(id)%uint64(s.cfg.IDBuckets), 10)
 }
 
-func bucketKey(b int) string { return "b" + strconv.Itoa(b) }
+// Id partitions are h0, h1, ...; b0, b1, ... are those of the layout before
+// hashing (first byte of the id), read while they hold documents.
+const (
+	bucketPrefix = "h"
+	legacyPrefix = 'b'
+)
+
+func legacyBucketOf(id string, buckets int) string {
+	v, _ := strconv.ParseUint(id[:min(2, len(id))], 16, 8)
+	return legacyBucketKey(int(v) % buckets)
+}
+
+func legacyBucketKey(b int) string { return string(legacyPrefix) + strconv.Itoa(b) }
+
+// idWrites groups a save's ids into documents, one per bucket and drawer
+// (retention deletes a drawer's with it), each packed.
+func (s *Store) idWrites(saveID string, recs []repository.IDRecord) []idWrite {
+	type key struct{ bucket, drawer string }
+	byDoc := map[key][]repository.IDRecord{}
+	var order []key
+	for _, rec := range recs {
+		k := key{s.bucketOf(rec.ID), rec.DrawerID}
+		if _, ok := byDoc[k]; !ok {
+			order = append(order, k)
+		}
+		byDoc[k] = append(byDoc[k], rec)
+	}
+	out := make([]idWrite, 0, len(order))
+	for _, k := range order {
+		doc := idDoc{ID: saveID + ":" + k.drawer, PK: k.bucket, Drawer: k.drawer, Save: saveID}
+		in := byDoc[k]
+		// Ids of one content share a fingerprint: sorted by it, each is
+		// stored once per run.
+		slices.SortStableFunc(in, func(a, b repository.IDRecord) int { return bytes.Compare(a.Fingerprint[:], b.Fingerprint[:]) })
+		for i, rec := range in {
+			doc.IDs = append(doc.IDs, packID(rec.ID))
+			if i == 0 || rec.Fingerprint != in[i-1].Fingerprint {
+				doc.FPs = append(doc.FPs, fingerprintString(rec.Fingerprint))
+				doc.Runs = append(doc.Runs, 0)
+			}
+			doc.Runs[len(doc.Runs)-1]++
+		}
+		out = append(out, idWrite{bucket: k.bucket, doc: doc})
+	}
+	return out
+}
+
+// deleteIDDocs deletes the id documents of a drawer, in every bucket.
+func (s *Store) deleteIDDocs(ctx context.Context, drawerID string) error {
+	buckets := make([]string, 0, s.cfg.IDBuckets+s.cfg.LegacyIDBuckets)
+	for b := range s.cfg.IDBuckets {
+		buckets = append(buckets, bucketPrefix+strconv.Itoa(b))
+	}
+	if s.legacyIDs.Load() {
+		for b := range s.cfg.LegacyIDBuckets {
+			buckets = append(buckets, legacyBucketKey(b))
+		}
+	}
+	// Retention removes the old documents with their drawers: look again
+	// now and then whether any is left, so that lookups stop reading the
+	// old buckets without waiting for a restart.
+	defer func() {
+		if last := s.legacyProbed.Load(); s.legacyIDs.Load() && s.cfg.Now().UnixMilli()-last > legacyReprobe.Milliseconds() {
+			if err := s.probeLegacyIDs(ctx); err != nil {
+				s.cfg.Logger.Warn("cosmos: looking for id documents of the old layout failed", "err", err)
+			}
+		}
+	}()
+	for _, pk := range buckets {
+		var docs []string
+		err := s.query(ctx, s.ids, pk, "SELECT c.id FROM c WHERE c.d = @d",
+			[]azcosmos.QueryParameter{{Name: "@d", Value: drawerID}}, func(raw []byte) error {
+				var d struct{ ID string }
+				err := json.Unmarshal(raw, &d)
+				docs = append(docs, d.ID)
+				return err
+			})
+		if err != nil {
+			return err
+		}
+		if err := s.deleteAll(ctx, s.ids, pk, docs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// legacyReprobe is how often retention looks again for id documents of the
+// old layout while some are left.
+const legacyReprobe = 10 * time.Minute
+
+// probeLegacyIDs says whether any id document of the layout before hashing
+// is left; while one is, lookups and retention read those partitions too.
+func (s *Store) probeLegacyIDs(ctx context.Context) error {
+	s.legacyProbed.Store(s.cfg.Now().UnixMilli())
+	for b := range s.cfg.LegacyIDBuckets {
+		found := false
+		err := s.query(ctx, s.ids, legacyBucketKey(b), "SELECT TOP 1 c.id FROM c", nil, func([]byte) error {
+			found = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if found {
+			s.legacyIDs.Store(true)
+			return nil
+		}
+	}
+	s.legacyIDs.Store(false)
+	return nil
+}
+
+// idDoc indexes the ids of one save that fall in one bucket and one drawer:
+// IDs packed (22 characters each; the only indexed terms per id), and their
+// fingerprints as runs: FPs[k] covers the next Runs[k] ids. Documents of
+// the layout before packing hold N instead.
+type idDoc struct {
+	ID     string    `json:"id"`
+	PK     string    `json:"pk"`
+	Drawer string    `json:"d"`
+	Save   string    `json:"s"`
+	Token  string    `json:"st,omitempty"` // session token of the save's commit record
+	IDs    []string  `json:"i,omitempty"`
+	FPs    []string  `json:"f,omitempty"`
+	Runs   []int     `json:"fn,omitempty"`
+	N      []idEntry `json:"n,omitempty"`
+}
+
+// hits returns the document's entries whose packed id is asked for.
+func (d idDoc) hits(asked map[string]bool) ([]idHit, error) {
+	var out []idHit
+	k, left := -1, 0
+	for _, packed := range d.IDs {
+		for left == 0 {
+			if k++; k >= len(d.Runs) || k >= len(d.FPs) {
+				return nil, fmt.Errorf("id document %s of save %s: fingerprints do not cover its ids", d.Drawer, d.Save)
+			}
+			left = d.Runs[k]
+		}
+		left--
+		if !asked[packed] {
+			continue
+		}
+		id, err := unpackID(packed)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, idHit{ID: id, Fingerprint: d.FPs[k], Drawer: d.Drawer, Save: d.Save, Token: d.Token})
+	}
+	return out, nil
+}
+
+type idEntry struct {
+	ID          string `json:"i"`
+	Fingerprint string `json:"f"`
+}
+
+// idHit is one row of the id lookup query.
+type idHit struct {
+	ID          string `json:"i"`
+	Fingerprint string `json:"f"`
+	Drawer      string `json:"d"`
+	Save        string `json:"s"`
+	Token       string `json:"st"`
+}
+
+func fingerprintString(fp repository.Fingerprint) string {
+	return base64.RawURLEncoding.EncodeToString(fp[:])
+}
+
+func parseFingerprint(s string) (repository.Fingerprint, error) {
+	var fp repository.Fingerprint
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != len(fp) {
+		return fp, fmt.Errorf("corrupt fingerprint %q", s)
+	}
+	copy(fp[:], b)
+	return fp, nil
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,7 +36,8 @@ func ptr[T any](v T) *T { return &v }
 var containers = []container{
 	{name: containerRecipients, indexed: []string{"/t/?"}, defaultTTL: ptr[int32](-1)},
 	{name: containerDrawers, indexed: []string{"/s/?", "/e/?"}},
-	{name: containerIDs, indexed: []string{"/n/[]/i/?", "/d/?", "/s/?"}},
+	// /i/* indexes the packed ids; /n/[]/i/? those of the layout before packing.
+	{name: containerIDs, indexed: []string{"/i/*", "/n/[]/i/?", "/d/?", "/s/?"}},
 	{name: containerSaves, indexed: nil, defaultTTL: ptr[int32](-1)},
 }
 
@@ -115,6 +118,125 @@ func provision(ctx context.Context, client *azcosmos.Client, database string, th
 		}
 	}
 	return nil
+}
+
+// checkContainers compares every container with what the store needs, and
+// refuses a drift that would lose data or break queries: another partition
+// key, a path the queries filter or sort on left out of the index, a default
+// TTL that would expire documents the store keeps. A drift that only costs
+// (more paths indexed than needed) or leaves expiry to the sweeper (no
+// default TTL) is logged as a warning.
+func checkContainers(ctx context.Context, client *azcosmos.Client, database string, logger *slog.Logger) error {
+	db, err := client.NewDatabase(database)
+	if err != nil {
+		return err
+	}
+	var refused []string
+	for _, c := range containers {
+		cc, err := db.NewContainer(c.name)
+		if err != nil {
+			return err
+		}
+		resp, err := cc.Read(ctx, nil)
+		if isStatus(err, http.StatusNotFound) {
+			refused = append(refused, fmt.Sprintf("container %s does not exist (run with --cosmos-provision, or create it as docs/cosmos.md says)", c.name))
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("cosmos: read container %s: %w", c.name, err)
+		}
+		problems, warnings := c.drift(*resp.ContainerProperties)
+		refused = append(refused, problems...)
+		for _, w := range warnings {
+			logger.Warn("cosmos: container differs from what the store provisions", "container", c.name, "drift", w)
+		}
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("cosmos: database %s does not fit this version of MessageHub: %s", database, strings.Join(refused, "; "))
+	}
+	return nil
+}
+
+// drift lists how an existing container differs from c: problems that
+// make the store refuse to start, and harmless differences.
+func (c container) drift(p azcosmos.ContainerProperties) (problems, warnings []string) {
+	if keys := p.PartitionKeyDefinition.Paths; !slices.Equal(keys, []string{"/pk"}) {
+		problems = append(problems, fmt.Sprintf("container %s is partitioned by %v, the store needs /pk", c.name, keys))
+	}
+	policy := p.IndexingPolicy
+	none := policy != nil && strings.EqualFold(string(policy.IndexingMode), string(azcosmos.IndexingModeNone))
+	for _, path := range c.indexed {
+		if none || !policyIndexes(policy, path) {
+			problems = append(problems, fmt.Sprintf("container %s does not index %s, which its queries filter or sort on", c.name, path))
+		}
+	}
+	if !none && policyIndexes(policy, "/unused/?") {
+		warnings = append(warnings, "indexes every path: each write pays for index terms no query uses (the store excludes /* and includes "+strings.Join(c.indexed, ", ")+")")
+	}
+	switch have := p.DefaultTimeToLive; {
+	case have != nil && *have > 0 && (c.defaultTTL == nil || *c.defaultTTL < 0):
+		problems = append(problems, fmt.Sprintf("container %s expires documents after %d s by default: it would lose what the store keeps", c.name, *have))
+	case have == nil && c.defaultTTL != nil:
+		warnings = append(warnings, "has no default TTL: documents that carry a ttl never expire, and only the sweeper removes them")
+	case have != nil && c.defaultTTL == nil:
+		warnings = append(warnings, fmt.Sprintf("has a default TTL of %d though no document of it carries a ttl", *have))
+	}
+	return problems, warnings
+}
+
+// policyIndexes says whether the policy indexes path (as Cosmos DB decides:
+// the most specific matching included or excluded path wins, an excluded
+// one on a tie). No policy is Cosmos DB's default: everything.
+func policyIndexes(policy *azcosmos.IndexingPolicy, path string) bool {
+	if policy == nil {
+		return true
+	}
+	included := make([]string, 0, len(policy.IncludedPaths))
+	for _, p := range policy.IncludedPaths {
+		included = append(included, p.Path)
+	}
+	if len(included) == 0 {
+		included = []string{"/*"}
+	}
+	best, indexed := -1, false
+	for _, p := range included {
+		if n := pathMatch(p, path); n > best {
+			best, indexed = n, true
+		}
+	}
+	for _, p := range policy.ExcludedPaths {
+		if n := pathMatch(p.Path, path); n >= 0 && n >= best {
+			best, indexed = n, false
+		}
+	}
+	return indexed
+}
+
+// pathMatch scores how specifically policy path pattern matches path, a
+// path of the form /a/b/? or /a/*: -1 when it does not match. Patterns
+// end in ? (exactly that path), [] followed by ?, or * (that path and
+// everything below it).
+func pathMatch(pattern, path string) int {
+	pat := strings.Split(strings.Trim(pattern, "/"), "/")
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	last := pat[len(pat)-1]
+	pat = pat[:len(pat)-1]
+	if segs[len(segs)-1] == "?" || segs[len(segs)-1] == "*" {
+		segs = segs[:len(segs)-1]
+	}
+	if len(pat) > len(segs) || (last == "?" && len(pat) != len(segs)) {
+		return -1
+	}
+	for i, p := range pat {
+		if strings.Trim(p, `"`) != segs[i] {
+			return -1
+		}
+	}
+	score := 2 * len(pat)
+	if last == "?" {
+		score++
+	}
+	return score
 }
 
 // isStatus reports whether err is an HTTP answer with that status code.

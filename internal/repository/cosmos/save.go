@@ -140,23 +140,9 @@ func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) 
 		p.pages = append(p.pages, doc)
 		p.res.Pages = append(p.res.Pages, pageRef{Drawer: doc.PK, ID: doc.ID})
 	}
-	// One id document per bucket and drawer: small enough to stay cheap,
-	// few enough to write in a handful of requests.
-	byDoc := map[[2]string]*idWrite{}
-	var order [][2]string
-	for _, rec := range sv.IDs {
-		key := [2]string{s.bucketOf(rec.ID), rec.DrawerID}
-		w, ok := byDoc[key]
-		if !ok {
-			w = &idWrite{bucket: key[0], doc: idDoc{ID: saveID + ":" + rec.DrawerID, PK: key[0], Drawer: rec.DrawerID, Save: saveID}}
-			byDoc[key] = w
-			order = append(order, key)
-		}
-		w.doc.N = append(w.doc.N, idEntry{ID: rec.ID, Fingerprint: fingerprintString(rec.Fingerprint)})
-	}
-	for _, k := range order {
-		p.ids = append(p.ids, *byDoc[k])
-		p.res.IDDocs = append(p.res.IDDocs, docRef{PK: byDoc[k].bucket, ID: byDoc[k].doc.ID})
+	p.ids = s.idWrites(saveID, sv.IDs)
+	for _, w := range p.ids {
+		p.res.IDDocs = append(p.res.IDDocs, docRef{PK: w.bucket, ID: w.doc.ID})
 	}
 	return p, nil
 }

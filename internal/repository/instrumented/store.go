@@ -225,3 +225,32 @@ var errNoNotices = errors.New("the store keeps no notices of dequeues")
 func (s *Store) Close() error { return s.next.Close() }
 
 var _ repository.Store = (*Store)(nil)
+
+// The decorator forwards the sweep lease: without it, a shared store behind
+// it would be swept by every instance at once, at normal priority.
+var _ repository.SweepCoordinator = (*Store)(nil)
+
+// HoldSweepLease implements repository.SweepCoordinator: the wrapped store's
+// lease when it has one; a store of one instance needs none.
+func (s *Store) HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
+	if c, ok := s.next.(repository.SweepCoordinator); ok {
+		return c.HoldSweepLease(ctx, holder, d)
+	}
+	return true, nil
+}
+
+// ReleaseSweepLease implements repository.SweepCoordinator.
+func (s *Store) ReleaseSweepLease(ctx context.Context, holder string) error {
+	if c, ok := s.next.(repository.SweepCoordinator); ok {
+		return c.ReleaseSweepLease(ctx, holder)
+	}
+	return nil
+}
+
+// LowPriority implements repository.SweepCoordinator.
+func (s *Store) LowPriority(ctx context.Context) context.Context {
+	if c, ok := s.next.(repository.SweepCoordinator); ok {
+		return c.LowPriority(ctx)
+	}
+	return ctx
+}
