@@ -268,6 +268,16 @@ var settings = []setting{
 			c.Content.Blob.Container = v
 			return nil
 		}},
+	{"content-lease", "MESSAGEHUB_CONTENT_LEASE", "30s",
+		"with --store cosmos: how long an instance holds a bundle's document build unless it renews it (every third of it); the longest a dead instance holds a build up",
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second {
+				return fmt.Errorf("must be a duration of at least 1s, got %q", v)
+			}
+			c.Content.Lease = d
+			return nil
+		}},
 	{"http-read-timeout", "MESSAGEHUB_HTTP_READ_TIMEOUT", "60s", "longest time to read an HTTP request, body included",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPReadTimeout) }},
 	{"http-write-timeout", "MESSAGEHUB_HTTP_WRITE_TIMEOUT", "2m", "longest time to write an HTTP response",

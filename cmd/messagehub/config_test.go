@@ -36,7 +36,7 @@ func TestParseConfig(t *testing.T) {
 		LogLevel:        slog.LevelInfo,
 		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 16, Throughput: cosmos.DefaultThroughput},
 		ContentTimeout:  25 * time.Second,
-		Content:         ContentConfig{Blob: BlobConfig{Container: "messagehub-content"}},
+		Content:         ContentConfig{Blob: BlobConfig{Container: "messagehub-content"}, Lease: 30 * time.Second},
 		Limits:          defaultLimits,
 		MinFreeDisk:     1 << 30,
 	}
@@ -209,6 +209,7 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "content providers on cosmos without blob storage", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-provider", "DOMAIN_CHARGES=a:1"}, wantErr: "needs --content-blob-connection-string or --content-blob-url"},
 		{name: "two ways to blob storage", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-blob-url", "https://b/", "--content-blob-connection-string", "x"}, wantErr: "not both"},
 		{name: "blob storage with the embedded store", args: []string{"--content-blob-url", "https://b/"}, wantErr: "for --store cosmos"},
+		{name: "a content lease under a second", args: []string{"--content-lease", "500ms"}, wantErr: "at least 1s"},
 		{name: "a blob container name too short", args: []string{"--content-blob-container", "ab"}, wantErr: "3 to 63"},
 	}
 	for _, tt := range tests {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -34,6 +35,9 @@ type ContentConfig struct {
 	// Blob is where documents go with --store cosmos: Azure Blob Storage,
 	// which every instance reaches.
 	Blob BlobConfig
+	// Lease is how long an instance holds a bundle's build unless it renews
+	// it (with --store cosmos): the longest a dead instance holds one up.
+	Lease time.Duration
 }
 
 // BlobConfig is an Azure Blob Storage container: ConnectionString (account
@@ -133,9 +137,11 @@ func contentService(cfg ContentConfig, store content.Store, lease content.Lease,
 		Providers: providers,
 		Store:     store,
 		Lease:     lease,
-		Pending:   repo.IsPending,
-		Logger:    logger,
-		Metrics:   metrics,
+		// An instance that died holds a build up for this long at most.
+		LeaseDuration: cfg.Lease,
+		Pending:       repo.IsPending,
+		Logger:        logger,
+		Metrics:       metrics,
 	})
 	notifier := content.StartNotifier(content.NotifierOptions{
 		Providers: providers,

@@ -182,9 +182,20 @@ func testDequeuesAreToldAfterAKill(t *testing.T, storeArgs []string) {
 
 // A hub killed while a document is being built keeps nothing half-written:
 // after the restart the domain is asked again and the whole document served.
-// (On Cosmos DB the restarted hub would first wait out the dead one's lease;
-// the blob store's all-or-nothing commit is tested against Azurite.)
+// On Cosmos DB the restarted hub first waits out the dead one's lease.
 func TestAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			args := contentStoreArgs(t, b.name, b.args())
+			if b.name == "cosmos" {
+				args = append(args, "--content-lease", "2s")
+			}
+			testAKillWhileADocumentIsBuiltLeavesNothingBehind(t, args)
+		})
+	}
+}
+
+func testAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T, storeArgs []string) {
 	document := bytes.Repeat([]byte("<Series/>"), 100_000)
 	release := make(chan struct{})
 	provider := contenttest.Start(t, func(_ *messagehubv1.Bundle, calls int) contenttest.Answer {
@@ -197,7 +208,7 @@ func TestAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T) {
 	})
 	defer close(release)
 	dataDir := t.TempDir()
-	args := []string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address, "--content-timeout", "200ms"}
+	args := append([]string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address, "--content-timeout", "200ms"}, storeArgs...)
 	h := startHubIn(t, dataDir, args...)
 	recipient := newID()
 	n := notification(recipient, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
@@ -216,6 +227,9 @@ func TestAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T) {
 		if err == nil {
 			if first.GetMediaType() != "application/xml" || !bytes.Equal(data, document) {
 				t.Fatalf("after the restart: %q with %d bytes, want the whole document", first.GetMediaType(), len(data))
+			}
+			if n := provider.Creates(first.GetBundle().GetId()); n != 2 {
+				t.Fatalf("the domain was asked %d times, want twice (before the kill and after)", n)
 			}
 			break
 		}
