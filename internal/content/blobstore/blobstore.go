@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
@@ -110,23 +111,46 @@ func deref[T any](p *T) T {
 
 func name(key content.Key) string { return key.Recipient + "/" + key.BundleID }
 
-// Open streams the document of key, or returns content.ErrNotStored.
+// Open streams the document of key, or returns content.ErrNotStored. ctx
+// bounds the opening only: the body is read until it is closed, since a
+// content peek's deadline is for waiting on a document, not for streaming
+// 50 MiB of it.
 func (s *Store) Open(ctx context.Context, key content.Key) (*content.Document, error) {
-	resp, err := s.c.NewBlobClient(name(key)).DownloadStream(ctx, nil)
+	stream, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	resp, err := s.c.NewBlobClient(name(key)).DownloadStream(stream, nil)
+	if !stop() || err != nil {
+		cancel()
+	}
 	if bloberror.HasCode(err, bloberror.BlobNotFound) {
 		return nil, content.ErrNotStored
+	}
+	if err == nil && stream.Err() != nil {
+		err = ctx.Err() // the answer came as ctx ended: its body is cut off
 	}
 	if err != nil {
 		return nil, fmt.Errorf("blob storage: reading %s: %w", name(key), err)
 	}
-	doc := &content.Document{
+	// A broken connection resumes where it stopped, on the same etag; a body
+	// closed early (the client left) is not retried.
+	body := resp.NewRetryReader(stream, &blob.RetryReaderOptions{EarlyCloseAsError: true})
+	return &content.Document{
 		MediaType: deref(resp.ContentType),
 		Size:      deref(resp.ContentLength),
-		// A broken connection resumes where it stopped, on the same etag; a
-		// body closed early (the client left) is not retried.
-		Body: resp.NewRetryReader(ctx, &blob.RetryReaderOptions{EarlyCloseAsError: true}),
-	}
-	return doc, nil
+		Body:      closer{ReadCloser: body, cancel: cancel},
+	}, nil
+}
+
+// closer ends the download's context with the body.
+type closer struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c closer) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 // Create stages a document of key.

@@ -33,11 +33,16 @@ func TestMain(m *testing.M) {
 // a few KiB already take several.
 func open(t *testing.T) *blobstore.Store {
 	t.Helper()
+	return openBlocks(t, 1000)
+}
+
+func openBlocks(t *testing.T, blockSize int) *blobstore.Store {
+	t.Helper()
 	s, err := blobstore.Open(t.Context(), blobstore.Config{
 		ConnectionString: azurite.ConnectionString(),
 		Container:        azuritetest.UniqueContainer("docs"),
 		Provision:        true,
-		BlockSize:        1000,
+		BlockSize:        blockSize,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -168,5 +173,28 @@ func TestMissingContainer(t *testing.T) {
 	})
 	if err == nil {
 		t.Fatal("opened a container that does not exist without provisioning")
+	}
+}
+
+// A content peek's deadline bounds the wait for a document, not its
+// streaming: the body reads on after the context of Open ended.
+func TestTheBodyOutlivesTheContextOfOpen(t *testing.T) {
+	s := openBlocks(t, 1<<20)
+	k := key()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 256<<10) // 4 MiB
+	store(t, s, k, "application/octet-stream", data)
+	ctx, cancel := context.WithCancel(t.Context())
+	doc, err := s.Open(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	got, err := io.ReadAll(doc.Body)
+	_ = doc.Body.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d of %d bytes after the context ended: %v", len(got), len(data), err)
+	}
+	if _, err := s.Open(ctx, k); err == nil {
+		t.Fatal("opened a document with a context that had ended")
 	}
 }
