@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/repository/cosmos"
@@ -265,6 +266,31 @@ var settings = []setting{
 		func(c *Config, v string) error { c.Content.KeyFile = v; return nil }},
 	{"content-provider-token-file", "MESSAGEHUB_CONTENT_PROVIDER_TOKEN_FILE", "", "file holding a bearer token sent to content providers (needs --content-provider-tls)",
 		func(c *Config, v string) error { c.Content.TokenFile = v; return nil }},
+	{"content-blob-connection-string", "MESSAGEHUB_CONTENT_BLOB_CONNECTION_STRING", "",
+		"with --store cosmos: connection string of the Azure Storage account that keeps bundles' documents (account key or SAS)",
+		func(c *Config, v string) error { c.Content.Blob.ConnectionString = v; return nil }},
+	{"content-blob-url", "MESSAGEHUB_CONTENT_BLOB_URL", "",
+		"with --store cosmos: blob service URL of the account that keeps bundles' documents (e.g. https://ACCOUNT.blob.core.windows.net), reached with Azure AD",
+		func(c *Config, v string) error { c.Content.Blob.URL = v; return nil }},
+	{"content-blob-container", "MESSAGEHUB_CONTENT_BLOB_CONTAINER", blobstore.DefaultContainer,
+		"blob container of bundles' documents (created when --cosmos-provision)",
+		func(c *Config, v string) error {
+			if len(v) < 3 || len(v) > 63 {
+				return fmt.Errorf("must be a container name of 3 to 63 characters, got %q", v)
+			}
+			c.Content.Blob.Container = v
+			return nil
+		}},
+	{"content-lease", "MESSAGEHUB_CONTENT_LEASE", "30s",
+		"with --store cosmos: how long an instance holds a bundle's document build unless it renews it (every third of it); the longest a dead instance holds a build up",
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second {
+				return fmt.Errorf("must be a duration of at least 1s, got %q", v)
+			}
+			c.Content.Lease = d
+			return nil
+		}},
 	{"http-read-timeout", "MESSAGEHUB_HTTP_READ_TIMEOUT", "60s", "longest time to read an HTTP request, body included",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPReadTimeout) }},
 	{"http-write-timeout", "MESSAGEHUB_HTTP_WRITE_TIMEOUT", "2m", "longest time to write an HTTP response",
@@ -388,12 +414,7 @@ func (c Config) validate() error {
 	if c.Store == StoreCosmos && c.Cosmos.Endpoint == "" {
 		return errors.New("--store cosmos needs --cosmos-endpoint")
 	}
-	if c.Store == StoreCosmos && len(c.Content.Providers) > 0 {
-		// Documents must be shared by every instance (Azure Blob Storage):
-		// not built yet, and a per-instance folder would be wrong.
-		return errors.New("--content-provider is not supported with --store cosmos yet")
-	}
-	if err := c.Content.validate(); err != nil {
+	if err := c.Content.validate(c.Store); err != nil {
 		return err
 	}
 	switch c.Auth {

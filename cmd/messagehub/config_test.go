@@ -36,6 +36,7 @@ func TestParseConfig(t *testing.T) {
 		LogLevel:        slog.LevelInfo,
 		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 4, LegacyIDBuckets: 16, Throughput: cosmos.DefaultThroughput},
 		ContentTimeout:  25 * time.Second,
+		Content:         ContentConfig{Blob: BlobConfig{Container: "messagehub-content"}, Lease: 30 * time.Second},
 		Limits:          defaultLimits,
 		MinFreeDisk:     1 << 30,
 	}
@@ -75,7 +76,7 @@ func TestParseConfig(t *testing.T) {
 				JWTActorClaim: "azp", TLSCert: "/tls/cert.pem", TLSKey: "/tls/key.pem",
 				Store: "embedded", DataDir: "/var/lib/messagehub", Cosmos: defaults.Cosmos,
 				MaxBundleWeight: 1000, Retention: 24 * time.Hour, LogLevel: slog.LevelDebug,
-				ContentTimeout: 25 * time.Second, Limits: defaultLimits, MinFreeDisk: 1 << 30,
+				ContentTimeout: 25 * time.Second, Content: defaults.Content, Limits: defaultLimits, MinFreeDisk: 1 << 30,
 			},
 		},
 		{
@@ -96,7 +97,7 @@ func TestParseConfig(t *testing.T) {
 				GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:8080", Auth: "none", JWTActorClaim: "sub",
 				Store: "embedded", DataDir: "/tmp/x", Cosmos: defaults.Cosmos,
 				MaxBundleWeight: 7, Retention: 90 * time.Minute, LogLevel: slog.LevelWarn,
-				ContentTimeout: 25 * time.Second, Limits: defaultLimits, MinFreeDisk: 1 << 30,
+				ContentTimeout: 25 * time.Second, Content: defaults.Content, Limits: defaultLimits, MinFreeDisk: 1 << 30,
 			},
 		},
 		{
@@ -205,7 +206,11 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "a zero content timeout", args: []string{"--content-timeout", "0s"}, wantErr: "positive duration"},
 		{name: "a provider token in the clear", args: []string{"--content-provider-token-file", "t"}, wantErr: "never sent in the clear"},
 		{name: "a provider client certificate without key", args: []string{"--content-provider-tls=true", "--content-provider-cert", "c.pem"}, wantErr: "--content-provider-cert and --content-provider-key"},
-		{name: "content providers on cosmos", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-provider", "DOMAIN_CHARGES=a:1"}, wantErr: "not supported with --store cosmos"},
+		{name: "content providers on cosmos without blob storage", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-provider", "DOMAIN_CHARGES=a:1"}, wantErr: "needs --content-blob-connection-string or --content-blob-url"},
+		{name: "two ways to blob storage", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-blob-url", "https://b/", "--content-blob-connection-string", "x"}, wantErr: "not both"},
+		{name: "blob storage with the embedded store", args: []string{"--content-blob-url", "https://b/"}, wantErr: "for --store cosmos"},
+		{name: "a content lease under a second", args: []string{"--content-lease", "500ms"}, wantErr: "at least 1s"},
+		{name: "a blob container name too short", args: []string{"--content-blob-container", "ab"}, wantErr: "3 to 63"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -308,5 +313,16 @@ func TestLinkTimeStampsNameTheBuild(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("--version does not say %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestContentProvidersOnCosmosTakeBlobStorageFromFlagsOrEnv(t *testing.T) {
+	cfg, err := ParseConfig([]string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-provider", "DOMAIN_CHARGES=c:1", "--content-blob-container", "docs"},
+		envOf(map[string]string{"MESSAGEHUB_CONTENT_BLOB_CONNECTION_STRING": "UseDevelopmentStorage=true"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (BlobConfig{ConnectionString: "UseDevelopmentStorage=true", Container: "docs"}); cfg.Content.Blob != want {
+		t.Fatalf("blob %+v, want %+v", cfg.Content.Blob, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -19,6 +20,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/repository/cosmos"
 )
 
 // ContentConfig is where bundles' documents come from (issue: bundle
@@ -30,7 +32,25 @@ type ContentConfig struct {
 	CertFile  string                   // PEM client certificate (mTLS), with KeyFile
 	KeyFile   string
 	TokenFile string // a bearer token sent to providers (needs TLS)
+	// Blob is where documents go with --store cosmos: Azure Blob Storage,
+	// which every instance reaches.
+	Blob BlobConfig
+	// Lease is how long an instance holds a bundle's build unless it renews
+	// it (with --store cosmos): the longest a dead instance holds one up.
+	Lease time.Duration
 }
+
+// BlobConfig is an Azure Blob Storage container: ConnectionString (account
+// key or SAS, e.g. Azurite) or URL (Azure AD through the default credential
+// chain).
+type BlobConfig struct {
+	ConnectionString string
+	URL              string
+	Container        string
+}
+
+// The Cosmos DB store keeps the leases of document builds.
+var _ content.Lease = (*cosmos.Store)(nil)
 
 // parseProviders reads "DOMAIN_X=ADDRESS" entries, comma-separated.
 func parseProviders(v string) (map[domain.Origin]string, error) {
@@ -60,7 +80,18 @@ func parseProviders(v string) (map[domain.Origin]string, error) {
 	return out, nil
 }
 
-func (c ContentConfig) validate() error {
+func (c ContentConfig) validate(store string) error {
+	if c.Blob.ConnectionString != "" && c.Blob.URL != "" {
+		return errors.New("--content-blob-connection-string and --content-blob-url: give one, not both")
+	}
+	blob := c.Blob.ConnectionString != "" || c.Blob.URL != ""
+	if store == StoreEmbedded && blob {
+		return errors.New("--content-blob-* is for --store cosmos: the embedded store keeps documents on its own volume")
+	}
+	if store == StoreCosmos && len(c.Providers) > 0 && !blob {
+		// Every instance must reach every document: not a local folder.
+		return errors.New("--content-provider with --store cosmos needs --content-blob-connection-string or --content-blob-url")
+	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		return errors.New("--content-provider-cert and --content-provider-key go together: give both or neither")
 	}
@@ -76,7 +107,7 @@ func (c ContentConfig) validate() error {
 // contentService dials the configured providers, and returns the document
 // service over store and starts telling the providers of dequeues from the
 // notices; closeAll stops both and releases the connections.
-func contentService(cfg ContentConfig, store content.Store, repo *repository.Repository, notices repository.Announcer, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
+func contentService(cfg ContentConfig, store content.Store, lease content.Lease, repo *repository.Repository, notices repository.Announcer, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
 	creds, err := cfg.dialOptions()
 	if err != nil {
 		return nil, nil, err
@@ -105,9 +136,12 @@ func contentService(cfg ContentConfig, store content.Store, repo *repository.Rep
 	svc = content.NewService(content.Options{
 		Providers: providers,
 		Store:     store,
-		Pending:   repo.IsPending,
-		Logger:    logger,
-		Metrics:   metrics,
+		Lease:     lease,
+		// An instance that died holds a build up for this long at most.
+		LeaseDuration: cfg.Lease,
+		Pending:       repo.IsPending,
+		Logger:        logger,
+		Metrics:       metrics,
 	})
 	notifier := content.StartNotifier(content.NotifierOptions{
 		Providers: providers,

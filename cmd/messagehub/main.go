@@ -32,6 +32,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/auth"
 	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/gateway"
@@ -284,14 +285,14 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 		return nil
 	})
 	repoOpts := repository.Options{MaxBundleWeight: h.cfg.MaxBundleWeight, Retention: h.cfg.Retention}
-	// Bundles' documents live next to the embedded store, and are served
-	// even for a domain whose provider has since been removed.
-	var documents *content.DirStore
-	if h.cfg.Store == StoreEmbedded {
-		if documents, err = content.OpenDirStore(filepath.Join(h.cfg.DataDir, "content")); err != nil {
-			return nil, nil, err
-		}
-		h.onClose(documents.Close)
+	// Bundles' documents live next to the embedded store, or in Azure Blob
+	// Storage with Cosmos DB, and are served even for a domain whose
+	// provider has since been removed.
+	documents, lease, err := h.openDocuments(ctx, store)
+	if err != nil {
+		return nil, nil, err
+	}
+	if documents != nil {
 		repoOpts.ForgetBundles = content.Forget(documents)
 		// Domains with a provider hear of their bundles' dequeues.
 		repoOpts.Announce = func(o domain.Origin) bool { _, ok := h.cfg.Content.Providers[o]; return ok }
@@ -312,17 +313,45 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 		return nil, nil, err
 	}
 	h.onClose(func() error { stopOutbox(); return nil })
-	var docStore content.Store = documents
+	docStore := documents
 	if h.guard != nil {
 		docStore = documentsGuarded{Store: documents, guard: h.guard}
 	}
-	docs, closeDocs, err := contentService(h.cfg.Content, docStore, repo, measured, h.tel.Metrics, h.logger)
+	docs, closeDocs, err := contentService(h.cfg.Content, docStore, lease, repo, measured, h.tel.Metrics, h.logger)
 	if err != nil {
 		return nil, nil, err
 	}
 	// Closed before the repository: builds ask it whether bundles are pending.
 	h.onClose(func() error { closeDocs(); return nil })
 	return repo, docs, nil
+}
+
+// openDocuments opens where bundles' documents are kept: a folder next to
+// the embedded store, or Azure Blob Storage with Cosmos DB, where the store
+// also holds the leases that make instances ask a domain once. Both are nil
+// with Cosmos DB and no blob storage configured.
+func (h *hub) openDocuments(ctx context.Context, store repository.Store) (content.Store, content.Lease, error) {
+	if h.cfg.Store == StoreEmbedded {
+		dir, err := content.OpenDirStore(filepath.Join(h.cfg.DataDir, "content"))
+		if err != nil {
+			return nil, nil, err
+		}
+		h.onClose(dir.Close)
+		return dir, nil, nil
+	}
+	blob := h.cfg.Content.Blob
+	if blob.ConnectionString == "" && blob.URL == "" {
+		return nil, nil, nil
+	}
+	docs, err := blobstore.Open(ctx, blobstore.Config{
+		ConnectionString: blob.ConnectionString, ServiceURL: blob.URL, Container: blob.Container,
+		Provision: h.cfg.Cosmos.Provision,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	lease, _ := store.(content.Lease)
+	return docs, lease, nil
 }
 
 // listen opens the listeners; with --auth none every one must be on loopback.

@@ -40,7 +40,8 @@ type Document struct {
 // Store keeps documents durably. A document becomes visible whole, at
 // Commit, or never.
 type Store interface {
-	// Open returns the stored document of key, or ErrNotStored.
+	// Open returns the stored document of key, or ErrNotStored. ctx bounds
+	// the opening; the body can be read after ctx ends, until it is closed.
 	Open(ctx context.Context, key Key) (*Document, error)
 	// Create stages a new document of the media type for key.
 	Create(ctx context.Context, key Key, mediaType string) (Staged, error)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
@@ -39,6 +40,26 @@ type Options struct {
 	Logger         *slog.Logger
 	// Metrics, when set, records every provider call (telemetry.Metrics).
 	Metrics ProviderMetrics
+	// Lease, when set, makes instances that share the store ask a domain
+	// once per bundle: only the holder of the bundle's lease asks, the others
+	// wait for its document. Within one Service builds are serialized anyway.
+	Lease Lease
+	// LeaseDuration is how long a lease lasts unless renewed (default
+	// DefaultLeaseDuration); the holder renews it every third of it while it
+	// asks, so an instance that dies holds a bundle up for this long at most.
+	LeaseDuration time.Duration
+}
+
+// DefaultLeaseDuration is the default of Options.LeaseDuration.
+const DefaultLeaseDuration = 30 * time.Second
+
+// Lease is kept by a store that instances share (the Cosmos DB store).
+type Lease interface {
+	// AcquireBuild takes or renews holder's lease of the bundle's build until
+	// d from now; false when another holder's lease has not expired.
+	AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (bool, error)
+	// ReleaseBuild gives up holder's lease; another's is left alone.
+	ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error
 }
 
 // ProviderMetrics records provider calls: the domain, the outcome ("ok",
@@ -52,6 +73,8 @@ type ProviderMetrics interface {
 // the bundle is no longer pending.
 type Service struct {
 	opts Options
+
+	holder string // this Service's name on leases
 
 	mu       sync.Mutex
 	building map[Key]*build
@@ -82,8 +105,11 @@ func NewService(opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = DefaultLeaseDuration
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Service{opts: opts, building: map[Key]*build{}, ctx: ctx, stop: stop}
+	return &Service{opts: opts, holder: uuid.NewString(), building: map[Key]*build{}, ctx: ctx, stop: stop}
 }
 
 // Close stops every background build and waits for them.
@@ -145,28 +171,27 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 	log := s.opts.Logger.With("recipient", key.Recipient, "bundle", key.BundleID, "origin", bundle.GetOrigin().String())
 	pause := s.opts.RetryMin
 	for {
-		ctx, cancel := context.WithTimeout(s.ctx, s.opts.AttemptTimeout)
-		start := time.Now()
-		size, err := fetch(ctx, provider, s.opts.Store, key, bundle)
-		cancel()
-		if s.opts.Metrics != nil {
-			outcome := "ok"
-			switch {
-			case errors.Is(err, errProvider):
-				outcome = "invalid"
-			case err != nil:
-				outcome = "error"
+		held, err := s.acquire(key)
+		switch {
+		case err == nil && !held:
+			// Another instance asks the domain: wait for its document, as
+			// often as a first attempt would be retried.
+			if s.stored(key) {
+				return nil
 			}
-			s.opts.Metrics.RecordProviderCall(s.ctx, bundle.GetOrigin().String(), outcome, time.Since(start), size)
-		}
-		if err == nil {
-			log.Debug("bundle document stored", "bytes", size)
-			return nil
+			pause = s.opts.RetryMin
+		case err == nil:
+			err = s.attempt(key, bundle, provider, log)
+			if err == nil {
+				return nil
+			}
 		}
 		if s.ctx.Err() != nil {
 			return fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
 		}
-		log.Warn("bundle document not built; trying again", "error", err, "retry_in", pause)
+		if err != nil {
+			log.Warn("bundle document not built; trying again", "error", err, "retry_in", pause)
+		}
 
 		// Full jitter, so that many bundles failing at once do not retry in step.
 		select {
@@ -180,6 +205,88 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 		if err == nil && !pending {
 			log.Info("bundle no longer pending; its document is no longer asked for")
 			return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
+		}
+	}
+}
+
+// acquire takes the bundle's lease; without a Lease this Service is the
+// only one to ask.
+func (s *Service) acquire(key Key) (bool, error) {
+	if s.opts.Lease == nil {
+		return true, nil
+	}
+	return s.opts.Lease.AcquireBuild(s.ctx, key.Recipient, key.BundleID, s.holder, s.opts.LeaseDuration)
+}
+
+// stored reports whether the document of key is stored.
+func (s *Service) stored(key Key) bool {
+	doc, err := s.opts.Store.Open(s.ctx, key)
+	if err != nil {
+		return false
+	}
+	_ = doc.Body.Close()
+	return true
+}
+
+// attempt asks the provider once, holding the lease (if any): it renews the
+// lease while the provider answers, stops asking if the lease is lost, and
+// releases it at the end.
+func (s *Service) attempt(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.opts.AttemptTimeout)
+	defer cancel()
+	if s.opts.Lease != nil {
+		// The holder before us may have stored the document just before we
+		// took its expired or released lease.
+		if s.stored(key) {
+			return nil
+		}
+		renewed := make(chan struct{})
+		go func() {
+			defer close(renewed)
+			s.renew(ctx, cancel, key, log)
+		}()
+		defer func() {
+			cancel()
+			<-renewed
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
+			defer rcancel()
+			if err := s.opts.Lease.ReleaseBuild(rctx, key.Recipient, key.BundleID, s.holder); err != nil {
+				log.Warn("releasing a bundle's lease failed; it expires by itself", "error", err)
+			}
+		}()
+	}
+	start := time.Now()
+	size, err := fetch(ctx, provider, s.opts.Store, key, bundle)
+	if s.opts.Metrics != nil {
+		outcome := "ok"
+		switch {
+		case errors.Is(err, errProvider):
+			outcome = "invalid"
+		case err != nil:
+			outcome = "error"
+		}
+		s.opts.Metrics.RecordProviderCall(s.ctx, bundle.GetOrigin().String(), outcome, time.Since(start), size)
+	}
+	if err == nil {
+		log.Debug("bundle document stored", "bytes", size)
+	}
+	return err
+}
+
+// renew keeps the lease until ctx ends; a lease found taken cancels the
+// attempt, whose document (if any) the store keeps from replacing another.
+func (s *Service) renew(ctx context.Context, cancel context.CancelFunc, key Key, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.opts.LeaseDuration / 3):
+		}
+		held, err := s.opts.Lease.AcquireBuild(ctx, key.Recipient, key.BundleID, s.holder, s.opts.LeaseDuration)
+		if err == nil && !held {
+			log.Warn("a bundle's lease was taken over while its domain was asked; this attempt stops")
+			cancel()
+			return
 		}
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/domain"
 )
 
 // DefaultContentTimeout is how long a PeekContent waits for a document, from
@@ -46,7 +48,7 @@ func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 	defer cancel()
 	peeked, err := s.Peek(ctx, req)
 	if err != nil || peeked.GetBundle() == nil {
-		return err
+		return outOfTime(ctx, stream.Context(), err)
 	}
 	first := &messagehubv1.PeekContentChunk{Bundle: peeked.GetBundle()}
 	if s.documents == nil {
@@ -54,7 +56,7 @@ func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 	}
 	doc, err := s.documents.Document(ctx, first.Bundle)
 	if err != nil {
-		return err
+		return outOfTime(ctx, stream.Context(), err)
 	}
 	if doc == nil {
 		return stream.Send(first)
@@ -62,6 +64,16 @@ func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 	defer func() { _ = doc.Body.Close() }()
 	first.MediaType = doc.MediaType
 	return sendDocument(stream, first, doc.Body)
+}
+
+// outOfTime makes a content peek that ran out of its own time (not the
+// caller's) UNAVAILABLE wherever the time ran out: in the store's peek (a
+// slow store) as in the wait for the document. The caller peeks again.
+func outOfTime(ctx, call context.Context, err error) error {
+	if err == nil || errors.Is(err, domain.ErrUnavailable) || ctx.Err() == nil || call.Err() != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the content peek ran out of time; peek again: %w", domain.ErrUnavailable, err)
 }
 
 // messageOverhead is room left in each message for the data field's tag and

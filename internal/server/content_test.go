@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -137,6 +138,26 @@ func TestPeekContentIsUnavailableWhileTheDomainIsSlow(t *testing.T) {
 	defer close(release)
 	client, _ := contentClient(t, &recordingHub{bundle: timeSeriesBundle(1)}, 50*time.Millisecond, func(*messagehubv1.Bundle, int) contenttest.Answer {
 		return contenttest.Answer{Hold: release}
+	})
+	_, err := receiveAll(t, client, &messagehubv1.PeekRequest{Recipient: recipient})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("got %v, want UNAVAILABLE", err)
+	}
+}
+
+// slowHub's Peek answers when its context ends, as a store that is slow.
+type slowHub struct{ recordingHub }
+
+func (*slowHub) Peek(ctx context.Context, _ string, _ domain.PeekGroup, _ string) (*domain.Bundle, error) {
+	<-ctx.Done()
+	return nil, fmt.Errorf("store: %w", ctx.Err())
+}
+
+// The content timeout counts from the call's start: one that runs out in
+// the store's peek is UNAVAILABLE too, not DEADLINE_EXCEEDED.
+func TestPeekContentIsUnavailableWhileTheStoreIsSlow(t *testing.T) {
+	client, _ := contentClient(t, &slowHub{}, 50*time.Millisecond, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("text/plain", []byte("x"), 1)
 	})
 	_, err := receiveAll(t, client, &messagehubv1.PeekRequest{Recipient: recipient})
 	if status.Code(err) != codes.Unavailable {

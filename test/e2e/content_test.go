@@ -13,7 +13,20 @@ import (
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
+	"github.com/energydatahub/messagehub/test/azuritetest"
 )
+
+// contentStoreArgs are a backend's flags for bundle content: on cosmos,
+// documents go to an Azurite of the test's own.
+func contentStoreArgs(t *testing.T, backend string, args []string) []string {
+	t.Helper()
+	if backend != "cosmos" {
+		return args
+	}
+	blob := azuritetest.Start(t)
+	return append(args, "--content-blob-connection-string", blob.ConnectionString(),
+		"--content-blob-container", azuritetest.UniqueContainer("e2e"))
+}
 
 // peekContent reads a whole PeekContent stream: the first message and the
 // data of all of them.
@@ -44,6 +57,14 @@ func (h *hub) peekContent(t *testing.T, recipient string) (*messagehubv1.PeekCon
 // bytes after a restart; a slow domain makes the peek UNAVAILABLE while the
 // hub goes on building the document in the background.
 func TestContentIsBuiltOnceAndSurvivesARestart(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			testContentIsBuiltOnceAndSurvivesARestart(t, contentStoreArgs(t, b.name, b.args()))
+		})
+	}
+}
+
+func testContentIsBuiltOnceAndSurvivesARestart(t *testing.T, storeArgs []string) {
 	document := bytes.Repeat([]byte("<MarketDocument/>"), 200_000) // 3.4 MB
 	release := make(chan struct{})
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
@@ -52,7 +73,7 @@ func TestContentIsBuiltOnceAndSurvivesARestart(t *testing.T) {
 		return a
 	})
 	dataDir := t.TempDir()
-	args := []string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address, "--content-timeout", "300ms"}
+	args := append([]string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address, "--content-timeout", "300ms"}, storeArgs...)
 	h := startHubIn(t, dataDir, args...)
 
 	recipient := newID()
@@ -109,12 +130,18 @@ func TestContentIsBuiltOnceAndSurvivesARestart(t *testing.T) {
 // Every dequeue of a domain with a provider is told to it at least once,
 // even when the hub is killed before the domain could be reached.
 func TestDequeuesAreToldAfterAKill(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { testDequeuesAreToldAfterAKill(t, contentStoreArgs(t, b.name, b.args())) })
+	}
+}
+
+func testDequeuesAreToldAfterAKill(t *testing.T, storeArgs []string) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
 		return contenttest.Document("text/plain", []byte("x"), 1)
 	})
 	provider.FailDequeued(1_000_000) // down until the restart
 	dataDir := t.TempDir()
-	args := []string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address}
+	args := append([]string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address}, storeArgs...)
 	h := startHubIn(t, dataDir, args...)
 	recipient := newID()
 	var notes []*messagehubv1.DataAvailable
@@ -155,7 +182,20 @@ func TestDequeuesAreToldAfterAKill(t *testing.T) {
 
 // A hub killed while a document is being built keeps nothing half-written:
 // after the restart the domain is asked again and the whole document served.
+// On Cosmos DB the restarted hub first waits out the dead one's lease.
 func TestAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			args := contentStoreArgs(t, b.name, b.args())
+			if b.name == "cosmos" {
+				args = append(args, "--content-lease", "2s")
+			}
+			testAKillWhileADocumentIsBuiltLeavesNothingBehind(t, args)
+		})
+	}
+}
+
+func testAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T, storeArgs []string) {
 	document := bytes.Repeat([]byte("<Series/>"), 100_000)
 	release := make(chan struct{})
 	provider := contenttest.Start(t, func(_ *messagehubv1.Bundle, calls int) contenttest.Answer {
@@ -168,7 +208,7 @@ func TestAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T) {
 	})
 	defer close(release)
 	dataDir := t.TempDir()
-	args := []string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address, "--content-timeout", "200ms"}
+	args := append([]string{"--content-provider", "DOMAIN_TIME_SERIES=" + provider.Address, "--content-timeout", "200ms"}, storeArgs...)
 	h := startHubIn(t, dataDir, args...)
 	recipient := newID()
 	n := notification(recipient, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
@@ -187,6 +227,9 @@ func TestAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T) {
 		if err == nil {
 			if first.GetMediaType() != "application/xml" || !bytes.Equal(data, document) {
 				t.Fatalf("after the restart: %q with %d bytes, want the whole document", first.GetMediaType(), len(data))
+			}
+			if n := provider.Creates(first.GetBundle().GetId()); n != 2 {
+				t.Fatalf("the domain was asked %d times, want twice (before the kill and after)", n)
 			}
 			break
 		}

@@ -250,3 +250,37 @@ func fromMicros(v int64) time.Time {
 	}
 	return time.UnixMicro(v)
 }
+
+// Bundle content (issue 10): notices of dequeues and leases of document
+// builds, both in the recipient's partition of the recipients container.
+const (
+	typeNotice = "notice"
+	typeLease  = "lease"
+)
+
+// noticeDoc says a dequeued bundle's domain is still to be told of it. It is
+// created in the dequeue's own batch; its t is the only indexed term no other
+// document has, so a query on it reads notices and nothing else.
+type noticeDoc struct {
+	ID     string `json:"id"`
+	PK     string `json:"pk"`
+	T      string `json:"t"`
+	Bundle string `json:"bid"`
+	At     int64  `json:"at"` // dequeued, unix microseconds
+	TTL    int32  `json:"ttl"`
+}
+
+// leaseDoc lets one instance at a time ask a bundle's domain for its
+// document, or sweep (sweeplease.go; that one never expires by TTL).
+type leaseDoc struct {
+	ID      string `json:"id"`
+	PK      string `json:"pk"`
+	T       string `json:"t"`
+	Holder  string `json:"h"`
+	Expires int64  `json:"exp"` // unix milliseconds
+	TTL     int32  `json:"ttl,omitempty"`
+	ETag    string `json:"_etag,omitempty"`
+}
+
+func noticeID(bundleID string) string { return "n:" + bundleID }
+func leaseID(bundleID string) string  { return "l:" + bundleID }

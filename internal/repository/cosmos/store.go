@@ -336,15 +336,17 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.R
 }
 
 // Acknowledge deletes the group's slot, marks the bundle dequeued (to expire
-// after the retention) and moves the cursor, in one transactional batch.
+// after the retention), writes its notice when it is announced and moves the
+// cursor, in one transactional batch.
 func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
-	if rec.Announce {
-		// Notices of dequeues (bundle content) are not built on Cosmos DB
-		// yet; the binary refuses content providers with --store cosmos.
-		return errors.New("cosmos: notices of dequeues are not supported")
-	}
 	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
 	b.DeleteItem(slotID(rec.Group), nil)
+	if rec.Announce {
+		// The notice of the dequeue commits with it or not at all (notices.go).
+		if err := batchCreate(&b, s.notice(recipient, rec)); err != nil {
+			return err
+		}
+	}
 	doc := fromBundle(recipient, rec)
 	doc.TTL = ptr(int32(s.cfg.Retention / time.Second))
 	if err := batchWrite(&b, doc, rec.Version); err != nil {

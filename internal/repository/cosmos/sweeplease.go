@@ -20,17 +20,7 @@ var _ repository.SweepCoordinator = (*Store)(nil)
 const (
 	sweepLeasePartition = "_sweep"
 	sweepLeaseID        = "sweep"
-	typeLease           = "lease"
 )
-
-type leaseDoc struct {
-	ID      string `json:"id"`
-	PK      string `json:"pk"`
-	T       string `json:"t"`
-	Holder  string `json:"h"`
-	Expires int64  `json:"exp"`
-	ETag    string `json:"_etag,omitempty"`
-}
 
 // HoldSweepLease takes the sweep lease for holder until d from now, or
 // extends it when holder has it. The lease is read on the primary and

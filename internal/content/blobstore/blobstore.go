@@ -1,0 +1,258 @@
+// Package blobstore keeps bundles' documents in Azure Blob Storage, through
+// the official azblob SDK: one block blob per document, named
+// <recipient>/<bundle id>, its media type as the blob's Content-Type.
+//
+// A document is staged as uncommitted blocks and made visible by one Put
+// Block List, conditional on no blob of that name existing: a reader sees
+// the whole document or none, and a stored document is never replaced (a
+// second writer's commit fails and the first document stands). Blocks of a
+// document that is never committed are discarded by the service (after a
+// week at most) and cost nothing meanwhile but their storage.
+package blobstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/energydatahub/messagehub/internal/content"
+)
+
+// Config says where the documents go. Exactly one of ConnectionString
+// (account key or SAS; Azurite) and ServiceURL (Azure AD through
+// azidentity's default credential chain) is set.
+type Config struct {
+	ConnectionString string
+	ServiceURL       string // e.g. https://account.blob.core.windows.net
+	Container        string // default DefaultContainer
+	// Provision creates the container when it is missing.
+	Provision bool
+	// BlockSize is the size of each staged block (default 4 MiB): a 50 MiB
+	// document is 13 requests, and no more than one block is held in memory.
+	BlockSize int
+}
+
+// DefaultContainer is the container used when Config names none.
+const DefaultContainer = "messagehub-content"
+
+// Store is a content.Store on Azure Blob Storage.
+type Store struct {
+	c         *container.Client
+	blockSize int
+}
+
+var _ content.Store = (*Store)(nil)
+
+// Open returns a Store on cfg's container, creating it when cfg.Provision.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Container == "" {
+		cfg.Container = DefaultContainer
+	}
+	if cfg.BlockSize <= 0 {
+		cfg.BlockSize = 4 << 20
+	}
+	var c *container.Client
+	var err error
+	switch {
+	case cfg.ConnectionString != "" && cfg.ServiceURL != "":
+		return nil, errors.New("blob storage: give a connection string or a service URL, not both")
+	case cfg.ConnectionString != "":
+		c, err = container.NewClientFromConnectionString(cfg.ConnectionString, cfg.Container, nil)
+	case cfg.ServiceURL != "":
+		cred, cerr := azidentity.NewDefaultAzureCredential(nil)
+		if cerr != nil {
+			return nil, fmt.Errorf("blob storage: no Azure AD credential: %w", cerr)
+		}
+		c, err = container.NewClient(fmt.Sprintf("%s/%s", trimSlash(cfg.ServiceURL), cfg.Container), cred, nil)
+	default:
+		return nil, errors.New("blob storage: no connection string and no service URL")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("blob storage: %w", err)
+	}
+	if cfg.Provision {
+		if _, err := c.Create(ctx, nil); err != nil && !bloberror.HasCode(err, bloberror.ContainerAlreadyExists) {
+			return nil, fmt.Errorf("blob storage: creating container %s: %w", cfg.Container, err)
+		}
+	} else if _, err := c.GetProperties(ctx, nil); err != nil {
+		return nil, fmt.Errorf("blob storage: container %s: %w", cfg.Container, err)
+	}
+	return &Store{c: c, blockSize: cfg.BlockSize}, nil
+}
+
+func trimSlash(s string) string {
+	for len(s) > 0 && s[len(s)-1] == '/' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func name(key content.Key) string { return key.Recipient + "/" + key.BundleID }
+
+// Open streams the document of key, or returns content.ErrNotStored. ctx
+// bounds the opening only: the body is read until it is closed, since a
+// content peek's deadline is for waiting on a document, not for streaming
+// 50 MiB of it.
+func (s *Store) Open(ctx context.Context, key content.Key) (*content.Document, error) {
+	stream, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	resp, err := s.c.NewBlobClient(name(key)).DownloadStream(stream, nil)
+	if !stop() || err != nil {
+		cancel()
+	}
+	if bloberror.HasCode(err, bloberror.BlobNotFound) {
+		return nil, content.ErrNotStored
+	}
+	if err == nil && stream.Err() != nil {
+		err = ctx.Err() // the answer came as ctx ended: its body is cut off
+	}
+	if err != nil {
+		return nil, fmt.Errorf("blob storage: reading %s: %w", name(key), err)
+	}
+	// A broken connection resumes where it stopped, on the same etag; a body
+	// closed early (the client left) is not retried.
+	body := resp.NewRetryReader(stream, &blob.RetryReaderOptions{EarlyCloseAsError: true})
+	return &content.Document{
+		MediaType: deref(resp.ContentType),
+		Size:      deref(resp.ContentLength),
+		Body:      closer{ReadCloser: body, cancel: cancel},
+	}, nil
+}
+
+// closer ends the download's context with the body.
+type closer struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c closer) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
+// Create stages a document of key.
+func (s *Store) Create(ctx context.Context, key content.Key, mediaType string) (content.Staged, error) {
+	if err := content.ValidateMediaType(mediaType); err != nil {
+		return nil, err
+	}
+	var prefix [8]byte
+	if _, err := rand.Read(prefix[:]); err != nil {
+		return nil, err
+	}
+	return &staged{
+		ctx: ctx, b: s.c.NewBlockBlobClient(name(key)), mediaType: mediaType,
+		prefix: hex.EncodeToString(prefix[:]), buf: make([]byte, 0, s.blockSize),
+	}, nil
+}
+
+// Delete removes the document of key; a missing one is no error.
+func (s *Store) Delete(ctx context.Context, key content.Key) error {
+	_, err := s.c.NewBlobClient(name(key)).Delete(ctx, nil)
+	if err != nil && !bloberror.HasCode(err, bloberror.BlobNotFound) {
+		return fmt.Errorf("blob storage: deleting %s: %w", name(key), err)
+	}
+	return nil
+}
+
+// staged uploads a document block by block.
+type staged struct {
+	ctx       context.Context
+	b         *blockblob.Client
+	mediaType string
+	// prefix makes this writer's block ids its own: two writers staging the
+	// same blob at once never commit each other's blocks.
+	prefix string
+	buf    []byte
+	blocks []string
+	done   bool
+	err    error
+}
+
+func (w *staged) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	n := len(p)
+	for len(p) > 0 {
+		take := min(len(p), cap(w.buf)-len(w.buf))
+		w.buf = append(w.buf, p[:take]...)
+		p = p[take:]
+		if len(w.buf) == cap(w.buf) {
+			if err := w.flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// flush stages the buffered bytes as the next block.
+func (w *staged) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	// Every block id of a blob has the same length; the index keeps them apart.
+	id := base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "%s-%06d", w.prefix, len(w.blocks)))
+	_, err := w.b.StageBlock(w.ctx, id, streaming.NopCloser(bytes.NewReader(w.buf)), nil)
+	if err != nil {
+		w.err = fmt.Errorf("blob storage: staging a block: %w", err)
+		return w.err
+	}
+	w.blocks = append(w.blocks, id)
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// Commit makes the document visible, whole, unless one is already stored:
+// then that one stands and Commit succeeds, since a bundle has one document.
+func (w *staged) Commit() error {
+	if w.done {
+		return errors.New("document already committed or aborted")
+	}
+	w.done = true
+	if err := w.flush(); err != nil {
+		return err
+	}
+	_, err := w.b.CommitBlockList(w.ctx, w.blocks, &blockblob.CommitBlockListOptions{
+		HTTPHeaders: &blob.HTTPHeaders{BlobContentType: &w.mediaType},
+		AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{
+			IfNoneMatch: to.Ptr(azcore.ETagAny),
+		}},
+	})
+	if bloberror.HasCode(err, bloberror.BlobAlreadyExists, bloberror.ConditionNotMet) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("blob storage: committing a document: %w", err)
+	}
+	return nil
+}
+
+// Abort drops the buffer; staged blocks are left for the service to discard.
+func (w *staged) Abort() {
+	w.done = true
+	w.buf = nil
+}

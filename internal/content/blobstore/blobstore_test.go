@@ -1,0 +1,200 @@
+package blobstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/blobstore"
+	"github.com/energydatahub/messagehub/test/azuritetest"
+)
+
+var azurite *azuritetest.Server
+
+func TestMain(m *testing.M) {
+	srv, stop, err := azuritetest.StartMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	azurite = srv
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// open returns a store on a container of its own, with small blocks so that
+// a few KiB already take several.
+func open(t *testing.T) *blobstore.Store {
+	t.Helper()
+	return openBlocks(t, 1000)
+}
+
+func openBlocks(t *testing.T, blockSize int) *blobstore.Store {
+	t.Helper()
+	s, err := blobstore.Open(t.Context(), blobstore.Config{
+		ConnectionString: azurite.ConnectionString(),
+		Container:        azuritetest.UniqueContainer("docs"),
+		Provision:        true,
+		BlockSize:        blockSize,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func key() content.Key {
+	return content.Key{Recipient: "6f0c0d52-8a77-4a38-9d5e-0d1b1c5a1e01", BundleID: fmt.Sprintf("b%08x-0000-4000-8000-000000000000", rand.Uint32())}
+}
+
+func store(t *testing.T, s content.Store, k content.Key, mediaType string, data []byte) {
+	t.Helper()
+	w, err := s.Create(t.Context(), k, mediaType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Odd-sized writes cross block boundaries.
+	for p := data; len(p) > 0; {
+		n := min(len(p), 333)
+		if _, err := w.Write(p[:n]); err != nil {
+			t.Fatal(err)
+		}
+		p = p[n:]
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, s content.Store, k content.Key) (string, []byte) {
+	t.Helper()
+	doc, err := s.Open(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = doc.Body.Close() }()
+	data, err := io.ReadAll(doc.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Size != int64(len(data)) {
+		t.Fatalf("size %d, read %d bytes", doc.Size, len(data))
+	}
+	return doc.MediaType, data
+}
+
+func TestRoundTrip(t *testing.T) {
+	s := open(t)
+	for _, size := range []int{0, 1, 999, 1000, 1001, 10_500} {
+		k := key()
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(rand.Uint32())
+		}
+		mt := "application/xml; charset=utf-8"
+		store(t, s, k, mt, data)
+		gotType, got := read(t, s, k)
+		if gotType != mt || !bytes.Equal(got, data) {
+			t.Fatalf("size %d: got %q and %d bytes (equal: %v)", size, gotType, len(got), bytes.Equal(got, data))
+		}
+	}
+}
+
+func TestInvisibleUntilCommit(t *testing.T) {
+	s := open(t)
+	k := key()
+	w, err := s.Create(t.Context(), k, "application/json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(bytes.Repeat([]byte("x"), 2500)); err != nil { // two blocks staged
+		t.Fatal(err)
+	}
+	if _, err := s.Open(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
+		t.Fatalf("before commit: %v, want ErrNotStored", err)
+	}
+	w.Abort()
+	if _, err := s.Open(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
+		t.Fatalf("after abort: %v, want ErrNotStored", err)
+	}
+}
+
+// A bundle has one document: a second writer (an instance whose lease ran
+// out) never replaces what the first stored.
+func TestFirstDocumentStands(t *testing.T) {
+	s := open(t)
+	k := key()
+	late, err := s.Create(t.Context(), k, "text/plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := late.Write([]byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	store(t, s, k, "application/json", []byte(`{"first":true}`))
+	if err := late.Commit(); err != nil {
+		t.Fatalf("a commit over a stored document: %v, want success", err)
+	}
+	if mt, data := read(t, s, k); mt != "application/json" || string(data) != `{"first":true}` {
+		t.Fatalf("got %q %q, want the first document", mt, data)
+	}
+}
+
+func TestDelete(t *testing.T) {
+	s := open(t)
+	k := key()
+	store(t, s, k, "application/json", []byte("{}"))
+	for range 2 { // deleting a missing document is no error
+		if err := s.Delete(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Open(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
+		t.Fatalf("after delete: %v, want ErrNotStored", err)
+	}
+}
+
+func TestRefusesNoMediaType(t *testing.T) {
+	if _, err := open(t).Create(t.Context(), key(), ""); err == nil {
+		t.Fatal("created a document without a media type")
+	}
+}
+
+func TestMissingContainer(t *testing.T) {
+	_, err := blobstore.Open(context.Background(), blobstore.Config{
+		ConnectionString: azurite.ConnectionString(), Container: azuritetest.UniqueContainer("none"),
+	})
+	if err == nil {
+		t.Fatal("opened a container that does not exist without provisioning")
+	}
+}
+
+// A content peek's deadline bounds the wait for a document, not its
+// streaming: the body reads on after the context of Open ended.
+func TestTheBodyOutlivesTheContextOfOpen(t *testing.T) {
+	s := openBlocks(t, 1<<20)
+	k := key()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 256<<10) // 4 MiB
+	store(t, s, k, "application/octet-stream", data)
+	ctx, cancel := context.WithCancel(t.Context())
+	doc, err := s.Open(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	got, err := io.ReadAll(doc.Body)
+	_ = doc.Body.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d of %d bytes after the context ended: %v", len(got), len(data), err)
+	}
+	if _, err := s.Open(ctx, k); err == nil {
+		t.Fatal("opened a document with a context that had ended")
+	}
+}

@@ -1,0 +1,157 @@
+package content_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// memLease is a content.Lease in memory, shared by the Services of a test
+// as the Cosmos DB store shares one between instances (that one is tested
+// in internal/repository/cosmos and end to end).
+type memLease struct {
+	mu     sync.Mutex
+	holder map[string]string
+	until  map[string]time.Time
+}
+
+func (l *memLease) AcquireBuild(_ context.Context, recipient, bundleID, holder string, d time.Duration) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := recipient + "/" + bundleID
+	if h, ok := l.holder[k]; ok && h != holder && time.Now().Before(l.until[k]) {
+		return false, nil
+	}
+	l.holder[k], l.until[k] = holder, time.Now().Add(d)
+	return true, nil
+}
+
+func (l *memLease) ReleaseBuild(_ context.Context, recipient, bundleID, holder string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if k := recipient + "/" + bundleID; l.holder[k] == holder {
+		delete(l.holder, k)
+	}
+	return nil
+}
+
+// Two instances over one store peek a bundle at once: the one holding the
+// lease asks the domain, the other serves the document it stored.
+func TestInstancesSharingALeaseAskTheDomainOnce(t *testing.T) {
+	release := make(chan struct{})
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		a := contenttest.Document("application/json", []byte(`{"a":1}`), 3)
+		a.Hold = release
+		return a
+	})
+	dir := t.TempDir()
+	lease := &memLease{holder: map[string]string{}, until: map[string]time.Time{}}
+	services := make([]*content.Service, 2)
+	for i := range services {
+		store, err := content.OpenDirStore(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		services[i] = content.NewService(content.Options{
+			Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+			Store:     store,
+			Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
+			RetryMin:  5 * time.Millisecond, RetryMax: 20 * time.Millisecond,
+			Lease: lease, LeaseDuration: time.Minute,
+		})
+		t.Cleanup(services[i].Close)
+	}
+	b := newBundle()
+	var wg sync.WaitGroup
+	docs := make([]string, len(services))
+	for i, s := range services {
+		wg.Go(func() {
+			doc, err := s.Document(within(t, time.Minute), b)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			docs[i] = string(read(t, doc))
+		})
+	}
+	time.Sleep(100 * time.Millisecond) // both are waiting: one for the provider, one for the lease
+	close(release)
+	wg.Wait()
+	if docs[0] != `{"a":1}` || docs[1] != docs[0] {
+		t.Fatalf("documents %q", docs)
+	}
+	if n := provider.Creates(b.Id); n != 1 {
+		t.Fatalf("the provider was asked %d times, want once", n)
+	}
+}
+
+// An instance whose lease is taken over while its domain answers stops
+// asking (at its next renewal), and serves the document the new holder
+// stores without asking again.
+func TestALeaseTakenOverStopsTheCallAndTheNewHoldersDocumentIsServed(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Answer{Hold: make(chan struct{})} // answers only when the call ends
+	})
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := &memLease{holder: map[string]string{}, until: map[string]time.Time{}}
+	calls := &recorded{}
+	s := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     store,
+		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
+		RetryMin:  5 * time.Millisecond, RetryMax: 20 * time.Millisecond,
+		Lease: lease, LeaseDuration: 60 * time.Millisecond,
+		Metrics: calls, AttemptTimeout: time.Hour,
+	})
+	t.Cleanup(s.Close)
+	b := newBundle()
+	if _, err := s.Document(within(t, 100*time.Millisecond), b); err == nil {
+		t.Fatal("a document from a domain that does not answer")
+	}
+	// Another instance takes the lease over and stores the document.
+	lease.mu.Lock()
+	k := b.Recipient + "/" + b.Id
+	lease.holder[k], lease.until[k] = "another instance", time.Now().Add(time.Hour)
+	lease.mu.Unlock()
+	// The call in flight ends at the next renewal, long before its timeout.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		calls.mu.Lock()
+		ended := len(calls.outcomes)
+		calls.mu.Unlock()
+		if ended == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call went on after the lease was taken over")
+		}
+	}
+	w, err := store.Create(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id}, "text/plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("theirs")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := s.Document(within(t, 10*time.Second), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(read(t, doc)); got != "theirs" {
+		t.Fatalf("served %q, want the new holder's document", got)
+	}
+	if n := provider.Creates(b.Id); n != 1 {
+		t.Fatalf("the domain was asked %d times, want once", n)
+	}
+}

@@ -1,0 +1,70 @@
+package cosmos_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/repository/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// Instances that ask for a build's lease at once: exactly one gets it.
+func TestOneInstanceHoldsABuildsLease(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	stores := []*cosmos.Store{open(t, cosmos.Config{Database: db}), open(t, cosmos.Config{Database: db})}
+	ctx := context.Background()
+	for range 5 {
+		recipient, bundle := uuid.NewString(), uuid.NewString()
+		var held atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				ok, err := stores[i%2].AcquireBuild(ctx, recipient, bundle, uuid.NewString(), time.Minute)
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					held.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if held.Load() != 1 {
+			t.Fatalf("%d holders of one lease", held.Load())
+		}
+	}
+}
+
+func TestABuildsLeaseIsRenewedReleasedAndTakenOverWhenExpired(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	a := open(t, cosmos.Config{Database: db})
+	b := open(t, cosmos.Config{Database: db})
+	later := open(t, cosmos.Config{Database: db, Now: func() time.Time { return time.Now().Add(2 * time.Minute) }})
+	ctx := context.Background()
+	recipient, bundle := uuid.NewString(), uuid.NewString()
+	acquire := func(s *cosmos.Store, holder string, want bool) {
+		t.Helper()
+		ok, err := s.AcquireBuild(ctx, recipient, bundle, holder, time.Minute)
+		if err != nil || ok != want {
+			t.Fatalf("%s acquiring: %v (%v), want %v", holder, ok, err, want)
+		}
+	}
+	acquire(a, "a", true)
+	acquire(a, "a", true) // a renewal
+	acquire(b, "b", false)
+	if err := b.ReleaseBuild(ctx, recipient, bundle, "b"); err != nil { // not b's: left alone
+		t.Fatal(err)
+	}
+	acquire(b, "b", false)
+	acquire(later, "c", true) // a's lease has expired by c's clock
+	acquire(a, "a", false)
+	if err := later.ReleaseBuild(ctx, recipient, bundle, "c"); err != nil {
+		t.Fatal(err)
+	}
+	acquire(b, "b", true)
+}

@@ -1,0 +1,123 @@
+package cosmos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/repository"
+)
+
+// The outbox of dequeues (issue 10). A transactional batch stays within one
+// partition, so a notice lives in its recipient's partition, created by the
+// dequeue's own batch: the dequeue and its notice commit together or not at
+// all. Notices are found across partitions through the index of t, where
+// "notice" is a term only they have: the query reads the notices and no
+// other document (a sparse index, without a policy change), one page per
+// physical partition that holds any. A delivered notice is deleted; one
+// never delivered expires with its bundle.
+
+var _ repository.Announcer = (*Store)(nil)
+
+const noticesQuery = "SELECT c.pk, c.bid, c.at FROM c WHERE c.t = 'notice'"
+
+func (s *Store) notice(recipient string, rec bundle.Record) noticeDoc {
+	return noticeDoc{
+		ID: noticeID(rec.ID), PK: recipient, T: typeNotice, Bundle: rec.ID,
+		At: rec.DequeuedAt.UnixMicro(), TTL: int32(s.cfg.Retention / time.Second),
+	}
+}
+
+// Notices returns up to limit notices, oldest first among those read.
+// Cosmos DB has no cross-partition order through the Go SDK, so the batch is
+// the first limit notices of the index, sorted; the rest follow in the next
+// batches once these are delivered.
+func (s *Store) Notices(ctx context.Context, limit int) ([]repository.Notice, error) {
+	var out []repository.Notice
+	err := s.eachNotice(ctx, int32(min(limit, 1000)), func(n repository.Notice) bool {
+		out = append(out, n)
+		return len(out) < limit
+	})
+	slices.SortFunc(out, func(a, b repository.Notice) int { return a.DequeuedAt.Compare(b.DequeuedAt) })
+	return out, err
+}
+
+// NoticeBacklog reads every notice's time: a few bytes each.
+func (s *Store) NoticeBacklog(ctx context.Context) (int, time.Time, error) {
+	var n int
+	var oldest time.Time
+	err := s.eachNotice(ctx, 1000, func(notice repository.Notice) bool {
+		if n == 0 || notice.DequeuedAt.Before(oldest) {
+			oldest = notice.DequeuedAt
+		}
+		n++
+		return true
+	})
+	return n, oldest, err
+}
+
+// eachNotice runs the notices query across partitions until fn says stop.
+// The answers' session tokens are kept, so that this process's reads of a
+// notice's bundle see the dequeue that wrote it (a replica that lags behind
+// the one that answered would say the bundle is gone).
+func (s *Store) eachNotice(ctx context.Context, page int32, fn func(repository.Notice) bool) error {
+	pager := s.recipients.NewQueryItemsPager(noticesQuery, azcosmos.NewPartitionKey(),
+		&azcosmos.QueryOptions{PageSizeHint: page, SessionToken: s.tokens.get(containerRecipients)})
+	for pager.More() {
+		resp, err := pager.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		if resp.RawResponse != nil {
+			s.tokens.note(containerRecipients, resp.RawResponse.Header.Get("x-ms-session-token"))
+		}
+		for _, raw := range resp.Items {
+			var d noticeDoc
+			if err := json.Unmarshal(raw, &d); err != nil {
+				return err
+			}
+			if !fn(repository.Notice{Recipient: d.PK, BundleID: d.Bundle, DequeuedAt: fromMicros(d.At)}) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// RemoveNotices deletes delivered notices, one batch per recipient (up to
+// 100 each); a batch that finds one already gone falls back to single
+// deletes, which ignore missing notices.
+func (s *Store) RemoveNotices(ctx context.Context, notices []repository.Notice) error {
+	byRecipient := map[string][]string{}
+	for _, n := range notices {
+		byRecipient[n.Recipient] = append(byRecipient[n.Recipient], noticeID(n.BundleID))
+	}
+	for recipient, ids := range byRecipient {
+		for chunk := range slices.Chunk(ids, maxBatchOps) {
+			b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+			for _, id := range chunk {
+				b.DeleteItem(id, nil)
+			}
+			err := s.execute(ctx, s.recipients, b)
+			if !errors.Is(err, repository.ErrConflict) {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			for _, id := range chunk {
+				err := s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), id)
+				if err != nil && !isStatus(err, http.StatusNotFound) {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package cosmos_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/repository/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// cycleOne saves one notification of origin for the recipient, peeks and
+// dequeues it, and returns the bundle id.
+func cycleOne(t *testing.T, repo *repository.Repository, recipient string, origin domain.Origin) string {
+	t.Helper()
+	ctx := context.Background()
+	n := domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: origin, ContentType: "c", DocumentType: "c", Weight: 1}
+	if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v %v", b, err)
+	}
+	if err := repo.Dequeue(ctx, recipient, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.Dequeue(ctx, recipient, b.ID); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("a second dequeue: %v", err)
+	}
+	return b.ID
+}
+
+// A notice is written by its dequeue's batch only, for announced domains;
+// notices are read in batches across recipients, counted, and removed, a
+// notice already removed being no error.
+func TestNoticesAreWrittenWithTheirDequeueOnly(t *testing.T) {
+	s := open(t, cosmos.Config{})
+	repo := repository.New(s, repository.Options{Announce: func(o domain.Origin) bool { return o == domain.OriginCharges }}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	var want []string
+	for range 5 {
+		recipient := uuid.NewString()
+		want = append(want, cycleOne(t, repo, recipient, domain.OriginCharges))
+		cycleOne(t, repo, recipient, domain.OriginAggregations) // not announced
+	}
+	n, oldest, err := s.NoticeBacklog(ctx)
+	if err != nil || n != 5 || oldest.IsZero() || time.Since(oldest) > time.Minute {
+		t.Fatalf("backlog %d, oldest %v (%v); want 5, just now", n, oldest, err)
+	}
+	first, err := s.Notices(ctx, 3)
+	if err != nil || len(first) != 3 {
+		t.Fatalf("notices %+v (%v); want 3", first, err)
+	}
+	if !slices.IsSortedFunc(first, func(a, b repository.Notice) int { return a.DequeuedAt.Compare(b.DequeuedAt) }) {
+		t.Fatalf("a batch not oldest first: %+v", first)
+	}
+	if err := s.RemoveNotices(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := s.Notices(ctx, 10)
+	if err != nil || len(rest) != 2 {
+		t.Fatalf("notices after removing 3: %+v (%v); want 2", rest, err)
+	}
+	var got []string
+	for _, n := range append(first, rest...) {
+		got = append(got, n.BundleID)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("notices of %v, want %v", got, want)
+	}
+	if err := s.RemoveNotices(ctx, append(rest, first...)); err != nil {
+		t.Fatalf("removing notices some of which are gone: %v", err)
+	}
+	if n, _, err := s.NoticeBacklog(ctx); err != nil || n != 0 {
+		t.Fatalf("%d notices after removal (%v)", n, err)
+	}
+}
+
+// The notifier reads a notice's bundle right after it found the notice, on
+// another instance than the one that dequeued: under replica lag, that read
+// must still see the dequeue (it carries the token of the notices' answer).
+func TestANoticesBundleIsFoundUnderLag(t *testing.T) {
+	opts := cosmostest.Default()
+	opts.Lag, opts.Seed = 200*time.Millisecond, 7
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	stores := make([]*cosmos.Store, 2)
+	repos := make([]*repository.Repository, 2)
+	for i := range stores {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores[i] = s
+		repos[i] = repository.New(s, repository.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+		t.Cleanup(repos[i].Close)
+	}
+	ctx := context.Background()
+	for range 15 {
+		cycleOne(t, repos[0], uuid.NewString(), domain.OriginTimeSeries)
+		var notices []repository.Notice
+		for deadline := time.Now().Add(5 * time.Second); len(notices) == 0 && time.Now().Before(deadline); {
+			var err error
+			if notices, err = stores[1].Notices(ctx, 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(notices) != 1 {
+			t.Fatalf("%d notices, want 1", len(notices))
+		}
+		if _, err := repos[1].DequeuedBundle(ctx, notices[0].Recipient, notices[0].BundleID); err != nil {
+			t.Fatalf("the bundle of a notice just read: %v", err)
+		}
+		if err := stores[1].RemoveNotices(ctx, notices); err != nil {
+			t.Fatal(err)
+		}
+		// The remover reads its own delete; the other instance may lag.
+		if n, _, err := stores[1].NoticeBacklog(ctx); err != nil || n != 0 {
+			t.Fatalf("%d notices after removal (%v)", n, err)
+		}
+	}
+}
