@@ -1,5 +1,6 @@
 // Package repository runs the drawer algorithm of seed 004 over a narrow
-// Store interface, and holds the contract suite every Store backend passes.
+// Store interface. The contract suite every Store backend passes is in
+// storetest.
 package repository
 
 import (

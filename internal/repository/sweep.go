@@ -26,6 +26,16 @@ func (r *Repository) sweepLoop(ctx context.Context) {
 	}
 }
 
+// Sweep runs one retention sweep now, as the sweeper does every
+// SweepInterval: for tests that drive the clock, and for tools.
+func (r *Repository) Sweep(ctx context.Context) error {
+	if err := r.begin(); err != nil {
+		return err
+	}
+	defer r.ops.Done()
+	return r.sweep(ctx)
+}
+
 // sweep removes what retention allows for every recipient: dequeued bundles
 // older than the retention, and fully acknowledged drawers that no retained
 // bundle covers. Nothing unacknowledged is ever removed.

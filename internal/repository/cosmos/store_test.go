@@ -8,6 +8,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/repository"
 	"github.com/energydatahub/messagehub/internal/repository/cosmos"
+	"github.com/energydatahub/messagehub/internal/repository/storetest"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
@@ -50,7 +51,7 @@ func open(t *testing.T, cfg cosmos.Config) *cosmos.Store {
 }
 
 func TestContract(t *testing.T) {
-	repository.RunContractSuite(t, func(t *testing.T) repository.Store {
+	storetest.RunRepository(t, func(t *testing.T) repository.Store {
 		return open(t, cosmos.Config{})
 	})
 }

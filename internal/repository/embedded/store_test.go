@@ -10,10 +10,11 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/repository"
 	"github.com/energydatahub/messagehub/internal/repository/embedded"
+	"github.com/energydatahub/messagehub/internal/repository/storetest"
 )
 
 func TestContract(t *testing.T) {
-	repository.RunContractSuite(t, func(t *testing.T) repository.Store {
+	storetest.RunRepository(t, func(t *testing.T) repository.Store {
 		s, err := embedded.Open(t.TempDir(), nil)
 		if err != nil {
 			t.Fatal(err)

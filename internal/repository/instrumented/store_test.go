@@ -18,6 +18,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/repository"
 	"github.com/energydatahub/messagehub/internal/repository/embedded"
 	"github.com/energydatahub/messagehub/internal/repository/instrumented"
+	"github.com/energydatahub/messagehub/internal/repository/storetest"
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
@@ -33,7 +34,7 @@ func openEmbedded(t *testing.T) repository.Store {
 // The decorator must be invisible to the algorithm: the whole contract holds
 // through it.
 func TestContractThroughTheDecorator(t *testing.T) {
-	repository.RunContractSuite(t, func(t *testing.T) repository.Store {
+	storetest.RunRepository(t, func(t *testing.T) repository.Store {
 		return instrumented.New(openEmbedded(t), telemetry.Discard())
 	})
 }
