@@ -26,15 +26,9 @@ func (r *Repository) sweepLoop(ctx context.Context) {
 	}
 }
 
-// Sweep runs one retention sweep now, as the sweeper does every
-// SweepInterval: for tests that drive the clock, and for tools.
-func (r *Repository) Sweep(ctx context.Context) error {
-	if err := r.begin(); err != nil {
-		return err
-	}
-	defer r.ops.Done()
-	return r.sweep(ctx)
-}
+// SweepNow runs one retention pass at once, without waiting for the
+// sweeper's turn (tests; operators who want the space back).
+func (r *Repository) SweepNow(ctx context.Context) error { return r.sweep(ctx) }
 
 // sweep removes what retention allows for every recipient: dequeued bundles
 // older than the retention, and fully acknowledged drawers that no retained

@@ -680,14 +680,14 @@ func (h *harness) retention(t *testing.T) {
 	pendingTS := e.peek(r, domain.GroupTimeSeries, "")
 
 	e.clock.Advance(23 * time.Hour)
-	if err := e.repo.Sweep(ctx(t)); err != nil {
+	if err := e.repo.SweepNow(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	if !e.bundleExists(r, b.ID) || len(forgotten) > 0 {
 		t.Fatalf("bundle removed before its retention (forgotten: %v)", forgotten)
 	}
 	e.clock.Advance(2 * time.Hour)
-	if err := e.repo.Sweep(ctx(t)); err != nil {
+	if err := e.repo.SweepNow(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	if e.bundleExists(r, b.ID) {
