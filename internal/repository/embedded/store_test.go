@@ -14,13 +14,20 @@ import (
 )
 
 func TestContract(t *testing.T) {
-	storetest.RunRepository(t, func(t *testing.T) repository.Store {
-		s, err := embedded.Open(t.TempDir(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
+	storetest.RunRepository(t, openStore)
+}
+
+// Each Store method keeps its promise, checked without the algorithm.
+func TestStoreContract(t *testing.T) {
+	storetest.RunStore(t, openStore)
+}
+
+func openStore(t *testing.T) repository.Store {
+	s, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // A notice is written with its dequeue, in the same atomic write: a dequeue
