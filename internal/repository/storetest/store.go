@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +38,8 @@ func RunStore(t *testing.T, newStore Factory, known ...KnownFailure) {
 	run("CommitSavesRefusesAStaleEntry", commitRefusesStaleEntry)
 	run("CommitSavesNamesEveryExistingIDAndWritesNothing", commitNamesEveryExistingID)
 	run("CommitSavesIsAllOrNothingAcrossRecipients", commitAllOrNothing)
+	run("CommitSavesOnOneHeadAtOnceOneWins", commitOneWins)
+	run("CommitSavesNeverStoreOneIDTwice", commitOneIDOnce)
 	run("ReadDrawerHonoursFromToLimitAndOrder", readDrawerRanges)
 	run("LookupIDsReturnsOnlyStoredIDs", lookupIDs)
 	run("BundleExistsForPendingAndDequeuedBundles", bundleExists)
@@ -44,10 +47,12 @@ func RunStore(t *testing.T, newStore Factory, known ...KnownFailure) {
 	run("CreateBundleRefusesWhenABundleIsPendingInItsGroup", createRefusesPendingGroup)
 	run("CreateBundleRefusesAUsedID", createRefusesUsedID)
 	run("CreateBundleRefusesWhenTheCursorMoved", createRefusesMovedCursor)
+	run("CreateBundlesInOneGroupAtOnceOneWins", createOneWins)
 	run("AcknowledgeDequeuesTheBundleAndMovesTheCursor", acknowledgeDequeues)
 	run("AcknowledgeRefusesAStaleBundleVersion", acknowledgeRefusesStaleBundle)
 	run("AcknowledgeRefusesWhenTheCursorMoved", acknowledgeRefusesMovedCursor)
 	run("AcknowledgeRefusesABundleNotPending", acknowledgeRefusesUnknownBundle)
+	run("AcknowledgesOfOneBundleAtOnceOneWins", acknowledgeOneWins)
 	run("RecipientsVisitsEveryRecipientWithState", recipients)
 	run("DequeuedBundlesListsOnlyDequeuedBundles", dequeuedBundles)
 	run("ApplySweepRemovesWhatItNames", sweepRemoves)
@@ -799,5 +804,162 @@ func announcerNotices(t *testing.T, s *storeEnv) {
 	}
 	if left, err := an.Notices(ctx(t), 10); err != nil || len(left) != 1 || left[0].BundleID != second.ID {
 		t.Fatalf("after removing the first: %+v (%v)", left, err)
+	}
+}
+
+// race runs fns at once and returns their errors.
+func race(fns ...func() error) []error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, fn := range fns {
+		wg.Go(func() {
+			<-start
+			errs[i] = fn()
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+// oneWins checks that exactly one of errs is nil and every other one a
+// conflict, and returns the winner's index.
+func oneWins(t *testing.T, what string, errs []error) int {
+	t.Helper()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Fatalf("%s: %d and %d both succeeded", what, winner, i)
+		case err == nil:
+			winner = i
+		default:
+			expectConflict(t, what, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("%s: none of %d succeeded", what, len(errs))
+	}
+	return winner
+}
+
+const racers = 6
+
+// Saves planned on the same head race: one commits, the others are refused
+// and leave nothing behind.
+func commitOneWins(t *testing.T, s *storeEnv) {
+	r := newRecipient()
+	s.commit(note(r, domain.OriginCharges, "c"))
+	before := s.readable(r)
+	plans := make([]repository.RecipientSave, racers)
+	fns := make([]func() error, racers)
+	for i := range plans {
+		plans[i] = s.plan(r, note(r, domain.OriginCharges, "c"), note(r, domain.OriginTimeSeries, "t"))
+		fns[i] = func() error { return s.store.CommitSaves(ctx(t), []repository.RecipientSave{plans[i]}) }
+	}
+	w := oneWins(t, "saves on one head", race(fns...))
+	got := s.readable(r)
+	for i, p := range plans {
+		for _, rec := range p.IDs {
+			_, readable := got[rec.ID]
+			_, indexed := s.lookup(rec.ID)[rec.ID]
+			if readable != (i == w) || indexed != (i == w) {
+				t.Fatalf("save %d (winner %d): readable %v, indexed %v", i, w, readable, indexed)
+			}
+		}
+	}
+	if len(got) != len(before)+2 {
+		t.Fatalf("%d items readable, want %d", len(got), len(before)+2)
+	}
+}
+
+// Saves of one id for different recipients race (as on several instances):
+// at most one stores it, and the id points where that one put it.
+func commitOneIDOnce(t *testing.T, s *storeEnv) {
+	for round := range 3 {
+		shared := uuid.NewString()
+		plans := make([]repository.RecipientSave, racers)
+		fns := make([]func() error, racers)
+		for i := range plans {
+			r := newRecipient()
+			n := note(r, domain.OriginCharges, "c")
+			n.ID = shared
+			plans[i] = s.plan(r, n, note(r, domain.OriginCharges, "c"))
+			fns[i] = func() error { return s.store.CommitSaves(ctx(t), []repository.RecipientSave{plans[i]}) }
+		}
+		winner := -1
+		for i, err := range race(fns...) {
+			switch {
+			case err == nil && winner >= 0:
+				t.Fatalf("round %d: saves %d and %d both stored id %s", round, winner, i, shared)
+			case err == nil:
+				winner = i
+			default:
+				expectConflict(t, "a save of a stored id", err)
+			}
+		}
+		found := s.lookup(shared)
+		if winner < 0 {
+			if len(found) != 0 {
+				t.Fatalf("round %d: no save succeeded, yet the id is stored", round)
+			}
+			continue
+		}
+		if got, want := found[shared], plans[winner].IDs[0]; got.DrawerID != want.DrawerID || got.Fingerprint != want.Fingerprint {
+			t.Fatalf("round %d: the id points at %+v, the winner wrote %+v", round, got, want)
+		}
+		for i, p := range plans {
+			if _, ok := s.lookup(p.IDs[1].ID)[p.IDs[1].ID]; ok != (i == winner) {
+				t.Fatalf("round %d: save %d's other id stored: %v (winner %d)", round, i, ok, winner)
+			}
+		}
+	}
+}
+
+// Bundles cut from one state race for the group: one is created.
+func createOneWins(t *testing.T, s *storeEnv) {
+	r := newRecipient()
+	s.commit(notes(2, r, domain.OriginCharges, "c")...)
+	s.commit(note(r, domain.OriginMarketRoles, "m"))
+	st := s.load(r)
+	recs := make([]bundle.Record, racers)
+	fns := make([]func() error, racers)
+	for i := range recs {
+		recs[i] = s.record(domain.OriginCharges, "c", 0, int64(1+i%2))
+		if i%3 == 2 { // another cabinet of the same group
+			recs[i] = s.record(domain.OriginMarketRoles, "m", 0, 1)
+		}
+		cur := cursorOf(st, recs[i].Origin, recs[i].ContentType)
+		fns[i] = func() error { return s.store.CreateBundle(ctx(t), r, recs[i], cur) }
+	}
+	w := oneWins(t, "bundles in one group", race(fns...))
+	if pending := s.load(r).Pending; len(pending) != 1 || !sameRecord(pending[0], recs[w]) {
+		t.Fatalf("pending %+v, want only the winner %+v", pending, recs[w])
+	}
+}
+
+// Dequeues of one bundle race: one acknowledges it, the others are refused.
+func acknowledgeOneWins(t *testing.T, s *storeEnv) {
+	r := newRecipient()
+	s.commit(notes(2, r, domain.OriginCharges, "c")...)
+	rec := s.create(r, s.record(domain.OriginCharges, "c", 0, 1))
+	recs := make([]bundle.Record, racers)
+	fns := make([]func() error, racers)
+	for i := range recs {
+		var cur catalog.Cursor
+		recs[i], cur = s.dequeued(r, rec) // each its own moment
+		fns[i] = func() error { return s.store.Acknowledge(ctx(t), r, recs[i], cur) }
+	}
+	w := oneWins(t, "dequeues of one bundle", race(fns...))
+	dequeued, err := s.store.DequeuedBundles(ctx(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dequeued) != 1 || !sameRecord(dequeued[0], recs[w]) {
+		t.Fatalf("dequeued %+v, want only the winner's %+v", dequeued, recs[w])
+	}
+	if cur := cursorOf(s.load(r), domain.OriginCharges, "c"); cur.Acked != 1 {
+		t.Fatalf("cursor at %d, want 1", cur.Acked)
 	}
 }
