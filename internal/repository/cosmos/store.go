@@ -483,34 +483,6 @@ func (s *Store) run(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos
 	return resp.SessionToken, batchError(resp, err)
 }
 
-// batchError maps a batch's outcome to the store's errors.
-func batchError(resp azcosmos.TransactionalBatchResponse, err error) error {
-	if err != nil {
-		if isStatus(err, http.StatusConflict) || isStatus(err, http.StatusPreconditionFailed) || isStatus(err, http.StatusNotFound) {
-			return fmt.Errorf("%w: %w", repository.ErrConflict, err)
-		}
-		return err
-	}
-	if resp.Success {
-		return nil
-	}
-	for _, r := range resp.OperationResults {
-		switch r.StatusCode {
-		case http.StatusConflict, http.StatusPreconditionFailed, http.StatusNotFound:
-			return fmt.Errorf("%w: batch operation answered %d", repository.ErrConflict, r.StatusCode)
-		}
-	}
-	return fmt.Errorf("cosmos: transactional batch failed: %+v", statusCodes(resp))
-}
-
-func statusCodes(resp azcosmos.TransactionalBatchResponse) []int32 {
-	var codes []int32
-	for _, r := range resp.OperationResults {
-		codes = append(codes, r.StatusCode)
-	}
-	return codes
-}
-
 // batchCreate adds a create of doc.
 func batchCreate(b *azcosmos.TransactionalBatch, doc any) error {
 	raw, err := json.Marshal(doc)
