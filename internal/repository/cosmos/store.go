@@ -176,10 +176,10 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string) (repository
 	for attempt := 0; ; attempt++ {
 		st, head, err := s.loadRecipient(ctx, recipient)
 		if err != nil || attempt > 0 || !s.hasExpired(head) {
-			return st, err
+			return st, storeError(err)
 		}
 		if err := s.resolveExpired(ctx, recipient); err != nil && !errors.Is(err, repository.ErrConflict) {
-			return st, err
+			return st, storeError(err)
 		}
 	}
 }
@@ -288,7 +288,7 @@ func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (b
 	if isStatus(err, http.StatusNotFound) {
 		return false, nil
 	}
-	return err == nil, err
+	return err == nil, storeError(err)
 }
 
 // CreateBundle creates the bundle and its group's slot, and pins the cursor,
@@ -352,7 +352,7 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 		return nil
 	})
 	if err != nil {
-		return err
+		return storeError(err)
 	}
 	for _, r := range recipients {
 		if err := fn(r); err != nil {
@@ -373,7 +373,7 @@ func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle
 		out = append(out, toBundle(d))
 		return nil
 	})
-	return out, err
+	return out, storeError(err)
 }
 
 // ApplySweep deletes the drawers' pages and id records first, then updates
