@@ -1,5 +1,6 @@
 // Package repository runs the drawer algorithm of seed 004 over a narrow
-// Store interface, and holds the contract suite every Store backend passes.
+// Store interface. The contract suite every Store backend passes is in
+// storetest.
 package repository
 
 import (
@@ -94,18 +95,25 @@ type Sweep struct {
 
 // Store is the persistence the algorithm needs. Writes are conditional on
 // the versions the caller read and report ErrConflict when they no longer
-// hold; each write is atomic.
+// hold; each write is atomic: a refused one leaves nothing of what it was
+// to write (a refused save may use up sequence numbers and positions, as
+// gaps). Of writes racing on one record, at most one succeeds. storetest
+// checks every promise.
 type Store interface {
 	// LoadRecipient returns the recipient's state; a recipient never seen has
 	// a zero Head and nothing else.
 	LoadRecipient(ctx context.Context, recipient string) (RecipientState, error)
 	// ReadDrawer returns up to limit items of a drawer with from ≤ position <
-	// to, in position order (a drawer.ReadFunc).
+	// to, in position order (a drawer.ReadFunc); none of a drawer never
+	// written.
 	ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error)
-	// LookupIDs returns the records of those ids that are stored.
+	// LookupIDs returns the records of those ids that are stored; the others
+	// are left out.
 	LookupIDs(ctx context.Context, ids []string) (map[string]IDRecord, error)
-	// CommitSaves writes the saves of several recipients all or nothing. Ids
-	// that already exist make it fail with *IDsExistError naming all of them.
+	// CommitSaves writes the saves of several recipients all or nothing. A
+	// head or entry not at the version read is ErrConflict; ids that already
+	// exist make it fail with *IDsExistError naming all of them. Refused,
+	// none of its notifications or ids is stored, for any recipient.
 	CommitSaves(ctx context.Context, saves []RecipientSave) error
 	// BundleExists reports whether the recipient has a bundle with this id,
 	// pending or dequeued.
@@ -121,7 +129,8 @@ type Store interface {
 	Recipients(ctx context.Context, fn func(recipient string) error) error
 	// DequeuedBundles returns the recipient's dequeued bundles, for retention.
 	DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error)
-	// ApplySweep removes what retention found, conditionally.
+	// ApplySweep removes what retention found, conditionally: when an entry
+	// or cursor it names changed, it is ErrConflict and removes nothing.
 	ApplySweep(ctx context.Context, sweep Sweep) error
 	// Backlog sums what every recipient has saved and not yet dequeued, from
 	// the catalog entries and cursors the store keeps.

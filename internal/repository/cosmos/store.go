@@ -200,10 +200,10 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string) (repository
 	for attempt := 0; ; attempt++ {
 		st, head, err := s.loadRecipient(ctx, recipient)
 		if err != nil || attempt > 0 || !s.hasExpired(head) {
-			return st, err
+			return st, storeError(err)
 		}
 		if err := s.resolveExpired(ctx, recipient); err != nil && !errors.Is(err, repository.ErrConflict) {
-			return st, err
+			return st, storeError(err)
 		}
 	}
 }
@@ -314,7 +314,7 @@ func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (b
 	if isStatus(err, http.StatusNotFound) {
 		return false, nil
 	}
-	return err == nil, err
+	return err == nil, storeError(err)
 }
 
 // CreateBundle creates the bundle and its group's slot, and pins the cursor,
@@ -380,7 +380,7 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 		return nil
 	})
 	if err != nil {
-		return err
+		return storeError(err)
 	}
 	for _, r := range recipients {
 		if err := fn(r); err != nil {
@@ -401,7 +401,7 @@ func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle
 		out = append(out, toBundle(d))
 		return nil
 	})
-	return out, err
+	return out, storeError(err)
 }
 
 // ApplySweep deletes the drawers' pages and id records first, then updates
@@ -492,34 +492,6 @@ func (s *Store) run(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos
 		s.tokens.note(c.ID(), resp.SessionToken)
 	}
 	return resp.SessionToken, batchError(resp, err)
-}
-
-// batchError maps a batch's outcome to the store's errors.
-func batchError(resp azcosmos.TransactionalBatchResponse, err error) error {
-	if err != nil {
-		if isStatus(err, http.StatusConflict) || isStatus(err, http.StatusPreconditionFailed) || isStatus(err, http.StatusNotFound) {
-			return fmt.Errorf("%w: %w", repository.ErrConflict, err)
-		}
-		return err
-	}
-	if resp.Success {
-		return nil
-	}
-	for _, r := range resp.OperationResults {
-		switch r.StatusCode {
-		case http.StatusConflict, http.StatusPreconditionFailed, http.StatusNotFound:
-			return fmt.Errorf("%w: batch operation answered %d", repository.ErrConflict, r.StatusCode)
-		}
-	}
-	return fmt.Errorf("cosmos: transactional batch failed: %+v", statusCodes(resp))
-}
-
-func statusCodes(resp azcosmos.TransactionalBatchResponse) []int32 {
-	var codes []int32
-	for _, r := range resp.OperationResults {
-		codes = append(codes, r.StatusCode)
-	}
-	return codes
 }
 
 // batchCreate adds a create of doc.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/repository"
 	"github.com/energydatahub/messagehub/internal/repository/cosmos"
+	"github.com/energydatahub/messagehub/internal/repository/storetest"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
@@ -50,7 +51,18 @@ func open(t *testing.T, cfg cosmos.Config) *cosmos.Store {
 }
 
 func TestContract(t *testing.T) {
-	repository.RunContractSuite(t, func(t *testing.T) repository.Store {
-		return open(t, cosmos.Config{})
+	storetest.RunRepository(t, openStore)
+}
+
+// Each Store method keeps its promise, checked without the algorithm.
+func TestStoreContract(t *testing.T) {
+	storetest.RunStore(t, openStore, storetest.KnownFailure{
+		Test: "ApplySweepRefusesWhenTheCatalogChanged",
+		// ApplySweep deletes the drawers before its conditional batch: when
+		// a save appended to the cabinet's last drawer meanwhile, the batch is
+		// refused but the save's pages and ids are gone already.
+		Why: "ApplySweep deletes drawers before checking the catalog's etags",
 	})
 }
+
+func openStore(t *testing.T) repository.Store { return open(t, cosmos.Config{}) }

@@ -18,6 +18,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/repository"
 	"github.com/energydatahub/messagehub/internal/repository/embedded"
 	"github.com/energydatahub/messagehub/internal/repository/instrumented"
+	"github.com/energydatahub/messagehub/internal/repository/storetest"
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
@@ -33,9 +34,15 @@ func openEmbedded(t *testing.T) repository.Store {
 // The decorator must be invisible to the algorithm: the whole contract holds
 // through it.
 func TestContractThroughTheDecorator(t *testing.T) {
-	repository.RunContractSuite(t, func(t *testing.T) repository.Store {
-		return instrumented.New(openEmbedded(t), telemetry.Discard())
-	})
+	storetest.RunRepository(t, openDecorated)
+}
+
+func TestStoreContractThroughTheDecorator(t *testing.T) {
+	storetest.RunStore(t, openDecorated)
+}
+
+func openDecorated(t *testing.T) repository.Store {
+	return instrumented.New(openEmbedded(t), telemetry.Discard())
 }
 
 // reader collects what the instrumented store recorded.

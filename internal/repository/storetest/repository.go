@@ -1,12 +1,10 @@
-package repository
+package storetest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,14 +12,13 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/repository"
 )
 
-// StoreFactory opens a new, empty store for one test. The suite closes it.
-type StoreFactory func(t *testing.T) Store
-
-// RunContractSuite checks that a Store backend, driven by the drawer
-// algorithm, behaves as MessageHub promises. Every backend's tests call it.
-func RunContractSuite(t *testing.T, newStore StoreFactory) {
+// RunRepository checks the algorithm: a Repository over the store behaves as
+// MessageHub promises its callers (save, peek, dequeue, order, idempotency,
+// retention). Every backend's tests call it.
+func RunRepository(t *testing.T, newStore Factory) {
 	h := &harness{newStore: newStore}
 	t.Run("SavesAndReadsBackEveryFieldInOrder", h.savesAndReadsBack)
 	t.Run("DrawerNeverExceedsCapacity", h.drawerNeverExceedsCapacity)
@@ -46,71 +43,28 @@ func RunContractSuite(t *testing.T, newStore StoreFactory) {
 	t.Run("RetentionRemovesOnlyAcknowledged", h.retention)
 }
 
-type harness struct{ newStore StoreFactory }
-
-// clock is a fake time source: every reading is a millisecond later than the
-// one before, and tests can jump ahead.
-type clock struct{ now atomic.Int64 }
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.now.Add(int64(time.Millisecond))) }
-func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
+type harness struct{ newStore Factory }
 
 type env struct {
 	t     *testing.T
-	store Store
-	repo  *Repository
+	store repository.Store
+	repo  *repository.Repository
 	clock *clock
 }
 
-func (h *harness) env(t *testing.T, opts Options) *env {
+func (h *harness) env(t *testing.T, opts repository.Options) *env {
 	t.Helper()
-	store := h.newStore(t)
-	c := &clock{}
-	c.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	store := open(t, h.newStore)
+	c := newClock()
 	if opts.Now == nil {
 		opts.Now = c.Now
 	}
 	opts.SweepInterval = time.Hour // sweeps are run by hand in tests
-	repo := New(store, opts, nil)
-	t.Cleanup(func() {
-		repo.Close()
-		if err := store.Close(); err != nil {
-			t.Errorf("close store: %v", err)
-		}
-	})
+	repo := repository.New(store, opts, nil)
+	// Cleanups run last in, first out: the repository stops before open's
+	// cleanup closes the store.
+	t.Cleanup(repo.Close)
 	return &env{t: t, store: store, repo: repo, clock: c}
-}
-
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return c
-}
-
-func newRecipient() string { return uuid.NewString() }
-
-// note builds a valid notification; adjust fields on the result.
-func note(recipient string, origin domain.Origin, contentType string) domain.Notification {
-	return domain.Notification{
-		ID: uuid.NewString(), Recipient: recipient, Origin: origin, ContentType: contentType,
-		DocumentType: contentType, SupportsBundling: true, Weight: 1,
-	}
-}
-
-func notes(n int, recipient string, origin domain.Origin, contentType string) []domain.Notification {
-	out := make([]domain.Notification, n)
-	for i := range out {
-		out[i] = note(recipient, origin, contentType)
-	}
-	return out
-}
-
-func ids(ns []domain.Notification) []string {
-	out := make([]string, len(ns))
-	for i, n := range ns {
-		out[i] = n.ID
-	}
-	return out
 }
 
 func (e *env) save(ns ...domain.Notification) domain.SaveResult {
@@ -166,33 +120,10 @@ func (e *env) drain(recipient string, group domain.PeekGroup) []string {
 	return nil
 }
 
-func expectIDs(t *testing.T, what string, got, want []string) {
-	t.Helper()
-	if !slices.Equal(got, want) {
-		t.Fatalf("%s: got %d ids, want %d; first difference at %d", what, len(got), len(want), firstDiff(got, want))
-	}
-}
-
-func firstDiff(a, b []string) int {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return min(len(a), len(b))
-}
-
-func expectErr(t *testing.T, err, want error) {
-	t.Helper()
-	if !errors.Is(err, want) {
-		t.Fatalf("got error %v, want %v", err, want)
-	}
-}
-
 func (h *harness) savesAndReadsBack(t *testing.T) {
 	for _, n := range []int{1, 2, 10_000, 10_001} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			e := h.env(t, Options{})
+			e := h.env(t, repository.Options{})
 			r := newRecipient()
 			ns := notes(n, r, domain.OriginCharges, "application:json")
 			for i := range ns {
@@ -267,7 +198,7 @@ func (h *harness) savesAndReadsBack(t *testing.T) {
 }
 
 func (h *harness) drawerNeverExceedsCapacity(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	// Saves of awkward sizes, then 10,001 saves of one, some concurrent.
 	total := 0
@@ -313,7 +244,7 @@ func (h *harness) drawerNeverExceedsCapacity(t *testing.T) {
 }
 
 func (h *harness) duplicatesStoredOnce(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	a, b := note(r, domain.OriginCharges, "c"), note(r, domain.OriginCharges, "c")
 	if res := e.save(a, b, a); res.Saved != 2 || res.Duplicates != 1 {
@@ -334,7 +265,7 @@ func (h *harness) duplicatesStoredOnce(t *testing.T) {
 }
 
 func (h *harness) conflictingIDRejectsWholeSave(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	stored := note(r, domain.OriginCharges, "c")
 	e.save(stored)
@@ -365,7 +296,7 @@ func (h *harness) conflictingIDRejectsWholeSave(t *testing.T) {
 }
 
 func (h *harness) smallestHeadWins(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	a1 := note(r, domain.OriginCharges, "a")
 	b1 := note(r, domain.OriginMarketRoles, "b")
@@ -386,7 +317,7 @@ func (h *harness) smallestHeadWins(t *testing.T) {
 }
 
 func (h *harness) peekGroupsHonoured(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	byOrigin := map[domain.Origin]domain.Notification{}
 	for _, o := range domain.Origins {
@@ -415,7 +346,7 @@ func (h *harness) peekGroupsHonoured(t *testing.T) {
 }
 
 func (h *harness) watermarkHidesUnfinishedSave(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	visible := note(r, domain.OriginCharges, "c")
 	e.save(visible)
@@ -426,13 +357,9 @@ func (h *harness) watermarkHidesUnfinishedSave(t *testing.T) {
 		t.Fatal(err)
 	}
 	hidden := []domain.Notification{note(r, domain.OriginCharges, "c"), note(r, domain.OriginTimeSeries, "t")}
-	fps := map[string]Fingerprint{}
-	for _, n := range hidden {
-		fps[n.ID] = fingerprint(n)
-	}
-	plan := planSave(r, state, hidden, fps, uuid.NewString, e.clock.Now().UnixMilli())
+	plan := planSave(r, state, hidden, e.clock.Now().UnixMilli())
 	plan.Head.Watermark = state.Head.Watermark
-	if err := e.store.CommitSaves(ctx(t), []RecipientSave{plan}); err != nil {
+	if err := e.store.CommitSaves(ctx(t), []repository.RecipientSave{plan}); err != nil {
 		t.Fatal(err)
 	}
 	b := e.peek(r, domain.GroupAll, "")
@@ -448,14 +375,14 @@ func (h *harness) watermarkHidesUnfinishedSave(t *testing.T) {
 	}
 	head := state.Head
 	head.Watermark = head.NextSeq - 1
-	if err := e.store.CommitSaves(ctx(t), []RecipientSave{{Recipient: r, Head: head}}); err != nil {
+	if err := e.store.CommitSaves(ctx(t), []repository.RecipientSave{{Recipient: r, Head: head}}); err != nil {
 		t.Fatal(err)
 	}
 	expectIDs(t, "after the watermark moves", e.drain(r, domain.GroupAll), ids(hidden))
 }
 
 func (h *harness) bundlingStopsWithoutSkipping(t *testing.T) {
-	e := h.env(t, Options{MaxBundleWeight: 10})
+	e := h.env(t, repository.Options{MaxBundleWeight: 10})
 	r := newRecipient()
 	mk := func(weight int64, bundling bool) domain.Notification {
 		n := note(r, domain.OriginAggregations, "a")
@@ -485,7 +412,7 @@ func (h *harness) bundlingStopsWithoutSkipping(t *testing.T) {
 }
 
 func (h *harness) takeOneOfFive(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	ns := notes(5, r, domain.OriginMeteringPoints, "m")
 	ns[0].SupportsBundling = false
@@ -499,7 +426,7 @@ func (h *harness) takeOneOfFive(t *testing.T) {
 func (h *harness) saveBetweenPeekAndDequeue(t *testing.T) {
 	for _, order := range []string{"peek-dequeue-save-peek", "peek-save-dequeue-peek"} {
 		t.Run(order, func(t *testing.T) {
-			e := h.env(t, Options{})
+			e := h.env(t, repository.Options{})
 			r := newRecipient()
 			first := notes(3, r, domain.OriginCharges, "c")
 			e.save(first...)
@@ -524,7 +451,7 @@ func (h *harness) saveBetweenPeekAndDequeue(t *testing.T) {
 func (h *harness) threeGroupsPending(t *testing.T) {
 	for _, order := range [][]int{{0, 1, 2}, {2, 0, 1}, {1, 2, 0}} {
 		t.Run(fmt.Sprint(order), func(t *testing.T) {
-			e := h.env(t, Options{})
+			e := h.env(t, repository.Options{})
 			r := newRecipient()
 			ts, agg, md := note(r, domain.OriginTimeSeries, "t"), note(r, domain.OriginAggregations, "a"), note(r, domain.OriginCharges, "m")
 			e.save(ts, agg, md)
@@ -550,7 +477,7 @@ func (h *harness) threeGroupsPending(t *testing.T) {
 }
 
 func (h *harness) peekIsIdempotent(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	e.save(notes(4, r, domain.OriginTimeSeries, "t")...)
 	first := e.peek(r, domain.GroupTimeSeries, "")
@@ -571,7 +498,7 @@ func (h *harness) peekIsIdempotent(t *testing.T) {
 }
 
 func (h *harness) concurrentPeeksShareOneBundle(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	e.save(notes(100, r, domain.OriginCharges, "c")...)
 	const peekers = 50
@@ -609,7 +536,7 @@ func (h *harness) concurrentPeeksShareOneBundle(t *testing.T) {
 }
 
 func (h *harness) concurrentSavesKeepOrder(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	const writers, savesEach, perSave = 16, 20, 5
 	var mu sync.Mutex
@@ -659,7 +586,7 @@ func (h *harness) concurrentSavesKeepOrder(t *testing.T) {
 }
 
 func (h *harness) bundleIDRules(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	id := uuid.NewString()
 	// Nothing ready: no bundle, and the id stays usable.
@@ -696,7 +623,7 @@ func (h *harness) bundleIDRules(t *testing.T) {
 }
 
 func (h *harness) dequeueNotFound(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r, other := newRecipient(), newRecipient()
 	e.save(note(r, domain.OriginCharges, "c"), note(r, domain.OriginCharges, "c"))
 	b := e.peek(r, domain.GroupAll, "")
@@ -710,7 +637,7 @@ func (h *harness) dequeueNotFound(t *testing.T) {
 }
 
 func (h *harness) fullBundleSpansDrawers(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	// Start mid-drawer so the full bundle spans seven drawers.
 	first := notes(5_000, r, domain.OriginTimeSeries, "t")
@@ -736,7 +663,7 @@ func (h *harness) fullBundleSpansDrawers(t *testing.T) {
 
 func (h *harness) retention(t *testing.T) {
 	var forgotten []string // recipient/bundle pairs handed to ForgetBundles
-	e := h.env(t, Options{Retention: 24 * time.Hour, ForgetBundles: func(_ context.Context, recipient string, ids []string) error {
+	e := h.env(t, repository.Options{Retention: 24 * time.Hour, ForgetBundles: func(_ context.Context, recipient string, ids []string) error {
 		for _, id := range ids {
 			forgotten = append(forgotten, recipient+"/"+id)
 		}
@@ -753,14 +680,14 @@ func (h *harness) retention(t *testing.T) {
 	pendingTS := e.peek(r, domain.GroupTimeSeries, "")
 
 	e.clock.Advance(23 * time.Hour)
-	if err := e.repo.sweep(ctx(t)); err != nil {
+	if err := e.repo.SweepNow(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	if !e.bundleExists(r, b.ID) || len(forgotten) > 0 {
 		t.Fatalf("bundle removed before its retention (forgotten: %v)", forgotten)
 	}
 	e.clock.Advance(2 * time.Hour)
-	if err := e.repo.sweep(ctx(t)); err != nil {
+	if err := e.repo.SweepNow(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	if e.bundleExists(r, b.ID) {

@@ -1,4 +1,4 @@
-package repository
+package storetest
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/repository"
 )
 
 // peekAfterDequeue drains a recipient while writers keep saving to it and
@@ -18,7 +19,7 @@ import (
 // consumer nor to a poller; every notification is delivered exactly once,
 // and in the order saved within its cabinet.
 func (h *harness) peekAfterDequeue(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	want := map[string][]string{} // cabinet → ids in the order saved
 	first := notes(100, r, domain.OriginTimeSeries, "ts")
@@ -146,7 +147,7 @@ func (h *harness) peekAfterDequeue(t *testing.T) {
 
 // isPending follows a bundle from peek to dequeue.
 func (h *harness) isPending(t *testing.T) {
-	e := h.env(t, Options{})
+	e := h.env(t, repository.Options{})
 	r := newRecipient()
 	e.save(note(r, domain.OriginCharges, "c"))
 	b := e.peek(r, domain.GroupAll, "")
@@ -172,8 +173,8 @@ func (h *harness) isPending(t *testing.T) {
 
 // backlog follows saves, a peek and a dequeue in the store's backlog sums.
 func (h *harness) backlog(t *testing.T) {
-	e := h.env(t, Options{})
-	read := func() Backlog {
+	e := h.env(t, repository.Options{})
+	read := func() repository.Backlog {
 		t.Helper()
 		b, err := e.store.Backlog(ctx(t))
 		if err != nil {
