@@ -364,3 +364,60 @@ func TestTwoInstancesShareOneDatabase(t *testing.T) {
 		t.Fatalf("%d deliveries of %d notifications", len(order), len(delivered))
 	}
 }
+
+// A sweep takes fully acknowledged drawers out of the catalog before it
+// deletes them, recording them as trash in the same batch: when it stops
+// before the deletes, the next sweep of the recipient finishes them, so no
+// page is left behind that nothing points to.
+func TestASweepStoppedBeforeItsDeletesIsFinishedByTheNext(t *testing.T) {
+	ctx := context.Background()
+	f := newFaulty()
+	clock := &costClock{now: time.Now()}
+	store := open(t, cosmos.Config{Transport: f, Now: clock.Now})
+	repo := repository.New(store, repository.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now}, nil)
+	t.Cleanup(repo.Close)
+	r := uuid.NewString()
+	if _, err := repo.Save(ctx, notifications(30, r, 1)); err != nil {
+		t.Fatal(err)
+	}
+	state, err := store.LoadRecipient(ctx, r)
+	if err != nil || len(state.Entries) != 1 || len(state.Entries[0].Drawers) != 1 {
+		t.Fatalf("state %+v, %v", state, err)
+	}
+	drawerID := state.Entries[0].Drawers[0].ID
+	b, err := repo.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v, %v", b, err)
+	}
+	if err := repo.Dequeue(ctx, r, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(2 * time.Hour)
+
+	// The drawers container refuses every delete: the sweep's batch commits,
+	// its deletes do not.
+	f.set(func(req *http.Request) int {
+		if req.Method == http.MethodDelete || (toContainer(req, "drawers") && req.Header.Get("x-ms-cosmos-is-batch-request") != "") {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	if err := repo.SweepNow(ctx); err == nil {
+		t.Fatal("a sweep whose deletes all failed reported success")
+	}
+	if state, err := store.LoadRecipient(ctx, r); err != nil || len(state.Entries) != 0 {
+		t.Fatalf("after the stopped sweep the catalog still has %+v (%v): its batch should have committed", state.Entries, err)
+	}
+	items, err := store.ReadDrawer(ctx, drawerID, 0, 1<<40, 100)
+	if err != nil || len(items) != 30 {
+		t.Fatalf("before the next sweep the drawer holds %d items (%v), want its 30 still there", len(items), err)
+	}
+
+	f.set(func(*http.Request) int { return 0 })
+	if err := repo.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if items, err := store.ReadDrawer(ctx, drawerID, 0, 1<<40, 100); err != nil || len(items) != 0 {
+		t.Fatalf("the next sweep left %d items of the freed drawer (%v)", len(items), err)
+	}
+}

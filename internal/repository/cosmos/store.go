@@ -408,10 +408,10 @@ func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle
 // the catalog: a crash in between leaves only entries pointing at drawers
 // already acknowledged, which the next sweep removes again.
 func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
-	for _, d := range sw.Drawers {
-		if err := s.deleteDrawer(ctx, d); err != nil {
-			return err
-		}
+	// A previous pass that stopped between its batch and its deletes left
+	// its trash behind: finish it first, so its record can be written anew.
+	if err := s.emptyTrash(ctx, sw.Recipient); err != nil {
+		return err
 	}
 	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
 	for _, e := range sw.Entries {
@@ -425,10 +425,23 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 	for _, c := range sw.DeleteCursors {
 		b.DeleteItem(cursorID(c.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(c.Version)})
 	}
-	if len(sw.Entries)+len(sw.DeleteEntries)+len(sw.DeleteCursors) > 0 {
+	if len(sw.Drawers) > 0 {
+		// The drawers go only once the catalog no longer names them: the
+		// conditional batch fails if a save took positions in one of them
+		// since the sweep read the catalog, and then nothing is deleted.
+		// The trash record, written in the same batch, outlives a crash
+		// before the deletes.
+		if err := batchCreate(&b, trashDoc{ID: trashID, PK: sw.Recipient, T: typeTrash, Drawers: sw.Drawers}); err != nil {
+			return err
+		}
+	}
+	if len(sw.Entries)+len(sw.DeleteEntries)+len(sw.DeleteCursors)+len(sw.Drawers) > 0 {
 		if err := s.execute(ctx, s.recipients, b); err != nil {
 			return err
 		}
+	}
+	if err := s.emptyTrash(ctx, sw.Recipient); err != nil {
+		return err
 	}
 	// Dequeued bundles also carry a TTL; deleting them here keeps retention
 	// exact where the TTL would lag.
@@ -437,6 +450,27 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 		if err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
 		}
+	}
+	return nil
+}
+
+// emptyTrash deletes the drawers a committed sweep of the recipient freed,
+// then its trash record. The record is read on the primary: a lagging
+// replica's 404 would leave it to make the next sweep's batch fail (409).
+func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
+	var t trashDoc
+	found, err := s.readOnPrimary(ctx, s.recipients, recipient, trashID, &t)
+	if err != nil || !found {
+		return err
+	}
+	for _, d := range t.Drawers {
+		if err := s.deleteDrawer(ctx, d); err != nil {
+			return err
+		}
+	}
+	err = s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), trashID)
+	if err != nil && !isStatus(err, http.StatusNotFound) {
+		return err
 	}
 	return nil
 }

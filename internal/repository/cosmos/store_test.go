@@ -56,13 +56,7 @@ func TestContract(t *testing.T) {
 
 // Each Store method keeps its promise, checked without the algorithm.
 func TestStoreContract(t *testing.T) {
-	storetest.RunStore(t, openStore, storetest.KnownFailure{
-		Test: "ApplySweepRefusesWhenTheCatalogChanged",
-		// ApplySweep deletes the drawers before its conditional batch: when
-		// a save appended to the cabinet's last drawer meanwhile, the batch is
-		// refused but the save's pages and ids are gone already.
-		Why: "ApplySweep deletes drawers before checking the catalog's etags",
-	})
+	storetest.RunStore(t, openStore)
 }
 
 func openStore(t *testing.T) repository.Store { return open(t, cosmos.Config{}) }
