@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,7 @@ type Store struct {
 	// and are read too (see probeLegacyIDs).
 	legacyIDs    atomic.Bool
 	legacyProbed atomic.Int64 // unix ms of the last probe
+	released     idReleases   // retention's knowledge of id documents per save
 }
 
 var _ repository.Store = (*Store)(nil)
@@ -441,13 +443,22 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 	return nil
 }
 
-// deleteDrawer deletes a drawer's pages and the id documents pointing at it.
+// deleteDrawer deletes a drawer's pages, then the id documents nothing
+// needs any more: those of the saves whose pages it held once none of their
+// drawers is left (releaseIDs), and those of the layout per drawer. Pages go
+// first: ids outlive their notifications, never the other way round.
 func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
-	var pages []string
-	err := s.query(ctx, s.drawers, drawerID, "SELECT c.id FROM c", nil, func(raw []byte) error {
-		var d struct{ ID string }
+	var pages, saves []string
+	perDrawer := false
+	err := s.query(ctx, s.drawers, drawerID, "SELECT c.id, c.sv FROM c", nil, func(raw []byte) error {
+		var d struct{ ID, SV string }
 		err := json.Unmarshal(raw, &d)
 		pages = append(pages, d.ID)
+		if d.SV == "" {
+			perDrawer = true // written before id documents per save
+		} else if !slices.Contains(saves, d.SV) {
+			saves = append(saves, d.SV)
+		}
 		return err
 	})
 	if err != nil {
@@ -456,7 +467,14 @@ func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 	if err := s.deleteAll(ctx, s.drawers, drawerID, pages); err != nil {
 		return err
 	}
-	return s.deleteIDDocs(ctx, drawerID)
+	// No page left: a pass that stopped after deleting them, or a drawer
+	// only aborted saves wrote to; the old layout is looked for then too.
+	if perDrawer || len(pages) == 0 {
+		if err := s.deleteIDDocs(ctx, drawerID); err != nil {
+			return err
+		}
+	}
+	return s.releaseIDs(ctx, drawerID, saves)
 }
 
 // deleteAll deletes documents of one partition, 100 per batch.
