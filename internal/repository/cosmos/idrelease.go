@@ -30,6 +30,10 @@ import (
 type idReleases struct {
 	mu    sync.Mutex
 	saves map[string]*savedIDs
+	// unfinished: drawers whose pages are deleted but whose saves' id
+	// documents were not looked at (an error), for the pass that retries
+	// and finds no page left.
+	unfinished map[string][]string
 }
 
 // maxReleases bounds the saves remembered (a few KB each at most).
@@ -52,10 +56,24 @@ type idDocDrawers struct {
 // releaseIDs is retention's part after deleting the pages of drawerID:
 // of saves, those that had pages in it, every id document listing the
 // drawer is deleted once no drawer it lists holds the save's pages.
-func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string) error {
+func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string) (err error) {
 	r := &s.released
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(saves) == 0 {
+		saves = r.unfinished[drawerID]
+	}
+	defer func() {
+		switch {
+		case err == nil:
+			delete(r.unfinished, drawerID)
+		case len(saves) > 0 && len(r.unfinished) < maxReleases:
+			if r.unfinished == nil {
+				r.unfinished = map[string][]string{}
+			}
+			r.unfinished[drawerID] = saves
+		}
+	}()
 	if err := s.loadSavedIDs(ctx, saves); err != nil {
 		return err
 	}

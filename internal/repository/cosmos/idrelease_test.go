@@ -3,6 +3,7 @@ package cosmos_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
 
@@ -55,6 +56,44 @@ func TestIDsOfASaveLiveUntilItsLastDrawerIsSwept(t *testing.T) {
 		t.Fatal(err)
 	}
 	if found, err := second.LookupIDs(ctx, append(idsOf(a), idsOf(b)...)); err != nil || len(found) != 0 {
+		t.Fatalf("retention left ids %v, %v", found, err)
+	}
+	if n := countIDDocs(t, db); n != 0 {
+		t.Fatalf("retention left %d id documents", n)
+	}
+}
+
+// A sweep that fails after deleting a drawer's pages, before removing the
+// id documents, leaves the next pass no page to find the saves by: the store
+// remembers them, and the retry removes the documents.
+func TestIDsAreRemovedByTheRetryOfASweepThatFailedHalfWay(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	f := newFaulty()
+	store := open(t, cosmos.Config{Database: db, Transport: f})
+	clock := &costClock{now: time.Now()}
+	repo := repository.New(store, repository.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	ns := notifications(3, uuid.NewString(), 1)
+	if _, err := repo.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	drainRecipient(t, repo, ns[0].Recipient)
+	clock.advance(2 * time.Hour)
+	f.set(func(req *http.Request) int {
+		if cosmos.Classify(req) == cosmos.OpQuery && toContainer(req, "ids") {
+			return http.StatusBadRequest
+		}
+		return 0
+	})
+	if err := repo.SweepNow(ctx); err == nil {
+		t.Fatal("sweep with the id container failing succeeded")
+	}
+	f.set(func(*http.Request) int { return 0 })
+	if err := repo.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := store.LookupIDs(ctx, idsOf(ns)); err != nil || len(found) != 0 {
 		t.Fatalf("retention left ids %v, %v", found, err)
 	}
 	if n := countIDDocs(t, db); n != 0 {

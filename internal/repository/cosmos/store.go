@@ -467,14 +467,15 @@ func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 	if err := s.deleteAll(ctx, s.drawers, drawerID, pages); err != nil {
 		return err
 	}
+	if err := s.releaseIDs(ctx, drawerID, saves); err != nil {
+		return err
+	}
 	// No page left: a pass that stopped after deleting them, or a drawer
 	// only aborted saves wrote to; the old layout is looked for then too.
 	if perDrawer || len(pages) == 0 {
-		if err := s.deleteIDDocs(ctx, drawerID); err != nil {
-			return err
-		}
+		return s.deleteIDDocs(ctx, drawerID)
 	}
-	return s.releaseIDs(ctx, drawerID, saves)
+	return nil
 }
 
 // deleteAll deletes documents of one partition, 100 per batch.
