@@ -2,6 +2,7 @@ package cosmos
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/google/uuid"
@@ -9,9 +10,11 @@ import (
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
-// A save's ids are written one document per bucket and drawer, with each
-// fingerprint once per run, and a lookup finds every asked id with its own
-// fingerprint and drawer, and nothing else.
+// A save's ids are written one document per bucket, over all its
+// recipients, with each drawer and fingerprint once per run and the save's
+// first page in each drawer; every reservation lists the documents holding
+// its ids; a lookup finds every asked id with its own fingerprint and
+// drawer, and nothing else.
 func TestIDDocumentsGroupFingerprintsAndAnswerLookups(t *testing.T) {
 	s := &Store{cfg: Config{IDBuckets: 4}}
 	fps := []repository.Fingerprint{{1}, {2}, {3}}
@@ -19,9 +22,18 @@ func TestIDDocumentsGroupFingerprintsAndAnswerLookups(t *testing.T) {
 	for i := range 300 {
 		recs = append(recs, repository.IDRecord{ID: uuid.NewString(), Fingerprint: fps[i%3], DrawerID: []string{"d1", "d2"}[i/200]})
 	}
-	writes := s.idWrites("save", recs)
-	if len(writes) != 8 {
-		t.Fatalf("%d documents for 4 buckets and 2 drawers", len(writes))
+	plans := []savePlan{
+		{save: repository.RecipientSave{IDs: recs[:200]}, pages: []pageDoc{{PK: "d1", Start: 5}, {PK: "d1", Start: 3}}},
+		{save: repository.RecipientSave{IDs: recs[200:]}, pages: []pageDoc{{PK: "d2", Start: 0}}},
+	}
+	writes := s.idWrites("save", plans)
+	if len(writes) != 4 {
+		t.Fatalf("%d documents for 4 buckets", len(writes))
+	}
+	for i, p := range plans {
+		if len(p.res.IDDocs) != 4 {
+			t.Fatalf("reservation %d lists %v", i, p.res.IDDocs)
+		}
 	}
 	asked := map[string]bool{}
 	want := map[string]repository.IDRecord{}
@@ -33,7 +45,10 @@ func TestIDDocumentsGroupFingerprintsAndAnswerLookups(t *testing.T) {
 	}
 	found := map[string]repository.IDRecord{}
 	for _, w := range writes {
-		if len(w.doc.FPs) > 3 || len(w.doc.FPs) != len(w.doc.Runs) {
+		if !slices.Equal(w.doc.Drawers, []string{"=d1", "=d2"}) || !slices.Equal(w.doc.Markers, []int64{3, 0}) || len(w.doc.DrawerRuns) != 2 {
+			t.Fatalf("document %s: drawers %v, runs %v, first pages %v", w.doc.ID, w.doc.Drawers, w.doc.DrawerRuns, w.doc.Markers)
+		}
+		if len(w.doc.FPs) > 6 || len(w.doc.FPs) != len(w.doc.Runs) {
 			t.Fatalf("document %s: fingerprints %v in runs %v", w.doc.ID, w.doc.FPs, w.doc.Runs)
 		}
 		if w.bucket != w.doc.PK || w.doc.Save != "save" {
@@ -66,5 +81,21 @@ func TestIDDocumentsGroupFingerprintsAndAnswerLookups(t *testing.T) {
 		if found[id] != rec {
 			t.Fatalf("id %s found as %+v, stored as %+v", id, found[id], rec)
 		}
+	}
+}
+
+// Documents of the layout with one per drawer (no drawer list; the drawer
+// in d) still answer lookups with that drawer.
+func TestIDDocumentsPerDrawerStillAnswerLookups(t *testing.T) {
+	id := uuid.NewString()
+	fp := fingerprintString(repository.Fingerprint{7})
+	raw := `{"id":"save:d1","pk":"h0","d":"d1","s":"save","i":["` + packID(uuid.NewString()) + `","` + packID(id) + `"],"f":["` + fp + `"],"fn":[2]}`
+	var d idDoc
+	if err := json.Unmarshal([]byte(raw), &d); err != nil {
+		t.Fatal(err)
+	}
+	hits, err := d.hits(map[string]bool{packID(id): true})
+	if err != nil || len(hits) != 1 || hits[0].ID != id || hits[0].Drawer != "d1" || hits[0].Fingerprint != fp || hits[0].Save != "save" {
+		t.Fatalf("hits %+v, %v", hits, err)
 	}
 }

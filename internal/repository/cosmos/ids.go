@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,7 +164,7 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 // lookupSQL finds the other saves' documents that hold any of @ids; a
 // document comes back once, whole, however many of them it holds (the rare
 // path: duplicates). New ids, the common case, load no document at all.
-const lookupSQL = "SELECT c.d, c.s, c.st, c.i, c.f, c.fn FROM c " +
+const lookupSQL = "SELECT c.id, c.pk, c.d, c.s, c.st, c.i, c.f, c.fn, c.ds, c.dn FROM c " +
 	"WHERE c.s != @except AND EXISTS(SELECT VALUE i FROM i IN c.i WHERE ARRAY_CONTAINS(@ids, i))"
 
 // legacyLookupSQL reads the id documents of the layout before packing.
@@ -232,40 +233,80 @@ func legacyBucketOf(id string, buckets int) string {
 
 func legacyBucketKey(b int) string { return string(legacyPrefix) + strconv.Itoa(b) }
 
-// idWrites groups a save's ids into documents, one per bucket and drawer
-// (retention deletes a drawer's with it), each packed.
-func (s *Store) idWrites(saveID string, recs []repository.IDRecord) []idWrite {
-	type key struct{ bucket, drawer string }
-	byDoc := map[key][]repository.IDRecord{}
-	var order []key
-	for _, rec := range recs {
-		k := key{s.bucketOf(rec.ID), rec.DrawerID}
-		if _, ok := byDoc[k]; !ok {
-			order = append(order, k)
+// idWrites groups the ids of a save, over all its recipients, into one
+// document per bucket, each listing the drawers its ids are in with the
+// save's first page in each: retention deletes the document once all of
+// them are gone (see releaseIDs). One document per bucket and drawer cost
+// a 1 KB write each when a save is spread over many recipients. Every
+// reservation lists the documents holding its recipient's ids, for a
+// rollback.
+func (s *Store) idWrites(saveID string, plans []savePlan) []idWrite {
+	type entry struct {
+		rec    repository.IDRecord
+		drawer string // packed
+	}
+	markers := map[string]int64{}
+	for _, p := range plans {
+		for _, pg := range p.pages {
+			if m, ok := markers[pg.PK]; !ok || pg.Start < m {
+				markers[pg.PK] = pg.Start
+			}
 		}
-		byDoc[k] = append(byDoc[k], rec)
+	}
+	byBucket := map[string][]entry{}
+	var order []string
+	for i := range plans {
+		inPlan := map[string]bool{}
+		for _, rec := range plans[i].save.IDs {
+			b := s.bucketOf(rec.ID)
+			if _, ok := byBucket[b]; !ok {
+				order = append(order, b)
+			}
+			byBucket[b] = append(byBucket[b], entry{rec: rec, drawer: packID(rec.DrawerID)})
+			if !inPlan[b] {
+				inPlan[b] = true
+				plans[i].res.IDDocs = append(plans[i].res.IDDocs, docRef{PK: b, ID: saveID})
+			}
+		}
 	}
 	out := make([]idWrite, 0, len(order))
-	for _, k := range order {
-		doc := idDoc{ID: saveID + ":" + k.drawer, PK: k.bucket, Drawer: k.drawer, Save: saveID}
-		in := byDoc[k]
-		// Ids of one content share a fingerprint: sorted by it, each is
-		// stored once per run.
-		slices.SortStableFunc(in, func(a, b repository.IDRecord) int { return bytes.Compare(a.Fingerprint[:], b.Fingerprint[:]) })
-		for i, rec := range in {
-			doc.IDs = append(doc.IDs, packID(rec.ID))
-			if i == 0 || rec.Fingerprint != in[i-1].Fingerprint {
-				doc.FPs = append(doc.FPs, fingerprintString(rec.Fingerprint))
+	for _, b := range order {
+		doc := idDoc{ID: saveID, PK: b, Save: saveID}
+		in := byBucket[b]
+		// Sorted by drawer, then fingerprint (ids of one content share it):
+		// each drawer and fingerprint is stored once per run.
+		slices.SortStableFunc(in, func(x, y entry) int {
+			if c := strings.Compare(x.drawer, y.drawer); c != 0 {
+				return c
+			}
+			return bytes.Compare(x.rec.Fingerprint[:], y.rec.Fingerprint[:])
+		})
+		for i, e := range in {
+			doc.IDs = append(doc.IDs, packID(e.rec.ID))
+			newDrawer := i == 0 || e.drawer != in[i-1].drawer
+			if newDrawer {
+				doc.Drawers = append(doc.Drawers, e.drawer)
+				doc.DrawerRuns = append(doc.DrawerRuns, 0)
+				m, ok := markers[e.rec.DrawerID]
+				if !ok {
+					m = -1 // no page of this save there (never expected): retention keeps the document
+				}
+				doc.Markers = append(doc.Markers, m)
+			}
+			doc.DrawerRuns[len(doc.DrawerRuns)-1]++
+			if newDrawer || e.rec.Fingerprint != in[i-1].rec.Fingerprint {
+				doc.FPs = append(doc.FPs, fingerprintString(e.rec.Fingerprint))
 				doc.Runs = append(doc.Runs, 0)
 			}
 			doc.Runs[len(doc.Runs)-1]++
 		}
-		out = append(out, idWrite{bucket: k.bucket, doc: doc})
+		out = append(out, idWrite{bucket: b, doc: doc})
 	}
 	return out
 }
 
-// deleteIDDocs deletes the id documents of a drawer, in every bucket.
+// deleteIDDocs deletes the id documents of a drawer of the layouts with
+// one document per drawer, in every bucket.
 func (s *Store) deleteIDDocs(ctx context.Context, drawerID string) error {
 	buckets := make([]string, 0, s.cfg.IDBuckets+s.cfg.LegacyIDBuckets)
 	for b := range s.cfg.IDBuckets {
@@ -331,34 +372,44 @@ func (s *Store) probeLegacyIDs(ctx context.Context) error {
 	return nil
 }
 
-// idDoc indexes the ids of one save that fall in one bucket and one drawer:
-// IDs packed (22 characters each; the only indexed terms per id), and their
-// fingerprints as runs: FPs[k] covers the next Runs[k] ids. Documents of
-// the layout before packing hold N instead.
+// idDoc indexes the ids of one save that fall in one bucket: IDs packed
+// (22 characters each; the only indexed terms per id), their fingerprints
+// as runs (FPs[k] covers the next Runs[k] ids) and their drawers as runs
+// (Drawers[k], packed, covers the next DrawerRuns[k] ids; Markers[k] is the
+// start of the save's first page in it). Documents written before hold the
+// ids of one drawer, named by Drawer, and those of the layout before
+// packing N instead of IDs.
 type idDoc struct {
-	ID     string    `json:"id"`
-	PK     string    `json:"pk"`
-	Drawer string    `json:"d"`
-	Save   string    `json:"s"`
-	Token  string    `json:"st,omitempty"` // session token of the save's commit record
-	IDs    []string  `json:"i,omitempty"`
-	FPs    []string  `json:"f,omitempty"`
-	Runs   []int     `json:"fn,omitempty"`
-	N      []idEntry `json:"n,omitempty"`
+	ID         string    `json:"id"`
+	PK         string    `json:"pk"`
+	Drawer     string    `json:"d,omitempty"`
+	Save       string    `json:"s"`
+	Token      string    `json:"st,omitempty"` // session token of the save's commit record
+	IDs        []string  `json:"i,omitempty"`
+	FPs        []string  `json:"f,omitempty"`
+	Runs       []int     `json:"fn,omitempty"`
+	Drawers    []string  `json:"ds,omitempty"`
+	DrawerRuns []int     `json:"dn,omitempty"`
+	Markers    []int64   `json:"dp,omitempty"`
+	N          []idEntry `json:"n,omitempty"`
 }
 
 // hits returns the document's entries whose packed id is asked for.
 func (d idDoc) hits(asked map[string]bool) ([]idHit, error) {
+	fps := runs{vals: d.FPs, n: d.Runs}
+	drawers := runs{vals: d.Drawers, n: d.DrawerRuns}
 	var out []idHit
-	k, left := -1, 0
 	for _, packed := range d.IDs {
-		for left == 0 {
-			if k++; k >= len(d.Runs) || k >= len(d.FPs) {
-				return nil, fmt.Errorf("id document %s of save %s: fingerprints do not cover its ids", d.Drawer, d.Save)
-			}
-			left = d.Runs[k]
+		fp, ok := fps.next()
+		drawer := d.Drawer
+		if len(d.Drawers) > 0 {
+			var found bool
+			drawer, found = drawers.next()
+			ok = ok && found
 		}
-		left--
+		if !ok {
+			return nil, fmt.Errorf("id document %s in %s of save %s: runs do not cover its ids", d.ID, d.PK, d.Save)
+		}
 		if !asked[packed] {
 			continue
 		}
@@ -366,9 +417,33 @@ func (d idDoc) hits(asked map[string]bool) ([]idHit, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, idHit{ID: id, Fingerprint: d.FPs[k], Drawer: d.Drawer, Save: d.Save, Token: d.Token})
+		if len(d.Drawers) > 0 {
+			if drawer, err = unpackID(drawer); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, idHit{ID: id, Fingerprint: fp, Drawer: drawer, Save: d.Save, Token: d.Token})
 	}
 	return out, nil
+}
+
+// runs walks values stored as runs: vals[k] repeated n[k] times.
+type runs struct {
+	vals    []string
+	n       []int
+	k, left int // k: the run after the current one
+}
+
+func (r *runs) next() (string, bool) {
+	for r.left == 0 {
+		if r.k >= len(r.n) || r.k >= len(r.vals) {
+			return "", false
+		}
+		r.left = r.n[r.k]
+		r.k++
+	}
+	r.left--
+	return r.vals[r.k-1], true
 }
 
 type idEntry struct {

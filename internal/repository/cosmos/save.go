@@ -47,6 +47,7 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		}
 		plans[i] = p
 	}
+	ids := s.idWrites(saveID, plans)
 	record := saveDoc{ID: saveID, PK: saveID, State: statePending, TTL: int32(s.cfg.Retention.Seconds())}
 	resp, err := s.saves.CreateItem(ctx, azcosmos.NewPartitionKeyString(saveID), mustJSON(record), nil)
 	if err != nil {
@@ -59,16 +60,16 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		s.tokens.note(containerSaves, *resp.SessionToken)
 		for i := range plans {
 			plans[i].res.Token = *resp.SessionToken
-			for j := range plans[i].ids {
-				plans[i].ids[j].doc.Token = *resp.SessionToken
-			}
+		}
+		for j := range ids {
+			ids[j].doc.Token = *resp.SessionToken
 		}
 	}
 
 	reserved, err := s.reserveAll(ctx, plans)
 	var pagesToken string
 	if err == nil {
-		pagesToken, err = s.writeData(ctx, plans)
+		pagesToken, err = s.writeData(ctx, plans, ids)
 	}
 	if err == nil {
 		err = s.checkIDs(ctx, saveID, plans)
@@ -126,7 +127,6 @@ type savePlan struct {
 	save  repository.RecipientSave
 	res   reservation
 	pages []pageDoc
-	ids   []idWrite
 }
 
 func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) (savePlan, error) {
@@ -137,19 +137,16 @@ func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) 
 		if err != nil {
 			return p, err
 		}
+		doc.Save = saveID // retention finds the save's id documents through it
 		p.pages = append(p.pages, doc)
 		p.res.Pages = append(p.res.Pages, pageRef{Drawer: doc.PK, ID: doc.ID})
-	}
-	p.ids = s.idWrites(saveID, sv.IDs)
-	for _, w := range p.ids {
-		p.res.IDDocs = append(p.res.IDDocs, docRef{PK: w.bucket, ID: w.doc.ID})
 	}
 	return p, nil
 }
 
 // writeData writes pages (batched per drawer) and id documents in parallel,
 // and returns the merged session token of the page batches.
-func (s *Store) writeData(ctx context.Context, plans []savePlan) (string, error) {
+func (s *Store) writeData(ctx context.Context, plans []savePlan, ids []idWrite) (string, error) {
 	var mu sync.Mutex
 	var tokens []string
 	g, ctx := errgroup.WithContext(ctx)
@@ -180,20 +177,20 @@ func (s *Store) writeData(ctx context.Context, plans []savePlan) (string, error)
 				})
 			}
 		}
-		for _, w := range p.ids {
-			g.Go(func() error {
-				resp, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
-				if isStatus(err, http.StatusConflict) {
-					return nil // its id names this save: our own, from a replay
-				}
-				if err == nil && resp.SessionToken != nil {
-					// The lookup after writing must see every id document
-					// written before this one: it reads with this token.
-					s.tokens.note(containerIDs, *resp.SessionToken)
-				}
-				return err
-			})
-		}
+	}
+	for _, w := range ids {
+		g.Go(func() error {
+			resp, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
+			if isStatus(err, http.StatusConflict) {
+				return nil // its id names this save: our own, from a replay
+			}
+			if err == nil && resp.SessionToken != nil {
+				// The lookup after writing must see every id document
+				// written before this one: it reads with this token.
+				s.tokens.note(containerIDs, *resp.SessionToken)
+			}
+			return err
+		})
 	}
 	err := g.Wait()
 	return mergeTokens(tokens...), err

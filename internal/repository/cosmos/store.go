@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,7 @@ type Store struct {
 	// and are read too (see probeLegacyIDs).
 	legacyIDs    atomic.Bool
 	legacyProbed atomic.Int64 // unix ms of the last probe
+	released     idReleases   // retention's knowledge of id documents per save
 }
 
 var _ repository.Store = (*Store)(nil)
@@ -475,22 +477,40 @@ func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 	return nil
 }
 
-// deleteDrawer deletes a drawer's pages and the id documents pointing at it.
+// deleteDrawer deletes the id documents nothing needs any more, then a
+// drawer's pages: those of the saves whose pages it holds once none of their
+// other drawers is left (releaseIDs), and those of the layout per drawer. The
+// drawer is out of the catalog already (ApplySweep's batch), so nothing of it
+// is delivered again; its pages go last because they name the saves, so a
+// pass that stops half-way is finished by the next from its trash record.
 func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
-	var pages []string
-	err := s.query(ctx, s.drawers, drawerID, "SELECT c.id FROM c", nil, func(raw []byte) error {
-		var d struct{ ID string }
+	var pages, saves []string
+	perDrawer := false
+	err := s.query(ctx, s.drawers, drawerID, "SELECT c.id, c.sv FROM c", nil, func(raw []byte) error {
+		var d struct{ ID, SV string }
 		err := json.Unmarshal(raw, &d)
 		pages = append(pages, d.ID)
+		if d.SV == "" {
+			perDrawer = true // written before id documents per save
+		} else if !slices.Contains(saves, d.SV) {
+			saves = append(saves, d.SV)
+		}
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if err := s.deleteAll(ctx, s.drawers, drawerID, pages); err != nil {
+	if err := s.releaseIDs(ctx, drawerID, saves); err != nil {
 		return err
 	}
-	return s.deleteIDDocs(ctx, drawerID)
+	// No page left: a pass that stopped after deleting them, or a drawer
+	// only aborted saves wrote to; the old layout is looked for then too.
+	if perDrawer || len(pages) == 0 {
+		if err := s.deleteIDDocs(ctx, drawerID); err != nil {
+			return err
+		}
+	}
+	return s.deleteAll(ctx, s.drawers, drawerID, pages)
 }
 
 // deleteAll deletes documents of one partition, 100 per batch.

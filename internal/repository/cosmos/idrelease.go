@@ -1,0 +1,198 @@
+package cosmos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/energydatahub/messagehub/internal/repository"
+)
+
+// Retention of the id documents of one save per bucket: such a document
+// lists the drawers its ids are in, and must live as long as any of them
+// holds the save's notifications. When retention deletes a drawer it names
+// the saves whose pages were in it; each of their documents listing the
+// drawer goes once none of its drawers holds the save's first page there
+// any more (a point read each, of the drawers not already known gone).
+
+// idReleases remembers, per save met by retention, its id documents still
+// present and the drawers known to hold none of its pages: a save spread
+// over many recipients loses its drawers one by one, over one pass or many,
+// and should not pay for reading its documents each time. Only a cache:
+// what it forgets is read again.
+type idReleases struct {
+	mu    sync.Mutex
+	saves map[string]*savedIDs
+}
+
+// maxReleases bounds the saves remembered (a few KB each at most).
+const maxReleases = 2_000
+
+type savedIDs struct {
+	docs []idDocDrawers
+	gone map[string]bool // packed drawer ids
+}
+
+// idDocDrawers is what retention needs of one id document.
+type idDocDrawers struct {
+	ID      string   `json:"id"`
+	PK      string   `json:"pk"`
+	Save    string   `json:"s"`
+	Drawers []string `json:"ds"`
+	Markers []int64  `json:"dp"`
+}
+
+// releaseIDs is retention's part before deleting the pages of drawerID
+// (which is out of the catalog, so counted as gone): of saves, those that
+// have pages in it, every id document listing the drawer is deleted once no
+// other drawer it lists holds the save's pages.
+func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string) error {
+	r := &s.released
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := s.loadSavedIDs(ctx, saves); err != nil {
+		return err
+	}
+	packed := packID(drawerID)
+	done := map[string][]string{} // bucket → documents to delete
+	for _, saveID := range saves {
+		e := r.saves[saveID]
+		e.gone[packed] = true
+		alive := map[string]bool{} // this call's probes: one per drawer
+		var kept []idDocDrawers
+		for _, doc := range e.docs {
+			if !slices.Contains(doc.Drawers, packed) {
+				kept = append(kept, doc)
+				continue
+			}
+			live, err := s.anyDrawerHolds(ctx, doc, e.gone, alive)
+			if err != nil {
+				return err
+			}
+			if live {
+				kept = append(kept, doc)
+			} else {
+				done[doc.PK] = append(done[doc.PK], doc.ID)
+			}
+		}
+		e.docs = kept
+		if len(kept) == 0 {
+			delete(r.saves, saveID)
+		}
+	}
+	for pk, ids := range done {
+		if err := s.deleteGone(ctx, s.ids, pk, ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadSavedIDs reads the drawer lists of the id documents of the saves not
+// remembered yet: one query per bucket for all of them.
+func (s *Store) loadSavedIDs(ctx context.Context, saves []string) error {
+	r := &s.released
+	if r.saves == nil {
+		r.saves = map[string]*savedIDs{}
+	}
+	var missing []string
+	for _, saveID := range saves {
+		if _, ok := r.saves[saveID]; !ok {
+			missing = append(missing, saveID)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	found := map[string]*savedIDs{}
+	for _, saveID := range missing {
+		found[saveID] = &savedIDs{gone: map[string]bool{}}
+	}
+	for b := range s.cfg.IDBuckets {
+		err := s.query(ctx, s.ids, bucketPrefix+strconv.Itoa(b), "SELECT c.id, c.pk, c.s, c.ds, c.dp FROM c WHERE ARRAY_CONTAINS(@s, c.s)",
+			[]azcosmos.QueryParameter{{Name: "@s", Value: missing}}, func(raw []byte) error {
+				var d idDocDrawers
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				if e := found[d.Save]; e != nil && len(d.Drawers) > 0 { // not of the layout per drawer
+					e.docs = append(e.docs, d)
+				}
+				return nil
+			})
+		if err != nil {
+			return err
+		}
+	}
+	for k := range r.saves {
+		if len(r.saves)+len(found) <= maxReleases {
+			break
+		}
+		delete(r.saves, k)
+	}
+	maps.Copy(r.saves, found)
+	return nil
+}
+
+// deleteGone deletes documents of one partition in batches; one that is
+// gone already (another instance's retention) is no reason to stop.
+func (s *Store) deleteGone(ctx context.Context, c *azcosmos.ContainerClient, pk string, ids []string) error {
+	for chunk := range slices.Chunk(ids, maxBatchOps) {
+		b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString(pk))
+		for _, id := range chunk {
+			b.DeleteItem(id, nil)
+		}
+		err := s.execute(ctx, c, b)
+		if !errors.Is(err, repository.ErrConflict) {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		for _, id := range chunk { // one was missing: the others one by one
+			if err := s.deleteItem(ctx, c, azcosmos.NewPartitionKeyString(pk), id); err != nil && !isStatus(err, http.StatusNotFound) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// anyDrawerHolds says whether a drawer doc lists still holds the save's
+// first page in it. Drawers found gone are remembered; alive ones only for
+// this call (another instance's retention may delete them next).
+func (s *Store) anyDrawerHolds(ctx context.Context, doc idDocDrawers, gone, alive map[string]bool) (bool, error) {
+	for i, d := range doc.Drawers {
+		if gone[d] {
+			continue
+		}
+		if alive[d] {
+			return true, nil
+		}
+		if i >= len(doc.Markers) || doc.Markers[i] < 0 {
+			return true, nil // no page to look for: keep the ids rather than lose them
+		}
+		drawerID, err := unpackID(d)
+		if err != nil {
+			return false, err
+		}
+		_, err = s.readItem(ctx, s.drawers, azcosmos.NewPartitionKeyString(drawerID), pageID(doc.Markers[i]), "")
+		switch {
+		case err == nil:
+			alive[d] = true
+			return true, nil
+		case isStatus(err, http.StatusNotFound):
+			gone[d] = true
+		default:
+			return false, err
+		}
+	}
+	return false, nil
+}
