@@ -147,6 +147,10 @@ type Announcer interface {
 	RemoveNotices(ctx context.Context, notices []Notice) error
 	// NoticeBacklog counts the notices and says when the oldest was made.
 	NoticeBacklog(ctx context.Context) (n int, oldest time.Time, err error)
+	// DequeuedBundle reads one dequeued bundle's record (a point read, so
+	// telling a domain costs the same however many bundles the recipient
+	// retains); domain.ErrNotFound when there is none.
+	DequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error)
 }
 
 // Options configure a Repository.

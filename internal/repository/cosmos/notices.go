@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
@@ -88,6 +90,28 @@ func (s *Store) eachNotice(ctx context.Context, page int32, fn func(repository.N
 		}
 	}
 	return nil
+}
+
+// DequeuedBundle reads one dequeued bundle's document: a point read, with
+// the container's token, which holds the token of the notices query that
+// found its notice (eachNotice), so a lagging replica cannot miss it.
+func (s *Store) DequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error) {
+	resp, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), bundleDocID(bundleID), "")
+	if isStatus(err, http.StatusNotFound) {
+		return bundle.Record{}, fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
+	}
+	if err != nil {
+		return bundle.Record{}, err
+	}
+	var d bundleDoc
+	if err := json.Unmarshal(resp.Value, &d); err != nil {
+		return bundle.Record{}, err
+	}
+	if d.T != typeDequeued {
+		// Only a dequeue writes a notice, so a replica answered from before it.
+		return bundle.Record{}, fmt.Errorf("%w: bundle %s not dequeued yet", repository.ErrStaleRead, bundleID)
+	}
+	return toBundle(d), nil
 }
 
 // RemoveNotices deletes delivered notices, one batch per recipient (up to

@@ -3,9 +3,13 @@ package embedded
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
@@ -77,6 +81,24 @@ func parseNotice(key []byte) (repository.Notice, error) {
 		Recipient:  uuidString(key[9:25]),
 		BundleID:   uuidString(key[25:41]),
 	}, nil
+}
+
+// DequeuedBundle reads one dequeued bundle's record: a key get.
+func (s *Store) DequeuedBundle(_ context.Context, recipient, bundleID string) (bundle.Record, error) {
+	r, id, err := parseIDs(recipient, bundleID)
+	if err != nil {
+		return bundle.Record{}, err
+	}
+	v, ok, err := s.get(dequeuedKey(r, id))
+	if err != nil || !ok {
+		if err == nil {
+			err = fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
+		}
+		return bundle.Record{}, err
+	}
+	var rec bundle.Record
+	err = json.Unmarshal(v, &rec)
+	return rec, err
 }
 
 var _ repository.Announcer = (*Store)(nil)
