@@ -3,10 +3,13 @@ package content_test
 import (
 	"context"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content"
@@ -76,7 +79,161 @@ func TestEveryDequeueIsToldToItsDomain(t *testing.T) {
 	}
 	notifier.Close()
 	if n, _, err := store.NoticeBacklog(context.Background()); err != nil || n != 0 {
-		left, _ := store.Notices(context.Background(), 10)
+		left, _ := store.Notices(context.Background(), domain.Origins, 10)
 		t.Fatalf("%d notices left after delivery (%v): %+v", n, err, left)
+	}
+}
+
+// fakeClock is a content.Clock the test moves: every wait the notifier
+// starts is handed to the test, which fires it (time then jumps by it).
+type fakeClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	waits chan fakeWait
+}
+
+type fakeWait struct {
+	d    time.Duration
+	fire chan time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Unix(1_700_000_000, 0), waits: make(chan fakeWait, 1000)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	w := fakeWait{d: d, fire: make(chan time.Time, 1)}
+	c.waits <- w
+	return w.fire
+}
+
+func (c *fakeClock) fire(w fakeWait) {
+	c.mu.Lock()
+	c.now = c.now.Add(w.d)
+	now := c.now
+	c.mu.Unlock()
+	w.fire <- now
+}
+
+// countingNotices counts the looks at the outbox.
+type countingNotices struct {
+	repository.Announcer
+	looks atomic.Int64
+}
+
+func (c *countingNotices) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
+	c.looks.Add(1)
+	return c.Announcer.Notices(ctx, origins, limit)
+}
+
+// countingProvider counts the BundleDequeued calls to a provider.
+type countingProvider struct {
+	messagehubv1.BundleContentProviderClient
+	calls atomic.Int64
+}
+
+func (c *countingProvider) BundleDequeued(ctx context.Context, in *messagehubv1.BundleDequeuedRequest, opts ...grpc.CallOption) (*messagehubv1.BundleDequeuedResponse, error) {
+	c.calls.Add(1)
+	return c.BundleContentProviderClient.BundleDequeued(ctx, in, opts...)
+}
+
+// dequeueAll saves notifications of the origins, in order, for one
+// recipient, and peeks and dequeues each (they do not bundle); it returns
+// the dequeued bundles' ids by origin.
+func dequeueAll(ctx context.Context, t *testing.T, repo *repository.Repository, origins ...domain.Origin) map[domain.Origin][]string {
+	t.Helper()
+	recipient := uuid.NewString()
+	var notes []domain.Notification
+	for _, o := range origins {
+		notes = append(notes, domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: o, ContentType: "c", DocumentType: "c", Weight: 1})
+	}
+	if _, err := repo.Save(ctx, notes); err != nil {
+		t.Fatal(err)
+	}
+	out := map[domain.Origin][]string{}
+	for range notes {
+		b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+		if err != nil || b == nil {
+			t.Fatalf("peek: %v, %v", b, err)
+		}
+		if err := repo.Dequeue(ctx, recipient, b.ID); err != nil {
+			t.Fatal(err)
+		}
+		out[b.Origin] = append(out[b.Origin], b.ID)
+	}
+	return out
+}
+
+// A domain whose provider is down, with more notices than a batch holds, all
+// older than another domain's, does not hold that one up beyond one look:
+// the failing domain is asked once per look and left out of the next one.
+// Once it answers again, its notices all go out.
+func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
+	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
+	down, up := contenttest.Start(t, answer), contenttest.Start(t, answer)
+	down.FailDequeued(1)
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := repository.New(store, repository.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	defer func() { repo.Close(); _ = store.Close() }()
+	ctx := within(t, time.Minute)
+	origins := slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, 12)
+	bundles := dequeueAll(ctx, t, repo, append(origins, domain.OriginCharges)...)
+
+	notices := &countingNotices{Announcer: store}
+	downClient := &countingProvider{BundleContentProviderClient: down.Client(t)}
+	clock := newFakeClock()
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{
+			domain.OriginTimeSeries: downClient, domain.OriginCharges: up.Client(t),
+		},
+		Notices: notices,
+		Bundle:  repo.DequeuedBundle,
+		Batch:   5,
+		Clock:   clock,
+	})
+	defer notifier.Close()
+
+	select {
+	case b := <-up.Told():
+		if b.GetId() != bundles[domain.OriginCharges][0] {
+			t.Fatalf("told of %v", b)
+		}
+	case w := <-clock.waits:
+		t.Fatalf("the notifier waits %v with the charges dequeue untold", w.d)
+	case <-ctx.Done():
+		t.Fatal("the charges dequeue was never told")
+	}
+	if looks, calls := notices.looks.Load(), downClient.calls.Load(); looks > 2 || calls != 1 {
+		t.Fatalf("the charges dequeue was told after %d looks and %d calls to the failing domain; want ≤ 2 looks, 1 call", looks, calls)
+	}
+	want := map[string]bool{}
+	for _, id := range bundles[domain.OriginTimeSeries] {
+		want[id] = true
+	}
+	for len(want) > 0 {
+		select {
+		case b := <-down.Told():
+			delete(want, b.GetId())
+		case w := <-clock.waits:
+			if w.d > time.Second {
+				t.Fatalf("the failing domain is tried again after %v, want its first backoff (1 s)", w.d)
+			}
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatalf("%d time series dequeues were never told", len(want))
+		}
+	}
+	notifier.Close()
+	if n, _, err := store.NoticeBacklog(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d notices left after delivery (%v)", n, err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
@@ -20,29 +22,62 @@ import (
 // partition, so a notice lives in its recipient's partition, created by the
 // dequeue's own batch: the dequeue and its notice commit together or not at
 // all. Notices are found across partitions through the index of t, where
-// "notice" is a term only they have: the query reads the notices and no
-// other document (a sparse index, without a policy change), one page per
-// physical partition that holds any. A delivered notice is deleted; one
-// never delivered expires with its bundle.
+// "notice:<domain>" is a term only a domain's notices have: the query reads
+// the notices of the domains asked for and no other document (a sparse
+// index, without a policy change), one page per physical partition that
+// holds any. A delivered notice is deleted; one never delivered expires
+// with its bundle. Notices written before they carried their domain have
+// the term "notice".
 
 var _ repository.Announcer = (*Store)(nil)
 
-const noticesQuery = "SELECT c.pk, c.bid, c.at FROM c WHERE c.t = 'notice'"
+// noticeType is the t of a domain's notices; OriginUnspecified gives the
+// term of notices written before they carried their domain.
+func noticeType(o domain.Origin) string {
+	if o == domain.OriginUnspecified {
+		return typeNotice
+	}
+	return typeNotice + ":" + strconv.Itoa(int(o))
+}
+
+// noticeOrigin reads the domain back from a notice's t.
+func noticeOrigin(t string) domain.Origin {
+	_, o, _ := strings.Cut(t, ":")
+	n, _ := strconv.Atoi(o)
+	return domain.Origin(n) //nolint:gosec // written from an origin
+}
+
+// noticesQuery reads the notices of the domains: an IN over their terms of
+// the t index (integers formatted here, so the text is safe to build).
+func noticesQuery(origins []domain.Origin) string {
+	terms := make([]string, len(origins))
+	for i, o := range origins {
+		terms[i] = "'" + noticeType(o) + "'"
+	}
+	return "SELECT c.pk, c.bid, c.at, c.t FROM c WHERE c.t IN (" + strings.Join(terms, ", ") + ")"
+}
+
+// allNotices is every term a notice may have.
+var allNotices = append([]domain.Origin{domain.OriginUnspecified}, domain.Origins...)
 
 func (s *Store) notice(recipient string, rec bundle.Record) noticeDoc {
 	return noticeDoc{
-		ID: noticeID(rec.ID), PK: recipient, T: typeNotice, Bundle: rec.ID,
+		ID: noticeID(rec.ID), PK: recipient, T: noticeType(rec.Origin), Bundle: rec.ID,
 		At: rec.DequeuedAt.UnixMicro(), TTL: int32(s.cfg.Retention / time.Second),
 	}
 }
 
-// Notices returns up to limit notices, oldest first among those read.
-// Cosmos DB has no cross-partition order through the Go SDK, so the batch is
-// the first limit notices of the index, sorted; the rest follow in the next
-// batches once these are delivered.
-func (s *Store) Notices(ctx context.Context, limit int) ([]repository.Notice, error) {
+// Notices returns up to limit notices of the domains, oldest first among
+// those read. Cosmos DB has no cross-partition order through the Go SDK, so
+// the batch is the first limit notices the query returns (partition by
+// partition), sorted; the rest follow in the next batches once these are
+// delivered.
+func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
+	if len(origins) == 0 || limit <= 0 {
+		return nil, nil
+	}
 	var out []repository.Notice
-	err := s.eachNotice(ctx, int32(min(limit, 1000)), func(n repository.Notice) bool {
+	err := s.eachNotice(ctx, origins, int32(min(limit, 1000)), func(n repository.Notice) bool {
 		out = append(out, n)
 		return len(out) < limit
 	})
@@ -54,7 +89,7 @@ func (s *Store) Notices(ctx context.Context, limit int) ([]repository.Notice, er
 func (s *Store) NoticeBacklog(ctx context.Context) (int, time.Time, error) {
 	var n int
 	var oldest time.Time
-	err := s.eachNotice(ctx, 1000, func(notice repository.Notice) bool {
+	err := s.eachNotice(ctx, allNotices, 1000, func(notice repository.Notice) bool {
 		if n == 0 || notice.DequeuedAt.Before(oldest) {
 			oldest = notice.DequeuedAt
 		}
@@ -68,8 +103,8 @@ func (s *Store) NoticeBacklog(ctx context.Context) (int, time.Time, error) {
 // The answers' session tokens are kept, so that this process's reads of a
 // notice's bundle see the dequeue that wrote it (a replica that lags behind
 // the one that answered would say the bundle is gone).
-func (s *Store) eachNotice(ctx context.Context, page int32, fn func(repository.Notice) bool) error {
-	pager := s.recipients.NewQueryItemsPager(noticesQuery, azcosmos.NewPartitionKey(),
+func (s *Store) eachNotice(ctx context.Context, origins []domain.Origin, page int32, fn func(repository.Notice) bool) error {
+	pager := s.recipients.NewQueryItemsPager(noticesQuery(origins), azcosmos.NewPartitionKey(),
 		&azcosmos.QueryOptions{PageSizeHint: page, SessionToken: s.tokens.get(containerRecipients)})
 	for pager.More() {
 		resp, err := pager.NextPage(ctx)
@@ -84,7 +119,8 @@ func (s *Store) eachNotice(ctx context.Context, page int32, fn func(repository.N
 			if err := json.Unmarshal(raw, &d); err != nil {
 				return err
 			}
-			if !fn(repository.Notice{Recipient: d.PK, BundleID: d.Bundle, DequeuedAt: fromMicros(d.At)}) {
+			n := repository.Notice{Recipient: d.PK, BundleID: d.Bundle, Origin: noticeOrigin(d.T), DequeuedAt: fromMicros(d.At)}
+			if !fn(n) {
 				return nil
 			}
 		}
@@ -108,8 +144,9 @@ func (s *Store) DequeuedBundle(ctx context.Context, recipient, bundleID string) 
 		return bundle.Record{}, err
 	}
 	if d.T != typeDequeued {
-		// Only a dequeue writes a notice, so a replica answered from before it.
-		return bundle.Record{}, fmt.Errorf("%w: bundle %s not dequeued yet", repository.ErrStaleRead, bundleID)
+		// The token holds the notice's write, hence its dequeue's (one
+		// batch): a bundle read pending is not dequeued.
+		return bundle.Record{}, fmt.Errorf("%w: bundle %s is not dequeued", domain.ErrNotFound, bundleID)
 	}
 	return toBundle(d), nil
 }

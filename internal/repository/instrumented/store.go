@@ -187,13 +187,13 @@ func (s *Store) Backlog(ctx context.Context) (repository.Backlog, error) {
 }
 
 // Notices implements repository.Announcer when the store it wraps does.
-func (s *Store) Notices(ctx context.Context, limit int) ([]repository.Notice, error) {
+func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
 	a, ok := s.next.(repository.Announcer)
 	if !ok {
 		return nil, errNoNotices
 	}
 	start := s.now()
-	n, err := a.Notices(ctx, limit)
+	n, err := a.Notices(ctx, origins, limit)
 	s.observe(ctx, OpNotices, start, err)
 	return n, err
 }
