@@ -22,11 +22,17 @@ type NotifierOptions struct {
 	// Bundle reads a dequeued bundle as it was dequeued
 	// (repository.Repository.DequeuedBundle).
 	Bundle func(ctx context.Context, recipient, bundleID string) (*domain.Bundle, error)
-	// Interval is how often the outbox is looked at (default 1 s). A domain
-	// whose delivery failed is left out of the looks for a while, doubling
-	// from Interval up to RetryMax (default 1 min); so is the whole outbox
-	// after the store failed.
-	Interval, RetryMax time.Duration
+	// Interval is how soon the outbox is looked at again after a look that
+	// found notices (default 1 s). Looks that find none wait longer and
+	// longer, doubling up to IdleMax (default 30 s): notices that other
+	// instances wrote are found within IdleMax, those of this instance at
+	// once through Bell. A domain whose delivery failed is left out of the
+	// looks for a while, doubling from Interval up to RetryMax (default
+	// 1 min); so is the whole outbox after the store failed.
+	Interval, IdleMax, RetryMax time.Duration
+	// Bell, rung when this instance's dequeue wrote a notice, starts a look
+	// at once; nil: none.
+	Bell *Bell
 	// CallTimeout bounds one BundleDequeued call (default 30 s).
 	CallTimeout time.Duration
 	// Batch is how many notices one look takes (default 100).
@@ -35,6 +41,29 @@ type NotifierOptions struct {
 	// Clock is the time the notifier waits by; nil is the real one (tests
 	// drive their own, so that they count looks instead of timing them).
 	Clock Clock
+}
+
+// Bell wakes a Notifier. Ringing never blocks; rings while the notifier
+// is busy make one look after it.
+type Bell struct{ c chan struct{} }
+
+// NewBell returns a bell to give a Notifier and ring after dequeues that
+// wrote a notice (repository.Options.Announced).
+func NewBell() *Bell { return &Bell{c: make(chan struct{}, 1)} }
+
+// Ring wakes the notifier.
+func (b *Bell) Ring() {
+	select {
+	case b.c <- struct{}{}:
+	default:
+	}
+}
+
+func (b *Bell) rung() <-chan struct{} {
+	if b == nil {
+		return nil
+	}
+	return b.c
 }
 
 // Clock tells the time and waits.
@@ -80,6 +109,9 @@ const stopGrace = 2 * time.Second
 func StartNotifier(opts NotifierOptions) *Notifier {
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
+	}
+	if opts.IdleMax < opts.Interval {
+		opts.IdleMax = max(30*time.Second, opts.Interval)
 	}
 	if opts.RetryMax < opts.Interval {
 		opts.RetryMax = max(time.Minute, opts.Interval)
@@ -129,11 +161,17 @@ func (n *Notifier) stopped() bool {
 func (n *Notifier) loop(ctx context.Context) {
 	defer close(n.done)
 	wait := time.Duration(0) // notices left by the last run go out at once
+	idle := n.opts.Interval
 	for {
 		if wait > 0 {
+			bell := n.opts.Bell.rung()
+			if n.storeWait > 0 {
+				bell = nil // a failing store is not asked sooner for new notices
+			}
 			select {
 			case <-n.stopping:
 				return
+			case <-bell:
 			case <-n.opts.Clock.After(wait):
 			}
 		} else if n.stopped() {
@@ -148,9 +186,14 @@ func (n *Notifier) loop(ctx context.Context) {
 		case r.full:
 			// A full batch: take the next at once (the domains that failed
 			// in it are left out of it).
-			wait = 0
+			wait, idle = 0, n.opts.Interval
+		case r.found == 0:
+			// Idle: each empty look costs a query (across partitions on
+			// Cosmos DB), so they thin out; this instance's own notices
+			// ring the bell.
+			wait, idle = idle, min(2*idle, n.opts.IdleMax)
 		default:
-			wait = n.opts.Interval
+			wait, idle = n.opts.Interval, n.opts.Interval
 		}
 		n.storeWait = 0
 		if wait > 0 {

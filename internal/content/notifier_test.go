@@ -237,3 +237,98 @@ func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 		t.Fatalf("%d notices left after delivery (%v)", n, err)
 	}
 }
+
+// An idle outbox is looked at rarely: empty looks wait longer and longer,
+// up to IdleMax, so ten idle minutes cost some twenty-five looks instead of
+// six hundred. A dequeue of this instance rings the bell and is told at
+// once, with no wait fired; one of another instance (no bell) is found
+// within IdleMax.
+func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bell := content.NewBell()
+	announce := func(domain.Origin) bool { return true }
+	repo := repository.New(store, repository.Options{Announce: announce, Announced: bell.Ring}, nil)
+	other := repository.New(store, repository.Options{Announce: announce}, nil) // another instance: rings nothing here
+	defer func() { repo.Close(); other.Close(); _ = store.Close() }()
+	ctx := within(t, time.Minute)
+	notices := &countingNotices{Announcer: store}
+	clock := newFakeClock()
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: provider.Client(t)},
+		Notices:   notices,
+		Bundle:    repo.DequeuedBundle,
+		Bell:      bell,
+		Clock:     clock,
+	})
+	defer notifier.Close()
+	const idleMax = 30 * time.Second
+	next := func() fakeWait {
+		t.Helper()
+		select {
+		case w := <-clock.waits:
+			if w.d > idleMax {
+				t.Fatalf("the notifier waits %v, more than %v", w.d, idleMax)
+			}
+			return w
+		case <-ctx.Done():
+			t.Fatal("the notifier stopped waiting")
+			return fakeWait{}
+		}
+	}
+
+	var idle time.Duration
+	for idle < 10*time.Minute {
+		w := next()
+		idle += w.d
+		clock.fire(w)
+	}
+	w := next() // the round after the last wait is done
+	if looks := notices.looks.Load(); looks > 27 {
+		t.Fatalf("%d looks in %v idle; want ≤ 27 (1 s doubling to %v)", looks, idle, idleMax)
+	}
+	if w.d != idleMax {
+		t.Fatalf("an idle notifier waits %v, want %v", w.d, idleMax)
+	}
+
+	before := notices.looks.Load()
+	ours := dequeueAll(ctx, t, repo, domain.OriginCharges)[domain.OriginCharges][0]
+	select {
+	case b := <-provider.Told():
+		if b.GetId() != ours {
+			t.Fatalf("told of %v, want %s", b, ours)
+		}
+	case <-ctx.Done():
+		t.Fatal("this instance's dequeue was not told without a wait fired")
+	}
+	if looks := notices.looks.Load() - before; looks != 1 {
+		t.Fatalf("%d looks for a dequeue that rang the bell, want 1", looks)
+	}
+
+	for w = next(); w.d != idleMax; w = next() {
+		clock.fire(w)
+	}
+	theirs := dequeueAll(ctx, t, other, domain.OriginCharges)[domain.OriginCharges][0]
+	var waited time.Duration
+	for {
+		select {
+		case b := <-provider.Told():
+			if b.GetId() != theirs {
+				t.Fatalf("told of %v, want %s", b, theirs)
+			}
+			if waited > idleMax {
+				t.Fatalf("another instance's dequeue told after %v, want ≤ %v", waited, idleMax)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatal("another instance's dequeue was never told")
+		default:
+		}
+		waited += w.d
+		clock.fire(w)
+		w = next()
+	}
+}

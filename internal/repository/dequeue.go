@@ -47,7 +47,13 @@ func (r *Repository) dequeueOnce(ctx context.Context, recipient, bundleID string
 	rec.Announce = r.opts.Announce != nil && r.opts.Announce(rec.Origin)
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq
-	return r.store.Acknowledge(ctx, recipient, rec, cursor)
+	if err := r.store.Acknowledge(ctx, recipient, rec, cursor); err != nil {
+		return err
+	}
+	if rec.Announce && r.opts.Announced != nil {
+		r.opts.Announced()
+	}
+	return nil
 }
 
 // DequeuedBundle returns a dequeued bundle of the recipient as it was

@@ -174,4 +174,7 @@ type Options struct {
 	// dequeues: their Acknowledge records a notice (the store must be an
 	// Announcer).
 	Announce func(domain.Origin) bool
+	// Announced, when set, is called after a dequeue wrote a notice, so
+	// that the notifier looks at once instead of at its next poll.
+	Announced func()
 }
