@@ -207,7 +207,9 @@ func (n *Notifier) loop(ctx context.Context) {
 func (n *Notifier) untilRetry(wait time.Duration) time.Duration {
 	now := n.opts.Clock.Now()
 	for _, b := range n.down {
-		wait = min(wait, max(b.until.Sub(now), time.Millisecond))
+		if b.until.After(now) {
+			wait = min(wait, b.until.Sub(now))
+		}
 	}
 	return wait
 }
@@ -246,7 +248,7 @@ func (n *Notifier) round(ctx context.Context) roundResult {
 	for _, notice := range notices {
 		byOrigin[notice.Origin] = append(byOrigin[notice.Origin], notice)
 	}
-	d := delivery{n: n, now: now, failed: map[domain.Origin]bool{}, told: map[domain.Origin]bool{}}
+	d := delivery{n: n, now: now, failed: map[domain.Origin]bool{}}
 	var wg sync.WaitGroup
 	for _, group := range byOrigin {
 		wg.Go(func() { d.deliver(ctx, group) })
@@ -258,8 +260,10 @@ func (n *Notifier) round(ctx context.Context) roundResult {
 		b.until = now.Add(b.wait)
 		n.down[o] = b
 	}
-	for o := range d.told {
-		if !d.failed[o] {
+	for o, b := range n.down {
+		// Asked again and not failing (told, or nothing left to tell): the
+		// domain is back.
+		if !d.failed[o] && !now.Before(b.until) {
 			delete(n.down, o)
 		}
 	}
@@ -288,7 +292,6 @@ type delivery struct {
 	mu          sync.Mutex
 	done        []repository.Notice
 	failed      map[domain.Origin]bool // not asked again this round
-	told        map[domain.Origin]bool
 	storeFailed bool
 }
 
@@ -353,7 +356,4 @@ func (d *delivery) record(notice repository.Notice, o domain.Origin, err error) 
 		return
 	}
 	d.done = append(d.done, notice)
-	if o != domain.OriginUnspecified {
-		d.told[o] = true
-	}
 }

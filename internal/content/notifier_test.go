@@ -332,3 +332,45 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 		w = next()
 	}
 }
+
+// A domain that failed and then has nothing left to tell (another instance
+// told it) is back: the notifier does not keep waking for its retry.
+func TestADomainWithNothingLeftIsNotRetried(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	provider.FailDequeued(1)
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := repository.New(store, repository.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	defer func() { repo.Close(); _ = store.Close() }()
+	ctx := within(t, time.Minute)
+	dequeueAll(ctx, t, repo, domain.OriginCharges)
+	clock := newFakeClock()
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: provider.Client(t)},
+		Notices:   store,
+		Bundle:    repo.DequeuedBundle,
+		Clock:     clock,
+	})
+	defer notifier.Close()
+	w := <-clock.waits // after the failed look
+	left, err := store.Notices(ctx, domain.Origins, 10)
+	if err != nil || len(left) != 1 {
+		t.Fatalf("notices after a failed delivery: %+v (%v)", left, err)
+	}
+	if err := store.RemoveNotices(ctx, left); err != nil { // as another instance would
+		t.Fatal(err)
+	}
+	for range 5 {
+		clock.fire(w)
+		select {
+		case w = <-clock.waits:
+		case <-ctx.Done():
+			t.Fatal("the notifier stopped waiting")
+		}
+		if w.d < time.Second {
+			t.Fatalf("the notifier waits %v with nothing to tell", w.d)
+		}
+	}
+}
