@@ -26,9 +26,10 @@ type NotifierOptions struct {
 	// found notices (default 1 s). Looks that find none wait longer and
 	// longer, doubling up to IdleMax (default 30 s): notices that other
 	// instances wrote are found within IdleMax, those of this instance at
-	// once through Bell. A domain whose delivery failed is left out of the
-	// looks for a while, doubling from Interval up to RetryMax (default
-	// 1 min); so is the whole outbox after the store failed.
+	// once through Bell (within Interval while the outbox is busy). A
+	// domain whose delivery failed is left out of the looks for a while,
+	// doubling from Interval up to RetryMax (default 1 min); so is the
+	// whole outbox after the store failed.
 	Interval, IdleMax, RetryMax time.Duration
 	// Bell, rung when this instance's dequeue wrote a notice, starts a look
 	// at once; nil: none.
@@ -162,11 +163,12 @@ func (n *Notifier) loop(ctx context.Context) {
 	defer close(n.done)
 	wait := time.Duration(0) // notices left by the last run go out at once
 	idle := n.opts.Interval
+	var listen bool // whether the bell cuts the wait short
 	for {
 		if wait > 0 {
-			bell := n.opts.Bell.rung()
-			if n.storeWait > 0 {
-				bell = nil // a failing store is not asked sooner for new notices
+			var bell <-chan struct{}
+			if listen {
+				bell = n.opts.Bell.rung()
 			}
 			select {
 			case <-n.stopping:
@@ -178,6 +180,10 @@ func (n *Notifier) loop(ctx context.Context) {
 			return
 		}
 		r := n.round(ctx)
+		// Only an idle wait listens: a busy outbox is looked at again within
+		// Interval anyway, and a failing store is not asked sooner, so
+		// steady dequeues never make more than a look per Interval.
+		listen = !r.storeFailed && r.found == 0
 		switch {
 		case r.storeFailed:
 			n.storeWait = min(max(2*n.storeWait, n.opts.Interval), n.opts.RetryMax)

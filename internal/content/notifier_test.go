@@ -307,6 +307,23 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 	if looks := notices.looks.Load() - before; looks != 1 {
 		t.Fatalf("%d looks for a dequeue that rang the bell, want 1", looks)
 	}
+	// That look found a notice: the next is Interval away, and more
+	// dequeues (steady traffic) do not bring it forward.
+	if w = next(); w.d != time.Second {
+		t.Fatalf("after a look that found a notice the notifier waits %v, want 1 s", w.d)
+	}
+	busy := dequeueAll(ctx, t, repo, domain.OriginCharges, domain.OriginCharges)[domain.OriginCharges]
+	clock.fire(w)
+	for range busy {
+		select {
+		case <-provider.Told():
+		case <-ctx.Done():
+			t.Fatal("dequeues on a busy outbox were never told")
+		}
+	}
+	if len(w.fire) != 0 {
+		t.Fatal("the bell woke a busy notifier before its wait was up")
+	}
 
 	for w = next(); w.d != idleMax; w = next() {
 		clock.fire(w)
