@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
@@ -68,21 +69,97 @@ func (s *Store) notice(recipient string, rec bundle.Record) noticeDoc {
 }
 
 // Notices returns up to limit notices of the domains, oldest first among
-// those read. Cosmos DB has no cross-partition order through the Go SDK, so
-// the batch is the first limit notices the query returns (partition by
-// partition), sorted; the rest follow in the next batches once these are
-// delivered.
+// those read. Cosmos DB has no cross-partition order through the Go SDK and
+// answers partition key range after range, so a look goes on where the
+// last one stopped (its continuation), wrapping round at the end: with a
+// backlog larger than a batch, every range still gets its turn.
 func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
 	if len(origins) == 0 || limit <= 0 {
 		return nil, nil
 	}
+	query := noticesQuery(origins)
+	token := s.noticesAt.take(query)
+	wrapped := token == ""
+	seen := map[string]bool{}
 	var out []repository.Notice
-	err := s.eachNotice(ctx, origins, int32(min(limit, 1000)), func(n repository.Notice) bool {
-		out = append(out, n)
-		return len(out) < limit
-	})
+	for len(out) < limit {
+		page, next, err := s.noticePage(ctx, query, token, limit-len(out))
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range page {
+			if !seen[n.BundleID] { // read again after wrapping round
+				seen[n.BundleID] = true
+				out = append(out, n)
+			}
+		}
+		if next != "" && next == token && len(page) == 0 {
+			break // no progress: never spin on a token
+		}
+		token = next
+		if token == "" {
+			if wrapped {
+				break
+			}
+			wrapped = true // the end: fill the batch from the beginning
+		}
+	}
+	s.noticesAt.put(query, token)
 	slices.SortFunc(out, func(a, b repository.Notice) int { return a.DequeuedAt.Compare(b.DequeuedAt) })
-	return out, err
+	return out, nil
+}
+
+// noticePage reads one page of up to n notices from the continuation token
+// ("" is the beginning) and returns the token of the rest ("" at the end).
+func (s *Store) noticePage(ctx context.Context, query, token string, n int) ([]repository.Notice, string, error) {
+	opts := &azcosmos.QueryOptions{PageSizeHint: int32(min(n, 1000)), SessionToken: s.tokens.get(containerRecipients)} //nolint:gosec // at most 1000
+	if token != "" {
+		opts.ContinuationToken = &token
+	}
+	resp, err := s.recipients.NewQueryItemsPager(query, azcosmos.NewPartitionKey(), opts).NextPage(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	if resp.RawResponse != nil {
+		// The bundle read next must see the dequeue (eachNotice).
+		s.tokens.note(containerRecipients, resp.RawResponse.Header.Get("x-ms-session-token"))
+	}
+	var out []repository.Notice
+	for _, raw := range resp.Items {
+		var d noticeDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return nil, "", err
+		}
+		out = append(out, repository.Notice{Recipient: d.PK, BundleID: d.Bundle, Origin: noticeOrigin(d.T), DequeuedAt: fromMicros(d.At)})
+	}
+	next := ""
+	if resp.ContinuationToken != nil {
+		next = *resp.ContinuationToken
+	}
+	return out, next, nil
+}
+
+// noticeResume keeps the continuation of the last look, for the same query
+// only (a token belongs to its query text).
+type noticeResume struct {
+	mu    sync.Mutex
+	query string
+	token string
+}
+
+func (r *noticeResume) take(query string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.query != query {
+		return ""
+	}
+	return r.token
+}
+
+func (r *noticeResume) put(query, token string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.query, r.token = query, token
 }
 
 // NoticeBacklog reads every notice's time: a few bytes each.

@@ -132,6 +132,45 @@ func TestNoticesAreReadByDomain(t *testing.T) {
 	}
 }
 
+// Looks at a backlog larger than a batch go on where the last one stopped
+// and wrap round, so every notice comes up even when none is removed (a
+// domain that keeps failing, or ranges read first that never drain).
+func TestNoticesLooksTakeTurns(t *testing.T) {
+	s := open(t, cosmos.Config{})
+	repo := repository.New(s, repository.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	want := map[string]bool{}
+	for range 5 {
+		want[cycleOne(t, repo, uuid.NewString(), domain.OriginMarketRoles)] = true
+	}
+	seen := map[string]int{}
+	for range 3 {
+		batch, err := s.Notices(ctx, []domain.Origin{domain.OriginMarketRoles}, 2)
+		if err != nil || len(batch) != 2 {
+			t.Fatalf("a look: %+v (%v); want 2 notices", batch, err)
+		}
+		for _, n := range batch {
+			seen[n.BundleID]++
+		}
+	}
+	for id := range want {
+		if seen[id] == 0 {
+			t.Fatalf("notice of %s never came up in three looks of 2 at 5 notices: %v", id, seen)
+		}
+	}
+	all, err := s.Notices(ctx, []domain.Origin{domain.OriginMarketRoles}, 10)
+	if err != nil || len(all) != 5 {
+		t.Fatalf("a look at all from mid-way: %+v (%v); want the 5 once each", all, err)
+	}
+	for _, n := range all {
+		delete(want, n.BundleID)
+	}
+	if len(want) != 0 {
+		t.Fatalf("notices missing from a whole look: %v", want)
+	}
+}
+
 // The notifier reads a notice's bundle right after it found the notice, on
 // another instance than the one that dequeued: under replica lag, that read
 // must still see the dequeue (it carries the token of the notices' answer).

@@ -81,6 +81,8 @@ type Store struct {
 	// and are read too (see probeLegacyIDs).
 	legacyIDs    atomic.Bool
 	legacyProbed atomic.Int64 // unix ms of the last probe
+	// noticesAt is where the last look at the notices stopped (notices.go).
+	noticesAt noticeResume
 }
 
 var _ repository.Store = (*Store)(nil)
