@@ -107,7 +107,7 @@ func (c ContentConfig) validate(store string) error {
 // contentService dials the configured providers, and returns the document
 // service over store and starts telling the providers of dequeues from the
 // notices; closeAll stops both and releases the connections.
-func contentService(cfg ContentConfig, store content.Store, lease content.Lease, repo *repository.Repository, notices repository.Announcer, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
+func contentService(cfg ContentConfig, store content.Store, lease content.Lease, repo *repository.Repository, notices repository.Announcer, bell *content.Bell, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
 	creds, err := cfg.dialOptions()
 	if err != nil {
 		return nil, nil, err
@@ -147,6 +147,7 @@ func contentService(cfg ContentConfig, store content.Store, lease content.Lease,
 		Providers: providers,
 		Notices:   notices,
 		Bundle:    repo.DequeuedBundle,
+		Bell:      bell,
 		Logger:    logger,
 	})
 	return svc, func() {

@@ -297,6 +297,10 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 		// Domains with a provider hear of their bundles' dequeues.
 		repoOpts.Announce = func(o domain.Origin) bool { _, ok := h.cfg.Content.Providers[o]; return ok }
 	}
+	// This instance's dequeues wake its notifier; it polls only for other
+	// instances' notices, rarely when there are none.
+	bell := content.NewBell()
+	repoOpts.Announced = bell.Ring
 	measured := instrumented.New(store, h.tel.Metrics)
 	stopBacklog, err := h.tel.WatchBacklog(measured.Backlog, telemetry.DefaultBacklogInterval, h.logger)
 	if err != nil {
@@ -317,7 +321,7 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 	if h.guard != nil {
 		docStore = documentsGuarded{Store: documents, guard: h.guard}
 	}
-	docs, closeDocs, err := contentService(h.cfg.Content, docStore, lease, repo, measured, h.tel.Metrics, h.logger)
+	docs, closeDocs, err := contentService(h.cfg.Content, docStore, lease, repo, measured, bell, h.tel.Metrics, h.logger)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,10 +3,13 @@ package content_test
 import (
 	"context"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content"
@@ -76,7 +79,315 @@ func TestEveryDequeueIsToldToItsDomain(t *testing.T) {
 	}
 	notifier.Close()
 	if n, _, err := store.NoticeBacklog(context.Background()); err != nil || n != 0 {
-		left, _ := store.Notices(context.Background(), 10)
+		left, _ := store.Notices(context.Background(), domain.Origins, 10)
 		t.Fatalf("%d notices left after delivery (%v): %+v", n, err, left)
+	}
+}
+
+// fakeClock is a content.Clock the test moves: every wait the notifier
+// starts is handed to the test, which fires it (time then jumps by it).
+type fakeClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	waits chan fakeWait
+}
+
+type fakeWait struct {
+	d    time.Duration
+	fire chan time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Unix(1_700_000_000, 0), waits: make(chan fakeWait, 1000)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	w := fakeWait{d: d, fire: make(chan time.Time, 1)}
+	c.waits <- w
+	return w.fire
+}
+
+func (c *fakeClock) fire(w fakeWait) {
+	c.mu.Lock()
+	c.now = c.now.Add(w.d)
+	now := c.now
+	c.mu.Unlock()
+	w.fire <- now
+}
+
+// countingNotices counts the looks at the outbox.
+type countingNotices struct {
+	repository.Announcer
+	looks atomic.Int64
+}
+
+func (c *countingNotices) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
+	c.looks.Add(1)
+	return c.Announcer.Notices(ctx, origins, limit)
+}
+
+// countingProvider counts the BundleDequeued calls to a provider.
+type countingProvider struct {
+	messagehubv1.BundleContentProviderClient
+	calls atomic.Int64
+}
+
+func (c *countingProvider) BundleDequeued(ctx context.Context, in *messagehubv1.BundleDequeuedRequest, opts ...grpc.CallOption) (*messagehubv1.BundleDequeuedResponse, error) {
+	c.calls.Add(1)
+	return c.BundleContentProviderClient.BundleDequeued(ctx, in, opts...)
+}
+
+// dequeueAll saves notifications of the origins, in order, for one
+// recipient, and peeks and dequeues each (they do not bundle); it returns
+// the dequeued bundles' ids by origin.
+func dequeueAll(ctx context.Context, t *testing.T, repo *repository.Repository, origins ...domain.Origin) map[domain.Origin][]string {
+	t.Helper()
+	recipient := uuid.NewString()
+	var notes []domain.Notification
+	for _, o := range origins {
+		notes = append(notes, domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: o, ContentType: "c", DocumentType: "c", Weight: 1})
+	}
+	if _, err := repo.Save(ctx, notes); err != nil {
+		t.Fatal(err)
+	}
+	out := map[domain.Origin][]string{}
+	for range notes {
+		b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+		if err != nil || b == nil {
+			t.Fatalf("peek: %v, %v", b, err)
+		}
+		if err := repo.Dequeue(ctx, recipient, b.ID); err != nil {
+			t.Fatal(err)
+		}
+		out[b.Origin] = append(out[b.Origin], b.ID)
+	}
+	return out
+}
+
+// A domain whose provider is down, with more notices than a batch holds, all
+// older than another domain's, does not hold that one up beyond one look:
+// the failing domain is asked once per look and left out of the next one.
+// Once it answers again, its notices all go out.
+func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
+	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
+	down, up := contenttest.Start(t, answer), contenttest.Start(t, answer)
+	down.FailDequeued(1)
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := repository.New(store, repository.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	defer func() { repo.Close(); _ = store.Close() }()
+	ctx := within(t, time.Minute)
+	origins := slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, 12)
+	bundles := dequeueAll(ctx, t, repo, append(origins, domain.OriginCharges)...)
+
+	notices := &countingNotices{Announcer: store}
+	downClient := &countingProvider{BundleContentProviderClient: down.Client(t)}
+	clock := newFakeClock()
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{
+			domain.OriginTimeSeries: downClient, domain.OriginCharges: up.Client(t),
+		},
+		Notices: notices,
+		Bundle:  repo.DequeuedBundle,
+		Batch:   5,
+		Clock:   clock,
+	})
+	defer notifier.Close()
+
+	select {
+	case b := <-up.Told():
+		if b.GetId() != bundles[domain.OriginCharges][0] {
+			t.Fatalf("told of %v", b)
+		}
+	case w := <-clock.waits:
+		t.Fatalf("the notifier waits %v with the charges dequeue untold", w.d)
+	case <-ctx.Done():
+		t.Fatal("the charges dequeue was never told")
+	}
+	if looks, calls := notices.looks.Load(), downClient.calls.Load(); looks > 2 || calls != 1 {
+		t.Fatalf("the charges dequeue was told after %d looks and %d calls to the failing domain; want ≤ 2 looks, 1 call", looks, calls)
+	}
+	want := map[string]bool{}
+	for _, id := range bundles[domain.OriginTimeSeries] {
+		want[id] = true
+	}
+	for len(want) > 0 {
+		select {
+		case b := <-down.Told():
+			delete(want, b.GetId())
+		case w := <-clock.waits:
+			if w.d > time.Second {
+				t.Fatalf("the failing domain is tried again after %v, want its first backoff (1 s)", w.d)
+			}
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatalf("%d time series dequeues were never told", len(want))
+		}
+	}
+	notifier.Close()
+	if n, _, err := store.NoticeBacklog(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d notices left after delivery (%v)", n, err)
+	}
+}
+
+// An idle outbox is looked at rarely: empty looks wait longer and longer,
+// up to IdleMax, so ten idle minutes cost some twenty-five looks instead of
+// six hundred. A dequeue of this instance rings the bell and is told at
+// once, with no wait fired; one of another instance (no bell) is found
+// within IdleMax.
+func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bell := content.NewBell()
+	announce := func(domain.Origin) bool { return true }
+	repo := repository.New(store, repository.Options{Announce: announce, Announced: bell.Ring}, nil)
+	other := repository.New(store, repository.Options{Announce: announce}, nil) // another instance: rings nothing here
+	defer func() { repo.Close(); other.Close(); _ = store.Close() }()
+	ctx := within(t, time.Minute)
+	notices := &countingNotices{Announcer: store}
+	clock := newFakeClock()
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: provider.Client(t)},
+		Notices:   notices,
+		Bundle:    repo.DequeuedBundle,
+		Bell:      bell,
+		Clock:     clock,
+	})
+	defer notifier.Close()
+	const idleMax = 30 * time.Second
+	next := func() fakeWait {
+		t.Helper()
+		select {
+		case w := <-clock.waits:
+			if w.d > idleMax {
+				t.Fatalf("the notifier waits %v, more than %v", w.d, idleMax)
+			}
+			return w
+		case <-ctx.Done():
+			t.Fatal("the notifier stopped waiting")
+			return fakeWait{}
+		}
+	}
+
+	var idle time.Duration
+	for idle < 10*time.Minute {
+		w := next()
+		idle += w.d
+		clock.fire(w)
+	}
+	w := next() // the round after the last wait is done
+	if looks := notices.looks.Load(); looks > 27 {
+		t.Fatalf("%d looks in %v idle; want ≤ 27 (1 s doubling to %v)", looks, idle, idleMax)
+	}
+	if w.d != idleMax {
+		t.Fatalf("an idle notifier waits %v, want %v", w.d, idleMax)
+	}
+
+	before := notices.looks.Load()
+	ours := dequeueAll(ctx, t, repo, domain.OriginCharges)[domain.OriginCharges][0]
+	select {
+	case b := <-provider.Told():
+		if b.GetId() != ours {
+			t.Fatalf("told of %v, want %s", b, ours)
+		}
+	case <-ctx.Done():
+		t.Fatal("this instance's dequeue was not told without a wait fired")
+	}
+	if looks := notices.looks.Load() - before; looks != 1 {
+		t.Fatalf("%d looks for a dequeue that rang the bell, want 1", looks)
+	}
+	// That look found a notice: the next is Interval away, and more
+	// dequeues (steady traffic) do not bring it forward.
+	if w = next(); w.d != time.Second {
+		t.Fatalf("after a look that found a notice the notifier waits %v, want 1 s", w.d)
+	}
+	busy := dequeueAll(ctx, t, repo, domain.OriginCharges, domain.OriginCharges)[domain.OriginCharges]
+	clock.fire(w)
+	for range busy {
+		select {
+		case <-provider.Told():
+		case <-ctx.Done():
+			t.Fatal("dequeues on a busy outbox were never told")
+		}
+	}
+	if len(w.fire) != 0 {
+		t.Fatal("the bell woke a busy notifier before its wait was up")
+	}
+
+	for w = next(); w.d != idleMax; w = next() {
+		clock.fire(w)
+	}
+	theirs := dequeueAll(ctx, t, other, domain.OriginCharges)[domain.OriginCharges][0]
+	var waited time.Duration
+	for {
+		select {
+		case b := <-provider.Told():
+			if b.GetId() != theirs {
+				t.Fatalf("told of %v, want %s", b, theirs)
+			}
+			if waited > idleMax {
+				t.Fatalf("another instance's dequeue told after %v, want ≤ %v", waited, idleMax)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatal("another instance's dequeue was never told")
+		default:
+		}
+		waited += w.d
+		clock.fire(w)
+		w = next()
+	}
+}
+
+// A domain that failed and then has nothing left to tell (another instance
+// told it) is back: the notifier does not keep waking for its retry.
+func TestADomainWithNothingLeftIsNotRetried(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	provider.FailDequeued(1)
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := repository.New(store, repository.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	defer func() { repo.Close(); _ = store.Close() }()
+	ctx := within(t, time.Minute)
+	dequeueAll(ctx, t, repo, domain.OriginCharges)
+	clock := newFakeClock()
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: provider.Client(t)},
+		Notices:   store,
+		Bundle:    repo.DequeuedBundle,
+		Clock:     clock,
+	})
+	defer notifier.Close()
+	w := <-clock.waits // after the failed look
+	left, err := store.Notices(ctx, domain.Origins, 10)
+	if err != nil || len(left) != 1 {
+		t.Fatalf("notices after a failed delivery: %+v (%v)", left, err)
+	}
+	if err := store.RemoveNotices(ctx, left); err != nil { // as another instance would
+		t.Fatal(err)
+	}
+	for range 5 {
+		clock.fire(w)
+		select {
+		case w = <-clock.waits:
+		case <-ctx.Done():
+			t.Fatal("the notifier stopped waiting")
+		}
+		if w.d < time.Second {
+			t.Fatalf("the notifier waits %v with nothing to tell", w.d)
+		}
 	}
 }

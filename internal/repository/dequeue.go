@@ -2,6 +2,7 @@ package repository
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -46,29 +47,36 @@ func (r *Repository) dequeueOnce(ctx context.Context, recipient, bundleID string
 	rec.Announce = r.opts.Announce != nil && r.opts.Announce(rec.Origin)
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq
-	return r.store.Acknowledge(ctx, recipient, rec, cursor)
+	if err := r.store.Acknowledge(ctx, recipient, rec, cursor); err != nil {
+		return err
+	}
+	if rec.Announce && r.opts.Announced != nil {
+		r.opts.Announced()
+	}
+	return nil
 }
 
 // DequeuedBundle returns a dequeued bundle of the recipient as it was
 // dequeued, for telling its domain; ErrNotFound once retention removed it.
+// The store must keep notices (an Announcer): it reads the one record.
 func (r *Repository) DequeuedBundle(ctx context.Context, recipient, bundleID string) (*domain.Bundle, error) {
 	if err := r.begin(); err != nil {
 		return nil, err
 	}
 	defer r.ops.Done()
-	dequeued, err := r.store.DequeuedBundles(ctx, recipient)
-	if err != nil {
-		return nil, err
-	}
-	i := slices.IndexFunc(dequeued, func(rec bundle.Record) bool { return rec.ID == bundleID })
-	if i < 0 {
-		return nil, fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
+	a, ok := r.store.(Announcer)
+	if !ok {
+		return nil, errors.New("the store keeps no notices of dequeues")
 	}
 	return retry(ctx, func() (*domain.Bundle, error) {
+		rec, err := a.DequeuedBundle(ctx, recipient, bundleID)
+		if err != nil {
+			return nil, err
+		}
 		state, err := r.store.LoadRecipient(ctx, recipient)
 		if err != nil {
 			return nil, err
 		}
-		return r.materialize(ctx, recipient, state, dequeued[i])
+		return r.materialize(ctx, recipient, state, rec)
 	})
 }

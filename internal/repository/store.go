@@ -142,20 +142,30 @@ type Store interface {
 // Notice says that a dequeued bundle's domain is still to be told of it.
 type Notice struct {
 	Recipient, BundleID string
-	DequeuedAt          time.Time
+	// Origin is the bundle's domain; OriginUnspecified for notices written
+	// before notices carried it (their bundle's record tells).
+	Origin     domain.Origin
+	DequeuedAt time.Time
 }
 
 // Announcer is a Store that keeps notices: Acknowledge of a record with
 // Announce set writes one in the same atomic write, and they stay until
 // removed, across crashes. They are found through an index of their own,
-// oldest first, without scanning anything else.
+// by domain, without scanning anything else.
 type Announcer interface {
-	// Notices returns up to limit notices, oldest first.
-	Notices(ctx context.Context, limit int) ([]Notice, error)
+	// Notices returns up to limit notices of the given domains
+	// (OriginUnspecified: those that carry none), oldest first as far as
+	// the store can order them; a domain left out costs nothing, however
+	// many notices it has, so a failing domain does not hold up the others.
+	Notices(ctx context.Context, origins []domain.Origin, limit int) ([]Notice, error)
 	// RemoveNotices removes delivered notices; missing ones are no error.
 	RemoveNotices(ctx context.Context, notices []Notice) error
 	// NoticeBacklog counts the notices and says when the oldest was made.
 	NoticeBacklog(ctx context.Context) (n int, oldest time.Time, err error)
+	// DequeuedBundle reads one dequeued bundle's record (a point read, so
+	// telling a domain costs the same however many bundles the recipient
+	// retains); domain.ErrNotFound when there is none.
+	DequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error)
 }
 
 // Options configure a Repository.
@@ -173,4 +183,7 @@ type Options struct {
 	// dequeues: their Acknowledge records a notice (the store must be an
 	// Announcer).
 	Announce func(domain.Origin) bool
+	// Announced, when set, is called after a dequeue wrote a notice, so
+	// that the notifier looks at once instead of at its next poll.
+	Announced func()
 }

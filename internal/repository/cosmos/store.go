@@ -83,6 +83,8 @@ type Store struct {
 	legacyIDs    atomic.Bool
 	legacyProbed atomic.Int64 // unix ms of the last probe
 	released     idReleases   // retention's knowledge of id documents per save
+	// noticesAt is where the last look at the notices stopped (notices.go).
+	noticesAt noticeResume
 }
 
 var _ repository.Store = (*Store)(nil)

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
 )
 
 // Key layout. Everything one Peek needs about a recipient sits under one
@@ -20,13 +21,15 @@ import (
 //	x <recipient> <bundle>                 dequeued bundle
 //	d <drawer> <start position>            page of a drawer
 //	i <notification id>                    id index
-//	n <dequeued at> <recipient> <bundle>   notice: a domain to tell of a dequeue
+//	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
+//	n <dequeued at> <recipient> <bundle>   notice written before notices had an origin
 const (
 	prefixRecipient = 'r'
 	prefixDequeued  = 'x'
 	prefixDrawer    = 'd'
 	prefixID        = 'i'
-	prefixNotice    = 'n'
+	prefixNotice    = 'o'
+	prefixOldNotice = 'n'
 
 	kindHead    = 'h'
 	kindEntry   = 'e'
@@ -84,9 +87,19 @@ func prefixEnd(prefix []byte) []byte {
 
 func uuidString(b []byte) string { return uuid.UUID(b).String() }
 
-// noticeKey orders notices by the time of their dequeue.
-func noticeKey(at int64, r, b [16]byte) []byte {
-	key := binary.BigEndian.AppendUint64([]byte{prefixNotice}, uint64(at)) //nolint:gosec // times after 1970
+// noticeKey orders a domain's notices by the time of their dequeue, so one
+// domain's notices are read without touching another's. Origin 0 is the
+// layout before notices had an origin.
+func noticeKey(o domain.Origin, at int64, r, b [16]byte) []byte {
+	key := noticePrefix(o)
+	key = binary.BigEndian.AppendUint64(key, uint64(at)) //nolint:gosec // times after 1970
 	key = append(key, r[:]...)
 	return append(key, b[:]...)
+}
+
+func noticePrefix(o domain.Origin) []byte {
+	if o == domain.OriginUnspecified {
+		return []byte{prefixOldNotice}
+	}
+	return []byte{prefixNotice, byte(o)}
 }

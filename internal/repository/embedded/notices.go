@@ -3,52 +3,68 @@ package embedded
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
 // errEnough ends a scan that has found what it needs.
 var errEnough = errors.New("enough")
 
-// Notices returns up to limit notices, oldest first: a scan of their own
-// prefix, which holds only notices not yet delivered.
-func (s *Store) Notices(_ context.Context, limit int) ([]repository.Notice, error) {
+// Notices returns up to limit notices of the domains, oldest first: a scan
+// of each domain's own prefix, which holds only its notices not yet
+// delivered.
+func (s *Store) Notices(_ context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
 	var out []repository.Notice
-	err := s.scan([]byte{prefixNotice}, func(key, _ []byte) error {
-		if len(out) == limit {
-			return errEnough
+	for _, o := range origins {
+		n := 0
+		err := s.scan(noticePrefix(o), func(key, _ []byte) error {
+			if n == limit {
+				return errEnough
+			}
+			notice, err := parseNotice(key)
+			if err != nil {
+				return err
+			}
+			out = append(out, notice)
+			n++
+			return nil
+		})
+		if err != nil && !errors.Is(err, errEnough) {
+			return nil, err
 		}
-		n, err := parseNotice(key)
-		if err != nil {
-			return err
-		}
-		out = append(out, n)
-		return nil
-	})
-	if errors.Is(err, errEnough) {
-		err = nil
 	}
-	return out, err
+	slices.SortStableFunc(out, func(a, b repository.Notice) int { return a.DequeuedAt.Compare(b.DequeuedAt) })
+	return out[:min(len(out), limit)], nil
 }
 
 // NoticeBacklog counts the notices and says when the oldest was made.
 func (s *Store) NoticeBacklog(_ context.Context) (int, time.Time, error) {
 	var n int
 	var oldest time.Time
-	err := s.scan([]byte{prefixNotice}, func(key, _ []byte) error {
-		if n == 0 {
-			first, err := parseNotice(key)
+	for _, prefix := range [][]byte{{prefixNotice}, {prefixOldNotice}} {
+		err := s.scan(prefix, func(key, _ []byte) error {
+			notice, err := parseNotice(key)
 			if err != nil {
 				return err
 			}
-			oldest = first.DequeuedAt
+			if n == 0 || notice.DequeuedAt.Before(oldest) {
+				oldest = notice.DequeuedAt
+			}
+			n++
+			return nil
+		})
+		if err != nil {
+			return 0, time.Time{}, err
 		}
-		n++
-		return nil
-	})
-	return n, oldest, err
+	}
+	return n, oldest, nil
 }
 
 // RemoveNotices deletes delivered notices.
@@ -59,7 +75,7 @@ func (s *Store) RemoveNotices(ctx context.Context, notices []repository.Notice) 
 		if err != nil {
 			return err
 		}
-		puts = append(puts, put{key: noticeKey(n.DequeuedAt.UnixNano(), r, id), del: true})
+		puts = append(puts, put{key: noticeKey(n.Origin, n.DequeuedAt.UnixNano(), r, id), del: true})
 	}
 	return s.write(ctx, func(tx *txn) error {
 		tx.apply(puts)
@@ -67,16 +83,39 @@ func (s *Store) RemoveNotices(ctx context.Context, notices []repository.Notice) 
 	})
 }
 
+// parseNotice reads a notice's key, in either layout.
 func parseNotice(key []byte) (repository.Notice, error) {
-	if len(key) != 1+8+16+16 {
-		return repository.Notice{}, errors.New("embedded: a notice key of the wrong length")
+	var n repository.Notice
+	switch {
+	case len(key) == 2+8+16+16 && key[0] == prefixNotice:
+		n.Origin, key = domain.Origin(key[1]), key[2:]
+	case len(key) == 1+8+16+16 && key[0] == prefixOldNotice:
+		key = key[1:]
+	default:
+		return n, errors.New("embedded: a notice key of the wrong length")
 	}
-	at := int64(binary.BigEndian.Uint64(key[1:9])) //nolint:gosec // written from a time after 1970
-	return repository.Notice{
-		DequeuedAt: time.Unix(0, at),
-		Recipient:  uuidString(key[9:25]),
-		BundleID:   uuidString(key[25:41]),
-	}, nil
+	n.DequeuedAt = time.Unix(0, int64(binary.BigEndian.Uint64(key[:8]))) //nolint:gosec // written from a time after 1970
+	n.Recipient = uuidString(key[8:24])
+	n.BundleID = uuidString(key[24:40])
+	return n, nil
+}
+
+// DequeuedBundle reads one dequeued bundle's record: a key get.
+func (s *Store) DequeuedBundle(_ context.Context, recipient, bundleID string) (bundle.Record, error) {
+	r, id, err := parseIDs(recipient, bundleID)
+	if err != nil {
+		return bundle.Record{}, err
+	}
+	v, ok, err := s.get(dequeuedKey(r, id))
+	if err != nil || !ok {
+		if err == nil {
+			err = fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
+		}
+		return bundle.Record{}, err
+	}
+	var rec bundle.Record
+	err = json.Unmarshal(v, &rec)
+	return rec, err
 }
 
 var _ repository.Announcer = (*Store)(nil)

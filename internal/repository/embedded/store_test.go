@@ -59,7 +59,7 @@ func TestNoticesAreWrittenWithTheirDequeueOnly(t *testing.T) {
 			t.Fatalf("a second dequeue: %v", err)
 		}
 	}
-	notices, err := s.Notices(ctx, 10)
+	notices, err := s.Notices(ctx, domain.Origins, 10)
 	if err != nil || len(notices) != 1 || notices[0].Recipient != recipient {
 		t.Fatalf("notices %+v (%v); want one, for the charges bundle", notices, err)
 	}

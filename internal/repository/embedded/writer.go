@@ -388,7 +388,7 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Re
 		}
 		puts := []put{{key: pendingKey(r, id), del: true}, dq, cur}
 		if bun.Announce {
-			puts = append(puts, put{key: noticeKey(bun.DequeuedAt.UnixNano(), r, id), value: []byte{}})
+			puts = append(puts, put{key: noticeKey(bun.Origin, bun.DequeuedAt.UnixNano(), r, id), value: []byte{}})
 		}
 		tx.apply(puts)
 		tx.dequeued[string(dq.key)] = true

@@ -32,6 +32,7 @@ const (
 	OpBacklog         = "backlog"
 	OpNotices         = "notices"
 	OpRemoveNotices   = "remove_notices"
+	OpDequeuedBundle  = "dequeued_bundle"
 )
 
 // Store wraps a repository.Store with metrics.
@@ -186,13 +187,13 @@ func (s *Store) Backlog(ctx context.Context) (repository.Backlog, error) {
 }
 
 // Notices implements repository.Announcer when the store it wraps does.
-func (s *Store) Notices(ctx context.Context, limit int) ([]repository.Notice, error) {
+func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
 	a, ok := s.next.(repository.Announcer)
 	if !ok {
 		return nil, errNoNotices
 	}
 	start := s.now()
-	n, err := a.Notices(ctx, limit)
+	n, err := a.Notices(ctx, origins, limit)
 	s.observe(ctx, OpNotices, start, err)
 	return n, err
 }
@@ -216,6 +217,18 @@ func (s *Store) NoticeBacklog(ctx context.Context) (int, time.Time, error) {
 		return 0, time.Time{}, errNoNotices
 	}
 	return a.NoticeBacklog(ctx)
+}
+
+// DequeuedBundle implements repository.Announcer when the store it wraps does.
+func (s *Store) DequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error) {
+	a, ok := s.next.(repository.Announcer)
+	if !ok {
+		return bundle.Record{}, errNoNotices
+	}
+	start := s.now()
+	rec, err := a.DequeuedBundle(ctx, recipient, bundleID)
+	s.observe(ctx, OpDequeuedBundle, start, err)
+	return rec, err
 }
 
 // errNoNotices: the wrapped store keeps no notices.

@@ -814,7 +814,7 @@ func announcerNotices(t *testing.T, s *storeEnv) {
 	s.clock.Advance(time.Second)
 	second := ack(refused, true)
 
-	notices, err := an.Notices(ctx(t), 10)
+	notices, err := an.Notices(ctx(t), domain.Origins, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -829,7 +829,7 @@ func announcerNotices(t *testing.T, s *storeEnv) {
 	if !notices[0].DequeuedAt.Equal(first.DequeuedAt) {
 		t.Fatalf("notice made at %v, the bundle was dequeued at %v", notices[0].DequeuedAt, first.DequeuedAt)
 	}
-	if limited, err := an.Notices(ctx(t), 1); err != nil || len(limited) != 1 || limited[0].BundleID != first.ID {
+	if limited, err := an.Notices(ctx(t), domain.Origins, 1); err != nil || len(limited) != 1 || limited[0].BundleID != first.ID {
 		t.Fatalf("one notice: got %+v (%v), want the oldest", limited, err)
 	}
 	n, oldest, err := an.NoticeBacklog(ctx(t))
@@ -840,7 +840,7 @@ func announcerNotices(t *testing.T, s *storeEnv) {
 	if err := an.RemoveNotices(ctx(t), []repository.Notice{notices[0], missing}); err != nil {
 		t.Fatal(err)
 	}
-	if left, err := an.Notices(ctx(t), 10); err != nil || len(left) != 1 || left[0].BundleID != second.ID {
+	if left, err := an.Notices(ctx(t), domain.Origins, 10); err != nil || len(left) != 1 || left[0].BundleID != second.ID {
 		t.Fatalf("after removing the first: %+v (%v)", left, err)
 	}
 }
