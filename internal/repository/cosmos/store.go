@@ -108,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// and the tries many, and the caller's deadline decides when to give
 		// up. Every write here is conditional or a create, so a retried
 		// write can only turn into a conflict, never into a second effect.
-		Retry: policy.RetryOptions{MaxRetries: 30, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: time.Minute},
+		Retry: policy.RetryOptions{MaxRetries: 1000, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: time.Minute},
 	}}
 	var client *azcosmos.Client
 	var err error
