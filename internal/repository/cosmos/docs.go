@@ -28,6 +28,7 @@ const (
 	typeDequeued = "dequeued"
 	typeSlot     = "slot"
 	typeRegistry = "recipient"
+	typeResPart  = "respart"
 )
 
 // registryPartition holds one small document per recipient, so retention can
@@ -54,19 +55,42 @@ type headDoc struct {
 // reservation is a range of sequence numbers a save has taken but not yet
 // made visible, with what it writes so that it can be rolled back.
 type reservation struct {
-	Save    string    `json:"s"`
-	From    int64     `json:"from"`
-	To      int64     `json:"to"`
-	Expires int64     `json:"exp"` // unix milliseconds
-	Pages   []pageRef `json:"pg,omitempty"`
-	IDDocs  []docRef  `json:"ix,omitempty"`
-	// Ranges are the cabinet positions it took: an abort records them as
-	// holes in the catalog entries, in the write that drops it.
-	Ranges []posRange `json:"rg,omitempty"`
+	Save    string `json:"s"`
+	From    int64  `json:"from"`
+	To      int64  `json:"to"`
+	Expires int64  `json:"exp"` // unix milliseconds
+	// resDetail is the first chunk of what the save takes and writes; the
+	// rest, for saves of more cabinets than one batch can reserve, is in
+	// Parts part documents, each written with the entries it describes.
+	resDetail
+	Parts int `json:"np,omitempty"`
 	// Token is the session token of the save's commit record, so that a
 	// reader of the record never takes a lagging replica's 404 for an abort.
 	Token string `json:"st,omitempty"`
 }
+
+// resDetail is what a save takes and writes in some of its cabinets.
+type resDetail struct {
+	Pages  []pageRef `json:"pg,omitempty"`
+	IDDocs []docRef  `json:"ix,omitempty"`
+	// Ranges are the cabinet positions it took: an abort records them as
+	// holes in the catalog entries before, or in the write that, it drops
+	// the reservation.
+	Ranges []posRange `json:"rg,omitempty"`
+}
+
+// resPartDoc is part k (1, 2, ...) of a reservation's detail, created in
+// the batch that takes the positions it lists, so it exists exactly when
+// they are taken.
+type resPartDoc struct {
+	ID   string `json:"id"`
+	PK   string `json:"pk"`
+	T    string `json:"t"`
+	Save string `json:"s"`
+	resDetail
+}
+
+func resPartID(saveID string, k int) string { return "r:" + saveID + ":" + strconv.Itoa(k) }
 
 // posRange is a run of positions [Start, End) of one cabinet.
 type posRange struct {

@@ -127,18 +127,19 @@ type savePlan struct {
 	res   reservation
 	pages []pageDoc
 	ids   []idWrite
+	// chunks are the reserve batches: chunks[0]'s detail is res's own,
+	// later ones go into part documents.
+	chunks []resChunk
 }
 
 func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) (savePlan, error) {
 	p := savePlan{save: sv, res: reservation{Save: saveID, Expires: expires}}
-	p.res.Ranges = takenRanges(sv)
 	for _, pg := range sv.Pages {
 		doc, err := encodePage(pg)
 		if err != nil {
 			return p, err
 		}
 		p.pages = append(p.pages, doc)
-		p.res.Pages = append(p.res.Pages, pageRef{Drawer: doc.PK, ID: doc.ID})
 	}
 	// One id document per bucket and drawer: small enough to stay cheap,
 	// few enough to write in a handful of requests.
@@ -156,8 +157,9 @@ func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) 
 	}
 	for _, k := range order {
 		p.ids = append(p.ids, *byDoc[k])
-		p.res.IDDocs = append(p.res.IDDocs, docRef{PK: byDoc[k].bucket, ID: byDoc[k].doc.ID})
 	}
+	p.chunks = reserveChunks(sv, p.pages, p.ids)
+	p.res.resDetail = p.chunks[0].detail
 	return p, nil
 }
 
@@ -247,13 +249,21 @@ func (s *Store) finalizeAll(ctx context.Context, saveID string, plans []savePlan
 	g, ctx := errgroup.WithContext(ctx)
 	for _, p := range plans {
 		g.Go(func() error {
-			return s.updateHead(ctx, p.save.Recipient, func(h *headDoc) bool {
+			err := s.updateHead(ctx, p.save.Recipient, func(h *headDoc) bool {
 				if !dropReservation(h, saveID, p.save.Head.Watermark) {
 					return false
 				}
 				h.DrawersToken = mergeTokens(h.DrawersToken, pagesToken)
 				return true
 			})
+			if err == nil && len(p.chunks) > 1 {
+				// Only rollbacks read the parts; left behind they cost
+				// storage, not correctness.
+				if derr := s.deleteParts(ctx, p.save.Recipient, saveID, len(p.chunks)-1); derr != nil {
+					s.cfg.Logger.Warn("cosmos: reservation parts left behind", "save", saveID, "err", derr)
+				}
+			}
+			return err
 		})
 	}
 	return g.Wait()
