@@ -169,7 +169,7 @@ type bundleDoc struct {
 	End        int64    `json:"en"`
 	Count      int      `json:"n"`
 	Weight     int64    `json:"w"`
-	DocTypes   []string `json:"dt"`
+	DocTypes   []string `json:"dt,omitempty"` // absent when too long to keep: read back from the items
 	NextSeq    int64    `json:"ns"`
 	CreatedAt  int64    `json:"ca"` // unix microseconds: exact within the 2^53 of a JSON number
 	DequeuedAt int64    `json:"da,omitempty"`
@@ -298,13 +298,30 @@ func fromBundle(recipient string, rec bundle.Record) bundleDoc {
 	d := bundleDoc{
 		ID: bundleDocID(rec.ID), PK: recipient, T: typePending, Bundle: rec.ID, Origin: int32(rec.Origin), CT: rec.ContentType,
 		Group: int32(rec.Group), Start: rec.Start, End: rec.End, Count: rec.Count, Weight: rec.Weight,
-		DocTypes: rec.DocumentTypes, NextSeq: rec.NextSeq, CreatedAt: rec.CreatedAt.UnixMicro(),
+		NextSeq: rec.NextSeq, CreatedAt: rec.CreatedAt.UnixMicro(),
+	}
+	// A bundle may hold thousands of distinct 255-character document types
+	// (2 MB for 8,000): beyond a few KB they are left out and derived from
+	// the items whenever the bundle is read back.
+	if docTypesBytes(rec.DocumentTypes) <= maxBundleDocTypesBytes {
+		d.DocTypes = rec.DocumentTypes
 	}
 	if rec.State == bundle.Dequeued {
 		d.T = typeDequeued
 		d.DequeuedAt = rec.DequeuedAt.UnixMicro()
 	}
 	return d
+}
+
+// maxBundleDocTypesBytes bounds the document types a bundle document keeps.
+const maxBundleDocTypesBytes = 8 << 10
+
+func docTypesBytes(types []string) int {
+	n := 0
+	for _, t := range types {
+		n += len(t) + 3 // quotes and a comma
+	}
+	return n
 }
 
 func encodePage(p drawer.Page) (pageDoc, error) {

@@ -242,3 +242,50 @@ func TestExpiredReservationOf150ContentTypesIsRolledBackWhole(t *testing.T) {
 	now.Add(int64(2 * time.Minute))
 	checkGivenBack(t, db, other, survivor, ns, 150)
 }
+
+// A bundle of thousands of notifications with distinct 255-character
+// document types would list megabytes of them (8,000 make 2.06 MB, at
+// Cosmos DB's 2 MB; 12,000, in a bundle of two saves, 3.1 MB): its document
+// leaves them out (they are read back from the items), so peeking, peeking
+// again and dequeuing fit.
+func TestBundleOf12000DistinctDocumentTypes(t *testing.T) {
+	requireLimits(t)
+	db := cosmostest.UniqueID("db")
+	store := openLarge(t, cosmos.Config{Database: db})
+	repo := repository.New(store, repository.Options{}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	ns := manyCabinets(r, 12_000, 1)
+	for part := range slices.Chunk(ns, 6_000) {
+		if _, err := repo.Save(ctx, part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := make([]string, len(ns))
+	for i, n := range ns {
+		want[i] = n.DocumentType
+	}
+	first, err := repo.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || first == nil || !slices.Equal(first.NotificationIDs, ids(ns)) || !slices.Equal(first.DocumentTypes, want) {
+		t.Fatalf("peek: %v", err)
+	}
+	again, err := repo.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || again == nil || again.ID != first.ID || !slices.Equal(again.DocumentTypes, want) {
+		t.Fatalf("peek of the pending bundle: %v", err)
+	}
+	c, err := cosmostest.NewClient(t, server).NewContainer(db, "recipients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	item, err := c.ReadItem(ctx, azcosmos.NewPartitionKeyString(r), "b:"+first.ID, nil)
+	if err != nil || len(item.Value) > 16<<10 {
+		t.Fatalf("bundle document of %d bytes, %v", len(item.Value), err)
+	}
+	if err := repo.Dequeue(ctx, r, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := repo.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
+		t.Fatalf("after the dequeue: %v, %v", b, err)
+	}
+}
