@@ -1,8 +1,10 @@
 package cosmos_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -287,5 +289,63 @@ func TestBundleOf12000DistinctDocumentTypes(t *testing.T) {
 	}
 	if b, err := repo.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
 		t.Fatalf("after the dequeue: %v, %v", b, err)
+	}
+}
+
+// A save whose part Cosmos DB refuses as too large (413) shares a group
+// commit with another caller's save: the group is split, the other save is
+// stored and only the refused one fails.
+func TestAnOversizedSaveFailsAloneInItsGroupCommit(t *testing.T) {
+	f := newFaulty()
+	store := open(t, cosmos.Config{Transport: f})
+	repo := repository.New(store, repository.Options{}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	poisoned, healthy, first := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	release := make(chan struct{})
+	var refused atomic.Int32
+	f.set(func(req *http.Request) int {
+		if req.Method != http.MethodPost || !toContainer(req, "recipients") {
+			return 0
+		}
+		body, _ := io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		switch pk := req.Header.Get("x-ms-documentdb-partitionkey"); {
+		case strings.Contains(pk, first) && bytes.Contains(body, []byte(`"Create"`)):
+			<-release // holds the first commit while the others queue up
+		case strings.Contains(pk, poisoned) && bytes.Contains(body, []byte(`"Create"`)):
+			refused.Add(1)
+			return http.StatusRequestEntityTooLarge
+		}
+		return 0
+	})
+	type outcome struct {
+		r   string
+		err error
+	}
+	outcomes := make(chan outcome, 3)
+	save := func(r string) {
+		_, err := repo.Save(ctx, notifications(3, r, 1))
+		outcomes <- outcome{r, err}
+	}
+	go save(first)
+	time.Sleep(200 * time.Millisecond)
+	go save(poisoned)
+	go save(healthy)
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	for range 3 {
+		if o := <-outcomes; (o.err == nil) != (o.r != poisoned) {
+			t.Errorf("save for %s: %v", map[bool]string{true: "the oversized one", false: "another"}[o.r == poisoned], o.err)
+		}
+	}
+	if n := refused.Load(); n != 2 {
+		t.Fatalf("the oversized part was refused %d times, want 2 (in the group, then alone)", n)
+	}
+	for r, want := range map[string]bool{first: true, healthy: true, poisoned: false} {
+		b, err := repo.Peek(ctx, r, domain.GroupAll, "")
+		if err != nil || (b != nil) != want {
+			t.Fatalf("recipient stored = %v, want %v (%v)", b != nil, want, err)
+		}
 	}
 }

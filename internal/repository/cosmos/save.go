@@ -97,7 +97,7 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		// The abort is best effort: an unfinished one is completed by
 		// whoever finds the expired reservations.
 		s.abort(context.WithoutCancel(ctx), record, version, plans[:reserved])
-		return err
+		return tooLarge(err)
 	}
 	// Committed is final: the save succeeded whatever happens next, so
 	// finalizing is retried until done, without depending on the caller
@@ -116,6 +116,16 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 			return nil
 		}
 	}
+}
+
+// tooLarge marks the answers Cosmos DB gives a request beyond its limits:
+// 413 for a request or document over 2 MB, 400 for a batch of more than 100
+// operations or a query over 512 KB (a 400 is never worth repeating).
+func tooLarge(err error) error {
+	if isStatus(err, http.StatusRequestEntityTooLarge) || isStatus(err, http.StatusBadRequest) {
+		return fmt.Errorf("%w: %w", repository.ErrTooLarge, err)
+	}
+	return err
 }
 
 // finalizeFor bounds the retries of a committed save's finalize.
