@@ -349,3 +349,40 @@ func TestAnOversizedSaveFailsAloneInItsGroupCommit(t *testing.T) {
 		}
 	}
 }
+
+// Retention of a recipient with 150 finished cabinets deletes 150 entries
+// with their cursors: more than one transactional batch may hold. The
+// sweep splits them (an entry with its cursor) and removes them all.
+func TestSweepOf150FinishedCabinets(t *testing.T) {
+	requireLimits(t)
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	store := openLarge(t, cosmos.Config{Now: clock})
+	repo := repository.New(store, repository.Options{Now: clock, Retention: time.Hour, SweepInterval: 50 * time.Millisecond}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	ns := manyCabinets(r, 150, 150)
+	if _, err := repo.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if got := drainAll(t, repo, r); len(got) != len(ns) {
+		t.Fatalf("delivered %d of %d", len(got), len(ns))
+	}
+	now.Add(int64(2 * time.Hour))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		state, err := store.LoadRecipient(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(state.Entries) == 0 && len(state.Cursors) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after retention: %d entries and %d cursors left", len(state.Entries), len(state.Cursors))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -385,22 +385,8 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 			return err
 		}
 	}
-	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
-	for _, e := range sw.Entries {
-		if err := batchWrite(&b, fromEntry(sw.Recipient, e), e.Version); err != nil {
-			return err
-		}
-	}
-	for _, e := range sw.DeleteEntries {
-		b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
-	}
-	for _, c := range sw.DeleteCursors {
-		b.DeleteItem(cursorID(c.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(c.Version)})
-	}
-	if len(sw.Entries)+len(sw.DeleteEntries)+len(sw.DeleteCursors) > 0 {
-		if err := s.execute(ctx, s.recipients, b); err != nil {
-			return err
-		}
+	if err := s.sweepCatalog(ctx, sw); err != nil {
+		return err
 	}
 	// Dequeued bundles also carry a TTL; deleting them here keeps retention
 	// exact where the TTL would lag.
@@ -409,6 +395,69 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 		if err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
 		}
+	}
+	return nil
+}
+
+// sweepCatalog writes the sweep's entry replaces and deletes in batches
+// within Cosmos DB's limits (a recipient may have thousands of cabinets).
+// An entry and its cursor are deleted in one batch: a cursor left alone
+// would count a new entry's first positions as acknowledged. Cabinets are
+// independent, so a batch that fails leaves the others' done, for the next
+// sweep to finish.
+func (s *Store) sweepCatalog(ctx context.Context, sw repository.Sweep) error {
+	type unit struct {
+		ops   int
+		bytes int
+		add   func(*azcosmos.TransactionalBatch) error
+	}
+	var units []unit
+	for _, e := range sw.Entries {
+		raw := mustJSON(fromEntry(sw.Recipient, e))
+		units = append(units, unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error {
+			return batchWrite(b, fromEntry(sw.Recipient, e), e.Version)
+		}})
+	}
+	cursors := map[catalog.Key]catalog.Cursor{}
+	for _, c := range sw.DeleteCursors {
+		cursors[c.Key()] = c
+	}
+	deleteCursor := func(b *azcosmos.TransactionalBatch, c catalog.Cursor) {
+		b.DeleteItem(cursorID(c.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(c.Version)})
+	}
+	for _, e := range sw.DeleteEntries {
+		c, withCursor := cursors[e.Key()]
+		delete(cursors, e.Key())
+		units = append(units, unit{2, 0, func(b *azcosmos.TransactionalBatch) error {
+			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
+			if withCursor {
+				deleteCursor(b, c)
+			}
+			return nil
+		}})
+	}
+	for _, c := range sw.DeleteCursors {
+		if _, alone := cursors[c.Key()]; alone {
+			units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { deleteCursor(b, c); return nil }})
+		}
+	}
+	for len(units) > 0 {
+		b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
+		ops, size, n := 0, 0, 0
+		for ; n < len(units); n++ {
+			u := units[n]
+			if n > 0 && (ops+u.ops > maxBatchOps || size+u.bytes > maxBatchBytes) {
+				break
+			}
+			if err := u.add(&b); err != nil {
+				return err
+			}
+			ops, size = ops+u.ops, size+u.bytes
+		}
+		if err := s.execute(ctx, s.recipients, b); err != nil {
+			return err
+		}
+		units = units[n:]
 	}
 	return nil
 }
