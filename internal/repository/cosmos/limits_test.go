@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/repository"
 	"github.com/energydatahub/messagehub/internal/repository/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
@@ -118,6 +119,30 @@ func documentsOfType(t *testing.T, db, r, typ string) int {
 		n += len(page.Items)
 	}
 	return n
+}
+
+// The largest Save validation allows, with the longest content type and
+// distinct longest document types, fits Cosmos DB's request limits: page
+// batches are sized by bytes, so no request is refused with 413.
+func TestLargestSaveFitsTheRequestLimits(t *testing.T) {
+	requireLimits(t)
+	s := openLarge(t, cosmos.Config{})
+	repo := repository.New(s, repository.Options{}, nil)
+	t.Cleanup(repo.Close)
+	r := uuid.NewString()
+	ns := manyCabinets(r, 10_000, 1)
+	res, err := repo.Save(context.Background(), ns)
+	if err != nil || res.Saved != len(ns) {
+		t.Fatalf("save of 10,000 with 255-character types = %+v, %v", res, err)
+	}
+	state, err := s.LoadRecipient(context.Background(), r)
+	if err != nil || len(state.Entries) != 1 {
+		t.Fatalf("state = %+v, %v", state, err)
+	}
+	items, err := drawer.ReadRange(context.Background(), s.ReadDrawer, state.Entries[0].Drawers, 0, state.Entries[0].Total)
+	if err != nil || len(items) != len(ns) || items[9_999].DocumentType != ns[9_999].DocumentType {
+		t.Fatalf("read back %d of %d items, %v", len(items), len(ns), err)
+	}
 }
 
 // 150 cabinets of one recipient in one Save take more catalog entries than
