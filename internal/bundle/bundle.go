@@ -21,13 +21,16 @@ const (
 // of its cabinet; their ids are read back from the drawers when needed, so the
 // record stays small however big the bundle is.
 type Record struct {
-	ID            string
-	Origin        domain.Origin
-	ContentType   string
-	Group         domain.PeekGroup // the group it is pending in: never ALL
-	Start, End    int64
-	Count         int
-	Weight        int64
+	ID          string
+	Origin      domain.Origin
+	ContentType string
+	Group       domain.PeekGroup // the group it is pending in: never ALL
+	Start, End  int64
+	Count       int
+	Weight      int64
+	// DocumentTypes are the distinct document types of its items; a store
+	// may keep none (nil) when they are many: they are read back from the
+	// items then.
 	DocumentTypes []string
 	NextSeq       int64 // sequence number at End when it was known at peek time, else 0
 	State         State

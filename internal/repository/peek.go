@@ -208,6 +208,9 @@ func (r *Repository) materialize(ctx context.Context, recipient string, state Re
 		// Its notifications were read when it was cut, so a replica lags.
 		return nil, fmt.Errorf("%w: bundle %s: read %d of %d notifications", ErrStaleRead, rec.ID, len(items), rec.Count)
 	}
+	if rec.DocumentTypes == nil {
+		rec.DocumentTypes = documentTypes(items) // a store that keeps no copy
+	}
 	return toBundle(recipient, rec, items), nil
 }
 

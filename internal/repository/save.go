@@ -121,6 +121,14 @@ func (r *Repository) commitGroup(group []*saveCall) {
 		}
 		return outcomes, err
 	})
+	if errors.Is(err, ErrTooLarge) && len(live) > 1 {
+		// Some call's part, or the group as a whole, does not fit the
+		// store: each half is committed on its own, down to the call that
+		// does not fit, which fails alone. Order is kept.
+		r.commitGroup(live[:len(live)/2])
+		r.commitGroup(live[len(live)/2:])
+		return
+	}
 	for i, c := range live {
 		if err != nil {
 			c.done <- saveOutcome{err: err}

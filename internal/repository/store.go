@@ -26,6 +26,12 @@ var ErrConflict = errors.New("store: conflicting write")
 // it did not read.
 var ErrStaleRead = fmt.Errorf("%w: stale read", ErrConflict)
 
+// ErrTooLarge is a write the store refused as beyond its limits (request or
+// document size, operations per request). It is no conflict: the same
+// write fails again. Group commit splits a group that meets it, so that one
+// caller's save that does not fit fails alone.
+var ErrTooLarge = errors.New("store: write beyond the store's limits")
+
 // IDsExistError is how CommitSaves reports notification ids that are
 // already stored: all of them, with their records, and nothing written. It
 // is a conflict: the caller reclassifies those ids and tries again.

@@ -96,13 +96,14 @@ type Options struct {
 }
 
 // Faithful is everything real Cosmos enforces: limits, charges, 400 RU/s per container (the
-// smallest manual throughput), TTL and up to 200 ms of replica lag.
+// smallest manual throughput; a container created with throughput of its own gets that),
+// TTL and up to 200 ms of replica lag. Every Cosmos test runs against it by default.
 func Faithful() Options {
 	return Options{Limits: true, Charges: true, RUPerSecond: 400, TTL: true, Lag: 200 * time.Millisecond}
 }
 
-// Default is what Start and StartMain enforce: the parts of Faithful the Cosmos store
-// already passes (see README.md), or what COSMOSTEST_OPTIONS names when it is set (e.g.
+// Default is what Start and StartMain enforce: everything Faithful does (see README.md),
+// or what COSMOSTEST_OPTIONS names when it is set (e.g.
 // "limits,charges,ttl,ru=400,lag=200ms", "faithful" or "none"; for trying a feature on the
 // whole suite without editing tests).
 func Default() Options {
@@ -113,7 +114,7 @@ func Default() Options {
 		}
 		return o
 	}
-	return Options{Charges: true, TTL: true}
+	return Faithful()
 }
 
 // ParseOptions reads a comma-separated option list: faithful, none, limits, charges, ttl,

@@ -27,7 +27,12 @@ import (
 var srv *cosmostest.Server
 
 func TestMain(m *testing.M) {
-	s, stop, err := cosmostest.StartMain()
+	// The probe shows what the SDK sends and the server answers, one
+	// request at a time: reads see the writes before them (no replica lag)
+	// and nothing is throttled. faithful_test.go tests those features.
+	opts := cosmostest.Default()
+	opts.Lag, opts.RUPerSecond = 0, 0
+	s, stop, err := cosmostest.StartMainWith(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

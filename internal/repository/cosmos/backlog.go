@@ -25,7 +25,10 @@ func (s *Store) Backlog(ctx context.Context) (repository.Backlog, error) {
 	}
 	byRecipient := map[string]*state{}
 	params := []azcosmos.QueryParameter{{Name: "@entry", Value: typeEntry}, {Name: "@cursor", Value: typeCursor}}
-	pager := s.recipients.NewQueryItemsPager(backlogQuery, azcosmos.NewPartitionKey(), &azcosmos.QueryOptions{QueryParameters: params})
+	// With this instance's tokens the gauges include its own writes; other
+	// instances' may lag by the replica lag.
+	pager := s.recipients.NewQueryItemsPager(backlogQuery, azcosmos.NewPartitionKey(),
+		&azcosmos.QueryOptions{QueryParameters: params, SessionToken: s.tokens.get(s.recipients.ID())})
 	for pager.More() {
 		page, err := pager.NextPage(ctx)
 		if err != nil {

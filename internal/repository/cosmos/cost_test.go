@@ -66,7 +66,8 @@ type costEnv struct {
 func newCostEnv(t *testing.T, opts repository.Options) *costEnv {
 	t.Helper()
 	audit := &partitionAudit{next: cosmostest.NewHTTPClient()}
-	store := open(t, cosmos.Config{Transport: audit})
+	// Unthrottled: a 429's retry would count as a request.
+	store := open(t, cosmos.Config{Transport: audit, Throughput: "manual=1000000"})
 	repo := repository.New(store, opts, nil)
 	t.Cleanup(func() {
 		repo.Close()

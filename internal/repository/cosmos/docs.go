@@ -24,6 +24,7 @@ const (
 	typeDequeued = "dequeued"
 	typeSlot     = "slot"
 	typeRegistry = "recipient"
+	typeResPart  = "respart"
 )
 
 // registryPartition holds one small document per recipient, so retention can
@@ -50,19 +51,42 @@ type headDoc struct {
 // reservation is a range of sequence numbers a save has taken but not yet
 // made visible, with what it writes so that it can be rolled back.
 type reservation struct {
-	Save    string    `json:"s"`
-	From    int64     `json:"from"`
-	To      int64     `json:"to"`
-	Expires int64     `json:"exp"` // unix milliseconds
-	Pages   []pageRef `json:"pg,omitempty"`
-	IDDocs  []docRef  `json:"ix,omitempty"`
-	// Ranges are the cabinet positions it took: an abort records them as
-	// holes in the catalog entries, in the write that drops it.
-	Ranges []posRange `json:"rg,omitempty"`
+	Save    string `json:"s"`
+	From    int64  `json:"from"`
+	To      int64  `json:"to"`
+	Expires int64  `json:"exp"` // unix milliseconds
+	// resDetail is the first chunk of what the save takes and writes; the
+	// rest, for saves of more cabinets than one batch can reserve, is in
+	// Parts part documents, each written with the entries it describes.
+	resDetail
+	Parts int `json:"np,omitempty"`
 	// Token is the session token of the save's commit record, so that a
 	// reader of the record never takes a lagging replica's 404 for an abort.
 	Token string `json:"st,omitempty"`
 }
+
+// resDetail is what a save takes and writes in some of its cabinets.
+type resDetail struct {
+	Pages  []pageRef `json:"pg,omitempty"`
+	IDDocs []docRef  `json:"ix,omitempty"`
+	// Ranges are the cabinet positions it took: an abort records them as
+	// holes in the catalog entries before, or in the write that, it drops
+	// the reservation.
+	Ranges []posRange `json:"rg,omitempty"`
+}
+
+// resPartDoc is part k (1, 2, ...) of a reservation's detail, created in
+// the batch that takes the positions it lists, so it exists exactly when
+// they are taken.
+type resPartDoc struct {
+	ID   string `json:"id"`
+	PK   string `json:"pk"`
+	T    string `json:"t"`
+	Save string `json:"s"`
+	resDetail
+}
+
+func resPartID(saveID string, k int) string { return "r:" + saveID + ":" + strconv.Itoa(k) }
 
 // posRange is a run of positions [Start, End) of one cabinet.
 type posRange struct {
@@ -141,7 +165,7 @@ type bundleDoc struct {
 	End        int64    `json:"en"`
 	Count      int      `json:"n"`
 	Weight     int64    `json:"w"`
-	DocTypes   []string `json:"dt"`
+	DocTypes   []string `json:"dt,omitempty"` // absent when too long to keep: read back from the items
 	NextSeq    int64    `json:"ns"`
 	CreatedAt  int64    `json:"ca"` // unix microseconds: exact within the 2^53 of a JSON number
 	DequeuedAt int64    `json:"da,omitempty"`
@@ -227,13 +251,30 @@ func fromBundle(recipient string, rec bundle.Record) bundleDoc {
 	d := bundleDoc{
 		ID: bundleDocID(rec.ID), PK: recipient, T: typePending, Bundle: rec.ID, Origin: int32(rec.Origin), CT: rec.ContentType,
 		Group: int32(rec.Group), Start: rec.Start, End: rec.End, Count: rec.Count, Weight: rec.Weight,
-		DocTypes: rec.DocumentTypes, NextSeq: rec.NextSeq, CreatedAt: rec.CreatedAt.UnixMicro(),
+		NextSeq: rec.NextSeq, CreatedAt: rec.CreatedAt.UnixMicro(),
+	}
+	// A bundle may hold thousands of distinct 255-character document types
+	// (2 MB for 8,000): beyond a few KB they are left out and derived from
+	// the items whenever the bundle is read back.
+	if docTypesBytes(rec.DocumentTypes) <= maxBundleDocTypesBytes {
+		d.DocTypes = rec.DocumentTypes
 	}
 	if rec.State == bundle.Dequeued {
 		d.T = typeDequeued
 		d.DequeuedAt = rec.DequeuedAt.UnixMicro()
 	}
 	return d
+}
+
+// maxBundleDocTypesBytes bounds the document types a bundle document keeps.
+const maxBundleDocTypesBytes = 8 << 10
+
+func docTypesBytes(types []string) int {
+	n := 0
+	for _, t := range types {
+		n += len(t) + 3 // quotes and a comma
+	}
+	return n
 }
 
 func etag(v string) *azcore.ETag {

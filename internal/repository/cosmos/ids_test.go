@@ -31,6 +31,7 @@ func TestTimeOrderedIDsSpreadOverEveryIDBucket(t *testing.T) {
 	if _, err := repo.Save(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
+	waitOutLag() // the query below carries no session token
 	ids := containerOf(t, db, "ids")
 	buckets := map[string]int{}
 	pager := ids.NewQueryItemsPager("SELECT c.pk, c.i FROM c", azcosmos.NewPartitionKey(), nil)

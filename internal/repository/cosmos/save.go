@@ -98,7 +98,7 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		// The abort is best effort: an unfinished one is completed by
 		// whoever finds the expired reservations.
 		s.abort(context.WithoutCancel(ctx), record, version, plans[:reserved])
-		return err
+		return tooLarge(err)
 	}
 	// Committed is final: the save succeeded whatever happens next, so
 	// finalizing is retried until done, without depending on the caller
@@ -119,6 +119,16 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 	}
 }
 
+// tooLarge marks the answers Cosmos DB gives a request beyond its limits:
+// 413 for a request or document over 2 MB, 400 for a batch of more than 100
+// operations or a query over 512 KB (a 400 is never worth repeating).
+func tooLarge(err error) error {
+	if isStatus(err, http.StatusRequestEntityTooLarge) || isStatus(err, http.StatusBadRequest) {
+		return fmt.Errorf("%w: %w", repository.ErrTooLarge, err)
+	}
+	return err
+}
+
 // finalizeFor bounds the retries of a committed save's finalize.
 const finalizeFor = 10 * time.Minute
 
@@ -127,11 +137,13 @@ type savePlan struct {
 	save  repository.RecipientSave
 	res   reservation
 	pages []pageDoc
+	// chunks are the reserve batches: chunks[0]'s detail is res's own,
+	// later ones go into part documents.
+	chunks []resChunk
 }
 
 func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) (savePlan, error) {
 	p := savePlan{save: sv, res: reservation{Save: saveID, Expires: expires}}
-	p.res.Ranges = takenRanges(sv)
 	for _, pg := range sv.Pages {
 		doc, err := encodePage(pg)
 		if err != nil {
@@ -139,8 +151,11 @@ func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) 
 		}
 		doc.Save = saveID // retention finds the save's id documents through it
 		p.pages = append(p.pages, doc)
-		p.res.Pages = append(p.res.Pages, pageRef{Drawer: doc.PK, ID: doc.ID})
 	}
+	p.chunks = reserveChunks(sv, p.pages)
+	// The save's id documents (idWrites) are listed in the head's part:
+	// at most one per bucket.
+	p.res.resDetail = p.chunks[0].detail
 	return p, nil
 }
 
@@ -230,13 +245,21 @@ func (s *Store) finalizeAll(ctx context.Context, saveID string, plans []savePlan
 	g, ctx := errgroup.WithContext(ctx)
 	for _, p := range plans {
 		g.Go(func() error {
-			return s.updateHead(ctx, p.save.Recipient, func(h *headDoc) bool {
+			err := s.updateHead(ctx, p.save.Recipient, func(h *headDoc) bool {
 				if !dropReservation(h, saveID, p.save.Head.Watermark) {
 					return false
 				}
 				h.DrawersToken = mergeTokens(h.DrawersToken, pagesToken)
 				return true
 			})
+			if err == nil && len(p.chunks) > 1 {
+				// Only rollbacks read the parts; left behind they cost
+				// storage, not correctness.
+				if derr := s.deleteParts(ctx, p.save.Recipient, saveID, len(p.chunks)-1); derr != nil {
+					s.cfg.Logger.Warn("cosmos: reservation parts left behind", "save", saveID, "err", derr)
+				}
+			}
+			return err
 		})
 	}
 	return g.Wait()

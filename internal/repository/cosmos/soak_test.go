@@ -3,9 +3,7 @@ package cosmos_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/repository"
 	"github.com/energydatahub/messagehub/internal/repository/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
@@ -186,45 +183,6 @@ func TestOneIDSavedOnTwoInstancesAtOnceIsStoredOnceUnderLag(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("delivered %d ids, want each of the %d saved once, in order", len(got), len(want))
-	}
-}
-
-// The largest Save validation allows, with the longest content type and
-// distinct longest document types, fits Cosmos DB's request limits: page
-// batches are sized by bytes, so no request is refused with 413.
-func TestLargestSaveFitsTheRequestLimits(t *testing.T) {
-	opts := cosmostest.Default()
-	opts.Limits = true
-	srv := cosmostest.StartWith(t, opts)
-	s, err := cosmos.Open(context.Background(), cosmos.Config{
-		Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: cosmostest.UniqueID("db"), Transport: cosmostest.NewHTTPClient(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := repository.New(s, repository.Options{}, nil)
-	t.Cleanup(repo.Close)
-	r := uuid.NewString()
-	long := func(prefix string, i int) string {
-		tail := fmt.Sprintf("%s-%06d", prefix, i)
-		return strings.Repeat("x", domain.MaxContentTypeLength-len(tail)) + tail
-	}
-	ns := notifications(10_000, r, 1)
-	for i := range ns {
-		ns[i].ContentType = long("ct", 0)
-		ns[i].DocumentType = long("dt", i)
-	}
-	res, err := repo.Save(context.Background(), ns)
-	if err != nil || res.Saved != len(ns) {
-		t.Fatalf("save of 10,000 with 255-character types = %+v, %v", res, err)
-	}
-	state, err := s.LoadRecipient(context.Background(), r)
-	if err != nil || len(state.Entries) != 1 {
-		t.Fatalf("state = %+v, %v", state, err)
-	}
-	items, err := drawer.ReadRange(context.Background(), s.ReadDrawer, state.Entries[0].Drawers, 0, state.Entries[0].Total)
-	if err != nil || len(items) != len(ns) || items[9_999].DocumentType != ns[9_999].DocumentType {
-		t.Fatalf("read back %d of %d items, %v", len(items), len(ns), err)
 	}
 }
 

@@ -130,7 +130,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// and the tries many, and the caller's deadline decides when to give
 		// up. Every write here is conditional or a create, so a retried
 		// write can only turn into a conflict, never into a second effect.
-		Retry: policy.RetryOptions{MaxRetries: 30, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: time.Minute},
+		Retry: policy.RetryOptions{MaxRetries: 1000, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: time.Minute},
 	}}
 	var client *azcosmos.Client
 	var err error
@@ -408,43 +408,34 @@ func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle
 	return out, storeError(err)
 }
 
-// ApplySweep deletes the drawers' pages and id records first, then updates
-// the catalog: a crash in between leaves only entries pointing at drawers
-// already acknowledged, which the next sweep removes again.
+// ApplySweep records the drawers it frees as trash, takes them out of the
+// catalog on the entries' etags, and only then deletes what the catalog no
+// longer names: a refused sweep deletes nothing, and one that stops half-way
+// is finished by the next sweep of the recipient, on any instance.
 func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 	// A previous pass that stopped between its batch and its deletes left
 	// its trash behind: finish it first, so its record can be written anew.
 	if err := s.emptyTrash(ctx, sw.Recipient); err != nil {
 		return err
 	}
-	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
-	for _, e := range sw.Entries {
-		if err := batchWrite(&b, fromEntry(sw.Recipient, e), e.Version); err != nil {
-			return err
-		}
-	}
-	for _, e := range sw.DeleteEntries {
-		b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
-	}
-	for _, c := range sw.DeleteCursors {
-		b.DeleteItem(cursorID(c.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(c.Version)})
-	}
 	if len(sw.Drawers) > 0 {
-		// The drawers go only once the catalog no longer names them: the
-		// conditional batch fails if a save took positions in one of them
-		// since the sweep read the catalog, and then nothing is deleted.
-		// The trash record, written in the same batch, outlives a crash
-		// before the deletes.
-		if err := batchCreate(&b, trashDoc{ID: trashID, PK: sw.Recipient, T: typeTrash, Drawers: sw.Drawers}); err != nil {
-			return err
+		// The drawers go only once the catalog no longer names them (a
+		// save may have taken positions in one since the sweep read the
+		// catalog: then its entry's batch fails and the drawer stays). The
+		// trash record, written first, outlives a crash before the deletes.
+		trash := trashDoc{ID: trashID, PK: sw.Recipient, T: typeTrash, Drawers: sw.Drawers}
+		_, err := s.recipients.CreateItem(ctx, azcosmos.NewPartitionKeyString(sw.Recipient), mustJSON(trash), nil)
+		if err != nil {
+			return storeError(err)
 		}
 	}
-	if len(sw.Entries)+len(sw.DeleteEntries)+len(sw.DeleteCursors)+len(sw.Drawers) > 0 {
-		if err := s.execute(ctx, s.recipients, b); err != nil {
-			return err
-		}
+	// A catalog batch that fails leaves its drawers named; those of the
+	// batches that succeeded are freed all the same.
+	err := s.sweepCatalog(ctx, sw)
+	if terr := s.emptyTrash(ctx, sw.Recipient); err == nil {
+		err = terr
 	}
-	if err := s.emptyTrash(ctx, sw.Recipient); err != nil {
+	if err != nil {
 		return err
 	}
 	// Dequeued bundles also carry a TTL; deleting them here keeps retention
@@ -458,23 +449,101 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 	return nil
 }
 
-// emptyTrash deletes the drawers a committed sweep of the recipient freed,
-// then its trash record. The record is read on the primary: a lagging
-// replica's 404 would leave it to make the next sweep's batch fail (409).
+// emptyTrash deletes the drawers a sweep of the recipient freed that the
+// catalog no longer names, then its trash record. Both reads are on the
+// primary (the record's, and the catalog's anchored on the head): a lagging
+// replica's 404 would leave the record to fail the next sweep's create, and
+// a stale catalog could name a drawer whose entry's batch failed as freed.
 func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 	var t trashDoc
 	found, err := s.readOnPrimary(ctx, s.recipients, recipient, trashID, &t)
 	if err != nil || !found {
+		return storeError(err)
+	}
+	state, err := s.LoadRecipient(ctx, recipient)
+	if err != nil {
 		return err
 	}
+	named := map[string]bool{}
+	for _, e := range state.Entries {
+		for _, d := range e.Drawers {
+			named[d.ID] = true
+		}
+	}
 	for _, d := range t.Drawers {
+		if named[d] {
+			continue // its entry's batch failed: a later sweep frees it again
+		}
 		if err := s.deleteDrawer(ctx, d); err != nil {
-			return err
+			return storeError(err)
 		}
 	}
 	err = s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), trashID)
 	if err != nil && !isStatus(err, http.StatusNotFound) {
-		return err
+		return storeError(err)
+	}
+	return nil
+}
+
+// sweepCatalog writes the sweep's entry replaces and deletes in batches
+// within Cosmos DB's limits (a recipient may have thousands of cabinets).
+// An entry and its cursor are deleted in one batch: a cursor left alone
+// would count a new entry's first positions as acknowledged. Cabinets are
+// independent, so a batch that fails leaves the others' done, for the next
+// sweep to finish.
+func (s *Store) sweepCatalog(ctx context.Context, sw repository.Sweep) error {
+	type unit struct {
+		ops   int
+		bytes int
+		add   func(*azcosmos.TransactionalBatch) error
+	}
+	var units []unit
+	for _, e := range sw.Entries {
+		raw := mustJSON(fromEntry(sw.Recipient, e))
+		units = append(units, unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error {
+			return batchWrite(b, fromEntry(sw.Recipient, e), e.Version)
+		}})
+	}
+	cursors := map[catalog.Key]catalog.Cursor{}
+	for _, c := range sw.DeleteCursors {
+		cursors[c.Key()] = c
+	}
+	deleteCursor := func(b *azcosmos.TransactionalBatch, c catalog.Cursor) {
+		b.DeleteItem(cursorID(c.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(c.Version)})
+	}
+	for _, e := range sw.DeleteEntries {
+		c, withCursor := cursors[e.Key()]
+		delete(cursors, e.Key())
+		units = append(units, unit{2, 0, func(b *azcosmos.TransactionalBatch) error {
+			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
+			if withCursor {
+				deleteCursor(b, c)
+			}
+			return nil
+		}})
+	}
+	for _, c := range sw.DeleteCursors {
+		if _, alone := cursors[c.Key()]; alone {
+			units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { deleteCursor(b, c); return nil }})
+		}
+	}
+	for len(units) > 0 {
+		b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
+		ops, size, n := 0, 0, 0
+		for ; n < len(units); n++ {
+			u := units[n]
+			if n > 0 && (ops+u.ops > maxBatchOps || size+u.bytes > maxBatchBytes) {
+				break
+			}
+			if err := u.add(&b); err != nil {
+				return err
+			}
+			ops, size = ops+u.ops, size+u.bytes
+		}
+		if err := s.execute(ctx, s.recipients, b); err != nil {
+			return err
+		}
+		units = units[n:]
 	}
 	return nil
 }
@@ -482,7 +551,7 @@ func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 // deleteDrawer deletes the id documents nothing needs any more, then a
 // drawer's pages: those of the saves whose pages it holds once none of their
 // other drawers is left (releaseIDs), and those of the layout per drawer. The
-// drawer is out of the catalog already (ApplySweep's batch), so nothing of it
+// drawer is out of the catalog already (ApplySweep's batches), so nothing of it
 // is delivered again; its pages go last because they name the saves, so a
 // pass that stops half-way is finished by the next from its trash record.
 func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {

@@ -707,7 +707,10 @@ func sweepRemoves(t *testing.T, s *storeEnv) {
 			t.Fatalf("swept drawer %s still reads %d items (%v)", id, len(items), err)
 		}
 	}
-	found := s.lookup(ns[0].ID, ns[2*drawer.Capacity-1].ID, ns[2*drawer.Capacity].ID)
+	// The first save wrote only the first drawer: its ids go with it. The
+	// second wrote the second drawer and the kept one: a store may keep its
+	// ids until its last drawer goes (the Cosmos id index does), never less.
+	found := s.lookup(ns[0].ID, ns[2*drawer.Capacity].ID)
 	if len(found) != 1 || found[ns[2*drawer.Capacity].ID].DrawerID != charges.Drawers[2].ID {
 		t.Fatalf("id records after the sweep %v; want only the kept drawer's", found)
 	}
