@@ -17,8 +17,8 @@ import (
 // 1,000 entries and cursors read, plus a request per page and partition range.
 const backlogQuery = "SELECT c.pk, c.t, c.o, c.ct, c.tot, c.dr, c.ack FROM c WHERE c.t = @entry OR c.t = @cursor"
 
-// Backlog sums what every recipient has saved and not yet dequeued.
-func (s *Store) Backlog(ctx context.Context) (repository.Backlog, error) {
+// backlog sums what every recipient has saved and not yet dequeued.
+func (s *Store) backlog(ctx context.Context) (repository.Backlog, error) {
 	type state struct {
 		entries []catalog.Entry
 		cursors []catalog.Cursor

@@ -24,6 +24,7 @@ const (
 	plain kind = iota // neither: a failure it passes on
 	conflict
 	unavailable
+	tooLargeKind
 )
 
 func kindOf(err error) kind {
@@ -34,6 +35,8 @@ func kindOf(err error) kind {
 		return conflict
 	case errors.Is(err, domain.ErrUnavailable):
 		return unavailable
+	case errors.Is(err, repository.ErrTooLarge):
+		return tooLargeKind
 	}
 	return plain
 }
@@ -58,7 +61,7 @@ func TestStoreErrorMapsStatuses(t *testing.T) {
 		{http.StatusBadRequest, plain},
 		{http.StatusUnauthorized, plain},
 		{http.StatusForbidden, plain},
-		{http.StatusRequestEntityTooLarge, plain},
+		{http.StatusRequestEntityTooLarge, tooLargeKind},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprint(c.status), func(t *testing.T) {
@@ -114,7 +117,7 @@ func TestBatchErrorMapsTheFailingOperation(t *testing.T) {
 		{"create of an existing id", []int32{409, 424}, conflict},
 		{"replace of a missing item", []int32{424, 424, 404}, conflict},
 		{"throttled operation", []int32{424, 429}, unavailable},
-		{"item too large", []int32{424, 413, 424}, plain},
+		{"item too large", []int32{424, 413, 424}, tooLargeKind},
 		{"a bad operation first", []int32{400, 409}, plain},
 	}
 	for _, c := range cases {

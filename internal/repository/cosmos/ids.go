@@ -56,8 +56,8 @@ func (s *Store) checkIDs(ctx context.Context, saveID string, plans []savePlan) e
 	return nil
 }
 
-// LookupIDs returns the ids stored by committed saves.
-func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]repository.IDRecord, error) {
+// lookupIDs returns the ids stored by committed saves.
+func (s *Store) lookupIDs(ctx context.Context, ids []string) (map[string]repository.IDRecord, error) {
 	hits, err := s.lookup(ctx, ids, "")
 	if err != nil {
 		return nil, err

@@ -16,10 +16,10 @@ import (
 // only one succeeds. Writes run on the primary and the read that decides runs
 // there too (a batch), so no replica lag can make two holders.
 
-// AcquireBuild takes or renews the lease of the bundle's document build for
+// acquireBuild takes or renews the lease of the bundle's document build for
 // holder, until d from now. It reports false when another holder's lease has
 // not expired.
-func (s *Store) AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (bool, error) {
+func (s *Store) acquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (bool, error) {
 	pk := azcosmos.NewPartitionKeyString(recipient)
 	now := s.cfg.Now()
 	doc := leaseDoc{
@@ -58,9 +58,9 @@ func (s *Store) AcquireBuild(ctx context.Context, recipient, bundleID, holder st
 	return true, nil
 }
 
-// ReleaseBuild gives up holder's lease of the bundle's build; a lease that
+// releaseBuild gives up holder's lease of the bundle's build; a lease that
 // is gone or held by another is left alone.
-func (s *Store) ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error {
+func (s *Store) releaseBuild(ctx context.Context, recipient, bundleID, holder string) error {
 	var cur leaseDoc
 	found, err := s.readOnPrimary(ctx, s.recipients, recipient, leaseID(bundleID), &cur)
 	if err != nil || !found || cur.Holder != holder {

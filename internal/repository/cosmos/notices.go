@@ -68,12 +68,12 @@ func (s *Store) notice(recipient string, rec bundle.Record) noticeDoc {
 	}
 }
 
-// Notices returns up to limit notices of the domains, oldest first among
+// listNotices returns up to limit notices of the domains, oldest first among
 // those read. Cosmos DB has no cross-partition order through the Go SDK and
 // answers partition key range after range, so a look goes on where the
 // last one stopped (its continuation), wrapping round at the end: with a
 // backlog larger than a batch, every range still gets its turn.
-func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
+func (s *Store) listNotices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
 	if len(origins) == 0 || limit <= 0 {
 		return nil, nil
 	}
@@ -162,8 +162,8 @@ func (r *noticeResume) put(query, token string) {
 	r.query, r.token = query, token
 }
 
-// NoticeBacklog reads every notice's time: a few bytes each.
-func (s *Store) NoticeBacklog(ctx context.Context) (int, time.Time, error) {
+// noticeBacklog reads every notice's time: a few bytes each.
+func (s *Store) noticeBacklog(ctx context.Context) (int, time.Time, error) {
 	var n int
 	var oldest time.Time
 	err := s.eachNotice(ctx, allNotices, 1000, func(notice repository.Notice) bool {
@@ -205,10 +205,10 @@ func (s *Store) eachNotice(ctx context.Context, origins []domain.Origin, page in
 	return nil
 }
 
-// DequeuedBundle reads one dequeued bundle's document: a point read, with
+// dequeuedBundle reads one dequeued bundle's document: a point read, with
 // the container's token, which holds the token of the notices query that
 // found its notice (eachNotice), so a lagging replica cannot miss it.
-func (s *Store) DequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error) {
+func (s *Store) dequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error) {
 	resp, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), bundleDocID(bundleID), "")
 	if isStatus(err, http.StatusNotFound) {
 		return bundle.Record{}, fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
@@ -228,10 +228,10 @@ func (s *Store) DequeuedBundle(ctx context.Context, recipient, bundleID string) 
 	return toBundle(d), nil
 }
 
-// RemoveNotices deletes delivered notices, one batch per recipient (up to
+// removeNotices deletes delivered notices, one batch per recipient (up to
 // 100 each); a batch that finds one already gone falls back to single
 // deletes, which ignore missing notices.
-func (s *Store) RemoveNotices(ctx context.Context, notices []repository.Notice) error {
+func (s *Store) removeNotices(ctx context.Context, notices []repository.Notice) error {
 	byRecipient := map[string][]string{}
 	for _, n := range notices {
 		byRecipient[n.Recipient] = append(byRecipient[n.Recipient], noticeID(n.BundleID))

@@ -35,8 +35,8 @@ import (
 // recipient after its lease: a committed one is finalized, any other aborted
 // and rolled back.
 
-// CommitSaves writes a group of saves with the protocol above.
-func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSave) error {
+// commitSaves writes a group of saves with the protocol above.
+func (s *Store) commitSaves(ctx context.Context, saves []repository.RecipientSave) error {
 	saveID := uuid.NewString()
 	expires := s.cfg.Now().Add(s.cfg.Lease).UnixMilli()
 	plans := make([]savePlan, len(saves))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -31,6 +32,22 @@ func TestThrottledAfterEveryRetryIsUnavailable(t *testing.T) {
 	_, err = store.DequeuedBundles(ctx, r)
 	expectUnavailable(t, "DequeuedBundles", err)
 	expectUnavailable(t, "Recipients", store.Recipients(ctx, func(string) error { return nil }))
+	// The other methods, with a server that stays unavailable (retried for
+	// less long than a throttled one).
+	f.set(func(*http.Request) int { return http.StatusServiceUnavailable })
+	_, err = store.LookupIDs(ctx, []string{uuid.NewString()})
+	expectUnavailable(t, "LookupIDs", err)
+	_, err = store.ReadDrawer(ctx, uuid.NewString(), 0, 10, 10)
+	expectUnavailable(t, "ReadDrawer", err)
+	_, err = store.Backlog(ctx)
+	expectUnavailable(t, "Backlog", err)
+	expectUnavailable(t, "ApplySweep", store.ApplySweep(ctx, repository.Sweep{Recipient: r, Bundles: []string{uuid.NewString()}}))
+	_, err = store.Notices(ctx, domain.Origins, 10)
+	expectUnavailable(t, "Notices", err)
+	_, err = store.HoldSweepLease(ctx, "me", time.Minute)
+	expectUnavailable(t, "HoldSweepLease", err)
+	_, err = store.AcquireBuild(ctx, r, uuid.NewString(), "me", time.Minute)
+	expectUnavailable(t, "AcquireBuild", err)
 	_, err = repo.Peek(ctx, r, domain.GroupAll, "")
 	expectUnavailable(t, "Peek", err)
 }

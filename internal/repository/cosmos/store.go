@@ -276,10 +276,10 @@ func (s *Store) anchor(ctx context.Context, recipient string) error {
 	return nil
 }
 
-// ReadDrawer queries the drawer's pages overlapping [from, to), projected
+// readDrawer queries the drawer's pages overlapping [from, to), projected
 // to the items asked for: a bundle of one reads one item, not a page of a
 // thousand (a query is charged by the bytes it returns).
-func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
+func (s *Store) readDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
 	// Positions are consecutive within pages, so limit items lie below
 	// from+limit.
 	to = min(to, from+int64(limit))
@@ -408,11 +408,11 @@ func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle
 	return out, storeError(err)
 }
 
-// ApplySweep records the drawers it frees as trash, takes them out of the
+// applySweep records the drawers it frees as trash, takes them out of the
 // catalog on the entries' etags, and only then deletes what the catalog no
 // longer names: a refused sweep deletes nothing, and one that stops half-way
 // is finished by the next sweep of the recipient, on any instance.
-func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
+func (s *Store) applySweep(ctx context.Context, sw repository.Sweep) error {
 	// A previous pass that stopped between its batch and its deletes left
 	// its trash behind: finish it first, so its record can be written anew.
 	if err := s.emptyTrash(ctx, sw.Recipient); err != nil {

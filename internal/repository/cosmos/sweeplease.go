@@ -22,10 +22,10 @@ const (
 	sweepLeaseID        = "sweep"
 )
 
-// HoldSweepLease takes the sweep lease for holder until d from now, or
+// holdSweepLease takes the sweep lease for holder until d from now, or
 // extends it when holder has it. The lease is read on the primary and
 // written on its etag (or created), so of two instances only one wins.
-func (s *Store) HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
+func (s *Store) holdSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
 	var cur leaseDoc
 	found, err := s.readOnPrimary(ctx, s.recipients, sweepLeasePartition, sweepLeaseID, &cur)
 	if err != nil {
@@ -48,8 +48,8 @@ func (s *Store) HoldSweepLease(ctx context.Context, holder string, d time.Durati
 	return err == nil, err
 }
 
-// ReleaseSweepLease ends holder's lease, if it still has it.
-func (s *Store) ReleaseSweepLease(ctx context.Context, holder string) error {
+// releaseSweepLease ends holder's lease, if it still has it.
+func (s *Store) releaseSweepLease(ctx context.Context, holder string) error {
 	var cur leaseDoc
 	found, err := s.readOnPrimary(ctx, s.recipients, sweepLeasePartition, sweepLeaseID, &cur)
 	if err != nil || !found || cur.Holder != holder {
