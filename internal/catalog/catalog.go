@@ -28,10 +28,11 @@ type Entry struct {
 
 // MaxDrawers is the most drawers a cabinet's entry lists, so that the entry
 // stays a bounded document: at the widest (255-character content type,
-// every number at 19 digits) a drawer takes under 200 bytes of the entry,
-// so 5,000 drawers stay under 1 MB, half of Cosmos DB's 2 MB item limit,
-// with room left for holes. That is 50 million notifications a cabinet,
-// counting acknowledged drawers that retained dequeued bundles still cover.
+// every number at 2^53) a drawer takes 166 bytes of the Cosmos document, so
+// 5,000 drawers are 0.83 MB, well under the 2 MB item limit, with room left
+// for holes (cosmos TestWidestEntryAtTheDrawerBoundFitsAnItem). That is 50
+// million notifications a cabinet, counting acknowledged drawers that
+// retained dequeued bundles still cover.
 const MaxDrawers = 5_000
 
 // CheckDrawers refuses a save that grew a cabinet's entry from before to
