@@ -115,3 +115,93 @@ func (h *harness) cabinetBound(t *testing.T) {
 		t.Fatalf("after draining, the save delivered %d notifications, want %d", len(got), len(big))
 	}
 }
+
+// acknowledgedDrawersLeave: a dequeued bundle's record names its drawers,
+// so the sweep takes acknowledged drawers out of the entry (here the whole
+// cabinet goes) and they no longer count against the bound; the bundle
+// still reads back from its own drawers, even once the cabinet restarted,
+// and its drawer goes with it past the retention.
+func (h *harness) acknowledgedDrawersLeave(t *testing.T) {
+	e := h.env(t, repository.Options{MaxCabinetDrawers: 1, Retention: 24 * time.Hour})
+	r := newRecipient()
+	first := notes(3, r, domain.OriginTimeSeries, "ts")
+	e.save(first...)
+	b := e.peek(r, domain.GroupTimeSeries, "")
+	e.dequeue(r, b.ID)
+	big := notes(drawer.Capacity, r, domain.OriginTimeSeries, "ts") // 3 + 10,000: a second drawer
+	if _, err := e.repo.Save(ctx(t), big); !errors.Is(err, domain.ErrCabinetFull) {
+		t.Fatalf("save past the bound before the sweep: %v, want ErrCabinetFull", err)
+	}
+	state, err := e.store.LoadRecipient(ctx(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := state.Entries[0].Drawers[0]
+
+	if err := e.repo.SweepNow(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if state, err = e.store.LoadRecipient(ctx(t), r); err != nil || len(state.Entries) != 0 {
+		t.Fatalf("acknowledged cabinet kept in the catalog after the sweep: %+v (%v)", state.Entries, err)
+	}
+	if items, err := e.store.ReadDrawer(ctx(t), old.ID, old.Start, old.End(), 10); err != nil || len(items) != 3 {
+		t.Fatalf("drawer of a retained bundle: %d items (%v), want 3 kept", len(items), err)
+	}
+	e.save(big...) // room now: the cabinet starts again
+	if _, ok := e.store.(repository.Announcer); ok {
+		got, err := e.repo.DequeuedBundle(ctx(t), r, b.ID)
+		if err != nil {
+			t.Fatalf("dequeued bundle after its drawer left the entry: %v", err)
+		}
+		expectIDs(t, "dequeued bundle read back", got.NotificationIDs, b.NotificationIDs)
+	}
+
+	e.clock.Advance(25 * time.Hour)
+	if err := e.repo.SweepNow(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if e.bundleExists(r, b.ID) {
+		t.Fatal("dequeued bundle kept past retention")
+	}
+	if items, err := e.store.ReadDrawer(ctx(t), old.ID, old.Start, old.End(), 10); err != nil || len(items) != 0 {
+		t.Fatalf("drawer of an expired bundle: %d items (%v), want none", len(items), err)
+	}
+	if found, err := e.store.LookupIDs(ctx(t), []string{first[0].ID}); err != nil || len(found) != 0 {
+		t.Fatalf("ids of a removed drawer kept: %v (%v)", found, err)
+	}
+	expectIDs(t, "the restarted cabinet", e.drain(r, domain.GroupTimeSeries), ids(big))
+}
+
+// acknowledgedDrawerLeavesALiveCabinet: a full acknowledged drawer leaves
+// the entry of a cabinet that still has notifications to deliver, making
+// room for a save the bound refused; delivery goes on in order.
+func (h *harness) acknowledgedDrawerLeavesALiveCabinet(t *testing.T) {
+	e := h.env(t, repository.Options{MaxCabinetDrawers: 2, Retention: 24 * time.Hour})
+	r := newRecipient()
+	full := notes(drawer.Capacity, r, domain.OriginCharges, "c")
+	e.save(full...)
+	b := e.peek(r, domain.GroupMasterData, "")
+	e.dequeue(r, b.ID)
+	tail := note(r, domain.OriginCharges, "c") // a second drawer
+	e.save(tail)
+	big := notes(drawer.Capacity, r, domain.OriginCharges, "c") // a third
+	if _, err := e.repo.Save(ctx(t), big); !errors.Is(err, domain.ErrCabinetFull) {
+		t.Fatalf("save past the bound before the sweep: %v, want ErrCabinetFull", err)
+	}
+	if err := e.repo.SweepNow(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	state, err := e.store.LoadRecipient(ctx(t), r)
+	if err != nil || len(state.Entries) != 1 || len(state.Entries[0].Drawers) != 1 || state.Entries[0].Drawers[0].Start != drawer.Capacity {
+		t.Fatalf("after the sweep the entry is %+v (%v), want the second drawer alone", state.Entries, err)
+	}
+	e.save(big...)
+	if _, ok := e.store.(repository.Announcer); ok {
+		got, err := e.repo.DequeuedBundle(ctx(t), r, b.ID)
+		if err != nil {
+			t.Fatalf("dequeued bundle after its drawer left the entry: %v", err)
+		}
+		expectIDs(t, "dequeued bundle read back", got.NotificationIDs, ids(full))
+	}
+	expectIDs(t, "delivery after the sweep", e.drain(r, domain.GroupAll), append([]string{tail.ID}, ids(big)...))
+}
