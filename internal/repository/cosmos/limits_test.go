@@ -3,6 +3,7 @@ package cosmos_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -481,5 +482,43 @@ func TestWidestEntryAtTheDrawerBoundFitsAnItem(t *testing.T) {
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) || re.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("an entry of %d bytes: %v, want 413", len(over), err)
+	}
+}
+
+// A dequeued bundle's document names its drawers and carries no ttl: only
+// the sweeper, which deletes those drawers with it, may remove it; a TTL
+// that ran first would leave drawers no entry names behind for ever.
+func TestADequeuedBundleNamingDrawersHasNoTTL(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	store := open(t, cosmos.Config{Database: db})
+	repo := repository.New(store, repository.Options{}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	if _, err := repo.Save(ctx, notifications(3, r, 1)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := repo.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v %v", b, err)
+	}
+	if err := repo.Dequeue(ctx, r, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cosmostest.NewClient(t, server).NewContainer(db, "recipients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(server.Options.Lag)
+	resp, err := c.ReadItem(ctx, azcosmos.NewPartitionKeyString(r), "b:"+b.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(resp.Value, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if drawers, _ := doc["dr"].([]any); len(drawers) != 1 || doc["ttl"] != nil || doc["t"] != "dequeued" {
+		t.Fatalf("dequeued bundle document %v, want one drawer named and no ttl", doc)
 	}
 }
