@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
 )
 
 // State is where a bundle is in its life.
@@ -33,9 +34,16 @@ type Record struct {
 	// items then.
 	DocumentTypes []string
 	NextSeq       int64 // sequence number at End when it was known at peek time, else 0
-	State         State
-	CreatedAt     time.Time
-	DequeuedAt    time.Time
+	// Drawers and Holes, recorded at dequeue, are the cabinet's drawers
+	// covering [Start, End) and its holes within: the bundle reads back
+	// from them, so retention may take those drawers out of the catalog
+	// entry (keeping it bounded) while the bundle is retained. Nil: read
+	// back through the entry, which then keeps them.
+	Drawers    []drawer.Meta `json:",omitempty"`
+	Holes      [][2]int64    `json:",omitempty"` // [start, end)
+	State      State
+	CreatedAt  time.Time
+	DequeuedAt time.Time
 	// Announce: the bundle's domain is told of the dequeue (BundleDequeued),
 	// so Acknowledge records a notice in the same atomic write.
 	Announce bool `json:",omitempty"`

@@ -6,6 +6,7 @@ package catalog
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -23,6 +24,27 @@ type Entry struct {
 	// recorded hole: anything else is a read that lags behind the catalog.
 	Holes   []Hole
 	Version string // store version; empty when not yet stored
+}
+
+// MaxDrawers is the most drawers a cabinet's entry lists, so that the entry
+// stays a bounded document: at the widest (255-character content type,
+// every number at 2^53) a drawer takes 166 bytes of the Cosmos document, so
+// 5,000 drawers are 0.83 MB, well under the 2 MB item limit, with room left
+// for holes (cosmos TestWidestEntryAtTheDrawerBoundFitsAnItem). That is 50
+// million notifications a cabinet. Retention takes acknowledged drawers out
+// of the entry (retained dequeued bundles name theirs in their records), so
+// what counts is mostly the unacknowledged ones.
+const MaxDrawers = 5_000
+
+// CheckDrawers refuses a save that grew a cabinet's entry from before to
+// after past max drawers. A save that opens no drawer passes, so an entry
+// already past the bound (a bound lowered since) still fills its last one.
+func CheckDrawers(before, after Entry, max int) error {
+	if n := len(after.Drawers); n > max && n > len(before.Drawers) {
+		return fmt.Errorf("%w: the cabinet of domain %d and content type %q would need %d drawers, and holds at most %d (%d notifications); the recipient must dequeue first (acknowledged drawers leave the cabinet at the next retention sweep)",
+			domain.ErrCabinetFull, int32(after.Origin), after.ContentType, n, max, max*drawer.Capacity)
+	}
+	return nil
 }
 
 // Hole is a run of positions [Start, End) left empty by an aborted save.

@@ -1,6 +1,7 @@
 package catalog_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -467,5 +468,29 @@ func TestHolesAreRecordedMergedAndOnlyTheyCount(t *testing.T) {
 	e.DropHolesBefore(25)
 	if !slices.Equal(e.Holes, want[1:]) {
 		t.Fatalf("after dropping holes before 25: %v, want %v", e.Holes, want[1:])
+	}
+}
+
+// A save may not open a drawer past the bound; one that only fills the last
+// drawer passes even when the entry is already past it (a lowered bound).
+func TestCheckDrawers(t *testing.T) {
+	entry := func(sizes ...int) catalog.Entry {
+		return catalog.Entry{Origin: domain.OriginCharges, ContentType: "c", Drawers: metas(0, sizes...)}
+	}
+	for _, tt := range []struct {
+		name          string
+		before, after catalog.Entry
+		ok            bool
+	}{
+		{"within the bound", entry(drawer.Capacity), entry(drawer.Capacity, 5), true},
+		{"a new cabinet within the bound", catalog.Entry{}, entry(drawer.Capacity, 5), true},
+		{"one drawer past the bound", entry(drawer.Capacity, drawer.Capacity), entry(drawer.Capacity, drawer.Capacity, 1), false},
+		{"a new cabinet past the bound", catalog.Entry{}, entry(drawer.Capacity, drawer.Capacity, 1), false},
+		{"already past, filling the last", entry(drawer.Capacity, drawer.Capacity, 1), entry(drawer.Capacity, drawer.Capacity, 9), true},
+	} {
+		err := catalog.CheckDrawers(tt.before, tt.after, 2)
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, domain.ErrCabinetFull)) {
+			t.Errorf("%s: %v", tt.name, err)
+		}
 	}
 }

@@ -20,6 +20,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrStorageFull: saves are refused while the data volume is nearly full.
 	ErrStorageFull = errors.New("storage full")
+	// ErrCabinetFull: a Save would need more drawers in one cabinet than its
+	// catalog entry may list; the recipient must dequeue first.
+	ErrCabinetFull = errors.New("cabinet full")
 	// ErrUnavailable: the store is closed or cannot serve right now; retrying may help.
 	ErrUnavailable = errors.New("unavailable")
 	// ErrUnauthenticated: the caller presented no valid credentials.

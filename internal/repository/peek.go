@@ -188,15 +188,26 @@ func (r *Repository) firstSeqFrom(ctx context.Context, e catalog.Entry, pos int6
 	return 0, nil
 }
 
-// materialize reads a pending bundle's notifications back from its drawers.
+// materialize reads a bundle's notifications back from its drawers: those
+// its record names (dequeued ones), else those of its catalog entry.
 func (r *Repository) materialize(ctx context.Context, recipient string, state RecipientState, rec bundle.Record) (*domain.Bundle, error) {
-	i := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool {
-		return e.Origin == rec.Origin && e.ContentType == rec.ContentType
-	})
-	if i < 0 {
-		return nil, fmt.Errorf("pending bundle %s has no catalog entry", rec.ID)
+	var e catalog.Entry
+	if rec.Drawers != nil {
+		// Not the entry: retention may have taken these drawers out of it,
+		// or dropped it and a new one restarted the cabinet's positions.
+		e = catalog.Entry{Origin: rec.Origin, ContentType: rec.ContentType, Drawers: rec.Drawers}
+		for _, h := range rec.Holes {
+			e.Holes = append(e.Holes, catalog.Hole{Start: h[0], End: h[1]})
+		}
+	} else {
+		i := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool {
+			return e.Origin == rec.Origin && e.ContentType == rec.ContentType
+		})
+		if i < 0 {
+			return nil, fmt.Errorf("bundle %s has no catalog entry", rec.ID)
+		}
+		e = state.Entries[i]
 	}
-	e := state.Entries[i]
 	items, err := drawer.ReadRange(ctx, r.store.ReadDrawer, e.Drawers, rec.Start, rec.End)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 )
 
@@ -59,6 +60,9 @@ func New(store Store, opts Options, logger *slog.Logger) *Repository {
 	}
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = min(opts.Retention/4, 10*time.Minute)
+	}
+	if opts.MaxCabinetDrawers <= 0 {
+		opts.MaxCabinetDrawers = catalog.MaxDrawers
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -121,10 +121,11 @@ func (r *Repository) commitGroup(group []*saveCall) {
 		}
 		return outcomes, err
 	})
-	if errors.Is(err, ErrTooLarge) && len(live) > 1 {
+	if (errors.Is(err, ErrTooLarge) || errors.Is(err, domain.ErrCabinetFull)) && len(live) > 1 {
 		// Some call's part, or the group as a whole, does not fit the
-		// store: each half is committed on its own, down to the call that
-		// does not fit, which fails alone. Order is kept.
+		// store or a cabinet's bound: each half is committed on its own,
+		// down to the call that does not fit, which fails alone. Order is
+		// kept.
 		r.commitGroup(live[:len(live)/2])
 		r.commitGroup(live[len(live)/2:])
 		return
@@ -167,7 +168,11 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 		if err != nil {
 			return nil, nil, err
 		}
-		saves = append(saves, planSave(rcpt, state, byRecipient[rcpt], accepted, r.opts.NewID, r.opts.Now().UnixMilli()))
+		save := planSave(rcpt, state, byRecipient[rcpt], accepted, r.opts.NewID, r.opts.Now().UnixMilli())
+		if err := checkCabinets(state, save, r.opts.MaxCabinetDrawers); err != nil {
+			return nil, nil, err
+		}
+		saves = append(saves, save)
 	}
 	return outcomes, saves, nil
 }

@@ -181,6 +181,9 @@ type Options struct {
 	SweepInterval   time.Duration // 0 means derived from Retention
 	Now             func() time.Time
 	NewID           func() string // bundle and drawer ids; nil means random UUIDs
+	// MaxCabinetDrawers bounds the drawers of one cabinet's entry; 0 means
+	// catalog.MaxDrawers. Tests set a small one.
+	MaxCabinetDrawers int
 	// ForgetBundles, when set, removes what is kept elsewhere for bundles
 	// that retention removes (their documents). It runs before their records
 	// go, so a failure leaves nothing behind that no record points to.

@@ -141,13 +141,25 @@ func (r *Repository) sweepRecipient(ctx context.Context, recipient string, cutof
 		return err
 	}
 	sw := Sweep{Recipient: recipient}
-	var retained []catalog.Span
+	// Retained bundles that read back through the entry keep their drawers
+	// in it; those whose records name their drawers (dequeued since they
+	// do) only keep the drawers, out of the entry, so that it stays small.
+	var throughEntry []catalog.Span
+	detached := map[string]bool{}    // drawers retained records name
+	var expiredDrawers []drawer.Meta // drawers expired records name
 	for _, rec := range slices.Concat(state.Pending, dequeued) {
 		if rec.State == bundle.Dequeued && rec.DequeuedAt.Before(cutoff) {
 			sw.Bundles = append(sw.Bundles, rec.ID)
+			expiredDrawers = append(expiredDrawers, rec.Drawers...)
 			continue
 		}
-		retained = append(retained, catalog.Span{
+		if rec.Drawers != nil {
+			for _, d := range rec.Drawers {
+				detached[d.ID] = true
+			}
+			continue
+		}
+		throughEntry = append(throughEntry, catalog.Span{
 			Key: catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}, Start: rec.Start, End: rec.End,
 		})
 	}
@@ -155,14 +167,20 @@ func (r *Repository) sweepRecipient(ctx context.Context, recipient string, cutof
 	for _, c := range state.Cursors {
 		cursors[c.Key()] = c
 	}
+	inEntries := map[string]bool{}
 	for _, e := range state.Entries {
 		cur, ok := cursors[e.Key()]
 		if !ok {
 			cur = catalog.Cursor{Origin: e.Origin, ContentType: e.ContentType}
 		}
-		gone, dropEntry := catalog.Removable(e, cur, retained)
-		for _, d := range gone {
-			sw.Drawers = append(sw.Drawers, d.ID)
+		out, dropEntry := catalog.Removable(e, cur, throughEntry)
+		for _, d := range e.Drawers {
+			inEntries[d.ID] = true
+		}
+		for _, d := range out {
+			if !detached[d.ID] { // else it leaves the entry, kept for the records that name it
+				sw.Drawers = append(sw.Drawers, d.ID)
+			}
 		}
 		switch {
 		case dropEntry:
@@ -170,15 +188,21 @@ func (r *Repository) sweepRecipient(ctx context.Context, recipient string, cutof
 			if ok {
 				sw.DeleteCursors = append(sw.DeleteCursors, cur)
 			}
-		case len(gone) > 0:
+		case len(out) > 0:
 			e.Drawers = slices.DeleteFunc(slices.Clone(e.Drawers), func(d drawer.Meta) bool {
-				return slices.ContainsFunc(gone, func(g drawer.Meta) bool { return g.ID == d.ID })
+				return slices.ContainsFunc(out, func(g drawer.Meta) bool { return g.ID == d.ID })
 			})
 			e.DropHolesBefore(e.Drawers[0].Start)
 			sw.Entries = append(sw.Entries, e)
 		}
 	}
-	if len(sw.Bundles) == 0 && len(sw.Drawers) == 0 && len(sw.DeleteEntries) == 0 {
+	// A drawer out of the entry goes with the last retained record naming it.
+	for _, d := range expiredDrawers {
+		if !inEntries[d.ID] && !detached[d.ID] && !slices.Contains(sw.Drawers, d.ID) {
+			sw.Drawers = append(sw.Drawers, d.ID)
+		}
+	}
+	if len(sw.Bundles) == 0 && len(sw.Drawers) == 0 && len(sw.DeleteEntries) == 0 && len(sw.Entries) == 0 {
 		return nil
 	}
 	if r.opts.ForgetBundles != nil && len(sw.Bundles) > 0 {

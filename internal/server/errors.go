@@ -56,6 +56,8 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 		code = codes.PermissionDenied
 	case errors.Is(err, domain.ErrStorageFull):
 		code = codes.ResourceExhausted // the guard logs the condition once, not every refusal
+	case errors.Is(err, domain.ErrCabinetFull):
+		code = codes.ResourceExhausted // the actor must drain the cabinet first
 	case errors.Is(err, domain.ErrUnavailable):
 		logger.Warn("store unavailable", "method", method, "error", err)
 		code = codes.Unavailable

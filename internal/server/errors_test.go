@@ -33,6 +33,7 @@ func TestToStatusMapsEveryDomainError(t *testing.T) {
 		{"not found is NOT_FOUND", domain.ErrNotFound, codes.NotFound},
 		{"a deeply wrapped not found is NOT_FOUND", fmt.Errorf("dequeue: %w", fmt.Errorf("bundle x: %w", domain.ErrNotFound)), codes.NotFound},
 		{"a full data volume is RESOURCE_EXHAUSTED", fmt.Errorf("%w: 10MiB free", domain.ErrStorageFull), codes.ResourceExhausted},
+		{"a full cabinet is RESOURCE_EXHAUSTED", fmt.Errorf("%w: dequeue first", domain.ErrCabinetFull), codes.ResourceExhausted},
 		{"unavailable is UNAVAILABLE", fmt.Errorf("store closed: %w", domain.ErrUnavailable), codes.Unavailable},
 		{"a missing or bad token is UNAUTHENTICATED", fmt.Errorf("%w: token is expired", domain.ErrUnauthenticated), codes.Unauthenticated},
 		{"acting for another actor is PERMISSION_DENIED", fmt.Errorf("%w: recipient is not the caller", domain.ErrPermissionDenied), codes.PermissionDenied},
@@ -164,7 +165,7 @@ func TestClientErrorsAreNotLoggedAtError(t *testing.T) {
 	for _, err := range []error{
 		domain.ErrInvalidArgument, domain.ErrNotFound, domain.ErrUnauthenticated, domain.ErrPermissionDenied,
 		domain.ErrNotificationConflict, domain.ErrBundleIDInUse, domain.ErrOtherBundlePending, domain.ErrStorageFull,
-		context.Canceled, context.DeadlineExceeded,
+		domain.ErrCabinetFull, context.Canceled, context.DeadlineExceeded,
 	} {
 		_ = ToStatus(logger, "/messagehub.v1.MessageHub/Peek", err)
 	}

@@ -154,23 +154,25 @@ type cursorDoc struct {
 }
 
 type bundleDoc struct {
-	ID         string   `json:"id"`
-	PK         string   `json:"pk"`
-	T          string   `json:"t"`
-	Bundle     string   `json:"bid"`
-	Origin     int32    `json:"o"`
-	CT         string   `json:"ct"`
-	Group      int32    `json:"g"`
-	Start      int64    `json:"st"`
-	End        int64    `json:"en"`
-	Count      int      `json:"n"`
-	Weight     int64    `json:"w"`
-	DocTypes   []string `json:"dt,omitempty"` // absent when too long to keep: read back from the items
-	NextSeq    int64    `json:"ns"`
-	CreatedAt  int64    `json:"ca"` // unix microseconds: exact within the 2^53 of a JSON number
-	DequeuedAt int64    `json:"da,omitempty"`
-	TTL        *int32   `json:"ttl,omitempty"`
-	ETag       string   `json:"_etag,omitempty"`
+	ID         string       `json:"id"`
+	PK         string       `json:"pk"`
+	T          string       `json:"t"`
+	Bundle     string       `json:"bid"`
+	Origin     int32        `json:"o"`
+	CT         string       `json:"ct"`
+	Group      int32        `json:"g"`
+	Start      int64        `json:"st"`
+	End        int64        `json:"en"`
+	Count      int          `json:"n"`
+	Weight     int64        `json:"w"`
+	DocTypes   []string     `json:"dt,omitempty"` // absent when too long to keep: read back from the items
+	NextSeq    int64        `json:"ns"`
+	Drawers    []drawerMeta `json:"dr,omitempty"` // set at dequeue: the drawers it reads back from
+	Holes      [][2]int64   `json:"h,omitempty"`  // holes within them
+	CreatedAt  int64        `json:"ca"`           // unix microseconds: exact within the 2^53 of a JSON number
+	DequeuedAt int64        `json:"da,omitempty"`
+	TTL        *int32       `json:"ttl,omitempty"`
+	ETag       string       `json:"_etag,omitempty"`
 }
 
 // slotDoc marks the one pending bundle of a peek group: creating it is what
@@ -244,6 +246,10 @@ func toBundle(d bundleDoc) bundle.Record {
 		rec.State = bundle.Dequeued
 		rec.DequeuedAt = fromMicros(d.DequeuedAt)
 	}
+	for _, m := range d.Drawers {
+		rec.Drawers = append(rec.Drawers, drawer.Meta(m))
+	}
+	rec.Holes = d.Holes
 	return rec
 }
 
@@ -263,6 +269,10 @@ func fromBundle(recipient string, rec bundle.Record) bundleDoc {
 		d.T = typeDequeued
 		d.DequeuedAt = rec.DequeuedAt.UnixMicro()
 	}
+	for _, m := range rec.Drawers {
+		d.Drawers = append(d.Drawers, drawerMeta(m))
+	}
+	d.Holes = rec.Holes
 	return d
 }
 

@@ -2,10 +2,12 @@ package cosmos
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/drawer"
 )
 
 // Times in bundle documents are JSON numbers, which Cosmos DB keeps exactly
@@ -34,5 +36,33 @@ func TestBundleTimesFitAJSONNumberAndOldOnesStillRead(t *testing.T) {
 	old := toBundle(bundleDoc{T: typeDequeued, CreatedAt: created.UnixNano(), DequeuedAt: dequeued.UnixNano()})
 	if !old.CreatedAt.Equal(created) || !old.DequeuedAt.Equal(dequeued) {
 		t.Fatalf("a document in nanoseconds read as %v and %v", old.CreatedAt, old.DequeuedAt)
+	}
+}
+
+// A dequeued bundle's drawers and holes survive the round trip through its
+// document: it reads back from them once they left the catalog entry.
+func TestDequeuedBundleKeepsItsDrawers(t *testing.T) {
+	rec := bundle.Record{
+		ID: "b", State: bundle.Dequeued, Start: 5, End: 12_000, Count: 11_990,
+		Drawers: []drawer.Meta{
+			{ID: "d1", Start: 0, Count: drawer.Capacity, FirstSeq: 1, LastSeq: 10_000, FirstAt: 7, LastAt: 8},
+			{ID: "d2", Start: drawer.Capacity, Count: 3_000, FirstSeq: 10_001, LastSeq: 13_000, FirstAt: 9, LastAt: 9},
+		},
+		Holes: [][2]int64{{6, 9}, {100, 101}},
+	}
+	raw, err := json.Marshal(fromBundle("r", rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d bundleDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	back := toBundle(d)
+	if !slices.Equal(back.Drawers, rec.Drawers) || !slices.EqualFunc(back.Holes, rec.Holes, func(a, b [2]int64) bool { return a == b }) {
+		t.Fatalf("read back drawers %+v holes %v, want %+v %v", back.Drawers, back.Holes, rec.Drawers, rec.Holes)
+	}
+	if pending := fromBundle("r", bundle.Record{ID: "p", State: bundle.Pending}); pending.Drawers != nil || pending.Holes != nil {
+		t.Fatal("a pending bundle's document names drawers")
 	}
 }

@@ -3,6 +3,8 @@ package cosmos_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/repository"
@@ -414,5 +418,107 @@ func TestSweepOf150FinishedCabinets(t *testing.T) {
 			t.Fatalf("after retention: %d entries and %d cursors left", len(state.Entries), len(state.Cursors))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// widestEntry is a cabinet's entry at its widest with the given number of
+// drawers: a 255-character content type, drawer ids of 36 characters and
+// every number at 2^53-1, the most a document keeps exact.
+func widestEntry(drawers int) catalog.Entry {
+	const widest = 1<<53 - 1
+	e := catalog.Entry{Origin: domain.OriginMeteringPoints, ContentType: longType("ct", 0), Total: widest}
+	for range drawers {
+		e.Drawers = append(e.Drawers, drawer.Meta{
+			ID: uuid.NewString(), Start: widest, Count: drawer.Capacity,
+			FirstSeq: widest, LastSeq: widest, FirstAt: widest, LastAt: widest,
+		})
+	}
+	return e
+}
+
+// The catalog entry is a bounded document: at the bound of
+// catalog.MaxDrawers, at its widest, it stays under 1 MB, half of the item
+// limit, and the test server, which refuses items over 2 MB, stores it and
+// the store loads it back whole. Without the bound it would not fit.
+func TestWidestEntryAtTheDrawerBoundFitsAnItem(t *testing.T) {
+	requireLimits(t)
+	db := cosmostest.UniqueID("db")
+	store := open(t, cosmos.Config{Database: db})
+	c, err := cosmostest.NewClient(t, server).NewContainer(db, "recipients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := uuid.NewString()
+	e := widestEntry(catalog.MaxDrawers)
+	raw, err := cosmos.EntryDocument(r, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("widest entry of %d drawers: %d bytes, %d a drawer", catalog.MaxDrawers, len(raw), len(raw)/catalog.MaxDrawers)
+	if len(raw) > 1<<20 {
+		t.Fatalf("widest entry at the bound is %d bytes, want under 1 MB", len(raw))
+	}
+	if _, err := c.UpsertItem(ctx, azcosmos.NewPartitionKeyString(r), raw, nil); err != nil {
+		t.Fatalf("storing the widest entry at the bound: %v", err)
+	}
+	time.Sleep(server.Options.Lag) // written by another client: let the replicas catch up
+	state, err := store.LoadRecipient(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(state.Entries) != 1 || state.Entries[0].ContentType != e.ContentType || len(state.Entries[0].Drawers) != catalog.MaxDrawers ||
+		state.Entries[0].Drawers[catalog.MaxDrawers-1] != e.Drawers[catalog.MaxDrawers-1] {
+		t.Fatalf("loaded %d entries, want the widest one back whole", len(state.Entries))
+	}
+
+	// The measure is the server's: an entry of three times as many drawers
+	// is over 2 MB and refused.
+	over, err := cosmos.EntryDocument(r, widestEntry(3*catalog.MaxDrawers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.UpsertItem(ctx, azcosmos.NewPartitionKeyString(r), over, nil)
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) || re.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("an entry of %d bytes: %v, want 413", len(over), err)
+	}
+}
+
+// A dequeued bundle's document names its drawers and carries no ttl: only
+// the sweeper, which deletes those drawers with it, may remove it; a TTL
+// that ran first would leave drawers no entry names behind for ever.
+func TestADequeuedBundleNamingDrawersHasNoTTL(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	store := open(t, cosmos.Config{Database: db})
+	repo := repository.New(store, repository.Options{}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	if _, err := repo.Save(ctx, notifications(3, r, 1)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := repo.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v %v", b, err)
+	}
+	if err := repo.Dequeue(ctx, r, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cosmostest.NewClient(t, server).NewContainer(db, "recipients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(server.Options.Lag)
+	resp, err := c.ReadItem(ctx, azcosmos.NewPartitionKeyString(r), "b:"+b.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(resp.Value, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if drawers, _ := doc["dr"].([]any); len(drawers) != 1 || doc["ttl"] != nil || doc["t"] != "dequeued" {
+		t.Fatalf("dequeued bundle document %v, want one drawer named and no ttl", doc)
 	}
 }

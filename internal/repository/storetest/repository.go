@@ -22,6 +22,9 @@ func RunRepository(t *testing.T, newStore Factory) {
 	h := &harness{newStore: newStore}
 	t.Run("SavesAndReadsBackEveryFieldInOrder", h.savesAndReadsBack)
 	t.Run("DrawerNeverExceedsCapacity", h.drawerNeverExceedsCapacity)
+	t.Run("CabinetBoundRefusesOnlyTheSaveThatNeedsMoreDrawers", h.cabinetBound)
+	t.Run("AcknowledgedDrawersLeaveTheEntryButNotTheirBundles", h.acknowledgedDrawersLeave)
+	t.Run("AcknowledgedDrawerLeavesALiveCabinet", h.acknowledgedDrawerLeavesALiveCabinet)
 	t.Run("DuplicatesAreStoredOnce", h.duplicatesStoredOnce)
 	t.Run("ConflictingIDRejectsWholeSave", h.conflictingIDRejectsWholeSave)
 	t.Run("SmallestHeadAcrossCabinetsWins", h.smallestHeadWins)
