@@ -25,6 +25,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/groupcommit"
 	"github.com/energydatahub/messagehub/internal/lograte"
 	"github.com/energydatahub/messagehub/internal/repository"
 )
@@ -35,14 +36,15 @@ type Store struct {
 	version atomic.Uint64
 	logger  *slog.Logger
 
-	// Writes go through one writer goroutine (writer.go). ids is its own.
-	writes     chan writeReq
-	writerDone chan struct{}
-	closeMu    sync.RWMutex // guards sends on writes against Close
-	closed     bool
-	ids        idFilter     // see idfilter.go
-	gate       func() error // asked before every write; nil: none (see OpenGated)
-	readOnly   bool
+	// Writes go through one writer goroutine (writer.go). ids and unsynced
+	// are its own; syncErr belongs to the goroutine that finishes groups.
+	writer    *groupcommit.Pipeline[writeReq]
+	ids       idFilter // see idfilter.go
+	unsynced  unsyncedRecords
+	syncErr   error
+	closeOnce sync.Once
+	gate      func() error // asked before every write; nil: none (see OpenGated)
+	readOnly  bool
 
 	// cache holds the published control records of recipients with data
 	// (records.go). Records are never changed once published.
@@ -95,7 +97,7 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 	s := &Store{
 		db: db, logger: logger, cache: make(map[[16]byte]*records), gate: gate, readOnly: opts.ReadOnly,
-		writes: make(chan writeReq, maxWriteGroup), writerDone: make(chan struct{}),
+		unsynced:  unsyncedRecords{latest: map[[16]byte]unsyncedRecord{}},
 		evictStop: make(chan struct{}),
 	}
 	if err := s.buildIDFilter(); err != nil {
@@ -105,7 +107,7 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	// Versions only need to differ from every earlier one of the same record;
 	// the clock at start keeps them increasing across restarts.
 	s.version.Store(uint64(time.Now().UnixNano()))
-	go s.writeLoop()
+	s.writer = s.newWriter()
 	go s.evictLoop()
 	return s, nil
 }
@@ -124,14 +126,8 @@ func holder(dir string) string {
 
 // Close lets queued writes finish, then closes the database.
 func (s *Store) Close() error {
-	s.closeMu.Lock()
-	if !s.closed {
-		s.closed = true
-		close(s.writes)
-		close(s.evictStop)
-	}
-	s.closeMu.Unlock()
-	<-s.writerDone
+	s.closeOnce.Do(func() { close(s.evictStop) })
+	s.writer.Close()
 	return s.db.Close()
 }
 
@@ -153,18 +149,21 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string) (repository
 	if err != nil {
 		return repository.RecipientState{}, err
 	}
-	// Only recipients that have data are kept in memory, so peeks for
-	// unknown recipients cannot grow the cache. What was read is durable;
-	// if the writer published meanwhile, its records are newer and stay, and
-	// if an eviction round ran meanwhile, they may have been newer and gone.
-	if rec.head.Version != "" {
+	// Pebble shows a write group before its fsync, so what was read may not
+	// be durable. But the writer publishes what it read of a recipient
+	// before it applies a change to it: if records were published meanwhile,
+	// they are durable and win. Only recipients that have data are kept in
+	// memory, so peeks for unknown recipients cannot grow the cache. If an
+	// eviction round ran meanwhile, newer records may have gone: then what
+	// was read is returned but not kept.
+	s.cacheMu.Lock()
+	if cur := s.cache[r]; cur != nil {
+		rec = cur
+	} else if rec.head.Version != "" && s.cacheEpoch == epoch {
 		rec.used.Store(true)
-		s.cacheMu.Lock()
-		if s.cache[r] == nil && s.cacheEpoch == epoch {
-			s.cache[r] = rec
-		}
-		s.cacheMu.Unlock()
+		s.cache[r] = rec
 	}
+	s.cacheMu.Unlock()
 	return rec.state(), nil
 }
 

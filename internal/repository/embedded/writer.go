@@ -8,8 +8,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/energydatahub/messagehub/internal/groupcommit"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -18,12 +21,14 @@ import (
 )
 
 // Every conditional write (a group of saves, a new bundle, a dequeue, a
-// sweep) is an operation run by one writer goroutine. It takes all the
-// operations queued while the previous group was being synced, runs each
-// against the state the group has built so far, writes the group as one
-// pebble batch with one fsync, and only then publishes the new records to
-// readers and answers the callers. So concurrent dequeues and peeks share
-// fsyncs the way saves do, and nothing is visible before it is durable.
+// sweep) is an operation run by one writer goroutine, through a group-commit
+// pipeline (internal/groupcommit). It takes all the operations queued, runs
+// each against the state the groups before it left, applies the group to
+// pebble as one batch and goes on to the next group while the WAL is
+// synced. Only after the fsync are the new control records published to
+// readers and the callers answered. Pebble shows a batch to its own reads
+// before the fsync, which is why readers go through the published records
+// (records.go): nothing is visible to them before it is durable.
 
 // maxWriteGroup bounds how many operations share one batch.
 const maxWriteGroup = 256
@@ -33,36 +38,54 @@ const maxWriteGroup = 256
 type writeOp func(tx *txn) error
 
 type writeReq struct {
-	op   writeOp
-	done chan error
+	op      writeOp
+	applied chan error // staged requests only: told once op is applied
+	done    chan error // told once the group is durable (or failed)
 }
 
 // write queues op and waits for its group to be durable. Once queued, the
 // outcome is always awaited: the caller never sees an error for a write
 // that happened.
 func (s *Store) write(ctx context.Context, op writeOp) error {
+	req, err := s.submit(ctx, op, false)
+	if err != nil {
+		return err
+	}
+	return <-req.done
+}
+
+// stage queues op and returns as soon as it is applied, before it is
+// durable: later writes see its changes, readers do not yet. durable waits
+// until it is durable.
+func (s *Store) stage(ctx context.Context, op writeOp) (durable func() error, err error) {
+	req, err := s.submit(ctx, op, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := <-req.applied; err != nil {
+		return nil, err
+	}
+	return func() error { return <-req.done }, nil
+}
+
+func (s *Store) submit(ctx context.Context, op writeOp, staged bool) (writeReq, error) {
 	if s.gate != nil {
 		if err := s.gate(); err != nil {
-			return err
+			return writeReq{}, err
 		}
 	}
 	if s.readOnly {
-		return errReadOnly
+		return writeReq{}, errReadOnly
 	}
 	req := writeReq{op: op, done: make(chan error, 1)}
-	s.closeMu.RLock()
-	if s.closed {
-		s.closeMu.RUnlock()
-		return errStoreClosed
+	if staged {
+		req.applied = make(chan error, 1)
 	}
-	select {
-	case s.writes <- req:
-	case <-ctx.Done():
-		s.closeMu.RUnlock()
-		return ctx.Err()
+	err := s.writer.Submit(ctx, req)
+	if errors.Is(err, groupcommit.ErrClosed) {
+		err = errStoreClosed
 	}
-	s.closeMu.RUnlock()
-	return <-req.done
+	return req, err
 }
 
 var errStoreClosed = errors.New("embedded: store closed")
@@ -70,27 +93,18 @@ var errStoreClosed = errors.New("embedded: store closed")
 var errReadOnly = fmt.Errorf("%w: the store was opened read-only, as the data volume was almost full at start; "+
 	"restart the hub now that space is freed", domain.ErrStorageFull)
 
-func (s *Store) writeLoop() {
-	defer close(s.writerDone)
-	for req := range s.writes {
-		group := []writeReq{req}
-	collect:
-		for len(group) < maxWriteGroup {
-			select {
-			case r, ok := <-s.writes:
-				if !ok {
-					break collect
-				}
-				group = append(group, r)
-			default:
-				break collect
-			}
-		}
-		s.commitGroup(group)
-	}
+func (s *Store) newWriter() *groupcommit.Pipeline[writeReq] {
+	return groupcommit.New(maxWriteGroup, groupcommit.Options[writeReq]{
+		MaxWeight: maxWriteGroup,
+		Prepare:   s.applyGroup,
+	})
 }
 
-func (s *Store) commitGroup(group []writeReq) {
+// applyGroup runs the group's operations and applies the batch without
+// waiting for its fsync; the function it returns waits for it, publishes
+// and answers.
+func (s *Store) applyGroup(group []writeReq) func() {
+	s.settle()
 	tx := &txn{
 		s:        s,
 		batch:    s.db.NewBatch(),
@@ -98,7 +112,6 @@ func (s *Store) commitGroup(group []writeReq) {
 		ids:      map[string]bool{},
 		dequeued: map[string]bool{},
 	}
-	defer tx.batch.Close()
 	errs := make([]error, len(group))
 	ok := 0
 	for i, req := range group {
@@ -106,26 +119,124 @@ func (s *Store) commitGroup(group []writeReq) {
 			ok++
 		}
 	}
-	if ok > 0 {
-		if err := tx.batch.Commit(pebble.Sync); err != nil {
-			for i := range errs {
-				if errs[i] == nil {
-					errs[i] = err
-				}
-			}
-		} else {
-			s.cacheMu.Lock()
-			for r, rec := range tx.touched {
-				rec.used.Store(true)
-				s.cache[r] = rec
-			}
-			s.cacheMu.Unlock()
-			s.addIDs(tx.newIDs)
+	if ok == 0 {
+		tx.batch.Close()
+		answer(group, errs, nil, false)
+		return nil
+	}
+	if err := s.db.ApplyNoSyncWait(tx.batch, pebble.Sync); err != nil {
+		_ = tx.batch.SyncWait() // pebble requires it before Close; returns at once when nothing was queued
+		tx.batch.Close()
+		answer(group, errs, err, false)
+		return nil
+	}
+	s.addIDs(tx.newIDs)
+	seq := s.unsynced.add(tx.touched)
+	for i, req := range group {
+		if req.applied != nil {
+			req.applied <- errs[i]
 		}
 	}
-	for i, req := range group {
-		req.done <- errs[i]
+	return func() {
+		err := tx.batch.SyncWait()
+		tx.batch.Close()
+		// A group applied after one whose fsync failed was built on it: it
+		// fails too, and so does every later one (the store must be reopened).
+		if s.syncErr == nil && err != nil {
+			s.syncErr = fmt.Errorf("embedded: sync of the write-ahead log: %w", err)
+			s.logger.Error("the embedded store cannot make writes durable; restart the hub", "err", err)
+		}
+		if s.syncErr == nil {
+			s.publish(tx.touched)
+			s.unsynced.durable.Store(seq)
+		}
+		answer(group, errs, s.syncErr, true)
 	}
+}
+
+// answer tells every request its outcome: its own error, else groupErr.
+// Staged requests not yet told about the apply hear it too.
+func answer(group []writeReq, errs []error, groupErr error, toldApplied bool) {
+	for i, req := range group {
+		err := errs[i]
+		if err == nil {
+			err = groupErr
+		}
+		if req.applied != nil && !toldApplied {
+			req.applied <- err
+		}
+		req.done <- err
+	}
+}
+
+// publish makes a durable group's control records what readers see.
+func (s *Store) publish(touched map[[16]byte]*records) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	for r, rec := range touched {
+		rec.used.Store(true)
+		s.cache[r] = rec
+	}
+}
+
+// settle forgets the unsynced records of groups that are now durable: the
+// published ones are the same.
+func (s *Store) settle() { s.unsynced.settle() }
+
+// unsyncedRecords are the control records of groups applied to pebble and
+// not yet known durable, newest per recipient. Only the writer goroutine
+// reads and changes them; durable is set by the finishing goroutine.
+type unsyncedRecords struct {
+	latest  map[[16]byte]unsyncedRecord
+	groups  []unsyncedGroup
+	last    uint64
+	durable atomic.Uint64 // the last group published
+}
+
+type unsyncedRecord struct {
+	rec   *records
+	group uint64
+}
+
+type unsyncedGroup struct {
+	seq        uint64
+	recipients [][16]byte
+}
+
+// add records a group's changed records and returns the group's number.
+func (u *unsyncedRecords) add(touched map[[16]byte]*records) uint64 {
+	u.last++
+	g := unsyncedGroup{seq: u.last, recipients: make([][16]byte, 0, len(touched))}
+	for r, rec := range touched {
+		u.latest[r] = unsyncedRecord{rec: rec, group: u.last}
+		g.recipients = append(g.recipients, r)
+	}
+	u.groups = append(u.groups, g)
+	return u.last
+}
+
+func (u *unsyncedRecords) get(r [16]byte) *records {
+	if v, ok := u.latest[r]; ok {
+		return v.rec
+	}
+	return nil
+}
+
+func (u *unsyncedRecords) settle() {
+	durable := u.durable.Load()
+	n := 0
+	for _, g := range u.groups {
+		if g.seq > durable {
+			break
+		}
+		for _, r := range g.recipients {
+			if u.latest[r].group == g.seq {
+				delete(u.latest, r)
+			}
+		}
+		n++
+	}
+	u.groups = slices.Delete(u.groups, 0, n)
 }
 
 // txn is the state of one write group: a batch and copy-on-write clones of
@@ -139,16 +250,27 @@ type txn struct {
 	newIDs   [][]byte
 }
 
-// records returns the recipient's records as this group sees them. The
-// result may be read freely; changes go through change.
+// records returns the recipient's records as this group sees them: as
+// earlier groups left them, durable or not. The result may be read freely;
+// changes go through change.
 func (tx *txn) records(r [16]byte) (*records, error) {
 	if rec, ok := tx.touched[r]; ok {
+		return rec, nil
+	}
+	if rec := tx.s.unsynced.get(r); rec != nil {
 		return rec, nil
 	}
 	if rec := tx.s.cached(r); rec != nil {
 		return rec, nil
 	}
-	return tx.s.readRecords(r)
+	rec, err := tx.s.readRecords(r)
+	if err != nil {
+		return nil, err
+	}
+	// What the writer reads from disk is durable (no unsynced group changed
+	// it). Published now, it is what a reader finds until this group is
+	// durable, instead of pebble's view, which shows the group at once.
+	return tx.s.publishRead(r, rec), nil
 }
 
 // change clones the recipient's records (once per group) and applies fn.
@@ -216,7 +338,18 @@ func setPut(key []byte, v any) (put, error) {
 // CommitSaves writes every recipient's save. All checks come first, so a
 // failing save group changes nothing.
 func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSave) error {
-	return s.write(ctx, func(tx *txn) error {
+	return s.write(ctx, s.saveOp(saves, false))
+}
+
+// StageSaves is CommitSaves without waiting for the fsync (repository.Stager).
+func (s *Store) StageSaves(ctx context.Context, saves []repository.RecipientSave) (durable func() error, err error) {
+	return s.stage(ctx, s.saveOp(saves, true))
+}
+
+// saveOp writes the saves; with written set, it also leaves in them the
+// versions their head and entries were written with.
+func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
+	return func(tx *txn) error {
 		type recipientChange struct {
 			r       [16]byte
 			rec     *records
@@ -310,16 +443,20 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 			tx.ids[string(k)] = true
 		}
 		tx.newIDs = append(tx.newIDs, idKeys...)
-		for _, c := range changes {
+		for i, c := range changes {
 			tx.change(c.r, c.rec, func(rec *records) {
 				rec.head = c.head
 				for _, e := range c.entries {
 					rec.entries[e.Key()] = e
 				}
 			})
+			if written {
+				saves[i].Head = c.head
+				copy(saves[i].Entries, c.entries)
+			}
 		}
 		return nil
-	})
+	}
 }
 
 // CreateBundle stores a pending bundle if its id is unused, its group has no
