@@ -207,17 +207,20 @@ func (r *Repository) commitGroup(ctx context.Context, live []*saveCall, write fu
 // then plans the store write of every recipient involved.
 func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored map[string]IDRecord) ([]saveOutcome, []RecipientSave, error) {
 	outcomes := make([]saveOutcome, len(calls))
-	accepted := make(map[string]Fingerprint) // new ids of the group's calls so far
+	n := 0
+	for _, c := range calls {
+		n += len(c.notifications)
+	}
+	accepted := make(map[string]Fingerprint, n) // new ids of the group's calls so far
 	byRecipient := make(map[string][]domain.Notification)
 	var recipients []string
 	for i, c := range calls {
-		fresh, fps, dups, err := classify(c.notifications, stored, accepted)
+		fresh, dups, err := classify(c.notifications, stored, accepted)
 		if err != nil {
 			outcomes[i] = saveOutcome{err: err}
 			continue
 		}
 		outcomes[i] = saveOutcome{result: domain.SaveResult{Saved: len(fresh), Duplicates: dups}}
-		maps.Copy(accepted, fps)
 		for _, n := range fresh {
 			if _, seen := byRecipient[n.Recipient]; !seen {
 				recipients = append(recipients, n.Recipient)
@@ -245,20 +248,16 @@ func (r *Repository) recipientForSave(ctx context.Context, rcpt string) (Recipie
 	return r.store.LoadRecipient(ctx, rcpt)
 }
 
-// classify returns the notifications of one Save that are new, with their
-// fingerprints, and how many are duplicates of stored ones, of earlier saves
-// in the group or of earlier ones in the same Save. The same id with other
-// content fails the whole Save.
-func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map[string]Fingerprint) ([]domain.Notification, map[string]Fingerprint, int, error) {
-	own := make(map[string]Fingerprint, len(ns))
+// classify returns the notifications of one Save that are new, and how many
+// are duplicates of stored ones, of earlier saves in the group or of earlier
+// ones in the same Save; it adds the new ones' fingerprints to accepted. The
+// same id with other content fails the whole Save, and adds nothing.
+func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map[string]Fingerprint) ([]domain.Notification, int, error) {
 	fresh := make([]domain.Notification, 0, len(ns))
 	dups := 0
 	for _, n := range ns {
 		fp := fingerprint(n)
-		prev, found := own[n.ID]
-		if !found {
-			prev, found = accepted[n.ID]
-		}
+		prev, found := accepted[n.ID]
 		fromStore := false
 		if !found {
 			var rec IDRecord
@@ -267,7 +266,7 @@ func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map
 		}
 		switch {
 		case !found:
-			own[n.ID] = fp
+			accepted[n.ID] = fp
 			fresh = append(fresh, n)
 		case prev == fp, fromStore && prev == legacyFingerprint(n):
 			// A stored record may hold the SHA-256 fingerprint of an earlier
@@ -275,10 +274,13 @@ func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map
 			// format) is served by comparing with both.
 			dups++
 		default:
-			return nil, nil, 0, fmt.Errorf("%w: %s", domain.ErrNotificationConflict, n.ID)
+			for _, f := range fresh {
+				delete(accepted, f.ID)
+			}
+			return nil, 0, fmt.Errorf("%w: %s", domain.ErrNotificationConflict, n.ID)
 		}
 	}
-	return fresh, own, dups, nil
+	return fresh, dups, nil
 }
 
 // planSave numbers one recipient's new notifications from its head, files

@@ -1,13 +1,13 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -109,7 +109,7 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		s:        s,
 		batch:    s.db.NewBatch(),
 		touched:  map[[16]byte]*records{},
-		ids:      map[string]bool{},
+		ids:      map[[16]byte]struct{}{},
 		dequeued: map[string]bool{},
 	}
 	errs := make([]error, len(group))
@@ -245,8 +245,8 @@ type txn struct {
 	s        *Store
 	batch    *pebble.Batch
 	touched  map[[16]byte]*records
-	ids      map[string]bool // id keys written in this group
-	dequeued map[string]bool // dequeued-bundle keys written in this group
+	ids      map[[16]byte]struct{} // notification ids written in this group
+	dequeued map[string]bool       // dequeued-bundle keys written in this group
 	newIDs   [][]byte
 }
 
@@ -290,7 +290,7 @@ func (tx *txn) change(r [16]byte, rec *records, fn func(*records)) {
 
 // idExists looks an id key up in this group, then in the database.
 func (tx *txn) idExists(key []byte) ([]byte, bool, error) {
-	if tx.ids[string(key)] {
+	if _, ok := tx.ids[[16]byte(key[1:])]; ok {
 		return nil, true, nil
 	}
 	if !tx.s.ids.mayExist(key) {
@@ -358,9 +358,6 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 		}
 		var changes []recipientChange
 		var puts []put
-		var idKeys [][]byte
-		existing := map[string]repository.IDRecord{}
-		seen := map[string]bool{}
 		for _, save := range saves {
 			r, err := uuidBytes(save.Recipient)
 			if err != nil {
@@ -404,43 +401,17 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 				}
 				puts = append(puts, put{key: pageKey(d, pg.Start()), value: v})
 			}
-			// In key order, successive lookups walk nearby parts of the
-			// memtable's skiplist, which the CPU caches keep warm.
-			ids := slices.SortedFunc(slices.Values(save.IDs), func(a, b repository.IDRecord) int { return strings.Compare(a.ID, b.ID) })
-			for _, idRec := range ids {
-				id, err := uuidBytes(idRec.ID)
-				if err != nil {
-					return err
-				}
-				key := idKey(id)
-				stored, exists, err := tx.idExists(key)
-				if err != nil {
-					return err
-				}
-				if exists || seen[idRec.ID] {
-					if stored == nil { // written earlier in this group
-						stored, _ = encodeIDRecord(idRec)
-					}
-					if existing[idRec.ID], err = decodeIDRecord(idRec.ID, stored); err != nil {
-						return err
-					}
-					continue
-				}
-				seen[idRec.ID] = true
-				v, err := encodeIDRecord(idRec)
-				if err != nil {
-					return err
-				}
-				puts = append(puts, put{key: key, value: v})
-				idKeys = append(idKeys, key)
-			}
 		}
-		if len(existing) > 0 {
-			return &repository.IDsExistError{Records: existing}
+		idPuts, idKeys, err := tx.idRecords(saves)
+		if err != nil {
+			return err
 		}
 		tx.apply(puts)
+		// Last and in key order: pebble's memtable inserts a sorted run of
+		// keys faster (each insert starts its search where the last ended).
+		tx.apply(idPuts)
 		for _, k := range idKeys {
-			tx.ids[string(k)] = true
+			tx.ids[[16]byte(k[1:])] = struct{}{}
 		}
 		tx.newIDs = append(tx.newIDs, idKeys...)
 		for i, c := range changes {
@@ -457,6 +428,66 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 		}
 		return nil
 	}
+}
+
+// idRecords stages the id records of the saves, sorted by key, and returns
+// their keys; keys and values share one buffer. Ids that exist (or come
+// twice) fail it with *repository.IDsExistError naming all of them.
+func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, [][]byte, error) {
+	type idRec struct {
+		id  [16]byte
+		rec *repository.IDRecord
+	}
+	var all []idRec
+	for i := range saves {
+		for j := range saves[i].IDs {
+			rec := &saves[i].IDs[j]
+			id, err := uuidBytes(rec.ID)
+			if err != nil {
+				return nil, nil, err
+			}
+			all = append(all, idRec{id: id, rec: rec})
+		}
+	}
+	slices.SortFunc(all, func(a, b idRec) int { return bytes.Compare(a.id[:], b.id[:]) })
+	buf := make([]byte, 0, len(all)*(1+16+idRecordLen))
+	puts := make([]put, 0, len(all))
+	keys := make([][]byte, 0, len(all))
+	var existing map[string]repository.IDRecord
+	for i, e := range all {
+		start := len(buf)
+		buf = append(buf, prefixID)
+		buf = append(buf, e.id[:]...)
+		key := buf[start:len(buf):len(buf)]
+		stored, exists, err := tx.idExists(key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if exists || i > 0 && all[i-1].id == e.id {
+			if stored == nil { // written earlier in this group or this save
+				if stored, err = encodeIDRecord(*e.rec); err != nil {
+					return nil, nil, err
+				}
+			}
+			if existing == nil {
+				existing = map[string]repository.IDRecord{}
+			}
+			if existing[e.rec.ID], err = decodeIDRecord(e.rec.ID, stored); err != nil {
+				return nil, nil, err
+			}
+			buf = buf[:start]
+			continue
+		}
+		if buf, err = appendIDRecord(buf, *e.rec); err != nil {
+			return nil, nil, err
+		}
+		puts = append(puts, put{key: key, value: buf[start+len(key):]})
+		keys = append(keys, key)
+	}
+	if existing != nil {
+		return nil, nil, &repository.IDsExistError{Records: existing}
+	}
+	return puts, keys, nil
 }
 
 // CreateBundle stores a pending bundle if its id is unused, its group has no
