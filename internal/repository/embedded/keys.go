@@ -21,12 +21,14 @@ import (
 //	d <drawer> <start position>            page of a drawer
 //	i <notification id>                    id index
 //	n <dequeued at> <recipient> <bundle>   notice: a domain to tell of a dequeue
+//	f                                      token of the saved id filter (idfilter_file.go)
 const (
-	prefixRecipient = 'r'
-	prefixDequeued  = 'x'
-	prefixDrawer    = 'd'
-	prefixID        = 'i'
-	prefixNotice    = 'n'
+	prefixRecipient   = 'r'
+	prefixDequeued    = 'x'
+	prefixDrawer      = 'd'
+	prefixID          = 'i'
+	prefixNotice      = 'n'
+	prefixFilterToken = 'f'
 
 	kindHead    = 'h'
 	kindEntry   = 'e'

@@ -33,6 +33,7 @@ import (
 // Store is the embedded repository.Store.
 type Store struct {
 	db      *pebble.DB
+	dir     string
 	version atomic.Uint64
 	logger  *slog.Logger
 
@@ -96,11 +97,11 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	// Tell a second process who holds the directory; only read while locked.
 	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 	s := &Store{
-		db: db, logger: logger, cache: make(map[[16]byte]*records), gate: gate, readOnly: opts.ReadOnly,
+		db: db, dir: dir, logger: logger, cache: make(map[[16]byte]*records), gate: gate, readOnly: opts.ReadOnly,
 		unsynced:  unsyncedRecords{latest: map[[16]byte]unsyncedRecord{}},
 		evictStop: make(chan struct{}),
 	}
-	if err := s.buildIDFilter(); err != nil {
+	if err := s.openIDFilter(dir); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("index the ids in %s: %w", dir, err)
 	}
@@ -124,10 +125,18 @@ func holder(dir string) string {
 	return ""
 }
 
-// Close lets queued writes finish, then closes the database.
+// Close lets queued writes finish, saves the id filter and closes the
+// database.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { close(s.evictStop) })
+	first := false
+	s.closeOnce.Do(func() { close(s.evictStop); first = true })
 	s.writer.Close()
+	if first && !s.readOnly && s.syncErr == nil && (s.gate == nil || s.gate() == nil) {
+		// Without it the next start only takes longer.
+		if err := s.saveIDFilter(s.dir); err != nil {
+			s.logger.Warn("saving the id filter failed; the next start indexes the stored ids", "err", err)
+		}
+	}
 	return s.db.Close()
 }
 
