@@ -1,8 +1,9 @@
 package embedded
 
 import (
-	"bytes"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -449,7 +450,7 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, [][]byte, err
 			all = append(all, idRec{id: id, rec: rec})
 		}
 	}
-	slices.SortFunc(all, func(a, b idRec) int { return bytes.Compare(a.id[:], b.id[:]) })
+	slices.SortFunc(all, func(a, b idRec) int { return compareIDs(&a.id, &b.id) })
 	buf := make([]byte, 0, len(all)*(1+16+idRecordLen))
 	puts := make([]put, 0, len(all))
 	keys := make([][]byte, 0, len(all))
@@ -488,6 +489,14 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, [][]byte, err
 		return nil, nil, &repository.IDsExistError{Records: existing}
 	}
 	return puts, keys, nil
+}
+
+// compareIDs orders ids as their keys sort, comparing eight bytes at a time.
+func compareIDs(a, b *[16]byte) int {
+	if c := cmp.Compare(binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8])); c != 0 {
+		return c
+	}
+	return cmp.Compare(binary.BigEndian.Uint64(a[8:]), binary.BigEndian.Uint64(b[8:]))
 }
 
 // CreateBundle stores a pending bundle if its id is unused, its group has no
