@@ -2,8 +2,6 @@ package embedded
 
 import (
 	"time"
-
-	"github.com/bits-and-blooms/bloom/v3"
 )
 
 // idFilter is a bloom filter of the stored notification ids. Almost every id
@@ -13,8 +11,8 @@ import (
 // checked in the database. Ids removed by retention stay in the filter until
 // the next rebuild; that only costs a lookup. Only the writer goroutine uses it.
 type idFilter struct {
-	filter   *bloom.BloomFilter
-	capacity uint // ids the filter is sized for at a 1% false-positive rate
+	filter   *blockedBloom // see bloom.go
+	capacity uint          // ids the filter is sized for (under 1% false positives)
 	count    uint // ids added since it was built
 }
 
@@ -60,9 +58,9 @@ const minIDRecordOnDisk = 48
 // fillIDFilter builds a filter for 2 × n ids and adds every stored id.
 func (s *Store) fillIDFilter(n uint) (idFilter, error) {
 	f := idFilter{capacity: max(2*n, minIDFilterCapacity)}
-	f.filter = bloom.NewWithEstimates(f.capacity, 0.01)
+	f.filter = newBlockedBloom(f.capacity)
 	err := s.scan([]byte{prefixID}, func(key, _ []byte) error {
-		f.filter.Add(key)
+		f.filter.add(key)
 		f.count++
 		return nil
 	})
@@ -70,14 +68,14 @@ func (s *Store) fillIDFilter(n uint) (idFilter, error) {
 }
 
 // mayExist reports whether the id key may be stored.
-func (f *idFilter) mayExist(key []byte) bool { return f.filter.Test(key) }
+func (f *idFilter) mayExist(key []byte) bool { return f.filter.mayContain(key) }
 
 // addIDs records stored id keys, growing the filter when it gets too full.
 // A failed rebuild keeps the current filter, which is still right, only
 // less selective; the next save tries again.
 func (s *Store) addIDs(keys [][]byte) {
 	for _, k := range keys {
-		s.ids.filter.Add(k)
+		s.ids.filter.add(k)
 	}
 	s.ids.count += uint(len(keys))
 	if s.ids.count > s.ids.capacity {

@@ -5,12 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/zeebo/xxh3"
 )
@@ -26,7 +24,7 @@ const idFilterFile = "idfilter"
 // filterTokenKey holds the token of the saved filter (a prefix of its own).
 var filterTokenKey = []byte{prefixFilterToken}
 
-const idFilterMagic = "messagehub idfilter 1\n"
+const idFilterMagic = "messagehub idfilter 1 (blocked bloom)\n"
 
 // openIDFilter loads the saved filter if it is valid, else builds one.
 func (s *Store) openIDFilter(dir string) error {
@@ -71,15 +69,15 @@ func (s *Store) loadIDFilter(dir string) (*idFilter, error) {
 		return nil, nil // saved by an earlier Close: the data changed since
 	}
 	meta := body[head-16 : head]
-	f := &idFilter{
-		filter:   &bloom.BloomFilter{},
+	filter, err := decodeBlockedBloom(body[head:])
+	if err != nil {
+		return nil, err
+	}
+	return &idFilter{
+		filter:   filter,
 		capacity: uint(binary.BigEndian.Uint64(meta[:8])),
 		count:    uint(binary.BigEndian.Uint64(meta[8:])),
-	}
-	if _, err := f.filter.ReadFrom(bytes.NewReader(body[head:])); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
-	}
-	return f, nil
+	}, nil
 }
 
 // saveIDFilter writes the filter to its file (durably), then its token to
@@ -87,16 +85,14 @@ func (s *Store) loadIDFilter(dir string) (*idFilter, error) {
 func (s *Store) saveIDFilter(dir string) error {
 	token := make([]byte, 16)
 	_, _ = rand.Read(token)
-	var buf bytes.Buffer
-	buf.WriteString(idFilterMagic)
-	buf.Write(token)
-	buf.Write(binary.BigEndian.AppendUint64(nil, uint64(s.ids.capacity)))
-	buf.Write(binary.BigEndian.AppendUint64(nil, uint64(s.ids.count)))
-	if _, err := s.ids.filter.WriteTo(&buf); err != nil {
-		return err
-	}
-	buf.Write(binary.BigEndian.AppendUint64(nil, xxh3.Hash(buf.Bytes())))
-	if err := writeFileSync(filepath.Join(dir, idFilterFile), buf.Bytes()); err != nil {
+	buf := make([]byte, 0, len(idFilterMagic)+len(token)+16+8+len(s.ids.filter.blocks)*64+8)
+	buf = append(buf, idFilterMagic...)
+	buf = append(buf, token...)
+	buf = binary.BigEndian.AppendUint64(buf, uint64(s.ids.capacity))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(s.ids.count))
+	buf = s.ids.filter.appendTo(buf)
+	buf = binary.BigEndian.AppendUint64(buf, xxh3.Hash(buf))
+	if err := writeFileSync(filepath.Join(dir, idFilterFile), buf); err != nil {
 		return err
 	}
 	return s.db.Set(filterTokenKey, token, pebble.Sync)
