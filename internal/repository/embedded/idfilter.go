@@ -13,7 +13,7 @@ import (
 type idFilter struct {
 	filter   *blockedBloom // see bloom.go
 	capacity uint          // ids the filter is sized for (under 1% false positives)
-	count    uint // ids added since it was built
+	count    uint          // ids added since it was built
 }
 
 // minIDFilterCapacity is the smallest filter built (a variable for tests).
