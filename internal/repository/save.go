@@ -127,10 +127,17 @@ func (r *Repository) prepareGroup(group []*saveCall) func() {
 		}
 		return err
 	})
-	if err != nil || durable == nil {
+	if err != nil {
 		cancel()
 		answerSaves(live, outcomes, err)
 		return nil
+	}
+	if durable == nil {
+		// Nothing to write: only duplicates, perhaps of notifications staged
+		// and not yet durable. Finishes run in order, so answering in one
+		// answers after those are durable.
+		cancel()
+		return func() { answerSaves(live, outcomes, nil) }
 	}
 	seq := r.staged.last
 	return func() {
