@@ -121,9 +121,10 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		}
 	}
 	if ok == 0 {
+		// Every operation failed its checks, perhaps against groups not yet
+		// durable: answered in order, after those.
 		tx.batch.Close()
-		answer(group, errs, nil, false)
-		return nil
+		return func() { answer(group, errs, nil, false) }
 	}
 	if err := s.db.ApplyNoSyncWait(tx.batch, pebble.Sync); err != nil {
 		_ = tx.batch.SyncWait() // pebble requires it before Close; returns at once when nothing was queued
