@@ -3,6 +3,7 @@ package embedded
 import (
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 
 	"github.com/zeebo/xxh3"
 )
@@ -38,6 +39,15 @@ func (b *blockedBloom) add(key []byte) {
 	for i := range uint32(bloomProbes) {
 		bit := (h1 + i*h2) & 511
 		block[bit>>6] |= 1 << (bit & 63)
+	}
+}
+
+// addAtomic is add for filters being filled from several goroutines.
+func (b *blockedBloom) addAtomic(key []byte) {
+	block, h1, h2 := b.locate(key)
+	for i := range uint32(bloomProbes) {
+		bit := (h1 + i*h2) & 511
+		atomic.OrUint64(&block[bit>>6], 1<<(bit&63))
 	}
 }
 

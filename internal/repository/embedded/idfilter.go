@@ -1,7 +1,10 @@
 package embedded
 
 import (
+	"runtime"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // idFilter is a bloom filter of the stored notification ids. Almost every id
@@ -55,15 +58,33 @@ func (s *Store) newIDFilter() (idFilter, error) {
 // about 53 measured), so that dividing by it over-estimates the count a little.
 const minIDRecordOnDisk = 48
 
-// fillIDFilter builds a filter for 2 × n ids and adds every stored id.
+// fillIDFilter builds a filter for 2 × n ids and adds every stored id. The
+// ids are read in as many key ranges at once as there are CPUs: with
+// millions of them this is most of a start after a crash.
 func (s *Store) fillIDFilter(n uint) (idFilter, error) {
 	f := idFilter{capacity: max(2*n, minIDFilterCapacity)}
 	f.filter = newBlockedBloom(f.capacity)
-	err := s.scan([]byte{prefixID}, func(key, _ []byte) error {
-		f.filter.add(key)
-		f.count++
-		return nil
-	})
+	parts := min(runtime.GOMAXPROCS(0), 16)
+	counts := make([]uint, parts)
+	var g errgroup.Group
+	for i := range parts {
+		// Ids are random, so ranges of their first byte hold about as many.
+		lo, hi := []byte{prefixID, byte(256 * i / parts)}, []byte{prefixID, byte(256 * (i + 1) / parts)}
+		if i == parts-1 {
+			hi = []byte{prefixID + 1}
+		}
+		g.Go(func() error {
+			return s.scanRange(lo, hi, func(key, _ []byte) error {
+				f.filter.addAtomic(key)
+				counts[i]++
+				return nil
+			})
+		})
+	}
+	err := g.Wait()
+	for _, c := range counts {
+		f.count += c
+	}
 	return f, err
 }
 

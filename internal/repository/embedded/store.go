@@ -324,7 +324,12 @@ func (s *Store) get(key []byte) ([]byte, bool, error) {
 // scan calls fn for every key with the prefix, in order. The slices are only
 // valid during the call.
 func (s *Store) scan(prefix []byte, fn func(key, value []byte) error) error {
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	return s.scanRange(prefix, prefixEnd(prefix), fn)
+}
+
+// scanRange calls fn for every key in [lo, hi), in order.
+func (s *Store) scanRange(lo, hi []byte, fn func(key, value []byte) error) error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
 	}
