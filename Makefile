@@ -11,6 +11,7 @@ export PATH := $(BIN):$(PATH)
 BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+PROTOC_GEN_VTPROTO_VERSION := v0.6.0
 GRPC_GATEWAY_VERSION       := v2.32.0
 GHZ_VERSION                := v0.120.0
 GOLANGCI_LINT_VERSION      := v2.15.0
@@ -20,6 +21,7 @@ GOTESTSUM_VERSION          := v1.13.0
 BUF                := $(BIN)/.buf-$(BUF_VERSION)
 PROTOC_GEN_GO      := $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION)
 PROTOC_GEN_GO_GRPC := $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)
+PROTOC_GEN_VTPROTO := $(BIN)/.protoc-gen-go-vtproto-$(PROTOC_GEN_VTPROTO_VERSION)
 PROTOC_GEN_GATEWAY := $(BIN)/.protoc-gen-grpc-gateway-$(GRPC_GATEWAY_VERSION)
 PROTOC_GEN_OPENAPI := $(BIN)/.protoc-gen-openapiv2-$(GRPC_GATEWAY_VERSION)
 GHZ                := $(BIN)/.ghz-$(GHZ_VERSION)
@@ -41,7 +43,7 @@ LOAD_DURATION ?= 5s
 .PHONY: all tools generate lint build run test bench load ingest-vs-postgres dev-tokens clean
 all: lint build test
 
-GENERATORS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GATEWAY) $(PROTOC_GEN_OPENAPI)
+GENERATORS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_VTPROTO) $(PROTOC_GEN_GATEWAY) $(PROTOC_GEN_OPENAPI)
 
 tools: $(GENERATORS) $(GOLANGCI_LINT) $(GOTESTSUM) ## install the pinned tools into .bin
 
@@ -54,6 +56,9 @@ $(PROTOC_GEN_GO):
 	touch $@
 $(PROTOC_GEN_GO_GRPC):
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	touch $@
+$(PROTOC_GEN_VTPROTO):
+	GOBIN=$(BIN) $(GO) install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$(PROTOC_GEN_VTPROTO_VERSION)
 	touch $@
 $(PROTOC_GEN_GATEWAY):
 	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)

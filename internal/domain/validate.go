@@ -19,21 +19,48 @@ func ParseUUID(field, s string) (string, error) {
 	if len(s) != 36 {
 		return "", invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
 	}
+	// One pass checks the form and notes upper case: ids are usually lower
+	// case already and are then returned as they are (two per notification).
+	upper := false
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
+		if i == 8 || i == 13 || i == 18 || i == 23 {
 			if c != '-' {
 				return "", invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
 			}
-		default:
-			if !isHex(c) {
-				return "", invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
-			}
+			continue
+		}
+		switch hexClass[c] {
+		case hexUpper:
+			upper = true
+		case notHex:
+			return "", invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
 		}
 	}
-	return strings.ToLower(s), nil
+	if upper {
+		return strings.ToLower(s), nil
+	}
+	return s, nil
 }
+
+const (
+	notHex = iota
+	hexLower
+	hexUpper
+)
+
+// hexClass classifies each byte for ParseUUID.
+var hexClass = func() (t [256]byte) {
+	for c := range 256 {
+		switch {
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+			t[c] = hexLower
+		case c >= 'A' && c <= 'F':
+			t[c] = hexUpper
+		}
+	}
+	return t
+}()
 
 // ParseOptionalUUID is ParseUUID for a value that may be empty.
 func ParseOptionalUUID(field, s string) (string, error) {
@@ -109,10 +136,6 @@ func ValidatePeekGroup(g PeekGroup) error {
 		return invalid("group must be a defined peek group, got %d", g)
 	}
 	return nil
-}
-
-func isHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
 }
 
 func isAlnum(c byte) bool {

@@ -16,13 +16,13 @@ func TestStoredSHA256FingerprintsStillFindDuplicates(t *testing.T) {
 		ContentType: "c", DocumentType: "d", SupportsBundling: true, Weight: 2}
 	for _, legacyFlag := range []bool{false, true} {
 		stored := map[string]IDRecord{n.ID: {ID: n.ID, Fingerprint: legacyFingerprint(n), LegacyFingerprint: legacyFlag}}
-		fresh, _, dups, err := classify([]domain.Notification{n}, stored, map[string]Fingerprint{})
+		fresh, dups, err := classify([]domain.Notification{n}, stored, map[string]Fingerprint{})
 		if err != nil || dups != 1 || len(fresh) != 0 {
 			t.Fatalf("flag %v: fresh %d, dups %d, err %v; want one duplicate", legacyFlag, len(fresh), dups, err)
 		}
 		other := n
 		other.Weight = 3
-		if _, _, _, err := classify([]domain.Notification{other}, stored, map[string]Fingerprint{}); !errors.Is(err, domain.ErrNotificationConflict) {
+		if _, _, err := classify([]domain.Notification{other}, stored, map[string]Fingerprint{}); !errors.Is(err, domain.ErrNotificationConflict) {
 			t.Fatalf("flag %v: other content: %v, want a conflict", legacyFlag, err)
 		}
 	}

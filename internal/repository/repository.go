@@ -13,6 +13,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/groupcommit"
 )
 
 const (
@@ -36,8 +37,9 @@ type Repository struct {
 	// operation starts, so Close can wait for every one that did.
 	closeMu sync.RWMutex
 	closed  bool
-	// saves feeds the group committer.
-	saves chan *saveCall
+	// saves is the group committer of Save (save.go); staged is its own.
+	saves  *groupcommit.Pipeline[*saveCall]
+	staged staged
 	// ops counts running calls and the shared executions they started;
 	// stopOps cancels the shared executions (their callers are gone by the
 	// time Close runs).
@@ -75,14 +77,14 @@ func New(store Store, opts Options, logger *slog.Logger) *Repository {
 	}
 	r := &Repository{
 		store: store, opts: opts, logger: logger,
-		peeks: newSharer[*domain.Bundle](),
-		saves: make(chan *saveCall, 1024),
+		peeks:  newSharer[*domain.Bundle](),
+		staged: staged{states: map[string]stagedState{}},
 	}
+	r.saves = r.newSaver()
 	r.opsCtx, r.stopOps = context.WithCancel(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stopSweeper = cancel
-	r.background.Add(2)
-	go func() { defer r.background.Done(); r.commitLoop() }()
+	r.background.Add(1)
 	go func() { defer r.background.Done(); r.sweepLoop(ctx) }()
 	return r
 }
@@ -92,11 +94,9 @@ func New(store Store, opts Options, logger *slog.Logger) *Repository {
 // can close the store afterwards with nothing still using it.
 func (r *Repository) Close() {
 	r.closeMu.Lock()
-	if !r.closed {
-		r.closed = true
-		close(r.saves)
-	}
+	r.closed = true
 	r.closeMu.Unlock()
+	r.saves.Close()
 	r.stopSweeper()
 	r.stopOps()
 	r.ops.Wait()

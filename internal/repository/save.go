@@ -7,18 +7,34 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"sync/atomic"
 
 	"github.com/zeebo/xxh3"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/groupcommit"
 )
 
-// Group commit: Save calls queue up while a commit is being written; the next
-// commit takes all of them (up to maxGroupNotifications) in one durable
-// write, so many small saves share one fsync and one watermark step.
+// Group commit (internal/groupcommit): Save calls queue up; each group takes
+// all that are queued (up to maxGroupNotifications) into one durable store
+// write, so many small saves share one fsync and one watermark step. On a
+// Stager the next group is planned and applied while the previous one is
+// being made durable.
 const maxGroupNotifications = 20_000
+
+// Stager is a Store that can take a group's saves before the previous
+// group's are durable. StageSaves checks and applies saves as CommitSaves
+// does, after everything staged before them, and returns once they are
+// applied: later writes see them, readers do not yet. The saves then hold
+// the versions their head and entries were written with. durable waits until
+// they are durable; it fails if they, or a write applied before them, could
+// not be made so.
+type Stager interface {
+	StageSaves(ctx context.Context, saves []RecipientSave) (durable func() error, err error)
+}
 
 type saveCall struct {
 	ctx           context.Context
@@ -37,61 +53,45 @@ type saveOutcome struct {
 // before it.
 func (r *Repository) Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error) {
 	call := &saveCall{ctx: ctx, notifications: notifications, done: make(chan saveOutcome, 1)}
-	r.closeMu.RLock()
-	if r.closed {
-		r.closeMu.RUnlock()
-		return domain.SaveResult{}, errClosed
+	if err := r.saves.Submit(ctx, call); err != nil {
+		if errors.Is(err, groupcommit.ErrClosed) {
+			err = errClosed
+		}
+		return domain.SaveResult{}, err
 	}
-	select {
-	case r.saves <- call:
-	case <-ctx.Done():
-		r.closeMu.RUnlock()
-		return domain.SaveResult{}, ctx.Err()
-	}
-	r.closeMu.RUnlock()
 	// Once queued the outcome is always awaited, so that a caller never sees
 	// an error for a save that was in fact stored.
 	out := <-call.done
 	return out.result, out.err
 }
 
-func (r *Repository) commitLoop() {
-	var carry *saveCall
-	for {
-		first := carry
-		carry = nil
-		if first == nil {
-			var ok bool
-			if first, ok = <-r.saves; !ok {
-				return
-			}
-		}
-		group := []*saveCall{first}
-		n := len(first.notifications)
-	collect:
-		for n < maxGroupNotifications {
-			select {
-			case c, ok := <-r.saves:
-				if !ok {
-					break collect
-				}
-				if n+len(c.notifications) > maxGroupNotifications {
-					carry = c
-					break collect
-				}
-				group = append(group, c)
-				n += len(c.notifications)
-			default:
-				break collect
-			}
-		}
-		r.commitGroup(group)
-	}
+func (r *Repository) newSaver() *groupcommit.Pipeline[*saveCall] {
+	return groupcommit.New(1024, groupcommit.Options[*saveCall]{
+		MaxWeight: maxGroupNotifications,
+		Weight:    func(c *saveCall) int { return len(c.notifications) },
+		Prepare:   r.prepareGroup,
+	})
 }
 
-// commitGroup writes a group of saves in one conditional store write,
-// replanning after conflicts, and answers every call.
-func (r *Repository) commitGroup(group []*saveCall) {
+// staged is what the save pipeline has applied and not yet seen durable:
+// each recipient's head and entries as its last staged group left them,
+// which the next group plans from (the store's own records still show the
+// durable state). Only the collecting goroutine uses it, but durable is
+// set by the finishing one.
+type staged struct {
+	states  map[string]stagedState
+	last    uint64
+	durable atomic.Uint64
+}
+
+type stagedState struct {
+	state RecipientState
+	group uint64
+}
+
+// prepareGroup plans the group and writes it; the function it returns (on a
+// Stager) waits until it is durable and answers the calls.
+func (r *Repository) prepareGroup(group []*saveCall) func() {
 	live := group[:0:0]
 	for _, c := range group {
 		if err := c.ctx.Err(); err != nil {
@@ -101,42 +101,134 @@ func (r *Repository) commitGroup(group []*saveCall) {
 		live = append(live, c)
 	}
 	if len(live) == 0 {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
+	stager, pipelined := r.store.(Stager)
+	if !pipelined {
+		defer cancel()
+		answerSaves(live, r.commitSplitting(ctx, live, func(saves []RecipientSave) error { return r.store.CommitSaves(ctx, saves) }))
+		return nil
+	}
+	r.staged.forgetDurable()
+	var durables []func() error // one per staged write, in order
+	outcomes := r.commitSplitting(ctx, live, func(saves []RecipientSave) error {
+		durable, err := stager.StageSaves(ctx, saves)
+		if err == nil && durable != nil {
+			durables = append(durables, durable)
+		}
+		if errors.Is(err, ErrConflict) && !errors.As(err, new(*IDsExistError)) {
+			// A record changed under the plan (a sweep): plan again from
+			// the store once everything staged is durable.
+			r.saves.Flush()
+			clear(r.staged.states)
+		}
+		if err == nil {
+			r.staged.add(saves)
+		}
+		return err
+	})
+	if len(durables) == 0 {
+		// Nothing written: only duplicates, perhaps of notifications staged
+		// and not yet durable, or refusals. Finishes run in order, so
+		// answering in one answers after those are durable.
+		cancel()
+		return func() { answerSaves(live, outcomes) }
+	}
+	seq := r.staged.last
+	return func() {
+		defer cancel()
+		var err error
+		for _, durable := range durables {
+			if err = durable(); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			r.staged.durable.Store(seq)
+		} else {
+			for i := range outcomes {
+				if outcomes[i].err == nil {
+					outcomes[i] = saveOutcome{err: err}
+				}
+			}
+		}
+		answerSaves(live, outcomes)
+	}
+}
+
+// commitSplitting commits the calls with write. When the store or a
+// cabinet's bound refuses the group as too large, each half is committed on
+// its own, down to the call that does not fit, which fails alone; order is
+// kept. Each outcome carries its call's error.
+func (r *Repository) commitSplitting(ctx context.Context, live []*saveCall, write func([]RecipientSave) error) []saveOutcome {
+	outcomes, err := r.commitGroup(ctx, live, write)
+	if (errors.Is(err, ErrTooLarge) || errors.Is(err, domain.ErrCabinetFull)) && len(live) > 1 {
+		half := len(live) / 2
+		return append(r.commitSplitting(ctx, live[:half], write), r.commitSplitting(ctx, live[half:], write)...)
+	}
+	if err != nil {
+		outcomes = make([]saveOutcome, len(live))
+		for i := range outcomes {
+			outcomes[i] = saveOutcome{err: err}
+		}
+	}
+	return outcomes
+}
+
+func answerSaves(calls []*saveCall, outcomes []saveOutcome) {
+	for i, c := range calls {
+		c.done <- outcomes[i]
+	}
+}
+
+// add remembers the state staged saves leave their recipients in.
+func (st *staged) add(saves []RecipientSave) {
+	st.last++
+	for _, s := range saves {
+		prev := st.states[s.Recipient].state.Entries
+		entries := make([]catalog.Entry, 0, len(prev)+len(s.Entries))
+		for _, e := range prev {
+			if !slices.ContainsFunc(s.Entries, func(n catalog.Entry) bool { return n.Key() == e.Key() }) {
+				entries = append(entries, e)
+			}
+		}
+		st.states[s.Recipient] = stagedState{
+			state: RecipientState{Head: s.Head, Entries: append(entries, s.Entries...)},
+			group: st.last,
+		}
+	}
+}
+
+// forgetDurable drops what the store now shows itself.
+func (st *staged) forgetDurable() {
+	durable := st.durable.Load()
+	for rcpt, s := range st.states {
+		if s.group <= durable {
+			delete(st.states, rcpt)
+		}
+	}
+}
+
+// commitGroup plans the calls and writes them with write, replanning after
+// conflicts; it returns each call's outcome.
+func (r *Repository) commitGroup(ctx context.Context, live []*saveCall, write func([]RecipientSave) error) ([]saveOutcome, error) {
 	// Ids are assumed new: the store checks them as it writes, and names
 	// those that exist so that the next attempt counts them as duplicates or
 	// rejects their saves. New ids, the common case, cost one lookup each.
 	stored := make(map[string]IDRecord)
-	outcomes, err := retry(ctx, func() ([]saveOutcome, error) {
+	return retry(ctx, func() ([]saveOutcome, error) {
 		outcomes, saves, err := r.planGroup(ctx, live, stored)
 		if err != nil || len(saves) == 0 {
 			return outcomes, err
 		}
-		err = r.store.CommitSaves(ctx, saves)
+		err = write(saves)
 		var exist *IDsExistError
 		if errors.As(err, &exist) {
 			maps.Copy(stored, exist.Records)
 		}
 		return outcomes, err
 	})
-	if (errors.Is(err, ErrTooLarge) || errors.Is(err, domain.ErrCabinetFull)) && len(live) > 1 {
-		// Some call's part, or the group as a whole, does not fit the
-		// store or a cabinet's bound: each half is committed on its own,
-		// down to the call that does not fit, which fails alone. Order is
-		// kept.
-		r.commitGroup(live[:len(live)/2])
-		r.commitGroup(live[len(live)/2:])
-		return
-	}
-	for i, c := range live {
-		if err != nil {
-			c.done <- saveOutcome{err: err}
-		} else {
-			c.done <- outcomes[i]
-		}
-	}
 }
 
 // planGroup sorts each call's notifications into duplicates (of stored ids
@@ -144,17 +236,20 @@ func (r *Repository) commitGroup(group []*saveCall) {
 // then plans the store write of every recipient involved.
 func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored map[string]IDRecord) ([]saveOutcome, []RecipientSave, error) {
 	outcomes := make([]saveOutcome, len(calls))
-	accepted := make(map[string]Fingerprint) // new ids of the group's calls so far
+	n := 0
+	for _, c := range calls {
+		n += len(c.notifications)
+	}
+	accepted := make(map[string]Fingerprint, n) // new ids of the group's calls so far
 	byRecipient := make(map[string][]domain.Notification)
 	var recipients []string
 	for i, c := range calls {
-		fresh, fps, dups, err := classify(c.notifications, stored, accepted)
+		fresh, dups, err := classify(c.notifications, stored, accepted)
 		if err != nil {
 			outcomes[i] = saveOutcome{err: err}
 			continue
 		}
 		outcomes[i] = saveOutcome{result: domain.SaveResult{Saved: len(fresh), Duplicates: dups}}
-		maps.Copy(accepted, fps)
 		for _, n := range fresh {
 			if _, seen := byRecipient[n.Recipient]; !seen {
 				recipients = append(recipients, n.Recipient)
@@ -164,7 +259,7 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 	}
 	saves := make([]RecipientSave, 0, len(recipients))
 	for _, rcpt := range recipients {
-		state, err := r.store.LoadRecipient(ctx, rcpt)
+		state, err := r.recipientForSave(ctx, rcpt)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -177,20 +272,25 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 	return outcomes, saves, nil
 }
 
-// classify returns the notifications of one Save that are new, with their
-// fingerprints, and how many are duplicates of stored ones, of earlier saves
-// in the group or of earlier ones in the same Save. The same id with other
-// content fails the whole Save.
-func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map[string]Fingerprint) ([]domain.Notification, map[string]Fingerprint, int, error) {
-	own := make(map[string]Fingerprint, len(ns))
+// recipientForSave is the state a save plans from: as the last staged save
+// left it, else as stored.
+func (r *Repository) recipientForSave(ctx context.Context, rcpt string) (RecipientState, error) {
+	if s, ok := r.staged.states[rcpt]; ok {
+		return s.state, nil
+	}
+	return r.store.LoadRecipient(ctx, rcpt)
+}
+
+// classify returns the notifications of one Save that are new, and how many
+// are duplicates of stored ones, of earlier saves in the group or of earlier
+// ones in the same Save; it adds the new ones' fingerprints to accepted. The
+// same id with other content fails the whole Save, and adds nothing.
+func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map[string]Fingerprint) ([]domain.Notification, int, error) {
 	fresh := make([]domain.Notification, 0, len(ns))
 	dups := 0
 	for _, n := range ns {
 		fp := fingerprint(n)
-		prev, found := own[n.ID]
-		if !found {
-			prev, found = accepted[n.ID]
-		}
+		prev, found := accepted[n.ID]
 		fromStore := false
 		if !found {
 			var rec IDRecord
@@ -199,7 +299,7 @@ func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map
 		}
 		switch {
 		case !found:
-			own[n.ID] = fp
+			accepted[n.ID] = fp
 			fresh = append(fresh, n)
 		case prev == fp, fromStore && prev == legacyFingerprint(n):
 			// A stored record may hold the SHA-256 fingerprint of an earlier
@@ -207,10 +307,13 @@ func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map
 			// format) is served by comparing with both.
 			dups++
 		default:
-			return nil, nil, 0, fmt.Errorf("%w: %s", domain.ErrNotificationConflict, n.ID)
+			for _, f := range fresh {
+				delete(accepted, f.ID)
+			}
+			return nil, 0, fmt.Errorf("%w: %s", domain.ErrNotificationConflict, n.ID)
 		}
 	}
-	return fresh, own, dups, nil
+	return fresh, dups, nil
 }
 
 // planSave numbers one recipient's new notifications from its head, files

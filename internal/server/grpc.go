@@ -158,6 +158,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		// authorizer's refusals.
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
+		grpc.ForceServerCodecV2(newVTCodec()),
 	}
 	for _, h := range o.stats {
 		serverOpts = append(serverOpts, grpc.StatsHandler(h))

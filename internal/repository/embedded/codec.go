@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 
@@ -107,14 +106,20 @@ const (
 )
 
 func encodeIDRecord(rec repository.IDRecord) ([]byte, error) {
+	return appendIDRecord(nil, rec)
+}
+
+// appendIDRecord appends the encoded record to b.
+func appendIDRecord(b []byte, rec repository.IDRecord) ([]byte, error) {
 	d, err := uuidBytes(rec.DrawerID)
 	if err != nil {
-		return nil, err
+		return b, err
 	}
-	if rec.LegacyFingerprint {
-		return slices.Concat(rec.Fingerprint[:], d[:]), nil
+	if !rec.LegacyFingerprint {
+		b = append(b, idRecordXXH3)
 	}
-	return slices.Concat([]byte{idRecordXXH3}, rec.Fingerprint[:], d[:]), nil
+	b = append(b, rec.Fingerprint[:]...)
+	return append(b, d[:]...), nil
 }
 
 func decodeIDRecord(id string, v []byte) (repository.IDRecord, error) {

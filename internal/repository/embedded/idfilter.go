@@ -1,9 +1,10 @@
 package embedded
 
 import (
+	"runtime"
 	"time"
 
-	"github.com/bits-and-blooms/bloom/v3"
+	"golang.org/x/sync/errgroup"
 )
 
 // idFilter is a bloom filter of the stored notification ids. Almost every id
@@ -13,9 +14,9 @@ import (
 // checked in the database. Ids removed by retention stay in the filter until
 // the next rebuild; that only costs a lookup. Only the writer goroutine uses it.
 type idFilter struct {
-	filter   *bloom.BloomFilter
-	capacity uint // ids the filter is sized for at a 1% false-positive rate
-	count    uint // ids added since it was built
+	filter   *blockedBloom // see bloom.go
+	capacity uint          // ids the filter is sized for (under 1% false positives)
+	count    uint          // ids added since it was built
 }
 
 // minIDFilterCapacity is the smallest filter built (a variable for tests).
@@ -57,27 +58,45 @@ func (s *Store) newIDFilter() (idFilter, error) {
 // about 53 measured), so that dividing by it over-estimates the count a little.
 const minIDRecordOnDisk = 48
 
-// fillIDFilter builds a filter for 2 × n ids and adds every stored id.
+// fillIDFilter builds a filter for 2 × n ids and adds every stored id. The
+// ids are read in as many key ranges at once as there are CPUs: with
+// millions of them this is most of a start after a crash.
 func (s *Store) fillIDFilter(n uint) (idFilter, error) {
 	f := idFilter{capacity: max(2*n, minIDFilterCapacity)}
-	f.filter = bloom.NewWithEstimates(f.capacity, 0.01)
-	err := s.scan([]byte{prefixID}, func(key, _ []byte) error {
-		f.filter.Add(key)
-		f.count++
-		return nil
-	})
+	f.filter = newBlockedBloom(f.capacity)
+	parts := min(runtime.GOMAXPROCS(0), 16)
+	counts := make([]uint, parts)
+	var g errgroup.Group
+	for i := range parts {
+		// Ids are random, so ranges of their first byte hold about as many.
+		lo, hi := []byte{prefixID, byte(256 * i / parts)}, []byte{prefixID, byte(256 * (i + 1) / parts)}
+		if i == parts-1 {
+			hi = []byte{prefixID + 1}
+		}
+		g.Go(func() error {
+			return s.scanRange(lo, hi, func(key, _ []byte) error {
+				f.filter.addAtomic(key)
+				counts[i]++
+				return nil
+			})
+		})
+	}
+	err := g.Wait()
+	for _, c := range counts {
+		f.count += c
+	}
 	return f, err
 }
 
 // mayExist reports whether the id key may be stored.
-func (f *idFilter) mayExist(key []byte) bool { return f.filter.Test(key) }
+func (f *idFilter) mayExist(key []byte) bool { return f.filter.mayContain(key) }
 
 // addIDs records stored id keys, growing the filter when it gets too full.
 // A failed rebuild keeps the current filter, which is still right, only
 // less selective; the next save tries again.
 func (s *Store) addIDs(keys [][]byte) {
 	for _, k := range keys {
-		s.ids.filter.Add(k)
+		s.ids.filter.add(k)
 	}
 	s.ids.count += uint(len(keys))
 	if s.ids.count > s.ids.capacity {

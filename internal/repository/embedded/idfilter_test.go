@@ -71,3 +71,49 @@ func TestIDFilterNeverHidesAStoredID(t *testing.T) {
 	defer s.Close()
 	check(s)
 }
+
+// A clean Close saves the filter and the next Open loads it; a store written
+// after that load and stopped without Close (a crash) indexes its ids anew
+// instead of trusting the file, which no longer describes them.
+func TestSavedIDFilterIsUsedOnlyIfNothingWroteSince(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := []string{uuid.NewString(), uuid.NewString()}
+	if err := saveIDs(t, s, before); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.get(filterTokenKey); ok {
+		t.Fatal("the token of the loaded filter is still stored")
+	}
+	if s.ids.count != 2 {
+		t.Fatalf("loaded filter counts %d ids, want 2", s.ids.count)
+	}
+	after := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}
+	if err := saveIDs(t, s, after); err != nil {
+		t.Fatal(err)
+	}
+	// Stop as a crash would: no filter saved.
+	s.writer.Close()
+	if err := s.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, id := range append(before, after...) {
+		u, _ := uuidBytes(id)
+		if !s.ids.mayExist(idKey(u)) {
+			t.Fatalf("id %s stored before the crash is not in the filter", id)
+		}
+	}
+}

@@ -23,13 +23,15 @@ import (
 //	i <notification id>                    id index
 //	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
 //	n <dequeued at> <recipient> <bundle>   notice written before notices had an origin
+//	f                                      token of the saved id filter (idfilter_file.go)
 const (
-	prefixRecipient = 'r'
-	prefixDequeued  = 'x'
-	prefixDrawer    = 'd'
-	prefixID        = 'i'
-	prefixNotice    = 'o'
-	prefixOldNotice = 'n'
+	prefixRecipient   = 'r'
+	prefixDequeued    = 'x'
+	prefixDrawer      = 'd'
+	prefixID          = 'i'
+	prefixNotice      = 'o'
+	prefixOldNotice   = 'n'
+	prefixFilterToken = 'f'
 
 	kindHead    = 'h'
 	kindEntry   = 'e'

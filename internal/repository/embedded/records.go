@@ -74,6 +74,19 @@ func (s *Store) cached(r [16]byte) *records {
 	return rec
 }
 
+// publishRead publishes records the writer read from disk, unless records
+// are published already, and returns what is published.
+func (s *Store) publishRead(r [16]byte, rec *records) *records {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if cur := s.cache[r]; cur != nil {
+		return cur
+	}
+	rec.used.Store(true)
+	s.cache[r] = rec
+	return rec
+}
+
 // An idle recipient costs no memory: each eviction round drops the records
 // of recipients nobody read or wrote since the round before (they are on
 // disk; the next use reads them again). The retention sweep visits every

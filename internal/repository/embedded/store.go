@@ -25,6 +25,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/groupcommit"
 	"github.com/energydatahub/messagehub/internal/lograte"
 	"github.com/energydatahub/messagehub/internal/repository"
 )
@@ -32,17 +33,19 @@ import (
 // Store is the embedded repository.Store.
 type Store struct {
 	db      *pebble.DB
+	dir     string
 	version atomic.Uint64
 	logger  *slog.Logger
 
-	// Writes go through one writer goroutine (writer.go). ids is its own.
-	writes     chan writeReq
-	writerDone chan struct{}
-	closeMu    sync.RWMutex // guards sends on writes against Close
-	closed     bool
-	ids        idFilter     // see idfilter.go
-	gate       func() error // asked before every write; nil: none (see OpenGated)
-	readOnly   bool
+	// Writes go through one writer goroutine (writer.go). ids and unsynced
+	// are its own; syncErr belongs to the goroutine that finishes groups.
+	writer    *groupcommit.Pipeline[writeReq]
+	ids       idFilter // see idfilter.go
+	unsynced  unsyncedRecords
+	syncErr   error
+	closeOnce sync.Once
+	gate      func() error // asked before every write; nil: none (see OpenGated)
+	readOnly  bool
 
 	// cache holds the published control records of recipients with data
 	// (records.go). Records are never changed once published.
@@ -94,18 +97,18 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	// Tell a second process who holds the directory; only read while locked.
 	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 	s := &Store{
-		db: db, logger: logger, cache: make(map[[16]byte]*records), gate: gate, readOnly: opts.ReadOnly,
-		writes: make(chan writeReq, maxWriteGroup), writerDone: make(chan struct{}),
+		db: db, dir: dir, logger: logger, cache: make(map[[16]byte]*records), gate: gate, readOnly: opts.ReadOnly,
+		unsynced:  unsyncedRecords{latest: map[[16]byte]unsyncedRecord{}},
 		evictStop: make(chan struct{}),
 	}
-	if err := s.buildIDFilter(); err != nil {
+	if err := s.openIDFilter(dir); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("index the ids in %s: %w", dir, err)
 	}
 	// Versions only need to differ from every earlier one of the same record;
 	// the clock at start keeps them increasing across restarts.
 	s.version.Store(uint64(time.Now().UnixNano()))
-	go s.writeLoop()
+	s.writer = s.newWriter()
 	go s.evictLoop()
 	return s, nil
 }
@@ -122,16 +125,18 @@ func holder(dir string) string {
 	return ""
 }
 
-// Close lets queued writes finish, then closes the database.
+// Close lets queued writes finish, saves the id filter and closes the
+// database.
 func (s *Store) Close() error {
-	s.closeMu.Lock()
-	if !s.closed {
-		s.closed = true
-		close(s.writes)
-		close(s.evictStop)
+	first := false
+	s.closeOnce.Do(func() { close(s.evictStop); first = true })
+	s.writer.Close()
+	if first && !s.readOnly && s.syncErr == nil && (s.gate == nil || s.gate() == nil) {
+		// Without it the next start only takes longer.
+		if err := s.saveIDFilter(s.dir); err != nil {
+			s.logger.Warn("saving the id filter failed; the next start indexes the stored ids", "err", err)
+		}
 	}
-	s.closeMu.Unlock()
-	<-s.writerDone
 	return s.db.Close()
 }
 
@@ -153,18 +158,21 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string) (repository
 	if err != nil {
 		return repository.RecipientState{}, err
 	}
-	// Only recipients that have data are kept in memory, so peeks for
-	// unknown recipients cannot grow the cache. What was read is durable;
-	// if the writer published meanwhile, its records are newer and stay, and
-	// if an eviction round ran meanwhile, they may have been newer and gone.
-	if rec.head.Version != "" {
+	// Pebble shows a write group before its fsync, so what was read may not
+	// be durable. But the writer publishes what it read of a recipient
+	// before it applies a change to it: if records were published meanwhile,
+	// they are durable and win. Only recipients that have data are kept in
+	// memory, so peeks for unknown recipients cannot grow the cache. If an
+	// eviction round ran meanwhile, newer records may have gone: then what
+	// was read is returned but not kept.
+	s.cacheMu.Lock()
+	if cur := s.cache[r]; cur != nil {
+		rec = cur
+	} else if rec.head.Version != "" && s.cacheEpoch == epoch {
 		rec.used.Store(true)
-		s.cacheMu.Lock()
-		if s.cache[r] == nil && s.cacheEpoch == epoch {
-			s.cache[r] = rec
-		}
-		s.cacheMu.Unlock()
+		s.cache[r] = rec
 	}
+	s.cacheMu.Unlock()
 	return rec.state(), nil
 }
 
@@ -316,7 +324,12 @@ func (s *Store) get(key []byte) ([]byte, bool, error) {
 // scan calls fn for every key with the prefix, in order. The slices are only
 // valid during the call.
 func (s *Store) scan(prefix []byte, fn func(key, value []byte) error) error {
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	return s.scanRange(prefix, prefixEnd(prefix), fn)
+}
+
+// scanRange calls fn for every key in [lo, hi), in order.
+func (s *Store) scanRange(lo, hi []byte, fn func(key, value []byte) error) error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
 	}

@@ -1,15 +1,19 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/energydatahub/messagehub/internal/groupcommit"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -18,12 +22,14 @@ import (
 )
 
 // Every conditional write (a group of saves, a new bundle, a dequeue, a
-// sweep) is an operation run by one writer goroutine. It takes all the
-// operations queued while the previous group was being synced, runs each
-// against the state the group has built so far, writes the group as one
-// pebble batch with one fsync, and only then publishes the new records to
-// readers and answers the callers. So concurrent dequeues and peeks share
-// fsyncs the way saves do, and nothing is visible before it is durable.
+// sweep) is an operation run by one writer goroutine, through a group-commit
+// pipeline (internal/groupcommit). It takes all the operations queued, runs
+// each against the state the groups before it left, applies the group to
+// pebble as one batch and goes on to the next group while the WAL is
+// synced. Only after the fsync are the new control records published to
+// readers and the callers answered. Pebble shows a batch to its own reads
+// before the fsync, which is why readers go through the published records
+// (records.go): nothing is visible to them before it is durable.
 
 // maxWriteGroup bounds how many operations share one batch.
 const maxWriteGroup = 256
@@ -33,36 +39,54 @@ const maxWriteGroup = 256
 type writeOp func(tx *txn) error
 
 type writeReq struct {
-	op   writeOp
-	done chan error
+	op      writeOp
+	applied chan error // staged requests only: told once op is applied
+	done    chan error // told once the group is durable (or failed)
 }
 
 // write queues op and waits for its group to be durable. Once queued, the
 // outcome is always awaited: the caller never sees an error for a write
 // that happened.
 func (s *Store) write(ctx context.Context, op writeOp) error {
+	req, err := s.submit(ctx, op, false)
+	if err != nil {
+		return err
+	}
+	return <-req.done
+}
+
+// stage queues op and returns as soon as it is applied, before it is
+// durable: later writes see its changes, readers do not yet. durable waits
+// until it is durable.
+func (s *Store) stage(ctx context.Context, op writeOp) (durable func() error, err error) {
+	req, err := s.submit(ctx, op, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := <-req.applied; err != nil {
+		return nil, err
+	}
+	return func() error { return <-req.done }, nil
+}
+
+func (s *Store) submit(ctx context.Context, op writeOp, staged bool) (writeReq, error) {
 	if s.gate != nil {
 		if err := s.gate(); err != nil {
-			return err
+			return writeReq{}, err
 		}
 	}
 	if s.readOnly {
-		return errReadOnly
+		return writeReq{}, errReadOnly
 	}
 	req := writeReq{op: op, done: make(chan error, 1)}
-	s.closeMu.RLock()
-	if s.closed {
-		s.closeMu.RUnlock()
-		return errStoreClosed
+	if staged {
+		req.applied = make(chan error, 1)
 	}
-	select {
-	case s.writes <- req:
-	case <-ctx.Done():
-		s.closeMu.RUnlock()
-		return ctx.Err()
+	err := s.writer.Submit(ctx, req)
+	if errors.Is(err, groupcommit.ErrClosed) {
+		err = errStoreClosed
 	}
-	s.closeMu.RUnlock()
-	return <-req.done
+	return req, err
 }
 
 var errStoreClosed = errors.New("embedded: store closed")
@@ -70,35 +94,25 @@ var errStoreClosed = errors.New("embedded: store closed")
 var errReadOnly = fmt.Errorf("%w: the store was opened read-only, as the data volume was almost full at start; "+
 	"restart the hub now that space is freed", domain.ErrStorageFull)
 
-func (s *Store) writeLoop() {
-	defer close(s.writerDone)
-	for req := range s.writes {
-		group := []writeReq{req}
-	collect:
-		for len(group) < maxWriteGroup {
-			select {
-			case r, ok := <-s.writes:
-				if !ok {
-					break collect
-				}
-				group = append(group, r)
-			default:
-				break collect
-			}
-		}
-		s.commitGroup(group)
-	}
+func (s *Store) newWriter() *groupcommit.Pipeline[writeReq] {
+	return groupcommit.New(maxWriteGroup, groupcommit.Options[writeReq]{
+		MaxWeight: maxWriteGroup,
+		Prepare:   s.applyGroup,
+	})
 }
 
-func (s *Store) commitGroup(group []writeReq) {
+// applyGroup runs the group's operations and applies the batch without
+// waiting for its fsync; the function it returns waits for it, publishes
+// and answers.
+func (s *Store) applyGroup(group []writeReq) func() {
+	s.settle()
 	tx := &txn{
 		s:        s,
 		batch:    s.db.NewBatch(),
 		touched:  map[[16]byte]*records{},
-		ids:      map[string]bool{},
+		ids:      map[[16]byte]struct{}{},
 		dequeued: map[string]bool{},
 	}
-	defer tx.batch.Close()
 	errs := make([]error, len(group))
 	ok := 0
 	for i, req := range group {
@@ -106,26 +120,125 @@ func (s *Store) commitGroup(group []writeReq) {
 			ok++
 		}
 	}
-	if ok > 0 {
-		if err := tx.batch.Commit(pebble.Sync); err != nil {
-			for i := range errs {
-				if errs[i] == nil {
-					errs[i] = err
-				}
-			}
-		} else {
-			s.cacheMu.Lock()
-			for r, rec := range tx.touched {
-				rec.used.Store(true)
-				s.cache[r] = rec
-			}
-			s.cacheMu.Unlock()
-			s.addIDs(tx.newIDs)
+	if ok == 0 {
+		// Every operation failed its checks, perhaps against groups not yet
+		// durable: answered in order, after those.
+		tx.batch.Close()
+		return func() { answer(group, errs, nil, false) }
+	}
+	if err := s.db.ApplyNoSyncWait(tx.batch, pebble.Sync); err != nil {
+		_ = tx.batch.SyncWait() // pebble requires it before Close; returns at once when nothing was queued
+		tx.batch.Close()
+		answer(group, errs, err, false)
+		return nil
+	}
+	s.addIDs(tx.newIDs)
+	seq := s.unsynced.add(tx.touched)
+	for i, req := range group {
+		if req.applied != nil {
+			req.applied <- errs[i]
 		}
 	}
-	for i, req := range group {
-		req.done <- errs[i]
+	return func() {
+		err := tx.batch.SyncWait()
+		tx.batch.Close()
+		// A group applied after one whose fsync failed was built on it: it
+		// fails too, and so does every later one (the store must be reopened).
+		if s.syncErr == nil && err != nil {
+			s.syncErr = fmt.Errorf("embedded: sync of the write-ahead log: %w", err)
+			s.logger.Error("the embedded store cannot make writes durable; restart the hub", "err", err)
+		}
+		if s.syncErr == nil {
+			s.publish(tx.touched)
+			s.unsynced.durable.Store(seq)
+		}
+		answer(group, errs, s.syncErr, true)
 	}
+}
+
+// answer tells every request its outcome: its own error, else groupErr.
+// Staged requests not yet told about the apply hear it too.
+func answer(group []writeReq, errs []error, groupErr error, toldApplied bool) {
+	for i, req := range group {
+		err := errs[i]
+		if err == nil {
+			err = groupErr
+		}
+		if req.applied != nil && !toldApplied {
+			req.applied <- err
+		}
+		req.done <- err
+	}
+}
+
+// publish makes a durable group's control records what readers see.
+func (s *Store) publish(touched map[[16]byte]*records) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	for r, rec := range touched {
+		rec.used.Store(true)
+		s.cache[r] = rec
+	}
+}
+
+// settle forgets the unsynced records of groups that are now durable: the
+// published ones are the same.
+func (s *Store) settle() { s.unsynced.settle() }
+
+// unsyncedRecords are the control records of groups applied to pebble and
+// not yet known durable, newest per recipient. Only the writer goroutine
+// reads and changes them; durable is set by the finishing goroutine.
+type unsyncedRecords struct {
+	latest  map[[16]byte]unsyncedRecord
+	groups  []unsyncedGroup
+	last    uint64
+	durable atomic.Uint64 // the last group published
+}
+
+type unsyncedRecord struct {
+	rec   *records
+	group uint64
+}
+
+type unsyncedGroup struct {
+	seq        uint64
+	recipients [][16]byte
+}
+
+// add records a group's changed records and returns the group's number.
+func (u *unsyncedRecords) add(touched map[[16]byte]*records) uint64 {
+	u.last++
+	g := unsyncedGroup{seq: u.last, recipients: make([][16]byte, 0, len(touched))}
+	for r, rec := range touched {
+		u.latest[r] = unsyncedRecord{rec: rec, group: u.last}
+		g.recipients = append(g.recipients, r)
+	}
+	u.groups = append(u.groups, g)
+	return u.last
+}
+
+func (u *unsyncedRecords) get(r [16]byte) *records {
+	if v, ok := u.latest[r]; ok {
+		return v.rec
+	}
+	return nil
+}
+
+func (u *unsyncedRecords) settle() {
+	durable := u.durable.Load()
+	n := 0
+	for _, g := range u.groups {
+		if g.seq > durable {
+			break
+		}
+		for _, r := range g.recipients {
+			if u.latest[r].group == g.seq {
+				delete(u.latest, r)
+			}
+		}
+		n++
+	}
+	u.groups = slices.Delete(u.groups, 0, n)
 }
 
 // txn is the state of one write group: a batch and copy-on-write clones of
@@ -134,21 +247,32 @@ type txn struct {
 	s        *Store
 	batch    *pebble.Batch
 	touched  map[[16]byte]*records
-	ids      map[string]bool // id keys written in this group
-	dequeued map[string]bool // dequeued-bundle keys written in this group
+	ids      map[[16]byte]struct{} // notification ids written in this group
+	dequeued map[string]bool       // dequeued-bundle keys written in this group
 	newIDs   [][]byte
 }
 
-// records returns the recipient's records as this group sees them. The
-// result may be read freely; changes go through change.
+// records returns the recipient's records as this group sees them: as
+// earlier groups left them, durable or not. The result may be read freely;
+// changes go through change.
 func (tx *txn) records(r [16]byte) (*records, error) {
 	if rec, ok := tx.touched[r]; ok {
+		return rec, nil
+	}
+	if rec := tx.s.unsynced.get(r); rec != nil {
 		return rec, nil
 	}
 	if rec := tx.s.cached(r); rec != nil {
 		return rec, nil
 	}
-	return tx.s.readRecords(r)
+	rec, err := tx.s.readRecords(r)
+	if err != nil {
+		return nil, err
+	}
+	// What the writer reads from disk is durable (no unsynced group changed
+	// it). Published now, it is what a reader finds until this group is
+	// durable, instead of pebble's view, which shows the group at once.
+	return tx.s.publishRead(r, rec), nil
 }
 
 // change clones the recipient's records (once per group) and applies fn.
@@ -168,7 +292,7 @@ func (tx *txn) change(r [16]byte, rec *records, fn func(*records)) {
 
 // idExists looks an id key up in this group, then in the database.
 func (tx *txn) idExists(key []byte) ([]byte, bool, error) {
-	if tx.ids[string(key)] {
+	if _, ok := tx.ids[[16]byte(key[1:])]; ok {
 		return nil, true, nil
 	}
 	if !tx.s.ids.mayExist(key) {
@@ -216,7 +340,18 @@ func setPut(key []byte, v any) (put, error) {
 // CommitSaves writes every recipient's save. All checks come first, so a
 // failing save group changes nothing.
 func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSave) error {
-	return s.write(ctx, func(tx *txn) error {
+	return s.write(ctx, s.saveOp(saves, false))
+}
+
+// StageSaves is CommitSaves without waiting for the fsync (repository.Stager).
+func (s *Store) StageSaves(ctx context.Context, saves []repository.RecipientSave) (durable func() error, err error) {
+	return s.stage(ctx, s.saveOp(saves, true))
+}
+
+// saveOp writes the saves; with written set, it also leaves in them the
+// versions their head and entries were written with.
+func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
+	return func(tx *txn) error {
 		type recipientChange struct {
 			r       [16]byte
 			rec     *records
@@ -225,9 +360,6 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 		}
 		var changes []recipientChange
 		var puts []put
-		var idKeys [][]byte
-		existing := map[string]repository.IDRecord{}
-		seen := map[string]bool{}
 		for _, save := range saves {
 			r, err := uuidBytes(save.Recipient)
 			if err != nil {
@@ -271,55 +403,101 @@ func (s *Store) CommitSaves(ctx context.Context, saves []repository.RecipientSav
 				}
 				puts = append(puts, put{key: pageKey(d, pg.Start()), value: v})
 			}
-			// In key order, successive lookups walk nearby parts of the
-			// memtable's skiplist, which the CPU caches keep warm.
-			ids := slices.SortedFunc(slices.Values(save.IDs), func(a, b repository.IDRecord) int { return strings.Compare(a.ID, b.ID) })
-			for _, idRec := range ids {
-				id, err := uuidBytes(idRec.ID)
-				if err != nil {
-					return err
-				}
-				key := idKey(id)
-				stored, exists, err := tx.idExists(key)
-				if err != nil {
-					return err
-				}
-				if exists || seen[idRec.ID] {
-					if stored == nil { // written earlier in this group
-						stored, _ = encodeIDRecord(idRec)
-					}
-					if existing[idRec.ID], err = decodeIDRecord(idRec.ID, stored); err != nil {
-						return err
-					}
-					continue
-				}
-				seen[idRec.ID] = true
-				v, err := encodeIDRecord(idRec)
-				if err != nil {
-					return err
-				}
-				puts = append(puts, put{key: key, value: v})
-				idKeys = append(idKeys, key)
-			}
 		}
-		if len(existing) > 0 {
-			return &repository.IDsExistError{Records: existing}
+		idPuts, idKeys, err := tx.idRecords(saves)
+		if err != nil {
+			return err
 		}
 		tx.apply(puts)
+		// Last and in key order: pebble's memtable inserts a sorted run of
+		// keys faster (each insert starts its search where the last ended).
+		tx.apply(idPuts)
 		for _, k := range idKeys {
-			tx.ids[string(k)] = true
+			tx.ids[[16]byte(k[1:])] = struct{}{}
 		}
 		tx.newIDs = append(tx.newIDs, idKeys...)
-		for _, c := range changes {
+		for i, c := range changes {
 			tx.change(c.r, c.rec, func(rec *records) {
 				rec.head = c.head
 				for _, e := range c.entries {
 					rec.entries[e.Key()] = e
 				}
 			})
+			if written {
+				saves[i].Head = c.head
+				copy(saves[i].Entries, c.entries)
+			}
 		}
 		return nil
-	})
+	}
+}
+
+// idRecords stages the id records of the saves, sorted by key, and returns
+// their keys; keys and values share one buffer. Ids that exist (or come
+// twice) fail it with *repository.IDsExistError naming all of them.
+func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, [][]byte, error) {
+	type idRec struct {
+		id  [16]byte
+		rec *repository.IDRecord
+	}
+	var all []idRec
+	for i := range saves {
+		for j := range saves[i].IDs {
+			rec := &saves[i].IDs[j]
+			id, err := uuidBytes(rec.ID)
+			if err != nil {
+				return nil, nil, err
+			}
+			all = append(all, idRec{id: id, rec: rec})
+		}
+	}
+	slices.SortFunc(all, func(a, b idRec) int { return compareIDs(&a.id, &b.id) })
+	buf := make([]byte, 0, len(all)*(1+16+idRecordLen))
+	puts := make([]put, 0, len(all))
+	keys := make([][]byte, 0, len(all))
+	var existing map[string]repository.IDRecord
+	for i, e := range all {
+		start := len(buf)
+		buf = append(buf, prefixID)
+		buf = append(buf, e.id[:]...)
+		key := buf[start:len(buf):len(buf)]
+		stored, exists, err := tx.idExists(key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if exists || i > 0 && all[i-1].id == e.id {
+			if stored == nil { // written earlier in this group or this save
+				if stored, err = encodeIDRecord(*e.rec); err != nil {
+					return nil, nil, err
+				}
+			}
+			if existing == nil {
+				existing = map[string]repository.IDRecord{}
+			}
+			if existing[e.rec.ID], err = decodeIDRecord(e.rec.ID, stored); err != nil {
+				return nil, nil, err
+			}
+			buf = buf[:start]
+			continue
+		}
+		if buf, err = appendIDRecord(buf, *e.rec); err != nil {
+			return nil, nil, err
+		}
+		puts = append(puts, put{key: key, value: buf[start+len(key):]})
+		keys = append(keys, key)
+	}
+	if existing != nil {
+		return nil, nil, &repository.IDsExistError{Records: existing}
+	}
+	return puts, keys, nil
+}
+
+// compareIDs orders ids as their keys sort, comparing eight bytes at a time.
+func compareIDs(a, b *[16]byte) int {
+	if c := cmp.Compare(binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8])); c != 0 {
+		return c
+	}
+	return cmp.Compare(binary.BigEndian.Uint64(a[8:]), binary.BigEndian.Uint64(b[8:]))
 }
 
 // CreateBundle stores a pending bundle if its id is unused, its group has no

@@ -95,3 +95,49 @@ func winners(t *testing.T, errs []error) int {
 	}
 	return wins
 }
+
+// A save staged on top of one not yet durable sees it: it plans from the
+// versions the first was written with, and one planned from the durable
+// state before it conflicts. Both are visible once durable.
+func TestStagedSavesBuildOnOnesNotYetDurable(t *testing.T) {
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	r := uuid.NewString()
+	entry := catalog.Entry{Origin: domain.OriginCharges, ContentType: "x", Total: 1}
+	first := []repository.RecipientSave{{Recipient: r, Head: repository.Head{NextSeq: 2, Watermark: 1}, Entries: []catalog.Entry{entry}}}
+	durable1, err := s.StageSaves(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[0].Head.Version == "" || first[0].Entries[0].Version == "" {
+		t.Fatalf("versions written were not returned: %+v", first[0])
+	}
+	stale := []repository.RecipientSave{{Recipient: r, Head: repository.Head{NextSeq: 3, Watermark: 2}}}
+	if _, err := s.StageSaves(ctx, stale); !errors.Is(err, repository.ErrConflict) {
+		t.Fatalf("a save planned from before the staged one: %v", err)
+	}
+	entry = first[0].Entries[0]
+	entry.Total = 2
+	second := []repository.RecipientSave{{Recipient: r, Head: repository.Head{NextSeq: 3, Watermark: 2, Version: first[0].Head.Version}, Entries: []catalog.Entry{entry}}}
+	durable2, err := s.StageSaves(ctx, second)
+	if err != nil {
+		t.Fatalf("a save planned from the staged one: %v", err)
+	}
+	if err := durable1(); err != nil {
+		t.Fatal(err)
+	}
+	if err := durable2(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.LoadRecipient(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Head.Watermark != 2 || len(st.Entries) != 1 || st.Entries[0].Total != 2 {
+		t.Fatalf("after both are durable: %+v", st)
+	}
+}

@@ -1,0 +1,151 @@
+// Package groupcommit lets many concurrent callers share one durable write,
+// and overlaps the work of preparing the next write with waiting for the
+// previous one to be durable.
+//
+// Requests queue up; one goroutine takes all that are queued (up to a
+// weight limit) as a group and prepares it: checks it, and starts its write.
+// A second goroutine then finishes the groups in the same order: it waits
+// until each is durable and answers its callers. While group N is being
+// synced, group N+1 is already being prepared. What a prepared group wrote
+// must not be shown to readers until its finish runs: only the caller knows
+// how to keep it hidden until then.
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// ErrClosed is returned by Submit after Close.
+var ErrClosed = errors.New("groupcommit: closed")
+
+// Options configure a Pipeline.
+type Options[T any] struct {
+	// MaxWeight bounds a group's total weight; a request heavier than it
+	// still forms a group of its own. 0 means no bound.
+	MaxWeight int
+	// Weight of a request; nil means 1 each.
+	Weight func(T) int
+	// Prepare runs for each group, one at a time and in order, on the
+	// collecting goroutine. It returns what finishes the group (waiting for
+	// durability, answering the callers), or nil when nothing is left to do.
+	Prepare func(group []T) (finish func())
+	// Ahead is how many prepared groups may wait to be finished besides the
+	// one being finished and the one being prepared. 0 suits most: while a
+	// group finishes, one more is prepared and then waits, so the requests
+	// that arrive meanwhile form one large group rather than many small ones.
+	Ahead int
+}
+
+// Pipeline is a running group committer.
+type Pipeline[T any] struct {
+	opts     Options[T]
+	in       chan T
+	finishes chan func()
+	done     chan struct{}
+
+	closeMu sync.RWMutex // guards sends on in against Close
+	closed  bool
+}
+
+// New starts a pipeline with a queue of queue requests.
+func New[T any](queue int, opts Options[T]) *Pipeline[T] {
+	if opts.Weight == nil {
+		opts.Weight = func(T) int { return 1 }
+	}
+	p := &Pipeline[T]{
+		opts:     opts,
+		in:       make(chan T, queue),
+		finishes: make(chan func(), opts.Ahead),
+		done:     make(chan struct{}),
+	}
+	go p.collect()
+	go p.finish()
+	return p
+}
+
+// Submit queues req. It fails with ctx's error if ctx ends before req is
+// queued, and with ErrClosed after Close; once it returns nil, req will be
+// prepared (and finished) even if Close follows.
+func (p *Pipeline[T]) Submit(ctx context.Context, req T) error {
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	select {
+	case p.in <- req:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Flush waits until every group prepared so far has finished. Only Prepare
+// may call it: it is how a group that found a conflict waits for the state
+// it conflicted with to settle.
+func (p *Pipeline[T]) Flush() {
+	settled := make(chan struct{})
+	p.finishes <- func() { close(settled) }
+	<-settled
+}
+
+// Close refuses new requests, prepares and finishes the queued ones and
+// returns when all are finished.
+func (p *Pipeline[T]) Close() {
+	p.closeMu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.in)
+	}
+	p.closeMu.Unlock()
+	<-p.done
+}
+
+func (p *Pipeline[T]) collect() {
+	defer close(p.finishes)
+	var carry T
+	carried := false
+	for {
+		first := carry
+		if carried {
+			carried = false
+		} else {
+			var ok bool
+			if first, ok = <-p.in; !ok {
+				return
+			}
+		}
+		group := []T{first}
+		weight := p.opts.Weight(first)
+	fill:
+		for p.opts.MaxWeight == 0 || weight < p.opts.MaxWeight {
+			select {
+			case req, ok := <-p.in:
+				if !ok {
+					break fill
+				}
+				w := p.opts.Weight(req)
+				if p.opts.MaxWeight > 0 && weight+w > p.opts.MaxWeight {
+					carry, carried = req, true
+					break fill
+				}
+				group = append(group, req)
+				weight += w
+			default:
+				break fill
+			}
+		}
+		if finish := p.opts.Prepare(group); finish != nil {
+			p.finishes <- finish
+		}
+	}
+}
+
+func (p *Pipeline[T]) finish() {
+	defer close(p.done)
+	for f := range p.finishes {
+		f()
+	}
+}
