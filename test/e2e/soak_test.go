@@ -38,7 +38,10 @@ const (
 	soakBudget        = 3 * time.Minute
 	soakCallTimeout   = 30 * time.Second
 	soakMaxAttempts   = 20
-	soakMaxSteps      = 2000 // peek rounds per consumer
+	// Peek rounds per consumer: an empty round waits 50 ms, so this outlasts
+	// soakBudget, and a round that finds a bundle dequeues one of at most
+	// soakSavers × soakSavesPerSaver × soakMaxPerSave notifications.
+	soakMaxSteps = 4000
 )
 
 var soakCabinets = []cabinet{
@@ -187,13 +190,19 @@ func TestTwoProcessSoakOnCosmos(t *testing.T) {
 // repeat an acknowledged Save on the other instance, which must count every
 // notification as a duplicate.
 func soakSaver(ctx context.Context, l *soakLog, hubs []*hub, recipients []string, w int) {
-	var mine []soakSave // this saver's acknowledged Saves
+	type acked struct {
+		ns []*messagehubv1.DataAvailable
+		on int // the instance that answered
+	}
+	var mine []acked // this saver's acknowledged Saves
 	for i := range soakSavesPerSaver {
-		h := hubs[(w+i)%2]
+		on := (w + i) % 2
+		h := hubs[on]
 		if i%4 == 3 && len(mine) > 0 {
 			again := mine[(w+i)%len(mine)]
+			other := hubs[1-again.on]
 			resp, _, err := soakCall(ctx, l, func(ctx context.Context) (*messagehubv1.SaveResponse, error) {
-				return h.client.Save(ctx, &messagehubv1.SaveRequest{Notifications: again.ns})
+				return other.client.Save(ctx, &messagehubv1.SaveRequest{Notifications: again.ns})
 			})
 			if err != nil {
 				l.fail("saver %d: repeating an acknowledged Save: %v", w, err)
@@ -264,7 +273,7 @@ func soakSaver(ctx context.Context, l *soakLog, hubs []*hub, recipients []string
 			l.fail("saver %d: Save of %d notifications (%d repeated, on %d instances) saved %d in all: %v",
 				w, len(req), dups, len(targets), saved, answers)
 		}
-		mine = append(mine, rec)
+		mine = append(mine, acked{ns: ns, on: on})
 		l.mu.Lock()
 		l.saves = append(l.saves, rec)
 		l.mu.Unlock()
