@@ -331,12 +331,14 @@ func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string
 		switch {
 		case err == nil:
 			l.mu.Lock()
-			if _, twice := l.dequeued[b.GetId()]; twice {
-				l.problems = append(l.problems, fmt.Sprintf("bundle %s: two Dequeues succeeded", b.GetId()))
-			}
+			_, twice := l.dequeued[b.GetId()]
 			l.dequeued[b.GetId()] = end
 			l.bundles[b.GetId()] = b
 			l.mu.Unlock()
+			if twice {
+				l.fail("consumer %d: bundle %s: two Dequeues succeeded", ci, b.GetId())
+				return // the bundle stays: peeking on would only repeat it
+			}
 		case status.Code(err) == codes.NotFound && failed > 0:
 			// Our failed attempt may have acknowledged it, or the other
 			// consumer did; verifySoak sorts it out.
