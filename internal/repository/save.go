@@ -263,7 +263,7 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 		if err != nil {
 			return nil, nil, err
 		}
-		save := planSave(rcpt, state, byRecipient[rcpt], accepted, r.opts.NewID, r.opts.Now().UnixMilli())
+		save := PlanSave(rcpt, state, byRecipient[rcpt], accepted, r.opts.NewID, r.opts.Now().UnixMilli())
 		if err := checkCabinets(state, save, r.opts.MaxCabinetDrawers); err != nil {
 			return nil, nil, err
 		}
@@ -316,10 +316,11 @@ func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map
 	return fresh, dups, nil
 }
 
-// planSave numbers one recipient's new notifications from its head, files
+// PlanSave numbers one recipient's new notifications from its head, files
 // them into its cabinets' drawers and moves the watermark past them. fps
-// holds the notifications' fingerprints, for the id index.
-func planSave(recipient string, state RecipientState, ns []domain.Notification, fps map[string]Fingerprint, newID func() string, at int64) RecipientSave {
+// holds the notifications' fingerprints, for the id index. Exported for the
+// store contract suite, which plans writes exactly as the repository does.
+func PlanSave(recipient string, state RecipientState, ns []domain.Notification, fps map[string]Fingerprint, newID func() string, at int64) RecipientSave {
 	head := state.Head
 	seq := max(head.NextSeq, 1)
 	entries := make(map[catalog.Key]catalog.Entry, len(state.Entries))

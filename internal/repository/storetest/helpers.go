@@ -16,9 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
@@ -113,54 +111,12 @@ func fingerprintOf(n domain.Notification) repository.Fingerprint {
 }
 
 // planSave plans the store write of one recipient's new notifications as the
-// repository does: numbered from the head, filed into their cabinets'
-// drawers, the watermark moved past them. Tests change the plan to break a
+// repository does (repository.PlanSave). Tests change the plan to break a
 // promise on purpose.
 func planSave(recipient string, state repository.RecipientState, ns []domain.Notification, at int64) repository.RecipientSave {
-	head := state.Head
-	seq := max(head.NextSeq, 1)
-	entries := make(map[catalog.Key]catalog.Entry, len(state.Entries))
-	for _, e := range state.Entries {
-		entries[e.Key()] = e
-	}
-	var order []catalog.Key
-	items := make(map[catalog.Key][]drawer.Item)
-	for _, n := range ns {
-		k := catalog.Key{Origin: n.Origin, ContentType: n.ContentType}
-		e, ok := entries[k]
-		if !ok {
-			e = catalog.Entry{Origin: n.Origin, ContentType: n.ContentType}
-		}
-		if _, ok := items[k]; !ok {
-			order = append(order, k)
-		}
-		items[k] = append(items[k], drawer.Item{
-			Pos: e.Total, Seq: seq, ID: n.ID, DocumentType: n.DocumentType,
-			SupportsBundling: n.SupportsBundling, Weight: n.Weight,
-		})
-		e.Total++
-		seq++
-		entries[k] = e
-	}
 	fps := make(map[string]repository.Fingerprint, len(ns))
 	for _, n := range ns {
 		fps[n.ID] = fingerprintOf(n)
 	}
-	save := repository.RecipientSave{Recipient: recipient}
-	for _, k := range order {
-		e := entries[k]
-		var pages []drawer.Page
-		e.Drawers, pages = drawer.Append(e.Drawers, items[k], uuid.NewString, at)
-		save.Entries = append(save.Entries, e)
-		save.Pages = append(save.Pages, pages...)
-		for _, p := range pages {
-			for _, it := range p.Items {
-				save.IDs = append(save.IDs, repository.IDRecord{ID: it.ID, Fingerprint: fps[it.ID], DrawerID: p.DrawerID})
-			}
-		}
-	}
-	head.NextSeq = seq
-	head.Watermark = seq - 1
-	save.Head = head
-	return save
+	return repository.PlanSave(recipient, state, ns, fps, uuid.NewString, at)
 }
