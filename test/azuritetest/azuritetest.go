@@ -12,11 +12,6 @@ package azuritetest
 
 import (
 	"bufio"
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +25,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/energydatahub/messagehub/test/npmpin"
 )
 
 // Version is the exact azurite package the lock file pins.
@@ -42,10 +39,7 @@ const (
 )
 
 const (
-	startTimeout   = 30 * time.Second
-	installTimeout = 5 * time.Minute
-	stampFile      = ".messagehub-azuritetest.stamp"
-	lockFile       = ".install.lock"
+	startTimeout = 30 * time.Second
 )
 
 // Server is one running Azurite blob service.
@@ -147,88 +141,13 @@ func start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	lock, err := ensureInstalled(dir)
+	release, err := npmpin.Package{Dir: dir, Name: "azurite", Version: Version, For: "the blob tests"}.Ensure()
 	if err != nil {
 		return nil, err
 	}
 	// Held until node has loaded its modules, so no npm ci replaces them.
-	defer lock.unlock()
+	defer release()
 	return launch(node, dir)
-}
-
-// ensureInstalled returns holding a shared lock, with node_modules matching
-// the lock file; it runs npm ci under an exclusive lock when they do not.
-func ensureInstalled(dir string) (*fileLock, error) {
-	want, err := stamp(dir)
-	if err != nil {
-		return nil, err
-	}
-	for range 3 {
-		l, err := lockFileAt(filepath.Join(dir, lockFile), false)
-		if err != nil {
-			return nil, err
-		}
-		if installed(dir, want) {
-			return l, nil
-		}
-		l.unlock()
-		x, err := lockFileAt(filepath.Join(dir, lockFile), true)
-		if err != nil {
-			return nil, err
-		}
-		if !installed(dir, want) {
-			err = npmCI(dir, want)
-		}
-		x.unlock()
-		if err != nil {
-			return nil, err
-		}
-	}
-	return nil, errors.New("node_modules keeps changing under us (another process running npm ci?)")
-}
-
-func stamp(dir string) (string, error) {
-	h := sha256.New()
-	for _, name := range []string{"package.json", "package-lock.json"} {
-		b, err := os.ReadFile(filepath.Join(dir, name)) //nolint:gosec // our own folder
-		if err != nil {
-			return "", err
-		}
-		h.Write([]byte(name + "\x00"))
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func installed(dir, want string) bool {
-	got, err := os.ReadFile(filepath.Join(dir, "node_modules", stampFile)) //nolint:gosec // our own folder
-	if err != nil || strings.TrimSpace(string(got)) != want {
-		return false
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "node_modules", "azurite", "package.json")) //nolint:gosec // our own folder
-	var pkg struct{ Version string }
-	return err == nil && json.Unmarshal(b, &pkg) == nil && pkg.Version == Version
-}
-
-func npmCI(dir, want string) error {
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		return errors.New("npm is not on PATH; it installs Azurite for the blob tests")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error") //nolint:gosec // npm from PATH, fixed arguments
-	cmd.Dir = dir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("npm ci in %s failed (%w; the first run needs the npm registry):\n%s", dir, err, out.String())
-	}
-	tmp := filepath.Join(dir, "node_modules", stampFile+".tmp")
-	if err := os.WriteFile(tmp, []byte(want+"\n"), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, "node_modules", stampFile))
 }
 
 var listening = regexp.MustCompile(`Blob service successfully listens on http://127\.0\.0\.1:(\d+)`)

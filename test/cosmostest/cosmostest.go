@@ -16,9 +16,6 @@ package cosmostest
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +32,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/energydatahub/messagehub/test/npmpin"
 )
 
 // EmulatorKey is the well-known Cosmos DB emulator account key. The test server does not
@@ -45,11 +44,8 @@ const EmulatorKey = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8m
 const ServerPackageVersion = "1.0.1"
 
 const (
-	serverPackage  = "@vercel/cosmosdb-server"
-	startTimeout   = 20 * time.Second
-	installTimeout = 5 * time.Minute
-	stampFile      = ".messagehub-cosmostest.stamp"
-	lockFile       = ".install.lock"
+	serverPackage = "@vercel/cosmosdb-server"
+	startTimeout  = 20 * time.Second
 )
 
 // Server is one running test server process.
@@ -315,101 +311,14 @@ func start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	lock, err := ensureInstalled(dir)
+	release, err := npmpin.Package{Dir: dir, Name: serverPackage, Version: ServerPackageVersion, For: "the Cosmos DB test server"}.Ensure()
 	if err != nil {
 		return nil, err
 	}
 	// The shared lock is held until node has loaded its modules, so that no concurrent
 	// `npm ci` (which takes the lock exclusively) deletes node_modules under it.
-	defer lock.unlock()
+	defer release()
 	return launch(node, dir, opts)
-}
-
-// ensureInstalled returns holding a shared lock on the install, with node_modules matching
-// package-lock.json. It runs `npm ci` under an exclusive lock when it does not.
-func ensureInstalled(dir string) (*fileLock, error) {
-	want, err := installStamp(dir)
-	if err != nil {
-		return nil, err
-	}
-	lockPath := filepath.Join(dir, lockFile)
-	for attempt := 0; attempt < 3; attempt++ {
-		l, err := lockFileAt(lockPath, false)
-		if err != nil {
-			return nil, err
-		}
-		if installed(dir, want) {
-			return l, nil
-		}
-		l.unlock()
-
-		x, err := lockFileAt(lockPath, true)
-		if err != nil {
-			return nil, err
-		}
-		if !installed(dir, want) {
-			if err := npmCI(dir, want); err != nil {
-				x.unlock()
-				return nil, err
-			}
-		}
-		x.unlock()
-	}
-	return nil, errors.New("node_modules keeps changing under us (another process running npm ci?)")
-}
-
-func installStamp(dir string) (string, error) {
-	h := sha256.New()
-	for _, name := range []string{"package.json", "package-lock.json"} {
-		b, err := os.ReadFile(filepath.Join(dir, name)) //nolint:gosec // our own server directory
-		if err != nil {
-			return "", fmt.Errorf("read %s: %w", name, err)
-		}
-		h.Write([]byte(name))
-		h.Write([]byte{0})
-		h.Write(b)
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func installed(dir, want string) bool {
-	got, err := os.ReadFile(filepath.Join(dir, "node_modules", stampFile)) //nolint:gosec // our own server directory
-	if err != nil || strings.TrimSpace(string(got)) != want {
-		return false
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "node_modules", filepath.FromSlash(serverPackage), "package.json")) //nolint:gosec // our own server directory
-	if err != nil {
-		return false
-	}
-	var pkg struct {
-		Version string `json:"version"`
-	}
-	return json.Unmarshal(b, &pkg) == nil && pkg.Version == ServerPackageVersion
-}
-
-func npmCI(dir, stamp string) error {
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		return errors.New("npm is not on PATH; it is required to install the Cosmos DB test server (see test/cosmostest/README.md)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error") //nolint:gosec // npm from PATH, fixed arguments
-	cmd.Dir = dir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("npm ci in %s failed (%w; needs the npm registry on first run):\n%s", dir, err, out.String())
-	}
-	if !fileExists(filepath.Join(dir, "node_modules", filepath.FromSlash(serverPackage), "package.json")) {
-		return fmt.Errorf("npm ci in %s did not install %s", dir, serverPackage)
-	}
-	tmp := filepath.Join(dir, "node_modules", stampFile+".tmp")
-	if err := os.WriteFile(tmp, []byte(stamp+"\n"), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, "node_modules", stampFile))
 }
 
 var readyLine = regexp.MustCompile(`Ready to accept HTTPS? connections at [^\s:]+:(\d+)`)

@@ -1,6 +1,6 @@
 //go:build unix
 
-package azuritetest
+package npmpin
 
 import (
 	"errors"
@@ -9,8 +9,9 @@ import (
 	"syscall"
 )
 
-// fileLock is an flock(2) lock next to node_modules: test binaries of several
-// packages start in parallel and must not run npm ci over each other.
+// fileLock is an flock(2) lock on a lock file next to node_modules. flock locks belong to
+// the open file description, so they exclude other goroutines of this process as well as
+// other processes (several `go test` package binaries start in parallel).
 type fileLock struct{ f *os.File }
 
 func lockFileAt(path string, exclusive bool) (*fileLock, error) {

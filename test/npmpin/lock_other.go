@@ -1,9 +1,9 @@
 //go:build !unix
 
-package cosmostest
+package npmpin
 
 // fileLock is a no-op where flock(2) is not available: concurrent first installs may race
-// there; run `npm ci` in test/cosmostest/server once by hand instead.
+// there; run `npm ci` in the harness folder once by hand instead.
 type fileLock struct{}
 
 func lockFileAt(string, bool) (*fileLock, error) { return &fileLock{}, nil }
