@@ -21,16 +21,9 @@ import (
 // RunStore checks each Store method's promise (store.go) directly, with no
 // Repository in between: one subtest per promise, so that a backend that
 // breaks one is told which. Every backend's tests call it.
-func RunStore(t *testing.T, newStore Factory, known ...KnownFailure) {
-	var names []string
+func RunStore(t *testing.T, newStore Factory) {
 	run := func(name string, test func(*testing.T, *storeEnv)) {
-		names = append(names, name)
 		t.Run(name, func(t *testing.T) {
-			for _, k := range known {
-				if k.Test == name {
-					t.Skipf("known failure of this store: %s", k.Why)
-				}
-			}
 			test(t, &storeEnv{t: t, store: open(t, newStore), clock: newClock()})
 		})
 	}
@@ -62,17 +55,7 @@ func RunStore(t *testing.T, newStore Factory, known ...KnownFailure) {
 	run("ApplySweepRefusesWhenTheCatalogChanged", sweepRefusesChangedCatalog)
 	run("BacklogSumsEntriesAndCursors", backlogSums)
 	run("AnnouncerKeepsNoticesOfAnnouncedDequeues", announcerNotices)
-	for _, k := range known {
-		if !slices.Contains(names, k.Test) {
-			t.Errorf("known failure %q names no promise of the suite", k.Test)
-		}
-	}
 }
-
-// KnownFailure names a promise (a RunStore subtest) that a backend is known
-// to break: its suite skips it, saying why, instead of failing until the
-// store is fixed. The promise stays written down and is run for the others.
-type KnownFailure struct{ Test, Why string }
 
 // storeEnv drives one store by hand, the way the repository would.
 type storeEnv struct {
