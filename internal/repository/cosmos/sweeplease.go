@@ -23,46 +23,14 @@ const (
 )
 
 // holdSweepLease takes the sweep lease for holder until d from now, or
-// extends it when holder has it. The lease is read on the primary and
-// written on its etag (or created), so of two instances only one wins.
+// extends it when holder has it; of two instances only one wins (takeLease).
 func (s *Store) holdSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
-	var cur leaseDoc
-	found, err := s.readOnPrimary(ctx, s.recipients, sweepLeasePartition, sweepLeaseID, &cur)
-	if err != nil {
-		return false, err
-	}
-	now := s.cfg.Now()
-	if found && cur.Holder != holder && cur.Expires > now.UnixMilli() {
-		return false, nil
-	}
-	next := leaseDoc{ID: sweepLeaseID, PK: sweepLeasePartition, T: typeLease, Holder: holder, Expires: now.Add(d).UnixMilli()}
-	pk := azcosmos.NewPartitionKeyString(sweepLeasePartition)
-	if found {
-		_, err = s.recipients.ReplaceItem(ctx, pk, sweepLeaseID, mustJSON(next), &azcosmos.ItemOptions{IfMatchEtag: etag(cur.ETag)})
-	} else {
-		_, err = s.recipients.CreateItem(ctx, pk, mustJSON(next), nil)
-	}
-	if isStatus(err, http.StatusPreconditionFailed) || isStatus(err, http.StatusConflict) {
-		return false, nil // another instance took it first
-	}
-	return err == nil, err
+	return s.takeLease(ctx, sweepLeasePartition, sweepLeaseID, holder, d, 0)
 }
 
 // releaseSweepLease ends holder's lease, if it still has it.
 func (s *Store) releaseSweepLease(ctx context.Context, holder string) error {
-	var cur leaseDoc
-	found, err := s.readOnPrimary(ctx, s.recipients, sweepLeasePartition, sweepLeaseID, &cur)
-	if err != nil || !found || cur.Holder != holder {
-		return err
-	}
-	version := cur.ETag
-	cur.Expires, cur.ETag = 0, ""
-	_, err = s.recipients.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(sweepLeasePartition), sweepLeaseID, mustJSON(cur),
-		&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
-	if isStatus(err, http.StatusPreconditionFailed) {
-		return nil // taken over meanwhile
-	}
-	return err
+	return s.dropLease(ctx, sweepLeasePartition, sweepLeaseID, holder)
 }
 
 type lowPriorityKey struct{}
