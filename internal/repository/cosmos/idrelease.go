@@ -3,7 +3,6 @@ package cosmos
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"maps"
 	"net/http"
 	"slices"
@@ -11,8 +10,6 @@ import (
 	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
-
-	"github.com/energydatahub/messagehub/internal/repository"
 )
 
 // Retention of the id documents of one save per bucket: such a document
@@ -88,7 +85,7 @@ func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string)
 		}
 	}
 	for pk, ids := range done {
-		if err := s.deleteGone(ctx, s.ids, pk, ids); err != nil {
+		if err := s.deleteAll(ctx, s.ids, pk, ids); err != nil {
 			return err
 		}
 	}
@@ -138,30 +135,6 @@ func (s *Store) loadSavedIDs(ctx context.Context, saves []string) error {
 		delete(r.saves, k)
 	}
 	maps.Copy(r.saves, found)
-	return nil
-}
-
-// deleteGone deletes documents of one partition in batches; one that is
-// gone already (another instance's retention) is no reason to stop.
-func (s *Store) deleteGone(ctx context.Context, c *azcosmos.ContainerClient, pk string, ids []string) error {
-	for chunk := range slices.Chunk(ids, maxBatchOps) {
-		b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString(pk))
-		for _, id := range chunk {
-			b.DeleteItem(id, nil)
-		}
-		err := s.execute(ctx, c, b)
-		if !errors.Is(err, repository.ErrConflict) {
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		for _, id := range chunk { // one was missing: the others one by one
-			if err := s.deleteItem(ctx, c, azcosmos.NewPartitionKeyString(pk), id); err != nil && !isStatus(err, http.StatusNotFound) {
-				return err
-			}
-		}
-	}
 	return nil
 }
 

@@ -586,18 +586,27 @@ func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 	return s.deleteAll(ctx, s.drawers, drawerID, pages)
 }
 
-// deleteAll deletes documents of one partition, 100 per batch.
+// deleteAll deletes documents of one partition in batches of 100; one that
+// is gone already (a replay, another instance's retention) is no reason to
+// leave the others: its batch is redone one document at a time.
 func (s *Store) deleteAll(ctx context.Context, c *azcosmos.ContainerClient, pk string, ids []string) error {
-	for len(ids) > 0 {
-		n := min(len(ids), maxBatchOps)
+	for chunk := range slices.Chunk(ids, maxBatchOps) {
 		b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString(pk))
-		for _, id := range ids[:n] {
+		for _, id := range chunk {
 			b.DeleteItem(id, nil)
 		}
-		if err := s.execute(ctx, c, b); err != nil && !errors.Is(err, repository.ErrConflict) {
-			return err
+		err := s.execute(ctx, c, b)
+		if !errors.Is(err, repository.ErrConflict) {
+			if err != nil {
+				return err
+			}
+			continue
 		}
-		ids = ids[n:]
+		for _, id := range chunk { // one was missing: the others one by one
+			if err := s.deleteItem(ctx, c, azcosmos.NewPartitionKeyString(pk), id); err != nil && !isStatus(err, http.StatusNotFound) {
+				return err
+			}
+		}
 	}
 	return nil
 }
