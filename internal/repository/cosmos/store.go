@@ -428,7 +428,7 @@ func (s *Store) applySweep(ctx context.Context, sw repository.Sweep) error {
 		trash := trashDoc{ID: trashID, PK: sw.Recipient, T: typeTrash, Drawers: sw.Drawers}
 		_, err := s.recipients.CreateItem(ctx, azcosmos.NewPartitionKeyString(sw.Recipient), mustJSON(trash), nil)
 		if err != nil {
-			return storeError(err)
+			return err
 		}
 	}
 	// A catalog batch that fails leaves its drawers named; those of the
@@ -460,7 +460,7 @@ func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 	var t trashDoc
 	found, err := s.readOnPrimary(ctx, s.recipients, recipient, trashID, &t)
 	if err != nil || !found {
-		return storeError(err)
+		return err
 	}
 	state, err := s.LoadRecipient(ctx, recipient)
 	if err != nil {
@@ -477,12 +477,12 @@ func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 			continue // its entry's batch failed: a later sweep frees it again
 		}
 		if err := s.deleteDrawer(ctx, d); err != nil {
-			return storeError(err)
+			return err
 		}
 	}
 	err = s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), trashID)
 	if err != nil && !isStatus(err, http.StatusNotFound) {
-		return storeError(err)
+		return err
 	}
 	return nil
 }
