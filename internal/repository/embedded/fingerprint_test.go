@@ -39,32 +39,47 @@ func oldFingerprint(n domain.Notification) [16]byte {
 // Id records written by earlier versions (32 bytes: a SHA-256 fingerprint and
 // the drawer) still tell a duplicate from a conflicting save.
 func TestIDRecordsOfEarlierVersionsStillFindDuplicates(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	repo := repository.New(s, repository.Options{}, nil)
-	defer func() { repo.Close(); _ = s.Close() }()
 	ctx := context.Background()
 	n := domain.Notification{ID: uuid.NewString(), Recipient: uuid.NewString(), Origin: domain.OriginCharges,
 		ContentType: "c", DocumentType: "d", SupportsBundling: true, Weight: 3}
 	if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
 		t.Fatal(err)
 	}
-	// Rewrite the id record the way an earlier version wrote it.
+	// Rewrite the id record the way an earlier version wrote it: keyed by
+	// the id alone, with a SHA-256 fingerprint. Then start again as after a
+	// crash, so the index is built from what is on disk.
 	id, err := uuidBytes(n.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, ok, err := s.get(idKey(id))
-	if err != nil || !ok || len(v) != idRecordLen {
-		t.Fatalf("id record %x (%v, %v)", v, ok, err)
+	key, v, ok, err := s.storedID(&id)
+	if err != nil || !ok || len(v) != idRecordLen || key[0] != prefixIDByGroup {
+		t.Fatalf("id record %x at %x (%v, %v)", v, key, ok, err)
 	}
 	fp := oldFingerprint(n)
 	legacy := append(fp[:], v[len(v)-16:]...)
-	if err := s.db.Set(idKey(id), legacy, pebble.Sync); err != nil {
+	if err := s.db.Delete(key, pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.db.Set(idKey(0, &id), legacy, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	repo.Close()
+	s.writer.Close()
+	if err := s.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	repo = repository.New(s, repository.Options{}, nil)
+	defer func() { repo.Close(); _ = s.Close() }()
 
 	res, err := repo.Save(ctx, []domain.Notification{n})
 	if err != nil || res.Duplicates != 1 || res.Saved != 0 {

@@ -40,7 +40,8 @@ type Store struct {
 	// Writes go through one writer goroutine (writer.go). ids and unsynced
 	// are its own; syncErr belongs to the goroutine that finishes groups.
 	writer    *groupcommit.Pipeline[writeReq]
-	ids       idFilter // see idfilter.go
+	ids       *idIndex // see idindex.go; its table is changed only by the writer
+	lastGroup uint32   // the writer's: see nextGroup
 	unsynced  unsyncedRecords
 	syncErr   error
 	closeOnce sync.Once
@@ -72,8 +73,8 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	}
 	// A large memtable absorbs bursts of saves without write stalls.
 	opts := &pebble.Options{Logger: &pebbleLogger{l: logger, errors: lograte.Limiter{Max: pebbleErrorsPerSecond}}, MemTableSize: 64 << 20}
-	// Most id lookups are for ids that do not exist yet: bloom filters answer
-	// those without reading table blocks.
+	// Most point reads are for keys that do not exist (a bundle id never
+	// dequeued): bloom filters answer those without reading table blocks.
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
@@ -101,7 +102,7 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 		unsynced:  unsyncedRecords{latest: map[[16]byte]unsyncedRecord{}},
 		evictStop: make(chan struct{}),
 	}
-	if err := s.openIDFilter(dir); err != nil {
+	if err := s.openIDIndex(dir); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("index the ids in %s: %w", dir, err)
 	}
@@ -125,7 +126,7 @@ func holder(dir string) string {
 	return ""
 }
 
-// Close lets queued writes finish, saves the id filter and closes the
+// Close lets queued writes finish, saves the id index and closes the
 // database.
 func (s *Store) Close() error {
 	first := false
@@ -133,8 +134,8 @@ func (s *Store) Close() error {
 	s.writer.Close()
 	if first && !s.readOnly && s.syncErr == nil && (s.gate == nil || s.gate() == nil) {
 		// Without it the next start only takes longer.
-		if err := s.saveIDFilter(s.dir); err != nil {
-			s.logger.Warn("saving the id filter failed; the next start indexes the stored ids", "err", err)
+		if err := s.saveIDIndex(s.dir); err != nil {
+			s.logger.Warn("saving the id index failed; the next start indexes the stored ids", "err", err)
 		}
 	}
 	return s.db.Close()
@@ -215,7 +216,7 @@ func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]reposit
 		if err != nil {
 			return nil, err
 		}
-		v, ok, err := s.get(idKey(k))
+		_, v, ok, err := s.storedID(&k)
 		if err != nil {
 			return nil, err
 		}

@@ -132,7 +132,7 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		answer(group, errs, err, false)
 		return nil
 	}
-	s.addIDs(tx.newIDs)
+	s.ids.change(tx.newIDs, tx.goneIDs)
 	seq := s.unsynced.add(tx.touched)
 	for i, req := range group {
 		if req.applied != nil {
@@ -249,7 +249,9 @@ type txn struct {
 	touched  map[[16]byte]*records
 	ids      map[[16]byte]struct{} // notification ids written in this group
 	dequeued map[string]bool       // dequeued-bundle keys written in this group
-	newIDs   [][]byte
+	group    uint32                // the group number of its ids (nextGroup), once it has any
+	newIDs   []uint64              // id index entries to add once the batch is applied
+	goneIDs  []uint64              // and to remove
 }
 
 // records returns the recipient's records as this group sees them: as
@@ -290,15 +292,13 @@ func (tx *txn) change(r [16]byte, rec *records, fn func(*records)) {
 	fn(clone)
 }
 
-// idExists looks an id key up in this group, then in the database.
-func (tx *txn) idExists(key []byte) ([]byte, bool, error) {
-	if _, ok := tx.ids[[16]byte(key[1:])]; ok {
+// idExists looks an id up in this group, then in the database.
+func (tx *txn) idExists(id *[16]byte) ([]byte, bool, error) {
+	if _, ok := tx.ids[*id]; ok {
 		return nil, true, nil
 	}
-	if !tx.s.ids.mayExist(key) {
-		return nil, false, nil
-	}
-	return tx.s.get(key)
+	_, v, ok, err := tx.s.storedID(id)
+	return v, ok, err
 }
 
 // dequeuedExists looks a dequeued-bundle key up in this group, then in the database.
@@ -404,18 +404,17 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 				puts = append(puts, put{key: pageKey(d, pg.Start()), value: v})
 			}
 		}
-		idPuts, idKeys, err := tx.idRecords(saves)
+		idPuts, entries, err := tx.idRecords(saves)
 		if err != nil {
 			return err
 		}
 		tx.apply(puts)
-		// Last and in key order: pebble's memtable inserts a sorted run of
-		// keys faster (each insert starts its search where the last ended).
 		tx.apply(idPuts)
-		for _, k := range idKeys {
-			tx.ids[[16]byte(k[1:])] = struct{}{}
+		for _, p := range idPuts {
+			_, id, _ := idKeyParts(p.key)
+			tx.ids[id] = struct{}{}
 		}
-		tx.newIDs = append(tx.newIDs, idKeys...)
+		tx.newIDs = append(tx.newIDs, entries...)
 		for i, c := range changes {
 			tx.change(c.r, c.rec, func(rec *records) {
 				rec.head = c.head
@@ -432,10 +431,11 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 	}
 }
 
-// idRecords stages the id records of the saves, sorted by key, and returns
-// their keys; keys and values share one buffer. Ids that exist (or come
-// twice) fail it with *repository.IDsExistError naming all of them.
-func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, [][]byte, error) {
+// idRecords stages the id records of the saves under the group's number,
+// sorted by key, and returns their id index entries; keys and values share
+// one buffer. Ids that exist (or come twice) fail it with
+// *repository.IDsExistError naming all of them.
+func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, error) {
 	type idRec struct {
 		id  [16]byte
 		rec *repository.IDRecord
@@ -452,16 +452,20 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, [][]byte, err
 		}
 	}
 	slices.SortFunc(all, func(a, b idRec) int { return compareIDs(&a.id, &b.id) })
-	buf := make([]byte, 0, len(all)*(1+16+idRecordLen))
+	if tx.group == 0 && len(all) > 0 {
+		tx.group = tx.s.nextGroup()
+	}
+	g := tx.group
+	buf := make([]byte, 0, len(all)*(4+16+idRecordLen))
 	puts := make([]put, 0, len(all))
-	keys := make([][]byte, 0, len(all))
+	entries := make([]uint64, 0, len(all))
 	var existing map[string]repository.IDRecord
 	for i, e := range all {
 		start := len(buf)
-		buf = append(buf, prefixID)
+		buf = append(buf, prefixIDByGroup, byte(g>>16), byte(g>>8), byte(g))
 		buf = append(buf, e.id[:]...)
 		key := buf[start:len(buf):len(buf)]
-		stored, exists, err := tx.idExists(key)
+		stored, exists, err := tx.idExists(&e.id)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -484,12 +488,12 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, [][]byte, err
 			return nil, nil, err
 		}
 		puts = append(puts, put{key: key, value: buf[start+len(key):]})
-		keys = append(keys, key)
+		entries = append(entries, idEntry(idHash(&e.id), g))
 	}
 	if existing != nil {
 		return nil, nil, &repository.IDsExistError{Records: existing}
 	}
-	return puts, keys, nil
+	return puts, entries, nil
 }
 
 // compareIDs orders ids as their keys sort, comparing eight bytes at a time.
@@ -624,14 +628,17 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 			}
 			puts = append(puts, put{key: dequeuedKey(r, bid), del: true})
 		}
+		var gone []uint64
 		for _, id := range sw.Drawers {
-			drawerPuts, err := s.drawerDeletions(id)
+			drawerPuts, drawerGone, err := s.drawerDeletions(id)
 			if err != nil {
 				return err
 			}
 			puts = append(puts, drawerPuts...)
+			gone = append(gone, drawerGone...)
 		}
 		tx.apply(puts)
+		tx.goneIDs = append(tx.goneIDs, gone...)
 		tx.change(r, rec, func(rec *records) {
 			for _, e := range replaced {
 				rec.entries[e.Key()] = e
@@ -648,15 +655,14 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 }
 
 // drawerDeletions stages the deletion of a drawer's pages and of the id
-// records that point at it. An id record pointing at another drawer is left
-// alone.
-func (s *Store) drawerDeletions(drawerID string) ([]put, error) {
+// records that point at it, and returns those records' id index entries. An
+// id record pointing at another drawer is left alone.
+func (s *Store) drawerDeletions(drawerID string) (puts []put, gone []uint64, err error) {
 	d, err := uuidBytes(drawerID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	prefix := drawerPrefix(d)
-	var puts []put
 	err = s.scan(prefix, func(key, value []byte) error {
 		puts = append(puts, put{key: append([]byte(nil), key...), del: true})
 		pr := newPageReader(value)
@@ -665,7 +671,7 @@ func (s *Store) drawerDeletions(drawerID string) ([]put, error) {
 			if err != nil {
 				return err
 			}
-			v, exists, err := s.get(idKey(id))
+			idKey, v, exists, err := s.storedID(&id)
 			if err != nil {
 				return err
 			}
@@ -677,12 +683,14 @@ func (s *Store) drawerDeletions(drawerID string) ([]put, error) {
 				return err
 			}
 			if rec.DrawerID == drawerID {
-				puts = append(puts, put{key: idKey(id), del: true})
+				puts = append(puts, put{key: idKey, del: true})
+				group, _, _ := idKeyParts(idKey)
+				gone = append(gone, idEntry(idHash(&id), group))
 			}
 		}
 		return pr.err
 	})
-	return puts, err
+	return puts, gone, err
 }
 
 func parseIDs(recipient, bundleID string) (r, id [16]byte, err error) {

@@ -1,0 +1,182 @@
+package embedded
+
+import (
+	"encoding/binary"
+	"errors"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Every stored notification id has a record (its fingerprint and drawer)
+// under "j <group> <id>", where group is a 24-bit number shared by all the
+// ids one write group brought. Keyed by the id alone, each of a Save's 1,000
+// records went to a random place in pebble's memtable: a skiplist search
+// that misses the CPU caches at every step, about half of the CPU of a Save
+// spread over 100 recipients. Keyed by group, a group's records are one
+// sorted run in a part of the key space no one else writes to.
+//
+// The idIndex says which groups may hold an id. It is a hash table (open
+// addressing, linear probing) of 64-bit entries: 40 bits of the id's hash
+// and its group. The id of a new notification almost never matches an
+// entry, so it costs no read; one that matches is read under each group its
+// entries name (two ids share 40 bits of hash about once in a trillion
+// lookups of a table of 10 million). Records under "i <id>", written before
+// groups, have group 0.
+type idIndex struct {
+	mu    sync.RWMutex // held by the writer to change it and by other goroutines to read it
+	slots []uint64     // 0: empty; else hash<<groupBits | group
+	count int
+}
+
+const (
+	groupBits = 24
+	maxGroup  = 1<<groupBits - 1
+	groupMask = maxGroup
+	hashBits  = 64 - groupBits
+)
+
+// minIDIndexSlots is the smallest table (a variable for tests).
+var minIDIndexSlots = 1 << 16
+
+// newIDIndex sizes a table for n ids at most half full.
+func newIDIndex(n int) *idIndex {
+	size := max(minIDIndexSlots, 2)
+	if n > size/2 {
+		size = 1 << bits.Len(uint(2*n-1))
+	}
+	return &idIndex{slots: make([]uint64, size)}
+}
+
+// idHash is the part of the id's hash the index keeps; never 0, so that an
+// entry of group 0 is not an empty slot.
+func idHash(id *[16]byte) uint64 { return xxh3.Hash(id[:])>>groupBits | 1<<(hashBits-1) }
+
+func idEntry(h uint64, group uint32) uint64 { return h<<groupBits | uint64(group) }
+
+func entryGroup(e uint64) uint32 { return uint32(e & groupMask) }
+
+func (x *idIndex) home(h uint64) int { return int(h & uint64(len(x.slots)-1)) }
+
+// groups appends to buf the group of every entry with hash h.
+func (x *idIndex) groups(h uint64, buf []uint32) []uint32 {
+	mask := len(x.slots) - 1
+	for i := x.home(h); x.slots[i] != 0; i = (i + 1) & mask {
+		if x.slots[i]>>groupBits == h {
+			buf = append(buf, entryGroup(x.slots[i]))
+		}
+	}
+	return buf
+}
+
+// change adds and removes entries as one step that readers see whole.
+func (x *idIndex) change(add, remove []uint64) {
+	if len(add) == 0 && len(remove) == 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, e := range remove {
+		x.remove(e)
+	}
+	if need := x.count + len(add); need > len(x.slots)*3/4 {
+		x.grow(need)
+	}
+	for _, e := range add {
+		x.insert(e)
+	}
+}
+
+func (x *idIndex) insert(e uint64) {
+	mask := len(x.slots) - 1
+	i := x.home(e >> groupBits)
+	for x.slots[i] != 0 {
+		i = (i + 1) & mask
+	}
+	x.slots[i] = e
+	x.count++
+}
+
+// remove deletes one entry equal to e and shifts the entries after it back
+// so that no probe sequence has a hole.
+func (x *idIndex) remove(e uint64) {
+	mask := len(x.slots) - 1
+	i := x.home(e >> groupBits)
+	for x.slots[i] != e {
+		if x.slots[i] == 0 {
+			return
+		}
+		i = (i + 1) & mask
+	}
+	x.slots[i] = 0
+	x.count--
+	for j := (i + 1) & mask; x.slots[j] != 0; j = (j + 1) & mask {
+		// The entry at j moves into the hole at i unless its home lies
+		// (cyclically) after i and at or before j.
+		k := x.home(x.slots[j] >> groupBits)
+		stays := i < j && i < k && k <= j || j < i && (k > i || k <= j)
+		if !stays {
+			x.slots[i], x.slots[j] = x.slots[j], 0
+			i = j
+		}
+	}
+}
+
+// grow rebuilds the table for n entries at most half full.
+func (x *idIndex) grow(n int) {
+	old := x.slots
+	x.slots = newIDIndex(n).slots
+	x.count = 0
+	for _, e := range old {
+		if e != 0 {
+			x.insert(e)
+		}
+	}
+}
+
+var errIndexFull = errors.New("id index full")
+
+// insertAtomic is insert for a table being filled from several goroutines
+// (nothing removes or reads meanwhile); full is how many entries it may take
+// in all, counted in used.
+func (x *idIndex) insertAtomic(e uint64, used *atomic.Int64, full int64) error {
+	if used.Add(1) > full {
+		return errIndexFull
+	}
+	mask := len(x.slots) - 1
+	for i := x.home(e >> groupBits); ; i = (i + 1) & mask {
+		if atomic.CompareAndSwapUint64(&x.slots[i], 0, e) {
+			return nil
+		}
+	}
+}
+
+// appendTo appends the table's encoding: the slot count, then the slots.
+func (x *idIndex) appendTo(buf []byte) []byte {
+	buf = binary.BigEndian.AppendUint64(buf, uint64(len(x.slots)))
+	for _, e := range x.slots {
+		buf = binary.LittleEndian.AppendUint64(buf, e)
+	}
+	return buf
+}
+
+func decodeIDIndex(data []byte) (*idIndex, error) {
+	if len(data) < 8 {
+		return nil, errors.New("id index: short")
+	}
+	n := binary.BigEndian.Uint64(data)
+	data = data[8:]
+	if n == 0 || n&(n-1) != 0 || uint64(len(data)) != n*8 {
+		return nil, errors.New("id index: size mismatch")
+	}
+	x := &idIndex{slots: make([]uint64, n)}
+	for i := range x.slots {
+		x.slots[i] = binary.LittleEndian.Uint64(data[8*i:])
+		if x.slots[i] != 0 {
+			x.count++
+		}
+	}
+	return x, nil
+}

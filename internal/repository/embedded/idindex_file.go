@@ -1,0 +1,126 @@
+package embedded
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/zeebo/xxh3"
+)
+
+// Building the id index scans every stored id: seconds with millions of
+// them. So Close saves the index in a file beside the data, then writes a
+// token naming that file into the database as its very last write. Open uses
+// the file only if the database holds the same token, and deletes the token
+// (durably) before anything else is written: after a crash, or any write
+// since the save, the token is gone and the index is built by the scan.
+// (The file kept its name from the bloom filter the index replaced; a file
+// of that filter has another magic line, so it is not used.)
+const idIndexFile = "idfilter"
+
+// filterTokenKey holds the token of the saved index (a prefix of its own).
+var filterTokenKey = []byte{prefixFilterToken}
+
+const idIndexMagic = "messagehub idfilter 2 (id index)\n"
+
+// openIDIndex loads the saved index if it is valid, else builds one, and
+// finds the last group numbered.
+func (s *Store) openIDIndex(dir string) error {
+	_, last, err := s.groupSpan()
+	if err != nil {
+		return err
+	}
+	s.lastGroup = last
+	t0 := time.Now()
+	x, err := s.loadIDIndex(dir)
+	if err != nil {
+		s.logger.Warn("the saved id index is not usable; indexing the stored ids", "err", err)
+	}
+	if x == nil {
+		return s.buildIDIndex()
+	}
+	if !s.readOnly {
+		if err := s.db.Delete(filterTokenKey, pebble.Sync); err != nil {
+			return err
+		}
+	}
+	s.ids = x
+	s.logger.Info("stored ids loaded", "ids", x.count, "took", time.Since(t0).Round(time.Millisecond).String())
+	return nil
+}
+
+// loadIDIndex returns the saved index, or nil when there is none that
+// matches the database.
+func (s *Store) loadIDIndex(dir string) (*idIndex, error) {
+	token, ok, err := s.get(filterTokenKey)
+	if err != nil || !ok {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, idIndexFile)) //nolint:gosec // the operator's data directory
+	if err != nil {
+		return nil, err
+	}
+	head := len(idIndexMagic) + len(token)
+	if len(data) < head+8 || string(data[:len(idIndexMagic)]) != idIndexMagic {
+		return nil, errors.New("not an id index file of this version")
+	}
+	body, sum := data[:len(data)-8], binary.BigEndian.Uint64(data[len(data)-8:])
+	if xxh3.Hash(body) != sum {
+		return nil, errors.New("checksum mismatch")
+	}
+	if !bytes.Equal(body[len(idIndexMagic):head], token) {
+		return nil, nil // saved by an earlier Close: the data changed since
+	}
+	return decodeIDIndex(body[head:])
+}
+
+// saveIDIndex writes the index to its file (durably), then its token to
+// the database. Nothing may be written to the database after it.
+func (s *Store) saveIDIndex(dir string) error {
+	token := make([]byte, 16)
+	_, _ = rand.Read(token)
+	buf := make([]byte, 0, len(idIndexMagic)+len(token)+8+len(s.ids.slots)*8+8)
+	buf = append(buf, idIndexMagic...)
+	buf = append(buf, token...)
+	buf = s.ids.appendTo(buf)
+	buf = binary.BigEndian.AppendUint64(buf, xxh3.Hash(buf))
+	if err := writeFileSync(filepath.Join(dir, idIndexFile), buf); err != nil {
+		return err
+	}
+	return s.db.Set(filterTokenKey, token, pebble.Sync)
+}
+
+// writeFileSync replaces path with data durably: a temporary file, synced,
+// renamed over it, and the folder synced.
+func writeFileSync(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600) //nolint:gosec // the operator's data directory
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

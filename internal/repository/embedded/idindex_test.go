@@ -1,0 +1,98 @@
+package embedded
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// The table answers like a multiset of (hash, group) entries through random
+// adds and removes, growth, and an encode/decode round trip; hashes are drawn
+// from a small set so that probe runs are long and removals shift entries
+// back across the end of the table.
+func TestIDIndexAnswersLikeAMultiset(t *testing.T) {
+	old := minIDIndexSlots
+	minIDIndexSlots = 8
+	t.Cleanup(func() { minIDIndexSlots = old })
+	r := rand.New(rand.NewPCG(1, 2))
+	x := newIDIndex(0)
+	want := map[uint64]int{} // entry -> how many times it is in
+	hashes := make([]uint64, 40)
+	for i := range hashes {
+		hashes[i] = r.Uint64()>>groupBits | 1<<(hashBits-1)
+	}
+	check := func(x *idIndex) {
+		t.Helper()
+		n := 0
+		for _, c := range want {
+			n += c
+		}
+		if x.count != n {
+			t.Fatalf("count %d, want %d", x.count, n)
+		}
+		for _, h := range hashes {
+			var wantGroups []uint32
+			for e, c := range want {
+				for range c {
+					if e>>groupBits == h {
+						wantGroups = append(wantGroups, entryGroup(e))
+					}
+				}
+			}
+			got := x.groups(h, nil)
+			slices.Sort(got)
+			slices.Sort(wantGroups)
+			if !slices.Equal(got, wantGroups) {
+				t.Fatalf("groups of %x: %v, want %v", h, got, wantGroups)
+			}
+		}
+	}
+	var in []uint64
+	for step := range 20_000 {
+		if len(in) > 0 && r.IntN(5) < 2 {
+			i := r.IntN(len(in))
+			e := in[i]
+			in = slices.Delete(in, i, i+1)
+			x.change(nil, []uint64{e})
+			if want[e]--; want[e] == 0 {
+				delete(want, e)
+			}
+		} else {
+			e := idEntry(hashes[r.IntN(len(hashes))], uint32(r.IntN(3))) //nolint:gosec // small
+			in = append(in, e)
+			x.change([]uint64{e}, nil)
+			want[e]++
+		}
+		if step%1000 == 0 {
+			check(x)
+		}
+	}
+	check(x)
+	if x.count > len(x.slots)*3/4 {
+		t.Fatalf("%d entries in %d slots", x.count, len(x.slots))
+	}
+	decoded, err := decodeIDIndex(x.appendTo(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(decoded)
+	if _, err := decodeIDIndex(x.appendTo(nil)[:20]); err == nil {
+		t.Fatal("a truncated index decoded")
+	}
+	// Removing what is not there changes nothing.
+	x.change(nil, []uint64{idEntry(hashes[0], 7)})
+	check(x)
+}
+
+// An id of group 0 (a record written before groups) is never an empty slot.
+func TestIDEntriesAreNeverEmpty(t *testing.T) {
+	var zero [16]byte
+	if idEntry(idHash(&zero), 0) == 0 {
+		t.Fatal("entry 0")
+	}
+	x := newIDIndex(0)
+	x.change([]uint64{idEntry(idHash(&zero), 0)}, nil)
+	if g := x.groups(idHash(&zero), nil); !slices.Equal(g, []uint32{0}) {
+		t.Fatalf("groups %v", g)
+	}
+}
