@@ -241,7 +241,8 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 		n += len(c.notifications)
 	}
 	accepted := make(map[string]Fingerprint, n) // new ids of the group's calls so far
-	byRecipient := make(map[string][]domain.Notification)
+	freshByCall := make([][]domain.Notification, len(calls))
+	counts := make(map[string]int)
 	var recipients []string
 	for i, c := range calls {
 		fresh, dups, err := classify(c.notifications, stored, accepted)
@@ -250,10 +251,22 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 			continue
 		}
 		outcomes[i] = saveOutcome{result: domain.SaveResult{Saved: len(fresh), Duplicates: dups}}
+		freshByCall[i] = fresh
 		for _, n := range fresh {
-			if _, seen := byRecipient[n.Recipient]; !seen {
+			if counts[n.Recipient] == 0 {
 				recipients = append(recipients, n.Recipient)
 			}
+			counts[n.Recipient]++
+		}
+	}
+	// Each recipient's notifications in one slice of the right size: growing
+	// them one append at a time was a fifth of the bytes a Save allocated.
+	byRecipient := make(map[string][]domain.Notification, len(recipients))
+	for _, rcpt := range recipients {
+		byRecipient[rcpt] = make([]domain.Notification, 0, counts[rcpt])
+	}
+	for _, fresh := range freshByCall {
+		for _, n := range fresh {
 			byRecipient[n.Recipient] = append(byRecipient[n.Recipient], n)
 		}
 	}
@@ -346,7 +359,7 @@ func PlanSave(recipient string, state RecipientState, ns []domain.Notification, 
 		seq++
 		entries[k] = e
 	}
-	save := RecipientSave{Recipient: recipient}
+	save := RecipientSave{Recipient: recipient, IDs: make([]IDRecord, 0, len(ns))}
 	for _, k := range order {
 		e := entries[k]
 		var pages []drawer.Page
