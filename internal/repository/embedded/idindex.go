@@ -41,11 +41,11 @@ const (
 // minIDIndexSlots is the smallest table (a variable for tests).
 var minIDIndexSlots = 1 << 16
 
-// newIDIndex sizes a table for n ids at most half full.
+// newIDIndex sizes a table for n ids at most 3/4 full (a power of two).
 func newIDIndex(n int) *idIndex {
 	size := max(minIDIndexSlots, 2)
-	if n > size/2 {
-		size = 1 << bits.Len(uint(2*n-1))
+	if need := n + n/3 + 1; need > size {
+		size = 1 << bits.Len(uint(need-1))
 	}
 	return &idIndex{slots: make([]uint64, size)}
 }
@@ -124,10 +124,10 @@ func (x *idIndex) remove(e uint64) {
 	}
 }
 
-// grow rebuilds the table for n entries at most half full.
+// grow rebuilds the table for n entries (at least twice as large).
 func (x *idIndex) grow(n int) {
 	old := x.slots
-	x.slots = newIDIndex(n).slots
+	x.slots = newIDIndex(max(n, len(old))).slots
 	x.count = 0
 	for _, e := range old {
 		if e != 0 {
