@@ -138,20 +138,39 @@ func (x *idIndex) grow(n int) {
 
 var errIndexFull = errors.New("id index full")
 
-// insertAtomic is insert for a table being filled from several goroutines
-// (nothing removes or reads meanwhile); full is how many entries it may take
-// in all, counted in used.
-func (x *idIndex) insertAtomic(e uint64, used *atomic.Int64, full int64) error {
-	if used.Add(1) > full {
-		return errIndexFull
-	}
-	mask := len(x.slots) - 1
-	for i := x.home(e >> groupBits); ; i = (i + 1) & mask {
-		if atomic.CompareAndSwapUint64(&x.slots[i], 0, e) {
-			return nil
+// idFiller adds entries to a table being filled from several goroutines
+// (nothing removes or reads meanwhile), one filler each. They count what
+// they add in used, in steps of fillStep, and stop at full entries: a
+// counter shared per entry cost more than the scan that feeds it.
+type idFiller struct {
+	x       *idIndex
+	used    *atomic.Int64
+	full    int64
+	pending int64
+}
+
+const fillStep = 256
+
+func (f *idFiller) add(e uint64) error {
+	if f.pending++; f.pending == fillStep {
+		f.pending = 0
+		if f.used.Add(fillStep) > f.full {
+			return errIndexFull
 		}
 	}
+	mask := len(f.x.slots) - 1
+	i := f.x.home(e >> groupBits)
+	for range f.x.slots {
+		if atomic.CompareAndSwapUint64(&f.x.slots[i], 0, e) {
+			return nil
+		}
+		i = (i + 1) & mask
+	}
+	return errIndexFull
 }
+
+// done counts what is left.
+func (f *idFiller) done() { f.used.Add(f.pending) }
 
 // appendTo appends the table's encoding: the slot count, then the slots.
 func (x *idIndex) appendTo(buf []byte) []byte {

@@ -69,12 +69,14 @@ func (s *Store) fillIDIndex(n int) (*idIndex, error) {
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for _, r := range ranges {
 		g.Go(func() error {
+			f := idFiller{x: x, used: &used, full: full}
+			defer f.done()
 			return s.scanRange(r[0], r[1], func(key, _ []byte) error {
 				group, id, ok := idKeyParts(key)
 				if !ok {
 					return errCorrupt
 				}
-				return x.insertAtomic(idEntry(idHash(&id), group), &used, full)
+				return f.add(idEntry(idHash(&id), group))
 			})
 		})
 	}
@@ -82,6 +84,9 @@ func (s *Store) fillIDIndex(n int) (*idIndex, error) {
 		return nil, err
 	}
 	x.count = int(used.Load())
+	if int64(x.count) > full {
+		return nil, errIndexFull
+	}
 	if x.count > len(x.slots)*3/4 {
 		x.grow(x.count)
 	}
