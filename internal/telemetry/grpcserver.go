@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,9 +13,11 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/semconv/v1.43.0/rpcconv"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
@@ -23,15 +27,22 @@ import (
 // handler does (same scope, instrument, buckets and attributes: rpc.method,
 // rpc.system.name, rpc.response.status_code, and error.type for the codes
 // that are the server's fault), without otelgrpc's per-call work for spans
-// nobody exports (extracting the trace context, starting a no-op span) and
-// without building and hashing the attribute set of every call: the sets of
-// each method and code are made once.
+// nobody exports (a copy of the incoming metadata, a no-op span) and without
+// building and hashing the attribute set of every call: the sets of each
+// method and code are made once.
+//
+// A trace context (and baggage) a client propagates is still extracted into
+// the call's context, as otelgrpc does, so that measurements keep their
+// exemplars; the propagated fields are read one by one, not from a copy of
+// all the metadata.
 //
 // It is only used with the default (stable) RPC semantic conventions; with
 // OTEL_SEMCONV_STABILITY_OPT_IN asking for rpc/old or rpc/dup, otelgrpc's
 // handler is used as before.
 type rpcMetricsHandler struct {
-	duration metric.Float64Histogram
+	duration   metric.Float64Histogram
+	propagator propagation.TextMapPropagator
+	fields     []string // the keys propagator reads, in lower case
 
 	methods sync.Map     // full method name → *rpcMethod
 	known   atomic.Int32 // entries in methods
@@ -54,7 +65,7 @@ const numCodes = int(codes.Unauthenticated) + 1
 
 type rpcMethodKey struct{}
 
-func newRPCMetricsHandler(mp metric.MeterProvider) (*rpcMetricsHandler, error) {
+func newRPCMetricsHandler(mp metric.MeterProvider, propagator propagation.TextMapPropagator) (*rpcMetricsHandler, error) {
 	meter := mp.Meter(otelgrpc.ScopeName,
 		metric.WithInstrumentationVersion(otelgrpc.Version),
 		metric.WithSchemaURL(semconv.SchemaURL),
@@ -67,7 +78,11 @@ func newRPCMetricsHandler(mp metric.MeterProvider) (*rpcMetricsHandler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rpcMetricsHandler{duration: d.Inst()}, nil
+	h := &rpcMetricsHandler{duration: d.Inst(), propagator: propagator}
+	for _, f := range propagator.Fields() {
+		h.fields = append(h.fields, strings.ToLower(f))
+	}
+	return h, nil
 }
 
 func (h *rpcMetricsHandler) method(fullMethod string) *rpcMethod {
@@ -109,9 +124,36 @@ func (m *rpcMethod) option(code codes.Code) metric.RecordOption {
 	return o
 }
 
-// TagRPC notes the call's method for HandleRPC.
+// TagRPC extracts a propagated trace context and notes the call's method
+// for HandleRPC.
 func (h *rpcMetricsHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	for _, f := range h.fields {
+		if metadata.ValueFromIncomingContext(ctx, f) != nil {
+			// Only then: the carrier costs an allocation.
+			ctx = h.propagator.Extract(ctx, incomingCarrier{ctx})
+			break
+		}
+	}
 	return context.WithValue(ctx, rpcMethodKey{}, h.method(info.FullMethodName))
+}
+
+// incomingCarrier reads the incoming metadata of a call for a propagator,
+// one key at a time (as otelgrpc's carrier, the first value of a key, keys
+// in lower case), without copying all of it.
+type incomingCarrier struct{ ctx context.Context }
+
+func (c incomingCarrier) Get(key string) string {
+	if v := metadata.ValueFromIncomingContext(c.ctx, strings.ToLower(key)); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (incomingCarrier) Set(string, string) {}
+
+func (c incomingCarrier) Keys() []string {
+	md, _ := metadata.FromIncomingContext(c.ctx)
+	return slices.Collect(maps.Keys(md))
 }
 
 // HandleRPC records the duration of a call when it ends.

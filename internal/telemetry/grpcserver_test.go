@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
@@ -99,5 +102,38 @@ func TestOtelgrpcServesTheServerWithTracingOrOlderConventions(t *testing.T) {
 			t.Errorf("with %v the server handler is not otelgrpc's", env)
 		}
 		_ = tel.Shutdown(context.Background())
+	}
+}
+
+// A client's trace context and baggage reach the call's context as with
+// otelgrpc, so that its measurements keep their exemplars.
+func TestTheServerHandlerWithoutTracingExtractsWhatOtelgrpcExtracts(t *testing.T) {
+	tel, err := Setup(context.Background(), "test", func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, ours := tel.otelGRPCServerHandler(), tel.GRPCServerHandler()
+	for _, md := range []metadata.MD{
+		nil,
+		metadata.Pairs("user-agent", "grpc-go"),
+		metadata.Pairs("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate", "k=v", "baggage", "tenant=a,x=1"),
+		metadata.Pairs("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+		metadata.Pairs("traceparent", "not a trace parent", "baggage", "only=baggage"),
+	} {
+		in := context.Background()
+		if md != nil {
+			in = metadata.NewIncomingContext(in, md)
+		}
+		info := &stats.RPCTagInfo{FullMethodName: "/messagehub.v1.MessageHub/Save"}
+		want, got := theirs.TagRPC(in, info), ours.TagRPC(in, info)
+		// (Without a valid one, otelgrpc's is an empty one marked remote:
+		// the same to everything that reads it.)
+		w, g := trace.SpanContextFromContext(want), trace.SpanContextFromContext(got)
+		if g.IsValid() != w.IsValid() || w.IsValid() && !g.Equal(w) {
+			t.Errorf("%v: span context %v, otelgrpc's %v", md, g, w)
+		}
+		if w, g := baggage.FromContext(want).String(), baggage.FromContext(got).String(); g != w {
+			t.Errorf("%v: baggage %q, otelgrpc's %q", md, g, w)
+		}
 	}
 }

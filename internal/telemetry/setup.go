@@ -169,7 +169,7 @@ func (t *Telemetry) MetricsHandler() http.Handler {
 // (see rpcMetricsHandler).
 func (t *Telemetry) GRPCServerHandler() stats.Handler {
 	if !t.tracing && !t.oldRPCSemconv {
-		if h, err := newRPCMetricsHandler(t.meterProvider); err == nil {
+		if h, err := newRPCMetricsHandler(t.meterProvider, t.propagator); err == nil {
 			return h
 		}
 		// otelgrpc reports the same error through otel.Handle and goes on
