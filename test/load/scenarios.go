@@ -226,12 +226,17 @@ func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, err
 			// One request per worker, refilled for every Save: making
 			// new ones cost the tool CPU (and garbage) the hub needs.
 			req := &messagehubv1.SaveRequest{}
-			for ctx.Err() == nil && time.Now().Before(deadline) {
+			// The calls' contexts hang from one of the worker's own, not
+			// all from ctx, whose list of children every call of every
+			// worker would otherwise lock and change twice.
+			wctx, wcancel := context.WithCancel(ctx)
+			defer wcancel()
+			for wctx.Err() == nil && time.Now().Before(deadline) {
 				if e.cfg.Requests > 0 && issued.Add(1) > int64(e.cfg.Requests) {
 					return
 				}
 				req.Notifications = g.refillBatch(req.Notifications, recipients, batch, e.cfg.Spread)
-				cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+				cctx, cancel := context.WithTimeout(wctx, e.cfg.CallTimeout)
 				t0 := time.Now()
 				resp, err := c.Save(cctx, req)
 				d := time.Since(t0)
