@@ -74,46 +74,65 @@ func ParseOptionalUUID(field, s string) (string, error) {
 // notifications normalised: ids and recipients in lower case, a missing
 // document type set to the content type. The input is not modified.
 func NormalizeNotifications(in []Notification) ([]Notification, error) {
-	if len(in) == 0 {
-		return nil, invalid("a save needs at least one notification")
-	}
-	if len(in) > MaxNotificationsPerSave {
-		return nil, invalid("a save holds at most %d notifications, got %d", MaxNotificationsPerSave, len(in))
+	if err := checkSaveSize(len(in)); err != nil {
+		return nil, err
 	}
 	out := make([]Notification, len(in))
-	for i, n := range in {
-		norm, err := normalizeNotification(n)
-		if err != nil {
-			return nil, invalid("notification %d: %s", i, strings.TrimPrefix(err.Error(), ErrInvalidArgument.Error()+": "))
-		}
-		out[i] = norm
+	copy(out, in)
+	if err := NormalizeNotificationsInPlace(out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-func normalizeNotification(n Notification) (Notification, error) {
+// NormalizeNotificationsInPlace is NormalizeNotifications for a slice the
+// caller owns: it normalises the notifications where they are, without a
+// copy (after an error, some of them may be normalised).
+func NormalizeNotificationsInPlace(ns []Notification) error {
+	if err := checkSaveSize(len(ns)); err != nil {
+		return err
+	}
+	for i := range ns {
+		if err := normalizeNotification(&ns[i]); err != nil {
+			return invalid("notification %d: %s", i, strings.TrimPrefix(err.Error(), ErrInvalidArgument.Error()+": "))
+		}
+	}
+	return nil
+}
+
+func checkSaveSize(n int) error {
+	if n == 0 {
+		return invalid("a save needs at least one notification")
+	}
+	if n > MaxNotificationsPerSave {
+		return invalid("a save holds at most %d notifications, got %d", MaxNotificationsPerSave, n)
+	}
+	return nil
+}
+
+func normalizeNotification(n *Notification) error {
 	var err error
 	if n.ID, err = ParseUUID("id", n.ID); err != nil {
-		return n, err
+		return err
 	}
 	if n.Recipient, err = ParseUUID("recipient", n.Recipient); err != nil {
-		return n, err
+		return err
 	}
 	if !n.Origin.Valid() {
-		return n, invalid("origin must be a defined domain, got %d", n.Origin)
+		return invalid("origin must be a defined domain, got %d", n.Origin)
 	}
 	if err = checkTypeName("content_type", n.ContentType); err != nil {
-		return n, err
+		return err
 	}
 	if n.DocumentType == "" {
 		n.DocumentType = n.ContentType
 	} else if err = checkTypeName("document_type", n.DocumentType); err != nil {
-		return n, err
+		return err
 	}
 	if n.Weight < 1 || n.Weight > MaxWeight {
-		return n, invalid("weight must be 1..%d, got %d", MaxWeight, n.Weight)
+		return invalid("weight must be 1..%d, got %d", MaxWeight, n.Weight)
 	}
-	return n, nil
+	return nil
 }
 
 // checkTypeName enforces 1..255 characters of [A-Za-z0-9._:-].

@@ -15,6 +15,10 @@ type vtCodec struct{ fallback encoding.CodecV2 }
 
 func newVTCodec() vtCodec { return vtCodec{fallback: encoding.GetCodecV2(proto.Name)} }
 
+// Codec is the codec the server uses, for clients that want the same
+// (un)marshalling without reflection: grpc.ForceCodecV2(server.Codec()).
+func Codec() encoding.CodecV2 { return newVTCodec() }
+
 type vtMessage interface {
 	SizeVT() int
 	MarshalToSizedBufferVT(dAtA []byte) (int, error)

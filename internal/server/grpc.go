@@ -160,7 +160,10 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.ForceServerCodecV2(newVTCodec()),
 	}
-	for _, h := range o.stats {
+	for i, h := range o.stats {
+		if i == 0 {
+			h = earlyStack{h} // TagRPC is the first code of ours on a call's goroutine
+		}
 		serverOpts = append(serverOpts, grpc.StatsHandler(h))
 	}
 	srv := grpc.NewServer(serverOpts...)

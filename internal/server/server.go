@@ -38,12 +38,11 @@ func NewService(hub Hub) *Service { return &Service{hub: hub, metrics: telemetry
 
 // Save validates and normalises the notifications and saves them all or nothing.
 func (s *Service) Save(ctx context.Context, req *messagehubv1.SaveRequest) (*messagehubv1.SaveResponse, error) {
-	in := make([]domain.Notification, len(req.GetNotifications()))
+	notifications := make([]domain.Notification, len(req.GetNotifications()))
 	for i, n := range req.GetNotifications() {
-		in[i] = apiconv.Notification(n)
+		notifications[i] = apiconv.Notification(n)
 	}
-	notifications, err := domain.NormalizeNotifications(in)
-	if err != nil {
+	if err := domain.NormalizeNotificationsInPlace(notifications); err != nil {
 		return nil, err
 	}
 	res, err := s.hub.Save(ctx, notifications)

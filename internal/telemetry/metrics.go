@@ -5,6 +5,8 @@ package telemetry
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -50,7 +52,16 @@ type Metrics struct {
 	providerCalls         metric.Int64Counter
 	providerDuration      metric.Float64Histogram
 	contentBytes          metric.Int64Counter
+
+	// The attributes of each store operation's duration, made once: a new
+	// set per operation (sorted and hashed) cost more than recording it.
+	storeOps     sync.Map     // operation → metric.RecordOption
+	storeOpsKept atomic.Int32 // entries in storeOps
 }
+
+// maxStoreOps bounds the operations whose attributes are kept; the names
+// are the store's constants, far fewer.
+const maxStoreOps = 64
 
 // Discard returns a Metrics that records nothing.
 func Discard() *Metrics {
@@ -164,11 +175,24 @@ func (m *Metrics) RecordBundleDequeued(ctx context.Context, notifications int) {
 // errKind is not empty, its failure (errKind says what kind: "conflict",
 // "unavailable", "canceled", "other", ...).
 func (m *Metrics) RecordStoreOperation(ctx context.Context, operation string, d time.Duration, errKind string) {
-	op := attrOperation.String(operation)
-	m.storeDuration.Record(ctx, d.Seconds(), metric.WithAttributes(op))
+	m.storeDuration.Record(ctx, d.Seconds(), m.storeOp(operation))
 	if errKind != "" {
-		m.storeErrors.Add(ctx, 1, metric.WithAttributes(op, attrError.String(errKind)))
+		m.storeErrors.Add(ctx, 1, metric.WithAttributes(attrOperation.String(operation), attrError.String(errKind)))
 	}
+}
+
+// storeOp is the record option of operation's duration.
+func (m *Metrics) storeOp(operation string) metric.RecordOption {
+	if o, ok := m.storeOps.Load(operation); ok {
+		return o.(metric.RecordOption)
+	}
+	o := metric.RecordOption(metric.WithAttributeSet(attribute.NewSet(attrOperation.String(operation))))
+	if m.storeOpsKept.Load() < maxStoreOps {
+		if _, loaded := m.storeOps.LoadOrStore(operation, o); !loaded {
+			m.storeOpsKept.Add(1)
+		}
+	}
+	return o
 }
 
 // RequestRecorder receives one record per request a remote store backend

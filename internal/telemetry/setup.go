@@ -43,6 +43,7 @@ type Telemetry struct {
 	propagator     propagation.TextMapPropagator
 	shutdownTraces func(context.Context) error
 	tracing        bool
+	oldRPCSemconv  bool // OTEL_SEMCONV_STABILITY_OPT_IN asks otelgrpc for rpc/old or rpc/dup
 }
 
 // Setup creates the providers. getenv reads the standard OTEL_* variables
@@ -83,6 +84,7 @@ func Setup(ctx context.Context, version string, getenv func(string) string) (*Te
 		tracerProvider: tracenoop.NewTracerProvider(),
 		propagator:     propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 		shutdownTraces: func(context.Context) error { return nil },
+		oldRPCSemconv:  oldRPCSemconv(getenv),
 	}
 	if tracingWanted(getenv) {
 		exp, err := newSpanExporter(ctx, getenv)
@@ -103,6 +105,18 @@ func tracingWanted(getenv func(string) string) bool {
 		return false
 	}
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// oldRPCSemconv: OTEL_SEMCONV_STABILITY_OPT_IN names rpc/old or rpc/dup,
+// which otelgrpc reads (from the environment) to record the older RPC
+// metrics instead of or besides the stable ones.
+func oldRPCSemconv(getenv func(string) string) bool {
+	for p := range strings.SplitSeq(getenv("OTEL_SEMCONV_STABILITY_OPT_IN"), ",") {
+		if p = strings.TrimSpace(p); p == "rpc/old" || p == "rpc/dup" {
+			return true
+		}
+	}
+	return false
 }
 
 // newSpanExporter picks the OTLP transport from OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL:
@@ -149,8 +163,22 @@ func (t *Telemetry) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{Registry: t.registry})
 }
 
-// GRPCServerHandler is the otelgrpc stats handler for the gRPC server.
+// GRPCServerHandler is the stats handler for the gRPC server: otelgrpc's
+// when spans are exported (or older RPC conventions are asked for), and
+// otherwise one that records the same rpc.server.call.duration for less
+// (see rpcMetricsHandler).
 func (t *Telemetry) GRPCServerHandler() stats.Handler {
+	if !t.tracing && !t.oldRPCSemconv {
+		if h, err := newRPCMetricsHandler(t.meterProvider, t.propagator); err == nil {
+			return h
+		}
+		// otelgrpc reports the same error through otel.Handle and goes on
+		// without the instrument.
+	}
+	return t.otelGRPCServerHandler()
+}
+
+func (t *Telemetry) otelGRPCServerHandler() stats.Handler {
 	return otelgrpc.NewServerHandler(
 		otelgrpc.WithMeterProvider(t.meterProvider),
 		otelgrpc.WithTracerProvider(t.tracerProvider),

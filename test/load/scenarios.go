@@ -52,16 +52,18 @@ func (e *env) warmUp(ctx context.Context) error {
 	return nil
 }
 
-// cabinet is an (origin, content type) pair.
+// cabinet is an (origin, content type) pair, with the document type its
+// notifications carry (the content type + "Document").
 type cabinet struct {
-	origin      messagehubv1.Domain
-	contentType string
+	origin       messagehubv1.Domain
+	contentType  string
+	documentType string
 }
 
 var saveCabinets = []cabinet{
-	{messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries"},
-	{messagehubv1.Domain_DOMAIN_CHARGES, "ChargeLinks"},
-	{messagehubv1.Domain_DOMAIN_AGGREGATIONS, "Aggregations"},
+	{messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries", "TimeSeriesDocument"},
+	{messagehubv1.Domain_DOMAIN_CHARGES, "ChargeLinks", "ChargeLinksDocument"},
+	{messagehubv1.Domain_DOMAIN_AGGREGATIONS, "Aggregations", "AggregationsDocument"},
 }
 
 // gen makes random ids quickly (crypto/rand per id would cost the load tool
@@ -90,7 +92,7 @@ func notification(id, recipient string, c cabinet, bundling bool, weight int64) 
 		Recipient:        recipient,
 		Origin:           c.origin,
 		ContentType:      c.contentType,
-		DocumentType:     c.contentType + "Document",
+		DocumentType:     c.documentType,
 		SupportsBundling: bundling,
 		Weight:           weight,
 	}
@@ -100,14 +102,28 @@ func notification(id, recipient string, c cabinet, bundling bool, weight int64) 
 // cabinet and a random recipient or, with spread, for the recipients in turn
 // starting from a random one (1,000 over 100 recipients: 10 each).
 func (g *gen) saveBatch(recipients []string, batch int, spread bool) []*messagehubv1.DataAvailable {
-	ns := make([]*messagehubv1.DataAvailable, batch)
+	return g.refillBatch(nil, recipients, batch, spread)
+}
+
+// refillBatch is saveBatch into the messages of ns, which it reuses (a
+// request may be reused once its call has returned: gRPC has encoded it).
+func (g *gen) refillBatch(ns []*messagehubv1.DataAvailable, recipients []string, batch int, spread bool) []*messagehubv1.DataAvailable {
+	if len(ns) != batch {
+		ns = make([]*messagehubv1.DataAvailable, batch)
+		for i := range ns {
+			ns[i] = &messagehubv1.DataAvailable{}
+		}
+	}
 	first := g.r.IntN(len(recipients))
-	for i := range ns {
+	for i, n := range ns {
 		r := recipients[g.r.IntN(len(recipients))]
 		if spread {
 			r = recipients[(first+i)%len(recipients)]
 		}
-		ns[i] = notification(g.id(), r, saveCabinets[g.r.IntN(len(saveCabinets))], true, 1)
+		c := saveCabinets[g.r.IntN(len(saveCabinets))]
+		n.Id, n.Recipient = g.id(), r
+		n.Origin, n.ContentType, n.DocumentType = c.origin, c.contentType, c.documentType
+		n.SupportsBundling, n.Weight = true, 1
 	}
 	return ns
 }
@@ -207,14 +223,22 @@ func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, err
 		wg.Go(func() {
 			g := newGen()
 			c := e.client(w)
-			for ctx.Err() == nil && time.Now().Before(deadline) {
+			// One request per worker, refilled for every Save: making
+			// new ones cost the tool CPU (and garbage) the hub needs.
+			req := &messagehubv1.SaveRequest{}
+			// The calls' contexts hang from one of the worker's own, not
+			// all from ctx, whose list of children every call of every
+			// worker would otherwise lock and change twice.
+			wctx, wcancel := context.WithCancel(ctx)
+			defer wcancel()
+			for wctx.Err() == nil && time.Now().Before(deadline) {
 				if e.cfg.Requests > 0 && issued.Add(1) > int64(e.cfg.Requests) {
 					return
 				}
-				ns := g.saveBatch(recipients, batch, e.cfg.Spread)
-				cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+				req.Notifications = g.refillBatch(req.Notifications, recipients, batch, e.cfg.Spread)
+				cctx, cancel := context.WithTimeout(wctx, e.cfg.CallTimeout)
 				t0 := time.Now()
-				resp, err := c.Save(cctx, &messagehubv1.SaveRequest{Notifications: ns})
+				resp, err := c.Save(cctx, req)
 				d := time.Since(t0)
 				cancel()
 				if err == nil && int(resp.GetSaved()) != batch {

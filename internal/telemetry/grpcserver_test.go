@@ -1,0 +1,149 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+)
+
+// rpcLines is the part of the exposition about gRPC server calls.
+func rpcLines(t *testing.T, tel *Telemetry) []string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	var lines []string
+	for l := range strings.SplitSeq(string(body), "\n") {
+		if strings.Contains(l, "rpc_server") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+func TestTheServerHandlerWithoutTracingRecordsWhatOtelgrpcRecords(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	otel, err := Setup(context.Background(), "test", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := Setup(context.Background(), "test", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, ours := otel.otelGRPCServerHandler(), own.GRPCServerHandler()
+	if _, ok := ours.(*rpcMetricsHandler); !ok {
+		t.Fatalf("without tracing the server handler is a %T", ours)
+	}
+	begin := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	calls := []struct {
+		method string
+		err    error
+		took   time.Duration
+	}{
+		{"/messagehub.v1.MessageHub/Save", nil, 3 * time.Millisecond},
+		{"/messagehub.v1.MessageHub/Save", nil, 30 * time.Millisecond},
+		{"/messagehub.v1.MessageHub/Save", status.Error(codes.InvalidArgument, "no"), time.Millisecond},
+		{"/messagehub.v1.MessageHub/Save", status.Error(codes.Unavailable, "down"), 2 * time.Second},
+		{"/messagehub.v1.MessageHub/Peek", nil, 7 * time.Millisecond},
+		{"/messagehub.v1.MessageHub/Peek", status.Error(codes.Internal, "internal error"), time.Millisecond},
+		{"/messagehub.v1.MessageHub/Peek", status.Error(codes.DeadlineExceeded, "late"), 11 * time.Second},
+		{"/messagehub.v1.MessageHub/Dequeue", status.Error(codes.Canceled, "gone"), time.Millisecond},
+		{"/messagehub.v1.MessageHub/Dequeue", status.Error(codes.Code(20), "odd"), time.Millisecond},
+		{"/messagehub.v1.MessageHub/Dequeue", errors.New("not a status"), time.Millisecond},
+		{"/grpc.health.v1.Health/Check", status.Error(codes.NotFound, "unknown service"), time.Microsecond},
+		{"/no.Such/Method", status.Error(codes.Unimplemented, "unknown method"), time.Microsecond},
+		{"malformed", status.Error(codes.Unimplemented, "malformed method name"), time.Microsecond},
+	}
+	for _, h := range []stats.Handler{theirs, ours} {
+		for _, c := range calls {
+			ctx := h.TagRPC(context.Background(), &stats.RPCTagInfo{FullMethodName: c.method})
+			h.HandleRPC(ctx, &stats.Begin{BeginTime: begin})
+			h.HandleRPC(ctx, &stats.InHeader{FullMethod: c.method})
+			h.HandleRPC(ctx, &stats.InPayload{})
+			h.HandleRPC(ctx, &stats.OutHeader{})
+			h.HandleRPC(ctx, &stats.OutPayload{})
+			h.HandleRPC(ctx, &stats.OutTrailer{})
+			h.HandleRPC(ctx, &stats.End{BeginTime: begin, EndTime: begin.Add(c.took), Error: c.err})
+		}
+	}
+	want, got := rpcLines(t, otel), rpcLines(t, own)
+	if len(want) < 10 {
+		t.Fatalf("otelgrpc's handler recorded nothing recognisable:\n%s", strings.Join(want, "\n"))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the exposition differs from otelgrpc's\ngot:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestOtelgrpcServesTheServerWithTracingOrOlderConventions(t *testing.T) {
+	for _, env := range []map[string]string{
+		{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
+		{"OTEL_SEMCONV_STABILITY_OPT_IN": "http, rpc/dup"},
+		{"OTEL_SEMCONV_STABILITY_OPT_IN": "rpc/old"},
+	} {
+		tel, err := Setup(context.Background(), "test", func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, own := tel.GRPCServerHandler().(*rpcMetricsHandler); own {
+			t.Errorf("with %v the server handler is not otelgrpc's", env)
+		}
+		_ = tel.Shutdown(context.Background())
+	}
+}
+
+// A client's trace context and baggage reach the call's context as with
+// otelgrpc, so that its measurements keep their exemplars.
+func TestTheServerHandlerWithoutTracingExtractsWhatOtelgrpcExtracts(t *testing.T) {
+	tel, err := Setup(context.Background(), "test", func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, ours := tel.otelGRPCServerHandler(), tel.GRPCServerHandler()
+	for _, md := range []metadata.MD{
+		nil,
+		metadata.Pairs("user-agent", "grpc-go"),
+		metadata.Pairs("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate", "k=v", "baggage", "tenant=a,x=1"),
+		metadata.Pairs("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+		metadata.Pairs("traceparent", "not a trace parent", "baggage", "only=baggage"),
+	} {
+		in := context.Background()
+		if md != nil {
+			in = metadata.NewIncomingContext(in, md)
+		}
+		info := &stats.RPCTagInfo{FullMethodName: "/messagehub.v1.MessageHub/Save"}
+		want, got := theirs.TagRPC(in, info), ours.TagRPC(in, info)
+		// (Without a valid one, otelgrpc's is an empty one marked remote:
+		// the same to everything that reads it.)
+		w, g := trace.SpanContextFromContext(want), trace.SpanContextFromContext(got)
+		if g.IsValid() != w.IsValid() || w.IsValid() && !g.Equal(w) {
+			t.Errorf("%v: span context %v, otelgrpc's %v", md, g, w)
+		}
+		if w, g := members(baggage.FromContext(want)), members(baggage.FromContext(got)); !slices.Equal(g, w) {
+			t.Errorf("%v: baggage %q, otelgrpc's %q", md, g, w)
+		}
+	}
+}
+
+// members is the baggage's members in order (its String's order varies).
+func members(b baggage.Baggage) []string {
+	var out []string
+	for _, m := range b.Members() {
+		out = append(out, m.String())
+	}
+	slices.Sort(out)
+	return out
+}
