@@ -160,10 +160,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.ForceServerCodecV2(newVTCodec()),
 	}
-	for i, h := range o.stats {
-		if i == 0 {
-			h = earlyStack{h} // TagRPC is the first code of ours on a call's goroutine
-		}
+	for _, h := range o.stats {
 		serverOpts = append(serverOpts, grpc.StatsHandler(h))
 	}
 	srv := grpc.NewServer(serverOpts...)
