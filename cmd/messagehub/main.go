@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -56,7 +57,19 @@ const telemetryFlushTimeout = 2 * time.Second
 // in-process connection to the gRPC server.
 const inProcessBufferSize = 1 << 20
 
+// defaultGCPercent is the garbage collector's GOGC unless the environment
+// sets one. A Save makes garbage of about the size of its request while the
+// heap kept between calls is small, so at Go's default of 100 the collector
+// ran dozens of times a second and its assists slowed the one write path
+// every Save goes through: at 400, Saves of 1 ran about 30 % faster and Saves
+// of 1,000 over 100 recipients about 5-15 %, for 25-75 MiB more resident
+// memory (docs/performance.md).
+const defaultGCPercent = 400
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
