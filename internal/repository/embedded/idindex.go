@@ -3,6 +3,8 @@ package embedded
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -47,7 +49,7 @@ func newIDIndex(n int) *idIndex {
 	if need := n + n/3 + 1; need > size {
 		size = 1 << bits.Len(uint(need-1))
 	}
-	return &idIndex{slots: make([]uint64, size)}
+	return &idIndex{slots: allocSlots(size)}
 }
 
 // idHash is the part of the id's hash the index keeps; never 0, so that an
@@ -134,67 +136,98 @@ func (x *idIndex) grow(n int) {
 			x.insert(e)
 		}
 	}
+	freeSlots(old)
 }
 
 var errIndexFull = errors.New("id index full")
 
 // idFiller adds entries to a table being filled from several goroutines
-// (nothing removes or reads meanwhile), one filler each. They count what
-// they add in used, in steps of fillStep, and stop at full entries: a
-// counter shared per entry cost more than the scan that feeds it.
+// (nothing removes or reads meanwhile), one filler each. It sorts what it
+// is given into fillBuckets ranges of the table and adds a range's entries
+// together: random writes all over a table of hundreds of MiB missed the
+// caches (and the TLB) at every entry, and made most of a start after a
+// crash. What it adds is counted in used, in steps; it stops at full.
 type idFiller struct {
-	x       *idIndex
-	used    *atomic.Int64
-	full    int64
-	pending int64
+	x        *idIndex
+	used     *atomic.Int64
+	full     int64
+	buckets  [fillBuckets][]uint64
+	buffered int
 }
 
-const fillStep = 256
+const (
+	fillBuckets = 256
+	fillBuffer  = 1 << 16 // entries held before they are added
+)
 
 func (f *idFiller) add(e uint64) error {
-	if f.pending++; f.pending == fillStep {
-		f.pending = 0
-		if f.used.Add(fillStep) > f.full {
-			return errIndexFull
-		}
+	b := uint64(f.x.home(e>>groupBits)) * fillBuckets / uint64(len(f.x.slots))
+	f.buckets[b] = append(f.buckets[b], e)
+	if f.buffered++; f.buffered == fillBuffer {
+		return f.flush()
 	}
-	mask := len(f.x.slots) - 1
-	i := f.x.home(e >> groupBits)
-	for range f.x.slots {
-		if atomic.CompareAndSwapUint64(&f.x.slots[i], 0, e) {
-			return nil
-		}
-		i = (i + 1) & mask
-	}
-	return errIndexFull
+	return nil
 }
 
-// done counts what is left.
-func (f *idFiller) done() { f.used.Add(f.pending) }
+// flush adds the entries held.
+func (f *idFiller) flush() error {
+	if f.used.Add(int64(f.buffered)) > f.full {
+		return errIndexFull
+	}
+	f.buffered = 0
+	mask := len(f.x.slots) - 1
+	for b := range f.buckets {
+		for _, e := range f.buckets[b] {
+			i := f.x.home(e >> groupBits)
+			for !atomic.CompareAndSwapUint64(&f.x.slots[i], 0, e) {
+				i = (i + 1) & mask
+			}
+		}
+		f.buckets[b] = f.buckets[b][:0]
+	}
+	return nil
+}
 
-// appendTo appends the table's encoding: the slot count, then the slots.
-func (x *idIndex) appendTo(buf []byte) []byte {
+// writeTo writes the table's encoding: the slot count, then the slots.
+func (x *idIndex) writeTo(w io.Writer) error {
+	buf := make([]byte, 0, 64<<10)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(len(x.slots)))
 	for _, e := range x.slots {
+		if len(buf) == cap(buf) {
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+		}
 		buf = binary.LittleEndian.AppendUint64(buf, e)
 	}
-	return buf
+	_, err := w.Write(buf)
+	return err
 }
 
-func decodeIDIndex(data []byte) (*idIndex, error) {
-	if len(data) < 8 {
-		return nil, errors.New("id index: short")
+// readIDIndex reads what writeTo wrote, believing a slot count of at most
+// maxSlots.
+func readIDIndex(r io.Reader, maxSlots uint64) (*idIndex, error) {
+	var head [8]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, fmt.Errorf("id index: %w", err)
 	}
-	n := binary.BigEndian.Uint64(data)
-	data = data[8:]
-	if n == 0 || n&(n-1) != 0 || uint64(len(data)) != n*8 {
+	n := binary.BigEndian.Uint64(head[:])
+	if n == 0 || n&(n-1) != 0 || n > maxSlots {
 		return nil, errors.New("id index: size mismatch")
 	}
-	x := &idIndex{slots: make([]uint64, n)}
-	for i := range x.slots {
-		x.slots[i] = binary.LittleEndian.Uint64(data[8*i:])
-		if x.slots[i] != 0 {
-			x.count++
+	x := &idIndex{slots: allocSlots(int(n))} //nolint:gosec // at most maxSlots
+	buf := make([]byte, 64<<10)
+	for i := 0; i < len(x.slots); {
+		chunk := buf[:min(len(buf), (len(x.slots)-i)*8)]
+		if _, err := io.ReadFull(r, chunk); err != nil {
+			freeSlots(x.slots)
+			return nil, fmt.Errorf("id index: %w", err)
+		}
+		for j := 0; j < len(chunk); j, i = j+8, i+1 {
+			if x.slots[i] = binary.LittleEndian.Uint64(chunk[j:]); x.slots[i] != 0 {
+				x.count++
+			}
 		}
 	}
 	return x, nil

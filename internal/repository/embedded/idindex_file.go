@@ -1,10 +1,12 @@
 package embedded
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -55,28 +57,49 @@ func (s *Store) openIDIndex(dir string) error {
 }
 
 // loadIDIndex returns the saved index, or nil when there is none that
-// matches the database.
+// matches the database. The file is read in pieces straight into the
+// table: read whole first, it doubled the memory a start needs.
 func (s *Store) loadIDIndex(dir string) (*idIndex, error) {
 	token, ok, err := s.get(filterTokenKey)
 	if err != nil || !ok {
 		return nil, err
 	}
-	data, err := os.ReadFile(filepath.Join(dir, idIndexFile)) //nolint:gosec // the operator's data directory
+	f, err := os.Open(filepath.Join(dir, idIndexFile)) //nolint:gosec // the operator's data directory
 	if err != nil {
 		return nil, err
 	}
-	head := len(idIndexMagic) + len(token)
-	if len(data) < head+8 || string(data[:len(idIndexMagic)]) != idIndexMagic {
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	file := bufio.NewReaderSize(f, 1<<20)
+	sum := xxh3.New()
+	r := io.TeeReader(file, sum)
+	head := make([]byte, len(idIndexMagic)+len(token))
+	if _, err := io.ReadFull(r, head); err != nil || string(head[:len(idIndexMagic)]) != idIndexMagic {
 		return nil, errors.New("not an id index file of this version")
 	}
-	body, sum := data[:len(data)-8], binary.BigEndian.Uint64(data[len(data)-8:])
-	if xxh3.Hash(body) != sum {
-		return nil, errors.New("checksum mismatch")
-	}
-	if !bytes.Equal(body[len(idIndexMagic):head], token) {
+	if !bytes.Equal(head[len(idIndexMagic):], token) {
 		return nil, nil // saved by an earlier Close: the data changed since
 	}
-	return decodeIDIndex(body[head:])
+	x, err := readIDIndex(r, uint64(max(info.Size()-int64(len(head))-16, 0))/8) //nolint:gosec // not negative
+	if err != nil {
+		return nil, err
+	}
+	var want [8]byte
+	_, err = io.ReadFull(file, want[:])
+	if err == nil && binary.BigEndian.Uint64(want[:]) != sum.Sum64() {
+		err = errors.New("checksum mismatch")
+	}
+	if _, extra := file.ReadByte(); err == nil && extra == nil {
+		err = errors.New("data after the checksum")
+	}
+	if err != nil {
+		freeSlots(x.slots)
+		return nil, err
+	}
+	return x, nil
 }
 
 // saveIDIndex writes the index to its file (durably), then its token to
@@ -84,26 +107,40 @@ func (s *Store) loadIDIndex(dir string) (*idIndex, error) {
 func (s *Store) saveIDIndex(dir string) error {
 	token := make([]byte, 16)
 	_, _ = rand.Read(token)
-	buf := make([]byte, 0, len(idIndexMagic)+len(token)+8+len(s.ids.slots)*8+8)
-	buf = append(buf, idIndexMagic...)
-	buf = append(buf, token...)
-	buf = s.ids.appendTo(buf)
-	buf = binary.BigEndian.AppendUint64(buf, xxh3.Hash(buf))
-	if err := writeFileSync(filepath.Join(dir, idIndexFile), buf); err != nil {
+	err := writeFileSync(filepath.Join(dir, idIndexFile), func(w io.Writer) error {
+		sum := xxh3.New()
+		body := io.MultiWriter(w, sum)
+		if _, err := io.WriteString(body, idIndexMagic); err != nil {
+			return err
+		}
+		if _, err := body.Write(token); err != nil {
+			return err
+		}
+		if err := s.ids.writeTo(body); err != nil {
+			return err
+		}
+		_, err := w.Write(binary.BigEndian.AppendUint64(nil, sum.Sum64()))
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	return s.db.Set(filterTokenKey, token, pebble.Sync)
 }
 
-// writeFileSync replaces path with data durably: a temporary file, synced,
-// renamed over it, and the folder synced.
-func writeFileSync(path string, data []byte) error {
+// writeFileSync replaces path with what write writes, durably: a temporary
+// file, synced, renamed over it, and the folder synced.
+func writeFileSync(path string, write func(io.Writer) error) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600) //nolint:gosec // the operator's data directory
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	w := bufio.NewWriterSize(f, 1<<20)
+	err = write(w)
+	if err == nil {
+		err = w.Flush()
+	}
 	if err == nil {
 		err = f.Sync()
 	}

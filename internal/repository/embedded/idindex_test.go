@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -71,13 +72,20 @@ func TestIDIndexAnswersLikeAMultiset(t *testing.T) {
 	if x.count > len(x.slots)*3/4 {
 		t.Fatalf("%d entries in %d slots", x.count, len(x.slots))
 	}
-	decoded, err := decodeIDIndex(x.appendTo(nil))
+	var encoded bytes.Buffer
+	if err := x.writeTo(&encoded); err != nil {
+		t.Fatal(err)
+	}
+	decoded, err := readIDIndex(bytes.NewReader(encoded.Bytes()), uint64(len(x.slots)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	check(decoded)
-	if _, err := decodeIDIndex(x.appendTo(nil)[:20]); err == nil {
-		t.Fatal("a truncated index decoded")
+	if _, err := readIDIndex(bytes.NewReader(encoded.Bytes()[:20]), uint64(len(x.slots))); err == nil {
+		t.Fatal("a truncated index was read")
+	}
+	if _, err := readIDIndex(bytes.NewReader(encoded.Bytes()), uint64(len(x.slots))/2); err == nil {
+		t.Fatal("an index larger than the file allows was read")
 	}
 	// Removing what is not there changes nothing.
 	x.change(nil, []uint64{idEntry(hashes[0], 7)})

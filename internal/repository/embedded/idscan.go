@@ -70,23 +70,24 @@ func (s *Store) fillIDIndex(n int) (*idIndex, error) {
 	for _, r := range ranges {
 		g.Go(func() error {
 			f := idFiller{x: x, used: &used, full: full}
-			defer f.done()
-			return s.scanRange(r[0], r[1], func(key, _ []byte) error {
+			err := s.scanRange(r[0], r[1], func(key, _ []byte) error {
 				group, id, ok := idKeyParts(key)
 				if !ok {
 					return errCorrupt
 				}
 				return f.add(idEntry(idHash(&id), group))
 			})
+			if err != nil {
+				return err
+			}
+			return f.flush()
 		})
 	}
 	if err := g.Wait(); err != nil {
+		freeSlots(x.slots)
 		return nil, err
 	}
 	x.count = int(used.Load())
-	if int64(x.count) > full {
-		return nil, errIndexFull
-	}
 	if x.count > len(x.slots)*3/4 {
 		x.grow(x.count)
 	}
