@@ -43,6 +43,13 @@ func (h *freshHub) Peek(context.Context, string, domain.PeekGroup, string) (*dom
 func loopbackContent(b *testing.B, hub Hub, provider *contenttest.Provider) messagehubv1.MessageHubClient {
 	b.Helper()
 	srv, _ := NewGRPCServer(hub, slog.New(slog.DiscardHandler), WithDocuments(provider.Documents(b), time.Minute))
+	return overLoopback(b, srv)
+}
+
+// overLoopback serves srv on a TCP loopback listener until the benchmark
+// ends and returns a client of it.
+func overLoopback(b *testing.B, srv *grpc.Server) messagehubv1.MessageHubClient {
+	b.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

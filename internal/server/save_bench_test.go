@@ -3,14 +3,10 @@ package server
 import (
 	"context"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -36,18 +32,7 @@ func BenchmarkSaveOneOverLoopback(b *testing.B) {
 	}
 	logger := slog.New(slog.NewJSONHandler(discardWriter{}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	srv, _ := NewGRPCServer(&savingHub{}, logger, WithMetrics(tel.Metrics), WithStatsHandler(tel.GRPCServerHandler()))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	b.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close() })
-	client := messagehubv1.NewMessageHubClient(conn)
+	client := overLoopback(b, srv)
 	var n atomic.Int64
 	b.SetParallelism(64)
 	b.ReportAllocs()

@@ -71,13 +71,7 @@ func TestIDRecordsOfEarlierVersionsStillFindDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	repo.Close()
-	s.writer.Close()
-	if err := s.db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if s, err = Open(dir, nil); err != nil {
-		t.Fatal(err)
-	}
+	s = crashAndReopen(t, s, dir)
 	repo = repository.New(s, repository.Options{}, nil)
 	defer func() { repo.Close(); _ = s.Close() }()
 

@@ -81,13 +81,7 @@ func TestIDIndexNeverHidesAStoredID(t *testing.T) {
 		t.Fatalf("last group %d after a restart, want the last one stored, %d", s.lastGroup, last)
 	}
 	check(s)
-	s.writer.Close()
-	if err := s.db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if s, err = Open(dir, nil); err != nil {
-		t.Fatal(err)
-	}
+	s = crashAndReopen(t, s, dir)
 	defer s.Close()
 	if s.ids.count != len(all) {
 		t.Fatalf("rebuilt index counts %d ids, want %d", s.ids.count, len(all))
@@ -189,14 +183,7 @@ func TestSavedIDIndexIsUsedOnlyIfNothingWroteSince(t *testing.T) {
 	if err := saveIDs(t, s, after); err != nil {
 		t.Fatal(err)
 	}
-	// Stop as a crash would: no index saved.
-	s.writer.Close()
-	if err := s.db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if s, err = Open(dir, nil); err != nil {
-		t.Fatal(err)
-	}
+	s = crashAndReopen(t, s, dir)
 	defer s.Close()
 	if s.ids.count != 5 {
 		t.Fatalf("rebuilt index counts %d ids, want 5", s.ids.count)
@@ -207,4 +194,19 @@ func TestSavedIDIndexIsUsedOnlyIfNothingWroteSince(t *testing.T) {
 			t.Fatalf("id %s stored before the crash is not found (%v)", id, err)
 		}
 	}
+}
+
+// crashAndReopen stops s as a crash would (nothing saved at Close) and opens
+// its directory again.
+func crashAndReopen(t *testing.T, s *Store, dir string) *Store {
+	t.Helper()
+	s.writer.Close()
+	if err := s.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
