@@ -21,13 +21,14 @@ func allocSlots(n int) []uint64 {
 		// but with a message of its own.
 		panic("embedded: mapping the id index: " + err.Error())
 	}
-	return unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), n)
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), n) //nolint:gosec // audited: a page-aligned mapping of n*8 bytes viewed as n words
+
 }
 
 // freeSlots returns slots from allocSlots to the system; nothing may use
 // them after.
 func freeSlots(s []uint64) {
 	if len(s) > 0 {
-		_ = syscall.Munmap(unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*8))
+		_ = syscall.Munmap(unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*8)) //nolint:gosec // audited: the bytes of a mapping from allocSlots
 	}
 }
