@@ -451,6 +451,8 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, err
 			all = append(all, idRec{id: id, rec: rec})
 		}
 	}
+	// In key order, a group's records are one run that pebble's memtable
+	// inserts each next to the last; and an id given twice sits side by side.
 	slices.SortFunc(all, func(a, b idRec) int { return compareIDs(&a.id, &b.id) })
 	if tx.group == 0 && len(all) > 0 {
 		tx.group = tx.s.nextGroup()
