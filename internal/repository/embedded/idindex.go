@@ -24,8 +24,10 @@ import (
 // addressing, linear probing) of 64-bit entries: 40 bits of the id's hash
 // and its group. The id of a new notification almost never matches an
 // entry, so it costs no read; one that matches is read under each group its
-// entries name (two ids share 40 bits of hash about once in a trillion
-// lookups of a table of 10 million). Records under "i <id>", written before
+// entries name. (The hash bits below the table's size only place an entry,
+// so with 10 million ids about 15 bits tell two ids of one slot apart: a new
+// id matches another's entry about once in 50,000 lookups, and that costs
+// one read that finds nothing.) Records under "i <id>", written before
 // groups, have group 0.
 type idIndex struct {
 	mu    sync.RWMutex // held by the writer to change it and by other goroutines to read it
