@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/zeebo/xxh3"
@@ -270,20 +271,46 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 			byRecipient[n.Recipient] = append(byRecipient[n.Recipient], n)
 		}
 	}
-	saves := make([]RecipientSave, 0, len(recipients))
-	for _, rcpt := range recipients {
-		state, err := r.recipientForSave(ctx, rcpt)
+	saves := make([]RecipientSave, len(recipients))
+	errs := make([]error, len(recipients))
+	at := r.opts.Now().UnixMilli()
+	plan := func(i int) {
+		state, err := r.recipientForSave(ctx, recipients[i])
+		if err == nil {
+			saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at)
+			err = checkCabinets(state, saves[i], r.opts.MaxCabinetDrawers)
+		}
+		errs[i] = err
+	}
+	// Every Save waits for this step, one group at a time: a group for many
+	// recipients is planned in two halves at once (planning only reads what
+	// it shares).
+	half := len(recipients) / 2
+	var wg sync.WaitGroup
+	if len(recipients) >= parallelPlanRecipients {
+		wg.Go(func() {
+			for i := half; i < len(recipients); i++ {
+				plan(i)
+			}
+		})
+	} else {
+		half = len(recipients)
+	}
+	for i := range half {
+		plan(i)
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return nil, nil, err
 		}
-		save := PlanSave(rcpt, state, byRecipient[rcpt], accepted, r.opts.NewID, r.opts.Now().UnixMilli())
-		if err := checkCabinets(state, save, r.opts.MaxCabinetDrawers); err != nil {
-			return nil, nil, err
-		}
-		saves = append(saves, save)
 	}
 	return outcomes, saves, nil
 }
+
+// parallelPlanRecipients is the fewest recipients a group is planned for in
+// two halves at once.
+const parallelPlanRecipients = 32
 
 // recipientForSave is the state a save plans from: as the last staged save
 // left it, else as stored.

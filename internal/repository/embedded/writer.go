@@ -358,55 +358,62 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 			head    repository.Head
 			entries []catalog.Entry
 		}
+		ids := tx.idRecordsAsync(saves)
 		var changes []recipientChange
 		var puts []put
-		for _, save := range saves {
-			r, err := uuidBytes(save.Recipient)
-			if err != nil {
-				return err
-			}
-			rec, err := tx.records(r)
-			if err != nil {
-				return err
-			}
-			if rec.head.Version != save.Head.Version {
-				return conflict("head of %s changed", save.Recipient)
-			}
-			c := recipientChange{r: r, rec: rec, head: save.Head}
-			c.head.Version = s.nextVersion()
-			p, err := setPut(headKey(r), c.head)
-			if err != nil {
-				return err
-			}
-			puts = append(puts, p)
-			for _, e := range save.Entries {
-				if rec.entryVersion(e.Key()) != e.Version {
-					return conflict("catalog entry %v of %s changed", e.Key(), save.Recipient)
+		err := func() error {
+			for _, save := range saves {
+				r, err := uuidBytes(save.Recipient)
+				if err != nil {
+					return err
 				}
-				e.Version = s.nextVersion()
-				p, err := setPut(cabinetKey(kindEntry, r, e.Key()), e)
+				rec, err := tx.records(r)
+				if err != nil {
+					return err
+				}
+				if rec.head.Version != save.Head.Version {
+					return conflict("head of %s changed", save.Recipient)
+				}
+				c := recipientChange{r: r, rec: rec, head: save.Head}
+				c.head.Version = s.nextVersion()
+				p, err := setPut(headKey(r), c.head)
 				if err != nil {
 					return err
 				}
 				puts = append(puts, p)
-				c.entries = append(c.entries, e)
-			}
-			changes = append(changes, c)
-			for _, pg := range save.Pages {
-				d, err := uuidBytes(pg.DrawerID)
-				if err != nil {
-					return err
+				for _, e := range save.Entries {
+					if rec.entryVersion(e.Key()) != e.Version {
+						return conflict("catalog entry %v of %s changed", e.Key(), save.Recipient)
+					}
+					e.Version = s.nextVersion()
+					p, err := setPut(cabinetKey(kindEntry, r, e.Key()), e)
+					if err != nil {
+						return err
+					}
+					puts = append(puts, p)
+					c.entries = append(c.entries, e)
 				}
-				v, err := encodePage(pg.Items)
-				if err != nil {
-					return err
+				changes = append(changes, c)
+				for _, pg := range save.Pages {
+					d, err := uuidBytes(pg.DrawerID)
+					if err != nil {
+						return err
+					}
+					v, err := encodePage(pg.Items)
+					if err != nil {
+						return err
+					}
+					puts = append(puts, put{key: pageKey(d, pg.Start()), value: v})
 				}
-				puts = append(puts, put{key: pageKey(d, pg.Start()), value: v})
 			}
-		}
-		idPuts, entries, err := tx.idRecords(saves)
+			return nil
+		}()
+		idPuts, entries, idErr := ids()
 		if err != nil {
 			return err
+		}
+		if idErr != nil {
+			return idErr
 		}
 		tx.apply(puts)
 		tx.apply(idPuts)
@@ -430,6 +437,40 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 		return nil
 	}
 }
+
+// idRecordsAsync runs idRecords while the caller checks and encodes the
+// recipients' records, when the saves bring enough ids to be worth it (the
+// writer is the one step every Save waits for, one group at a time). Neither
+// changes what the other reads of tx; the caller must wait for the result
+// before it changes tx.
+func (tx *txn) idRecordsAsync(saves []repository.RecipientSave) func() ([]put, []uint64, error) {
+	n := 0
+	for _, s := range saves {
+		n += len(s.IDs)
+	}
+	if n < asyncIDRecords {
+		return func() ([]put, []uint64, error) { return tx.idRecords(saves) }
+	}
+	type result struct {
+		puts    []put
+		entries []uint64
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.puts, r.entries, r.err = tx.idRecords(saves)
+		done <- r
+	}()
+	return func() ([]put, []uint64, error) {
+		r := <-done
+		return r.puts, r.entries, r.err
+	}
+}
+
+// asyncIDRecords is the fewest ids whose records idRecordsAsync builds on
+// a goroutine of their own.
+const asyncIDRecords = 256
 
 // idRecords stages the id records of the saves under the group's number,
 // sorted by key, and returns their id index entries; keys and values share
