@@ -58,13 +58,13 @@ const minIDRecordOnDisk = 48
 // of a start after a crash. It fails with errIndexFull when the table would
 // be more than 7/8 full.
 func (s *Store) fillIDIndex(n int) (*idIndex, error) {
-	x := newIDIndex(n)
-	full := int64(len(x.slots)) * 7 / 8
-	var used atomic.Int64
 	ranges, err := s.idRanges(runtime.GOMAXPROCS(0))
 	if err != nil {
 		return nil, err
 	}
+	x := newIDIndex(n)
+	full := int64(len(x.slots)) * 7 / 8
+	var used atomic.Int64
 	var g errgroup.Group
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for _, r := range ranges {
