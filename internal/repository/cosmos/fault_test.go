@@ -34,6 +34,21 @@ func newFaulty() *faulty { return &faulty{next: cosmostest.NewHTTPClient()} }
 
 func (f *faulty) set(fn func(*http.Request) int) { f.inject.Store(&fn) }
 
+// dieAtCommit makes the process look gone from its save's commit record on:
+// from the first replace in the saves container, nothing reaches the server.
+func (f *faulty) dieAtCommit() {
+	var dead atomic.Bool
+	f.set(func(req *http.Request) int {
+		if toContainer(req, "saves") && req.Method == http.MethodPut {
+			dead.Store(true)
+		}
+		if dead.Load() {
+			return http.StatusForbidden
+		}
+		return 0
+	})
+}
+
 func (f *faulty) Do(req *http.Request) (*http.Response, error) {
 	if fn := f.inject.Load(); fn != nil && cosmos.Classify(req) != cosmos.OpMetadata {
 		if code := (*fn)(req); code != 0 {
@@ -202,16 +217,7 @@ func TestExpiredReservationIsRolledBack(t *testing.T) {
 	}
 	// From the commit record's replace on, nothing reaches the server: the
 	// process is gone.
-	var dead atomic.Bool
-	f.set(func(req *http.Request) int {
-		if toContainer(req, "saves") && req.Method == http.MethodPut {
-			dead.Store(true)
-		}
-		if dead.Load() {
-			return http.StatusForbidden
-		}
-		return 0
-	})
+	f.dieAtCommit()
 	lost := notifications(3, r, 1)
 	if _, err := repo.Save(ctx, lost); err == nil {
 		t.Fatal("save succeeded while the server was unreachable")

@@ -251,16 +251,7 @@ func TestExpiredReservationOf150ContentTypesIsRolledBackWhole(t *testing.T) {
 	t.Cleanup(dying.Close)
 	ns := manyCabinets(uuid.NewString(), 3_000, 150)
 	// From the commit record's replace on, nothing reaches the server.
-	var dead atomic.Bool
-	f.set(func(req *http.Request) int {
-		if toContainer(req, "saves") && req.Method == http.MethodPut {
-			dead.Store(true)
-		}
-		if dead.Load() {
-			return http.StatusForbidden
-		}
-		return 0
-	})
+	f.dieAtCommit()
 	if _, err := dying.Save(context.Background(), ns); err == nil {
 		t.Fatal("save succeeded while the server was unreachable")
 	}
