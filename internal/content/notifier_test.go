@@ -25,12 +25,7 @@ import (
 func TestEveryDequeueIsToldToItsDomain(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
 	provider.FailDequeued(2)
-	store, err := embedded.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := repository.New(store, repository.Options{Announce: func(o domain.Origin) bool { return o == domain.OriginTimeSeries }}, nil)
-	defer func() { repo.Close(); _ = store.Close() }()
+	store, repo := openAnnouncing(t, repository.Options{Announce: func(o domain.Origin) bool { return o == domain.OriginTimeSeries }})
 	ctx := within(t, time.Minute)
 
 	recipient := uuid.NewString()
@@ -178,12 +173,7 @@ func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
 	down, up := contenttest.Start(t, answer), contenttest.Start(t, answer)
 	down.FailDequeued(1)
-	store, err := embedded.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := repository.New(store, repository.Options{Announce: func(domain.Origin) bool { return true }}, nil)
-	defer func() { repo.Close(); _ = store.Close() }()
+	store, repo := openAnnouncing(t, repository.Options{Announce: func(domain.Origin) bool { return true }})
 	ctx := within(t, time.Minute)
 	origins := slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, 12)
 	bundles := dequeueAll(ctx, t, repo, append(origins, domain.OriginCharges)...)
@@ -245,15 +235,11 @@ func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 // within IdleMax.
 func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
-	store, err := embedded.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	bell := content.NewBell()
 	announce := func(domain.Origin) bool { return true }
-	repo := repository.New(store, repository.Options{Announce: announce, Announced: bell.Ring}, nil)
+	store, repo := openAnnouncing(t, repository.Options{Announce: announce, Announced: bell.Ring})
 	other := repository.New(store, repository.Options{Announce: announce}, nil) // another instance: rings nothing here
-	defer func() { repo.Close(); other.Close(); _ = store.Close() }()
+	defer other.Close()
 	ctx := within(t, time.Minute)
 	notices := &countingNotices{Announcer: store}
 	clock := newFakeClock()
@@ -355,12 +341,7 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 func TestADomainWithNothingLeftIsNotRetried(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
 	provider.FailDequeued(1)
-	store, err := embedded.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := repository.New(store, repository.Options{Announce: func(domain.Origin) bool { return true }}, nil)
-	defer func() { repo.Close(); _ = store.Close() }()
+	store, repo := openAnnouncing(t, repository.Options{Announce: func(domain.Origin) bool { return true }})
 	ctx := within(t, time.Minute)
 	dequeueAll(ctx, t, repo, domain.OriginCharges)
 	clock := newFakeClock()
@@ -390,4 +371,17 @@ func TestADomainWithNothingLeftIsNotRetried(t *testing.T) {
 			t.Fatalf("the notifier waits %v with nothing to tell", w.d)
 		}
 	}
+}
+
+// openAnnouncing opens an embedded store and a repository on it with opts
+// (which say what is announced), both closed when the test ends.
+func openAnnouncing(t *testing.T, opts repository.Options) (*embedded.Store, *repository.Repository) {
+	t.Helper()
+	store, err := embedded.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := repository.New(store, opts, nil)
+	t.Cleanup(func() { repo.Close(); _ = store.Close() })
+	return store, repo
 }
