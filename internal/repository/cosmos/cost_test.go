@@ -281,13 +281,7 @@ func TestModeledCostPerNotification(t *testing.T) {
 			for name, total := range e.audit.byContainer() {
 				t.Logf("container %-10s %8.1f RU = %.3f RU per notification (all parts, warm-up included)", name, total, total/n)
 			}
-			ru := map[string]float64{"save": charged(save), "peek+dequeue": charged(drain), "retention": charged(retention)}
-			for _, part := range []struct {
-				name string
-				ops  map[string]cosmos.OpStats
-			}{{"save", save}, {"peek+dequeue", drain}, {"retention", retention}} {
-				t.Logf("%-12s %8.1f RU = %.3f RU per notification; by operation (requests, RU): %s", part.name, ru[part.name], ru[part.name]/n, byOpCharges(part.ops))
-			}
+			ru := logParts(t, n, save, drain, retention)
 			perN := (ru["save"] + ru["peek+dequeue"]) / n
 			withRetention := perN + ru["retention"]/n
 			t.Logf("COST %s: %.3f RU per notification for save + peek + dequeue, %.3f with retention", tc.name, perN, withRetention)
@@ -400,13 +394,7 @@ func TestCostOfASaveSpreadOverManyRecipients(t *testing.T) {
 	if found, err := e.store.LookupIDs(ctx, ids); err != nil || len(found) != 0 {
 		t.Fatalf("retention left %d ids, %v", len(found), err)
 	}
-	ru := map[string]float64{"save": charged(save), "peek+dequeue": charged(drain), "retention": charged(retention)}
-	for _, part := range []struct {
-		name string
-		ops  map[string]cosmos.OpStats
-	}{{"save", save}, {"peek+dequeue", drain}, {"retention", retention}} {
-		t.Logf("%-12s %8.1f RU = %.3f RU per notification; by operation (requests, RU): %s", part.name, ru[part.name], ru[part.name]/n, byOpCharges(part.ops))
-	}
+	ru := logParts(t, n, save, drain, retention)
 	t.Logf("COST a save of 1,000 for 100 recipients: save %.3f RU per notification (id index %.3f), peek + dequeue in bundles of 10 %.3f, retention %.3f (id index %.3f); %.3f in all",
 		ru["save"]/n, idsSave/n, ru["peek+dequeue"]/n, ru["retention"]/n, idsRetention/n, (ru["save"]+ru["peek+dequeue"]+ru["retention"])/n)
 	// Id documents of one drawer each cost 2.6 RU per notification here.
@@ -434,4 +422,19 @@ func drainRecipient(t *testing.T, repo *repository.Repository, recipient string)
 			t.Fatal(err)
 		}
 	}
+}
+
+// logParts logs what saving, draining and retention each charged, in all,
+// per notification of n and by operation, and returns the totals by part
+// ("save", "peek+dequeue", "retention").
+func logParts(t *testing.T, n float64, save, drain, retention map[string]cosmos.OpStats) map[string]float64 {
+	t.Helper()
+	ru := map[string]float64{"save": charged(save), "peek+dequeue": charged(drain), "retention": charged(retention)}
+	for _, part := range []struct {
+		name string
+		ops  map[string]cosmos.OpStats
+	}{{"save", save}, {"peek+dequeue", drain}, {"retention", retention}} {
+		t.Logf("%-12s %8.1f RU = %.3f RU per notification; by operation (requests, RU): %s", part.name, ru[part.name], ru[part.name]/n, byOpCharges(part.ops))
+	}
+	return ru
 }
