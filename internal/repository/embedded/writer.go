@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -126,6 +127,7 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		tx.batch.Close()
 		return func() { answer(group, errs, nil, false) }
 	}
+	tx.writeBatch()
 	if err := s.db.ApplyNoSyncWait(tx.batch, pebble.Sync); err != nil {
 		_ = tx.batch.SyncWait() // pebble requires it before Close; returns at once when nothing was queued
 		tx.batch.Close()
@@ -252,6 +254,7 @@ type txn struct {
 	group    uint32                // the group number of its ids (nextGroup), once it has any
 	newIDs   []uint64              // id index entries to add once the batch is applied
 	goneIDs  []uint64              // and to remove
+	puts     []put                 // changes for the batch, written by writeBatch
 }
 
 // records returns the recipient's records as this group sees them: as
@@ -316,9 +319,24 @@ type put struct {
 	del        bool
 }
 
-// apply writes staged changes into the group's batch. Writing to an open
-// batch only fails on programming errors.
-func (tx *txn) apply(puts []put) {
+// apply stages changes for the group's batch. They are written to it once
+// every operation of the group has run (writeBatch), in key order.
+func (tx *txn) apply(puts []put) { tx.puts = append(tx.puts, puts...) }
+
+// writeBatch writes the group's staged changes into its batch in key order,
+// a key's changes in the order they were staged. Pebble inserts each key of
+// a batch into its memtable, a skiplist, by searching from the key before:
+// keys in order share most of that search, while keys in the order the
+// operations wrote them (recipient after recipient) each miss the CPU caches
+// from the top of the list down.
+func (tx *txn) writeBatch() {
+	slices.SortStableFunc(tx.puts, func(a, b put) int { return bytes.Compare(a.key, b.key) })
+	tx.write(tx.puts)
+}
+
+// write writes changes into the group's batch as they are. Writing to an
+// open batch only fails on programming errors.
+func (tx *txn) write(puts []put) {
 	for _, p := range puts {
 		var err error
 		if p.del {
@@ -416,7 +434,9 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 			return idErr
 		}
 		tx.apply(puts)
-		tx.apply(idPuts)
+		// A save's id records are in key order already, under a group number
+		// no other record has: they go into the batch as they are.
+		tx.write(idPuts)
 		for _, p := range idPuts {
 			_, id, _ := idKeyParts(p.key)
 			tx.ids[id] = struct{}{}

@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -139,5 +140,34 @@ func TestStagedSavesBuildOnOnesNotYetDurable(t *testing.T) {
 	}
 	if st.Head.Watermark != 2 || len(st.Entries) != 1 || st.Entries[0].Total != 2 {
 		t.Fatalf("after both are durable: %+v", st)
+	}
+}
+
+// A group's changes reach pebble in key order (writeBatch), yet a key changed
+// more than once in a group ends as its last change left it.
+func TestAKeyChangedTwiceInOneGroupKeepsItsLastChange(t *testing.T) {
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	kept, deleted := []byte("z-kept"), []byte("z-deleted")
+	err = s.write(context.Background(), func(tx *txn) error {
+		// Enough changes that the sort is not a plain insertion sort.
+		for i := range 100 {
+			tx.apply([]put{{key: kept, value: fmt.Appendf(nil, "change %d", i)}, {key: deleted, value: []byte("x")}})
+			tx.apply([]put{{key: kept, del: true}, {key: fmt.Appendf(nil, "a-before-both %d", i), value: []byte("y")}})
+		}
+		tx.apply([]put{{key: kept, value: []byte("last")}, {key: deleted, del: true}})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := s.get(kept); err != nil || !ok || string(v) != "last" {
+		t.Fatalf("kept key: %q %v %v, want \"last\"", v, ok, err)
+	}
+	if v, ok, err := s.get(deleted); err != nil || ok {
+		t.Fatalf("deleted key still there: %q %v", v, err)
 	}
 }
