@@ -2,6 +2,7 @@ package embedded_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -213,4 +214,28 @@ func BenchmarkSaveBatch1000Over100Recipients(b *testing.B) {
 	b.ResetTimer()
 	saveAll(b, repo, 4, batches)
 	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "notifications/s")
+}
+
+// BenchmarkSaveToALargeCabinet: Saves of 1 notification, one after another,
+// to a recipient whose cabinet already holds `drawers` full drawers
+// (10,000 undelivered notifications each): the cost of a save must not grow
+// with the backlog it joins.
+func BenchmarkSaveToALargeCabinet(b *testing.B) {
+	for _, drawers := range []int{1, 100, 400} {
+		b.Run(fmt.Sprintf("drawers=%d", drawers), func(b *testing.B) {
+			repo := openRepo(b, repository.Options{})
+			r := uuid.NewString()
+			fill := make([][]domain.Notification, drawers)
+			for i := range fill {
+				fill[i] = batch(10_000, r, 1)
+			}
+			saveAll(b, repo, 2, fill)
+			saves := make([][]domain.Notification, b.N)
+			for i := range saves {
+				saves[i] = batch(1, r, 1)
+			}
+			b.ResetTimer()
+			saveAll(b, repo, 1, saves)
+		})
+	}
 }

@@ -15,7 +15,8 @@ import (
 // that scan stays short.
 //
 //	r <recipient> h                        head
-//	r <recipient> e <origin> <contentType> catalog entry
+//	r <recipient> e <origin> <contentType> catalog entry, with its last drawer
+//	r <recipient> m <origin> <len> <contentType> <start>  an earlier drawer (entries.go)
 //	r <recipient> c <origin> <contentType> cursor
 //	r <recipient> p <bundle>               pending bundle
 //	x <recipient> <bundle>                 dequeued bundle

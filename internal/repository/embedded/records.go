@@ -29,7 +29,10 @@ type records struct {
 	entries map[catalog.Key]catalog.Entry
 	cursors map[catalog.Key]catalog.Cursor
 	pending map[string]bundle.Record
-	used    atomic.Bool // read or written since the last eviction round
+	// legacy names the entries stored before drawers had records of their
+	// own (entries.go): all their drawers are in the entry's value.
+	legacy map[catalog.Key]bool
+	used   atomic.Bool // read or written since the last eviction round
 }
 
 // state copies the records out in a stable order.
@@ -132,6 +135,7 @@ func (s *Store) readRecords(r [16]byte) (*records, error) {
 		pending: map[string]bundle.Record{},
 	}
 	prefix := recipientPrefix(r)
+	drawers := cabinetDrawers{}
 	err := s.scan(prefix, func(key, value []byte) error {
 		switch key[len(prefix)] {
 		case kindHead:
@@ -154,12 +158,17 @@ func (s *Store) readRecords(r [16]byte) (*records, error) {
 				return err
 			}
 			rec.pending[b.ID] = b
+		case kindDrawerMeta:
+			return drawers.add(key, value)
 		default:
 			return fmt.Errorf("%w: unknown key kind %q", errCorrupt, key[len(prefix)])
 		}
 		return nil
 	})
-	return rec, err
+	if err != nil {
+		return nil, err
+	}
+	return rec, drawers.complete(rec)
 }
 
 func conflict(format string, args ...any) error {

@@ -289,6 +289,7 @@ func (tx *txn) change(r [16]byte, rec *records, fn func(*records)) {
 			entries: maps.Clone(rec.entries),
 			cursors: maps.Clone(rec.cursors),
 			pending: maps.Clone(rec.pending),
+			legacy:  maps.Clone(rec.legacy),
 		}
 		tx.touched[r] = clone
 	}
@@ -404,11 +405,11 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 						return conflict("catalog entry %v of %s changed", e.Key(), save.Recipient)
 					}
 					e.Version = s.nextVersion()
-					p, err := setPut(cabinetKey(kindEntry, r, e.Key()), e)
+					ps, err := entryPuts(r, rec.entries[e.Key()], rec.legacy[e.Key()], e)
 					if err != nil {
 						return err
 					}
-					puts = append(puts, p)
+					puts = append(puts, ps...)
 					c.entries = append(c.entries, e)
 				}
 				changes = append(changes, c)
@@ -447,6 +448,7 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 				rec.head = c.head
 				for _, e := range c.entries {
 					rec.entries[e.Key()] = e
+					delete(rec.legacy, e.Key())
 				}
 			})
 			if written {
@@ -671,15 +673,19 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 		var replaced []catalog.Entry
 		for _, e := range sw.Entries {
 			e.Version = s.nextVersion()
-			p, err := setPut(cabinetKey(kindEntry, r, e.Key()), e)
+			ps, err := entryPuts(r, rec.entries[e.Key()], rec.legacy[e.Key()], e)
 			if err != nil {
 				return err
 			}
-			puts = append(puts, p)
+			puts = append(puts, ps...)
 			replaced = append(replaced, e)
 		}
 		for _, e := range sw.DeleteEntries {
-			puts = append(puts, put{key: cabinetKey(kindEntry, r, e.Key()), del: true})
+			ps, err := entryDeletion(r, rec.entries[e.Key()], rec.legacy[e.Key()])
+			if err != nil {
+				return err
+			}
+			puts = append(puts, ps...)
 		}
 		for _, c := range sw.DeleteCursors {
 			puts = append(puts, put{key: cabinetKey(kindCursor, r, c.Key()), del: true})
@@ -705,9 +711,11 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 		tx.change(r, rec, func(rec *records) {
 			for _, e := range replaced {
 				rec.entries[e.Key()] = e
+				delete(rec.legacy, e.Key())
 			}
 			for _, e := range sw.DeleteEntries {
 				delete(rec.entries, e.Key())
+				delete(rec.legacy, e.Key())
 			}
 			for _, c := range sw.DeleteCursors {
 				delete(rec.cursors, c.Key())

@@ -1,0 +1,191 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/repository"
+)
+
+// fillDrawers saves n notifications to one cabinet of recipient r through a
+// repository, in Saves of at most 10,000.
+func fillDrawers(t *testing.T, s *Store, r string, n int) {
+	t.Helper()
+	repo := repository.New(s, repository.Options{}, nil)
+	defer repo.Close()
+	for n > 0 {
+		k := min(n, 10_000)
+		ns := make([]domain.Notification, k)
+		for i := range ns {
+			ns[i] = domain.Notification{ID: uuid.NewString(), Recipient: r, Origin: domain.OriginTimeSeries,
+				ContentType: "ts", DocumentType: "ts", SupportsBundling: true, Weight: 1}
+		}
+		if _, err := repo.Save(context.Background(), ns); err != nil {
+			t.Fatal(err)
+		}
+		n -= k
+	}
+}
+
+func loadEntry(t *testing.T, s *Store, r string) catalog.Entry {
+	t.Helper()
+	st, err := s.LoadRecipient(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Entries) != 1 {
+		t.Fatalf("%d entries, want 1", len(st.Entries))
+	}
+	return st.Entries[0]
+}
+
+// storedLayout reads the cabinet's entry value and drawer records as stored.
+func storedLayout(t *testing.T, s *Store, r string, k catalog.Key) (inEntry, apart []drawer.Meta) {
+	t.Helper()
+	rb := [16]byte(uuid.MustParse(r))
+	v, ok, err := s.get(cabinetKey(kindEntry, rb, k))
+	if err != nil || !ok {
+		t.Fatalf("entry not stored: %v", err)
+	}
+	var e catalog.Entry
+	if err := json.Unmarshal(v, &e); err != nil {
+		t.Fatal(err)
+	}
+	prefix := append(recipientPrefix(rb), kindDrawerMeta)
+	err = s.scan(prefix, func(_, value []byte) error {
+		var d drawer.Meta
+		err := json.Unmarshal(value, &d)
+		apart = append(apart, d)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Drawers, apart
+}
+
+func reopen(t *testing.T, s *Store) *Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(s.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A save to a cabinet rewrites its entry: the entry's value holds only the
+// last drawer, so what a save writes does not grow with the cabinet.
+func TestAnEntryStoresOnlyItsLastDrawer(t *testing.T) {
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() }) // the store reopen left last
+	r := uuid.NewString()
+	fillDrawers(t, s, r, 3*drawer.Capacity+5)
+	fillDrawers(t, s, r, 1)
+	want := loadEntry(t, s, r)
+	if len(want.Drawers) != 4 {
+		t.Fatalf("%d drawers, want 4", len(want.Drawers))
+	}
+	inEntry, apart := storedLayout(t, s, r, want.Key())
+	if !reflect.DeepEqual(inEntry, want.Drawers[3:]) || !reflect.DeepEqual(apart, want.Drawers[:3]) {
+		t.Fatalf("stored: entry %+v, apart %+v; want the last drawer in the entry, the rest apart", inEntry, apart)
+	}
+	s = reopen(t, s)
+	if got := loadEntry(t, s, r); !reflect.DeepEqual(got.Drawers, want.Drawers) {
+		t.Fatalf("drawers read back %+v, want %+v", got.Drawers, want.Drawers)
+	}
+}
+
+// Entries written before drawers had records of their own hold all their
+// drawers: they are read as they are and take the new layout on their next
+// write.
+func TestEntriesOfTheEarlierLayoutAreReadAndRewritten(t *testing.T) {
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() }) // the store reopen left last
+	r := uuid.NewString()
+	rb := [16]byte(uuid.MustParse(r))
+	fillDrawers(t, s, r, 2*drawer.Capacity+5)
+	want := loadEntry(t, s, r)
+	// Back to the earlier layout: every drawer in the entry, no records.
+	old, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.db.NewBatch()
+	_ = b.Set(cabinetKey(kindEntry, rb, want.Key()), old, nil)
+	for _, d := range want.Drawers {
+		_ = b.Delete(drawerMetaKey(rb, want.Key(), d.Start), nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s)
+	if got := loadEntry(t, s, r); !reflect.DeepEqual(got.Drawers, want.Drawers) {
+		t.Fatalf("earlier layout read back %+v, want %+v", got.Drawers, want.Drawers)
+	}
+	fillDrawers(t, s, r, 1)
+	want = loadEntry(t, s, r)
+	inEntry, apart := storedLayout(t, s, r, want.Key())
+	if len(inEntry) != 1 || !reflect.DeepEqual(apart, want.Drawers[:2]) {
+		t.Fatalf("after a save: entry %+v, apart %+v; want the new layout", inEntry, apart)
+	}
+	s = reopen(t, s)
+	if got := loadEntry(t, s, r); !reflect.DeepEqual(got.Drawers, want.Drawers) {
+		t.Fatalf("drawers read back %+v, want %+v", got.Drawers, want.Drawers)
+	}
+}
+
+// A sweep that takes drawers out of an entry, or deletes the entry, deletes
+// their records too.
+func TestSweptDrawersLeaveNoRecords(t *testing.T) {
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() }) // the store reopen left last
+	ctx := context.Background()
+	r := uuid.NewString()
+	fillDrawers(t, s, r, 3*drawer.Capacity+5)
+	e := loadEntry(t, s, r)
+	kept := e
+	kept.Drawers = []drawer.Meta{e.Drawers[1], e.Drawers[3]} // one from the middle goes too
+	if err := s.ApplySweep(ctx, repository.Sweep{Recipient: r, Entries: []catalog.Entry{kept}}); err != nil {
+		t.Fatal(err)
+	}
+	inEntry, apart := storedLayout(t, s, r, e.Key())
+	if !reflect.DeepEqual(inEntry, e.Drawers[3:]) || !reflect.DeepEqual(apart, e.Drawers[1:2]) {
+		t.Fatalf("after the sweep: entry %+v, apart %+v", inEntry, apart)
+	}
+	s = reopen(t, s)
+	if got := loadEntry(t, s, r); !reflect.DeepEqual(got.Drawers, kept.Drawers) {
+		t.Fatalf("drawers read back %+v, want %+v", got.Drawers, kept.Drawers)
+	}
+	if err := s.ApplySweep(ctx, repository.Sweep{Recipient: r, DeleteEntries: []catalog.Entry{loadEntry(t, s, r)}}); err != nil {
+		t.Fatal(err)
+	}
+	rb := [16]byte(uuid.MustParse(r))
+	left := 0
+	if err := s.scan(append(recipientPrefix(rb), kindDrawerMeta), func(_, _ []byte) error { left++; return nil }); err != nil || left != 0 {
+		t.Fatalf("%d drawer records left after the entry was deleted (%v)", left, err)
+	}
+	s = reopen(t, s)
+	if st, err := s.LoadRecipient(ctx, r); err != nil || len(st.Entries) != 0 {
+		t.Fatalf("after the entry's deletion: %+v, %v", st.Entries, err)
+	}
+}
