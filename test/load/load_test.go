@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // TestScenariosAgainstSpawnedHub runs every scenario very briefly against a
@@ -162,6 +165,28 @@ func TestSpreadGivesEveryRecipientItsShare(t *testing.T) {
 		if count[r] != 10 {
 			t.Errorf("recipient %s got %d notifications, want 10", r, count[r])
 		}
+	}
+}
+
+// TestRecipientSeedGivesTheSameRecipients: with -recipient-seed, a run of
+// fewer recipients saves for the first of those a backlog run filled.
+func TestRecipientSeedGivesTheSameRecipients(t *testing.T) {
+	seeded := &env{cfg: Config{RecipientSeed: 7}}
+	filled, measured := seeded.recipients(10_000), seeded.recipients(100)
+	if !slices.Equal(measured, filled[:100]) {
+		t.Fatalf("seeded recipients differ between runs: %v… against %v…", measured[:2], filled[:2])
+	}
+	for _, r := range filled[:100] {
+		if u, err := uuid.Parse(r); err != nil || u.Version() != 4 {
+			t.Fatalf("recipient %q is not a version-4 UUID (%v)", r, err)
+		}
+	}
+	if other := (&env{cfg: Config{RecipientSeed: 8}}).recipients(1); other[0] == filled[0] {
+		t.Fatal("two seeds gave the same recipient")
+	}
+	random := &env{}
+	if a, b := random.recipients(1), random.recipients(1); a[0] == b[0] {
+		t.Fatal("without a seed, two runs gave the same recipient")
 	}
 }
 

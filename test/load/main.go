@@ -65,6 +65,7 @@ type Config struct {
 	Requests        int
 	Batch           int
 	Recipients      int
+	RecipientSeed   uint64 // save-*, backlog: recipients from this seed (0: new random ones)
 	Spread          bool   // save-batch: each Save's notifications round-robin over the recipients
 	DataDir         string // with Spawn: the hub's data dir, kept (empty: a fresh temporary one)
 	Notifications   int
@@ -111,6 +112,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&cfg.Requests, "requests", 0, "save-batch, save-single: stop after this many Saves (0: only -duration)")
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "save-batch: notifications per Save (1..10000)")
 	fs.IntVar(&cfg.Recipients, "recipients", cfg.Recipients, "save-batch, save-single, dequeue-rate: how many recipients the notifications are spread over")
+	fs.Uint64Var(&cfg.RecipientSeed, "recipient-seed", 0, "save-batch, save-single, backlog: take the recipients from this seed's sequence (0: new random ones), so that saves go to the recipients a backlog run on the same -data-dir filled")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "with -spawn: run the hub on this data dir and keep it (to measure with a backlog; see the backlog scenario) instead of a fresh temporary one")
 	fs.BoolVar(&cfg.Spread, "spread", false, "save-batch, save-single: give each Save's notifications to the recipients in turn (a Save of 1,000 over 100 recipients: 10 each) instead of at random")
 	fs.IntVar(&cfg.Notifications, "notifications", cfg.Notifications, "drain: notifications pre-loaded, then drained")

@@ -4,7 +4,10 @@
 # for 10 M notifications; the fill takes minutes), then for each one and each
 # run: copies it (not the 10 M one), starts a hub on it (start-up time and RSS are
 # reported) and measures Saves of 1,000 over 100 recipients with 4 writers
-# and Saves of 1 with 64 callers. Prints one JSON object per measurement.
+# and Saves of 1 with 64 callers. Backlogs and measurements take their
+# recipients from one seed (-recipient-seed), so the saves go to recipients
+# that hold a backlog: the first 100 (or 64) of those it was spread over.
+# Prints one JSON object per measurement.
 #
 #   test/load/scale.sh [runs, default 3] [duration, default 5s]
 set -eu
@@ -14,7 +17,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 D=${SCALE_DIR:-/tmp/messagehub-scale}
 mkdir -p "$D"
 (cd "$ROOT" && go build -o "$D/messagehub" ./cmd/messagehub && go build -o "$D/load" ./test/load)
-L="$D/load -spawn -server-bin $D/messagehub -json -prep-timeout 15m"
+L="$D/load -spawn -server-bin $D/messagehub -json -prep-timeout 15m -recipient-seed 1"
 
 # name notifications recipients
 for set in "0 0 0" "1m-100 1000000 100" "1m-10k 1000000 10000" "10m-10k 10000000 10000"; do

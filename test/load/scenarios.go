@@ -128,6 +128,27 @@ func (g *gen) refillBatch(ns []*messagehubv1.DataAvailable, recipients []string,
 	return ns
 }
 
+// recipients returns n recipients for the save and backlog scenarios: new
+// random ones or, with -recipient-seed, the first n of the seed's sequence
+// (the same in every run), so that a run can save for the recipients that
+// an earlier backlog run filled.
+func (e *env) recipients(n int) []string {
+	if e.cfg.RecipientSeed == 0 {
+		return newRecipients(n)
+	}
+	r := rand.New(rand.NewPCG(e.cfg.RecipientSeed, 0))
+	rs := make([]string, n)
+	for i := range rs {
+		var u uuid.UUID
+		binary.LittleEndian.PutUint64(u[:8], r.Uint64())
+		binary.LittleEndian.PutUint64(u[8:], r.Uint64())
+		u[6] = u[6]&0x0f | 0x40 // version 4
+		u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+		rs[i] = u.String()
+	}
+	return rs
+}
+
 func newRecipients(n int) []string {
 	rs := make([]string, n)
 	for i := range rs {
@@ -210,9 +231,9 @@ func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, err
 	res := newResult(map[string]any{
 		"batch": batch, "concurrency": concurrency, "duration": e.cfg.Duration.String(),
 		"requests": e.cfg.Requests, "recipients": e.cfg.Recipients, "conns": e.cfg.Conns,
-		"spread": e.cfg.Spread,
+		"spread": e.cfg.Spread, "recipient_seed": e.cfg.RecipientSeed,
 	})
-	recipients := newRecipients(e.cfg.Recipients)
+	recipients := e.recipients(e.cfg.Recipients)
 	var errs errorLog
 	var issued, saved atomic.Int64
 	samples := make([][]time.Duration, concurrency)
@@ -274,8 +295,8 @@ func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, err
 // runs on the same directory measure with.
 func backlog(ctx context.Context, e *env) (*Result, error) {
 	total := e.cfg.Notifications
-	res := newResult(map[string]any{"notifications": total, "recipients": e.cfg.Recipients, "conns": e.cfg.Conns})
-	recipients := newRecipients(e.cfg.Recipients)
+	res := newResult(map[string]any{"notifications": total, "recipients": e.cfg.Recipients, "conns": e.cfg.Conns, "recipient_seed": e.cfg.RecipientSeed})
+	recipients := e.recipients(e.cfg.Recipients)
 	e.log("backlog: saving %d notifications over %d recipients", total, len(recipients))
 	t0 := time.Now()
 	// Each Save of 10,000 goes to 100 recipients (100 each), the next Save
