@@ -84,13 +84,42 @@ func reopen(t *testing.T, s *Store) *Store {
 	return s
 }
 
-// A save to a cabinet rewrites its entry: the entry's value holds only the
-// last drawer, so what a save writes does not grow with the cabinet.
-func TestAnEntryStoresOnlyItsLastDrawer(t *testing.T) {
+// checkLayout checks that the cabinet's entry stores the last of its drawers
+// and the others are records of their own.
+func checkLayout(t *testing.T, s *Store, r string, want catalog.Entry) {
+	t.Helper()
+	n := len(want.Drawers)
+	inEntry, apart := storedLayout(t, s, r, want.Key())
+	if !reflect.DeepEqual(inEntry, want.Drawers[n-1:]) || !reflect.DeepEqual(apart, want.Drawers[:n-1]) {
+		t.Fatalf("stored: in the entry %+v, apart %+v; want the last of %+v in the entry, the others apart", inEntry, apart, want.Drawers)
+	}
+}
+
+// readBack reopens the store and checks that the recipient's one cabinet
+// reads back with want's drawers; it returns the reopened store.
+func readBack(t *testing.T, s *Store, r string, want []drawer.Meta) *Store {
+	t.Helper()
+	s = reopen(t, s)
+	if got := loadEntry(t, s, r); !reflect.DeepEqual(got.Drawers, want) {
+		t.Fatalf("drawers read back %+v, want %+v", got.Drawers, want)
+	}
+	return s
+}
+
+// openTemp opens a store in a temporary directory.
+func openTemp(t *testing.T) *Store {
+	t.Helper()
 	s, err := Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// A save to a cabinet rewrites its entry: the entry's value holds only the
+// last drawer, so what a save writes does not grow with the cabinet.
+func TestAnEntryStoresOnlyItsLastDrawer(t *testing.T) {
+	s := openTemp(t)
 	t.Cleanup(func() { _ = s.Close() }) // the store reopen left last
 	r := uuid.NewString()
 	fillDrawers(t, s, r, 3*drawer.Capacity+5)
@@ -99,24 +128,15 @@ func TestAnEntryStoresOnlyItsLastDrawer(t *testing.T) {
 	if len(want.Drawers) != 4 {
 		t.Fatalf("%d drawers, want 4", len(want.Drawers))
 	}
-	inEntry, apart := storedLayout(t, s, r, want.Key())
-	if !reflect.DeepEqual(inEntry, want.Drawers[3:]) || !reflect.DeepEqual(apart, want.Drawers[:3]) {
-		t.Fatalf("stored: entry %+v, apart %+v; want the last drawer in the entry, the rest apart", inEntry, apart)
-	}
-	s = reopen(t, s)
-	if got := loadEntry(t, s, r); !reflect.DeepEqual(got.Drawers, want.Drawers) {
-		t.Fatalf("drawers read back %+v, want %+v", got.Drawers, want.Drawers)
-	}
+	checkLayout(t, s, r, want)
+	s = readBack(t, s, r, want.Drawers)
 }
 
 // Entries written before drawers had records of their own hold all their
 // drawers: they are read as they are and take the new layout on their next
 // write.
 func TestEntriesOfTheEarlierLayoutAreReadAndRewritten(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTemp(t)
 	t.Cleanup(func() { _ = s.Close() }) // the store reopen left last
 	r := uuid.NewString()
 	rb := [16]byte(uuid.MustParse(r))
@@ -132,32 +152,20 @@ func TestEntriesOfTheEarlierLayoutAreReadAndRewritten(t *testing.T) {
 	for _, d := range want.Drawers {
 		_ = b.Delete(drawerMetaKey(rb, want.Key(), d.Start), nil)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err = b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
-	s = reopen(t, s)
-	if got := loadEntry(t, s, r); !reflect.DeepEqual(got.Drawers, want.Drawers) {
-		t.Fatalf("earlier layout read back %+v, want %+v", got.Drawers, want.Drawers)
-	}
+	s = readBack(t, s, r, want.Drawers)
 	fillDrawers(t, s, r, 1)
 	want = loadEntry(t, s, r)
-	inEntry, apart := storedLayout(t, s, r, want.Key())
-	if len(inEntry) != 1 || !reflect.DeepEqual(apart, want.Drawers[:2]) {
-		t.Fatalf("after a save: entry %+v, apart %+v; want the new layout", inEntry, apart)
-	}
-	s = reopen(t, s)
-	if got := loadEntry(t, s, r); !reflect.DeepEqual(got.Drawers, want.Drawers) {
-		t.Fatalf("drawers read back %+v, want %+v", got.Drawers, want.Drawers)
-	}
+	checkLayout(t, s, r, want)
+	s = readBack(t, s, r, want.Drawers)
 }
 
 // A sweep that takes drawers out of an entry, or deletes the entry, deletes
 // their records too.
 func TestSweptDrawersLeaveNoRecords(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTemp(t)
 	t.Cleanup(func() { _ = s.Close() }) // the store reopen left last
 	ctx := context.Background()
 	r := uuid.NewString()
@@ -168,14 +176,8 @@ func TestSweptDrawersLeaveNoRecords(t *testing.T) {
 	if err := s.ApplySweep(ctx, repository.Sweep{Recipient: r, Entries: []catalog.Entry{kept}}); err != nil {
 		t.Fatal(err)
 	}
-	inEntry, apart := storedLayout(t, s, r, e.Key())
-	if !reflect.DeepEqual(inEntry, e.Drawers[3:]) || !reflect.DeepEqual(apart, e.Drawers[1:2]) {
-		t.Fatalf("after the sweep: entry %+v, apart %+v", inEntry, apart)
-	}
-	s = reopen(t, s)
-	if got := loadEntry(t, s, r); !reflect.DeepEqual(got.Drawers, kept.Drawers) {
-		t.Fatalf("drawers read back %+v, want %+v", got.Drawers, kept.Drawers)
-	}
+	checkLayout(t, s, r, kept)
+	s = readBack(t, s, r, kept.Drawers)
 	if err := s.ApplySweep(ctx, repository.Sweep{Recipient: r, DeleteEntries: []catalog.Entry{loadEntry(t, s, r)}}); err != nil {
 		t.Fatal(err)
 	}
