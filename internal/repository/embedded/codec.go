@@ -110,24 +110,27 @@ func newPageReader(buf []byte) *pageReader {
 	return p
 }
 
+// uvarint and varint read a varint; on a corrupt one they set err and
+// return 0 (as encoding/binary does).
 func (p *pageReader) uvarint() uint64 {
 	v, k := binary.Uvarint(p.buf)
-	if k <= 0 {
-		p.err = errCorrupt
-		return 0
-	}
-	p.buf = p.buf[k:]
+	p.skip(k)
 	return v
 }
 
 func (p *pageReader) varint() int64 {
 	v, k := binary.Varint(p.buf)
+	p.skip(k)
+	return v
+}
+
+// skip moves past a varint of k bytes; k <= 0 means none could be read.
+func (p *pageReader) skip(k int) {
 	if k <= 0 {
 		p.err = errCorrupt
-		return 0
+		return
 	}
 	p.buf = p.buf[k:]
-	return v
 }
 
 func (p *pageReader) bytes(n uint64) []byte {
