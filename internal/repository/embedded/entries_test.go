@@ -106,16 +106,6 @@ func readBack(t *testing.T, s *Store, r string, want []drawer.Meta) *Store {
 	return s
 }
 
-// openTemp opens a store in a temporary directory.
-func openTemp(t *testing.T) *Store {
-	t.Helper()
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // A save to a cabinet rewrites its entry: the entry's value holds only the
 // last drawer, so what a save writes does not grow with the cabinet.
 func TestAnEntryStoresOnlyItsLastDrawer(t *testing.T) {

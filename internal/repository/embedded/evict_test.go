@@ -13,10 +13,7 @@ import (
 // An idle recipient's records leave memory after two eviction rounds without
 // use, and come back from disk, unchanged, on its next use.
 func TestIdleRecipientsLeaveMemory(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTemp(t)
 	repo := repository.New(s, repository.Options{}, nil)
 	defer func() { repo.Close(); _ = s.Close() }()
 	ctx := context.Background()

@@ -92,10 +92,7 @@ func TestIDIndexNeverHidesAStoredID(t *testing.T) {
 // Records are keyed by their write group: every id of one group shares it,
 // and the next group has the next number.
 func TestAWriteGroupsIDsShareAGroupNumber(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTemp(t)
 	defer s.Close()
 	first := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}
 	second := []string{uuid.NewString()}
@@ -105,7 +102,7 @@ func TestAWriteGroupsIDsShareAGroupNumber(t *testing.T) {
 		}
 	}
 	groups := map[string]uint32{}
-	err = s.scan([]byte{prefixIDByGroup}, func(key, _ []byte) error {
+	err := s.scan([]byte{prefixIDByGroup}, func(key, _ []byte) error {
 		g, id, ok := idKeyParts(key)
 		if !ok {
 			t.Fatalf("key %x", key)
@@ -125,10 +122,7 @@ func TestAWriteGroupsIDsShareAGroupNumber(t *testing.T) {
 // Retention takes a swept drawer's ids out of the index, and they can be
 // saved again.
 func TestSweptIDsLeaveTheIndex(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTemp(t)
 	defer s.Close()
 	ctx := context.Background()
 	ids := []string{uuid.NewString(), uuid.NewString()}

@@ -15,10 +15,7 @@ import (
 // a notice in the layout before notices had a domain is read as
 // OriginUnspecified, counted and removed like the others.
 func TestNoticesAreReadByDomainInEitherLayout(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTemp(t)
 	defer s.Close()
 	ctx := context.Background()
 	at := time.Unix(1_700_000_000, 0)

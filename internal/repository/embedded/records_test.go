@@ -7,11 +7,18 @@ import (
 	"github.com/google/uuid"
 )
 
-func TestUnknownRecipientsAreNotKeptInMemory(t *testing.T) {
+// openTemp opens a store in a temporary directory.
+func openTemp(t *testing.T) *Store {
+	t.Helper()
 	s, err := Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+func TestUnknownRecipientsAreNotKeptInMemory(t *testing.T) {
+	s := openTemp(t)
 	defer s.Close()
 	ctx := context.Background()
 	for range 100 {

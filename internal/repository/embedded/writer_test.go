@@ -19,10 +19,7 @@ import (
 // Writes that race land in the same write group; the group must still let
 // exactly one of two conflicting writes through.
 func TestConflictingWritesInOneGroupHaveOneWinner(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTemp(t)
 	defer s.Close()
 	ctx := context.Background()
 	r := uuid.NewString()
@@ -101,10 +98,7 @@ func winners(t *testing.T, errs []error) int {
 // versions the first was written with, and one planned from the durable
 // state before it conflicts. Both are visible once durable.
 func TestStagedSavesBuildOnOnesNotYetDurable(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTemp(t)
 	defer s.Close()
 	ctx := context.Background()
 	r := uuid.NewString()
@@ -146,13 +140,10 @@ func TestStagedSavesBuildOnOnesNotYetDurable(t *testing.T) {
 // A group's changes reach pebble in key order (writeBatch), yet a key changed
 // more than once in a group ends as its last change left it.
 func TestAKeyChangedTwiceInOneGroupKeepsItsLastChange(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTemp(t)
 	defer s.Close()
 	kept, deleted := []byte("z-kept"), []byte("z-deleted")
-	err = s.write(context.Background(), func(tx *txn) error {
+	err := s.write(context.Background(), func(tx *txn) error {
 		// Enough changes that the sort is not a plain insertion sort.
 		for i := range 100 {
 			tx.apply([]put{{key: kept, value: fmt.Appendf(nil, "change %d", i)}, {key: deleted, value: []byte("x")}})
