@@ -77,27 +77,28 @@ func entryDeletion(r [16]byte, old catalog.Entry, legacy bool) ([]put, error) {
 func appendDrawerChanges(puts []put, r [16]byte, k catalog.Key, before, after []drawer.Meta) ([]put, error) {
 	i, j := 0, 0
 	for i < len(before) || j < len(after) {
+		var changed *drawer.Meta
 		switch {
 		case j == len(after) || i < len(before) && before[i].Start < after[j].Start:
 			puts = append(puts, put{key: drawerMetaKey(r, k, before[i].Start), del: true})
 			i++
+			continue
 		case i == len(before) || after[j].Start < before[i].Start:
-			p, err := setPut(drawerMetaKey(r, k, after[j].Start), after[j])
+			changed = &after[j]
+			j++
+		default: // the same drawer: rewritten only if it changed
+			if before[i] != after[j] {
+				changed = &after[j]
+			}
+			i++
+			j++
+		}
+		if changed != nil {
+			p, err := setPut(drawerMetaKey(r, k, changed.Start), *changed)
 			if err != nil {
 				return nil, err
 			}
 			puts = append(puts, p)
-			j++
-		default: // the same drawer: rewritten only if it changed
-			if before[i] != after[j] {
-				p, err := setPut(drawerMetaKey(r, k, after[j].Start), after[j])
-				if err != nil {
-					return nil, err
-				}
-				puts = append(puts, p)
-			}
-			i++
-			j++
 		}
 	}
 	return puts, nil
