@@ -44,18 +44,18 @@ func drawerMetaCabinet(key []byte) (catalog.Key, error) {
 	return catalog.Key{Origin: domain.Origin(key[head]), ContentType: string(key[head+2 : head+2+n])}, nil
 }
 
-// entryPuts stages writing e over old, the cabinet's entry as stored before
-// (zero when new; legacy when it still holds all its drawers): the entry with
-// its last drawer, and the records of the other drawers that are new or
-// changed; records of drawers e no longer has are deleted.
-func entryPuts(r [16]byte, old catalog.Entry, legacy bool, e catalog.Entry) ([]put, error) {
+// appendEntry stages writing e over old, the cabinet's entry as stored
+// before (zero when new; legacy when it still holds all its drawers): the
+// entry with its last drawer, and the records of the other drawers that are
+// new or changed; records of drawers e no longer has are deleted.
+func appendEntry(puts []put, r [16]byte, old catalog.Entry, legacy bool, e catalog.Entry) ([]put, error) {
 	stored := e
 	stored.Drawers = lastDrawer(e.Drawers)
 	p, err := setPut(cabinetKey(kindEntry, r, e.Key()), stored)
 	if err != nil {
 		return nil, err
 	}
-	puts := []put{p}
+	puts = append(puts, p)
 	before := earlierDrawers(old.Drawers)
 	if legacy {
 		before = nil // no drawer records yet
@@ -63,9 +63,10 @@ func entryPuts(r [16]byte, old catalog.Entry, legacy bool, e catalog.Entry) ([]p
 	return appendDrawerChanges(puts, r, e.Key(), before, earlierDrawers(e.Drawers))
 }
 
-// entryDeletion stages deleting old, the cabinet's entry, and its drawer records.
-func entryDeletion(r [16]byte, old catalog.Entry, legacy bool) ([]put, error) {
-	puts := []put{{key: cabinetKey(kindEntry, r, old.Key()), del: true}}
+// appendEntryDeletion stages deleting old, the cabinet's entry, and its
+// drawer records.
+func appendEntryDeletion(puts []put, r [16]byte, old catalog.Entry, legacy bool) ([]put, error) {
+	puts = append(puts, put{key: cabinetKey(kindEntry, r, old.Key()), del: true})
 	if legacy {
 		return puts, nil
 	}

@@ -405,11 +405,9 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 						return conflict("catalog entry %v of %s changed", e.Key(), save.Recipient)
 					}
 					e.Version = s.nextVersion()
-					ps, err := entryPuts(r, rec.entries[e.Key()], rec.legacy[e.Key()], e)
-					if err != nil {
+					if puts, err = appendEntry(puts, r, rec.entries[e.Key()], rec.legacy[e.Key()], e); err != nil {
 						return err
 					}
-					puts = append(puts, ps...)
 					c.entries = append(c.entries, e)
 				}
 				changes = append(changes, c)
@@ -673,19 +671,15 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 		var replaced []catalog.Entry
 		for _, e := range sw.Entries {
 			e.Version = s.nextVersion()
-			ps, err := entryPuts(r, rec.entries[e.Key()], rec.legacy[e.Key()], e)
-			if err != nil {
+			if puts, err = appendEntry(puts, r, rec.entries[e.Key()], rec.legacy[e.Key()], e); err != nil {
 				return err
 			}
-			puts = append(puts, ps...)
 			replaced = append(replaced, e)
 		}
 		for _, e := range sw.DeleteEntries {
-			ps, err := entryDeletion(r, rec.entries[e.Key()], rec.legacy[e.Key()])
-			if err != nil {
+			if puts, err = appendEntryDeletion(puts, r, rec.entries[e.Key()], rec.legacy[e.Key()]); err != nil {
 				return err
 			}
-			puts = append(puts, ps...)
 		}
 		for _, c := range sw.DeleteCursors {
 			puts = append(puts, put{key: cabinetKey(kindCursor, r, c.Key()), del: true})
