@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"net"
 	"reflect"
 	"strings"
 	"testing"
@@ -324,5 +325,37 @@ func TestContentProvidersOnCosmosTakeBlobStorageFromFlagsOrEnv(t *testing.T) {
 	}
 	if want := (BlobConfig{ConnectionString: "UseDevelopmentStorage=true", Container: "docs"}); cfg.Content.Blob != want {
 		t.Fatalf("blob %+v, want %+v", cfg.Content.Blob, want)
+	}
+}
+
+// What a listener was bound to is checked again after listening, since a name
+// such as "localhost" might not resolve to loopback. The addresses are made
+// up: a test binds nothing off loopback.
+func TestCheckBoundRefusesAListenerOffLoopbackOnlyWithAuthNone(t *testing.T) {
+	tests := []struct {
+		name    string
+		auth    string
+		bound   net.Addr
+		refused bool
+	}{
+		{"auth none on 127.0.0.1", AuthNone, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 50051}, false},
+		{"auth none on ::1", AuthNone, &net.TCPAddr{IP: net.IPv6loopback, Port: 50051}, false},
+		{"auth none on every IPv4 interface", AuthNone, &net.TCPAddr{IP: net.IPv4zero, Port: 50051}, true},
+		{"auth none on every IPv6 interface", AuthNone, &net.TCPAddr{IP: net.IPv6unspecified, Port: 50051}, true},
+		{"auth none on another host's address", AuthNone, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 50051}, true},
+		{"auth none on a socket that is not TCP", AuthNone, &net.UnixAddr{Name: "/tmp/hub.sock", Net: "unix"}, true},
+		{"auth jwt on every interface", AuthJWT, &net.TCPAddr{IP: net.IPv4zero, Port: 50051}, false},
+		{"auth jwt on another host's address", AuthJWT, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 50051}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkBound(tt.auth, tt.bound)
+			if got := err != nil; got != tt.refused {
+				t.Fatalf("checkBound(%s, %s) = %v, want refused %v", tt.auth, tt.bound, err, tt.refused)
+			}
+			if tt.refused && !strings.Contains(err.Error(), tt.bound.String()) {
+				t.Errorf("the refusal does not name what was bound: %v", err)
+			}
+		})
 	}
 }

@@ -386,13 +386,23 @@ func (h *hub) listen() error {
 			return fmt.Errorf("listen on %s: %w", l.addr, err)
 		}
 		h.onClose(func() error { _ = lis.Close(); return nil })
-		if h.cfg.Auth == AuthNone {
-			// "localhost" might not resolve to loopback: check what was bound.
-			if a, ok := lis.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
-				return fmt.Errorf("refusing to start: --auth none is only allowed on loopback, but a listener is bound to %s", lis.Addr())
-			}
+		if err := checkBound(h.cfg.Auth, lis.Addr()); err != nil {
+			return err
 		}
 		*l.into = netutil.LimitListener(lis, h.cfg.Limits.MaxConnections)
+	}
+	return nil
+}
+
+// checkBound refuses, with --auth none, a listener bound off loopback: the
+// configuration is checked before listening, but "localhost" might not
+// resolve to loopback, so what was bound is checked too.
+func checkBound(auth string, bound net.Addr) error {
+	if auth != AuthNone {
+		return nil
+	}
+	if a, ok := bound.(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+		return fmt.Errorf("refusing to start: --auth none is only allowed on loopback, but a listener is bound to %s", bound)
 	}
 	return nil
 }
