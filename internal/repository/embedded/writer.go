@@ -492,6 +492,10 @@ func (tx *txn) idRecordsAsync(saves []repository.RecipientSave) func() ([]put, [
 // a goroutine of their own.
 const asyncIDRecords = 256
 
+// warmIDs is the fewest ids whose index slots idRecords loads all at once
+// before looking them up one by one.
+const warmIDs = 32
+
 // idRecords stages the id records of the saves under the group's number,
 // sorted by key, and returns their id index entries; keys and values share
 // one buffer. Ids that exist (or come twice) fail it with
@@ -515,6 +519,13 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, err
 	// In key order, a group's records are one run that pebble's memtable
 	// inserts each next to the last; and an id given twice sits side by side.
 	slices.SortFunc(all, func(a, b idRec) int { return compareIDs(&a.id, &b.id) })
+	if len(all) >= warmIDs {
+		hashes := make([]uint64, len(all))
+		for i := range all {
+			hashes[i] = idHash(&all[i].id)
+		}
+		tx.s.ids.warm(hashes)
+	}
 	if tx.group == 0 && len(all) > 0 {
 		tx.group = tx.s.nextGroup()
 	}
