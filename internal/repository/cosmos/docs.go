@@ -42,6 +42,9 @@ type headDoc struct {
 	Next         int64         `json:"next"`
 	Watermark    int64         `json:"wm"`
 	Reservations []reservation `json:"res,omitempty"`
+	// Wanted is the highest watermark a finished save asked for; the
+	// watermark reaches it once no reservation below it is left.
+	Wanted int64 `json:"want,omitempty"`
 	// DrawersToken is the session token of the drawer pages below the
 	// watermark (merged over saves): readers of the pages wait for it.
 	DrawersToken string `json:"dst,omitempty"`

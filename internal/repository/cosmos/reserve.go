@@ -264,14 +264,19 @@ func (s *Store) register(ctx context.Context, recipient string) error {
 }
 
 // dropReservation removes a save's reservation and moves the watermark as
-// far as outstanding reservations allow, but not past limit.
+// far as outstanding reservations allow, up to the highest watermark a
+// finished save asked for (limit: a save may hold it back). That need not be
+// this save's: one that finished while an earlier save was still being
+// written could not move the watermark then, so its wish is kept in the head
+// for whichever save finishes last.
 func dropReservation(h *headDoc, saveID string, limit int64) bool {
 	i := slices.IndexFunc(h.Reservations, func(r reservation) bool { return r.Save == saveID })
 	if i < 0 {
 		return false
 	}
 	h.Reservations = slices.Delete(h.Reservations, i, i+1)
-	h.Watermark = max(h.Watermark, min(h.watermark(), limit))
+	h.Wanted = max(h.Wanted, limit)
+	h.Watermark = max(h.Watermark, min(h.watermark(), h.Wanted))
 	return true
 }
 

@@ -70,3 +70,50 @@ func TestReserveChunksStayWithinTheLimits(t *testing.T) {
 	}
 	t.Logf("%d cabinets: %d reserve batches", len(sv.Entries), len(p.chunks))
 }
+
+// Saves finish in any order. One that finishes while an earlier one is still
+// being written leaves the watermark below the earlier one's numbers; when
+// that one finishes, the watermark passes both. Held at the earlier save's
+// own wish, the later save's notifications stayed invisible until some other
+// save to the recipient came along: with none, for ever. A save may still
+// hold the watermark back (the contract suite's CommitSavesMovesTheWatermarkItIsGiven).
+func TestTheWatermarkPassesEverySaveThatHasFinished(t *testing.T) {
+	type finish struct {
+		save string
+		want int64 // the watermark the save asks for
+	}
+	reserved := func() headDoc {
+		return headDoc{Next: 19, Watermark: 9, Reservations: []reservation{
+			{Save: "a", From: 10, To: 12}, {Save: "b", From: 13, To: 15}, {Save: "c", From: 16, To: 18},
+		}}
+	}
+	a, b, c := finish{"a", 12}, finish{"b", 15}, finish{"c", 18}
+	tests := []struct {
+		name  string
+		order []finish
+		want  []int64 // the watermark after each save finishes
+	}{
+		{"in order", []finish{a, b, c}, []int64{12, 15, 18}},
+		{"the last first", []finish{c, b, a}, []int64{9, 9, 18}},
+		{"the middle first", []finish{b, a, c}, []int64{9, 15, 18}},
+		{"the first last", []finish{b, c, a}, []int64{9, 9, 18}},
+		{"the middle holds it back", []finish{a, {"b", 12}, c}, []int64{12, 12, 18}},
+		{"the last holds it back, finishing first", []finish{{"c", 12}, b, a}, []int64{9, 9, 15}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := reserved()
+			for i, f := range tt.order {
+				if !dropReservation(&h, f.save, f.want) {
+					t.Fatalf("reservation of %s not found", f.save)
+				}
+				if h.Watermark != tt.want[i] {
+					t.Fatalf("after %v finished: watermark %d, want %d", tt.order[:i+1], h.Watermark, tt.want[i])
+				}
+			}
+			if dropReservation(&h, tt.order[0].save, tt.order[0].want) {
+				t.Fatal("a reservation was dropped twice")
+			}
+		})
+	}
+}
