@@ -75,6 +75,14 @@ func (x *idIndex) groups(h uint64, buf []uint32) []uint32 {
 	return buf
 }
 
+// free returns the table to the system; the index is empty after it.
+func (x *idIndex) free() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	freeSlots(x.slots)
+	x.slots, x.count = nil, 0
+}
+
 // warm loads the slot where each hash's probe starts. With millions of ids
 // each such load misses every cache; loaded here, one after another with no
 // work between them, the CPU waits for many misses at once, and the lookups
@@ -82,6 +90,9 @@ func (x *idIndex) groups(h uint64, buf []uint32) []uint32 {
 func (x *idIndex) warm(hashes []uint64) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
+	if len(x.slots) == 0 {
+		return // freed
+	}
 	var sum uint64
 	for _, h := range hashes {
 		sum += x.slots[x.home(h)]

@@ -156,6 +156,10 @@ func (s *Store) nextGroup() uint32 {
 func (s *Store) storedID(id *[16]byte) (key, value []byte, ok bool, err error) {
 	var buf [2]uint32
 	s.ids.mu.RLock()
+	if s.ids.slots == nil {
+		s.ids.mu.RUnlock()
+		return nil, nil, false, pebble.ErrClosed // freed by Close
+	}
 	groups := s.ids.groups(idHash(id), buf[:0])
 	s.ids.mu.RUnlock()
 	for _, g := range groups {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/drawer"
@@ -203,4 +204,23 @@ func crashAndReopen(t *testing.T, s *Store, dir string) *Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// The index is mapped outside the Go heap, so Close must give it back; a
+// lookup after Close is an error, not a read of memory returned.
+func TestCloseReturnsTheIDIndex(t *testing.T) {
+	s := openTemp(t)
+	id := uuid.NewString()
+	if err := saveIDs(t, s, []string{id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s.ids.slots != nil {
+		t.Fatal("the id index is still mapped after Close")
+	}
+	if _, err := s.LookupIDs(context.Background(), []string{id}); !errors.Is(err, pebble.ErrClosed) {
+		t.Fatalf("lookup after Close: %v, want pebble.ErrClosed", err)
+	}
 }

@@ -153,6 +153,9 @@ func (s *Store) Close() error {
 			s.logger.Warn("saving the id index failed; the next start indexes the stored ids", "err", err)
 		}
 	}
+	if first {
+		s.ids.free() // mapped outside the heap: nothing else would return it
+	}
 	return s.db.Close()
 }
 
