@@ -48,7 +48,10 @@ func TestScenariosAgainstSpawnedHub(t *testing.T) {
 		t.Fatalf("got %d results, want %d", len(results), len(scenarioNames))
 	}
 	want := map[string]map[string]func(float64) bool{
-		"save-batch":  {"notifications_per_s": positive, "requests_per_s": positive, "latency_p50_ms": positive},
+		"save-batch": {
+			"notifications_per_s": positive, "requests_per_s": positive, "latency_p50_ms": positive,
+			"hub_cpu_s": positive, "hub_cpu_us_per_notification": positive,
+		},
 		"save-single": {"notifications_per_s": positive, "latency_p99_ms": positive},
 		"drain": {
 			"notifications_per_s": positive, "drained_fraction": equals(1), "mean_bundle_size": equals(100),
@@ -56,7 +59,9 @@ func TestScenariosAgainstSpawnedHub(t *testing.T) {
 		},
 		"peek-full":    {"peek_p50_ms": positive, "peek_samples": atLeast(1), "repeek_p50_ms": positive},
 		"dequeue-rate": {"achieved_rps": positive, "dequeue_samples": equals(60), "dequeue_p99_ms": positive, "skipped_ticks": equals(0)},
-		"backlog":      {"notifications_per_s": positive, "hub_startup_s": positive, "hub_rss_start_mib": positive, "hub_rss_end_mib": positive},
+		"backlog": {"notifications_per_s": positive, "hub_startup_s": positive, "hub_rss_start_mib": positive, "hub_rss_end_mib": positive,
+			// In clock ticks of 10 ms: the test's small backlog may take less.
+			"hub_cpu_s": atLeast(0), "hub_cpu_us_per_notification": atLeast(0)},
 	}
 	for _, r := range results {
 		if r.Errors != 0 {

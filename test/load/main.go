@@ -289,6 +289,9 @@ func runOne(ctx context.Context, cfg Config, name string, builder *serverBuilder
 		return nil, fmt.Errorf("hub at %s not answering: %w", addr, err)
 	}
 	log("%s: starting against %s (max bundle weight %d)", name, addr, maxWeight)
+	if srv != nil {
+		srv.begin()
+	}
 	res, err = scenarios[name](ctx, e)
 	if res != nil {
 		res.Scenario = name

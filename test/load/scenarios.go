@@ -310,6 +310,7 @@ func backlog(ctx context.Context, e *env) (*Result, error) {
 		return nil, err
 	}
 	res.add("notifications_per_s", rate(int64(total), time.Since(t0)))
+	res.add("notifications_saved", float64(total))
 	res.add("elapsed_s", time.Since(t0).Seconds())
 	return res, nil
 }

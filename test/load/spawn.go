@@ -60,6 +60,7 @@ type server struct {
 	keep     bool          // the data dir was given: leave it
 	startup  time.Duration // from starting the process to its listening
 	rssStart float64       // MiB resident once it listens, -1 if unknown
+	cpuStart float64       // CPU seconds it had used when the scenario began, -1 if unknown
 }
 
 // spawnServer starts bin on 127.0.0.1:0 with dataDir (a fresh temporary one
@@ -91,9 +92,14 @@ func spawnServer(ctx context.Context, bin string, maxBundleWeight int64, dataDir
 	return s, nil
 }
 
+// begin notes the CPU the hub has used before the scenario.
+func (s *server) begin() { s.cpuStart = s.cpuSeconds() }
+
 // report adds what the tool saw of the hub process: its start-up time (with
-// -data-dir, that of opening an existing store) and resident memory at start
-// and now.
+// -data-dir, that of opening an existing store), resident memory at start
+// and now, and the CPU it used during the scenario (also per notification
+// saved, where the scenario saves): with the tool on the same CPUs, the
+// hub's own cost is steadier from run to run than its throughput.
 func (s *server) report(res *Result) {
 	res.add("hub_startup_s", s.startup.Seconds())
 	if s.rssStart >= 0 {
@@ -102,7 +108,41 @@ func (s *server) report(res *Result) {
 	if rss := s.rssMiB(); rss >= 0 {
 		res.add("hub_rss_end_mib", rss)
 	}
+	if cpu := s.cpuSeconds(); cpu >= 0 && s.cpuStart >= 0 {
+		res.add("hub_cpu_s", cpu-s.cpuStart)
+		if saved, ok := res.Metric("notifications_saved"); ok && saved > 0 {
+			res.add("hub_cpu_us_per_notification", (cpu-s.cpuStart)*1e6/saved)
+		}
+	}
 }
+
+// cpuSeconds reads the process's user and system CPU time from /proc
+// (Linux, in clock ticks of 1/100 s); -1 where there is none.
+func (s *server) cpuSeconds() float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.Cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	// The command name, in parentheses, may hold spaces: fields count from
+	// after it. utime and stime are fields 14 and 15 of the line.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return -1
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 13 {
+		return -1
+	}
+	utime, err1 := strconv.ParseFloat(fields[11], 64)
+	stime, err2 := strconv.ParseFloat(fields[12], 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return (utime + stime) / clockTicksPerSecond
+}
+
+// clockTicksPerSecond is Linux's USER_HZ, the unit of /proc's CPU times.
+const clockTicksPerSecond = 100
 
 // rssMiB reads the process's resident set size from /proc (Linux); -1 where
 // there is none.
