@@ -33,6 +33,10 @@ type idIndex struct {
 	mu    sync.RWMutex // held by the writer to change it and by other goroutines to read it
 	slots []uint64     // 0: empty; else hash<<groupBits | group
 	count int
+	// next is a larger table being built in the background, for the writer
+	// (the one goroutine that changes the index) to switch to once it is
+	// done (growth.go).
+	next *growth
 }
 
 const (
@@ -75,8 +79,10 @@ func (x *idIndex) groups(h uint64, buf []uint32) []uint32 {
 	return buf
 }
 
-// free returns the table to the system; the index is empty after it.
+// free returns the table to the system, and a larger one being built; the
+// index is empty after it. The writer must have stopped.
 func (x *idIndex) free() {
+	x.stopGrowth()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	freeSlots(x.slots)
@@ -103,21 +109,31 @@ func (x *idIndex) warm(hashes []uint64) {
 // warmSink keeps the compiler from dropping warm's loads.
 var warmSink atomic.Uint64
 
-// change adds and removes entries as one step that readers see whole.
+// change adds and removes entries as one step that readers see whole. Only
+// the writer calls it.
 func (x *idIndex) change(add, remove []uint64) {
 	if len(add) == 0 && len(remove) == 0 {
 		return
 	}
+	x.finishGrowth(false)
+	if need := x.count + len(add); need > len(x.slots)*3/4 {
+		x.finishGrowth(true)
+	}
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	for _, e := range remove {
 		x.remove(e)
 	}
 	if need := x.count + len(add); need > len(x.slots)*3/4 {
-		x.grow(need)
+		x.grow(need) // more at once than a growth in the background made room for
 	}
 	for _, e := range add {
 		x.insert(e)
+	}
+	x.mu.Unlock()
+	if x.next != nil {
+		x.next.record(add, remove)
+	} else if x.count > len(x.slots)*growAtEighths/8 {
+		x.startGrowth()
 	}
 }
 

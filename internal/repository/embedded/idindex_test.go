@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -28,29 +29,7 @@ func TestIDIndexAnswersLikeAMultiset(t *testing.T) {
 	}
 	check := func(x *idIndex) {
 		t.Helper()
-		n := 0
-		for _, c := range want {
-			n += c
-		}
-		if x.count != n {
-			t.Fatalf("count %d, want %d", x.count, n)
-		}
-		for _, h := range hashes {
-			var wantGroups []uint32
-			for e, c := range want {
-				for range c {
-					if e>>groupBits == h {
-						wantGroups = append(wantGroups, entryGroup(e))
-					}
-				}
-			}
-			got := x.groups(h, nil)
-			slices.Sort(got)
-			slices.Sort(wantGroups)
-			if !slices.Equal(got, wantGroups) {
-				t.Fatalf("groups of %x: %v, want %v", h, got, wantGroups)
-			}
-		}
+		checkMultiset(t, x, want, hashes)
 	}
 	var in []uint64
 	for step := range 20_000 {
@@ -73,6 +52,8 @@ func TestIDIndexAnswersLikeAMultiset(t *testing.T) {
 		}
 	}
 	check(x)
+	x.finishGrowth(true)
+	check(x)
 	if x.count > len(x.slots)*3/4 {
 		t.Fatalf("%d entries in %d slots", x.count, len(x.slots))
 	}
@@ -94,6 +75,112 @@ func TestIDIndexAnswersLikeAMultiset(t *testing.T) {
 	// Removing what is not there changes nothing.
 	x.change(nil, []uint64{idEntry(hashes[0], 7)})
 	check(x)
+}
+
+// checkMultiset fails unless x holds exactly the entries of want: counted,
+// and each hash's groups.
+func checkMultiset(t *testing.T, x *idIndex, want map[uint64]int, hashes []uint64) {
+	t.Helper()
+	n := 0
+	for _, c := range want {
+		n += c
+	}
+	if x.count != n {
+		t.Fatalf("count %d, want %d", x.count, n)
+	}
+	for _, h := range hashes {
+		var wantGroups []uint32
+		for e, c := range want {
+			for range c {
+				if e>>groupBits == h {
+					wantGroups = append(wantGroups, entryGroup(e))
+				}
+			}
+		}
+		got := x.groups(h, nil)
+		slices.Sort(got)
+		slices.Sort(wantGroups)
+		if !slices.Equal(got, wantGroups) {
+			t.Fatalf("groups of %x: %v, want %v", h, got, wantGroups)
+		}
+	}
+}
+
+// While a larger table is built in the background, the table in use takes
+// every change and answers for all of them; the larger one, once switched
+// to, holds the same entries: those of the copy it was built from and the
+// changes made since.
+func TestIDIndexGrowsInTheBackgroundWithoutLosingChanges(t *testing.T) {
+	oldMin, oldGate := minIDIndexSlots, growthBuilt
+	minIDIndexSlots, growthBuilt = 64, make(chan struct{})
+	t.Cleanup(func() { minIDIndexSlots, growthBuilt = oldMin, oldGate })
+	r := rand.New(rand.NewPCG(5, 6))
+	x := newIDIndex(0)
+	want := map[uint64]int{}
+	var hashes, in []uint64
+	add := func() {
+		h := r.Uint64()>>groupBits | 1<<(hashBits-1)
+		if len(hashes) > 0 && r.IntN(4) == 0 {
+			h = hashes[r.IntN(len(hashes))] // some hashes more than once
+		}
+		e := idEntry(h, uint32(r.IntN(3))) //nolint:gosec // small
+		hashes, in = append(hashes, h), append(in, e)
+		want[e]++
+		x.change([]uint64{e}, nil)
+	}
+	remove := func() {
+		i := r.IntN(len(in))
+		e := in[i]
+		in = slices.Delete(in, i, i+1)
+		if want[e]--; want[e] == 0 {
+			delete(want, e)
+		}
+		x.change(nil, []uint64{e})
+	}
+	for x.next == nil {
+		add()
+	}
+	if len(in) != 64*growAtEighths/8+1 || len(x.slots) != 64 {
+		t.Fatalf("growth started at %d entries in %d slots", len(in), len(x.slots))
+	}
+	// Changes before the copy is made are in the copy; those after it are
+	// noted. The build is held back meanwhile.
+	remove()
+	add()
+	x.copyForGrowth(true)
+	for range 6 {
+		remove()
+		add()
+		add()
+	}
+	checkMultiset(t, x, want, hashes)
+	if len(x.slots) != 64 || x.next == nil || len(x.next.changes) < 18 {
+		t.Fatalf("the build is held, yet the table has %d slots (growth under way: %v)", len(x.slots), x.next != nil)
+	}
+	close(growthBuilt)
+	x.finishGrowth(true)
+	if len(x.slots) != 128 || x.next != nil {
+		t.Fatalf("after the build, %d slots (growth under way: %v)", len(x.slots), x.next != nil)
+	}
+	checkMultiset(t, x, want, hashes)
+	remove()
+	add()
+	checkMultiset(t, x, want, hashes)
+
+	// Closed while a growth is under way, before or after its copy.
+	for _, copied := range []bool{false, true} {
+		y := newIDIndex(0)
+		for y.next == nil {
+			y.change([]uint64{idEntry(r.Uint64()>>groupBits|1<<(hashBits-1), 1)}, nil)
+		}
+		if copied {
+			y.copyForGrowth(true)
+		}
+		y.free()
+		if y.slots != nil || y.next != nil {
+			t.Fatalf("after free (copied: %v): %d slots, growth under way: %v", copied, len(y.slots), y.next != nil)
+		}
+	}
 }
 
 // An id of group 0 (a record written before groups) is never an empty slot.
@@ -173,4 +260,43 @@ func BenchmarkIDRecordsOfASave10M(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/id")
+}
+
+// BenchmarkIDIndexChangesAcrossGrowth: the longest that one change of 1,000
+// new ids (a Save's) holds the writer while the index grows from 16 M to
+// 32 M slots, at about 10.5 M ids. Changes come every 3 ms (333,000 ids/s,
+// more than the hub ingests).
+func BenchmarkIDIndexChangesAcrossGrowth(b *testing.B) {
+	r := rand.New(rand.NewPCG(7, 8))
+	entry := func() uint64 { return idEntry(r.Uint64()>>groupBits|1<<(hashBits-1), 1) }
+	var longest time.Duration
+	for range b.N {
+		b.StopTimer()
+		x := newIDIndex(12_000_000)
+		add := make([]uint64, 0, 10_400_000)
+		for range 10_400_000 {
+			add = append(add, entry())
+		}
+		x.change(add, nil)
+		slots := len(x.slots)
+		b.StartTimer()
+		tick := time.NewTicker(3 * time.Millisecond)
+		for len(x.slots) == slots && x.count < 13_000_000 {
+			<-tick.C
+			batch := make([]uint64, 1000)
+			for i := range batch {
+				batch[i] = entry()
+			}
+			t0 := time.Now()
+			x.change(batch, nil)
+			longest = max(longest, time.Since(t0))
+		}
+		tick.Stop()
+		b.StopTimer()
+		if len(x.slots) == slots {
+			b.Fatal("the index did not grow")
+		}
+		x.free()
+	}
+	b.ReportMetric(float64(longest.Microseconds())/1000, "longest-change-ms")
 }
