@@ -331,8 +331,45 @@ func (tx *txn) apply(puts []put) { tx.puts = append(tx.puts, puts...) }
 // operations wrote them (recipient after recipient) each miss the CPU caches
 // from the top of the list down.
 func (tx *txn) writeBatch() {
-	slices.SortStableFunc(tx.puts, func(a, b put) int { return bytes.Compare(a.key, b.key) })
-	tx.write(tx.puts)
+	tx.write(inKeyOrder(tx.puts))
+}
+
+// inKeyOrder returns puts sorted by key, stably. It sorts small handles (a
+// key's first eight bytes, which nearly always decide, and its place)
+// rather than the puts themselves: a stable sort of the puts moved them
+// around many times and compared whole keys, 7 times slower for a group's
+// 1,200 changes, on the writer every Save waits for.
+func inKeyOrder(puts []put) []put {
+	type handle struct {
+		prefix uint64
+		i      int
+	}
+	hs := make([]handle, len(puts))
+	for i, p := range puts {
+		hs[i] = handle{keyPrefix(p.key), i}
+	}
+	slices.SortFunc(hs, func(a, b handle) int {
+		if a.prefix != b.prefix {
+			return cmp.Compare(a.prefix, b.prefix)
+		}
+		if c := bytes.Compare(puts[a.i].key, puts[b.i].key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	})
+	sorted := make([]put, len(puts))
+	for j, h := range hs {
+		sorted[j] = puts[h.i]
+	}
+	return sorted
+}
+
+// keyPrefix is a key's first eight bytes as a number that sorts as they do
+// (a shorter key is padded with zeros, and ties are broken by the whole key).
+func keyPrefix(key []byte) uint64 {
+	var b [8]byte
+	copy(b[:], key)
+	return binary.BigEndian.Uint64(b[:])
 }
 
 // write writes changes into the group's batch as they are. Writing to an
@@ -501,9 +538,11 @@ const warmIDs = 32
 // one buffer. Ids that exist (or come twice) fail it with
 // *repository.IDsExistError naming all of them.
 func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, error) {
+	// An id is kept as two numbers that sort as its bytes do: sorting them
+	// was three times faster for a group's 4,000 ids than comparing bytes.
 	type idRec struct {
-		id  [16]byte
-		rec *repository.IDRecord
+		hi, lo uint64
+		rec    *repository.IDRecord
 	}
 	var all []idRec
 	for i := range saves {
@@ -513,16 +552,27 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, err
 			if err != nil {
 				return nil, nil, err
 			}
-			all = append(all, idRec{id: id, rec: rec})
+			all = append(all, idRec{binary.BigEndian.Uint64(id[:8]), binary.BigEndian.Uint64(id[8:]), rec})
 		}
 	}
 	// In key order, a group's records are one run that pebble's memtable
 	// inserts each next to the last; and an id given twice sits side by side.
-	slices.SortFunc(all, func(a, b idRec) int { return compareIDs(&a.id, &b.id) })
+	slices.SortFunc(all, func(a, b idRec) int {
+		if a.hi != b.hi {
+			return cmp.Compare(a.hi, b.hi)
+		}
+		return cmp.Compare(a.lo, b.lo)
+	})
+	idOf := func(r idRec) (id [16]byte) {
+		binary.BigEndian.PutUint64(id[:8], r.hi)
+		binary.BigEndian.PutUint64(id[8:], r.lo)
+		return id
+	}
 	if len(all) >= warmIDs {
 		hashes := make([]uint64, len(all))
 		for i := range all {
-			hashes[i] = idHash(&all[i].id)
+			id := idOf(all[i])
+			hashes[i] = idHash(&id)
 		}
 		tx.s.ids.warm(hashes)
 	}
@@ -535,15 +585,16 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, err
 	entries := make([]uint64, 0, len(all))
 	var existing map[string]repository.IDRecord
 	for i, e := range all {
+		id := idOf(e)
 		start := len(buf)
 		buf = append(buf, prefixIDByGroup, byte(g>>16), byte(g>>8), byte(g))
-		buf = append(buf, e.id[:]...)
+		buf = append(buf, id[:]...)
 		key := buf[start:len(buf):len(buf)]
-		stored, exists, err := tx.idExists(&e.id)
+		stored, exists, err := tx.idExists(&id)
 		if err != nil {
 			return nil, nil, err
 		}
-		if exists || i > 0 && all[i-1].id == e.id {
+		if exists || i > 0 && all[i-1].hi == e.hi && all[i-1].lo == e.lo {
 			if stored == nil { // written earlier in this group or this save
 				if stored, err = encodeIDRecord(*e.rec); err != nil {
 					return nil, nil, err
@@ -562,20 +613,12 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, err
 			return nil, nil, err
 		}
 		puts = append(puts, put{key: key, value: buf[start+len(key):]})
-		entries = append(entries, idEntry(idHash(&e.id), g))
+		entries = append(entries, idEntry(idHash(&id), g))
 	}
 	if existing != nil {
 		return nil, nil, &repository.IDsExistError{Records: existing}
 	}
 	return puts, entries, nil
-}
-
-// compareIDs orders ids as their keys sort, comparing eight bytes at a time.
-func compareIDs(a, b *[16]byte) int {
-	if c := cmp.Compare(binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8])); c != 0 {
-		return c
-	}
-	return cmp.Compare(binary.BigEndian.Uint64(a[8:]), binary.BigEndian.Uint64(b[8:]))
 }
 
 // CreateBundle stores a pending bundle if its id is unused, its group has no

@@ -1,9 +1,12 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -160,5 +163,57 @@ func TestAKeyChangedTwiceInOneGroupKeepsItsLastChange(t *testing.T) {
 	}
 	if v, ok, err := s.get(deleted); err != nil || ok {
 		t.Fatalf("deleted key still there: %q %v", v, err)
+	}
+}
+
+// inKeyOrder must order puts exactly as a stable sort by key does, also
+// where keys are shorter than its eight-byte prefix, share it, or repeat.
+func TestChangesGoInKeyOrderKeepingTheOrderOfAKeysChanges(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte{0, 1, 'a', 'r', 0xff}
+	for round := range 200 {
+		puts := make([]put, r.IntN(300))
+		for i := range puts {
+			key := make([]byte, r.IntN(12))
+			for j := range key {
+				key[j] = alphabet[r.IntN(len(alphabet))]
+			}
+			puts[i] = put{key: key, value: fmt.Appendf(nil, "%d", i), del: r.IntN(4) == 0}
+		}
+		want := slices.Clone(puts)
+		slices.SortStableFunc(want, func(a, b put) int { return bytes.Compare(a.key, b.key) })
+		got := inKeyOrder(puts)
+		if !slices.EqualFunc(got, want, func(a, b put) bool {
+			return bytes.Equal(a.key, b.key) && bytes.Equal(a.value, b.value) && a.del == b.del
+		}) {
+			t.Fatalf("round %d: %d puts out of order", round, len(puts))
+		}
+	}
+}
+
+// BenchmarkWriteBatchOfAGroup: the writer puts a group's changes into its
+// batch in key order. The group is four Saves of 1,000 over 100 recipients:
+// a head, a catalog entry and a page for each recipient of each Save.
+func BenchmarkWriteBatchOfAGroup(b *testing.B) {
+	s, err := Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	entry := catalog.Key{Origin: domain.OriginTimeSeries, ContentType: "rsm-014"}
+	var puts []put
+	for range 4 {
+		for range 100 {
+			r, d := uuid.New(), uuid.New()
+			puts = append(puts,
+				put{key: headKey(r), value: []byte("head")},
+				put{key: cabinetKey(kindEntry, r, entry), value: []byte("entry")},
+				put{key: pageKey(d, 0), value: []byte("page")})
+		}
+	}
+	for b.Loop() {
+		tx := &txn{s: s, batch: s.db.NewBatch(), puts: slices.Clone(puts)}
+		tx.writeBatch()
+		_ = tx.batch.Close()
 	}
 }
