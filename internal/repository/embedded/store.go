@@ -83,6 +83,13 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	// of 1,000 over 100 recipients falls by 15–20 % (docs/performance.md).
 	opts.L0CompactionThreshold = 16
 	opts.L0StopWritesThreshold = 48
+	// The level L0 is compacted into may hold 256 MB instead of 64: with a
+	// backlog of 10 M (1.3 GB) that is one level fewer for every flushed byte
+	// to be rewritten through. Saves of 1,000 over 100 recipients at 10 M:
+	// compactions wrote 2.39 bytes per byte logged instead of 2.7-3.2, and the
+	// hub's CPU a notification fell 6-21 % (docs/performance.md). Small
+	// stores are not affected.
+	opts.LBaseMaxBytes = 256 << 20
 	// Most point reads are for keys that do not exist (a bundle id never
 	// dequeued): bloom filters answer those without reading table blocks.
 	for i := range opts.Levels {
