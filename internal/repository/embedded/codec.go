@@ -13,7 +13,7 @@ import (
 )
 
 // Pages are the bulk of the data and are read whole on every Peek, so they
-// use a compact binary form. Small control records are JSON.
+// use a compact binary form (as do heads and catalog entries, recordcodec.go).
 //
 // A page is a 0 byte (pageFormat2), its item count, then per item: its
 // position and sequence number as the difference from the item before
@@ -92,9 +92,8 @@ func (t *typeRefs) ref(s string) (int, bool) {
 // pageReader decodes a page item by item without allocating the whole page;
 // items of one document type share one string.
 type pageReader struct {
-	buf     []byte
+	fieldReader
 	left    uint64
-	err     error
 	format2 bool
 	prevPos int64
 	prevSeq int64
@@ -102,7 +101,7 @@ type pageReader struct {
 }
 
 func newPageReader(buf []byte) *pageReader {
-	p := &pageReader{buf: buf, prevPos: -1}
+	p := &pageReader{fieldReader: fieldReader{buf: buf}, prevPos: -1}
 	if len(buf) > 0 && buf[0] == pageFormat2 {
 		p.format2, p.buf = true, buf[1:]
 	}
@@ -110,36 +109,43 @@ func newPageReader(buf []byte) *pageReader {
 	return p
 }
 
+// fieldReader reads varints and bytes off a buffer. The first that cannot
+// be read sets err; those after it read zeros.
+type fieldReader struct {
+	buf []byte
+	err error
+}
+
 // uvarint and varint read a varint; on a corrupt one they set err and
 // return 0 (as encoding/binary does).
-func (p *pageReader) uvarint() uint64 {
-	v, k := binary.Uvarint(p.buf)
-	p.skip(k)
+func (r *fieldReader) uvarint() uint64 {
+	v, k := binary.Uvarint(r.buf)
+	r.skip(k)
 	return v
 }
 
-func (p *pageReader) varint() int64 {
-	v, k := binary.Varint(p.buf)
-	p.skip(k)
+func (r *fieldReader) varint() int64 {
+	v, k := binary.Varint(r.buf)
+	r.skip(k)
 	return v
 }
 
 // skip moves past a varint of k bytes; k <= 0 means none could be read.
-func (p *pageReader) skip(k int) {
+func (r *fieldReader) skip(k int) {
 	if k <= 0 {
-		p.err = errCorrupt
+		r.err, r.buf = errCorrupt, nil
 		return
 	}
-	p.buf = p.buf[k:]
+	r.buf = r.buf[k:]
 }
 
-func (p *pageReader) bytes(n uint64) []byte {
-	if uint64(len(p.buf)) < n {
-		p.err = errCorrupt
+func (r *fieldReader) bytes(n uint64) []byte {
+	if uint64(len(r.buf)) < n {
+		r.err, r.buf = errCorrupt, nil
 		return nil
 	}
-	b := p.buf[:n]
-	p.buf = p.buf[n:]
+	b := r.buf[:n]
+	r.buf = r.buf[n:]
 	return b
 }
 

@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -51,11 +50,11 @@ func drawerMetaCabinet(key []byte) (catalog.Key, error) {
 func appendEntry(puts []put, r [16]byte, old catalog.Entry, legacy bool, e catalog.Entry) ([]put, error) {
 	stored := e
 	stored.Drawers = lastDrawer(e.Drawers)
-	p, err := setPut(cabinetKey(kindEntry, r, e.Key()), stored)
+	v, err := encodeEntry(stored)
 	if err != nil {
 		return nil, err
 	}
-	puts = append(puts, p)
+	puts = append(puts, put{key: cabinetKey(kindEntry, r, e.Key()), value: v})
 	before := earlierDrawers(old.Drawers)
 	if legacy {
 		before = nil // no drawer records yet
@@ -95,11 +94,11 @@ func appendDrawerChanges(puts []put, r [16]byte, k catalog.Key, before, after []
 			j++
 		}
 		if changed != nil {
-			p, err := setPut(drawerMetaKey(r, k, changed.Start), *changed)
+			v, err := encodeDrawerMeta(*changed)
 			if err != nil {
 				return nil, err
 			}
-			puts = append(puts, p)
+			puts = append(puts, put{key: drawerMetaKey(r, k, changed.Start), value: v})
 		}
 	}
 	return puts, nil
@@ -128,8 +127,8 @@ func (c cabinetDrawers) add(key, value []byte) error {
 	if err != nil {
 		return err
 	}
-	var d drawer.Meta
-	if err := json.Unmarshal(value, &d); err != nil {
+	d, err := decodeDrawerMeta(value)
+	if err != nil {
 		return err
 	}
 	c[k] = append(c[k], d) // keys come in start order

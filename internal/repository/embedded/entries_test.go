@@ -55,14 +55,13 @@ func storedLayout(t *testing.T, s *Store, r string, k catalog.Key) (inEntry, apa
 	if err != nil || !ok {
 		t.Fatalf("entry not stored: %v", err)
 	}
-	var e catalog.Entry
-	if err := json.Unmarshal(v, &e); err != nil {
+	e, err := decodeEntry(v)
+	if err != nil {
 		t.Fatal(err)
 	}
 	prefix := append(recipientPrefix(rb), kindDrawerMeta)
 	err = s.scan(prefix, func(_, value []byte) error {
-		var d drawer.Meta
-		err := json.Unmarshal(value, &d)
+		d, err := decodeDrawerMeta(value)
 		apart = append(apart, d)
 		return err
 	})

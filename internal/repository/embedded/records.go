@@ -139,10 +139,12 @@ func (s *Store) readRecords(r [16]byte) (*records, error) {
 	err := s.scan(prefix, func(key, value []byte) error {
 		switch key[len(prefix)] {
 		case kindHead:
-			return json.Unmarshal(value, &rec.head)
+			var err error
+			rec.head, err = decodeHead(value)
+			return err
 		case kindEntry:
-			var e catalog.Entry
-			if err := json.Unmarshal(value, &e); err != nil {
+			e, err := decodeEntry(value)
+			if err != nil {
 				return err
 			}
 			rec.entries[e.Key()] = e

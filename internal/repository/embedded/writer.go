@@ -432,11 +432,7 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 				}
 				c := recipientChange{r: r, rec: rec, head: save.Head}
 				c.head.Version = s.nextVersion()
-				p, err := setPut(headKey(r), c.head)
-				if err != nil {
-					return err
-				}
-				puts = append(puts, p)
+				puts = append(puts, put{key: headKey(r), value: encodeHead(c.head)})
 				for _, e := range save.Entries {
 					if rec.entryVersion(e.Key()) != e.Version {
 						return conflict("catalog entry %v of %s changed", e.Key(), save.Recipient)
