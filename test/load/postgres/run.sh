@@ -24,7 +24,8 @@ cleanup() {
 trap cleanup EXIT INT TERM
 [ "$(id -u)" = 0 ] && chown postgres "$TMP"
 
-echo "# $(date -u +%FT%TZ) $(uptime)" >&2
+# The build measured: the checkout's commit, "-dirty" with uncommitted changes.
+echo "# $(date -u +%FT%TZ) $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown) $(uptime)" >&2
 (cd "$ROOT" && go build -o "$TMP/messagehub" ./cmd/messagehub && go build -o "$TMP/load" ./test/load)
 (cd "$ROOT/test/load/postgres" && go build -o "$TMP/pgload" .)
 
