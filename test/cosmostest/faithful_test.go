@@ -484,3 +484,40 @@ func TestFaithfulThroughputFromTheContainersOffer(t *testing.T) {
 		t.Errorf("container without throughput: %d writes admitted, throttled %v; want all 5", n, throttled)
 	}
 }
+
+// TestFaithfulLagShowsABatchWhole: a transactional batch commits as one, so a lagging read sees
+// all of its writes or none of them, never the first ones without the rest.
+func TestFaithfulLagShowsABatchWhole(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{Lag: 100 * time.Millisecond, Seed: 3}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	const writes = 100 // the most a batch holds
+	reads := 0
+	for round := range 5 {
+		b := c.NewTransactionalBatch(pk)
+		for i := range writes {
+			b.CreateItem(mustJSON(t, doc{ID: "r" + strconv.Itoa(round) + "-" + strconv.Itoa(i), PK: "p", N: int64(round)}), nil)
+		}
+		if resp, err := c.ExecuteTransactionalBatch(ctx, b, nil); err != nil || !resp.Success {
+			t.Fatalf("batch %d: %v", round, err)
+		}
+		// Reads within the lag window after the batch: each is served as of a random moment in
+		// it, before, during or after the batch.
+		for deadline := time.Now().Add(150 * time.Millisecond); time.Now().Before(deadline); reads++ {
+			pager := c.NewQueryItemsPager("SELECT c.id FROM c WHERE c.n = "+strconv.Itoa(round), azcosmos.NewPartitionKey(),
+				&azcosmos.QueryOptions{PageSizeHint: 1000})
+			seen := 0
+			for pager.More() {
+				page, err := pager.NextPage(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen += len(page.Items)
+			}
+			if seen != 0 && seen != writes {
+				t.Fatalf("a read saw %d of batch %d's %d writes", seen, round, writes)
+			}
+		}
+	}
+	t.Logf("%d reads", reads)
+}
