@@ -565,12 +565,12 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, err
 		binary.BigEndian.PutUint64(id[8:], r.lo)
 		return id
 	}
+	hashes := make([]uint64, len(all)) // for the read-ahead and the index entries
+	for i := range all {
+		id := idOf(all[i])
+		hashes[i] = idHash(&id)
+	}
 	if len(all) >= warmIDs {
-		hashes := make([]uint64, len(all))
-		for i := range all {
-			id := idOf(all[i])
-			hashes[i] = idHash(&id)
-		}
 		tx.s.ids.warm(hashes)
 	}
 	if tx.group == 0 && len(all) > 0 {
@@ -610,7 +610,7 @@ func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, err
 			return nil, nil, err
 		}
 		puts = append(puts, put{key: key, value: buf[start+len(key):]})
-		entries = append(entries, idEntry(idHash(&id), g))
+		entries = append(entries, idEntry(hashes[i], g))
 	}
 	if existing != nil {
 		return nil, nil, &repository.IDsExistError{Records: existing}
