@@ -62,6 +62,9 @@ var _ repository.Store = (*Store)(nil)
 // Open opens (creating if needed) the store in dir.
 func Open(dir string, logger *slog.Logger) (*Store, error) { return OpenGated(dir, logger, nil) }
 
+// tableBlockSize is the uncompressed size of the tables' blocks.
+const tableBlockSize = 32 << 10
+
 // OpenGated opens the store in dir with every write asking gate first and
 // failing with its error instead of reaching pebble: a disk guard keeps
 // writes off a full volume, where pebble would panic. When gate refuses at
@@ -95,6 +98,12 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.SnappyCompression }
+		// Pebble writes a table through a 4 KB buffer, so its default 4 KB
+		// blocks cost a write(2) each; flushes and compactions write most of
+		// the bytes a save makes. With 32 KB blocks a Save of 1,000 at a 10 M
+		// backlog cost 10 % less of the hub's CPU, and peeks scan drawers'
+		// pages, which larger blocks suit (docs/performance.md).
+		opts.Levels[i].BlockSize = tableBlockSize
 	}
 	// Tables flushed to L0 are soon compacted into the level below: compressing
 	// them only to decompress them again was about 5 % of the CPU of Saves of
