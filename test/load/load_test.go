@@ -52,7 +52,11 @@ func TestScenariosAgainstSpawnedHub(t *testing.T) {
 			"notifications_per_s": positive, "requests_per_s": positive, "latency_p50_ms": positive,
 			"hub_cpu_s": positive, "hub_cpu_us_per_notification": positive,
 		},
-		"save-single": {"notifications_per_s": positive, "latency_p99_ms": positive},
+		"save-single": {"notifications_per_s": positive, "latency_p99_ms": positive, "tool_cpu_us_per_request": positive, "hub_cpu_us_per_request": atLeast(0)},
+		"call-floor": {
+			"requests_per_s": positive, "latency_p99_ms": positive, "requests_done": atLeast(1),
+			"tool_cpu_us_per_request": positive, "hub_cpu_us_per_request": atLeast(0),
+		},
 		"drain": {
 			"notifications_per_s": positive, "drained_fraction": equals(1), "mean_bundle_size": equals(100),
 			"peek_p50_ms": positive, "dequeue_p50_ms": positive,

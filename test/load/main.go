@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	hubserver "github.com/energydatahub/messagehub/internal/server"
@@ -50,7 +51,7 @@ const (
 )
 
 // scenarioNames lists the scenarios in the order "all" runs them.
-var scenarioNames = []string{"save-batch", "save-single", "drain", "peek-full", "dequeue-rate", "backlog"}
+var scenarioNames = []string{"save-batch", "save-single", "drain", "peek-full", "dequeue-rate", "backlog", "call-floor"}
 
 // Config is everything the tool is told on its command line.
 type Config struct {
@@ -106,10 +107,10 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.Spawn, "spawn", false, "build and start ./cmd/messagehub on 127.0.0.1:0 with a temporary data dir, once per scenario, and stop it after (SIGTERM)")
 	fs.StringVar(&cfg.ServerBin, "server-bin", "", "with -spawn: use this messagehub binary instead of building one")
 	fs.Int64Var(&cfg.MaxBundleWeight, "max-bundle-weight", 0, "the hub's bundle weight limit; with -spawn it is passed to the hub (default: the hub's 51200, or -bundle-size for drain)")
-	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "concurrent workers (default: save-batch 8, save-single 64, drain 8; peek-full runs one)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "concurrent workers (default: save-batch 8, save-single 64, call-floor 64, drain 8; peek-full runs one)")
 	fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "gRPC connections, used round-robin by the workers")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long each scenario's measured phase runs at most")
-	fs.IntVar(&cfg.Requests, "requests", 0, "save-batch, save-single: stop after this many Saves (0: only -duration)")
+	fs.IntVar(&cfg.Requests, "requests", 0, "save-batch, save-single, call-floor: stop after this many calls (0: only -duration)")
 	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "save-batch: notifications per Save (1..10000)")
 	fs.IntVar(&cfg.Recipients, "recipients", cfg.Recipients, "save-batch, save-single, dequeue-rate: how many recipients the notifications are spread over")
 	fs.Uint64Var(&cfg.RecipientSeed, "recipient-seed", 0, "save-batch, save-single, backlog: take the recipients from this seed's sequence (0: new random ones), so that saves go to the recipients a backlog run on the same -data-dir filled")
@@ -273,6 +274,7 @@ func runOne(ctx context.Context, cfg Config, name string, builder *serverBuilder
 	}
 	conns := make([]*grpc.ClientConn, cfg.Conns)
 	clients := make([]messagehubv1.MessageHubClient, cfg.Conns)
+	health := make([]healthpb.HealthClient, cfg.Conns)
 	for i := range conns {
 		c, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -282,9 +284,9 @@ func runOne(ctx context.Context, cfg Config, name string, builder *serverBuilder
 			return nil, fmt.Errorf("dial %s: %w", addr, err)
 		}
 		defer func() { _ = c.Close() }()
-		conns[i], clients[i] = c, messagehubv1.NewMessageHubClient(c)
+		conns[i], clients[i], health[i] = c, messagehubv1.NewMessageHubClient(c), healthpb.NewHealthClient(c)
 	}
-	e := &env{cfg: cfg, clients: clients, maxWeight: maxWeight, log: log}
+	e := &env{cfg: cfg, clients: clients, health: health, maxWeight: maxWeight, log: log}
 	if err := e.warmUp(ctx); err != nil {
 		return nil, fmt.Errorf("hub at %s not answering: %w", addr, err)
 	}

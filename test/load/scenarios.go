@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
 
@@ -24,13 +26,15 @@ var scenarios = map[string]func(context.Context, *env) (*Result, error){
 	"peek-full":    peekFull,
 	"dequeue-rate": dequeueRate,
 	"backlog":      backlog,
+	"call-floor":   callFloor,
 }
 
 // env is what a scenario runs with.
 type env struct {
 	cfg       Config
 	clients   []messagehubv1.MessageHubClient
-	maxWeight int64 // the hub's bundle weight limit, as far as the tool knows
+	health    []healthpb.HealthClient // on the same connections as clients
+	maxWeight int64                   // the hub's bundle weight limit, as far as the tool knows
 	log       logFunc
 }
 
@@ -234,58 +238,30 @@ func saveLoad(ctx context.Context, e *env, batch, concurrency int) (*Result, err
 		"spread": e.cfg.Spread, "recipient_seed": e.cfg.RecipientSeed,
 	})
 	recipients := e.recipients(e.cfg.Recipients)
-	var errs errorLog
-	var issued, saved atomic.Int64
-	samples := make([][]time.Duration, concurrency)
-	start := time.Now()
-	deadline := start.Add(e.cfg.Duration)
-	var wg sync.WaitGroup
-	for w := range concurrency {
-		wg.Go(func() {
-			g := newGen()
-			c := e.client(w)
-			// One request per worker, refilled for every Save: making
-			// new ones cost the tool CPU (and garbage) the hub needs.
-			req := &messagehubv1.SaveRequest{}
-			// The calls' contexts hang from one of the worker's own, not
-			// all from ctx, whose list of children every call of every
-			// worker would otherwise lock and change twice.
-			wctx, wcancel := context.WithCancel(ctx)
-			defer wcancel()
-			for wctx.Err() == nil && time.Now().Before(deadline) {
-				if e.cfg.Requests > 0 && issued.Add(1) > int64(e.cfg.Requests) {
-					return
-				}
-				req.Notifications = g.refillBatch(req.Notifications, recipients, batch, e.cfg.Spread)
-				cctx, cancel := context.WithTimeout(wctx, e.cfg.CallTimeout)
-				t0 := time.Now()
-				resp, err := c.Save(cctx, req)
-				d := time.Since(t0)
-				cancel()
-				if err == nil && int(resp.GetSaved()) != batch {
-					err = fmt.Errorf("saved %d of %d (%d duplicates)", resp.GetSaved(), batch, resp.GetDuplicates())
-				}
-				if err != nil {
-					errs.add(err)
-					continue
-				}
-				samples[w] = append(samples[w], d)
+	var saved atomic.Int64
+	run := e.closedLoop(ctx, concurrency, func(w int) (func(), func(context.Context) error) {
+		g := newGen()
+		c := e.client(w)
+		// One request per worker, refilled for every Save: making new ones
+		// cost the tool CPU (and garbage) the hub needs.
+		req := &messagehubv1.SaveRequest{}
+		refill := func() { req.Notifications = g.refillBatch(req.Notifications, recipients, batch, e.cfg.Spread) }
+		save := func(cctx context.Context) error {
+			resp, err := c.Save(cctx, req)
+			if err == nil && int(resp.GetSaved()) != batch {
+				err = fmt.Errorf("saved %d of %d (%d duplicates)", resp.GetSaved(), batch, resp.GetDuplicates())
+			}
+			if err == nil {
 				saved.Add(int64(batch))
 			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	var all []time.Duration
-	for _, s := range samples {
-		all = append(all, s...)
-	}
-	res.add("notifications_per_s", rate(saved.Load(), elapsed))
-	res.add("requests_per_s", rate(int64(len(all)), elapsed))
-	res.addLatencies("latency", all)
+			return err
+		}
+		return refill, save
+	})
+	res.add("notifications_per_s", rate(saved.Load(), run.elapsed))
+	run.report(res)
 	res.add("notifications_saved", float64(saved.Load()))
-	res.add("elapsed_s", elapsed.Seconds())
-	errs.fill(res)
+	run.errs.fill(res)
 	return res, ctx.Err()
 }
 

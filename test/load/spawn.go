@@ -113,6 +113,9 @@ func (s *server) report(res *Result) {
 		if saved, ok := res.Metric("notifications_saved"); ok && saved > 0 {
 			res.add("hub_cpu_us_per_notification", (cpu-s.cpuStart)*1e6/saved)
 		}
+		if done, ok := res.Metric("requests_done"); ok && done > 0 {
+			res.add("hub_cpu_us_per_request", (cpu-s.cpuStart)*1e6/done)
+		}
 	}
 }
 
