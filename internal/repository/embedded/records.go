@@ -3,8 +3,8 @@ package embedded
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -35,19 +35,33 @@ type records struct {
 	used   atomic.Bool // read or written since the last eviction round
 }
 
-// state copies the records out in a stable order.
+// state copies the records out in a stable order. Every save reads it, so
+// each slice is made once at its size.
 func (r *records) state() repository.RecipientState {
-	st := repository.RecipientState{Head: r.head}
-	for _, k := range slices.SortedFunc(maps.Keys(r.entries), compareKeys) {
-		st.Entries = append(st.Entries, r.entries[k])
+	return repository.RecipientState{
+		Head:    r.head,
+		Entries: valuesByKey(r.entries, compareKeys),
+		Cursors: valuesByKey(r.cursors, compareKeys),
+		Pending: valuesByKey(r.pending, strings.Compare),
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(r.cursors), compareKeys) {
-		st.Cursors = append(st.Cursors, r.cursors[k])
+}
+
+// valuesByKey returns m's values in the order cmp gives their keys (nil for
+// an empty m).
+func valuesByKey[K comparable, V any](m map[K]V, cmp func(a, b K) int) []V {
+	if len(m) == 0 {
+		return nil
 	}
-	for _, id := range slices.Sorted(maps.Keys(r.pending)) {
-		st.Pending = append(st.Pending, r.pending[id])
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	return st
+	slices.SortFunc(keys, cmp)
+	values := make([]V, len(keys))
+	for i, k := range keys {
+		values[i] = m[k]
+	}
+	return values
 }
 
 func compareKeys(a, b catalog.Key) int {
