@@ -119,7 +119,7 @@ func TestParseFlags(t *testing.T) {
 		{args: nil, want: []string{"save-batch"}},
 		{args: []string{"-scenario", "drain,peek-full"}, want: []string{"drain", "peek-full"}},
 		{args: []string{"-scenario", "all"}, want: scenarioNames},
-		{args: []string{"-scenario", "drain,all,drain"}, want: []string{"drain", "save-batch", "save-single", "peek-full", "dequeue-rate", "backlog"}},
+		{args: []string{"-scenario", "drain,all,drain"}, want: []string{"drain", "save-batch", "save-single", "peek-full", "dequeue-rate", "backlog", "call-floor"}},
 		{args: []string{"-scenario", "nope"}, wantErr: "unknown scenario"},
 		{args: []string{"-batch", "10001"}, wantErr: "-batch"},
 		{args: []string{"-rate", "0"}, wantErr: "-rate"},
