@@ -67,6 +67,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/energydatahub/messagehub/codec"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
 
@@ -192,7 +193,10 @@ func New(target string, opts Options) (*Client, error) {
 	if opts.Tokens != nil {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer{tokens: opts.Tokens, requireTLS: opts.TLS != nil}))
 	}
-	dial = append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxSendBytes), grpc.MaxCallRecvMsgSize(maxRecvBytes)))
+	// The hub's codec: a Save of 1,000 notifications is encoded without
+	// protobuf's reflection (codec.BenchmarkEncodeSave1000).
+	dial = append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxSendBytes), grpc.MaxCallRecvMsgSize(maxRecvBytes),
+		grpc.ForceCodecV2(codec.New())))
 	conn, err := grpc.NewClient(target, append(dial, opts.DialOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)

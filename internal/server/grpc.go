@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
 
+	"github.com/energydatahub/messagehub/codec"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/lograte"
 	"github.com/energydatahub/messagehub/internal/telemetry"
@@ -158,7 +159,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		// authorizer's refusals.
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-		grpc.ForceServerCodecV2(newVTCodec()),
+		grpc.ForceServerCodecV2(codec.New()),
 		grpc.NumStreamWorkers(streamWorkers),
 	}
 	for _, h := range o.stats {

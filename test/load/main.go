@@ -30,15 +30,15 @@ import (
 	"google.golang.org/grpc/encoding"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/energydatahub/messagehub/codec"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
-	hubserver "github.com/energydatahub/messagehub/internal/server"
 )
 
 // The hub's own codec serves the tool's calls: vtprotobuf's generated
 // (un)marshalling costs less CPU than protobuf's reflection. It is
 // registered as the proto codec rather than forced per call, which would
 // make every call name it in its content type (a string built per call).
-func init() { encoding.RegisterCodecV2(hubserver.Codec()) }
+func init() { encoding.RegisterCodecV2(codec.New()) }
 
 // gcPercent is the tool's GOGC unless the environment sets one.
 const gcPercent = 400

@@ -1,4 +1,8 @@
-package server
+// Package codec is gRPC's protobuf codec with the (un)marshalling that
+// vtprotobuf generates for MessageHub's messages. The hub serves with it,
+// and the client and the load tool call with it: a Save of 1,000
+// notifications is encoded and decoded without protobuf's reflection.
+package codec
 
 import (
 	"google.golang.org/grpc/encoding"
@@ -6,18 +10,25 @@ import (
 	"google.golang.org/grpc/mem"
 )
 
-// vtCodec is gRPC's protobuf codec with the (un)marshalling that
-// vtprotobuf generates (gen/messagehub/v1/*_vtproto.pb.go) for the
-// service's own messages: a Save of 1,000 notifications is decoded without
-// protobuf's reflection. Other messages (health, reflection) go through the
-// default codec.
+// vtCodec uses the code vtprotobuf generates (gen/messagehub/v1/*_vtproto.pb.go)
+// for the service's own messages. Other messages (health, reflection) go
+// through the default codec.
 type vtCodec struct{ fallback encoding.CodecV2 }
 
-func newVTCodec() vtCodec { return vtCodec{fallback: encoding.GetCodecV2(proto.Name)} }
+func newVTCodec() vtCodec {
+	fallback := encoding.GetCodecV2(proto.Name)
+	if vt, ok := fallback.(vtCodec); ok {
+		// This codec was registered in gRPC's place (as the load tool
+		// does): fall back to what it fell back to, not to itself.
+		fallback = vt.fallback
+	}
+	return vtCodec{fallback: fallback}
+}
 
-// Codec is the codec the server uses, for clients that want the same
-// (un)marshalling without reflection: grpc.ForceCodecV2(server.Codec()).
-func Codec() encoding.CodecV2 { return newVTCodec() }
+// New returns the codec. Its name is "proto", so a peer that does not use
+// it reads and writes the same messages: grpc.ForceServerCodecV2(codec.New())
+// on a server, grpc.ForceCodecV2(codec.New()) on a client's calls.
+func New() encoding.CodecV2 { return newVTCodec() }
 
 type vtMessage interface {
 	SizeVT() int
