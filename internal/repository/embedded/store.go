@@ -101,7 +101,7 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 		// Pebble writes a table through a 4 KB buffer, so its default 4 KB
 		// blocks cost a write(2) each; flushes and compactions write most of
 		// the bytes a save makes. With 32 KB blocks Saves of 1,000 at a 10 M
-		// backlog cost the hub 3-12 % less CPU a notification in 5 of 6
+		// backlog cost the hub 1-12 % less CPU a notification in 5 of 6
 		// pairs; peeks scan drawers' pages, which larger blocks suit
 		// (docs/performance.md).
 		opts.Levels[i].BlockSize = tableBlockSize
