@@ -48,8 +48,7 @@ func encodePage(items []drawer.Item) ([]byte, error) {
 		ref, known := types.ref(it.DocumentType)
 		buf = binary.AppendUvarint(buf, uint64(ref))
 		if !known {
-			buf = binary.AppendUvarint(buf, uint64(len(it.DocumentType)))
-			buf = append(buf, it.DocumentType...)
+			buf = appendString(buf, it.DocumentType)
 		}
 		flag := uint64(0)
 		if it.SupportsBundling {
@@ -177,7 +176,7 @@ func (p *pageReader) nextFormat2() (it drawer.Item) {
 	case ref < uint64(len(p.types)):
 		it.DocumentType = p.types[ref]
 	case ref == uint64(len(p.types)):
-		it.DocumentType = string(p.bytes(p.uvarint()))
+		it.DocumentType = p.string()
 		p.types = append(p.types, it.DocumentType)
 	default:
 		p.err = errCorrupt
@@ -193,7 +192,7 @@ func (p *pageReader) nextFormat1() (it drawer.Item) {
 	if id := p.bytes(16); id != nil {
 		it.ID = uuid.UUID(id).String()
 	}
-	it.DocumentType = string(p.bytes(p.uvarint()))
+	it.DocumentType = p.string()
 	if flag := p.bytes(1); flag != nil {
 		it.SupportsBundling = flag[0] == 1
 	}
