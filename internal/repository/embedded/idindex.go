@@ -119,6 +119,20 @@ func (x *idIndex) change(add, remove []uint64) {
 	if need := x.count + len(add); need > len(x.slots)*3/4 {
 		x.finishGrowth(true)
 	}
+	// Loaded first, one after another, the slots the changes touch are
+	// cached when the lock is held to make them (BenchmarkIDIndexChange10M:
+	// about a third less time). Only the writer changes slots, so it reads
+	// them without the lock.
+	if len(add)+len(remove) >= warmIDs {
+		var sum uint64
+		for _, e := range add {
+			sum += x.slots[x.home(e>>groupBits)]
+		}
+		for _, e := range remove {
+			sum += x.slots[x.home(e>>groupBits)]
+		}
+		warmSink.Add(sum)
+	}
 	x.mu.Lock()
 	for _, e := range remove {
 		x.remove(e)

@@ -262,6 +262,25 @@ func BenchmarkIDRecordsOfASave10M(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/id")
 }
 
+// BenchmarkIDIndexChange10M: a group's change of an index of 10 million
+// ids: 1,000 new ids in, the 1,000 of the change before out (as dequeues
+// take them), so the index keeps its size and does not grow.
+func BenchmarkIDIndexChange10M(b *testing.B) {
+	x := index10M(b)
+	r := rand.New(rand.NewPCG(5, 6))
+	var prev []uint64
+	b.ResetTimer()
+	for range b.N {
+		add := make([]uint64, 1000)
+		for i := range add {
+			add[i] = idEntry(r.Uint64()>>groupBits|1<<(hashBits-1), 2)
+		}
+		x.change(add, prev)
+		prev = add
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/id")
+}
+
 // BenchmarkIDIndexChangesAcrossGrowth: the longest that one change of 1,000
 // new ids (a Save's) holds the writer while the index grows from 16 M to
 // 32 M slots, at about 10.5 M ids. Changes come every 3 ms (333,000 ids/s,
