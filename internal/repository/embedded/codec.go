@@ -219,11 +219,16 @@ func appendIDRecord(b []byte, rec repository.IDRecord) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
+	return appendIDRecordOf(b, rec, &d), nil
+}
+
+// appendIDRecordOf is appendIDRecord given the bytes of the record's drawer id.
+func appendIDRecordOf(b []byte, rec repository.IDRecord, drawer *[16]byte) []byte {
 	if !rec.LegacyFingerprint {
 		b = append(b, idRecordXXH3)
 	}
 	b = append(b, rec.Fingerprint[:]...)
-	return append(b, d[:]...), nil
+	return append(b, drawer[:]...)
 }
 
 func decodeIDRecord(id string, v []byte) (repository.IDRecord, error) {

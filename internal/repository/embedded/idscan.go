@@ -162,6 +162,11 @@ func (s *Store) storedID(id *[16]byte) (key, value []byte, ok bool, err error) {
 	}
 	groups := s.ids.groups(idHash(id), buf[:0])
 	s.ids.mu.RUnlock()
+	return s.idRecordOf(id, groups)
+}
+
+// idRecordOf finds an id's record among the groups the index lists for it.
+func (s *Store) idRecordOf(id *[16]byte, groups []uint32) (key, value []byte, ok bool, err error) {
 	for _, g := range groups {
 		key := idKey(g, id)
 		v, ok, err := s.get(key)
