@@ -33,6 +33,7 @@ type records struct {
 	// own (entries.go): all their drawers are in the entry's value.
 	legacy map[catalog.Key]bool
 	used   atomic.Bool // read or written since the last eviction round
+	copied recordMaps  // the maps a write group has copied into these (txn.change)
 }
 
 // state copies the records out in a stable order. Every save reads it, so

@@ -280,20 +280,51 @@ func (tx *txn) records(r [16]byte) (*records, error) {
 	return tx.s.publishRead(r, rec), nil
 }
 
-// change clones the recipient's records (once per group) and applies fn.
-func (tx *txn) change(r [16]byte, rec *records, fn func(*records)) {
+// recordMaps names maps of a recipient's records.
+type recordMaps uint8
+
+const (
+	entriesMap recordMaps = 1 << iota
+	cursorsMap
+	pendingMap
+	legacyMap
+)
+
+// change applies fn to the recipient's records as this group leaves them,
+// copied the first time. fn may change the maps named in changes: only those
+// are copied, each once per group; the others stay shared with the records
+// readers see, which nothing changes. (A save used to copy all four for
+// every recipient it touched.)
+func (tx *txn) change(r [16]byte, rec *records, changes recordMaps, fn func(*records)) {
 	clone, ok := tx.touched[r]
 	if !ok {
-		clone = &records{
-			head:    rec.head,
-			entries: maps.Clone(rec.entries),
-			cursors: maps.Clone(rec.cursors),
-			pending: maps.Clone(rec.pending),
-			legacy:  maps.Clone(rec.legacy),
-		}
+		clone = &records{head: rec.head, entries: rec.entries, cursors: rec.cursors, pending: rec.pending, legacy: rec.legacy}
 		tx.touched[r] = clone
 	}
+	copyNow := changes &^ clone.copied
+	if copyNow&entriesMap != 0 {
+		clone.entries = maps.Clone(clone.entries)
+	}
+	if copyNow&cursorsMap != 0 {
+		clone.cursors = maps.Clone(clone.cursors)
+	}
+	if copyNow&pendingMap != 0 {
+		clone.pending = maps.Clone(clone.pending)
+	}
+	if copyNow&legacyMap != 0 {
+		clone.legacy = maps.Clone(clone.legacy)
+	}
+	clone.copied |= changes
 	fn(clone)
+}
+
+// legacyChange is legacyMap when rec has legacy entries: deleting from an
+// empty map changes nothing, so it need not be copied for that.
+func legacyChange(rec *records) recordMaps {
+	if len(rec.legacy) > 0 {
+		return legacyMap
+	}
+	return 0
 }
 
 // idExists looks an id (with h, its idHash) up in this group, then in the
@@ -480,7 +511,7 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 		}
 		tx.newIDs = append(tx.newIDs, entries...)
 		for i, c := range changes {
-			tx.change(c.r, c.rec, func(rec *records) {
+			tx.change(c.r, c.rec, entriesMap|legacyChange(c.rec), func(rec *records) {
 				rec.head = c.head
 				for _, e := range c.entries {
 					rec.entries[e.Key()] = e
@@ -667,7 +698,7 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, bun bundle.R
 			return err
 		}
 		tx.apply([]put{p})
-		tx.change(r, rec, func(rec *records) { rec.pending[bun.ID] = bun })
+		tx.change(r, rec, pendingMap, func(rec *records) { rec.pending[bun.ID] = bun })
 		return nil
 	})
 }
@@ -705,7 +736,7 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Re
 		}
 		tx.apply(puts)
 		tx.dequeued[string(dq.key)] = true
-		tx.change(r, rec, func(rec *records) {
+		tx.change(r, rec, pendingMap|cursorsMap, func(rec *records) {
 			delete(rec.pending, bun.ID)
 			rec.cursors[cursor.Key()] = cursor
 		})
@@ -770,7 +801,7 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 		}
 		tx.apply(puts)
 		tx.goneIDs = append(tx.goneIDs, gone...)
-		tx.change(r, rec, func(rec *records) {
+		tx.change(r, rec, entriesMap|cursorsMap|legacyChange(rec), func(rec *records) {
 			for _, e := range replaced {
 				rec.entries[e.Key()] = e
 				delete(rec.legacy, e.Key())

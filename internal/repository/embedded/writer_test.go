@@ -217,3 +217,40 @@ func BenchmarkWriteBatchOfAGroup(b *testing.B) {
 		_ = tx.batch.Close()
 	}
 }
+
+// A group copies only the maps its operations change, each once, and never
+// changes the records readers see.
+func TestAGroupCopiesOnlyTheMapsItChanges(t *testing.T) {
+	k := catalog.Key{Origin: domain.Origin(1), ContentType: "TimeSeries"}
+	published := &records{
+		entries: map[catalog.Key]catalog.Entry{k: {Version: "1"}},
+		cursors: map[catalog.Key]catalog.Cursor{k: {Version: "1"}},
+		pending: map[string]bundle.Record{"b": {ID: "b"}},
+		legacy:  map[catalog.Key]bool{k: true},
+	}
+	tx := &txn{touched: map[[16]byte]*records{}}
+	r := [16]byte{1}
+	tx.change(r, published, entriesMap|legacyChange(published), func(rec *records) {
+		rec.entries[k] = catalog.Entry{Version: "2"}
+		delete(rec.legacy, k)
+	})
+	tx.change(r, tx.touched[r], entriesMap|pendingMap, func(rec *records) {
+		rec.entries[k] = catalog.Entry{Version: "3"}
+		delete(rec.pending, "b")
+	})
+	mine := tx.touched[r]
+	if published.entries[k].Version != "1" || !published.legacy[k] || len(published.pending) != 1 {
+		t.Fatalf("the published records changed: %+v", published)
+	}
+	if mine.entries[k].Version != "3" || mine.legacy[k] || len(mine.pending) != 0 {
+		t.Fatalf("the group's records lack its changes: %+v", mine)
+	}
+	// The cursors were not changed, so not copied: the group shares them.
+	mine.cursors[k] = catalog.Cursor{Version: "shared"}
+	if published.cursors[k].Version != "shared" {
+		t.Fatal("the cursors were copied though no operation changed them")
+	}
+	if mine.copied != entriesMap|legacyMap|pendingMap {
+		t.Fatalf("copied %b, want entries, legacy and pending", mine.copied)
+	}
+}
