@@ -38,12 +38,14 @@ type Store struct {
 	version atomic.Uint64
 	logger  *slog.Logger
 
-	// Writes go through one writer goroutine (writer.go). ids and unsynced
-	// are its own; syncErr belongs to the goroutine that finishes groups.
+	// Writes go through one writer goroutine (writer.go). ids, unsynced and
+	// applyErr are its own; syncErr belongs to the goroutine that finishes
+	// groups.
 	writer    *groupcommit.Pipeline[writeReq]
 	ids       *idIndex // see idindex.go; its table is changed only by the writer
 	lastGroup uint32   // the writer's: see nextGroup
 	unsynced  unsyncedRecords
+	applyErr  error // a group that could not be applied: every later one fails
 	syncErr   error
 	closeOnce sync.Once
 	gate      func() error // asked before every write; nil: none (see OpenGated)

@@ -56,9 +56,9 @@ func (s *Store) write(ctx context.Context, op writeOp) error {
 	return <-req.done
 }
 
-// stage queues op and returns as soon as it is applied, before it is
-// durable: later writes see its changes, readers do not yet. durable waits
-// until it is durable.
+// stage queues op and returns as soon as it has run and holds (its changes
+// are in its group), before it is durable: later writes see its changes,
+// readers do not yet. durable waits until it is durable, or failed.
 func (s *Store) stage(ctx context.Context, op writeOp) (durable func() error, err error) {
 	req, err := s.submit(ctx, op, true)
 	if err != nil {
@@ -104,8 +104,16 @@ func (s *Store) newWriter() *groupcommit.Pipeline[writeReq] {
 
 // applyGroup runs the group's operations and applies the batch without
 // waiting for its fsync; the function it returns waits for it, publishes
-// and answers.
+// and answers. Staged requests hear whether their operation holds as soon
+// as the operations have run, before the batch goes into pebble: their
+// caller plans its next writes while the memtable takes this group's keys.
+// With 4 writers of Saves of 1,000 at a 10 M backlog, that made groups
+// larger and ingest 13 % faster (docs/performance.md).
 func (s *Store) applyGroup(group []writeReq) func() {
+	if s.applyErr != nil {
+		answer(group, make([]error, len(group)), s.applyErr, false)
+		return nil
+	}
 	s.settle()
 	tx := &txn{
 		s:        s,
@@ -127,20 +135,24 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		tx.batch.Close()
 		return func() { answer(group, errs, nil, false) }
 	}
-	tx.writeBatch()
-	if err := s.db.ApplyNoSyncWait(tx.batch, pebble.Sync); err != nil {
-		_ = tx.batch.SyncWait() // pebble requires it before Close; returns at once when nothing was queued
-		tx.batch.Close()
-		answer(group, errs, err, false)
-		return nil
-	}
-	s.ids.change(tx.newIDs, tx.goneIDs)
-	seq := s.unsynced.add(tx.touched)
 	for i, req := range group {
 		if req.applied != nil {
 			req.applied <- errs[i]
 		}
 	}
+	tx.writeBatch()
+	if err := applyBatch(s.db, tx.batch); err != nil {
+		_ = tx.batch.SyncWait() // pebble requires it before Close; returns at once when nothing was queued
+		tx.batch.Close()
+		// Staged callers were told their operations hold and may have
+		// planned on them: no later group may be applied without this one.
+		s.applyErr = fmt.Errorf("embedded: applying a write group: %w; restart the hub", err)
+		s.logger.Error("the embedded store cannot apply writes; restart the hub", "err", err)
+		answer(group, errs, s.applyErr, true)
+		return nil
+	}
+	s.ids.change(tx.newIDs, tx.goneIDs)
+	seq := s.unsynced.add(tx.touched)
 	return func() {
 		err := tx.batch.SyncWait()
 		tx.batch.Close()
@@ -157,6 +169,10 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		answer(group, errs, s.syncErr, true)
 	}
 }
+
+// applyBatch applies a group's batch to pebble without waiting for its
+// fsync (a variable for tests, which make it fail).
+var applyBatch = func(db *pebble.DB, b *pebble.Batch) error { return db.ApplyNoSyncWait(b, pebble.Sync) }
 
 // answer tells every request its outcome: its own error, else groupErr.
 // Staged requests not yet told about the apply hear it too.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
@@ -252,5 +253,41 @@ func TestAGroupCopiesOnlyTheMapsItChanges(t *testing.T) {
 	}
 	if mine.copied != entriesMap|legacyMap|pendingMap {
 		t.Fatalf("copied %b, want entries, legacy and pending", mine.copied)
+	}
+}
+
+// A staged save hears that it holds before its group goes into pebble, so
+// its caller may plan on it. If pebble then refuses the group, the save
+// fails when asked whether it is durable, nothing of it is visible, and no
+// later write is applied: it could have been planned on the one that failed.
+func TestAGroupPebbleRefusesFailsEveryWriteAfterIt(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := context.Background()
+	refused := errors.New("refused for the test")
+	applyToPebble := applyBatch
+	applyBatch = func(*pebble.DB, *pebble.Batch) error { return refused }
+	defer func() { applyBatch = applyToPebble }()
+
+	r := uuid.NewString()
+	entry := catalog.Entry{Origin: domain.OriginCharges, ContentType: "x", Total: 1}
+	save := []repository.RecipientSave{{Recipient: r, Head: repository.Head{NextSeq: 2, Watermark: 1}, Entries: []catalog.Entry{entry}}}
+	durable, err := s.StageSaves(ctx, save)
+	if err != nil {
+		t.Fatalf("the staged save's checks hold: %v", err)
+	}
+	if err := durable(); !errors.Is(err, refused) {
+		t.Fatalf("durable: %v, want the refusal", err)
+	}
+	applyBatch = applyToPebble
+	if err := saveIDsFor(t, s, uuid.NewString(), []string{uuid.NewString()}); !errors.Is(err, refused) {
+		t.Fatalf("a later write: %v, want the refusal", err)
+	}
+	st, err := s.LoadRecipient(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Head.Version != "" || len(st.Entries) != 0 {
+		t.Fatalf("the refused save is visible: %+v", st)
 	}
 }
