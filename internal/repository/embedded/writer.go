@@ -108,7 +108,7 @@ func (s *Store) newWriter() *groupcommit.Pipeline[writeReq] {
 // as the operations have run, before the batch goes into pebble: their
 // caller plans its next writes while the memtable takes this group's keys.
 // With 4 writers of Saves of 1,000 at a 10 M backlog, that made groups
-// larger and ingest 13 % faster (docs/performance.md).
+// larger and ingest about 11 % faster (docs/performance.md).
 func (s *Store) applyGroup(group []writeReq) func() {
 	if s.applyErr != nil {
 		answer(group, make([]error, len(group)), s.applyErr, false)
