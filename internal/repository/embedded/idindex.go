@@ -99,9 +99,16 @@ func (x *idIndex) warm(hashes []uint64) {
 	if len(x.slots) == 0 {
 		return // freed
 	}
+	x.loadHomes(hashes, 0)
+}
+
+// loadHomes loads the slot where the probe of each value's hash starts (the
+// hash is the value shifted right by shift: 0 for hashes, groupBits for
+// entries), one load after another.
+func (x *idIndex) loadHomes(values []uint64, shift uint) {
 	var sum uint64
-	for _, h := range hashes {
-		sum += x.slots[x.home(h)]
+	for _, v := range values {
+		sum += x.slots[x.home(v>>shift)]
 	}
 	warmSink.Add(sum)
 }
@@ -124,14 +131,8 @@ func (x *idIndex) change(add, remove []uint64) {
 	// about a third less time). Only the writer changes slots, so it reads
 	// them without the lock.
 	if len(add)+len(remove) >= warmIDs {
-		var sum uint64
-		for _, e := range add {
-			sum += x.slots[x.home(e>>groupBits)]
-		}
-		for _, e := range remove {
-			sum += x.slots[x.home(e>>groupBits)]
-		}
-		warmSink.Add(sum)
+		x.loadHomes(add, groupBits)
+		x.loadHomes(remove, groupBits)
 	}
 	x.mu.Lock()
 	for _, e := range remove {
