@@ -26,6 +26,5 @@ func callFloor(ctx context.Context, e *env) (*Result, error) {
 		return func() {}, check
 	})
 	run.report(res)
-	run.errs.fill(res)
 	return res, ctx.Err()
 }

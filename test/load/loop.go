@@ -67,8 +67,8 @@ func (e *env) closedLoop(ctx context.Context, concurrency int, worker func(w int
 	return run
 }
 
-// report adds the run's call rate, latencies, calls and the tool's CPU per
-// call (to set beside the hub's, on the same machine).
+// report adds the run's call rate, latencies, calls, the tool's CPU per call
+// (to set beside the hub's, on the same machine) and its errors.
 func (run *loopRun) report(res *Result) {
 	done := len(run.latencies)
 	res.add("requests_per_s", rate(int64(done), run.elapsed))
@@ -78,6 +78,7 @@ func (run *loopRun) report(res *Result) {
 		res.add("tool_cpu_us_per_request", run.toolCPU*1e6/float64(done))
 	}
 	res.add("elapsed_s", run.elapsed.Seconds())
+	run.errs.fill(res)
 }
 
 // toolCPUSeconds is the user and system CPU time this process has used; -1
