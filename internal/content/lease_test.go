@@ -1,7 +1,11 @@
 package content_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,15 +25,15 @@ type memLease struct {
 	until  map[string]time.Time
 }
 
-func (l *memLease) AcquireBuild(_ context.Context, recipient, bundleID, holder string, d time.Duration) (bool, error) {
+func (l *memLease) AcquireBuild(_ context.Context, recipient, bundleID, holder string, d time.Duration) (string, time.Time, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := recipient + "/" + bundleID
 	if h, ok := l.holder[k]; ok && h != holder && time.Now().Before(l.until[k]) {
-		return false, nil
+		return h, l.until[k], nil
 	}
 	l.holder[k], l.until[k] = holder, time.Now().Add(d)
-	return true, nil
+	return holder, l.until[k], nil
 }
 
 func (l *memLease) ReleaseBuild(_ context.Context, recipient, bundleID, holder string) error {
@@ -154,4 +158,76 @@ func TestALeaseTakenOverStopsTheCallAndTheNewHoldersDocumentIsServed(t *testing.
 	if n := provider.Creates(b.Id); n != 1 {
 		t.Fatalf("the domain was asked %d times, want once", n)
 	}
+}
+
+// An instance that finds a bundle's lease held by another (one that died
+// while its domain answered, say) says once, at info, who holds it and until
+// when, and takes the build over when that lease expires.
+func TestAWaitForAnotherHoldersLeaseIsLoggedOnceAndEndsAtItsExpiry(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("application/json", []byte(`{"a":1}`), 3)
+	})
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBundle()
+	lease := &memLease{holder: map[string]string{}, until: map[string]time.Time{}}
+	k := b.Recipient + "/" + b.Id
+	until := time.Now().Add(300 * time.Millisecond)
+	lease.holder[k], lease.until[k] = "a-dead-instance", until
+	logs := &lockedBuffer{}
+	s := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     store,
+		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
+		RetryMin:  5 * time.Millisecond, RetryMax: 20 * time.Millisecond,
+		Lease: lease, LeaseDuration: time.Minute,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	t.Cleanup(s.Close)
+	doc, err := s.Document(within(t, time.Minute), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(read(t, doc)); got != `{"a":1}` {
+		t.Fatalf("served %q", got)
+	}
+	if time.Now().Before(until) {
+		t.Fatal("the domain was asked while another instance held the lease")
+	}
+	var waits []map[string]any
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["msg"] == "waiting for another instance's build of the bundle's document" {
+			waits = append(waits, rec)
+		}
+	}
+	if len(waits) != 1 {
+		t.Fatalf("%d lines about the wait, want one:\n%s", len(waits), logs.String())
+	}
+	if w := waits[0]; w["level"] != "INFO" || w["holder"] != "a-dead-instance" || w["until"] == nil || w["bundle"] != b.Id {
+		t.Fatalf("the wait was logged as %v", w)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a logger and the test share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"time"
 
@@ -56,8 +57,10 @@ const DefaultLeaseDuration = 30 * time.Second
 // Lease is kept by a store that instances share (the Cosmos DB store).
 type Lease interface {
 	// AcquireBuild takes or renews holder's lease of the bundle's build until
-	// d from now; false when another holder's lease has not expired.
-	AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (bool, error)
+	// d from now. It returns who holds the lease afterwards and until when:
+	// holder itself, or another holder whose lease has not expired (an empty
+	// current holder: released just now, the next try may take it).
+	AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (current string, until time.Time, err error)
 	// ReleaseBuild gives up holder's lease; another's is left alone.
 	ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error
 }
@@ -109,7 +112,18 @@ func NewService(opts Options) *Service {
 		opts.LeaseDuration = DefaultLeaseDuration
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Service{opts: opts, holder: uuid.NewString(), building: map[Key]*build{}, ctx: ctx, stop: stop}
+	return &Service{opts: opts, holder: holderName(), building: map[Key]*build{}, ctx: ctx, stop: stop}
+}
+
+// holderName names this Service on leases so that an operator reading
+// "waiting for another instance's build" can tell which instance holds it:
+// host, process and a random part (a restarted process is another holder).
+func holderName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8])
 }
 
 // Close stops every background build and waits for them.
@@ -170,14 +184,20 @@ func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehu
 func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient) error {
 	log := s.opts.Logger.With("recipient", key.Recipient, "bundle", key.BundleID, "origin", bundle.GetOrigin().String())
 	pause := s.opts.RetryMin
+	waitingFor := "" // the other holder this build last said it waits for
 	for {
-		held, err := s.acquire(key)
+		holder, until, err := s.acquire(key)
 		switch {
-		case err == nil && !held:
+		case err == nil && holder != s.holder:
 			// Another instance asks the domain: wait for its document, as
-			// often as a first attempt would be retried.
+			// often as a first attempt would be retried, and take the build
+			// over once its lease expires.
 			if s.stored(key) {
 				return nil
+			}
+			if holder != "" && holder != waitingFor {
+				log.Info("waiting for another instance's build of the bundle's document", "holder", holder, "until", until)
+				waitingFor = holder
 			}
 			pause = s.opts.RetryMin
 		case err == nil:
@@ -209,11 +229,11 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 	}
 }
 
-// acquire takes the bundle's lease; without a Lease this Service is the
-// only one to ask.
-func (s *Service) acquire(key Key) (bool, error) {
+// acquire takes the bundle's lease and returns who holds it and until when;
+// without a Lease this Service is the only one to ask.
+func (s *Service) acquire(key Key) (string, time.Time, error) {
 	if s.opts.Lease == nil {
-		return true, nil
+		return s.holder, time.Time{}, nil
 	}
 	return s.opts.Lease.AcquireBuild(s.ctx, key.Recipient, key.BundleID, s.holder, s.opts.LeaseDuration)
 }
@@ -282,9 +302,9 @@ func (s *Service) renew(ctx context.Context, cancel context.CancelFunc, key Key,
 			return
 		case <-time.After(s.opts.LeaseDuration / 3):
 		}
-		held, err := s.opts.Lease.AcquireBuild(ctx, key.Recipient, key.BundleID, s.holder, s.opts.LeaseDuration)
-		if err == nil && !held {
-			log.Warn("a bundle's lease was taken over while its domain was asked; this attempt stops")
+		holder, _, err := s.opts.Lease.AcquireBuild(ctx, key.Recipient, key.BundleID, s.holder, s.opts.LeaseDuration)
+		if err == nil && holder != s.holder {
+			log.Warn("a bundle's lease was taken over while its domain was asked; this attempt stops", "holder", holder)
 			cancel()
 			return
 		}

@@ -198,11 +198,14 @@ func TestAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T) {
 func testAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T, storeArgs []string) {
 	document := bytes.Repeat([]byte("<Series/>"), 100_000)
 	release := make(chan struct{})
+	stalled := make(chan struct{}) // the first answer has sent part of the document
 	provider := contenttest.Start(t, func(_ *messagehubv1.Bundle, calls int) contenttest.Answer {
 		a := contenttest.Document("application/xml", document, 64<<10)
 		if calls == 0 {
-			// The first answer sends part of the document, then stalls.
-			a.Chunks, a.Hold = a.Chunks[:2], release
+			// The first answer sends part of the document, then stalls
+			// until the hub that asked for it is killed.
+			a.Chunks, a.Stall = a.Chunks[:2], release
+			close(stalled)
 		}
 		return a
 	})
@@ -217,6 +220,13 @@ func testAKillWhileADocumentIsBuiltLeavesNothingBehind(t *testing.T, storeArgs [
 	}
 	if _, _, err := h.peekContent(t, recipient); status.Code(err) != codes.Unavailable {
 		t.Fatalf("a peek while the document is half built: %v, want UNAVAILABLE", err)
+	}
+	// The kill must come while the domain is being asked, not before: a hub
+	// killed before it asks leaves the stalling first answer to its successor.
+	select {
+	case <-stalled:
+	case <-ctxT(t).Done():
+		t.Fatal("the hub never asked the domain for the document")
 	}
 	h.Kill()
 

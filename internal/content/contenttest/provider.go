@@ -20,11 +20,13 @@ import (
 )
 
 // Answer is what the provider does for one request: it sends chunks, then
-// returns err. Hold, when set, is waited for (or the call's end) first.
+// returns err. Hold, when set, is waited for (or the call's end) first;
+// Stall, when set, after the chunks are sent, before err is returned.
 type Answer struct {
 	Chunks []*messagehubv1.BundleContentChunk
 	Err    error
 	Hold   <-chan struct{}
+	Stall  <-chan struct{}
 }
 
 // Provider is a BundleContentProvider on a loopback listener.
@@ -101,6 +103,13 @@ func (p *Provider) CreateBundleContent(req *messagehubv1.CreateBundleContentRequ
 	for _, c := range a.Chunks {
 		if err := stream.Send(c); err != nil {
 			return err
+		}
+	}
+	if a.Stall != nil {
+		select {
+		case <-a.Stall:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
 		}
 	}
 	return a.Err

@@ -148,9 +148,9 @@ func (s *Store) RemoveNotices(ctx context.Context, notices []repository.Notice) 
 }
 
 // AcquireBuild is acquireBuild, its errors mapped.
-func (s *Store) AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (bool, error) {
-	v, err := s.acquireBuild(ctx, recipient, bundleID, holder, d)
-	return v, storeError(err)
+func (s *Store) AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (string, time.Time, error) {
+	current, until, err := s.acquireBuild(ctx, recipient, bundleID, holder, d)
+	return current, until, storeError(err)
 }
 
 // ReleaseBuild is releaseBuild, its errors mapped.

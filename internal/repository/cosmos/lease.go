@@ -20,11 +20,13 @@ import (
 // there too (a batch), so no replica lag can make two holders.
 
 // acquireBuild takes or renews the lease of the bundle's document build for
-// holder, until d from now. It reports false when another holder's lease has
-// not expired.
-func (s *Store) acquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (bool, error) {
+// holder, until d from now. It returns the lease's holder and expiry after
+// the attempt: holder itself when it holds the lease, another instance while
+// that one's lease has not expired.
+func (s *Store) acquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (string, time.Time, error) {
 	// The document outlives its expiry a little, then goes by itself.
-	return s.takeLease(ctx, recipient, leaseID(bundleID), holder, d, int32((d+time.Minute)/time.Second)+1)
+	cur, err := s.takeLease(ctx, recipient, leaseID(bundleID), holder, d, int32((d+time.Minute)/time.Second)+1)
+	return cur.Holder, time.UnixMilli(cur.Expires), err
 }
 
 // releaseBuild gives up holder's lease of the bundle's build; a lease that
@@ -35,41 +37,46 @@ func (s *Store) releaseBuild(ctx context.Context, recipient, bundleID, holder st
 
 // takeLease takes or renews the lease document id in partition pk for
 // holder until d from now (ttl, when not 0, lets Cosmos DB remove the
-// document by itself later). It reports false when another holder's lease
-// has not expired, or another instance took it at the same moment: the
-// first create wins, an expired lease is replaced on its etag.
-func (s *Store) takeLease(ctx context.Context, pk, id, holder string, d time.Duration, ttl int32) (bool, error) {
+// document by itself later). It returns the lease as it stands: holder's
+// own when taken, or another holder's whose lease has not expired or who
+// took it at the same moment (the first create wins, an expired lease is
+// replaced on its etag). A lease released just now comes back with no
+// holder; the next try creates it.
+func (s *Store) takeLease(ctx context.Context, pk, id, holder string, d time.Duration, ttl int32) (leaseDoc, error) {
 	key := azcosmos.NewPartitionKeyString(pk)
 	now := s.cfg.Now()
-	raw, err := json.Marshal(leaseDoc{ID: id, PK: pk, T: typeLease, Holder: holder, Expires: now.Add(d).UnixMilli(), TTL: ttl})
+	mine := leaseDoc{ID: id, PK: pk, T: typeLease, Holder: holder, Expires: now.Add(d).UnixMilli(), TTL: ttl}
+	raw, err := json.Marshal(mine)
 	if err != nil {
-		return false, err
+		return leaseDoc{}, err
 	}
 	resp, err := s.recipients.CreateItem(ctx, key, raw, nil)
 	if err == nil {
 		s.noteItem(resp)
-		return true, nil
+		return mine, nil
 	}
 	if !isStatus(err, http.StatusConflict) {
-		return false, err
+		return leaseDoc{}, err
 	}
 	var cur leaseDoc
-	found, err := s.readOnPrimary(ctx, s.recipients, pk, id, &cur)
-	if err != nil || !found { // !found: released just now; the next try creates it
-		return false, err
+	if found, err := s.readOnPrimary(ctx, s.recipients, pk, id, &cur); err != nil || !found {
+		return leaseDoc{}, err
 	}
 	if cur.Holder != holder && cur.Expires > now.UnixMilli() {
-		return false, nil
+		return cur, nil
 	}
 	resp, err = s.recipients.ReplaceItem(ctx, key, id, raw, &azcosmos.ItemOptions{IfMatchEtag: etag(cur.ETag)})
 	if isStatus(err, http.StatusPreconditionFailed) || isStatus(err, http.StatusNotFound) {
-		return false, nil // another instance took it first
+		// Another instance took it first: say who.
+		var winner leaseDoc
+		_, err := s.readOnPrimary(ctx, s.recipients, pk, id, &winner)
+		return winner, err
 	}
 	if err != nil {
-		return false, err
+		return leaseDoc{}, err
 	}
 	s.noteItem(resp)
-	return true, nil
+	return mine, nil
 }
 
 // dropLease deletes holder's lease document; one that is gone or held by

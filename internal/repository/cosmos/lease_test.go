@@ -24,11 +24,12 @@ func TestOneInstanceHoldsABuildsLease(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 8 {
 			wg.Go(func() {
-				ok, err := stores[i%2].AcquireBuild(ctx, recipient, bundle, uuid.NewString(), time.Minute)
+				holder := uuid.NewString()
+				current, _, err := stores[i%2].AcquireBuild(ctx, recipient, bundle, holder, time.Minute)
 				if err != nil {
 					t.Error(err)
 				}
-				if ok {
+				if current == holder {
 					held.Add(1)
 				}
 			})
@@ -47,24 +48,28 @@ func TestABuildsLeaseIsRenewedReleasedAndTakenOverWhenExpired(t *testing.T) {
 	later := open(t, cosmos.Config{Database: db, Now: func() time.Time { return time.Now().Add(2 * time.Minute) }})
 	ctx := context.Background()
 	recipient, bundle := uuid.NewString(), uuid.NewString()
-	acquire := func(s *cosmos.Store, holder string, want bool) {
+	// acquire checks who holds the lease after holder's attempt.
+	acquire := func(s *cosmos.Store, holder, want string) {
 		t.Helper()
-		ok, err := s.AcquireBuild(ctx, recipient, bundle, holder, time.Minute)
-		if err != nil || ok != want {
-			t.Fatalf("%s acquiring: %v (%v), want %v", holder, ok, err, want)
+		current, until, err := s.AcquireBuild(ctx, recipient, bundle, holder, time.Minute)
+		if err != nil || current != want {
+			t.Fatalf("%s acquiring: held by %q (%v), want %q", holder, current, err, want)
+		}
+		if left := time.Until(until); left < 30*time.Second || left > 3*time.Minute+time.Second {
+			t.Fatalf("%s acquiring: held until %v, %v from now", holder, until, left)
 		}
 	}
-	acquire(a, "a", true)
-	acquire(a, "a", true) // a renewal
-	acquire(b, "b", false)
+	acquire(a, "a", "a")
+	acquire(a, "a", "a") // a renewal
+	acquire(b, "b", "a")
 	if err := b.ReleaseBuild(ctx, recipient, bundle, "b"); err != nil { // not b's: left alone
 		t.Fatal(err)
 	}
-	acquire(b, "b", false)
-	acquire(later, "c", true) // a's lease has expired by c's clock
-	acquire(a, "a", false)
+	acquire(b, "b", "a")
+	acquire(later, "c", "c") // a's lease has expired by c's clock
+	acquire(a, "a", "c")
 	if err := later.ReleaseBuild(ctx, recipient, bundle, "c"); err != nil {
 		t.Fatal(err)
 	}
-	acquire(b, "b", true)
+	acquire(b, "b", "b")
 }

@@ -46,7 +46,7 @@ func TestThrottledAfterEveryRetryIsUnavailable(t *testing.T) {
 	expectUnavailable(t, "Notices", err)
 	_, err = store.HoldSweepLease(ctx, "me", time.Minute)
 	expectUnavailable(t, "HoldSweepLease", err)
-	_, err = store.AcquireBuild(ctx, r, uuid.NewString(), "me", time.Minute)
+	_, _, err = store.AcquireBuild(ctx, r, uuid.NewString(), "me", time.Minute)
 	expectUnavailable(t, "AcquireBuild", err)
 	_, err = repo.Peek(ctx, r, domain.GroupAll, "")
 	expectUnavailable(t, "Peek", err)

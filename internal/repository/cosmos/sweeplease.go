@@ -25,7 +25,8 @@ const (
 // holdSweepLease takes the sweep lease for holder until d from now, or
 // extends it when holder has it; of two instances only one wins (takeLease).
 func (s *Store) holdSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
-	return s.takeLease(ctx, sweepLeasePartition, sweepLeaseID, holder, d, 0)
+	cur, err := s.takeLease(ctx, sweepLeasePartition, sweepLeaseID, holder, d, 0)
+	return err == nil && cur.Holder == holder, err
 }
 
 // releaseSweepLease ends holder's lease, if it still has it.
