@@ -40,7 +40,7 @@ GHZ_C         ?= 50
 GHZ_Z         ?= 60s
 LOAD_DURATION ?= 5s
 
-.PHONY: all tools generate lint build run test bench load ingest-vs-postgres dev-tokens clean
+.PHONY: all tools generate lint build run test test-quick bench load ingest-vs-postgres dev-tokens clean
 all: lint build test
 
 GENERATORS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_VTPROTO) $(PROTOC_GEN_GATEWAY) $(PROTOC_GEN_OPENAPI)
@@ -108,12 +108,21 @@ run: build ## run the service on the embedded store in ./data (ARGS="--grpc-addr
 # Hubs started by tests pick a free HTTP port rather than the default 8080,
 # so that test packages running side by side do not collide.
 test: export MESSAGEHUB_HTTP_ADDR ?= 127.0.0.1:0
-# gotestsum prints every test as it ends, so a long package is never silent.
+test-quick: export MESSAGEHUB_HTTP_ADDR ?= 127.0.0.1:0
+# Compiling with the race detector is the longest silent step on a fresh
+# machine, so it runs first with a line per package compiled; gotestsum then
+# prints every test as it ends, so a long package is never silent either.
 test: $(GOTESTSUM) ## vet and every test of the main module, with the race detector
+	@echo "==> compiling every package with the race detector (a line per package; a fresh machine takes several minutes)"
+	$(GO) build -race -v ./... 2>&1 | sed -u 's/^/    compiled /'
 	@echo "==> go vet"
 	$(GO) vet ./...
-	@echo "==> go test -race (the first run compiles the race-enabled dependencies and installs the Cosmos test server)"
+	@echo "==> go test -race (the first run also installs the Cosmos DB test server and Azurite from the npm registry)"
 	$(BIN)/gotestsum --format testname --format-hide-empty-pkg -- -race -count=1 -timeout 30m ./...
+
+test-quick: $(GOTESTSUM) ## every test without the race detector: a first check
+	@echo "==> go test (no race detector; the first run installs the Cosmos DB test server and Azurite from the npm registry)"
+	$(BIN)/gotestsum --format testname --format-hide-empty-pkg -- -count=1 -timeout 30m ./...
 
 dev-tokens: ## a signing key, its JWKS and tokens for a domain and an actor in ./dev-auth, to try --auth jwt
 	$(GO) run ./cmd/devtoken --out dev-auth
