@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -62,6 +63,16 @@ type Config struct {
 	Audience   string // required: tokens' aud must contain it
 	ActorClaim string // empty means DefaultActorClaim
 	Now        func() time.Time
+	Logger     *slog.Logger   // reloads of the JWKS file; nil means slog.Default()
+	Reloads    ReloadRecorder // counts reloads of the JWKS file; nil counts nothing
+}
+
+// ReloadRecorder counts the verifier's reloads of a changed JWKS file by
+// outcome: "ok" (the file's keys are in use) or "error" (the file cannot be
+// read or parsed, and the keys of the last good one stay in use).
+// *telemetry.Metrics implements it.
+type ReloadRecorder interface {
+	RecordJWKSReload(ctx context.Context, outcome string)
 }
 
 // Verifier checks bearer tokens against the keys of a JWKS file, which it
@@ -69,6 +80,7 @@ type Config struct {
 type Verifier struct {
 	cfg    Config
 	parser *jwt.Parser
+	logger *slog.Logger
 
 	mu   sync.Mutex
 	file jwksFile
@@ -85,8 +97,13 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
 	v := &Verifier{
-		cfg: cfg,
+		cfg:    cfg,
+		logger: logger,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg()}),
 			jwt.WithIssuer(cfg.Issuer),
@@ -161,10 +178,6 @@ func (v *Verifier) Check() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.checkLocked(v.cfg.Now())
-}
-
-func (v *Verifier) checkLocked(now time.Time) {
-	_, _ = v.file.reload(v.cfg.JWKSFile, now)
 }
 
 type principalKey struct{}
