@@ -141,3 +141,29 @@ func equalKeys(a, b crypto.PublicKey) bool {
 	e, ok := a.(interface{ Equal(crypto.PublicKey) bool })
 	return ok && e.Equal(b)
 }
+
+// Watch looks at the JWKS file every CheckInterval until ctx is done, so
+// that a change is logged and counted when it happens rather than at the
+// next call. Calls look for themselves when a look is due (see keyFor), so
+// the bound on a removed key holds without Watch.
+func (v *Verifier) Watch(ctx context.Context) {
+	t := time.NewTicker(CheckInterval)
+	defer t.Stop()
+	v.watch(ctx, t.C)
+}
+
+func (v *Verifier) watch(ctx context.Context, tick <-chan time.Time) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			v.mu.Lock()
+			// A call may have looked since the last tick.
+			if now := v.cfg.Now(); now.Sub(v.file.checked) >= CheckInterval {
+				v.checkLocked(now)
+			}
+			v.mu.Unlock()
+		}
+	}
+}
