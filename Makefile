@@ -115,7 +115,7 @@ test: $(GOTESTSUM) ## vet and every test of the main module, with the race detec
 	@echo "==> go test -race (the first run compiles the race-enabled dependencies and installs the Cosmos test server)"
 	$(BIN)/gotestsum --format testname --format-hide-empty-pkg -- -race -count=1 -timeout 30m ./...
 
-dev-tokens: ## a signing key, its JWKS and tokens for a domain and an actor in ./dev-auth, to try --auth jwt
+dev-tokens: ## tokens for a domain and an actor, the signing key and its JWKS in ./dev-auth, to try --auth jwt (reuses the key: earlier tokens stay valid)
 	$(GO) run ./cmd/devtoken --out dev-auth
 
 bench: ## Go benchmarks (BENCHTIME=3s for stable numbers)
