@@ -59,3 +59,52 @@ func TestABadActorIDIsRefused(t *testing.T) {
 		t.Fatal("a non-UUID actor was accepted")
 	}
 }
+
+// Running devtoken again into the same folder does not invalidate the tokens
+// it made before, which running clients hold: the JWKS after the second run
+// verifies the tokens of both. The same holds when the private key of the
+// first run is gone (a folder of an older devtoken, which did not keep it):
+// the second run's new key gets a new kid and the old key stays in the JWKS.
+func TestARunAgainKeepsTheTokensOfTheRunBefore(t *testing.T) {
+	for _, keyLost := range []bool{false, true} {
+		t.Run(map[bool]string{false: "key kept", true: "key lost"}[keyLost], func(t *testing.T) {
+			dir := t.TempDir()
+			c := config{out: dir, issuer: "https://dev.test/", audience: "hub", valid: time.Hour}
+			if err := run(c, &strings.Builder{}); err != nil {
+				t.Fatal(err)
+			}
+			first := readTokens(t, dir)
+			if keyLost {
+				if err := os.Remove(filepath.Join(dir, keyFile)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := run(c, &strings.Builder{}); err != nil {
+				t.Fatal(err)
+			}
+			second := readTokens(t, dir)
+			v, err := auth.NewVerifier(auth.Config{JWKSFile: filepath.Join(dir, "jwks.json"), Issuer: "https://dev.test/", Audience: "hub"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, tok := range append(first, second...) {
+				if _, err := v.Verify(tok); err != nil {
+					t.Errorf("token %d of %s: %v", i%2, map[bool]string{true: "the first run", false: "the second run"}[i < 2], err)
+				}
+			}
+		})
+	}
+}
+
+func readTokens(t *testing.T, dir string) []string {
+	t.Helper()
+	var toks []string
+	for _, name := range []string{"domain.jwt", "actor.jwt"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks = append(toks, strings.TrimSpace(string(b)))
+	}
+	return toks
+}

@@ -181,10 +181,16 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 	if cfg.Auth == AuthJWT {
 		v, err := auth.NewVerifier(auth.Config{
 			JWKSFile: cfg.JWKSFile, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, ActorClaim: cfg.JWTActorClaim,
+			Logger: logger, Reloads: h.tel.Metrics,
 		})
 		if err != nil {
 			return nil, err
 		}
+		// Key changes are logged and counted when they happen, not at the
+		// next call.
+		watchCtx, stopWatch := context.WithCancel(context.Background())
+		go v.Watch(watchCtx)
+		h.onClose(func() error { stopWatch(); return nil })
 		authorizer := auth.NewAuthorizer(v)
 		opts = append(opts, server.WithAuthorizer(authorizer))
 		gatewayOpts = append(gatewayOpts, gateway.WithAuthentication(auth.LogRefusals(logger, nil, authorizer.Authenticate)))

@@ -12,7 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -39,10 +39,13 @@ const DefaultActorClaim = "sub"
 // leeway absorbs clock skew between the token issuer and the hub.
 const leeway = 30 * time.Second
 
-// reloadInterval bounds how often a token with an unknown kid makes the
-// verifier re-read the JWKS file, so that rotated keys are picked up without
-// a restart and garbage kids cannot make it read the file on every call.
-const reloadInterval = 10 * time.Second
+// CheckInterval is how often the verifier looks at the JWKS file for
+// changes: a call that finds the last look at least this old looks again
+// before it checks its token. A key added to or removed from the file is
+// therefore trusted or refused by every call made CheckInterval after the
+// file was written. A look reads and hashes the file (a few kilobytes) and
+// parses it only when it changed, so it is cheap at this rate.
+const CheckInterval = 5 * time.Second
 
 // Principal is an authenticated caller.
 type Principal struct {
@@ -60,17 +63,27 @@ type Config struct {
 	Audience   string // required: tokens' aud must contain it
 	ActorClaim string // empty means DefaultActorClaim
 	Now        func() time.Time
+	Logger     *slog.Logger   // reloads of the JWKS file; nil means slog.Default()
+	Reloads    ReloadRecorder // counts reloads of the JWKS file; nil counts nothing
 }
 
-// Verifier checks bearer tokens against the keys of a JWKS file.
+// ReloadRecorder counts the verifier's reloads of a changed JWKS file by
+// outcome: "ok" (the file's keys are in use) or "error" (the file cannot be
+// read or parsed, and the keys of the last good one stay in use).
+// *telemetry.Metrics implements it.
+type ReloadRecorder interface {
+	RecordJWKSReload(ctx context.Context, outcome string)
+}
+
+// Verifier checks bearer tokens against the keys of a JWKS file, which it
+// re-reads when the file changes (see CheckInterval).
 type Verifier struct {
 	cfg    Config
 	parser *jwt.Parser
+	logger *slog.Logger
 
-	mu        sync.Mutex
-	keys      *KeySet
-	modTime   time.Time
-	lastCheck time.Time
+	mu   sync.Mutex
+	file jwksFile
 }
 
 // NewVerifier loads the JWKS file and returns a verifier for cfg.
@@ -84,8 +97,13 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
 	v := &Verifier{
-		cfg: cfg,
+		cfg:    cfg,
+		logger: logger,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg()}),
 			jwt.WithIssuer(cfg.Issuer),
@@ -95,15 +113,9 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 			jwt.WithTimeFunc(cfg.Now),
 		),
 	}
-	st, err := os.Stat(cfg.JWKSFile)
-	if err != nil {
+	if err := v.file.load(cfg.JWKSFile, cfg.Now()); err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
-	keys, err := LoadJWKS(cfg.JWKSFile)
-	if err != nil {
-		return nil, fmt.Errorf("auth: %w", err)
-	}
-	v.keys, v.modTime, v.lastCheck = keys, st.ModTime(), cfg.Now()
 	return v, nil
 }
 
@@ -147,38 +159,25 @@ func rolesOf(v any) ([]string, error) {
 	}
 }
 
-// keyFor is the jwt.Keyfunc: the key of the token's kid and algorithm.
+// keyFor is the jwt.Keyfunc: the key of the token's kid and algorithm, from
+// the file as it is now if the last look at it is CheckInterval old.
 func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
 	kid, _ := t.Header["kid"].(string)
-	alg := t.Method.Alg()
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	key, err := v.keys.lookup(alg, kid)
-	if err == nil || !v.reloadLocked() {
-		return key, err
+	if now := v.cfg.Now(); now.Sub(v.file.checked) >= CheckInterval {
+		v.checkLocked(now)
 	}
-	return v.keys.lookup(alg, kid)
+	keys := v.file.keys
+	v.mu.Unlock()
+	return keys.lookup(t.Method.Alg(), kid)
 }
 
-// reloadLocked re-reads the JWKS file if it changed, at most once per
-// reloadInterval, and reports whether the keys changed. A file that no longer
-// parses keeps the old keys.
-func (v *Verifier) reloadLocked() bool {
-	now := v.cfg.Now()
-	if now.Sub(v.lastCheck) < reloadInterval {
-		return false
-	}
-	v.lastCheck = now
-	st, err := os.Stat(v.cfg.JWKSFile)
-	if err != nil || st.ModTime().Equal(v.modTime) {
-		return false
-	}
-	keys, err := LoadJWKS(v.cfg.JWKSFile)
-	if err != nil {
-		return false
-	}
-	v.keys, v.modTime = keys, st.ModTime()
-	return true
+// Check looks at the JWKS file now and installs its keys if it changed. A
+// file that cannot be read or parsed leaves the keys as they are.
+func (v *Verifier) Check() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.checkLocked(v.cfg.Now())
 }
 
 type principalKey struct{}

@@ -133,20 +133,12 @@ func TestRotatedKeysArePickedUpFromTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The same kid as before with the new key: the old key fails it until
-	// the file is re-read. A token of an unknown kid makes the verifier
-	// re-read the file, at most every 10 s.
+	// the verifier looks at the file again, CheckInterval after the last look.
 	tok := next.RS256(t, next.Claims(actorA, auth.RoleActor))
-	unknownKid := authtest.Sign(t, jwt.SigningMethodRS256, "rsa-2", next.Claims(actorA, auth.RoleActor), next.RSA)
-	if _, err := v.Verify(unknownKid); err == nil {
-		t.Fatal("a token of an unknown kid was accepted")
-	}
 	if _, err := v.Verify(tok); err == nil {
-		t.Fatal("the file was re-read before the reload interval passed")
+		t.Fatal("the file was re-read before the check interval passed")
 	}
-	now = now.Add(11 * time.Second)
-	if _, err := v.Verify(unknownKid); err == nil || !strings.Contains(err.Error(), "rsa-2") {
-		t.Fatalf("Verify = %v; the rotated file has no kid rsa-2 either", err)
-	}
+	now = now.Add(auth.CheckInterval)
 	if _, err := v.Verify(tok); err != nil {
 		t.Fatalf("after the reload a token of the new key fails: %v", err)
 	}

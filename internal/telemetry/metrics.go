@@ -52,6 +52,7 @@ type Metrics struct {
 	providerCalls         metric.Int64Counter
 	providerDuration      metric.Float64Histogram
 	contentBytes          metric.Int64Counter
+	jwksReloads           metric.Int64Counter
 
 	// The attributes of each store operation's duration, made once: a new
 	// set per operation (sorted and hashed) cost more than recording it.
@@ -116,6 +117,8 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		"CreateBundleContent calls to domains' providers, by origin and outcome (ok, error, invalid).")
 	m.contentBytes = counter("messagehub.content.stored", "By",
 		"Bytes of bundle documents stored, by origin.")
+	m.jwksReloads = counter("messagehub.jwks.reloads", "{reload}",
+		"Reloads of a changed JWKS file, by outcome: ok, or error (unreadable or unusable; the last good keys stay).")
 	if err != nil {
 		return nil, err
 	}
@@ -227,4 +230,10 @@ func (m *Metrics) RecordProviderCall(ctx context.Context, origin, outcome string
 	if bytes > 0 {
 		m.contentBytes.Add(ctx, bytes, metric.WithAttributes(o))
 	}
+}
+
+// RecordJWKSReload counts a reload of a changed JWKS file, by outcome ("ok"
+// or "error"); it implements auth.ReloadRecorder.
+func (m *Metrics) RecordJWKSReload(ctx context.Context, outcome string) {
+	m.jwksReloads.Add(ctx, 1, metric.WithAttributes(attrOutcome.String(outcome)))
 }

@@ -1,0 +1,169 @@
+package auth
+
+import (
+	"context"
+	"crypto"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"time"
+)
+
+// jwksFile is the key set a verifier trusts and what it knows of the file
+// the keys came from.
+type jwksFile struct {
+	keys    *KeySet
+	sum     [sha256.Size]byte // of the content the keys were parsed from
+	checked time.Time         // the last look at the file
+	// failed names the unusable state of the file logged last (its read
+	// error or its content's sum), so that a file that stays bad is
+	// logged and counted once, not at every look; empty when the file is
+	// good.
+	failed string
+}
+
+// load reads the file for the first time: any content differs from none.
+func (f *jwksFile) load(path string, now time.Time) error {
+	_, _, err := f.reload(path, now)
+	return err
+}
+
+// reload looks at the file and, if its content differs from the one the keys
+// came from, installs its keys and returns the old ones (nil when the
+// content is the same). The content is
+// compared rather than the modification time or size, which a rewrite can
+// leave as they were (coarse time stamps, a key of the same length). A file
+// that cannot be read or parsed keeps the keys and returns the error and
+// what names the failure.
+func (f *jwksFile) reload(path string, now time.Time) (old *KeySet, failure string, err error) {
+	f.checked = now
+	data, err := os.ReadFile(path) //nolint:gosec // the operator names the file
+	if err != nil {
+		return nil, err.Error(), fmt.Errorf("read JWKS: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	if sum == f.sum {
+		return nil, "", nil
+	}
+	keys, err := ParseJWKS(data)
+	if err != nil {
+		return nil, string(sum[:]), fmt.Errorf("JWKS %s: %w", path, err)
+	}
+	old, f.keys, f.sum = f.keys, keys, sum
+	return old, "", nil
+}
+
+// checkLocked looks at the file and logs and counts what changed: a reload
+// at info with the key ids gained and lost, an unusable file at warn (once
+// while it stays the same). v.mu is held.
+func (v *Verifier) checkLocked(now time.Time) {
+	wasFailing := v.file.failed != ""
+	old, failure, err := v.file.reload(v.cfg.JWKSFile, now)
+	ctx := context.Background()
+	switch {
+	case err != nil:
+		if failure == v.file.failed {
+			return
+		}
+		v.file.failed = failure
+		v.logger.Warn("JWKS file not reloaded; the keys of the last good one stay in use",
+			"file", v.cfg.JWKSFile, "error", err.Error())
+		v.record(ctx, "error")
+	case old == nil && !wasFailing:
+		// Unchanged since the keys were loaded.
+	default:
+		// Changed, or back to the content of the keys in use after an
+		// unusable version: either way the file is good again.
+		v.file.failed = ""
+		if old == nil {
+			old = v.file.keys
+		}
+		added, removed, replaced := diffKeys(old, v.file.keys)
+		v.logger.Info("JWKS file reloaded", "file", v.cfg.JWKSFile, "keys", len(v.file.keys.keys),
+			"added", added, "removed", removed, "replaced", replaced)
+		v.record(ctx, "ok")
+	}
+}
+
+func (v *Verifier) record(ctx context.Context, outcome string) {
+	if v.cfg.Reloads != nil {
+		v.cfg.Reloads.RecordJWKSReload(ctx, outcome)
+	}
+}
+
+// diffKeys names the keys of next that old lacks (added), those of old that
+// next lacks (removed) and those whose id stays with another key (replaced).
+// A key is named by its kid, or "(no kid, ALG)" without one.
+func diffKeys(old, next *KeySet) (added, removed, replaced []string) {
+	added, removed, replaced = []string{}, []string{}, []string{}
+	used := make([]bool, len(old.keys))
+	// match pairs each key of next with an unused key of old of the same
+	// name for which same holds.
+	match := func(k jwk, same func(a, b jwk) bool) bool {
+		for i, o := range old.keys {
+			if !used[i] && o.name() == k.name() && same(o, k) {
+				used[i] = true
+				return true
+			}
+		}
+		return false
+	}
+	var changed []jwk
+	for _, k := range next.keys {
+		if !match(k, func(a, b jwk) bool { return a.alg == b.alg && equalKeys(a.key, b.key) }) {
+			changed = append(changed, k)
+		}
+	}
+	for _, k := range changed {
+		if match(k, func(jwk, jwk) bool { return true }) {
+			replaced = append(replaced, k.name())
+		} else {
+			added = append(added, k.name())
+		}
+	}
+	for i, o := range old.keys {
+		if !used[i] {
+			removed = append(removed, o.name())
+		}
+	}
+	return added, removed, replaced
+}
+
+// name is how logs call the key.
+func (k jwk) name() string {
+	if k.kid != "" {
+		return k.kid
+	}
+	return "(no kid, " + k.alg + ")"
+}
+
+func equalKeys(a, b crypto.PublicKey) bool {
+	e, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && e.Equal(b)
+}
+
+// Watch looks at the JWKS file every CheckInterval until ctx is done, so
+// that a change is logged and counted when it happens rather than at the
+// next call. Calls look for themselves when a look is due (see keyFor), so
+// the bound on a removed key holds without Watch.
+func (v *Verifier) Watch(ctx context.Context) {
+	t := time.NewTicker(CheckInterval)
+	defer t.Stop()
+	v.watch(ctx, t.C)
+}
+
+func (v *Verifier) watch(ctx context.Context, tick <-chan time.Time) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			v.mu.Lock()
+			// A call may have looked since the last tick.
+			if now := v.cfg.Now(); now.Sub(v.file.checked) >= CheckInterval {
+				v.checkLocked(now)
+			}
+			v.mu.Unlock()
+		}
+	}
+}
