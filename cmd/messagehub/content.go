@@ -20,7 +20,6 @@ import (
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/repository"
-	"github.com/energydatahub/messagehub/internal/repository/cosmos"
 )
 
 // ContentConfig is where bundles' documents come from (issue: bundle
@@ -48,9 +47,6 @@ type BlobConfig struct {
 	URL              string
 	Container        string
 }
-
-// The Cosmos DB store keeps the leases of document builds.
-var _ content.Lease = (*cosmos.Store)(nil)
 
 // parseProviders reads "DOMAIN_X=ADDRESS" entries, comma-separated.
 func parseProviders(v string) (map[domain.Origin]string, error) {
@@ -106,8 +102,9 @@ func (c ContentConfig) validate(store string) error {
 
 // contentService dials the configured providers, and returns the document
 // service over store and starts telling the providers of dequeues from the
-// notices; closeAll stops both and releases the connections.
-func contentService(cfg ContentConfig, store content.Store, lease content.Lease, repo *repository.Repository, notices repository.Announcer, bell *content.Bell, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
+// outbox of shared, whose leases make the instances sharing it ask a domain
+// once; closeAll stops both and releases the connections.
+func contentService(cfg ContentConfig, store content.Store, repo *repository.Repository, shared repository.Store, bell *content.Bell, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
 	creds, err := cfg.dialOptions()
 	if err != nil {
 		return nil, nil, err
@@ -136,7 +133,7 @@ func contentService(cfg ContentConfig, store content.Store, lease content.Lease,
 	svc = content.NewService(content.Options{
 		Providers: providers,
 		Store:     store,
-		Lease:     lease,
+		Lease:     shared,
 		// An instance that died holds a build up for this long at most.
 		LeaseDuration: cfg.Lease,
 		Pending:       repo.IsPending,
@@ -145,7 +142,7 @@ func contentService(cfg ContentConfig, store content.Store, lease content.Lease,
 	})
 	notifier := content.StartNotifier(content.NotifierOptions{
 		Providers: providers,
-		Notices:   notices,
+		Notices:   shared,
 		Bundle:    repo.DequeuedBundle,
 		Bell:      bell,
 		Logger:    logger,

@@ -308,7 +308,7 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 	// Bundles' documents live next to the embedded store, or in Azure Blob
 	// Storage with Cosmos DB, and are served even for a domain whose
 	// provider has since been removed.
-	documents, lease, err := h.openDocuments(ctx, store)
+	documents, err := h.openDocuments(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -341,7 +341,7 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 	if h.guard != nil {
 		docStore = documentsGuarded{Store: documents, guard: h.guard}
 	}
-	docs, closeDocs, err := contentService(h.cfg.Content, docStore, lease, repo, measured, bell, h.tel.Metrics, h.logger)
+	docs, closeDocs, err := contentService(h.cfg.Content, docStore, repo, measured, bell, h.tel.Metrics, h.logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -351,31 +351,29 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 }
 
 // openDocuments opens where bundles' documents are kept: a folder next to
-// the embedded store, or Azure Blob Storage with Cosmos DB, where the store
-// also holds the leases that make instances ask a domain once. Both are nil
-// with Cosmos DB and no blob storage configured.
-func (h *hub) openDocuments(ctx context.Context, store repository.Store) (content.Store, content.Lease, error) {
+// the embedded store, or Azure Blob Storage with Cosmos DB; nil with Cosmos
+// DB and no blob storage configured.
+func (h *hub) openDocuments(ctx context.Context) (content.Store, error) {
 	if h.cfg.Store == StoreEmbedded {
 		dir, err := content.OpenDirStore(filepath.Join(h.cfg.DataDir, "content"))
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		h.onClose(dir.Close)
-		return dir, nil, nil
+		return dir, nil
 	}
 	blob := h.cfg.Content.Blob
 	if blob.ConnectionString == "" && blob.URL == "" {
-		return nil, nil, nil
+		return nil, nil
 	}
 	docs, err := blobstore.Open(ctx, blobstore.Config{
 		ConnectionString: blob.ConnectionString, ServiceURL: blob.URL, Container: blob.Container,
 		Provision: h.cfg.Cosmos.Provision,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	lease, _ := store.(content.Lease)
-	return docs, lease, nil
+	return docs, nil
 }
 
 // listen opens the listeners; with --auth none every one must be on loopback.

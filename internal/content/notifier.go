@@ -18,7 +18,7 @@ type NotifierOptions struct {
 	// Providers are the domains told of their bundles' dequeues.
 	Providers map[domain.Origin]messagehubv1.BundleContentProviderClient
 	// Notices is the store's outbox of dequeues to announce.
-	Notices repository.Announcer
+	Notices repository.Outbox
 	// Bundle reads a dequeued bundle as it was dequeued
 	// (repository.Repository.DequeuedBundle).
 	Bundle func(ctx context.Context, recipient, bundleID string) (*domain.Bundle, error)

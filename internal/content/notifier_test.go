@@ -118,13 +118,13 @@ func (c *fakeClock) fire(w fakeWait) {
 
 // countingNotices counts the looks at the outbox.
 type countingNotices struct {
-	repository.Announcer
+	repository.Outbox
 	looks atomic.Int64
 }
 
 func (c *countingNotices) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
 	c.looks.Add(1)
-	return c.Announcer.Notices(ctx, origins, limit)
+	return c.Outbox.Notices(ctx, origins, limit)
 }
 
 // countingProvider counts the BundleDequeued calls to a provider.
@@ -178,7 +178,7 @@ func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 	origins := slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, 12)
 	bundles := dequeueAll(ctx, t, repo, append(origins, domain.OriginCharges)...)
 
-	notices := &countingNotices{Announcer: store}
+	notices := &countingNotices{Outbox: store}
 	downClient := &countingProvider{BundleContentProviderClient: down.Client(t)}
 	clock := newFakeClock()
 	notifier := content.StartNotifier(content.NotifierOptions{
@@ -241,7 +241,7 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 	other := repository.New(store, repository.Options{Announce: announce}, nil) // another instance: rings nothing here
 	defer other.Close()
 	ctx := within(t, time.Minute)
-	notices := &countingNotices{Announcer: store}
+	notices := &countingNotices{Outbox: store}
 	clock := newFakeClock()
 	notifier := content.StartNotifier(content.NotifierOptions{
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: provider.Client(t)},

@@ -2,7 +2,6 @@ package repository
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -59,18 +58,14 @@ func (r *Repository) dequeueOnce(ctx context.Context, recipient, bundleID string
 
 // DequeuedBundle returns a dequeued bundle of the recipient as it was
 // dequeued, for telling its domain; ErrNotFound once retention removed it.
-// The store must keep notices (an Announcer): it reads the one record.
+// It reads the one record.
 func (r *Repository) DequeuedBundle(ctx context.Context, recipient, bundleID string) (*domain.Bundle, error) {
 	if err := r.begin(); err != nil {
 		return nil, err
 	}
 	defer r.ops.Done()
-	a, ok := r.store.(Announcer)
-	if !ok {
-		return nil, errors.New("the store keeps no notices of dequeues")
-	}
 	return retry(ctx, func() (*domain.Bundle, error) {
-		rec, err := a.DequeuedBundle(ctx, recipient, bundleID)
+		rec, err := r.store.DequeuedBundle(ctx, recipient, bundleID)
 		if err != nil {
 			return nil, err
 		}

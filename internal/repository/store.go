@@ -143,6 +143,9 @@ type Store interface {
 	Backlog(ctx context.Context) (Backlog, error)
 	// Close releases the store.
 	Close() error
+
+	Outbox
+	Coordination
 }
 
 // Notice says that a dequeued bundle's domain is still to be told of it.
@@ -154,11 +157,11 @@ type Notice struct {
 	DequeuedAt time.Time
 }
 
-// Announcer is a Store that keeps notices: Acknowledge of a record with
-// Announce set writes one in the same atomic write, and they stay until
-// removed, across crashes. They are found through an index of their own,
-// by domain, without scanning anything else.
-type Announcer interface {
+// Outbox is the part of a Store that keeps notices: Acknowledge of a record
+// with Announce set writes one in the same atomic write, and they stay
+// until removed, across crashes. They are found through an index of their
+// own, by domain, without scanning anything else.
+type Outbox interface {
 	// Notices returns up to limit notices of the given domains
 	// (OriginUnspecified: those that carry none), oldest first as far as
 	// the store can order them; a domain left out costs nothing, however
@@ -173,6 +176,51 @@ type Announcer interface {
 	// retains); domain.ErrNotFound when there is none.
 	DequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error)
 }
+
+// Coordination is the part of a Store that lets the instances sharing it
+// take turns: one sweeps at a time, one asks a domain for a bundle's
+// document. A store only one process opens embeds Solo.
+type Coordination interface {
+	// HoldSweepLease takes the sweep lease for holder until d from now, or
+	// extends it when holder has it; false when another holder's lease has
+	// not run out.
+	HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error)
+	// ReleaseSweepLease gives the lease up if holder has it, so that
+	// another instance need not wait for it to run out.
+	ReleaseSweepLease(ctx context.Context, holder string) error
+	// LowPriority marks ctx so that the store's requests made with it are
+	// the first to be throttled when the store is busy.
+	LowPriority(ctx context.Context) context.Context
+	// AcquireBuild takes or renews holder's lease of a bundle's document
+	// build until d from now, and returns who holds it afterwards and until
+	// when: holder itself, or another holder whose lease has not expired
+	// (empty: released just now). It is content.Lease.
+	AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (current string, until time.Time, err error)
+	// ReleaseBuild gives up holder's lease of the build; another's is left
+	// alone.
+	ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error
+}
+
+// Solo is the Coordination of a store that one process opens: every lease
+// is its own at once, and there is nobody to yield to.
+type Solo struct{}
+
+// HoldSweepLease implements Coordination: always held.
+func (Solo) HoldSweepLease(context.Context, string, time.Duration) (bool, error) { return true, nil }
+
+// ReleaseSweepLease implements Coordination.
+func (Solo) ReleaseSweepLease(context.Context, string) error { return nil }
+
+// LowPriority implements Coordination: ctx as it is.
+func (Solo) LowPriority(ctx context.Context) context.Context { return ctx }
+
+// AcquireBuild implements Coordination: holder holds it, with no end.
+func (Solo) AcquireBuild(_ context.Context, _, _, holder string, _ time.Duration) (string, time.Time, error) {
+	return holder, time.Time{}, nil
+}
+
+// ReleaseBuild implements Coordination.
+func (Solo) ReleaseBuild(context.Context, string, string, string) error { return nil }
 
 // Options configure a Repository.
 type Options struct {
@@ -189,8 +237,7 @@ type Options struct {
 	// go, so a failure leaves nothing behind that no record points to.
 	ForgetBundles func(ctx context.Context, recipient string, bundleIDs []string) error
 	// Announce, when set, says which domains hear of their bundles'
-	// dequeues: their Acknowledge records a notice (the store must be an
-	// Announcer).
+	// dequeues: their Acknowledge records a notice in the store's outbox.
 	Announce func(domain.Origin) bool
 	// Announced, when set, is called after a dequeue wrote a notice, so
 	// that the notifier looks at once instead of at its next poll.

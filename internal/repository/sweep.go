@@ -14,22 +14,6 @@ import (
 	"github.com/energydatahub/messagehub/internal/drawer"
 )
 
-// SweepCoordinator is a Store that several instances share, whose sweepers
-// take turns: one instance at a time sweeps, and its requests yield to the
-// others' traffic.
-type SweepCoordinator interface {
-	// HoldSweepLease takes the sweep lease for holder until d from now, or
-	// extends it when holder has it; false when another holder's lease has
-	// not run out.
-	HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error)
-	// ReleaseSweepLease gives the lease up if holder has it, so that
-	// another instance need not wait for it to run out.
-	ReleaseSweepLease(ctx context.Context, holder string) error
-	// LowPriority marks ctx so that the store's requests made with it are
-	// the first to be throttled when the store is busy.
-	LowPriority(ctx context.Context) context.Context
-}
-
 // sweepSpread is the part of the interval a pass is spread over: a pass
 // paces its recipients instead of bursting, and ends before the next.
 const sweepSpread = 3 // quarters
@@ -41,15 +25,13 @@ func (r *Repository) sweepLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			if c, ok := r.store.(SweepCoordinator); ok {
-				// Shutting down: hand the lease over now (the store closes
-				// only after this loop ends).
-				release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				if err := c.ReleaseSweepLease(release, holder); err != nil {
-					r.logger.Warn("releasing the sweep lease failed; it runs out by itself", "err", err)
-				}
-				cancel()
+			// Shutting down: hand the lease over now (the store closes only
+			// after this loop ends).
+			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := r.store.ReleaseSweepLease(release, holder); err != nil {
+				r.logger.Warn("releasing the sweep lease failed; it runs out by itself", "err", err)
 			}
+			cancel()
 			return
 		case <-timer.C:
 			if err := r.sweepTurn(ctx, holder); err != nil && ctx.Err() == nil {
@@ -72,11 +54,8 @@ func jittered(d time.Duration) time.Duration {
 // intervals.
 func (r *Repository) sweepTurn(ctx context.Context, holder string) error {
 	interval := r.opts.SweepInterval
-	hold := func(context.Context) (bool, error) { return true, nil }
-	if c, ok := r.store.(SweepCoordinator); ok {
-		hold = func(ctx context.Context) (bool, error) { return c.HoldSweepLease(ctx, holder, 2*interval) }
-		ctx = c.LowPriority(ctx)
-	}
+	hold := func(ctx context.Context) (bool, error) { return r.store.HoldSweepLease(ctx, holder, 2*interval) }
+	ctx = r.store.LowPriority(ctx)
 	if held, err := hold(ctx); err != nil || !held {
 		return err
 	}

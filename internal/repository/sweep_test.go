@@ -55,6 +55,17 @@ func (s *sweptStore) DequeuedBundles(context.Context, string) ([]bundle.Record, 
 
 func (s *sweptStore) Close() error { return nil }
 
+// A sweptStore alone is a store of one instance.
+func (s *sweptStore) HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
+	return Solo{}.HoldSweepLease(ctx, holder, d)
+}
+
+func (s *sweptStore) ReleaseSweepLease(ctx context.Context, holder string) error {
+	return Solo{}.ReleaseSweepLease(ctx, holder)
+}
+
+func (s *sweptStore) LowPriority(ctx context.Context) context.Context { return Solo{}.LowPriority(ctx) }
+
 func (s *sweptStore) swept() []sweepLoad {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -30,8 +30,6 @@ import (
 // with its bundle. Notices written before they carried their domain have
 // the term "notice".
 
-var _ repository.Announcer = (*Store)(nil)
-
 // noticeType is the t of a domain's notices; OriginUnspecified gives the
 // term of notices written before they carried their domain.
 func noticeType(o domain.Origin) string {

@@ -7,11 +7,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
-
-	"github.com/energydatahub/messagehub/internal/repository"
 )
-
-var _ repository.SweepCoordinator = (*Store)(nil)
 
 // The sweep lease is one document in the recipients container, in a
 // partition of its own: whoever holds it, and until when (unix ms of the

@@ -117,5 +117,3 @@ func (s *Store) DequeuedBundle(_ context.Context, recipient, bundleID string) (b
 	err = json.Unmarshal(v, &rec)
 	return rec, err
 }
-
-var _ repository.Announcer = (*Store)(nil)

@@ -31,8 +31,11 @@ import (
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
-// Store is the embedded repository.Store.
+// Store is the embedded repository.Store. One process opens it, so its
+// leases are always its own (repository.Solo).
 type Store struct {
+	repository.Solo
+
 	db      *pebble.DB
 	dir     string
 	version atomic.Uint64

@@ -186,84 +186,59 @@ func (s *Store) Backlog(ctx context.Context) (repository.Backlog, error) {
 	return b, err
 }
 
-// Notices implements repository.Announcer when the store it wraps does.
+// Notices implements repository.Outbox.
 func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
-	a, ok := s.next.(repository.Announcer)
-	if !ok {
-		return nil, errNoNotices
-	}
 	start := s.now()
-	n, err := a.Notices(ctx, origins, limit)
+	n, err := s.next.Notices(ctx, origins, limit)
 	s.observe(ctx, OpNotices, start, err)
 	return n, err
 }
 
-// RemoveNotices implements repository.Announcer when the store it wraps does.
+// RemoveNotices implements repository.Outbox.
 func (s *Store) RemoveNotices(ctx context.Context, notices []repository.Notice) error {
-	a, ok := s.next.(repository.Announcer)
-	if !ok {
-		return errNoNotices
-	}
 	start := s.now()
-	err := a.RemoveNotices(ctx, notices)
+	err := s.next.RemoveNotices(ctx, notices)
 	s.observe(ctx, OpRemoveNotices, start, err)
 	return err
 }
 
-// NoticeBacklog implements repository.Announcer when the store it wraps does.
+// NoticeBacklog implements repository.Outbox.
 func (s *Store) NoticeBacklog(ctx context.Context) (int, time.Time, error) {
-	a, ok := s.next.(repository.Announcer)
-	if !ok {
-		return 0, time.Time{}, errNoNotices
-	}
-	return a.NoticeBacklog(ctx)
+	return s.next.NoticeBacklog(ctx)
 }
 
-// DequeuedBundle implements repository.Announcer when the store it wraps does.
+// DequeuedBundle implements repository.Outbox.
 func (s *Store) DequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error) {
-	a, ok := s.next.(repository.Announcer)
-	if !ok {
-		return bundle.Record{}, errNoNotices
-	}
 	start := s.now()
-	rec, err := a.DequeuedBundle(ctx, recipient, bundleID)
+	rec, err := s.next.DequeuedBundle(ctx, recipient, bundleID)
 	s.observe(ctx, OpDequeuedBundle, start, err)
 	return rec, err
 }
-
-// errNoNotices: the wrapped store keeps no notices.
-var errNoNotices = errors.New("the store keeps no notices of dequeues")
 
 // Close implements repository.Store.
 func (s *Store) Close() error { return s.next.Close() }
 
 var _ repository.Store = (*Store)(nil)
 
-// The decorator forwards the sweep lease: without it, a shared store behind
-// it would be swept by every instance at once, at normal priority.
-var _ repository.SweepCoordinator = (*Store)(nil)
-
-// HoldSweepLease implements repository.SweepCoordinator: the wrapped store's
-// lease when it has one; a store of one instance needs none.
+// HoldSweepLease implements repository.Coordination.
 func (s *Store) HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
-	if c, ok := s.next.(repository.SweepCoordinator); ok {
-		return c.HoldSweepLease(ctx, holder, d)
-	}
-	return true, nil
+	return s.next.HoldSweepLease(ctx, holder, d)
 }
 
-// ReleaseSweepLease implements repository.SweepCoordinator.
+// ReleaseSweepLease implements repository.Coordination.
 func (s *Store) ReleaseSweepLease(ctx context.Context, holder string) error {
-	if c, ok := s.next.(repository.SweepCoordinator); ok {
-		return c.ReleaseSweepLease(ctx, holder)
-	}
-	return nil
+	return s.next.ReleaseSweepLease(ctx, holder)
 }
 
-// LowPriority implements repository.SweepCoordinator.
-func (s *Store) LowPriority(ctx context.Context) context.Context {
-	if c, ok := s.next.(repository.SweepCoordinator); ok {
-		return c.LowPriority(ctx)
-	}
-	return ctx
+// LowPriority implements repository.Coordination.
+func (s *Store) LowPriority(ctx context.Context) context.Context { return s.next.LowPriority(ctx) }
+
+// AcquireBuild implements repository.Coordination.
+func (s *Store) AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (string, time.Time, error) {
+	return s.next.AcquireBuild(ctx, recipient, bundleID, holder, d)
+}
+
+// ReleaseBuild implements repository.Coordination.
+func (s *Store) ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error {
+	return s.next.ReleaseBuild(ctx, recipient, bundleID, holder)
 }

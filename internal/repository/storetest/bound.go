@@ -148,13 +148,11 @@ func (h *harness) acknowledgedDrawersLeave(t *testing.T) {
 		t.Fatalf("drawer of a retained bundle: %d items (%v), want 3 kept", len(items), err)
 	}
 	e.save(big...) // room now: the cabinet starts again
-	if _, ok := e.store.(repository.Announcer); ok {
-		got, err := e.repo.DequeuedBundle(ctx(t), r, b.ID)
-		if err != nil {
-			t.Fatalf("dequeued bundle after its drawer left the entry: %v", err)
-		}
-		expectIDs(t, "dequeued bundle read back", got.NotificationIDs, b.NotificationIDs)
+	got, err := e.repo.DequeuedBundle(ctx(t), r, b.ID)
+	if err != nil {
+		t.Fatalf("dequeued bundle after its drawer left the entry: %v", err)
 	}
+	expectIDs(t, "dequeued bundle read back", got.NotificationIDs, b.NotificationIDs)
 
 	e.clock.Advance(25 * time.Hour)
 	if err := e.repo.SweepNow(ctx(t)); err != nil {
@@ -196,12 +194,10 @@ func (h *harness) acknowledgedDrawerLeavesALiveCabinet(t *testing.T) {
 		t.Fatalf("after the sweep the entry is %+v (%v), want the second drawer alone", state.Entries, err)
 	}
 	e.save(big...)
-	if _, ok := e.store.(repository.Announcer); ok {
-		got, err := e.repo.DequeuedBundle(ctx(t), r, b.ID)
-		if err != nil {
-			t.Fatalf("dequeued bundle after its drawer left the entry: %v", err)
-		}
-		expectIDs(t, "dequeued bundle read back", got.NotificationIDs, ids(full))
+	got, err := e.repo.DequeuedBundle(ctx(t), r, b.ID)
+	if err != nil {
+		t.Fatalf("dequeued bundle after its drawer left the entry: %v", err)
 	}
+	expectIDs(t, "dequeued bundle read back", got.NotificationIDs, ids(full))
 	expectIDs(t, "delivery after the sweep", e.drain(r, domain.GroupAll), append([]string{tail.ID}, ids(big)...))
 }

@@ -775,10 +775,7 @@ func backlogSums(t *testing.T, s *storeEnv) {
 // announcerNotices checks the notices of stores that keep them: written by
 // Acknowledge in the same atomic write, oldest first, until removed.
 func announcerNotices(t *testing.T, s *storeEnv) {
-	an, ok := s.store.(repository.Announcer)
-	if !ok {
-		t.Skip("the store keeps no notices")
-	}
+	an := s.store
 	r := newRecipient()
 	s.commit(notes(4, r, domain.OriginCharges, "c")...)
 	ack := func(rec bundle.Record, announce bool) bundle.Record {
