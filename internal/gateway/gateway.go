@@ -102,11 +102,12 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		runtime.WithForwardResponseOption(peekResponse),
 		runtime.WithErrorHandler(errorHandler),
 		// Unknown fields are refused rather than dropped: a misspelt field
-		// must not silently change what is stored.
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: &runtime.JSONPb{
+		// must not silently change what is stored. So is anything after
+		// the body's one document.
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: oneDocumentJSON{&runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}}),
+		}}}),
 		// So are unknown query parameters.
 		runtime.SetQueryParameterParser(&strictQuery{}),
 		// The server sets no response metadata worth exposing as

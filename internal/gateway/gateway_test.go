@@ -346,3 +346,32 @@ func TestRequestsAreInTheDebugAccessLog(t *testing.T) {
 		}
 	}
 }
+
+// A body is one JSON document: a second document, or anything but white
+// space after the first, is refused with 400 and nothing of it is stored,
+// rather than the first document being saved and the rest ignored.
+func TestABodyWithMoreThanOneDocumentIsRefused(t *testing.T) {
+	s := newStack(t)
+	recipient := uuid.NewString()
+	for name, body := range map[string]string{
+		"two documents":                saveJSON(recipient, "") + saveJSON(recipient, ""),
+		"two documents on two lines":   saveJSON(recipient, "") + "\n" + saveJSON(recipient, ""),
+		"a document and garbage":       saveJSON(recipient, "") + "garbage",
+		"a document and a brace":       saveJSON(recipient, "") + "}",
+		"a document and a bracket":     saveJSON(recipient, "") + " ]",
+		"a document, spaces and a nul": saveJSON(recipient, "") + " \t\r\n\x00",
+	} {
+		resp, e := call(t, newRequest(t, http.MethodPost, s.url+"/v1/notifications", strings.NewReader(body)))
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Message, "after the JSON document") {
+			t.Errorf("%s: %d %q; want 400 saying what follows the document", name, resp.StatusCode, e.Message)
+		}
+	}
+	if n := s.saves.Load(); n != 0 {
+		t.Errorf("%d refused bodies reached the server", n)
+	}
+	s.nothingPending(t, recipient)
+	resp, _ := call(t, newRequest(t, http.MethodPost, s.url+"/v1/notifications", strings.NewReader(" "+saveJSON(recipient, "")+" \r\n\t ")))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a document between white space: %d, want 200", resp.StatusCode)
+	}
+}
