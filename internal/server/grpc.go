@@ -13,8 +13,6 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
 
-	"github.com/energydatahub/messagehub/codec"
-	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/lograte"
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
@@ -137,8 +135,11 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	}
 	// The access log comes first so that it sees the status the client gets.
 	access := &accessLog{logger: logger, limit: lograte.Limiter{Max: authFailuresPerSecond}}
-	unary := []grpc.UnaryServerInterceptor{access.unary(), UnaryErrorInterceptor(logger)}
-	stream := []grpc.StreamServerInterceptor{access.stream(), StreamErrorInterceptor(logger)}
+	// MessageHub's requests are decoded at decodeUnary and decodeStream
+	// (decode.go), after the access log and the error mapping and before
+	// the authorizer's check of the request.
+	unary := []grpc.UnaryServerInterceptor{access.unary(), UnaryErrorInterceptor(logger), decodeUnary()}
+	stream := []grpc.StreamServerInterceptor{access.stream(), StreamErrorInterceptor(logger), decodeStream()}
 	if o.authorizer != nil {
 		unary = append(unary, unaryAuthInterceptor(o.authorizer))
 		stream = append(stream, streamAuthInterceptor(o.authorizer))
@@ -159,7 +160,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		// authorizer's refusals.
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-		grpc.ForceServerCodecV2(codec.New()),
+		grpc.ForceServerCodecV2(newServerCodec()),
 		grpc.NumStreamWorkers(streamWorkers),
 	}
 	for _, h := range o.stats {
@@ -169,7 +170,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	svc := NewService(hub)
 	svc.metrics = o.metrics
 	svc.documents, svc.contentTimeout = o.documents, o.contentTimeout
-	messagehubv1.RegisterMessageHubServer(srv, svc)
+	registerMessageHub(srv, svc)
 
 	hs := health.NewServer()
 	SetServing(hs, false)

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/energydatahub/messagehub/codec"
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// MessageHub's requests are decoded by the server itself, inside the
+// interceptor chain, rather than by gRPC before it:
+//
+//   - gRPC answers any error of the codec with INTERNAL ("failed to unmarshal
+//     the received message"), while bytes that are not the method's message
+//     are the client's error, INVALID_ARGUMENT;
+//   - gRPC decodes a unary request before the first interceptor runs, so
+//     that refusals of the credentials would come after the request was
+//     decoded, however much memory that took;
+//   - refusals go through the access log and the one error mapping.
+//
+// The gRPC codec hands such requests over as their bytes (wireMessage); the
+// MessageHub methods are registered with handlers that defer reading the
+// request (deferDecoding), and decodeUnary (unary calls) or decodeStream
+// (PeekContent) read and decode it at their place in the chain.
+
+// wireMessage is a request as received: its bytes, not yet decoded.
+type wireMessage struct{ buf mem.Buffer }
+
+func (w *wireMessage) bytes() []byte { return w.buf.ReadOnlyData() }
+func (w *wireMessage) free()         { w.buf.Free() }
+
+// serverCodec is the codec of codec.New, except that it hands a
+// wireMessage the received bytes as they are.
+type serverCodec struct{ encoding.CodecV2 }
+
+func newServerCodec() serverCodec { return serverCodec{codec.New()} }
+
+func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if w, ok := v.(*wireMessage); ok {
+		// gRPC frees data once Unmarshal returns; the wireMessage keeps its
+		// own reference (or copy, for a message of several buffers).
+		w.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
+		return nil
+	}
+	return c.CodecV2.Unmarshal(data, v)
+}
+
+// vtUnmarshaler is what vtprotobuf generates for MessageHub's messages.
+type vtUnmarshaler interface{ UnmarshalVT([]byte) error }
+
+// decodeRequest reads the request with recv (gRPC's) and decodes it into
+// into. A request that is not a valid message of its type is
+// domain.ErrInvalidArgument.
+func decodeRequest(recv func(any) error, into any) error {
+	var w wireMessage
+	if err := recv(&w); err != nil {
+		return err // gRPC's own status: too large, cancelled, …
+	}
+	defer w.free()
+	var err error
+	switch m := into.(type) {
+	case vtUnmarshaler:
+		err = m.UnmarshalVT(w.bytes())
+	case proto.Message:
+		err = proto.Unmarshal(w.bytes(), m)
+	default:
+		return fmt.Errorf("decode a request of type %T: not a protobuf message", into)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: the request is not a valid %s message: %v", domain.ErrInvalidArgument, messageName(into), err)
+	}
+	return nil
+}
+
+func messageName(m any) string {
+	if pm, ok := m.(proto.Message); ok {
+		return string(pm.ProtoReflect().Descriptor().FullName())
+	}
+	return fmt.Sprintf("%T", m)
+}
+
+// pendingRequest is a unary call's request that the generated handler asked
+// for but that has not been read yet.
+type pendingRequest struct {
+	recv func(any) error // gRPC's: reads the request into its argument
+	into any             // the generated handler's empty request
+}
+
+type pendingKey struct{}
+
+// deferDecoding wraps a generated unary handler so that its request is not
+// read before the interceptors run: the handler gets its empty request at
+// once, and decodeUnary fills it in.
+func deferDecoding(h grpc.MethodHandler) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		p := &pendingRequest{recv: dec}
+		ctx = context.WithValue(ctx, pendingKey{}, p)
+		return h(srv, ctx, func(into any) error { p.into = into; return nil }, interceptor)
+	}
+}
+
+// decodeUnary reads and decodes a request deferDecoding left unread.
+// Requests of other services (health, reflection) arrive decoded.
+func decodeUnary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if p, ok := ctx.Value(pendingKey{}).(*pendingRequest); ok && p.into == req && p.recv != nil {
+			recv := p.recv
+			p.recv = nil // read once
+			if err := decodeRequest(recv, req); err != nil {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+// decodeStream makes a streaming MessageHub call (PeekContent) decode its
+// requests as decodeUnary does. It must come before the authorizer's
+// interceptor, which checks (and rewrites) the decoded request.
+func decodeStream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if !isMessageHub(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		return handler(srv, decodingStream{ss})
+	}
+}
+
+type decodingStream struct{ grpc.ServerStream }
+
+func (s decodingStream) RecvMsg(m any) error { return decodeRequest(s.ServerStream.RecvMsg, m) }
+
+func isMessageHub(fullMethod string) bool {
+	const prefix = "/" + ServiceName + "/"
+	return len(fullMethod) > len(prefix) && fullMethod[:len(prefix)] == prefix
+}
+
+// registerMessageHub registers svc on srv with deferDecoding around every
+// unary handler.
+func registerMessageHub(srv *grpc.Server, svc messagehubv1.MessageHubServer) {
+	desc := messagehubv1.MessageHub_ServiceDesc
+	desc.Methods = make([]grpc.MethodDesc, len(messagehubv1.MessageHub_ServiceDesc.Methods))
+	for i, m := range messagehubv1.MessageHub_ServiceDesc.Methods {
+		desc.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: deferDecoding(m.Handler)}
+	}
+	srv.RegisterService(&desc, svc)
+}
