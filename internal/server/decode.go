@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/energydatahub/messagehub/codec"
@@ -64,6 +65,9 @@ func decodeRequest(recv func(any) error, into any) error {
 		return err // gRPC's own status: too large, cancelled, …
 	}
 	defer w.free()
+	if err := checkCounts(w.bytes(), into); err != nil {
+		return err
+	}
 	var err error
 	switch m := into.(type) {
 	case vtUnmarshaler:
@@ -77,6 +81,45 @@ func decodeRequest(recv func(any) error, into any) error {
 		return fmt.Errorf("%w: the request is not a valid %s message: %v", domain.ErrInvalidArgument, messageName(into), err)
 	}
 	return nil
+}
+
+// checkCounts refuses a request with more repeated elements than its method
+// accepts before it is decoded: decoding allocates a struct for each
+// element, so an element of 2 bytes on the wire (an empty notification)
+// costs about 60 times its size in memory, and a Save within the message
+// size limit could make the server allocate gigabytes only to refuse it.
+func checkCounts(b []byte, into any) error {
+	if _, ok := into.(*messagehubv1.SaveRequest); !ok {
+		return nil
+	}
+	const notificationsField = 1
+	if n := countField(b, notificationsField, domain.MaxNotificationsPerSave+1); n > domain.MaxNotificationsPerSave {
+		return fmt.Errorf("%w: a save holds at most %d notifications, got more", domain.ErrInvalidArgument, domain.MaxNotificationsPerSave)
+	}
+	return nil
+}
+
+// countField counts the top-level occurrences of field in the protobuf
+// message b, stopping at limit. It does not allocate. Bytes it cannot parse
+// end the count: decoding reports them.
+func countField(b []byte, field uint64, limit int) int {
+	n := 0
+	for len(b) > 0 && n < limit {
+		tag, k := protowire.ConsumeVarint(b)
+		if k < 0 {
+			return n
+		}
+		num, typ := tag>>3, protowire.Type(tag&7)
+		k2 := protowire.ConsumeFieldValue(protowire.Number(num), typ, b[k:])
+		if k2 < 0 {
+			return n
+		}
+		if num == field {
+			n++
+		}
+		b = b[k+k2:]
+	}
+	return n
 }
 
 func messageName(m any) string {

@@ -1,18 +1,23 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/auth"
+	"github.com/energydatahub/messagehub/internal/auth/authtest"
 )
 
 // rawBytes is a request sent exactly as the test wrote it.
@@ -95,5 +100,61 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 	}
 	if n := hub.calls(); n != 0 {
 		t.Errorf("malformed requests reached the hub %d times", n)
+	}
+}
+
+// allocated is how many bytes the process allocated while f ran.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A Save of a million empty notifications is 2 MiB on the wire but would
+// decode to a million structs (over 100 MiB). Its credentials are checked
+// before it is read, and a domain's Save is refused for its count before it
+// is decoded: neither costs much more memory than its bytes on the wire.
+func TestASaveOfManyEmptyNotificationsIsRefusedBeforeItIsDecoded(t *testing.T) {
+	const issuer, audience = "https://issuer.test/", "messagehub"
+	is := authtest.NewIssuer(t, issuer, audience)
+	verifier, err := auth.NewVerifier(auth.Config{JWKSFile: is.WriteJWKS(t), Issuer: issuer, Audience: audience})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := &recordingHub{}
+	conn, _ := testConn(t, hub, WithAuthorizer(auth.NewAuthorizer(verifier)))
+	as := func(token string) context.Context {
+		return metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer "+token)
+	}
+	// A Save whose every notification is empty: field 1, length 0.
+	const count = 1 << 20
+	body := bytes.Repeat([]byte{0x0a, 0x00}, count)
+	// Warm the connection up, so that its own buffers are not counted.
+	if err := invokeRaw(ctxT(t), conn, messagehubv1.MessageHub_Save_FullMethodName, nil); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a first call: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want codes.Code
+	}{
+		{"without a token", ctxT(t), codes.Unauthenticated},
+		{"with an actor's token", as(is.RS256(t, is.Claims(recipient, auth.RoleActor))), codes.PermissionDenied},
+		{"with a domain's token", as(is.RS256(t, is.Claims(uuidN(7), auth.RoleDomain))), codes.InvalidArgument},
+	} {
+		var err error
+		n := allocated(func() { err = invokeRaw(tc.ctx, conn, messagehubv1.MessageHub_Save_FullMethodName, body) })
+		if status.Code(err) != tc.want {
+			t.Errorf("%s: %v; want %v", tc.name, err, tc.want)
+		}
+		t.Logf("%s: %v, %.1f MiB allocated for %.1f MiB on the wire", tc.name, status.Code(err), float64(n)/(1<<20), float64(len(body))/(1<<20))
+		if limit := uint64(8 * len(body)); n > limit {
+			t.Errorf("%s: %d bytes allocated, want at most %d (8 times the request)", tc.name, n, limit)
+		}
+	}
+	if n := hub.calls(); n != 0 {
+		t.Errorf("refused saves reached the hub %d times", n)
 	}
 }

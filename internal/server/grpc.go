@@ -34,7 +34,8 @@ const ServiceName = "messagehub.v1.MessageHub"
 // handler runs with (e.g. carrying the caller) and may rewrite the request
 // (e.g. fill in the caller as recipient); a refusal is a domain error
 // (domain.ErrUnauthenticated, domain.ErrPermissionDenied) that ToStatus maps.
-// req is nil for streaming calls.
+// Every call is authorized first with req nil, before its request is read,
+// and then with its request and the context the first call returned.
 type Authorizer interface {
 	Authorize(ctx context.Context, fullMethod string, req any) (context.Context, error)
 }
@@ -135,13 +136,21 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	}
 	// The access log comes first so that it sees the status the client gets.
 	access := &accessLog{logger: logger, limit: lograte.Limiter{Max: authFailuresPerSecond}}
-	// MessageHub's requests are decoded at decodeUnary and decodeStream
-	// (decode.go), after the access log and the error mapping and before
-	// the authorizer's check of the request.
-	unary := []grpc.UnaryServerInterceptor{access.unary(), UnaryErrorInterceptor(logger), decodeUnary()}
+	// MessageHub's requests are read and decoded at decodeUnary and
+	// decodeStream (decode.go), after the access log and the error
+	// mapping. The caller's token and role are checked before (a refused
+	// call's request is never read, whatever it would cost to decode), and
+	// the decoded request after (the authorizer may rewrite it).
+	unary := []grpc.UnaryServerInterceptor{access.unary(), UnaryErrorInterceptor(logger)}
 	stream := []grpc.StreamServerInterceptor{access.stream(), StreamErrorInterceptor(logger), decodeStream()}
 	if o.authorizer != nil {
+		unary = append(unary, unaryCallerInterceptor(o.authorizer))
+	}
+	unary = append(unary, decodeUnary())
+	if o.authorizer != nil {
 		unary = append(unary, unaryAuthInterceptor(o.authorizer))
+		// A stream's caller is checked when it opens, before the handler
+		// reads its request.
 		stream = append(stream, streamAuthInterceptor(o.authorizer))
 	}
 	serverOpts := []grpc.ServerOption{
@@ -177,6 +186,20 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
 	return srv, hs
+}
+
+// unaryCallerInterceptor authorizes a unary call before its request is
+// read (req is not decoded yet, so the authorizer gets nil): who calls, and
+// whether it may call the method. unaryAuthInterceptor then checks the
+// decoded request with the context this one returned.
+func unaryCallerInterceptor(a Authorizer) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := a.Authorize(ctx, info.FullMethod, nil)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
 }
 
 func unaryAuthInterceptor(a Authorizer) grpc.UnaryServerInterceptor {
