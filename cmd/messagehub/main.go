@@ -411,6 +411,11 @@ func checkBound(auth string, bound net.Addr) error {
 	return nil
 }
 
+// httpMaxHeaderBytes bounds an HTTP request's headers (HTTP/2: its header
+// list once decoded): a bearer token and the usual headers are a few KiB.
+// Go's default, 1 MiB, let each connection hold that much before any check.
+const httpMaxHeaderBytes = 64 << 10
+
 func (h *hub) newHTTPServer(handler http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           handler,
@@ -419,6 +424,7 @@ func (h *hub) newHTTPServer(handler http.Handler) *http.Server {
 		ReadTimeout:       h.cfg.Limits.HTTPReadTimeout,
 		WriteTimeout:      h.cfg.Limits.HTTPWriteTimeout,
 		IdleTimeout:       h.cfg.Limits.HTTPIdleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(h.logger.Handler(), slog.LevelWarn),
 	}
 }

@@ -45,6 +45,10 @@ func newServerCodec() serverCodec { return serverCodec{codec.New()} }
 
 func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*wireMessage); ok {
+		if w.buf != nil {
+			// A second message of a unary call, which gRPC refuses.
+			w.buf.Free()
+		}
 		// gRPC frees data once Unmarshal returns; the wireMessage keeps its
 		// own reference (or copy, for a message of several buffers).
 		w.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
@@ -62,7 +66,9 @@ type vtUnmarshaler interface{ UnmarshalVT([]byte) error }
 func decodeRequest(recv func(any) error, into any) error {
 	var w wireMessage
 	if err := recv(&w); err != nil {
-		return err // gRPC's own status: too large, cancelled, …
+		// gRPC's own status (too large, cancelled, …), which it has sent
+		// the client already.
+		return inflatedTooFar(err)
 	}
 	defer w.free()
 	if err := checkCounts(w.bytes(), into); err != nil {

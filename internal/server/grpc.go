@@ -26,6 +26,12 @@ const (
 	MaxSendMsgSize = 64 << 20
 )
 
+// MaxHeaderListSize bounds a call's header list, counted as HPACK counts it
+// (each field's name and value plus 32 bytes), once decoded: 8 times what a
+// client with a JWT of a few KiB sends. gRPC's default, 16 MiB, let 100
+// streams of 7 KiB header blocks each hold 16 MB.
+const MaxHeaderListSize = 16 << 10
+
 // ServiceName is the fully qualified name of the MessageHub service, also the
 // name its health status is reported under.
 const ServiceName = "messagehub.v1.MessageHub"
@@ -64,6 +70,9 @@ type Limits struct {
 	MaxConnectionAgeGrace time.Duration
 	// MaxConnectionIdle closes connections without calls after this long.
 	MaxConnectionIdle time.Duration
+	// MaxHeaderListSize bounds a call's headers once decoded: HPACK lets a
+	// block of a few KiB refer to one large field thousands of times.
+	MaxHeaderListSize uint32
 }
 
 // DefaultLimits are the limits without WithLimits.
@@ -72,6 +81,7 @@ var DefaultLimits = Limits{
 	MaxConnectionAge:      30 * time.Minute,
 	MaxConnectionAgeGrace: time.Minute,
 	MaxConnectionIdle:     5 * time.Minute,
+	MaxHeaderListSize:     MaxHeaderListSize,
 }
 
 // InProcessLimits are for the server behind the HTTP gateway's in-process
@@ -83,6 +93,11 @@ var InProcessLimits = Limits{
 	MaxConnectionAge:      infinity,
 	MaxConnectionAgeGrace: infinity,
 	MaxConnectionIdle:     infinity,
+	// The HTTP server bounds the headers it takes (http.Server's
+	// MaxHeaderBytes), and the gateway forwards some of them as metadata:
+	// this must be above that, or a request the HTTP server took would
+	// fail on its way to the gRPC server.
+	MaxHeaderListSize: 1 << 20,
 }
 
 // infinity is what gRPC's keepalive takes for "never".
@@ -110,6 +125,9 @@ func WithLimits(l Limits) Option {
 		}
 		if l.MaxConnectionIdle > 0 {
 			o.limits.MaxConnectionIdle = l.MaxConnectionIdle
+		}
+		if l.MaxHeaderListSize > 0 {
+			o.limits.MaxHeaderListSize = l.MaxHeaderListSize
 		}
 	}
 }
@@ -157,6 +175,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxSendMsgSize(MaxSendMsgSize),
 		grpc.MaxConcurrentStreams(o.limits.MaxConcurrentStreams),
+		grpc.MaxHeaderListSize(o.limits.MaxHeaderListSize),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     o.limits.MaxConnectionIdle,
 			MaxConnectionAge:      o.limits.MaxConnectionAge,
