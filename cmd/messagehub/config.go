@@ -52,6 +52,7 @@ type Limits struct {
 	MaxConnections   int           // open connections per listener
 	GRPCMaxStreams   uint32        // concurrent calls per gRPC connection
 	GRPCMaxConnAge   time.Duration // gRPC connections are closed (gracefully) after this long
+	GRPCHandshake    time.Duration // longest a new gRPC connection may take to complete its handshake
 }
 
 // Store backends.
@@ -309,7 +310,7 @@ var settings = []setting{
 			c.Limits.HTTPBodyMemory = int64(n)
 			return nil
 		}},
-	{"max-connections", "MESSAGEHUB_MAX_CONNECTIONS", "1000", "most open connections per listener (gRPC and HTTP each); more wait to be accepted",
+	{"max-connections", "MESSAGEHUB_MAX_CONNECTIONS", "1000", "most open connections per listener (gRPC and HTTP each); a new one beyond it closes the oldest that has not sent its first bytes yet, or else waits to be accepted",
 		func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -327,6 +328,8 @@ var settings = []setting{
 			c.Limits.GRPCMaxStreams = uint32(n)
 			return nil
 		}},
+	{"grpc-handshake-timeout", "MESSAGEHUB_GRPC_HANDSHAKE_TIMEOUT", "10s", "longest a new gRPC connection may take to complete its TLS and HTTP/2 handshake before it is closed",
+		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.GRPCHandshake) }},
 	{"grpc-max-connection-age", "MESSAGEHUB_GRPC_MAX_CONNECTION_AGE", "30m", "gRPC connections are closed gracefully after this long (clients reconnect)",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.GRPCMaxConnAge) }},
 	{"log-level", "MESSAGEHUB_LOG_LEVEL", "info", "minimum log level: debug, info, warn or error",

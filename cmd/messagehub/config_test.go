@@ -22,6 +22,7 @@ func envOf(m map[string]string) func(string) string {
 var defaultLimits = Limits{
 	HTTPReadTimeout: time.Minute, HTTPWriteTimeout: 2 * time.Minute, HTTPIdleTimeout: 2 * time.Minute,
 	MaxConnections: 1000, GRPCMaxStreams: 100, GRPCMaxConnAge: 30 * time.Minute, HTTPBodyMemory: 128 << 20,
+	GRPCHandshake: 10 * time.Second,
 }
 
 func TestParseConfig(t *testing.T) {

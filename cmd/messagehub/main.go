@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/net/netutil"
+	"golang.org/x/net/http2"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -174,6 +174,7 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 		server.WithLimits(server.Limits{
 			MaxConcurrentStreams: cfg.Limits.GRPCMaxStreams,
 			MaxConnectionAge:     cfg.Limits.GRPCMaxConnAge,
+			HandshakeTimeout:     cfg.Limits.GRPCHandshake,
 		}),
 	}
 	gatewayOpts := []gateway.Option{gateway.WithMaxBodyBytes(server.MaxRecvMsgSize + 1<<20), gateway.WithAccessLog(logger),
@@ -393,9 +394,16 @@ func (h *hub) listen() error {
 		if err := checkBound(h.cfg.Auth, lis.Addr()); err != nil {
 			return err
 		}
-		*l.into = netutil.LimitListener(lis, h.cfg.Limits.MaxConnections)
+		*l.into = lis
 	}
 	return nil
+}
+
+// limited bounds the connections of an HTTP listener: the HTTP server
+// terminates TLS itself, so connections are read below TLS, where a
+// client's first byte (its hello, or its request) tells it is not silent.
+func (h *hub) limited(lis net.Listener) net.Listener {
+	return server.LimitListener(lis, h.cfg.Limits.MaxConnections, 1)
 }
 
 // checkBound refuses, with --auth none, a listener bound off loopback: the
@@ -453,7 +461,11 @@ func (h *hub) serve(ctx context.Context, stop context.CancelFunc) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		// Serve returns nil once GracefulStop or Stop is called.
-		if err := h.grpcSrv.Serve(withTLS(h.grpcLis, h.tlsConfig)); err != nil {
+		// Bounded above TLS: a connection is established once its HTTP/2
+		// preface has been read, so a silent one, or one stalled in TLS,
+		// gives its place up to a new one.
+		lis := server.LimitListener(withTLS(h.grpcLis, h.tlsConfig), h.cfg.Limits.MaxConnections, len(http2.ClientPreface))
+		if err := h.grpcSrv.Serve(lis); err != nil {
 			return fmt.Errorf("serve gRPC: %w", err)
 		}
 		return nil
@@ -464,9 +476,9 @@ func (h *hub) serve(ctx context.Context, stop context.CancelFunc) error {
 		}
 		return nil
 	})
-	g.Go(func() error { return serveHTTP(h.httpSrv, h.httpLis, h.tlsConfig) })
+	g.Go(func() error { return serveHTTP(h.httpSrv, h.limited(h.httpLis), h.tlsConfig) })
 	if h.metricsSrv != nil {
-		g.Go(func() error { return serveHTTP(h.metricsSrv, h.metricsLis, h.tlsConfig) })
+		g.Go(func() error { return serveHTTP(h.metricsSrv, h.limited(h.metricsLis), h.tlsConfig) })
 	}
 	g.Go(func() error {
 		<-gctx.Done()

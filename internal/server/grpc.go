@@ -70,6 +70,9 @@ type Limits struct {
 	MaxConnectionAgeGrace time.Duration
 	// MaxConnectionIdle closes connections without calls after this long.
 	MaxConnectionIdle time.Duration
+	// HandshakeTimeout bounds how long a new connection may take to
+	// complete its handshake (TLS and HTTP/2's preface and settings).
+	HandshakeTimeout time.Duration
 	// MaxHeaderListSize bounds a call's headers once decoded: HPACK lets a
 	// block of a few KiB refer to one large field thousands of times.
 	MaxHeaderListSize uint32
@@ -81,6 +84,7 @@ var DefaultLimits = Limits{
 	MaxConnectionAge:      30 * time.Minute,
 	MaxConnectionAgeGrace: time.Minute,
 	MaxConnectionIdle:     5 * time.Minute,
+	HandshakeTimeout:      10 * time.Second,
 	MaxHeaderListSize:     MaxHeaderListSize,
 }
 
@@ -93,6 +97,7 @@ var InProcessLimits = Limits{
 	MaxConnectionAge:      infinity,
 	MaxConnectionAgeGrace: infinity,
 	MaxConnectionIdle:     infinity,
+	HandshakeTimeout:      10 * time.Second,
 	// The HTTP server bounds the headers it takes (http.Server's
 	// MaxHeaderBytes), and the gateway forwards some of them as metadata:
 	// this must be above that, or a request the HTTP server took would
@@ -125,6 +130,9 @@ func WithLimits(l Limits) Option {
 		}
 		if l.MaxConnectionIdle > 0 {
 			o.limits.MaxConnectionIdle = l.MaxConnectionIdle
+		}
+		if l.HandshakeTimeout > 0 {
+			o.limits.HandshakeTimeout = l.HandshakeTimeout
 		}
 		if l.MaxHeaderListSize > 0 {
 			o.limits.MaxHeaderListSize = l.MaxHeaderListSize
@@ -176,6 +184,9 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		grpc.MaxSendMsgSize(MaxSendMsgSize),
 		grpc.MaxConcurrentStreams(o.limits.MaxConcurrentStreams),
 		grpc.MaxHeaderListSize(o.limits.MaxHeaderListSize),
+		// gRPC's default is 2 minutes, for which a connection that never
+		// sends a byte holds a place of the listener.
+		grpc.ConnectionTimeout(o.limits.HandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     o.limits.MaxConnectionIdle,
 			MaxConnectionAge:      o.limits.MaxConnectionAge,
