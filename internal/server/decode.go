@@ -84,7 +84,7 @@ func decodeRequest(recv func(any) error, into any) error {
 		return fmt.Errorf("decode a request of type %T: not a protobuf message", into)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: the request is not a valid %s message: %v", domain.ErrInvalidArgument, messageName(into), err)
+		return fmt.Errorf("%w: the request is not a valid %s message: %w", domain.ErrInvalidArgument, messageName(into), err)
 	}
 	return nil
 }
