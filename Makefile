@@ -40,7 +40,7 @@ GHZ_C         ?= 50
 GHZ_Z         ?= 60s
 LOAD_DURATION ?= 5s
 
-.PHONY: all tools generate lint build run test test-quick bench load ingest-vs-postgres dev-tokens clean
+.PHONY: all tools generate check-generated cross lint build run test test-quick bench load ingest-vs-postgres dev-tokens clean
 all: lint build test
 
 GENERATORS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_VTPROTO) $(PROTOC_GEN_GATEWAY) $(PROTOC_GEN_OPENAPI)
@@ -87,6 +87,17 @@ generate: $(GENERATORS) ## regenerate gen/ from proto/ (committed; must not chan
 	rm -f gen/openapi/*.json
 	$(BIN)/buf generate
 	$(GO) run ./cmd/apidoc gen/openapi/messagehub.swagger.json gen/openapi
+
+check-generated: generate ## fail when gen/ differs from what `make generate` makes from proto/
+	@if ! git diff --quiet -- gen || [ -n "$$(git ls-files --others --exclude-standard gen)" ]; then \
+		echo "gen/ is not what make generate makes from proto/ (commit the regenerated files):"; \
+		git status --short -- gen; exit 1; fi
+
+# The hub is built for Linux containers, but nothing in it may need Unix:
+# the disk guard has a part per system.
+cross: ## build the binary for Windows and macOS (no cgo) to keep it portable
+	GOOS=windows GOARCH=amd64 CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/messagehub
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/messagehub
 
 lint: $(BUF) $(GOLANGCI_LINT) ## buf lint, gofmt, go vet, golangci-lint
 	$(BIN)/buf lint proto
