@@ -116,14 +116,17 @@ func (c *fakeClock) fire(w fakeWait) {
 	w.fire <- now
 }
 
-// countingNotices counts the looks at the outbox.
+// countingNotices counts the looks at domains' notices (not the look at
+// notices without a domain, made once at the start).
 type countingNotices struct {
 	repository.Outbox
 	looks atomic.Int64
 }
 
 func (c *countingNotices) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
-	c.looks.Add(1)
+	if slices.ContainsFunc(origins, func(o domain.Origin) bool { return o != domain.OriginUnspecified }) {
+		c.looks.Add(1)
+	}
 	return c.Outbox.Notices(ctx, origins, limit)
 }
 
@@ -166,9 +169,10 @@ func dequeueAll(ctx context.Context, t *testing.T, repo *repository.Repository, 
 }
 
 // A domain whose provider is down, with more notices than a batch holds, all
-// older than another domain's, does not hold that one up beyond one look:
-// the failing domain is asked once per look and left out of the next one.
-// Once it answers again, its notices all go out.
+// older than another domain's, does not hold that one up: the other
+// domain's first look finds its notice, whatever the failing domain's
+// worker does meanwhile. The failing domain is asked once per look and
+// backed off from 1 s; once it answers again, its notices all go out.
 func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
 	down, up := contenttest.Start(t, answer), contenttest.Start(t, answer)
@@ -188,22 +192,35 @@ func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 		Notices: notices,
 		Bundle:  repo.DequeuedBundle,
 		Batch:   5,
+		// Idle looks of the charges domain wait as long as the failing
+		// domain's first backoff, so that any longer wait is a retry late.
+		IdleMax: time.Second,
 		Clock:   clock,
 	})
 	defer notifier.Close()
 
+	// The failing domain's worker may wait for its retry meanwhile; no wait
+	// is fired before the charges dequeue is told.
+	var held []fakeWait
 	select {
 	case b := <-up.Told():
 		if b.GetId() != bundles[domain.OriginCharges][0] {
 			t.Fatalf("told of %v", b)
 		}
-	case w := <-clock.waits:
-		t.Fatalf("the notifier waits %v with the charges dequeue untold", w.d)
 	case <-ctx.Done():
 		t.Fatal("the charges dequeue was never told")
 	}
-	if looks, calls := notices.looks.Load(), downClient.calls.Load(); looks > 2 || calls != 1 {
-		t.Fatalf("the charges dequeue was told after %d looks and %d calls to the failing domain; want ≤ 2 looks, 1 call", looks, calls)
+	if looks, calls := notices.looks.Load(), downClient.calls.Load(); looks > 2 || calls > 1 {
+		t.Fatalf("the charges dequeue was told after %d looks and %d calls to the failing domain; want ≤ 2 looks (one per domain), ≤ 1 call", looks, calls)
+	}
+	for len(clock.waits) > 0 {
+		held = append(held, <-clock.waits)
+	}
+	for _, w := range held {
+		if w.d > time.Second {
+			t.Fatalf("a wait of %v after the first looks; want the failing domain's first backoff (1 s) or the idle charges domain's 1 s", w.d)
+		}
+		clock.fire(w)
 	}
 	want := map[string]bool{}
 	for _, id := range bundles[domain.OriginTimeSeries] {
@@ -384,4 +401,88 @@ func openAnnouncing(t *testing.T, opts repository.Options) (*embedded.Store, *re
 	repo := repository.New(store, opts, nil)
 	t.Cleanup(func() { repo.Close(); _ = store.Close() })
 	return store, repo
+}
+
+// hangingProvider is a provider client whose BundleDequeued calls hang until
+// the test closes release (or the call ends); entered hears of each call as
+// it starts. Released calls go on to the provider underneath.
+type hangingProvider struct {
+	messagehubv1.BundleContentProviderClient
+	entered chan string // the bundle id of each call, as it starts
+	release chan struct{}
+}
+
+func newHangingProvider(under messagehubv1.BundleContentProviderClient) *hangingProvider {
+	return &hangingProvider{BundleContentProviderClient: under, entered: make(chan string, 1000), release: make(chan struct{})}
+}
+
+func (h *hangingProvider) BundleDequeued(ctx context.Context, in *messagehubv1.BundleDequeuedRequest, opts ...grpc.CallOption) (*messagehubv1.BundleDequeuedResponse, error) {
+	h.entered <- in.GetBundle().GetId()
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.BundleContentProviderClient.BundleDequeued(ctx, in, opts...)
+}
+
+// A domain whose BundleDequeued hangs (as long as the call timeout allows)
+// does not hold up another domain's notices: while its call is still
+// hanging, every notice of the healthy domain, several batches of them, is
+// told. Once it answers, its own notices go out too.
+func TestAHangingDomainDoesNotHoldUpTheOthers(t *testing.T) {
+	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
+	slow, healthy := contenttest.Start(t, answer), contenttest.Start(t, answer)
+	store, repo := openAnnouncing(t, repository.Options{Announce: func(domain.Origin) bool { return true }})
+	ctx := within(t, time.Minute)
+	// Interleaved, so that every batch holds notices of both domains.
+	var origins []domain.Origin
+	for range 20 {
+		origins = append(origins, domain.OriginTimeSeries, domain.OriginCharges)
+	}
+	bundles := dequeueAll(ctx, t, repo, origins...)
+
+	hanging := newHangingProvider(slow.Client(t))
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{
+			domain.OriginTimeSeries: hanging, domain.OriginCharges: healthy.Client(t),
+		},
+		Notices:     store,
+		Bundle:      repo.DequeuedBundle,
+		Batch:       5,
+		CallTimeout: time.Hour, // the hanging call ends when the test says so
+	})
+	defer notifier.Close()
+	select {
+	case <-hanging.entered:
+	case <-ctx.Done():
+		t.Fatal("the hanging domain was never called")
+	}
+	want := map[string]bool{}
+	for _, id := range bundles[domain.OriginCharges] {
+		want[id] = true
+	}
+	for len(want) > 0 {
+		select {
+		case b := <-healthy.Told():
+			delete(want, b.GetId())
+		case <-ctx.Done():
+			t.Fatalf("%d of %d notices of the healthy domain untold while the other domain's call hangs", len(want), len(bundles[domain.OriginCharges]))
+		}
+	}
+	if len(hanging.entered) != 0 {
+		t.Fatal("the hanging domain was called again while its first call hung")
+	}
+	close(hanging.release)
+	for range bundles[domain.OriginTimeSeries] {
+		select {
+		case <-slow.Told():
+		case <-ctx.Done():
+			t.Fatal("the domain that hung was not told of its dequeues once it answered")
+		}
+	}
+	notifier.Close()
+	if n, _, err := store.NoticeBacklog(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d notices left after delivery (%v)", n, err)
+	}
 }
