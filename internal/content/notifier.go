@@ -33,8 +33,16 @@ type NotifierOptions struct {
 	// whose look or removal failed in the store.
 	Interval, IdleMax, RetryMax time.Duration
 	// Bell, rung when this instance's dequeue wrote a notice, starts a look
-	// at once; nil: none.
+	// at once and tells the notifier which notices are its own; nil: none.
 	Bell *Bell
+	// Grace is how old a notice must be before this instance tells its
+	// domain of it, unless its own dequeue wrote it (Bell). Instances that
+	// share a store (Cosmos DB) each tell their own dequeues at once and
+	// leave the others' to them: one call per dequeue instead of one per
+	// instance, while a notice whose instance died or whose domain failed
+	// there is told by any instance once overdue. 0 (one instance): every
+	// notice is due at once.
+	Grace time.Duration
 	// CallTimeout bounds one BundleDequeued call (default 30 s).
 	CallTimeout time.Duration
 	// Batch is how many notices one look takes (default 100).
@@ -45,39 +53,107 @@ type NotifierOptions struct {
 	Clock Clock
 }
 
-// Bell wakes a Notifier. Ringing never blocks; rings while the notifier
-// is busy make one look after it.
+// DefaultNoticeGrace is the Grace of instances that share a store: the
+// instance that dequeued has a minute to tell the domain (a few retries if
+// the domain fails), and a dead instance's dequeues are told by the others
+// soon after.
+const DefaultNoticeGrace = time.Minute
+
+// Bell wakes a Notifier's worker of a domain when this instance's dequeue
+// wrote a notice of it, and remembers the notice as this instance's own
+// (which the notifier tells at once, before its Grace). Ringing never
+// blocks; rings while the worker is busy make one look after it.
 type Bell struct {
 	mu   sync.Mutex
-	subs map[chan struct{}]bool // a channel of each worker listening
+	subs map[chan struct{}]domain.Origin // each listening worker and its domain
+	// own and older hold this instance's notices not yet told, rung since
+	// since and in the Grace before: each is remembered for at least Grace
+	// after its dequeue, when it is due anyway.
+	own, older map[noticeID]bool
+	since      time.Time
+	grace      time.Duration // the notifier's; 0: nothing is remembered
 }
+
+// noticeID names a notice: bundle ids are unique per recipient.
+type noticeID struct{ recipient, bundleID string }
+
+// maxOwn bounds the notices a Bell remembers (about 150 bytes each); those
+// beyond it are told once overdue, as another instance's would be.
+const maxOwn = 100_000
 
 // NewBell returns a bell to give a Notifier and ring after dequeues that
 // wrote a notice (repository.Options.Announced).
-func NewBell() *Bell { return &Bell{subs: map[chan struct{}]bool{}} }
+func NewBell() *Bell {
+	return &Bell{subs: map[chan struct{}]domain.Origin{}, own: map[noticeID]bool{}, older: map[noticeID]bool{}}
+}
 
-// Ring wakes the notifier.
-func (b *Bell) Ring() {
+// Ring tells the notifier of a notice this instance's dequeue wrote.
+func (b *Bell) Ring(n repository.Notice) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for c := range b.subs {
-		select {
-		case c <- struct{}{}:
-		default:
+	if b.grace > 0 {
+		if n.DequeuedAt.Sub(b.since) >= b.grace {
+			b.older, b.own, b.since = b.own, map[noticeID]bool{}, n.DequeuedAt
+		}
+		if len(b.own)+len(b.older) < maxOwn {
+			b.own[noticeID{n.Recipient, n.BundleID}] = true
+		}
+	}
+	for c, o := range b.subs {
+		if o == n.Origin {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
 
-// listen returns a channel that hears the bell until stop is called; nil
-// (which never hears anything) without a bell.
-func (b *Bell) listen() (c <-chan struct{}, stop func()) {
+// remember makes the bell remember rung notices for grace (0: none).
+func (b *Bell) remember(grace time.Duration) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.grace = grace
+}
+
+// mine says whether this instance's dequeue wrote the notice.
+func (b *Bell) mine(n repository.Notice) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	id := noticeID{n.Recipient, n.BundleID}
+	return b.own[id] || b.older[id]
+}
+
+// forget drops told notices.
+func (b *Bell) forget(notices []repository.Notice) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range notices {
+		id := noticeID{n.Recipient, n.BundleID}
+		delete(b.own, id)
+		delete(b.older, id)
+	}
+}
+
+// listen returns a channel that hears the bell's rings of the domain until
+// stop is called; nil (which never hears anything) without a bell.
+func (b *Bell) listen(o domain.Origin) (c <-chan struct{}, stop func()) {
 	if b == nil {
 		return nil, func() {}
 	}
 	ch := make(chan struct{}, 1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.subs[ch] = true
+	b.subs[ch] = o
 	return ch, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -139,6 +215,7 @@ func StartNotifier(opts NotifierOptions) *Notifier {
 	if opts.Clock == nil {
 		opts.Clock = realClock{}
 	}
+	opts.Bell.remember(opts.Grace)
 	n := &Notifier{opts: opts, stopping: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -156,7 +233,7 @@ func StartNotifier(opts NotifierOptions) *Notifier {
 	slices.Sort(origins)
 	var wg sync.WaitGroup
 	for _, o := range origins {
-		wake, stop := opts.Bell.listen()
+		wake, stop := opts.Bell.listen(o)
 		w := &worker{n: n, origin: o, wake: wake}
 		wg.Go(func() {
 			defer stop()
@@ -241,13 +318,17 @@ func (w *worker) loop(ctx context.Context) {
 			// A full batch that moved: take the next at once.
 			wait, idle = 0, n.opts.Interval
 		case r.found == 0:
-			if w.origin == domain.OriginUnspecified {
+			if w.origin == domain.OriginUnspecified && r.dueIn == 0 {
 				return // none left, and none are written any more
 			}
 			// Idle: each empty look costs a query (across partitions on
 			// Cosmos DB), so they thin out; this instance's own notices
-			// ring the bell.
+			// ring the bell. Another instance's notice that was left
+			// for it is looked at again once it is due.
 			wait, idle = idle, min(2*idle, n.opts.IdleMax)
+			if r.dueIn > 0 {
+				wait = min(wait, r.dueIn)
+			}
 		default:
 			wait, idle = n.opts.Interval, n.opts.Interval
 		}
@@ -258,9 +339,10 @@ func (w *worker) loop(ctx context.Context) {
 }
 
 type roundResult struct {
-	found       int
-	full        bool // the batch was full and moved: more may wait
-	failed      bool // a domain failed to answer
+	found       int           // notices due
+	dueIn       time.Duration // until the first notice left for its instance is due; 0: none
+	full        bool          // the batch was full and moved: more may wait
+	failed      bool          // a domain failed to answer
 	storeFailed bool
 }
 
@@ -276,10 +358,11 @@ func (w *worker) round(ctx context.Context) roundResult {
 		}
 		return roundResult{storeFailed: true}
 	}
-	res := roundResult{found: len(notices)}
+	due, dueIn := w.due(notices)
+	res := roundResult{found: len(due), dueIn: dueIn}
 	var done []repository.Notice
 	failed := map[domain.Origin]bool{} // not asked again this round
-	for _, notice := range notices {
+	for _, notice := range due {
 		if n.stopped() || failed[notice.Origin] {
 			break
 		}
@@ -330,6 +413,31 @@ func (w *worker) round(ctx context.Context) roundResult {
 			log.Warn("removing delivered notices failed", "error", err)
 			res.storeFailed = true
 		}
+		n.opts.Bell.forget(done)
 	}
 	return res
+}
+
+// due returns the notices to tell now: this instance's own, and those of
+// other instances once they are Grace old (their instance tells them before
+// that), in order; and how long until the first one left out is due.
+func (w *worker) due(notices []repository.Notice) ([]repository.Notice, time.Duration) {
+	grace := w.n.opts.Grace
+	if grace <= 0 {
+		return notices, 0
+	}
+	now := w.n.opts.Clock.Now()
+	out := notices[:0:0]
+	var dueIn time.Duration
+	for _, notice := range notices {
+		left := notice.DequeuedAt.Add(grace).Sub(now)
+		if left <= 0 || w.n.opts.Bell.mine(notice) {
+			out = append(out, notice)
+			continue
+		}
+		if dueIn == 0 || left < dueIn {
+			dueIn = left
+		}
+	}
+	return out, dueIn
 }

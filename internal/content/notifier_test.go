@@ -486,3 +486,87 @@ func TestAHangingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 		t.Fatalf("%d notices left after delivery (%v)", n, err)
 	}
 }
+
+// clockedProvider records, per bundle, the clock's time at each
+// BundleDequeued call.
+type clockedProvider struct {
+	messagehubv1.BundleContentProviderClient
+	clock content.Clock
+	mu    sync.Mutex
+	calls map[string][]time.Time
+}
+
+func (c *clockedProvider) BundleDequeued(ctx context.Context, in *messagehubv1.BundleDequeuedRequest, opts ...grpc.CallOption) (*messagehubv1.BundleDequeuedResponse, error) {
+	c.mu.Lock()
+	c.calls[in.GetBundle().GetId()] = append(c.calls[in.GetBundle().GetId()], c.clock.Now())
+	c.mu.Unlock()
+	return c.BundleContentProviderClient.BundleDequeued(ctx, in, opts...)
+}
+
+// With a grace, this instance's dequeue is told at once (no wait fired),
+// while another instance's is left to it until it is overdue: it is told
+// here only once the grace has passed, as when its instance died.
+func TestAnotherInstancesNoticeIsToldOnlyOnceOverdue(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	bell := content.NewBell()
+	announce := func(domain.Origin) bool { return true }
+	store, repo := openAnnouncing(t, repository.Options{Announce: announce, Announced: bell.Ring})
+	other := repository.New(store, repository.Options{Announce: announce}, nil) // rings nothing here
+	defer other.Close()
+	ctx := within(t, time.Minute)
+	clock := newFakeClock()
+	clock.now = time.Now() // notices carry the real time of their dequeue
+	start := clock.Now()
+	const grace = time.Minute
+	client := &clockedProvider{BundleContentProviderClient: provider.Client(t), clock: clock, calls: map[string][]time.Time{}}
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: client},
+		Notices:   store,
+		Bundle:    repo.DequeuedBundle,
+		Bell:      bell,
+		Grace:     grace,
+		Clock:     clock,
+	})
+	defer notifier.Close()
+	first := <-clock.waits // idle after the first, empty look
+
+	theirs := dequeueAll(ctx, t, other, domain.OriginCharges)[domain.OriginCharges][0]
+	ours := dequeueAll(ctx, t, repo, domain.OriginCharges)[domain.OriginCharges][0]
+	select {
+	case b := <-provider.Told():
+		if b.GetId() != ours {
+			t.Fatalf("told of %v first, want this instance's %s", b, ours)
+		}
+	case <-ctx.Done():
+		t.Fatal("this instance's dequeue was not told without a wait fired")
+	}
+	waits := []fakeWait{first} // fired one at a time, as they come
+	for fired := 0; ; fired++ {
+		if fired > 100 {
+			t.Fatal("over 100 waits fired before another instance's overdue dequeue was told")
+		}
+		if len(waits) > 0 {
+			clock.fire(waits[0])
+			waits = waits[1:]
+		}
+		select {
+		case b := <-provider.Told():
+			if b.GetId() != theirs {
+				t.Fatalf("told of %v, want %s", b, theirs)
+			}
+			client.mu.Lock()
+			defer client.mu.Unlock()
+			if at := client.calls[theirs]; len(at) != 1 || at[0].Sub(start) < grace {
+				t.Fatalf("another instance's dequeue told at %v after the start; want once, after the grace of %v", at, grace)
+			}
+			if len(client.calls[ours]) != 1 {
+				t.Fatalf("this instance's dequeue told %d times", len(client.calls[ours]))
+			}
+			return
+		case w := <-clock.waits:
+			waits = append(waits, w)
+		case <-ctx.Done():
+			t.Fatal("another instance's dequeue was never told")
+		}
+	}
+}
