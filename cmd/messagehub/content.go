@@ -37,6 +37,10 @@ type ContentConfig struct {
 	// Lease is how long an instance holds a bundle's build unless it renews
 	// it (with --store cosmos): the longest a dead instance holds one up.
 	Lease time.Duration
+	// NoticeGrace is how old another instance's notice must be before this
+	// one tells its domain (with --store cosmos; each tells its own at
+	// once): how long a dead instance's dequeues wait.
+	NoticeGrace time.Duration
 }
 
 // BlobConfig is an Azure Blob Storage container: ConnectionString (account

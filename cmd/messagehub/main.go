@@ -346,7 +346,7 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 	if h.cfg.Store == StoreCosmos {
 		// Instances share the outbox: each tells its own dequeues, and
 		// another's only once they are overdue.
-		grace = content.DefaultNoticeGrace
+		grace = h.cfg.Content.NoticeGrace
 	}
 	docs, closeDocs, err := contentService(h.cfg.Content, docStore, repo, measured, grace, bell, h.tel.Metrics, h.logger)
 	if err != nil {

@@ -53,12 +53,6 @@ type NotifierOptions struct {
 	Clock Clock
 }
 
-// DefaultNoticeGrace is the Grace of instances that share a store: the
-// instance that dequeued has a minute to tell the domain (a few retries if
-// the domain fails), and a dead instance's dequeues are told by the others
-// soon after.
-const DefaultNoticeGrace = time.Minute
-
 // Bell wakes a Notifier's worker of a domain when this instance's dequeue
 // wrote a notice of it, and remembers the notice as this instance's own
 // (which the notifier tells at once, before its Grace). Ringing never
