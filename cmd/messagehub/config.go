@@ -292,6 +292,9 @@ var settings = []setting{
 			c.Content.Lease = d
 			return nil
 		}},
+	{"content-notice-grace", "MESSAGEHUB_CONTENT_NOTICE_GRACE", "1m",
+		"with --store cosmos: how old another instance's notice of a dequeue must be before this one tells the domain of it (each tells its own at once); how long a dead instance's dequeues wait",
+		func(c *Config, v string) error { return positiveDuration(v, &c.Content.NoticeGrace) }},
 	{"http-read-timeout", "MESSAGEHUB_HTTP_READ_TIMEOUT", "60s", "longest time to read an HTTP request, body included",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPReadTimeout) }},
 	{"http-write-timeout", "MESSAGEHUB_HTTP_WRITE_TIMEOUT", "2m", "longest time to write an HTTP response",

@@ -38,7 +38,7 @@ func TestParseConfig(t *testing.T) {
 		LogLevel:        slog.LevelInfo,
 		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 4, LegacyIDBuckets: 16, Throughput: cosmos.DefaultThroughput},
 		ContentTimeout:  25 * time.Second,
-		Content:         ContentConfig{Blob: BlobConfig{Container: "messagehub-content"}, Lease: 30 * time.Second},
+		Content:         ContentConfig{Blob: BlobConfig{Container: "messagehub-content"}, Lease: 30 * time.Second, NoticeGrace: time.Minute},
 		Limits:          defaultLimits,
 		MinFreeDisk:     1 << 30,
 	}

@@ -37,6 +37,10 @@ type ContentConfig struct {
 	// Lease is how long an instance holds a bundle's build unless it renews
 	// it (with --store cosmos): the longest a dead instance holds one up.
 	Lease time.Duration
+	// NoticeGrace is how old another instance's notice must be before this
+	// one tells its domain (with --store cosmos; each tells its own at
+	// once): how long a dead instance's dequeues wait.
+	NoticeGrace time.Duration
 }
 
 // BlobConfig is an Azure Blob Storage container: ConnectionString (account
@@ -103,8 +107,9 @@ func (c ContentConfig) validate(store string) error {
 // contentService dials the configured providers, and returns the document
 // service over store and starts telling the providers of dequeues from the
 // outbox of shared, whose leases make the instances sharing it ask a domain
-// once; closeAll stops both and releases the connections.
-func contentService(cfg ContentConfig, store content.Store, repo *repository.Repository, shared repository.Store, bell *content.Bell, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
+// once; another instance's notices are told only once grace old (0: one
+// instance). closeAll stops both and releases the connections.
+func contentService(cfg ContentConfig, store content.Store, repo *repository.Repository, shared repository.Store, grace time.Duration, bell *content.Bell, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
 	creds, err := cfg.dialOptions()
 	if err != nil {
 		return nil, nil, err
@@ -145,6 +150,7 @@ func contentService(cfg ContentConfig, store content.Store, repo *repository.Rep
 		Notices:   shared,
 		Bundle:    repo.DequeuedBundle,
 		Bell:      bell,
+		Grace:     grace,
 		Logger:    logger,
 	})
 	return svc, func() {

@@ -342,7 +342,13 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 	if h.guard != nil {
 		docStore = documentsGuarded{Store: documents, guard: h.guard}
 	}
-	docs, closeDocs, err := contentService(h.cfg.Content, docStore, repo, measured, bell, h.tel.Metrics, h.logger)
+	var grace time.Duration
+	if h.cfg.Store == StoreCosmos {
+		// Instances share the outbox: each tells its own dequeues, and
+		// another's only once they are overdue.
+		grace = h.cfg.Content.NoticeGrace
+	}
+	docs, closeDocs, err := contentService(h.cfg.Content, docStore, repo, measured, grace, bell, h.tel.Metrics, h.logger)
 	if err != nil {
 		return nil, nil, err
 	}

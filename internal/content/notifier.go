@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,18 +23,26 @@ type NotifierOptions struct {
 	// Bundle reads a dequeued bundle as it was dequeued
 	// (repository.Repository.DequeuedBundle).
 	Bundle func(ctx context.Context, recipient, bundleID string) (*domain.Bundle, error)
-	// Interval is how soon the outbox is looked at again after a look that
-	// found notices (default 1 s). Looks that find none wait longer and
-	// longer, doubling up to IdleMax (default 30 s): notices that other
+	// Interval is how soon a domain's notices are looked at again after a
+	// look that found some (default 1 s). Looks that find none wait longer
+	// and longer, doubling up to IdleMax (default 30 s): notices that other
 	// instances wrote are found within IdleMax, those of this instance at
-	// once through Bell (within Interval while the outbox is busy). A
-	// domain whose delivery failed is left out of the looks for a while,
-	// doubling from Interval up to RetryMax (default 1 min); so is the
-	// whole outbox after the store failed.
+	// once through Bell (within Interval while the domain is busy). A domain
+	// whose delivery failed is looked at again after a backoff of its own,
+	// doubling from Interval up to RetryMax (default 1 min); so is a domain
+	// whose look or removal failed in the store.
 	Interval, IdleMax, RetryMax time.Duration
 	// Bell, rung when this instance's dequeue wrote a notice, starts a look
-	// at once; nil: none.
+	// at once and tells the notifier which notices are its own; nil: none.
 	Bell *Bell
+	// Grace is how old a notice must be before this instance tells its
+	// domain of it, unless its own dequeue wrote it (Bell). Instances that
+	// share a store (Cosmos DB) each tell their own dequeues at once and
+	// leave the others' to them: one call per dequeue instead of one per
+	// instance, while a notice whose instance died or whose domain failed
+	// there is told by any instance once overdue. 0 (one instance): every
+	// notice is due at once.
+	Grace time.Duration
 	// CallTimeout bounds one BundleDequeued call (default 30 s).
 	CallTimeout time.Duration
 	// Batch is how many notices one look takes (default 100).
@@ -44,27 +53,106 @@ type NotifierOptions struct {
 	Clock Clock
 }
 
-// Bell wakes a Notifier. Ringing never blocks; rings while the notifier
-// is busy make one look after it.
-type Bell struct{ c chan struct{} }
+// Bell wakes a Notifier's worker of a domain when this instance's dequeue
+// wrote a notice of it, and remembers the notice as this instance's own
+// (which the notifier tells at once, before its Grace). Ringing never
+// blocks; rings while the worker is busy make one look after it.
+type Bell struct {
+	mu   sync.Mutex
+	subs map[chan struct{}]domain.Origin // each listening worker and its domain
+	// own and older hold this instance's notices not yet told, rung since
+	// since and in the Grace before: each is remembered for at least Grace
+	// after its dequeue, when it is due anyway.
+	own, older map[noticeID]bool
+	since      time.Time
+	grace      time.Duration // the notifier's; 0: nothing is remembered
+}
+
+// noticeID names a notice: bundle ids are unique per recipient.
+type noticeID struct{ recipient, bundleID string }
+
+// maxOwn bounds the notices a Bell remembers (about 150 bytes each); those
+// beyond it are told once overdue, as another instance's would be.
+const maxOwn = 100_000
 
 // NewBell returns a bell to give a Notifier and ring after dequeues that
 // wrote a notice (repository.Options.Announced).
-func NewBell() *Bell { return &Bell{c: make(chan struct{}, 1)} }
+func NewBell() *Bell {
+	return &Bell{subs: map[chan struct{}]domain.Origin{}, own: map[noticeID]bool{}, older: map[noticeID]bool{}}
+}
 
-// Ring wakes the notifier.
-func (b *Bell) Ring() {
-	select {
-	case b.c <- struct{}{}:
-	default:
+// Ring tells the notifier of a notice this instance's dequeue wrote.
+func (b *Bell) Ring(n repository.Notice) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.grace > 0 {
+		if n.DequeuedAt.Sub(b.since) >= b.grace {
+			b.older, b.own, b.since = b.own, map[noticeID]bool{}, n.DequeuedAt
+		}
+		if len(b.own)+len(b.older) < maxOwn {
+			b.own[noticeID{n.Recipient, n.BundleID}] = true
+		}
+	}
+	for c, o := range b.subs {
+		if o == n.Origin {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
-func (b *Bell) rung() <-chan struct{} {
+// remember makes the bell remember rung notices for grace (0: none).
+func (b *Bell) remember(grace time.Duration) {
 	if b == nil {
-		return nil
+		return
 	}
-	return b.c
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.grace = grace
+}
+
+// mine says whether this instance's dequeue wrote the notice.
+func (b *Bell) mine(n repository.Notice) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	id := noticeID{n.Recipient, n.BundleID}
+	return b.own[id] || b.older[id]
+}
+
+// forget drops told notices.
+func (b *Bell) forget(notices []repository.Notice) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range notices {
+		id := noticeID{n.Recipient, n.BundleID}
+		delete(b.own, id)
+		delete(b.older, id)
+	}
+}
+
+// listen returns a channel that hears the bell's rings of the domain until
+// stop is called; nil (which never hears anything) without a bell.
+func (b *Bell) listen(o domain.Origin) (c <-chan struct{}, stop func()) {
+	if b == nil {
+		return nil, func() {}
+	}
+	ch := make(chan struct{}, 1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.subs[ch] = o
+	return ch, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.subs, ch)
+	}
 }
 
 // Clock tells the time and waits.
@@ -83,23 +171,15 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // removed once its domain answered, so neither a crash nor a failing domain
 // loses one. Domains must tolerate hearing of a dequeue twice.
 //
-// Domains are told in parallel and a failing one is backed off on its own:
-// its notices are left out of the next looks, so however many it has, they
-// never fill the batches the other domains' notices need.
+// Each domain has a worker of its own, which looks at that domain's notices
+// only, tells it of them in order and backs off on its own when it fails:
+// however long a domain's calls hang or however many notices it has, the
+// other domains' workers never wait for it.
 type Notifier struct {
 	opts      NotifierOptions
 	stopping  chan struct{} // closed by Close: no new notice is started
 	closeOnce sync.Once
-	done      chan struct{}
-
-	// Owned by the loop.
-	down      map[domain.Origin]backoff // domains that failed, until they are tried again
-	storeWait time.Duration             // backoff after the store failed
-}
-
-type backoff struct {
-	wait  time.Duration
-	until time.Time
+	done      chan struct{} // closed when every worker has returned
 }
 
 // stopGrace is how long Close lets a call in flight finish before it cuts
@@ -129,7 +209,8 @@ func StartNotifier(opts NotifierOptions) *Notifier {
 	if opts.Clock == nil {
 		opts.Clock = realClock{}
 	}
-	n := &Notifier{opts: opts, stopping: make(chan struct{}), done: make(chan struct{}), down: map[domain.Origin]backoff{}}
+	opts.Bell.remember(opts.Grace)
+	n := &Notifier{opts: opts, stopping: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-n.stopping
@@ -139,7 +220,29 @@ func StartNotifier(opts NotifierOptions) *Notifier {
 		}
 		cancel()
 	}()
-	go n.loop(ctx)
+	origins := make([]domain.Origin, 0, len(opts.Providers))
+	for o := range opts.Providers {
+		origins = append(origins, o)
+	}
+	slices.Sort(origins)
+	var wg sync.WaitGroup
+	for _, o := range origins {
+		wake, stop := opts.Bell.listen(o)
+		w := &worker{n: n, origin: o, wake: wake}
+		wg.Go(func() {
+			defer stop()
+			w.loop(ctx)
+		})
+	}
+	// Notices written before notices carried their domain: a worker of
+	// their own, which reads each one's bundle for its domain and is done
+	// once it finds none (this version never writes them).
+	legacy := &worker{n: n, origin: domain.OriginUnspecified}
+	wg.Go(func() { legacy.loop(ctx) })
+	go func() {
+		wg.Wait()
+		close(n.done)
+	}()
 	return n
 }
 
@@ -159,16 +262,25 @@ func (n *Notifier) stopped() bool {
 	}
 }
 
-func (n *Notifier) loop(ctx context.Context) {
-	defer close(n.done)
+// worker tells one domain of its notices (OriginUnspecified: the notices
+// that carry no domain, each told to its bundle's).
+type worker struct {
+	n      *Notifier
+	origin domain.Origin
+	wake   <-chan struct{} // the bell; nil: none
+}
+
+func (w *worker) loop(ctx context.Context) {
+	n := w.n
 	wait := time.Duration(0) // notices left by the last run go out at once
 	idle := n.opts.Interval
-	var listen bool // whether the bell cuts the wait short
+	var retry, storeWait time.Duration // backoffs after the domain or the store failed
+	var listen bool                    // whether the bell cuts the wait short
 	for {
 		if wait > 0 {
 			var bell <-chan struct{}
 			if listen {
-				bell = n.opts.Bell.rung()
+				bell = w.wake
 			}
 			select {
 			case <-n.stopping:
@@ -179,187 +291,147 @@ func (n *Notifier) loop(ctx context.Context) {
 		} else if n.stopped() {
 			return
 		}
-		r := n.round(ctx)
-		// Only an idle wait listens: a busy outbox is looked at again within
-		// Interval anyway, and a failing store is not asked sooner, so
-		// steady dequeues never make more than a look per Interval.
-		listen = !r.storeFailed && r.found == 0
+		r := w.round(ctx)
+		// Only an idle wait listens: a busy domain is looked at again within
+		// Interval anyway, and a failing domain or store is not asked
+		// sooner, so steady dequeues never make more than a look per
+		// Interval and domain.
+		listen = !r.storeFailed && !r.failed && r.found == 0
+		if r.storeFailed {
+			storeWait = min(max(2*storeWait, n.opts.Interval), n.opts.RetryMax)
+			wait = storeWait
+			continue
+		}
+		storeWait = 0
 		switch {
-		case r.storeFailed:
-			n.storeWait = min(max(2*n.storeWait, n.opts.Interval), n.opts.RetryMax)
-			wait = n.storeWait
+		case r.failed:
+			retry = min(max(2*retry, n.opts.Interval), n.opts.RetryMax)
+			wait = retry
 			continue
 		case r.full:
-			// A full batch: take the next at once (the domains that failed
-			// in it are left out of it).
+			// A full batch that moved: take the next at once.
 			wait, idle = 0, n.opts.Interval
 		case r.found == 0:
+			if w.origin == domain.OriginUnspecified && r.dueIn == 0 {
+				return // none left, and none are written any more
+			}
 			// Idle: each empty look costs a query (across partitions on
 			// Cosmos DB), so they thin out; this instance's own notices
-			// ring the bell.
+			// ring the bell. Another instance's notice that was left
+			// for it is looked at again once it is due.
 			wait, idle = idle, min(2*idle, n.opts.IdleMax)
+			if r.dueIn > 0 {
+				wait = min(wait, r.dueIn)
+			}
 		default:
 			wait, idle = n.opts.Interval, n.opts.Interval
 		}
-		n.storeWait = 0
-		if wait > 0 {
-			wait = n.untilRetry(wait)
-		}
+		// Told, or nothing left to tell (another instance told it): the
+		// domain is back.
+		retry = 0
 	}
-}
-
-// untilRetry shortens wait to when the first domain that failed is tried
-// again.
-func (n *Notifier) untilRetry(wait time.Duration) time.Duration {
-	now := n.opts.Clock.Now()
-	for _, b := range n.down {
-		if b.until.After(now) {
-			wait = min(wait, b.until.Sub(now))
-		}
-	}
-	return wait
-}
-
-// asked lists the domains whose notices the next look reads: every domain
-// not backed off, and OriginUnspecified for notices older than origins.
-func (n *Notifier) asked(now time.Time) []domain.Origin {
-	out := []domain.Origin{domain.OriginUnspecified}
-	for _, o := range domain.Origins {
-		if b, ok := n.down[o]; !ok || !now.Before(b.until) {
-			out = append(out, o)
-		}
-	}
-	return out
 }
 
 type roundResult struct {
-	found       int
-	full        bool // the batch was full and moved: more may wait
+	found       int           // notices due
+	dueIn       time.Duration // until the first notice left for its instance is due; 0: none
+	full        bool          // the batch was full and moved: more may wait
+	failed      bool          // a domain failed to answer
 	storeFailed bool
 }
 
-// round delivers one batch of notices, each domain's in parallel with the
-// others', and removes the delivered ones.
-func (n *Notifier) round(ctx context.Context) roundResult {
-	log := n.opts.Logger
-	now := n.opts.Clock.Now()
-	notices, err := n.opts.Notices.Notices(ctx, n.asked(now), n.opts.Batch)
+// round tells the domain of one batch of its notices, in order, and removes
+// the delivered ones. Once the domain fails, the rest of the batch waits for
+// the next round.
+func (w *worker) round(ctx context.Context) roundResult {
+	n, log := w.n, w.n.opts.Logger
+	notices, err := n.opts.Notices.Notices(ctx, []domain.Origin{w.origin}, n.opts.Batch)
 	if err != nil {
 		if ctx.Err() == nil {
-			log.Warn("reading the notices of dequeues failed", "error", err)
+			log.Warn("reading the notices of dequeues failed", "origin", w.origin, "error", err)
 		}
 		return roundResult{storeFailed: true}
 	}
-	byOrigin := map[domain.Origin][]repository.Notice{}
-	for _, notice := range notices {
-		byOrigin[notice.Origin] = append(byOrigin[notice.Origin], notice)
-	}
-	d := delivery{n: n, now: now, failed: map[domain.Origin]bool{}}
-	var wg sync.WaitGroup
-	for _, group := range byOrigin {
-		wg.Go(func() { d.deliver(ctx, group) })
-	}
-	wg.Wait()
-	for o := range d.failed {
-		b := n.down[o]
-		b.wait = min(max(2*b.wait, n.opts.Interval), n.opts.RetryMax)
-		b.until = now.Add(b.wait)
-		n.down[o] = b
-	}
-	for o, b := range n.down {
-		// Asked again and not failing (told, or nothing left to tell): the
-		// domain is back.
-		if !d.failed[o] && !now.Before(b.until) {
-			delete(n.down, o)
-		}
-	}
-	// A full batch that changed nothing (notices without an origin, all of
-	// domains backed off) must not be read again at once.
-	progress := len(d.done) > 0 || len(d.failed) > 0
-	res := roundResult{found: len(notices), full: progress && len(notices) == n.opts.Batch, storeFailed: d.storeFailed}
-	if len(d.done) > 0 {
-		// Delivered is delivered: record it even when stopping, within bounds.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.CallTimeout)
-		defer cancel()
-		if err := n.opts.Notices.RemoveNotices(rctx, d.done); err != nil {
-			// They will be delivered again: at least once, never lost.
-			log.Warn("removing delivered notices failed", "error", err)
-			res.storeFailed = true
-		}
-	}
-	return res
-}
-
-// delivery is one round's outcome, shared by its domains' deliveries.
-type delivery struct {
-	n   *Notifier
-	now time.Time
-
-	mu          sync.Mutex
-	done        []repository.Notice
-	failed      map[domain.Origin]bool // not asked again this round
-	storeFailed bool
-}
-
-// deliver tells the notices' domains of them in order; a domain that fails
-// is not asked again this round. The notices are of one origin, except
-// those written before notices had one, whose origin their bundle tells.
-func (d *delivery) deliver(ctx context.Context, notices []repository.Notice) {
-	n, log := d.n, d.n.opts.Logger
-	for _, notice := range notices {
-		if n.stopped() {
-			return
+	due, dueIn := w.due(notices)
+	res := roundResult{found: len(due), dueIn: dueIn}
+	var done []repository.Notice
+	failed := map[domain.Origin]bool{} // not asked again this round
+	for _, notice := range due {
+		if n.stopped() || failed[notice.Origin] {
+			break
 		}
 		b, err := n.opts.Bundle(ctx, notice.Recipient, notice.BundleID)
 		if errors.Is(err, domain.ErrNotFound) {
 			log.Warn("a dequeued bundle was removed by retention before its domain heard of it", "bundle", notice.BundleID)
-			d.record(notice, domain.OriginUnspecified, nil)
+			done = append(done, notice)
 			continue
 		}
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("reading a dequeued bundle failed", "bundle", notice.BundleID, "error", err)
 			}
-			d.mu.Lock()
-			d.storeFailed = true
-			d.mu.Unlock()
-			return
+			res.storeFailed = true
+			break
 		}
-		if d.skip(b.Origin) {
-			continue
+		if failed[b.Origin] {
+			continue // a notice without a domain, of one that failed
 		}
 		provider := n.opts.Providers[b.Origin]
 		if provider == nil {
 			log.Warn("the domain of a dequeued bundle has no provider any more; it is not told", "bundle", b.ID, "origin", b.Origin)
-			d.record(notice, domain.OriginUnspecified, nil)
+			done = append(done, notice)
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, n.opts.CallTimeout)
 		_, err = provider.BundleDequeued(cctx, &messagehubv1.BundleDequeuedRequest{Bundle: apiconv.Bundle(b)})
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			log.Warn("telling a domain of a dequeue failed; it is tried again", "bundle", b.ID, "origin", b.Origin, "error", err)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("telling a domain of a dequeue failed; it is tried again", "bundle", b.ID, "origin", b.Origin, "error", err)
+			}
+			failed[b.Origin] = true
+			res.failed = true
+			continue
 		}
-		d.record(notice, b.Origin, err)
+		done = append(done, notice)
 	}
+	// A full batch that changed nothing (the store failed before anything
+	// was told) must not be read again at once.
+	res.full = (len(done) > 0 || res.failed) && len(notices) == n.opts.Batch
+	if len(done) > 0 {
+		// Delivered is delivered: record it even when stopping, within bounds.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.CallTimeout)
+		defer cancel()
+		if err := n.opts.Notices.RemoveNotices(rctx, done); err != nil {
+			// They will be delivered again: at least once, never lost.
+			log.Warn("removing delivered notices failed", "error", err)
+			res.storeFailed = true
+		}
+		n.opts.Bell.forget(done)
+	}
+	return res
 }
 
-// skip says whether a domain failed this round or is backed off (only
-// notices without an origin reach a domain backed off).
-func (d *delivery) skip(o domain.Origin) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	b, down := d.n.down[o]
-	return d.failed[o] || down && d.now.Before(b.until)
-}
-
-// record notes a notice delivered (err nil), or its domain failed.
-func (d *delivery) record(notice repository.Notice, o domain.Origin, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err != nil {
-		d.failed[o] = true
-		return
+// due returns the notices to tell now: this instance's own, and those of
+// other instances once they are Grace old (their instance tells them before
+// that), in order; and how long until the first one left out is due.
+func (w *worker) due(notices []repository.Notice) ([]repository.Notice, time.Duration) {
+	grace := w.n.opts.Grace
+	if grace <= 0 {
+		return notices, 0
 	}
-	d.done = append(d.done, notice)
+	now := w.n.opts.Clock.Now()
+	out := notices[:0:0]
+	var dueIn time.Duration
+	for _, notice := range notices {
+		left := notice.DequeuedAt.Add(grace).Sub(now)
+		if left <= 0 || w.n.opts.Bell.mine(notice) {
+			out = append(out, notice)
+			continue
+		}
+		if dueIn == 0 || left < dueIn {
+			dueIn = left
+		}
+	}
+	return out, dueIn
 }

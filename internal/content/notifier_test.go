@@ -116,14 +116,17 @@ func (c *fakeClock) fire(w fakeWait) {
 	w.fire <- now
 }
 
-// countingNotices counts the looks at the outbox.
+// countingNotices counts the looks at domains' notices (not the look at
+// notices without a domain, made once at the start).
 type countingNotices struct {
 	repository.Outbox
 	looks atomic.Int64
 }
 
 func (c *countingNotices) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
-	c.looks.Add(1)
+	if slices.ContainsFunc(origins, func(o domain.Origin) bool { return o != domain.OriginUnspecified }) {
+		c.looks.Add(1)
+	}
 	return c.Outbox.Notices(ctx, origins, limit)
 }
 
@@ -166,9 +169,10 @@ func dequeueAll(ctx context.Context, t *testing.T, repo *repository.Repository, 
 }
 
 // A domain whose provider is down, with more notices than a batch holds, all
-// older than another domain's, does not hold that one up beyond one look:
-// the failing domain is asked once per look and left out of the next one.
-// Once it answers again, its notices all go out.
+// older than another domain's, does not hold that one up: the other
+// domain's first look finds its notice, whatever the failing domain's
+// worker does meanwhile. The failing domain is asked once per look and
+// backed off from 1 s; once it answers again, its notices all go out.
 func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
 	down, up := contenttest.Start(t, answer), contenttest.Start(t, answer)
@@ -188,22 +192,35 @@ func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 		Notices: notices,
 		Bundle:  repo.DequeuedBundle,
 		Batch:   5,
+		// Idle looks of the charges domain wait as long as the failing
+		// domain's first backoff, so that any longer wait is a retry late.
+		IdleMax: time.Second,
 		Clock:   clock,
 	})
 	defer notifier.Close()
 
+	// The failing domain's worker may wait for its retry meanwhile; no wait
+	// is fired before the charges dequeue is told.
+	var held []fakeWait
 	select {
 	case b := <-up.Told():
 		if b.GetId() != bundles[domain.OriginCharges][0] {
 			t.Fatalf("told of %v", b)
 		}
-	case w := <-clock.waits:
-		t.Fatalf("the notifier waits %v with the charges dequeue untold", w.d)
 	case <-ctx.Done():
 		t.Fatal("the charges dequeue was never told")
 	}
-	if looks, calls := notices.looks.Load(), downClient.calls.Load(); looks > 2 || calls != 1 {
-		t.Fatalf("the charges dequeue was told after %d looks and %d calls to the failing domain; want ≤ 2 looks, 1 call", looks, calls)
+	if looks, calls := notices.looks.Load(), downClient.calls.Load(); looks > 2 || calls > 1 {
+		t.Fatalf("the charges dequeue was told after %d looks and %d calls to the failing domain; want ≤ 2 looks (one per domain), ≤ 1 call", looks, calls)
+	}
+	for len(clock.waits) > 0 {
+		held = append(held, <-clock.waits)
+	}
+	for _, w := range held {
+		if w.d > time.Second {
+			t.Fatalf("a wait of %v after the first looks; want the failing domain's first backoff (1 s) or the idle charges domain's 1 s", w.d)
+		}
+		clock.fire(w)
 	}
 	want := map[string]bool{}
 	for _, id := range bundles[domain.OriginTimeSeries] {
@@ -384,4 +401,172 @@ func openAnnouncing(t *testing.T, opts repository.Options) (*embedded.Store, *re
 	repo := repository.New(store, opts, nil)
 	t.Cleanup(func() { repo.Close(); _ = store.Close() })
 	return store, repo
+}
+
+// hangingProvider is a provider client whose BundleDequeued calls hang until
+// the test closes release (or the call ends); entered hears of each call as
+// it starts. Released calls go on to the provider underneath.
+type hangingProvider struct {
+	messagehubv1.BundleContentProviderClient
+	entered chan string // the bundle id of each call, as it starts
+	release chan struct{}
+}
+
+func newHangingProvider(under messagehubv1.BundleContentProviderClient) *hangingProvider {
+	return &hangingProvider{BundleContentProviderClient: under, entered: make(chan string, 1000), release: make(chan struct{})}
+}
+
+func (h *hangingProvider) BundleDequeued(ctx context.Context, in *messagehubv1.BundleDequeuedRequest, opts ...grpc.CallOption) (*messagehubv1.BundleDequeuedResponse, error) {
+	h.entered <- in.GetBundle().GetId()
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.BundleContentProviderClient.BundleDequeued(ctx, in, opts...)
+}
+
+// A domain whose BundleDequeued hangs (as long as the call timeout allows)
+// does not hold up another domain's notices: while its call is still
+// hanging, every notice of the healthy domain, several batches of them, is
+// told. Once it answers, its own notices go out too.
+func TestAHangingDomainDoesNotHoldUpTheOthers(t *testing.T) {
+	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
+	slow, healthy := contenttest.Start(t, answer), contenttest.Start(t, answer)
+	store, repo := openAnnouncing(t, repository.Options{Announce: func(domain.Origin) bool { return true }})
+	ctx := within(t, time.Minute)
+	// Interleaved, so that every batch holds notices of both domains.
+	var origins []domain.Origin
+	for range 20 {
+		origins = append(origins, domain.OriginTimeSeries, domain.OriginCharges)
+	}
+	bundles := dequeueAll(ctx, t, repo, origins...)
+
+	hanging := newHangingProvider(slow.Client(t))
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{
+			domain.OriginTimeSeries: hanging, domain.OriginCharges: healthy.Client(t),
+		},
+		Notices:     store,
+		Bundle:      repo.DequeuedBundle,
+		Batch:       5,
+		CallTimeout: time.Hour, // the hanging call ends when the test says so
+	})
+	defer notifier.Close()
+	select {
+	case <-hanging.entered:
+	case <-ctx.Done():
+		t.Fatal("the hanging domain was never called")
+	}
+	want := map[string]bool{}
+	for _, id := range bundles[domain.OriginCharges] {
+		want[id] = true
+	}
+	for len(want) > 0 {
+		select {
+		case b := <-healthy.Told():
+			delete(want, b.GetId())
+		case <-ctx.Done():
+			t.Fatalf("%d of %d notices of the healthy domain untold while the other domain's call hangs", len(want), len(bundles[domain.OriginCharges]))
+		}
+	}
+	if len(hanging.entered) != 0 {
+		t.Fatal("the hanging domain was called again while its first call hung")
+	}
+	close(hanging.release)
+	for range bundles[domain.OriginTimeSeries] {
+		select {
+		case <-slow.Told():
+		case <-ctx.Done():
+			t.Fatal("the domain that hung was not told of its dequeues once it answered")
+		}
+	}
+	notifier.Close()
+	if n, _, err := store.NoticeBacklog(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d notices left after delivery (%v)", n, err)
+	}
+}
+
+// clockedProvider records, per bundle, the clock's time at each
+// BundleDequeued call.
+type clockedProvider struct {
+	messagehubv1.BundleContentProviderClient
+	clock content.Clock
+	mu    sync.Mutex
+	calls map[string][]time.Time
+}
+
+func (c *clockedProvider) BundleDequeued(ctx context.Context, in *messagehubv1.BundleDequeuedRequest, opts ...grpc.CallOption) (*messagehubv1.BundleDequeuedResponse, error) {
+	c.mu.Lock()
+	c.calls[in.GetBundle().GetId()] = append(c.calls[in.GetBundle().GetId()], c.clock.Now())
+	c.mu.Unlock()
+	return c.BundleContentProviderClient.BundleDequeued(ctx, in, opts...)
+}
+
+// With a grace, this instance's dequeue is told at once (no wait fired),
+// while another instance's is left to it until it is overdue: it is told
+// here only once the grace has passed, as when its instance died.
+func TestAnotherInstancesNoticeIsToldOnlyOnceOverdue(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	bell := content.NewBell()
+	announce := func(domain.Origin) bool { return true }
+	store, repo := openAnnouncing(t, repository.Options{Announce: announce, Announced: bell.Ring})
+	other := repository.New(store, repository.Options{Announce: announce}, nil) // rings nothing here
+	defer other.Close()
+	ctx := within(t, time.Minute)
+	clock := newFakeClock()
+	clock.now = time.Now() // notices carry the real time of their dequeue
+	start := clock.Now()
+	const grace = time.Minute
+	client := &clockedProvider{BundleContentProviderClient: provider.Client(t), clock: clock, calls: map[string][]time.Time{}}
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: client},
+		Notices:   store,
+		Bundle:    repo.DequeuedBundle,
+		Bell:      bell,
+		Grace:     grace,
+		Clock:     clock,
+	})
+	defer notifier.Close()
+	first := <-clock.waits // idle after the first, empty look
+
+	theirs := dequeueAll(ctx, t, other, domain.OriginCharges)[domain.OriginCharges][0]
+	ours := dequeueAll(ctx, t, repo, domain.OriginCharges)[domain.OriginCharges][0]
+	select {
+	case b := <-provider.Told():
+		if b.GetId() != ours {
+			t.Fatalf("told of %v first, want this instance's %s", b, ours)
+		}
+	case <-ctx.Done():
+		t.Fatal("this instance's dequeue was not told without a wait fired")
+	}
+	waits := []fakeWait{first} // fired one at a time, as they come
+	for fired := 0; ; fired++ {
+		if fired > 100 {
+			t.Fatal("over 100 waits fired before another instance's overdue dequeue was told")
+		}
+		if len(waits) > 0 {
+			clock.fire(waits[0])
+			waits = waits[1:]
+		}
+		select {
+		case b := <-provider.Told():
+			if b.GetId() != theirs {
+				t.Fatalf("told of %v, want %s", b, theirs)
+			}
+			client.mu.Lock()
+			defer client.mu.Unlock()
+			if at := client.calls[theirs]; len(at) != 1 || at[0].Sub(start) < grace {
+				t.Fatalf("another instance's dequeue told at %v after the start; want once, after the grace of %v", at, grace)
+			}
+			if len(client.calls[ours]) != 1 {
+				t.Fatalf("this instance's dequeue told %d times", len(client.calls[ours]))
+			}
+			return
+		case w := <-clock.waits:
+			waits = append(waits, w)
+		case <-ctx.Done():
+			t.Fatal("another instance's dequeue was never told")
+		}
+	}
 }

@@ -132,11 +132,16 @@ func (s *Service) Close() {
 	s.wg.Wait()
 }
 
+// ErrNotReady is Document's answer when the document is still being built
+// as its caller's time ends: routine while a domain is slow (the build goes
+// on, and the actor peeks again), unlike the store failing.
+var ErrNotReady = fmt.Errorf("%w: document not ready", domain.ErrUnavailable)
+
 // Document returns the document of a pending bundle, asking its domain for
 // it if it is not stored yet. It returns nil and no error when the bundle's
 // domain has no provider and nothing is stored. When the document is not
-// ready before ctx ends it returns an error wrapping domain.ErrUnavailable;
-// the build goes on.
+// ready before ctx ends it returns an error wrapping ErrNotReady (a
+// domain.ErrUnavailable); the build goes on.
 func (s *Service) Document(ctx context.Context, bundle *messagehubv1.Bundle) (*Document, error) {
 	key := Key{Recipient: bundle.GetRecipient(), BundleID: bundle.GetId()}
 	doc, err := s.opts.Store.Open(ctx, key)
@@ -155,7 +160,7 @@ func (s *Service) Document(ctx context.Context, bundle *messagehubv1.Bundle) (*D
 		}
 		return s.opts.Store.Open(ctx, key)
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: the document of bundle %s is not ready yet; peek again", domain.ErrUnavailable, key.BundleID)
+		return nil, fmt.Errorf("%w yet for bundle %s; peek again", ErrNotReady, key.BundleID)
 	}
 }
 

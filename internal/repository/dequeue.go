@@ -51,7 +51,7 @@ func (r *Repository) dequeueOnce(ctx context.Context, recipient, bundleID string
 		return err
 	}
 	if rec.Announce && r.opts.Announced != nil {
-		r.opts.Announced()
+		r.opts.Announced(Notice{Recipient: recipient, BundleID: rec.ID, Origin: rec.Origin, DequeuedAt: rec.DequeuedAt})
 	}
 	return nil
 }

@@ -239,7 +239,8 @@ type Options struct {
 	// Announce, when set, says which domains hear of their bundles'
 	// dequeues: their Acknowledge records a notice in the store's outbox.
 	Announce func(domain.Origin) bool
-	// Announced, when set, is called after a dequeue wrote a notice, so
-	// that the notifier looks at once instead of at its next poll.
-	Announced func()
+	// Announced, when set, is called with the notice a dequeue wrote, so
+	// that the notifier looks at once instead of at its next poll, and
+	// knows the notice for one of this instance's.
+	Announced func(Notice)
 }

@@ -55,6 +55,10 @@ func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 		return stream.Send(first)
 	}
 	doc, err := s.documents.Document(ctx, first.Bundle)
+	if errors.Is(err, content.ErrNotReady) && stream.Context().Err() == nil {
+		// The domain is still building it: routine, the actor peeks again.
+		return routine{err}
+	}
 	if err != nil {
 		return outOfTime(ctx, stream.Context(), err)
 	}
@@ -68,9 +72,15 @@ func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 
 // outOfTime makes a content peek that ran out of its own time (not the
 // caller's) UNAVAILABLE wherever the time ran out: in the store's peek (a
-// slow store) as in the wait for the document. The caller peeks again.
+// slow store) as in the wait for the document. The caller peeks again. One
+// the caller gave up on (cancelled, or past its deadline) ends with the
+// caller's own error, whatever was waited for: that is the caller's choice,
+// not a fault of the hub or its store.
 func outOfTime(ctx, call context.Context, err error) error {
-	if err == nil || errors.Is(err, domain.ErrUnavailable) || ctx.Err() == nil || call.Err() != nil {
+	if err != nil && call.Err() != nil {
+		return fmt.Errorf("the caller stopped waiting: %w", call.Err())
+	}
+	if err == nil || errors.Is(err, domain.ErrUnavailable) || ctx.Err() == nil {
 		return err
 	}
 	return fmt.Errorf("%w: the content peek ran out of time; peek again: %w", domain.ErrUnavailable, err)

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/lograte"
 )
 
 // internalMessage is all a client learns about an unexpected error; the
@@ -35,7 +37,8 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 		case codes.Internal, codes.Unknown, codes.DataLoss:
 			level = slog.LevelError
 		case codes.Unavailable:
-			level = slog.LevelWarn
+			warnUnavailable(logger, method, err)
+			return st.Err()
 		}
 		logger.Log(context.Background(), level, "call failed", "method", method, "code", st.Code().String(), "error", err)
 		return st.Err()
@@ -59,7 +62,11 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 	case errors.Is(err, domain.ErrCabinetFull):
 		code = codes.ResourceExhausted // the actor must drain the cabinet first
 	case errors.Is(err, domain.ErrUnavailable):
-		logger.Warn("store unavailable", "method", method, "error", err)
+		if errors.As(err, new(routine)) {
+			logger.Debug("call unavailable for now", "method", method, "error", err)
+		} else {
+			warnUnavailable(logger, method, err)
+		}
 		code = codes.Unavailable
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
@@ -76,6 +83,32 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 	}
 	return status.Error(code, err.Error())
 }
+
+// unavailablePerSecond bounds the warnings about UNAVAILABLE answers: a
+// store that is down, or a client retrying in a loop while a domain hangs,
+// must not flood the log with one line per call.
+const unavailablePerSecond = 10
+
+// unavailableLines limits those warnings process-wide: they say the same
+// thing whichever server answered.
+var unavailableLines = lograte.Limiter{Max: unavailablePerSecond}
+
+// warnUnavailable logs an UNAVAILABLE answer at warn, within
+// unavailablePerSecond, with how many were left out since the last line.
+// The line names no cause: the error says whether it was the store, a
+// domain, or the hub shutting down.
+func warnUnavailable(logger *slog.Logger, method string, err error) {
+	if ok, suppressed := unavailableLines.Allow(time.Now()); ok {
+		logger.Warn("call answered UNAVAILABLE", "method", method, "error", err, "suppressed_since_last", suppressed)
+	}
+}
+
+// routine marks an UNAVAILABLE answer that is part of normal work, not a
+// fault (a document its domain has not built yet: the caller asks again):
+// it is answered as usual and logged at debug only.
+type routine struct{ error }
+
+func (r routine) Unwrap() error { return r.error }
 
 // UnaryErrorInterceptor applies ToStatus to every unary call and turns a
 // handler panic into INTERNAL instead of taking the process down.
