@@ -104,7 +104,7 @@ func (s *Store) commitSaves(ctx context.Context, saves []repository.RecipientSav
 	// finalizing is retried until done, without depending on the caller
 	// still waiting. Should it fail for longer than finalizeFor, whoever
 	// loads the recipient after the lease finalizes it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeFor)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.finalizeFor)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		err := s.finalizeAll(ctx, saveID, plans, pagesToken)

@@ -85,6 +85,8 @@ type Store struct {
 	released     idReleases   // retention's knowledge of id documents per save
 	// noticesAt is where the last look at the notices stopped (notices.go).
 	noticesAt noticeResume
+	// finalizeFor bounds the retries of a committed save's finalize.
+	finalizeFor time.Duration
 }
 
 var _ repository.Store = (*Store)(nil)
@@ -167,7 +169,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := checkConsistency(level); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, client: client, meter: meter, tokens: newSessionTokens(), anchored: strings.EqualFold(level, "Session")}
+	s := &Store{cfg: cfg, client: client, meter: meter, tokens: newSessionTokens(), anchored: strings.EqualFold(level, "Session"),
+		finalizeFor: finalizeFor}
 	for _, c := range []struct {
 		name string
 		dst  **azcosmos.ContainerClient
