@@ -77,6 +77,7 @@ func saveAsTheHub(t *testing.T, repo *repository.Repository, db string, ns []dom
 	if res.Saved+res.Duplicates != len(ns) {
 		t.Fatalf("the resent save answered %+v for %d notifications", res, len(ns))
 	}
+	t.Logf("the first save answered %v; the resend %+v", first, res)
 }
 
 // drainExactly peeks and dequeues the recipient's bundles until none is

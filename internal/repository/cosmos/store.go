@@ -40,7 +40,7 @@ type Config struct {
 	// Retention is the time-to-live of dequeued bundles (default 7 days).
 	Retention time.Duration
 	// Lease is how long a save may hold a reservation before others roll it
-	// back (default 30 s).
+	// back (default DefaultLease). A save decides within half of it.
 	Lease time.Duration
 	// IDBuckets spreads the id index over this many partitions (1..256,
 	// default 4): every save writes and queries each bucket its ids fall
@@ -63,6 +63,15 @@ type Config struct {
 // and dequeue on the test server's model (16: 0.58), and the id index still
 // takes 40,000 RU/s and 80 GB. See docs/cosmos.md, "Cost".
 const DefaultIDBuckets = 4
+
+// DefaultLease is a reservation's lease when Config says none. A save
+// commits or fails within half of it (commitSaves), 30 s: as long as the
+// repository lets a group commit take (its opTimeout). The other half is
+// the margin for requests still in flight when the save gives up, the
+// transport's per-attempt cap (defaultRoundTrip) and the instances'
+// clocks, which compare the lease's end: another instance settles a
+// reservation only once the save can no longer be deciding.
+const DefaultLease = 60 * time.Second
 
 // Store is the Cosmos DB repository.Store.
 type Store struct {
@@ -101,7 +110,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Retention = 7 * 24 * time.Hour
 	}
 	if cfg.Lease <= 0 {
-		cfg.Lease = 30 * time.Second
+		cfg.Lease = DefaultLease
 	}
 	if cfg.IDBuckets <= 0 {
 		cfg.IDBuckets = DefaultIDBuckets
@@ -318,7 +327,7 @@ const readDrawerSQL = "SELECT c.s, c.q, c.w, c.b, c.t, " +
 // BundleExists reads the bundle's document.
 func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
 	_, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), bundleDocID(bundleID), "")
-	if isStatus(err, http.StatusNotFound) {
+	if isNotFound(err) {
 		return false, nil
 	}
 	return err == nil, storeError(err)
