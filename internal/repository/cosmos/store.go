@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -128,7 +129,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = &http.Client{Transport: pooledTransport()}
+		cfg.Transport = defaultClient()
 	}
 	// The meter sits below the retries, so that it counts every attempt.
 	account := &accountReader{next: cfg.Transport}
@@ -178,6 +179,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := checkConsistency(level); err != nil {
 		return nil, err
 	}
+	if err := account.checkWriteRegions(); err != nil {
+		return nil, err
+	}
 	s := &Store{cfg: cfg, client: client, meter: meter, tokens: newSessionTokens(), anchored: strings.EqualFold(level, "Session"),
 		finalizeFor: finalizeFor}
 	for _, c := range []struct {
@@ -194,12 +198,32 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-func pooledTransport() *http.Transport {
+// defaultClient sends the store's requests when Config names no transport.
+// It keeps the timeouts of the client azcosmos v1.5.0 uses by default
+// (cosmos_default_http_client.go in the module cache, which mirrors azcore's
+// default transport, sdk/internal/transport/transport.go): connections are
+// dialled within 5 s, TLS handshakes take at most 10 s, and no attempt lasts
+// more than 65 s, the gateway's own budget of about 60 s and a margin, so a
+// request that never answers ends and the retries above decide. It pools
+// more connections per host than either, as every instance talks to one
+// endpoint.
+func defaultClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.IdleConnTimeout = 90 * time.Second
+	t.ExpectContinueTimeout = time.Second
 	t.MaxIdleConns = 256
 	t.MaxIdleConnsPerHost = 256
-	return t
+	// HTTP/2 connections are pinged when idle and dropped when the ping
+	// goes unanswered, as azcosmos configures them.
+	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: 2 * time.Second, PingTimeout: time.Second}
+	return &http.Client{Transport: t, Timeout: defaultRoundTrip}
 }
+
+// defaultRoundTrip caps one attempt of a request (azcosmos's
+// defaultHTTPRoundTripTimeout).
+const defaultRoundTrip = 65 * time.Second
 
 // Meter counts this store's requests.
 func (s *Store) Meter() *Meter { return s.meter }
