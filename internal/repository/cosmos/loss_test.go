@@ -62,8 +62,7 @@ func clearFaults(t *testing.T, db string) {
 }
 
 // saveAsTheHub saves ns as a producer does: a Save answered with an error is
-// sent again (after the faults are over) until it is answered. It returns
-// whether the first answer was a success.
+// sent again, once the faults are over; first is the first answer.
 func saveAsTheHub(t *testing.T, repo *repository.Repository, db string, ns []domain.Notification, first error) {
 	t.Helper()
 	if first == nil {
