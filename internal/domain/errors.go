@@ -29,6 +29,9 @@ var (
 	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrPermissionDenied: the caller is known but may not do this.
 	ErrPermissionDenied = errors.New("permission denied")
+	// ErrStoreRefuses: the store refuses the service's own requests (its
+	// credentials, permissions or account settings); an operator must act.
+	ErrStoreRefuses = errors.New("store refuses the service")
 )
 
 // invalid wraps ErrInvalidArgument with a message that says what is wrong.

@@ -51,6 +51,9 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 		code = codes.AlreadyExists
 	case errors.Is(err, domain.ErrOtherBundlePending):
 		code = codes.FailedPrecondition
+	case errors.Is(err, domain.ErrStoreRefuses):
+		logger.Error("store refuses the service", "method", method, "error", err)
+		code = codes.FailedPrecondition
 	case errors.Is(err, domain.ErrNotFound):
 		code = codes.NotFound
 	case errors.Is(err, domain.ErrUnauthenticated):

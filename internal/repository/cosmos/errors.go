@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -16,36 +18,72 @@ import (
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
-// statusRetryWith is Cosmos DB's 449: a write met a transient conflict.
-const statusRetryWith = 449
+// Statuses and substatuses (x-ms-substatus) the store tells apart, as
+// https://learn.microsoft.com/en-us/rest/api/cosmos-db/http-status-codes-for-cosmosdb
+// and the troubleshooting pages
+// https://learn.microsoft.com/en-us/azure/cosmos-db/nosql/troubleshoot-not-found and
+// https://learn.microsoft.com/en-us/azure/cosmos-db/nosql/troubleshoot-forbidden
+// describe them.
+const (
+	// statusRetryWith is 449: the write met a transient conflict and did
+	// not apply; the client retries it.
+	statusRetryWith = 449
+	// substatusReadSessionNotAvailable with 404: no replica the read
+	// reached has caught up with its session token. The item may exist.
+	substatusReadSessionNotAvailable = 1002
+	// substatusPartitionFull with 403: the logical partition reached its
+	// 20 GB; nothing more can be written to it.
+	substatusPartitionFull = 1014
+)
 
-// statusError is the store error a Cosmos DB status stands for, or nil when
-// it stands for none. This is the one mapping; requests and batch
-// operations both go through it.
+// statusError is the store error a Cosmos DB status (with its substatus)
+// stands for, or nil when it stands for none. This is the one mapping;
+// requests and batch operations both go through it.
 //
-//   - 404, 409, 412, 449: the record a conditional write relied on is gone,
-//     exists already or changed (or a replica lags): the repository reloads
-//     and retries.
+//   - 404, 409, 412: the record a conditional write relied on is gone,
+//     exists already or changed: the repository reloads and retries.
 //
-//   - 429, 408, 500, 502, 503, 504: still throttled or unavailable after
-//     the transport's and the SDK's retries: the caller may try again later.
+//   - 404 with substatus 1002 (a session read no replica could serve yet),
+//     449 (a write refused, not applied), 429, 408, 500, 502, 503, 504:
+//     still unavailable after the transport's and the SDK's retries; the
+//     caller may try again later. None of them says anything about what
+//     exists: a 408 or 503 may even answer a write that applied.
 //
 //   - 413: a request or document over 2 MB: beyond the store's limits (a
 //     save's 400, a batch or query over its limit, is mapped by CommitSaves).
 //
-// Anything else (400, 401, 403, ...) is this store's or the operator's
-// mistake and stays as it is.
-func statusError(status int) error {
-	switch status {
-	case http.StatusNotFound, http.StatusConflict, http.StatusPreconditionFailed, statusRetryWith:
+//   - 403 with substatus 1014: a logical partition is full (storage full);
+//     any other 403 (keys, RBAC, firewall, a disabled account): the
+//     account refuses the service, which an operator must fix.
+//
+// Anything else (400, 401, ...) is this store's or the operator's mistake
+// and stays as it is.
+func statusError(status, substatus int) error {
+	switch {
+	case status == http.StatusNotFound && substatus == substatusReadSessionNotAvailable, status == statusRetryWith:
+		return domain.ErrUnavailable
+	case status == http.StatusNotFound, status == http.StatusConflict, status == http.StatusPreconditionFailed:
 		return repository.ErrConflict
-	case http.StatusRequestEntityTooLarge:
+	case status == http.StatusRequestEntityTooLarge:
 		return repository.ErrTooLarge
-	case http.StatusTooManyRequests, http.StatusRequestTimeout, http.StatusInternalServerError,
-		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case status == http.StatusForbidden && substatus == substatusPartitionFull:
+		return domain.ErrStorageFull
+	case status == http.StatusForbidden:
+		return domain.ErrStoreRefuses
+	case status == http.StatusTooManyRequests, status == http.StatusRequestTimeout, status == http.StatusInternalServerError,
+		status == http.StatusBadGateway, status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout:
 		return domain.ErrUnavailable
 	}
 	return nil
+}
+
+// substatus returns the x-ms-substatus of an answer (0 when none).
+func substatus(re *azcore.ResponseError) int {
+	if re == nil || re.RawResponse == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(re.RawResponse.Header.Get("x-ms-substatus"))
+	return n
 }
 
 // storeError maps a failed request to the store's errors. The SDK's error
@@ -53,13 +91,43 @@ func statusError(status int) error {
 func storeError(err error) error {
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) || errors.Is(err, repository.ErrConflict) || errors.Is(err, domain.ErrUnavailable) ||
-		errors.Is(err, repository.ErrTooLarge) {
+		errors.Is(err, repository.ErrTooLarge) || errors.Is(err, domain.ErrStorageFull) || errors.Is(err, domain.ErrStoreRefuses) {
 		return err // not an answer, or mapped already
 	}
-	if mapped := statusError(re.StatusCode); mapped != nil {
-		return fmt.Errorf("%w: %w", mapped, err)
+	sub := substatus(re)
+	mapped := statusError(re.StatusCode, sub)
+	switch {
+	case mapped == nil:
+		return err
+	case errors.Is(mapped, domain.ErrStorageFull):
+		return fmt.Errorf("%w: a logical partition of Cosmos DB container %s reached its 20 GB (403, substatus %d): %w",
+			mapped, containerOfRequest(re), sub, err)
+	case errors.Is(mapped, domain.ErrStoreRefuses):
+		return fmt.Errorf("%w: Cosmos DB refused a request to container %s (403, substatus %d: check the key or role "+
+			"assignments, the firewall and that the account is enabled): %w", mapped, containerOfRequest(re), sub, err)
 	}
-	return err
+	return fmt.Errorf("%w: %w", mapped, err)
+}
+
+// containerOfRequest names the container a failed request addressed.
+func containerOfRequest(re *azcore.ResponseError) string {
+	if re.RawResponse == nil || re.RawResponse.Request == nil {
+		return "(unknown)"
+	}
+	parts := strings.Split(strings.Trim(re.RawResponse.Request.URL.Path, "/"), "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if parts[i] == "colls" {
+			return parts[i+1]
+		}
+	}
+	return "(none)"
+}
+
+// isNotFound reports whether err is a 404 that says the item does not
+// exist: a 404 with substatus 1002 only says no replica has caught up.
+func isNotFound(err error) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound && substatus(re) != substatusReadSessionNotAvailable
 }
 
 // batchError maps a batch's outcome to the store's errors: the request's
@@ -76,7 +144,8 @@ func batchError(resp azcosmos.TransactionalBatchResponse, err error) error {
 		if r.StatusCode == http.StatusFailedDependency || r.StatusCode < 300 {
 			continue
 		}
-		if mapped := statusError(int(r.StatusCode)); mapped != nil {
+		// A batch runs on the primary: its operations' 404s are final.
+		if mapped := statusError(int(r.StatusCode), 0); mapped != nil {
 			return fmt.Errorf("%w: batch operation answered %d", mapped, r.StatusCode)
 		}
 		break

@@ -15,7 +15,18 @@ import (
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
-func answered(status int) error { return &azcore.ResponseError{StatusCode: status} }
+func answered(status int) error { return answeredSub(status, 0) }
+
+// answeredSub is an answer with x-ms-substatus sub, to a request of the
+// saves container.
+func answeredSub(status, sub int) error {
+	req, _ := http.NewRequest(http.MethodGet, "http://cosmos/dbs/d/colls/saves/docs/x", nil)
+	h := http.Header{}
+	if sub != 0 {
+		h.Set("x-ms-substatus", fmt.Sprint(sub))
+	}
+	return &azcore.ResponseError{StatusCode: status, RawResponse: &http.Response{StatusCode: status, Header: h, Request: req}}
+}
 
 // kind is what the repository makes of an error.
 type kind int
@@ -25,6 +36,8 @@ const (
 	conflict
 	unavailable
 	tooLargeKind
+	storageFull
+	refused
 )
 
 func kindOf(err error) kind {
@@ -37,6 +50,10 @@ func kindOf(err error) kind {
 		return unavailable
 	case errors.Is(err, repository.ErrTooLarge):
 		return tooLargeKind
+	case errors.Is(err, domain.ErrStorageFull):
+		return storageFull
+	case errors.Is(err, domain.ErrStoreRefuses):
+		return refused
 	}
 	return plain
 }
@@ -45,27 +62,32 @@ func kindOf(err error) kind {
 // and the SDK's error stays inside for callers that look at the status.
 func TestStoreErrorMapsStatuses(t *testing.T) {
 	cases := []struct {
-		status int
-		want   kind
+		status, sub int
+		want        kind
 	}{
-		{http.StatusNotFound, conflict},
-		{http.StatusConflict, conflict},
-		{http.StatusPreconditionFailed, conflict},
-		{statusRetryWith, conflict},
-		{http.StatusTooManyRequests, unavailable},
-		{http.StatusRequestTimeout, unavailable},
-		{http.StatusInternalServerError, unavailable},
-		{http.StatusBadGateway, unavailable},
-		{http.StatusServiceUnavailable, unavailable},
-		{http.StatusGatewayTimeout, unavailable},
-		{http.StatusBadRequest, plain},
-		{http.StatusUnauthorized, plain},
-		{http.StatusForbidden, plain},
-		{http.StatusRequestEntityTooLarge, tooLargeKind},
+		{http.StatusNotFound, 0, conflict},
+		{http.StatusConflict, 0, conflict},
+		{http.StatusPreconditionFailed, 0, conflict},
+		// A 404/1002 says no replica caught up yet, not that the item is
+		// missing; a 449 is a write refused: neither is a conflict.
+		{http.StatusNotFound, substatusReadSessionNotAvailable, unavailable},
+		{statusRetryWith, 0, unavailable},
+		{http.StatusTooManyRequests, 3200, unavailable},
+		{http.StatusRequestTimeout, 0, unavailable},
+		{http.StatusInternalServerError, 0, unavailable},
+		{http.StatusBadGateway, 0, unavailable},
+		{http.StatusServiceUnavailable, 0, unavailable},
+		{http.StatusGatewayTimeout, 0, unavailable},
+		{http.StatusBadRequest, 0, plain},
+		{http.StatusUnauthorized, 0, plain},
+		{http.StatusForbidden, substatusPartitionFull, storageFull},
+		{http.StatusForbidden, 0, refused},
+		{http.StatusForbidden, 5301, refused},
+		{http.StatusRequestEntityTooLarge, 0, tooLargeKind},
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprint(c.status), func(t *testing.T) {
-			in := fmt.Errorf("read head: %w", answered(c.status))
+		t.Run(fmt.Sprint(c.status, "/", c.sub), func(t *testing.T) {
+			in := fmt.Errorf("read head: %w", answeredSub(c.status, c.sub))
 			for what, got := range map[string]error{
 				"request": storeError(in),
 				"batch":   batchError(azcosmos.TransactionalBatchResponse{}, in),
@@ -75,6 +97,9 @@ func TestStoreErrorMapsStatuses(t *testing.T) {
 				}
 				if c.want == plain && got.Error() != in.Error() {
 					t.Fatalf("%s: changed to %v, want it unchanged", what, got)
+				}
+				if (c.want == storageFull || c.want == refused) && !strings.Contains(got.Error(), "container saves") {
+					t.Fatalf("%s: %v does not name the container", what, got)
 				}
 				if !isStatus(got, c.status) {
 					t.Fatalf("%s: the status %d is lost in %v", what, c.status, got)

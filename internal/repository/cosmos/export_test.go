@@ -2,6 +2,7 @@ package cosmos
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
 )
@@ -11,3 +12,7 @@ import (
 func EntryDocument(recipient string, e catalog.Entry) ([]byte, error) {
 	return json.Marshal(fromEntry(recipient, e))
 }
+
+// SetFinalizeFor bounds how long a committed save's finalize is retried, so
+// that a test can have a process give up on it as if it died.
+func SetFinalizeFor(s *Store, d time.Duration) { s.finalizeFor = d }

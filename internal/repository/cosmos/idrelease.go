@@ -157,6 +157,18 @@ func (s *Store) anyDrawerHolds(ctx context.Context, doc idDocDrawers, gone, aliv
 			return false, err
 		}
 		_, err = s.readItem(ctx, s.drawers, azcosmos.NewPartitionKeyString(drawerID), pageID(doc.Markers[i]), "")
+		if isStatus(err, http.StatusNotFound) {
+			// Releasing the ids early lets a duplicate in: a 404 (1002: no
+			// replica caught up) is confirmed on the primary.
+			var page struct{}
+			found, perr := s.readOnPrimary(ctx, s.drawers, drawerID, pageID(doc.Markers[i]), &page)
+			if perr != nil {
+				return false, perr
+			}
+			if found {
+				err = nil
+			}
+		}
 		switch {
 		case err == nil:
 			alive[d] = true

@@ -198,12 +198,15 @@ func (h idHit) record() (repository.IDRecord, error) {
 }
 
 // saveState reads a save's commit record with the token it was created
-// with. One that no longer exists was aborted and expired (committed records
-// outlive the data they cover).
+// with. Committed and aborted are final whichever replica says so; a 404
+// (with substatus 1002: no replica has caught up with the token) is asked
+// of the primary, where a missing record was aborted and expired
+// (committed records outlive the data they cover).
 func (s *Store) saveState(ctx context.Context, saveID, token string) (string, error) {
 	item, err := s.readItem(ctx, s.saves, azcosmos.NewPartitionKeyString(saveID), saveID, token)
 	if isStatus(err, http.StatusNotFound) {
-		return stateAborted, nil
+		d, err := s.readSaveOnPrimary(ctx, saveID)
+		return d.State, err
 	}
 	if err != nil {
 		return "", err

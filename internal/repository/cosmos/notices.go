@@ -207,16 +207,25 @@ func (s *Store) eachNotice(ctx context.Context, origins []domain.Origin, page in
 // the container's token, which holds the token of the notices query that
 // found its notice (eachNotice), so a lagging replica cannot miss it.
 func (s *Store) dequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error) {
-	resp, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), bundleDocID(bundleID), "")
-	if isStatus(err, http.StatusNotFound) {
-		return bundle.Record{}, fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
-	}
-	if err != nil {
-		return bundle.Record{}, err
-	}
 	var d bundleDoc
-	if err := json.Unmarshal(resp.Value, &d); err != nil {
+	resp, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), bundleDocID(bundleID), "")
+	switch {
+	case isStatus(err, http.StatusNotFound):
+		// A 404 (1002: no replica caught up with the token) drops the
+		// notice unheard if wrong: only the primary's answer decides.
+		found, err := s.readOnPrimary(ctx, s.recipients, recipient, bundleDocID(bundleID), &d)
+		if err != nil {
+			return bundle.Record{}, err
+		}
+		if !found {
+			return bundle.Record{}, fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
+		}
+	case err != nil:
 		return bundle.Record{}, err
+	default:
+		if err := json.Unmarshal(resp.Value, &d); err != nil {
+			return bundle.Record{}, err
+		}
 	}
 	if d.T != typeDequeued {
 		// The token holds the notice's write, hence its dequeue's (one

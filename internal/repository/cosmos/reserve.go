@@ -151,7 +151,11 @@ func (s *Store) reserve(ctx context.Context, p *savePlan) (held bool, err error)
 	p.res = res
 	head, err = s.reserveBatch(ctx, sv.Recipient, head, res.Save, p.chunks[0], 0)
 	if err != nil {
-		return false, err
+		// Only a refusal (a changed head or entry: 404, 409, 412) says the
+		// batch did not apply; after any other failure the reservation may
+		// exist, and the rollback, which reads the head on the primary,
+		// finds out.
+		return !errors.Is(err, repository.ErrConflict), err
 	}
 	for k := 1; k < len(p.chunks); k++ {
 		if head, err = s.reservePart(ctx, sv.Recipient, head, res.Save, p.chunks[k], k); err != nil {
@@ -316,14 +320,29 @@ func (s *Store) updateHead(ctx context.Context, recipient string, change func(*h
 	}
 }
 
-// abort marks the save aborted and undoes what it reserved and wrote.
-func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans []savePlan) {
+// abort marks the save aborted and undoes what it reserved and wrote. It
+// reports true when the save turns out committed: its own commit applied
+// though its answer was lost (or came after the deadline), so the save
+// must be finalized, never rolled back.
+func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans []savePlan) (committed bool) {
 	record.State = stateAborted
 	_, err := s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(record.ID), record.ID, mustJSON(record),
 		&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
-	if err != nil && !isStatus(err, http.StatusPreconditionFailed) {
-		s.cfg.Logger.Warn("cosmos: could not abort save; its lease will", "save", record.ID, "err", err)
-		return
+	if err != nil {
+		// A 412 says the record changed since the save created it: its
+		// commit applied, or a settler aborted it. Any other failure
+		// leaves the abort's own outcome unknown. The primary says which.
+		d, rerr := s.readSaveOnPrimary(ctx, record.ID)
+		switch {
+		case rerr != nil:
+			s.cfg.Logger.Warn("cosmos: could not abort save; its lease will", "save", record.ID, "err", err, "read", rerr)
+			return false
+		case d.State == stateCommitted:
+			return true
+		case d.State != stateAborted:
+			s.cfg.Logger.Warn("cosmos: could not abort save; its lease will", "save", record.ID, "err", err)
+			return false
+		}
 	}
 	for _, p := range plans {
 		var planned []resDetail
@@ -334,6 +353,7 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 			s.cfg.Logger.Warn("cosmos: rollback incomplete; its lease will finish it", "save", record.ID, "err", err)
 		}
 	}
+	return false
 }
 
 // rollback deletes what an aborted save wrote for the recipient, records
@@ -351,14 +371,11 @@ func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned 
 		i = slices.IndexFunc(head.Reservations, func(r reservation) bool { return r.Save == saveID })
 	}
 	if i < 0 {
-		return s.deleteWritten(ctx, planned)
+		return s.deleteWritten(ctx, saveID, planned)
 	}
 	res := head.Reservations[i]
 	parts, err := s.readParts(ctx, recipient, saveID, 1, res.Parts)
 	if err != nil {
-		return err
-	}
-	if err := s.deleteWritten(ctx, slices.Concat(planned, []resDetail{res.resDetail}, parts)); err != nil {
 		return err
 	}
 	// Holes of the parts first (recording one twice changes nothing), then
@@ -369,33 +386,74 @@ func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned 
 			return err
 		}
 	}
-	return s.dropAborted(ctx, recipient, saveID, res.Parts)
+	if err := s.dropAborted(ctx, recipient, saveID, res.Parts); err != nil {
+		return err
+	}
+	// What the save wrote goes last: readers skip its positions from the
+	// moment they are recorded holes, so the recipient does not wait for
+	// the drawers to take deletes. Pages left behind by a delete that
+	// fails are removed with their drawer by retention.
+	return s.deleteWritten(ctx, saveID, slices.Concat(planned, []resDetail{res.resDetail}, parts))
 }
 
-// deleteWritten deletes the pages and id documents the details list.
-func (s *Store) deleteWritten(ctx context.Context, details []resDetail) error {
-	seen := map[[2]string]bool{}
-	del := func(c *azcosmos.ContainerClient, pk, id string) error {
-		if seen[[2]string{pk, id}] {
-			return nil
-		}
-		seen[[2]string{pk, id}] = true
-		err := s.deleteItem(ctx, c, azcosmos.NewPartitionKeyString(pk), id)
-		if err != nil && !isStatus(err, http.StatusNotFound) {
-			return err
-		}
-		return nil
-	}
+// deleteWritten deletes the pages and id documents of saveID the details
+// list. A page is deleted only when the primary shows it written by saveID
+// (its sv), on the etag read: positions a save planned but never reserved
+// may hold another save's pages, and those are never touched. Id documents
+// are named by the save's id, so they are its own.
+func (s *Store) deleteWritten(ctx context.Context, saveID string, details []resDetail) error {
+	pages := map[string][]string{} // drawer → page ids
+	idDocs := map[[2]string]bool{}
 	for _, d := range details {
 		for _, pg := range d.Pages {
-			if err := del(s.drawers, pg.Drawer, pg.ID); err != nil {
-				return err
+			if !slices.Contains(pages[pg.Drawer], pg.ID) {
+				pages[pg.Drawer] = append(pages[pg.Drawer], pg.ID)
 			}
 		}
 		for _, ix := range d.IDDocs {
-			if err := del(s.ids, ix.PK, ix.ID); err != nil {
+			idDocs[[2]string{ix.PK, ix.ID}] = true
+		}
+	}
+	for _, drawerID := range slices.Sorted(maps.Keys(pages)) {
+		type ownPage struct{ id, etag string }
+		var own []ownPage
+		err := s.readManyOnPrimary(ctx, s.drawers, drawerID, pages[drawerID], func(raw []byte) error {
+			var pg struct {
+				ID   string `json:"id"`
+				Save string `json:"sv"`
+				ETag string `json:"_etag"`
+			}
+			if err := json.Unmarshal(raw, &pg); err != nil {
 				return err
 			}
+			if pg.Save == saveID {
+				own = append(own, ownPage{pg.ID, pg.ETag})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, pg := range own {
+			resp, err := s.drawers.DeleteItem(ctx, azcosmos.NewPartitionKeyString(drawerID), pg.id,
+				&azcosmos.ItemOptions{IfMatchEtag: etag(pg.etag)})
+			if err == nil && resp.SessionToken != nil {
+				s.tokens.note(containerDrawers, *resp.SessionToken) // this process reads no deleted page again
+			}
+			if err != nil && !isStatus(err, http.StatusNotFound) && !isStatus(err, http.StatusPreconditionFailed) {
+				return err
+			}
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(idDocs), func(a, b [2]string) int {
+		return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+	}) {
+		if k[1] != saveID {
+			continue // not this save's (never expected)
+		}
+		err := s.deleteItem(ctx, s.ids, azcosmos.NewPartitionKeyString(k[0]), k[1])
+		if err != nil && !isStatus(err, http.StatusNotFound) {
+			return err
 		}
 	}
 	return nil
@@ -520,13 +578,13 @@ func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, parts
 			if err != nil {
 				return err
 			}
-			if err := s.deleteWritten(ctx, parts); err != nil {
-				return err
-			}
 			for _, d := range parts {
 				if err := s.recordHoles(ctx, recipient, d.Ranges); err != nil {
 					return err
 				}
+			}
+			if err := s.deleteWritten(ctx, saveID, parts); err != nil {
+				s.cfg.Logger.Warn("cosmos: pages of an aborted save left to retention", "save", saveID, "err", err)
 			}
 			partsDone = res.Parts
 			continue
@@ -613,7 +671,7 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 		if res.Expires >= now {
 			continue
 		}
-		state, err := s.settle(ctx, res.Save, res.Token)
+		state, err := s.settle(ctx, res.Save)
 		if err != nil {
 			return err
 		}
@@ -634,29 +692,29 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 }
 
 // settle returns a save's final state, aborting it if it is still pending.
-func (s *Store) settle(ctx context.Context, saveID, token string) (string, error) {
-	pk := azcosmos.NewPartitionKeyString(saveID)
-	item, err := s.readItem(ctx, s.saves, pk, saveID, token)
-	if isStatus(err, http.StatusNotFound) {
-		return stateAborted, nil
+// The record is read on the primary: a replica's answer, even a 404, may
+// predate the commit (a 404 with substatus 1002 says no replica has caught
+// up), and only the primary's decides between finalizing and rolling back.
+func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		d, err := s.readSaveOnPrimary(ctx, saveID)
+		if err != nil || d.State != statePending {
+			return d.State, err
+		}
+		version := d.ETag
+		d.State, d.ETag = stateAborted, ""
+		_, err = s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(d),
+			&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+		if err == nil {
+			return stateAborted, nil
+		}
+		// A 412: it committed or was aborted meanwhile; read again. Any
+		// other failure leaves the abort's outcome unknown: whoever loads
+		// the recipient next settles it again.
+		if !isStatus(err, http.StatusPreconditionFailed) || !pause(ctx, attempt) {
+			return "", err
+		}
 	}
-	if err != nil {
-		return "", err
-	}
-	var d saveDoc
-	if err := json.Unmarshal(item.Value, &d); err != nil {
-		return "", err
-	}
-	if d.State != statePending {
-		return d.State, nil
-	}
-	version := d.ETag
-	d.State, d.ETag = stateAborted, ""
-	_, err = s.saves.ReplaceItem(ctx, pk, saveID, mustJSON(d), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
-	if isStatus(err, http.StatusPreconditionFailed) {
-		return s.settle(ctx, saveID, token) // it committed or was aborted meanwhile
-	}
-	return stateAborted, err
 }
 
 // readOnPrimary reads one item in a transactional batch, which Cosmos DB

@@ -11,7 +11,7 @@ import (
 )
 
 // retrying resends requests that failed in transit or were answered 408,
-// 500, 502, 503 or 504. The SDK retries 429s itself (after
+// 449 (RetryWith: a write refused, not applied), 500, 502, 503 or 504. The SDK retries 429s itself (after
 // x-ms-retry-after-ms) but not these. Every request this store sends is safe
 // to repeat: reads and queries, creates (a repeat is a 409), writes
 // conditional on an etag (a repeat is a 412) and deletes; a repeat can only
@@ -56,7 +56,7 @@ func transient(resp *http.Response, err error) bool {
 		return true
 	}
 	switch resp.StatusCode {
-	case http.StatusRequestTimeout, http.StatusInternalServerError, http.StatusBadGateway,
+	case http.StatusRequestTimeout, statusRetryWith, http.StatusInternalServerError, http.StatusBadGateway,
 		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return true
 	}

@@ -1,11 +1,12 @@
 package cosmos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,20 +67,25 @@ func (s *Store) commitSaves(ctx context.Context, saves []repository.RecipientSav
 		}
 	}
 
-	reserved, err := s.reserveAll(ctx, plans)
+	// The save decides (commits or fails) within half its lease: the other
+	// half is the margin over the requests still in flight at the deadline
+	// and over the instances' clocks, which compare the lease's end.
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.Lease/2)
+	defer cancel()
+	reserved, err := s.reserveAll(wctx, plans)
 	var pagesToken string
 	if err == nil {
-		pagesToken, err = s.writeData(ctx, plans, ids)
+		pagesToken, err = s.writeData(wctx, saveID, plans, ids)
 	}
 	if err == nil {
-		err = s.checkIDs(ctx, saveID, plans)
+		err = s.checkIDs(wctx, saveID, plans)
 	}
 	if err == nil {
 		// Committed records never expire: they vouch for the ids as long as
 		// the data is kept.
 		record.State, record.TTL = stateCommitted, -1
 		var resp azcosmos.ItemResponse
-		resp, err = s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(record),
+		resp, err = s.saves.ReplaceItem(wctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(record),
 			&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
 		if err == nil && resp.SessionToken != nil {
 			s.tokens.note(containerSaves, *resp.SessionToken)
@@ -96,23 +102,28 @@ func (s *Store) commitSaves(ctx context.Context, saves []repository.RecipientSav
 	}
 	if err != nil {
 		// The abort is best effort: an unfinished one is completed by
-		// whoever finds the expired reservations.
-		s.abort(context.WithoutCancel(ctx), record, version, plans[:reserved])
-		return tooLarge(err)
+		// whoever finds the expired reservations. A save whose commit
+		// applied (its answer lost, or late past the deadline) is
+		// committed: it is finalized and succeeds.
+		record.State, record.TTL = statePending, int32(s.cfg.Retention.Seconds())
+		if !s.abort(context.WithoutCancel(ctx), record, version, plans[:reserved]) {
+			return tooLarge(err)
+		}
+		s.cfg.Logger.Warn("cosmos: a save whose commit seemed to fail is committed; finalizing it", "save", saveID, "err", err)
 	}
 	// Committed is final: the save succeeded whatever happens next, so
 	// finalizing is retried until done, without depending on the caller
 	// still waiting. Should it fail for longer than finalizeFor, whoever
 	// loads the recipient after the lease finalizes it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalizeFor)
-	defer cancel()
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), s.finalizeFor)
+	defer fcancel()
 	for attempt := 0; ; attempt++ {
-		err := s.finalizeAll(ctx, saveID, plans, pagesToken)
+		err := s.finalizeAll(fctx, saveID, plans, pagesToken)
 		if err == nil {
 			return nil
 		}
 		s.cfg.Logger.Warn("cosmos: finalizing a committed save failed; retrying", "save", saveID, "attempt", attempt+1, "err", err)
-		if !pause(ctx, attempt) {
+		if !pause(fctx, attempt) {
 			s.cfg.Logger.Error("cosmos: committed save not finalized; its lease will", "save", saveID, "err", err)
 			return nil
 		}
@@ -161,7 +172,7 @@ func (s *Store) plan(saveID string, expires int64, sv repository.RecipientSave) 
 
 // writeData writes pages (batched per drawer) and id documents in parallel,
 // and returns the merged session token of the page batches.
-func (s *Store) writeData(ctx context.Context, plans []savePlan, ids []idWrite) (string, error) {
+func (s *Store) writeData(ctx context.Context, saveID string, plans []savePlan, ids []idWrite) (string, error) {
 	var mu sync.Mutex
 	var tokens []string
 	g, ctx := errgroup.WithContext(ctx)
@@ -174,17 +185,7 @@ func (s *Store) writeData(ctx context.Context, plans []savePlan, ids []idWrite) 
 		for drawerID, pages := range byDrawer {
 			for _, chunk := range pageBatches(pages) {
 				g.Go(func() error {
-					b := s.drawers.NewTransactionalBatch(azcosmos.NewPartitionKeyString(drawerID))
-					for _, raw := range chunk {
-						b.CreateItem(raw, nil)
-					}
-					token, err := s.run(ctx, s.drawers, b)
-					if errors.Is(err, repository.ErrConflict) {
-						// Only this save writes these positions: a page
-						// that exists is its own, written by a replay's
-						// first attempt whose answer was lost.
-						err = nil
-					}
+					token, err := s.writePages(ctx, drawerID, chunk)
 					mu.Lock()
 					tokens = append(tokens, token)
 					mu.Unlock()
@@ -197,7 +198,7 @@ func (s *Store) writeData(ctx context.Context, plans []savePlan, ids []idWrite) 
 		g.Go(func() error {
 			resp, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
 			if isStatus(err, http.StatusConflict) {
-				return nil // its id names this save: our own, from a replay
+				return nil // its id is this save's: our own, from a replay
 			}
 			if err == nil && resp.SessionToken != nil {
 				// The lookup after writing must see every id document
@@ -211,6 +212,58 @@ func (s *Store) writeData(ctx context.Context, plans []savePlan, ids []idWrite) 
 	return mergeTokens(tokens...), err
 }
 
+// writePages creates a batch of a drawer's pages. Only a 409 says a page
+// exists, and only a replay of this very batch (its first answer lost)
+// can have written it, as the save alone holds these positions: the pages
+// are read back on the primary and must be exactly the ones meant. A 404,
+// 412 or 449, or a lost answer, says nothing was written, or nothing
+// known: the save fails.
+func (s *Store) writePages(ctx context.Context, drawerID string, chunk []pageBatchItem) (string, error) {
+	b := s.drawers.NewTransactionalBatch(azcosmos.NewPartitionKeyString(drawerID))
+	for _, it := range chunk {
+		b.CreateItem(it.raw, nil)
+	}
+	resp, err := s.drawers.ExecuteTransactionalBatch(ctx, b, nil)
+	if err == nil {
+		s.tokens.note(containerDrawers, resp.SessionToken)
+	}
+	if err != nil || resp.Success {
+		return resp.SessionToken, batchError(resp, err)
+	}
+	exists := slices.ContainsFunc(resp.OperationResults, func(r azcosmos.TransactionalBatchResult) bool {
+		return r.StatusCode == http.StatusConflict
+	}) && !slices.ContainsFunc(resp.OperationResults, func(r azcosmos.TransactionalBatchResult) bool {
+		return r.StatusCode != http.StatusConflict && r.StatusCode != http.StatusFailedDependency
+	})
+	if !exists {
+		return resp.SessionToken, batchError(resp, nil)
+	}
+	want := map[string][]byte{}
+	var pageIDs []string
+	for _, it := range chunk {
+		want[it.id] = it.raw
+		pageIDs = append(pageIDs, it.id)
+	}
+	err = s.readManyOnPrimary(ctx, s.drawers, drawerID, pageIDs, func(raw []byte) error {
+		var got pageDoc
+		if err := json.Unmarshal(raw, &got); err != nil {
+			return err
+		}
+		if !bytes.Equal(mustJSON(got), want[got.ID]) {
+			return fmt.Errorf("cosmos: page %s of drawer %s holds other items than save %s wrote", got.ID, drawerID, got.Save)
+		}
+		delete(want, got.ID)
+		return nil
+	})
+	if err == nil && len(want) > 0 {
+		// Answered 409 and then not found: it was deleted meanwhile (a
+		// rollback of this save by a settler).
+		err = fmt.Errorf("%w: pages of drawer %s answered 409 and are gone", repository.ErrConflict, drawerID)
+	}
+	// The failed batch ran on the primary: its token covers the pages found.
+	return resp.SessionToken, err
+}
+
 // Cosmos DB refuses a request over 2 MB and a batch of more than 100
 // operations; page batches keep a margin below both.
 const (
@@ -220,9 +273,9 @@ const (
 
 // pageBatches groups a drawer's pages, as JSON, into batches within the
 // request limits; a page is never split (drawer.PageSize bounds it).
-func pageBatches(pages []pageDoc) [][][]byte {
-	var out [][][]byte
-	var cur [][]byte
+func pageBatches(pages []pageDoc) [][]pageBatchItem {
+	var out [][]pageBatchItem
+	var cur []pageBatchItem
 	size := 0
 	for _, pg := range pages {
 		raw := mustJSON(pg)
@@ -230,13 +283,19 @@ func pageBatches(pages []pageDoc) [][][]byte {
 			out = append(out, cur)
 			cur, size = nil, 0
 		}
-		cur = append(cur, raw)
+		cur = append(cur, pageBatchItem{id: pg.ID, raw: raw})
 		size += len(raw)
 	}
 	if len(cur) > 0 {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// pageBatchItem is a page as a batch sends it.
+type pageBatchItem struct {
+	id  string
+	raw []byte
 }
 
 // finalizeAll drops the reservation from every head, moving the watermarks.

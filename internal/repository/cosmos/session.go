@@ -124,8 +124,9 @@ func joinTokens(m map[string]string) string {
 type accountReader struct {
 	next policy.Transporter
 
-	mu    sync.Mutex
-	level string
+	mu         sync.Mutex
+	level      string
+	multiWrite bool
 }
 
 func (a *accountReader) Do(req *http.Request) (*http.Response, error) {
@@ -143,10 +144,12 @@ func (a *accountReader) Do(req *http.Request) (*http.Response, error) {
 		Policy struct {
 			Level string `json:"defaultConsistencyLevel"`
 		} `json:"userConsistencyPolicy"`
+		MultiWrite bool `json:"enableMultipleWriteLocations"`
 	}
 	if json.Unmarshal(body, &props) == nil && props.Policy.Level != "" {
 		a.mu.Lock()
 		a.level = props.Policy.Level
+		a.multiWrite = props.MultiWrite
 		a.mu.Unlock()
 	}
 	return resp, err
@@ -156,6 +159,23 @@ func (a *accountReader) consistency() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.level
+}
+
+// checkWriteRegions refuses an account that accepts writes in several
+// regions: there, two conflicting writes to one item both succeed in their
+// regions and the last writer wins when they replicate
+// (https://learn.microsoft.com/en-us/azure/cosmos-db/conflict-resolution-policies),
+// while every rule of this store that "of two conditional writes one
+// wins" (etags, creates) needs one region to decide.
+func (a *accountReader) checkWriteRegions() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.multiWrite {
+		return fmt.Errorf("cosmos: the account accepts writes in multiple regions (enableMultipleWriteLocations: true); " +
+			"MessageHub needs a single write region (its conditional writes decide saves, peeks and dequeues): " +
+			"turn off multi-region writes on the account, or give MessageHub an account with one write region")
+	}
+	return nil
 }
 
 // checkConsistency refuses the levels under which a read may miss a write

@@ -3,6 +3,7 @@ package cosmos_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -175,5 +176,47 @@ func TestReadsCarryTheTokensOfTheWritesTheyDependOn(t *testing.T) {
 	// token it carries.
 	if got := readerTransport.last(readerTransport.reads, "recipients"); got == "" {
 		t.Fatal("the recipient query carried no session token")
+	}
+}
+
+// multiWriteAccount answers the SDK's read of the account properties as an
+// account that accepts writes in several regions.
+type multiWriteAccount struct{ next *http.Client }
+
+func (a multiWriteAccount) Do(req *http.Request) (*http.Response, error) {
+	resp, err := a.next.Do(req)
+	if err != nil || req.Method != http.MethodGet || strings.Trim(req.URL.Path, "/") != "" {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Contains(body, []byte(`"enableMultipleWriteLocations":false`)) {
+		return nil, fmt.Errorf("the account document has no enableMultipleWriteLocations: %s", body)
+	}
+	body = bytes.Replace(body, []byte(`"enableMultipleWriteLocations":false`), []byte(`"enableMultipleWriteLocations":true`), 1)
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return resp, nil
+}
+
+// Under multi-region writes the last writer wins where one of two
+// conditional writes must: the store refuses such an account, naming the
+// setting.
+func TestOpenRefusesAnAccountWithMultipleWriteRegions(t *testing.T) {
+	cfg := cosmos.Config{
+		Endpoint: server.Endpoint, Key: server.Key, Provision: true, Database: cosmostest.UniqueID("db"),
+		Transport: multiWriteAccount{next: cosmostest.NewHTTPClient()},
+	}
+	s, err := cosmos.Open(context.Background(), cfg)
+	if err == nil {
+		_ = s.Close()
+		t.Fatal("Open of a multi-region-write account succeeded, want a refusal")
+	}
+	if !strings.Contains(err.Error(), "enableMultipleWriteLocations") {
+		t.Fatalf("refusal %q does not name the setting", err)
 	}
 }

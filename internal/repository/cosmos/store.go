@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -40,7 +41,7 @@ type Config struct {
 	// Retention is the time-to-live of dequeued bundles (default 7 days).
 	Retention time.Duration
 	// Lease is how long a save may hold a reservation before others roll it
-	// back (default 30 s).
+	// back (default DefaultLease). A save decides within half of it.
 	Lease time.Duration
 	// IDBuckets spreads the id index over this many partitions (1..256,
 	// default 4): every save writes and queries each bucket its ids fall
@@ -64,6 +65,15 @@ type Config struct {
 // takes 40,000 RU/s and 80 GB. See docs/cosmos.md, "Cost".
 const DefaultIDBuckets = 4
 
+// DefaultLease is a reservation's lease when Config says none. A save
+// commits or fails within half of it (commitSaves), 30 s: as long as the
+// repository lets a group commit take (its opTimeout). The other half is
+// the margin for requests still in flight when the save gives up, the
+// transport's per-attempt cap (defaultRoundTrip) and the instances'
+// clocks, which compare the lease's end: another instance settles a
+// reservation only once the save can no longer be deciding.
+const DefaultLease = 60 * time.Second
+
 // Store is the Cosmos DB repository.Store.
 type Store struct {
 	cfg        Config
@@ -85,6 +95,8 @@ type Store struct {
 	released     idReleases   // retention's knowledge of id documents per save
 	// noticesAt is where the last look at the notices stopped (notices.go).
 	noticesAt noticeResume
+	// finalizeFor bounds the retries of a committed save's finalize.
+	finalizeFor time.Duration
 }
 
 var _ repository.Store = (*Store)(nil)
@@ -99,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Retention = 7 * 24 * time.Hour
 	}
 	if cfg.Lease <= 0 {
-		cfg.Lease = 30 * time.Second
+		cfg.Lease = DefaultLease
 	}
 	if cfg.IDBuckets <= 0 {
 		cfg.IDBuckets = DefaultIDBuckets
@@ -117,7 +129,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = &http.Client{Transport: pooledTransport()}
+		cfg.Transport = defaultClient()
 	}
 	// The meter sits below the retries, so that it counts every attempt.
 	account := &accountReader{next: cfg.Transport}
@@ -167,7 +179,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := checkConsistency(level); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, client: client, meter: meter, tokens: newSessionTokens(), anchored: strings.EqualFold(level, "Session")}
+	if err := account.checkWriteRegions(); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, client: client, meter: meter, tokens: newSessionTokens(), anchored: strings.EqualFold(level, "Session"),
+		finalizeFor: finalizeFor}
 	for _, c := range []struct {
 		name string
 		dst  **azcosmos.ContainerClient
@@ -182,12 +198,32 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-func pooledTransport() *http.Transport {
+// defaultClient sends the store's requests when Config names no transport.
+// It keeps the timeouts of the client azcosmos v1.5.0 uses by default
+// (cosmos_default_http_client.go in the module cache, which mirrors azcore's
+// default transport, sdk/internal/transport/transport.go): connections are
+// dialled within 5 s, TLS handshakes take at most 10 s, and no attempt lasts
+// more than 65 s, the gateway's own budget of about 60 s and a margin, so a
+// request that never answers ends and the retries above decide. It pools
+// more connections per host than either, as every instance talks to one
+// endpoint.
+func defaultClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.IdleConnTimeout = 90 * time.Second
+	t.ExpectContinueTimeout = time.Second
 	t.MaxIdleConns = 256
 	t.MaxIdleConnsPerHost = 256
-	return t
+	// HTTP/2 connections are pinged when idle and dropped when the ping
+	// goes unanswered, as azcosmos configures them.
+	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: 2 * time.Second, PingTimeout: time.Second}
+	return &http.Client{Transport: t, Timeout: defaultRoundTrip}
 }
+
+// defaultRoundTrip caps one attempt of a request (azcosmos's
+// defaultHTTPRoundTripTimeout).
+const defaultRoundTrip = 65 * time.Second
 
 // Meter counts this store's requests.
 func (s *Store) Meter() *Meter { return s.meter }
@@ -315,7 +351,7 @@ const readDrawerSQL = "SELECT c.s, c.q, c.w, c.b, c.t, " +
 // BundleExists reads the bundle's document.
 func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
 	_, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), bundleDocID(bundleID), "")
-	if isStatus(err, http.StatusNotFound) {
+	if isNotFound(err) {
 		return false, nil
 	}
 	return err == nil, storeError(err)
