@@ -26,6 +26,7 @@ import (
 //	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
 //	n <dequeued at> <recipient> <bundle>   notice written before notices had an origin
 //	f                                      token of the saved id index (idindex_file.go)
+//	v                                      format version (format.go)
 const (
 	prefixRecipient   = 'r'
 	prefixDequeued    = 'x'
@@ -35,6 +36,7 @@ const (
 	prefixNotice      = 'o'
 	prefixOldNotice   = 'n'
 	prefixFilterToken = 'f'
+	prefixFormat      = 'v'
 
 	kindHead    = 'h'
 	kindEntry   = 'e'

@@ -132,6 +132,10 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
 	}
+	if err := checkFormat(db, opts.ReadOnly); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
+	}
 	// Tell a second process who holds the directory; only read while locked.
 	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 	s := &Store{
