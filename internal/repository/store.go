@@ -72,10 +72,6 @@ type IDRecord struct {
 	ID          string
 	Fingerprint Fingerprint
 	DrawerID    string
-	// LegacyFingerprint says Fingerprint is the truncated SHA-256 that
-	// versions before xxh3 stored, where the store can tell (the embedded
-	// one can). Save compares stored fingerprints with both hashes anyway.
-	LegacyFingerprint bool
 }
 
 // RecipientSave is one recipient's part of a Save: new pages, the entries and

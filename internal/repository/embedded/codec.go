@@ -200,13 +200,11 @@ func (p *pageReader) nextFormat1() (it drawer.Item) {
 	return it
 }
 
-// An id record is a format byte, the fingerprint and the drawer holding the
-// notification. Records of earlier versions have no format byte and hold a
-// truncated SHA-256 fingerprint (32 bytes in all).
+// An id record is a format byte (idRecordXXH3), the fingerprint and the
+// drawer holding the notification.
 const (
-	idRecordXXH3      = 1
-	idRecordLen       = 33
-	legacyIDRecordLen = 32
+	idRecordXXH3 = 1
+	idRecordLen  = 33
 )
 
 func encodeIDRecord(rec repository.IDRecord) ([]byte, error) {
@@ -224,22 +222,16 @@ func appendIDRecord(b []byte, rec repository.IDRecord) ([]byte, error) {
 
 // appendIDRecordOf is appendIDRecord given the bytes of the record's drawer id.
 func appendIDRecordOf(b []byte, rec repository.IDRecord, drawer *[16]byte) []byte {
-	if !rec.LegacyFingerprint {
-		b = append(b, idRecordXXH3)
-	}
+	b = append(b, idRecordXXH3)
 	b = append(b, rec.Fingerprint[:]...)
 	return append(b, drawer[:]...)
 }
 
 func decodeIDRecord(id string, v []byte) (repository.IDRecord, error) {
-	legacy := len(v) == legacyIDRecordLen
-	if !legacy {
-		if len(v) != idRecordLen || v[0] != idRecordXXH3 {
-			return repository.IDRecord{}, fmt.Errorf("%w: id record of %d bytes", errCorrupt, len(v))
-		}
-		v = v[1:]
+	if len(v) != idRecordLen || v[0] != idRecordXXH3 {
+		return repository.IDRecord{}, fmt.Errorf("%w: id record of %d bytes", errCorrupt, len(v))
 	}
-	rec := repository.IDRecord{ID: id, DrawerID: uuid.UUID(v[16:]).String(), LegacyFingerprint: legacy}
-	copy(rec.Fingerprint[:], v[:16])
+	rec := repository.IDRecord{ID: id, DrawerID: uuid.UUID(v[17:]).String()}
+	copy(rec.Fingerprint[:], v[1:17])
 	return rec, nil
 }

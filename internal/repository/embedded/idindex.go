@@ -27,8 +27,7 @@ import (
 // entries name. (The hash bits below the table's size only place an entry,
 // so with 10 million ids about 15 bits tell two ids of one slot apart: a new
 // id matches another's entry about once in 50,000 lookups, and that costs
-// one read that finds nothing.) Records under "i <id>", written before
-// groups, have group 0.
+// one read that finds nothing.)
 type idIndex struct {
 	mu    sync.RWMutex // held by the writer to change it and by other goroutines to read it
 	slots []uint64     // 0: empty; else hash<<groupBits | group
@@ -58,8 +57,8 @@ func newIDIndex(n int) *idIndex {
 	return &idIndex{slots: allocSlots(size)}
 }
 
-// idHash is the part of the id's hash the index keeps; never 0, so that an
-// entry of group 0 is not an empty slot.
+// idHash is the part of the id's hash the index keeps, its top bit set:
+// never 0, so that no entry is 0, the empty slot.
 func idHash(id *[16]byte) uint64 { return xxh3.Hash(id[:])>>groupBits | 1<<(hashBits-1) }
 
 func idEntry(h uint64, group uint32) uint64 { return h<<groupBits | uint64(group) }

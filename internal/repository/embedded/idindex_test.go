@@ -183,19 +183,6 @@ func TestIDIndexGrowsInTheBackgroundWithoutLosingChanges(t *testing.T) {
 	}
 }
 
-// An id of group 0 (a record written before groups) is never an empty slot.
-func TestIDEntriesAreNeverEmpty(t *testing.T) {
-	var zero [16]byte
-	if idEntry(idHash(&zero), 0) == 0 {
-		t.Fatal("entry 0")
-	}
-	x := newIDIndex(0)
-	x.change([]uint64{idEntry(idHash(&zero), 0)}, nil)
-	if g := x.groups(idHash(&zero), nil); !slices.Equal(g, []uint32{0}) {
-		t.Fatalf("groups %v", g)
-	}
-}
-
 // index10M is an id index of 10 million random entries (a 128 MiB table).
 func index10M(b *testing.B) *idIndex {
 	const n = 10_000_000

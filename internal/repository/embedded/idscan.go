@@ -30,13 +30,9 @@ func (s *Store) buildIDIndex() error {
 // memory); when that falls short (records still in the memtable) the scan
 // starts over with a larger table.
 func (s *Store) scanIDIndex() (*idIndex, error) {
-	var onDisk uint64
-	for _, p := range []byte{prefixID, prefixIDByGroup} {
-		n, err := s.db.EstimateDiskUsage([]byte{p}, []byte{p + 1})
-		if err != nil {
-			return nil, err
-		}
-		onDisk += n
+	onDisk, err := s.db.EstimateDiskUsage([]byte{prefixIDByGroup}, []byte{prefixIDByGroup + 1})
+	if err != nil {
+		return nil, err
 	}
 	n := int(onDisk / minIDRecordOnDisk) //nolint:gosec // bytes on disk over a constant
 	for {
@@ -94,32 +90,26 @@ func (s *Store) fillIDIndex(n int) (*idIndex, error) {
 	return x, nil
 }
 
-// idRanges splits the id records into key ranges of about the same size:
-// records before groups by the first byte of their (random) id, the others
-// by group between the first and the last one stored.
+// idRanges splits the id records into parts key ranges of about the same
+// size, by group between the first and the last one stored.
 func (s *Store) idRanges(parts int) ([][2][]byte, error) {
-	var ranges [][2][]byte
-	split := func(prefix byte, first, last uint32, key func(uint32) []byte) {
-		for i := range parts {
-			lo := key(first + uint32(uint64(last-first+1)*uint64(i)/uint64(parts)))   //nolint:gosec // parts ≤ GOMAXPROCS
-			hi := key(first + uint32(uint64(last-first+1)*uint64(i+1)/uint64(parts))) //nolint:gosec // parts ≤ GOMAXPROCS
-			if i == 0 {
-				lo = []byte{prefix}
-			}
-			if i == parts-1 {
-				hi = []byte{prefix + 1}
-			}
-			ranges = append(ranges, [2][]byte{lo, hi})
-		}
-	}
-	split(prefixID, 0, 255, func(b uint32) []byte { return []byte{prefixID, byte(b)} })
 	first, last, err := s.groupSpan()
 	if err != nil {
 		return nil, err
 	}
-	split(prefixIDByGroup, first, last, func(g uint32) []byte {
-		return []byte{prefixIDByGroup, byte(g >> 16), byte(g >> 8), byte(g)}
-	})
+	key := func(g uint32) []byte { return []byte{prefixIDByGroup, byte(g >> 16), byte(g >> 8), byte(g)} }
+	ranges := make([][2][]byte, parts)
+	for i := range parts {
+		lo := key(first + uint32(uint64(last-first+1)*uint64(i)/uint64(parts)))   //nolint:gosec // parts ≤ GOMAXPROCS
+		hi := key(first + uint32(uint64(last-first+1)*uint64(i+1)/uint64(parts))) //nolint:gosec // parts ≤ GOMAXPROCS
+		if i == 0 {
+			lo = []byte{prefixIDByGroup}
+		}
+		if i == parts-1 {
+			hi = []byte{prefixIDByGroup + 1}
+		}
+		ranges[i] = [2][]byte{lo, hi}
+	}
 	return ranges, nil
 }
 
