@@ -23,7 +23,6 @@ import (
 //	d <drawer> <start position>            page of a drawer
 //	j <group> <notification id>            id record (idindex.go)
 //	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
-//	n <dequeued at> <recipient> <bundle>   notice written before notices had an origin
 //	f                                      token of the saved id index (idindex_file.go)
 //	v                                      format version (format.go)
 const (
@@ -32,7 +31,6 @@ const (
 	prefixDrawer      = 'd'
 	prefixIDByGroup   = 'j'
 	prefixNotice      = 'o'
-	prefixOldNotice   = 'n'
 	prefixFilterToken = 'f'
 	prefixFormat      = 'v'
 
@@ -104,8 +102,7 @@ func prefixEnd(prefix []byte) []byte {
 func uuidString(b []byte) string { return uuid.UUID(b).String() }
 
 // noticeKey orders a domain's notices by the time of their dequeue, so one
-// domain's notices are read without touching another's. Origin 0 is the
-// layout before notices had an origin.
+// domain's notices are read without touching another's.
 func noticeKey(o domain.Origin, at int64, r, b [16]byte) []byte {
 	key := noticePrefix(o)
 	key = binary.BigEndian.AppendUint64(key, uint64(at)) //nolint:gosec // times after 1970
@@ -113,9 +110,4 @@ func noticeKey(o domain.Origin, at int64, r, b [16]byte) []byte {
 	return append(key, b[:]...)
 }
 
-func noticePrefix(o domain.Origin) []byte {
-	if o == domain.OriginUnspecified {
-		return []byte{prefixOldNotice}
-	}
-	return []byte{prefixNotice, byte(o)}
-}
+func noticePrefix(o domain.Origin) []byte { return []byte{prefixNotice, byte(o)} }
