@@ -260,7 +260,7 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 		}
 	}
 	// Each recipient's notifications in one slice of the right size: growing
-	// them one append at a time was a fifth of the bytes a Save allocated.
+	// them one append at a time would be much of what a Save allocates.
 	byRecipient := make(map[string][]domain.Notification, len(recipients))
 	for _, rcpt := range recipients {
 		byRecipient[rcpt] = make([]domain.Notification, 0, counts[rcpt])

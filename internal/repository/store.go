@@ -1,6 +1,6 @@
-// Package repository runs the drawer algorithm of seed 004 over a narrow
-// Store interface. The contract suite every Store backend passes is in
-// storetest.
+// Package repository runs the drawer algorithm (internal/drawer) over a
+// narrow Store interface. The contract suite every Store backend passes is
+// in storetest.
 package repository
 
 import (

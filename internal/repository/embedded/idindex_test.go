@@ -198,9 +198,9 @@ func index10M(b *testing.B) *idIndex {
 }
 
 // BenchmarkIDIndexLookup10M: the lookup every new id costs in an index of
-// 10 million ids: about one miss of every CPU cache. (In 2 MiB pages,
-// madvise(MADV_HUGEPAGE), it took no less: 82–96 against 90–103 ns, 3 runs
-// each.) Lookups one after another overlap their misses; between other work,
+// 10 million ids: about one miss of every CPU cache (huge pages,
+// madvise(MADV_HUGEPAGE), do not make it cheaper). Lookups one after another
+// overlap their misses; between other work,
 // as in a save, they do not (BenchmarkIDRecordsOfASave10M).
 func BenchmarkIDIndexLookup10M(b *testing.B) {
 	x := index10M(b)

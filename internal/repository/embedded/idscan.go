@@ -10,10 +10,9 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// buildIDIndex indexes the stored ids at start. A background build was
-// tried (with the bloom filter before this index): the hub listened at once,
-// but until it was ready every new id was a disk lookup, which made ingest
-// 30 times slower and the build itself slower than this scan.
+// buildIDIndex indexes the stored ids at start, before the store opens
+// rather than in the background: until an index is ready every new id is a
+// disk lookup, which slows ingest down many times over, and the build with it.
 func (s *Store) buildIDIndex() error {
 	t0 := time.Now()
 	x, err := s.scanIDIndex()

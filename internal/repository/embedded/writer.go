@@ -106,9 +106,8 @@ func (s *Store) newWriter() *groupcommit.Pipeline[writeReq] {
 // waiting for its fsync; the function it returns waits for it, publishes
 // and answers. Staged requests hear whether their operation holds as soon
 // as the operations have run, before the batch goes into pebble: their
-// caller plans its next writes while the memtable takes this group's keys.
-// With 4 writers of Saves of 1,000 at a 10 M backlog, that made groups
-// larger and ingest about 11 % faster (docs/performance.md).
+// caller plans its next writes while the memtable takes this group's keys,
+// and groups grow larger (the load runs at 10 M in docs/performance.md).
 func (s *Store) applyGroup(group []writeReq) func() {
 	if s.applyErr != nil {
 		answer(group, make([]error, len(group)), s.applyErr, false)
@@ -373,10 +372,9 @@ func (tx *txn) writeBatch() {
 
 // inKeyOrder returns puts sorted by key, stably. It sorts small handles (a
 // key's first eight bytes, which nearly always decide, and its place)
-// rather than the puts themselves: a stable sort of the puts moved them
-// around many times and compared whole keys, and writing a group's 1,200
-// changes into its batch took three times as long
-// (BenchmarkWriteBatchOfAGroup), on the writer every Save waits for.
+// rather than the puts themselves, which a stable sort would move around
+// many times, comparing whole keys, on the writer every Save waits for
+// (BenchmarkWriteBatchOfAGroup).
 func inKeyOrder(puts []put) []put {
 	type handle struct {
 		prefix uint64
@@ -571,8 +569,8 @@ const warmIDs = 32
 // one buffer. Ids that exist (or come twice) fail it with
 // *repository.IDsExistError naming all of them.
 func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, error) {
-	// An id is kept as two numbers that sort as its bytes do: sorting them
-	// was three times faster for a group's 4,000 ids than comparing bytes.
+	// An id is kept as two numbers that sort as its bytes do, faster than
+	// comparing bytes (BenchmarkIDRecordsOfASave10M).
 	// A save's ids come page by page, so a drawer id is parsed once for the
 	// ids that follow it in one run.
 	type idRec struct {
