@@ -2,7 +2,6 @@ package repository
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -261,7 +260,7 @@ func (r *Repository) planGroup(ctx context.Context, calls []*saveCall, stored ma
 		}
 	}
 	// Each recipient's notifications in one slice of the right size: growing
-	// them one append at a time was a fifth of the bytes a Save allocated.
+	// them one append at a time would be much of what a Save allocates.
 	byRecipient := make(map[string][]domain.Notification, len(recipients))
 	for _, rcpt := range recipients {
 		byRecipient[rcpt] = make([]domain.Notification, 0, counts[rcpt])
@@ -331,20 +330,16 @@ func classify(ns []domain.Notification, stored map[string]IDRecord, accepted map
 	for _, n := range ns {
 		fp := fingerprint(n)
 		prev, found := accepted[n.ID]
-		fromStore := false
 		if !found {
 			var rec IDRecord
 			rec, found = stored[n.ID]
-			prev, fromStore = rec.Fingerprint, found
+			prev = rec.Fingerprint
 		}
 		switch {
 		case !found:
 			accepted[n.ID] = fp
 			fresh = append(fresh, n)
-		case prev == fp, fromStore && prev == legacyFingerprint(n):
-			// A stored record may hold the SHA-256 fingerprint of an earlier
-			// version: a store that cannot tell (Cosmos documents carry no
-			// format) is served by comparing with both.
+		case prev == fp:
 			dups++
 		default:
 			for _, f := range fresh {
@@ -415,15 +410,6 @@ func fingerprint(n domain.Notification) Fingerprint {
 	binary.BigEndian.PutUint64(fp[:8], h.Hi)
 	binary.BigEndian.PutUint64(fp[8:], h.Lo)
 	return fp
-}
-
-// legacyFingerprint is the fingerprint of versions before xxh3: the first
-// 16 bytes of a SHA-256 of the same content. Id records stored by them say
-// so (IDRecord.LegacyFingerprint) and are compared with this.
-func legacyFingerprint(n domain.Notification) Fingerprint {
-	var buf [256]byte
-	sum := sha256.Sum256(appendContent(buf[:0], n))
-	return Fingerprint(sum[:16])
 }
 
 // appendContent appends what a fingerprint covers, each string preceded by

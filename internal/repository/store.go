@@ -1,6 +1,6 @@
-// Package repository runs the drawer algorithm of seed 004 over a narrow
-// Store interface. The contract suite every Store backend passes is in
-// storetest.
+// Package repository runs the drawer algorithm (internal/drawer) over a
+// narrow Store interface. The contract suite every Store backend passes is
+// in storetest.
 package repository
 
 import (
@@ -72,10 +72,6 @@ type IDRecord struct {
 	ID          string
 	Fingerprint Fingerprint
 	DrawerID    string
-	// LegacyFingerprint says Fingerprint is the truncated SHA-256 that
-	// versions before xxh3 stored, where the store can tell (the embedded
-	// one can). Save compares stored fingerprints with both hashes anyway.
-	LegacyFingerprint bool
 }
 
 // RecipientSave is one recipient's part of a Save: new pages, the entries and

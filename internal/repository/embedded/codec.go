@@ -15,24 +15,21 @@ import (
 // Pages are the bulk of the data and are read whole on every Peek, so they
 // use a compact binary form (as do heads and catalog entries, recordcodec.go).
 //
-// A page is a 0 byte (pageFormat2), its item count, then per item: its
+// A page is a format byte (pageFormat), its item count, then per item: its
 // position and sequence number as the difference from the item before
 // (zigzag varints; a page's positions follow one another, so the first is
 // one byte), its id (16 bytes), its document type as a reference into the
 // page's own list of them (a new type is its length and bytes, once), and
-// weight<<1 | bundling flag. That is about 20 bytes an item, where pages of
-// the first format, still read, spent about 46: the count, then per item
-// position, sequence number, id, document type in full, a flag byte and
-// the weight.
+// weight<<1 | bundling flag: about 20 bytes an item
+// (TestAPageOfOneDocumentTypeIsSmall).
 
 var errCorrupt = errors.New("embedded: corrupt record")
 
-// pageFormat2 starts a page of the current format; a page of the first
-// format starts with its item count, never 0.
-const pageFormat2 = 0
+// pageFormat is a page's first byte.
+const pageFormat = 0
 
 func encodePage(items []drawer.Item) ([]byte, error) {
-	buf := append(make([]byte, 0, 2+len(items)*22), pageFormat2)
+	buf := append(make([]byte, 0, 2+len(items)*22), pageFormat)
 	buf = binary.AppendUvarint(buf, uint64(len(items)))
 	var types typeRefs
 	prevPos, prevSeq := int64(-1), int64(0)
@@ -93,17 +90,20 @@ func (t *typeRefs) ref(s string) (int, bool) {
 type pageReader struct {
 	fieldReader
 	left    uint64
-	format2 bool
 	prevPos int64
 	prevSeq int64
 	types   []string
 }
 
+// newPageReader starts reading a page; one of another format reads no item
+// and sets err.
 func newPageReader(buf []byte) *pageReader {
-	p := &pageReader{fieldReader: fieldReader{buf: buf}, prevPos: -1}
-	if len(buf) > 0 && buf[0] == pageFormat2 {
-		p.format2, p.buf = true, buf[1:]
+	p := &pageReader{prevPos: -1}
+	if len(buf) == 0 || buf[0] != pageFormat {
+		p.err = errCorrupt
+		return p
 	}
+	p.buf = buf[1:]
 	p.left = p.uvarint()
 	return p
 }
@@ -154,18 +154,6 @@ func (p *pageReader) next() (it drawer.Item, ok bool) {
 		return it, false
 	}
 	p.left--
-	if p.format2 {
-		it = p.nextFormat2()
-	} else {
-		it = p.nextFormat1()
-	}
-	if p.err != nil {
-		return drawer.Item{}, false
-	}
-	return it, true
-}
-
-func (p *pageReader) nextFormat2() (it drawer.Item) {
 	it.Pos = p.prevPos + 1 + p.varint()
 	it.Seq = p.prevSeq + p.varint()
 	p.prevPos, p.prevSeq = it.Pos, it.Seq
@@ -183,30 +171,17 @@ func (p *pageReader) nextFormat2() (it drawer.Item) {
 	}
 	v := p.uvarint()
 	it.Weight, it.SupportsBundling = int64(v>>1), v&1 == 1
-	return it
+	if p.err != nil {
+		return drawer.Item{}, false
+	}
+	return it, true
 }
 
-func (p *pageReader) nextFormat1() (it drawer.Item) {
-	it.Pos = int64(p.uvarint())
-	it.Seq = int64(p.uvarint())
-	if id := p.bytes(16); id != nil {
-		it.ID = uuid.UUID(id).String()
-	}
-	it.DocumentType = p.string()
-	if flag := p.bytes(1); flag != nil {
-		it.SupportsBundling = flag[0] == 1
-	}
-	it.Weight = int64(p.uvarint())
-	return it
-}
-
-// An id record is a format byte, the fingerprint and the drawer holding the
-// notification. Records of earlier versions have no format byte and hold a
-// truncated SHA-256 fingerprint (32 bytes in all).
+// An id record is a format byte (idRecordXXH3), the fingerprint and the
+// drawer holding the notification.
 const (
-	idRecordXXH3      = 1
-	idRecordLen       = 33
-	legacyIDRecordLen = 32
+	idRecordXXH3 = 1
+	idRecordLen  = 33
 )
 
 func encodeIDRecord(rec repository.IDRecord) ([]byte, error) {
@@ -224,22 +199,16 @@ func appendIDRecord(b []byte, rec repository.IDRecord) ([]byte, error) {
 
 // appendIDRecordOf is appendIDRecord given the bytes of the record's drawer id.
 func appendIDRecordOf(b []byte, rec repository.IDRecord, drawer *[16]byte) []byte {
-	if !rec.LegacyFingerprint {
-		b = append(b, idRecordXXH3)
-	}
+	b = append(b, idRecordXXH3)
 	b = append(b, rec.Fingerprint[:]...)
 	return append(b, drawer[:]...)
 }
 
 func decodeIDRecord(id string, v []byte) (repository.IDRecord, error) {
-	legacy := len(v) == legacyIDRecordLen
-	if !legacy {
-		if len(v) != idRecordLen || v[0] != idRecordXXH3 {
-			return repository.IDRecord{}, fmt.Errorf("%w: id record of %d bytes", errCorrupt, len(v))
-		}
-		v = v[1:]
+	if len(v) != idRecordLen || v[0] != idRecordXXH3 {
+		return repository.IDRecord{}, fmt.Errorf("%w: id record of %d bytes", errCorrupt, len(v))
 	}
-	rec := repository.IDRecord{ID: id, DrawerID: uuid.UUID(v[16:]).String(), LegacyFingerprint: legacy}
-	copy(rec.Fingerprint[:], v[:16])
+	rec := repository.IDRecord{ID: id, DrawerID: uuid.UUID(v[17:]).String()}
+	copy(rec.Fingerprint[:], v[1:17])
 	return rec, nil
 }

@@ -1,9 +1,7 @@
 package embedded
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -66,34 +64,8 @@ func TestAPageOfOneDocumentTypeIsSmall(t *testing.T) {
 	}
 }
 
-// Pages of the first format (item count first, every field in full) are
-// still read.
-func TestPagesOfTheFirstFormatAreRead(t *testing.T) {
-	want := []drawer.Item{
-		{Pos: 0, Seq: 1, ID: uuid.NewString(), DocumentType: "a", SupportsBundling: true, Weight: 1},
-		{Pos: 1, Seq: 2, ID: uuid.NewString(), DocumentType: "bb", Weight: math.MaxInt32},
-	}
-	v := binary.AppendUvarint(nil, uint64(len(want)))
-	for _, it := range want {
-		v = binary.AppendUvarint(v, uint64(it.Pos))
-		v = binary.AppendUvarint(v, uint64(it.Seq))
-		id := uuid.MustParse(it.ID)
-		v = append(v, id[:]...)
-		v = binary.AppendUvarint(v, uint64(len(it.DocumentType)))
-		v = append(v, it.DocumentType...)
-		flag := byte(0)
-		if it.SupportsBundling {
-			flag = 1
-		}
-		v = append(v, flag)
-		v = binary.AppendUvarint(v, uint64(it.Weight))
-	}
-	if got := readPage(t, v); !reflect.DeepEqual(got, want) {
-		t.Fatalf("read back %+v, want %+v", got, want)
-	}
-}
-
-// A page cut short, or naming a document type it has not given, is corrupt.
+// A page cut short, of another format, or naming a document type it has not
+// given, is corrupt.
 func TestCorruptPagesAreRefused(t *testing.T) {
 	v, err := encodePage([]drawer.Item{{Pos: 0, Seq: 1, ID: uuid.NewString(), DocumentType: "a", Weight: 1}})
 	if err != nil {
@@ -101,7 +73,8 @@ func TestCorruptPagesAreRefused(t *testing.T) {
 	}
 	bad := append([]byte(nil), v...)
 	bad[2+1+1+16] = 5 // the type reference: no type 5 in this page
-	for name, page := range map[string][]byte{"cut short": v[:len(v)-3], "unknown type": bad, "empty": nil} {
+	other := append([]byte{pageFormat + 1}, v[1:]...)
+	for name, page := range map[string][]byte{"cut short": v[:len(v)-3], "unknown type": bad, "other format": other, "empty": nil} {
 		pr := newPageReader(page)
 		for _, ok := pr.next(); ok; _, ok = pr.next() {
 		}

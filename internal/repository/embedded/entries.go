@@ -18,9 +18,6 @@ import (
 //
 //	r <recipient> e <origin> <contentType>                             entry, last drawer
 //	r <recipient> m <origin> <len(contentType)> <contentType> <start>  one earlier drawer
-//
-// Entries written before this layout hold all their drawers; they are read
-// as they are and take the new layout on their next write (records.legacy).
 
 const kindDrawerMeta = 'm'
 
@@ -43,11 +40,11 @@ func drawerMetaCabinet(key []byte) (catalog.Key, error) {
 	return catalog.Key{Origin: domain.Origin(key[head]), ContentType: string(key[head+2 : head+2+n])}, nil
 }
 
-// appendEntry stages writing e over old, the cabinet's entry as stored
-// before (zero when new; legacy when it still holds all its drawers): the
-// entry with its last drawer, and the records of the other drawers that are
-// new or changed; records of drawers e no longer has are deleted.
-func appendEntry(puts []put, r [16]byte, old catalog.Entry, legacy bool, e catalog.Entry) ([]put, error) {
+// appendEntry stages writing e over old, the cabinet's entry as stored (zero
+// when new): the entry with its last drawer, and the records of the other
+// drawers that are new or changed; records of drawers e no longer has are
+// deleted.
+func appendEntry(puts []put, r [16]byte, old, e catalog.Entry) ([]put, error) {
 	stored := e
 	stored.Drawers = lastDrawer(e.Drawers)
 	v, err := encodeEntry(stored)
@@ -55,20 +52,13 @@ func appendEntry(puts []put, r [16]byte, old catalog.Entry, legacy bool, e catal
 		return nil, err
 	}
 	puts = append(puts, put{key: cabinetKey(kindEntry, r, e.Key()), value: v})
-	before := earlierDrawers(old.Drawers)
-	if legacy {
-		before = nil // no drawer records yet
-	}
-	return appendDrawerChanges(puts, r, e.Key(), before, earlierDrawers(e.Drawers))
+	return appendDrawerChanges(puts, r, e.Key(), earlierDrawers(old.Drawers), earlierDrawers(e.Drawers))
 }
 
 // appendEntryDeletion stages deleting old, the cabinet's entry, and its
 // drawer records.
-func appendEntryDeletion(puts []put, r [16]byte, old catalog.Entry, legacy bool) ([]put, error) {
+func appendEntryDeletion(puts []put, r [16]byte, old catalog.Entry) ([]put, error) {
 	puts = append(puts, put{key: cabinetKey(kindEntry, r, old.Key()), del: true})
-	if legacy {
-		return puts, nil
-	}
 	return appendDrawerChanges(puts, r, old.Key(), earlierDrawers(old.Drawers), nil)
 }
 
@@ -135,15 +125,12 @@ func (c cabinetDrawers) add(key, value []byte) error {
 	return nil
 }
 
-// complete puts the drawers stored apart before the ones the entries hold,
-// and notes the entries of the earlier layout.
+// complete puts the drawers stored apart before the last one, which the
+// entries hold.
 func (c cabinetDrawers) complete(rec *records) error {
 	for k, e := range rec.entries {
 		if len(e.Drawers) > 1 {
-			if rec.legacy == nil {
-				rec.legacy = map[catalog.Key]bool{}
-			}
-			rec.legacy[k] = true
+			return fmt.Errorf("%w: catalog entry %v holds %d drawers", errCorrupt, k, len(e.Drawers))
 		}
 		if apart := c[k]; len(apart) > 0 {
 			e.Drawers = append(apart, e.Drawers...)

@@ -2,11 +2,10 @@ package embedded
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -121,34 +120,25 @@ func TestAnEntryStoresOnlyItsLastDrawer(t *testing.T) {
 	s = readBack(t, s, r, want.Drawers)
 }
 
-// Entries written before drawers had records of their own hold all their
-// drawers: they are read as they are and take the new layout on their next
-// write.
-func TestEntriesOfTheEarlierLayoutAreReadAndRewritten(t *testing.T) {
+// An entry's value holds only its cabinet's last drawer: one that holds more
+// is refused as corrupt rather than read with its drawers twice.
+func TestAnEntryHoldingEarlierDrawersIsCorrupt(t *testing.T) {
 	s := openTemp(t)
 	t.Cleanup(func() { _ = s.Close() }) // the store reopen left last
 	r := uuid.NewString()
-	rb := [16]byte(uuid.MustParse(r))
-	fillDrawers(t, s, r, 2*drawer.Capacity+5)
-	want := loadEntry(t, s, r)
-	// Back to the earlier layout: every drawer in the entry, no records.
-	old, err := json.Marshal(want)
+	fillDrawers(t, s, r, drawer.Capacity+5)
+	e := loadEntry(t, s, r)
+	v, err := encodeEntry(e) // both drawers in the value
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := s.db.NewBatch()
-	_ = b.Set(cabinetKey(kindEntry, rb, want.Key()), old, nil)
-	for _, d := range want.Drawers {
-		_ = b.Delete(drawerMetaKey(rb, want.Key(), d.Start), nil)
-	}
-	if err = b.Commit(pebble.Sync); err != nil {
+	if err := s.db.Set(cabinetKey(kindEntry, [16]byte(uuid.MustParse(r)), e.Key()), v, nil); err != nil {
 		t.Fatal(err)
 	}
-	s = readBack(t, s, r, want.Drawers)
-	fillDrawers(t, s, r, 1)
-	want = loadEntry(t, s, r)
-	checkLayout(t, s, r, want)
-	s = readBack(t, s, r, want.Drawers)
+	s = reopen(t, s)
+	if _, err := s.LoadRecipient(context.Background(), r); !errors.Is(err, errCorrupt) {
+		t.Fatalf("an entry holding %d drawers: %v, want corrupt", len(e.Drawers), err)
+	}
 }
 
 // A sweep that takes drawers out of an entry, or deletes the entry, deletes

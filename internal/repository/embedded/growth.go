@@ -1,12 +1,12 @@
 package embedded
 
 // Growing the id index rebuilds its table at twice the size. Done in place,
-// the writer held the index for the whole rebuild while every save and
-// dequeue waited: 0.34-0.37 s from 16 M to 32 M slots, 0.55-1.6 s from 32 M
-// to 64 M. Now, once the table is more than growAtEighths full, a goroutine
+// the writer would hold the index for the whole rebuild, a large fraction of
+// a second at tens of millions of slots, while every save and dequeue
+// waits. Instead, once the table is more than growAtEighths full, a goroutine
 // prepares memory for a copy of it; the writer, at its next change, copies
-// the table into it (a memory copy with no page faults: 12-14 ms at 16 M
-// slots, BenchmarkIDIndexChangesAcrossGrowth); the goroutine builds the
+// the table into it (a memory copy with no page faults,
+// BenchmarkIDIndexChangesAcrossGrowth); the goroutine builds the
 // larger table from the copy, while the writer goes on changing the table in
 // use and notes each change. When the build is done, the writer replays the
 // noted changes onto it and switches tables under the lock. The table in use

@@ -15,10 +15,10 @@ import (
 // Every stored notification id has a record (its fingerprint and drawer)
 // under "j <group> <id>", where group is a 24-bit number shared by all the
 // ids one write group brought. Keyed by the id alone, each of a Save's 1,000
-// records went to a random place in pebble's memtable: a skiplist search
-// that misses the CPU caches at every step, about half of the CPU of a Save
-// spread over 100 recipients. Keyed by group, a group's records are one
-// sorted run in a part of the key space no one else writes to.
+// records would go to a random place in pebble's memtable: a skiplist search
+// that misses the CPU caches at every step. Keyed by group, a group's records
+// are one sorted run in a part of the key space no one else writes to
+// (BenchmarkSaveBatch1000Over100Recipients).
 //
 // The idIndex says which groups may hold an id. It is a hash table (open
 // addressing, linear probing) of 64-bit entries: 40 bits of the id's hash
@@ -27,8 +27,7 @@ import (
 // entries name. (The hash bits below the table's size only place an entry,
 // so with 10 million ids about 15 bits tell two ids of one slot apart: a new
 // id matches another's entry about once in 50,000 lookups, and that costs
-// one read that finds nothing.) Records under "i <id>", written before
-// groups, have group 0.
+// one read that finds nothing.)
 type idIndex struct {
 	mu    sync.RWMutex // held by the writer to change it and by other goroutines to read it
 	slots []uint64     // 0: empty; else hash<<groupBits | group
@@ -58,8 +57,8 @@ func newIDIndex(n int) *idIndex {
 	return &idIndex{slots: allocSlots(size)}
 }
 
-// idHash is the part of the id's hash the index keeps; never 0, so that an
-// entry of group 0 is not an empty slot.
+// idHash is the part of the id's hash the index keeps, its top bit set:
+// never 0, so that no entry is 0, the empty slot.
 func idHash(id *[16]byte) uint64 { return xxh3.Hash(id[:])>>groupBits | 1<<(hashBits-1) }
 
 func idEntry(h uint64, group uint32) uint64 { return h<<groupBits | uint64(group) }
@@ -205,9 +204,9 @@ var errIndexFull = errors.New("id index full")
 // idFiller adds entries to a table being filled from several goroutines
 // (nothing removes or reads meanwhile), one filler each. It sorts what it
 // is given into fillBuckets ranges of the table and adds a range's entries
-// together: random writes all over a table of hundreds of MiB missed the
-// caches (and the TLB) at every entry, and made most of a start after a
-// crash. What it adds is counted in used, in steps; it stops at full.
+// together, where random writes all over a table of hundreds of MiB would
+// miss the caches (and the TLB) at every entry, and make most of a start
+// after a crash. What it adds is counted in used, in steps; it stops at full.
 type idFiller struct {
 	x        *idIndex
 	used     *atomic.Int64

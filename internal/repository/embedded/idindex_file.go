@@ -21,8 +21,6 @@ import (
 // the file only if the database holds the same token, and deletes the token
 // (durably) before anything else is written: after a crash, or any write
 // since the save, the token is gone and the index is built by the scan.
-// (The file kept its name from the bloom filter the index replaced; a file
-// of that filter has another magic line, so it is not used.)
 const idIndexFile = "idfilter"
 
 // filterTokenKey holds the token of the saved index (a prefix of its own).
@@ -58,7 +56,7 @@ func (s *Store) openIDIndex(dir string) error {
 
 // loadIDIndex returns the saved index, or nil when there is none that
 // matches the database. The file is read in pieces straight into the
-// table: read whole first, it doubled the memory a start needs.
+// table: read whole first, it would double the memory a start needs.
 func (s *Store) loadIDIndex(dir string) (*idIndex, error) {
 	token, ok, err := s.get(filterTokenKey)
 	if err != nil || !ok {

@@ -9,9 +9,9 @@ import (
 
 // The id index's table is mapped outside the Go heap. It is large (8 bytes
 // per stored id: 128 MiB for 10 million) and holds no pointers, so the
-// collector has nothing to do with it; inside the heap it counted towards
-// the heap goal, and with GOGC=400 the hub let four times that much garbage
-// pile up before collecting: 0.9-1.2 GiB resident with 10 million ids.
+// collector has nothing to do with it; inside the heap it would count
+// towards the heap goal, and with GOGC=400 the hub would let four times that
+// much garbage pile up before collecting.
 
 // allocSlots returns n zeroed slots.
 func allocSlots(n int) []uint64 {

@@ -183,19 +183,6 @@ func TestIDIndexGrowsInTheBackgroundWithoutLosingChanges(t *testing.T) {
 	}
 }
 
-// An id of group 0 (a record written before groups) is never an empty slot.
-func TestIDEntriesAreNeverEmpty(t *testing.T) {
-	var zero [16]byte
-	if idEntry(idHash(&zero), 0) == 0 {
-		t.Fatal("entry 0")
-	}
-	x := newIDIndex(0)
-	x.change([]uint64{idEntry(idHash(&zero), 0)}, nil)
-	if g := x.groups(idHash(&zero), nil); !slices.Equal(g, []uint32{0}) {
-		t.Fatalf("groups %v", g)
-	}
-}
-
 // index10M is an id index of 10 million random entries (a 128 MiB table).
 func index10M(b *testing.B) *idIndex {
 	const n = 10_000_000
@@ -211,9 +198,9 @@ func index10M(b *testing.B) *idIndex {
 }
 
 // BenchmarkIDIndexLookup10M: the lookup every new id costs in an index of
-// 10 million ids: about one miss of every CPU cache. (In 2 MiB pages,
-// madvise(MADV_HUGEPAGE), it took no less: 82–96 against 90–103 ns, 3 runs
-// each.) Lookups one after another overlap their misses; between other work,
+// 10 million ids: about one miss of every CPU cache (huge pages,
+// madvise(MADV_HUGEPAGE), do not make it cheaper). Lookups one after another
+// overlap their misses; between other work,
 // as in a save, they do not (BenchmarkIDRecordsOfASave10M).
 func BenchmarkIDIndexLookup10M(b *testing.B) {
 	x := index10M(b)

@@ -10,10 +10,9 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// buildIDIndex indexes the stored ids at start. A background build was
-// tried (with the bloom filter before this index): the hub listened at once,
-// but until it was ready every new id was a disk lookup, which made ingest
-// 30 times slower and the build itself slower than this scan.
+// buildIDIndex indexes the stored ids at start, before the store opens
+// rather than in the background: until an index is ready every new id is a
+// disk lookup, which slows ingest down many times over, and the build with it.
 func (s *Store) buildIDIndex() error {
 	t0 := time.Now()
 	x, err := s.scanIDIndex()
@@ -30,13 +29,9 @@ func (s *Store) buildIDIndex() error {
 // memory); when that falls short (records still in the memtable) the scan
 // starts over with a larger table.
 func (s *Store) scanIDIndex() (*idIndex, error) {
-	var onDisk uint64
-	for _, p := range []byte{prefixID, prefixIDByGroup} {
-		n, err := s.db.EstimateDiskUsage([]byte{p}, []byte{p + 1})
-		if err != nil {
-			return nil, err
-		}
-		onDisk += n
+	onDisk, err := s.db.EstimateDiskUsage([]byte{prefixIDByGroup}, []byte{prefixIDByGroup + 1})
+	if err != nil {
+		return nil, err
 	}
 	n := int(onDisk / minIDRecordOnDisk) //nolint:gosec // bytes on disk over a constant
 	for {
@@ -94,32 +89,26 @@ func (s *Store) fillIDIndex(n int) (*idIndex, error) {
 	return x, nil
 }
 
-// idRanges splits the id records into key ranges of about the same size:
-// records before groups by the first byte of their (random) id, the others
-// by group between the first and the last one stored.
+// idRanges splits the id records into parts key ranges of about the same
+// size, by group between the first and the last one stored.
 func (s *Store) idRanges(parts int) ([][2][]byte, error) {
-	var ranges [][2][]byte
-	split := func(prefix byte, first, last uint32, key func(uint32) []byte) {
-		for i := range parts {
-			lo := key(first + uint32(uint64(last-first+1)*uint64(i)/uint64(parts)))   //nolint:gosec // parts ≤ GOMAXPROCS
-			hi := key(first + uint32(uint64(last-first+1)*uint64(i+1)/uint64(parts))) //nolint:gosec // parts ≤ GOMAXPROCS
-			if i == 0 {
-				lo = []byte{prefix}
-			}
-			if i == parts-1 {
-				hi = []byte{prefix + 1}
-			}
-			ranges = append(ranges, [2][]byte{lo, hi})
-		}
-	}
-	split(prefixID, 0, 255, func(b uint32) []byte { return []byte{prefixID, byte(b)} })
 	first, last, err := s.groupSpan()
 	if err != nil {
 		return nil, err
 	}
-	split(prefixIDByGroup, first, last, func(g uint32) []byte {
-		return []byte{prefixIDByGroup, byte(g >> 16), byte(g >> 8), byte(g)}
-	})
+	key := func(g uint32) []byte { return []byte{prefixIDByGroup, byte(g >> 16), byte(g >> 8), byte(g)} }
+	ranges := make([][2][]byte, parts)
+	for i := range parts {
+		lo := key(first + uint32(uint64(last-first+1)*uint64(i)/uint64(parts)))   //nolint:gosec // parts ≤ GOMAXPROCS
+		hi := key(first + uint32(uint64(last-first+1)*uint64(i+1)/uint64(parts))) //nolint:gosec // parts ≤ GOMAXPROCS
+		if i == 0 {
+			lo = []byte{prefixIDByGroup}
+		}
+		if i == parts-1 {
+			hi = []byte{prefixIDByGroup + 1}
+		}
+		ranges[i] = [2][]byte{lo, hi}
+	}
 	return ranges, nil
 }
 

@@ -22,19 +22,17 @@ import (
 //	x <recipient> <bundle>                 dequeued bundle
 //	d <drawer> <start position>            page of a drawer
 //	j <group> <notification id>            id record (idindex.go)
-//	i <notification id>                    id record written before groups
 //	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
-//	n <dequeued at> <recipient> <bundle>   notice written before notices had an origin
 //	f                                      token of the saved id index (idindex_file.go)
+//	v                                      format version (format.go)
 const (
 	prefixRecipient   = 'r'
 	prefixDequeued    = 'x'
 	prefixDrawer      = 'd'
-	prefixID          = 'i'
 	prefixIDByGroup   = 'j'
 	prefixNotice      = 'o'
-	prefixOldNotice   = 'n'
 	prefixFilterToken = 'f'
+	prefixFormat      = 'v'
 
 	kindHead    = 'h'
 	kindEntry   = 'e'
@@ -76,24 +74,17 @@ func pageKey(d [16]byte, start int64) []byte {
 	return binary.BigEndian.AppendUint64(drawerPrefix(d), uint64(start))
 }
 
-// idKey is where an id's record is: under its group, or for group 0 where
-// versions before groups wrote it.
+// idKey is where an id's record is, under its write group.
 func idKey(group uint32, id *[16]byte) []byte {
-	if group == 0 {
-		return append([]byte{prefixID}, id[:]...)
-	}
 	return append([]byte{prefixIDByGroup, byte(group >> 16), byte(group >> 8), byte(group)}, id[:]...)
 }
 
-// idKeyParts splits a key of either layout into its group and id.
+// idKeyParts splits an id record's key into its group and id.
 func idKeyParts(key []byte) (group uint32, id [16]byte, ok bool) {
-	switch {
-	case len(key) == 17 && key[0] == prefixID:
-		return 0, [16]byte(key[1:]), true
-	case len(key) == 20 && key[0] == prefixIDByGroup:
-		return uint32(key[1])<<16 | uint32(key[2])<<8 | uint32(key[3]), [16]byte(key[4:]), true
+	if len(key) != 20 || key[0] != prefixIDByGroup {
+		return 0, id, false
 	}
-	return 0, id, false
+	return uint32(key[1])<<16 | uint32(key[2])<<8 | uint32(key[3]), [16]byte(key[4:]), true
 }
 
 // prefixEnd is the first key after every key that starts with prefix.
@@ -111,8 +102,7 @@ func prefixEnd(prefix []byte) []byte {
 func uuidString(b []byte) string { return uuid.UUID(b).String() }
 
 // noticeKey orders a domain's notices by the time of their dequeue, so one
-// domain's notices are read without touching another's. Origin 0 is the
-// layout before notices had an origin.
+// domain's notices are read without touching another's.
 func noticeKey(o domain.Origin, at int64, r, b [16]byte) []byte {
 	key := noticePrefix(o)
 	key = binary.BigEndian.AppendUint64(key, uint64(at)) //nolint:gosec // times after 1970
@@ -120,9 +110,4 @@ func noticeKey(o domain.Origin, at int64, r, b [16]byte) []byte {
 	return append(key, b[:]...)
 }
 
-func noticePrefix(o domain.Origin) []byte {
-	if o == domain.OriginUnspecified {
-		return []byte{prefixOldNotice}
-	}
-	return []byte{prefixNotice, byte(o)}
-}
+func noticePrefix(o domain.Origin) []byte { return []byte{prefixNotice, byte(o)} }

@@ -48,21 +48,19 @@ func (s *Store) Notices(_ context.Context, origins []domain.Origin, limit int) (
 func (s *Store) NoticeBacklog(_ context.Context) (int, time.Time, error) {
 	var n int
 	var oldest time.Time
-	for _, prefix := range [][]byte{{prefixNotice}, {prefixOldNotice}} {
-		err := s.scan(prefix, func(key, _ []byte) error {
-			notice, err := parseNotice(key)
-			if err != nil {
-				return err
-			}
-			if n == 0 || notice.DequeuedAt.Before(oldest) {
-				oldest = notice.DequeuedAt
-			}
-			n++
-			return nil
-		})
+	err := s.scan([]byte{prefixNotice}, func(key, _ []byte) error {
+		notice, err := parseNotice(key)
 		if err != nil {
-			return 0, time.Time{}, err
+			return err
 		}
+		if n == 0 || notice.DequeuedAt.Before(oldest) {
+			oldest = notice.DequeuedAt
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return 0, time.Time{}, err
 	}
 	return n, oldest, nil
 }
@@ -83,17 +81,13 @@ func (s *Store) RemoveNotices(ctx context.Context, notices []repository.Notice) 
 	})
 }
 
-// parseNotice reads a notice's key, in either layout.
+// parseNotice reads a notice's key.
 func parseNotice(key []byte) (repository.Notice, error) {
 	var n repository.Notice
-	switch {
-	case len(key) == 2+8+16+16 && key[0] == prefixNotice:
-		n.Origin, key = domain.Origin(key[1]), key[2:]
-	case len(key) == 1+8+16+16 && key[0] == prefixOldNotice:
-		key = key[1:]
-	default:
+	if len(key) != 2+8+16+16 || key[0] != prefixNotice {
 		return n, errors.New("embedded: a notice key of the wrong length")
 	}
+	n.Origin, key = domain.Origin(key[1]), key[2:]
 	n.DequeuedAt = time.Unix(0, int64(binary.BigEndian.Uint64(key[:8]))) //nolint:gosec // written from a time after 1970
 	n.Recipient = uuidString(key[8:24])
 	n.BundleID = uuidString(key[24:40])

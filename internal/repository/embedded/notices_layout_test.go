@@ -11,17 +11,16 @@ import (
 	"github.com/energydatahub/messagehub/internal/repository"
 )
 
-// Notices are read by domain, oldest first, a domain left out not at all;
-// a notice in the layout before notices had a domain is read as
-// OriginUnspecified, counted and removed like the others.
-func TestNoticesAreReadByDomainInEitherLayout(t *testing.T) {
+// Notices are read by domain, oldest first, a domain left out not at all,
+// and counted and removed whatever their domain.
+func TestNoticesAreReadByDomain(t *testing.T) {
 	s := openTemp(t)
 	defer s.Close()
 	ctx := context.Background()
 	at := time.Unix(1_700_000_000, 0)
 	var all []repository.Notice
 	var puts []put
-	for i, o := range []domain.Origin{domain.OriginCharges, domain.OriginTimeSeries, domain.OriginUnspecified, domain.OriginCharges, domain.OriginTimeSeries} {
+	for i, o := range []domain.Origin{domain.OriginCharges, domain.OriginTimeSeries, domain.OriginAggregations, domain.OriginCharges, domain.OriginTimeSeries} {
 		n := repository.Notice{Recipient: uuid.NewString(), BundleID: uuid.NewString(), Origin: o, DequeuedAt: at.Add(time.Duration(5-i) * time.Second)}
 		r, id, err := parseIDs(n.Recipient, n.BundleID)
 		if err != nil {
@@ -46,14 +45,15 @@ func TestNoticesAreReadByDomainInEitherLayout(t *testing.T) {
 		}
 	}
 	check([]domain.Origin{domain.OriginCharges}, 10, 3, 0)
-	check([]domain.Origin{domain.OriginTimeSeries, domain.OriginUnspecified}, 10, 4, 2, 1)
-	check(domain.Origins, 3, 4, 3, 1)
+	check([]domain.Origin{domain.OriginTimeSeries, domain.OriginAggregations}, 10, 4, 2, 1)
+	check(domain.Origins, 3, 4, 3, 2)
 	check(nil, 10)
+	check([]domain.Origin{domain.OriginUnspecified}, 10)
 	if n, oldest, err := s.NoticeBacklog(ctx); err != nil || n != 5 || !oldest.Equal(all[4].DequeuedAt) {
 		t.Fatalf("backlog %d, oldest %v (%v)", n, oldest, err)
 	}
 	if err := s.RemoveNotices(ctx, all[1:3]); err != nil {
 		t.Fatal(err)
 	}
-	check(append(domain.Origins, domain.OriginUnspecified), 10, 4, 3, 0)
+	check(domain.Origins, 10, 4, 3, 0)
 }

@@ -1,7 +1,6 @@
 package embedded
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -9,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -75,29 +73,8 @@ func TestControlRecordsReadBackEveryField(t *testing.T) {
 	}
 }
 
-// Records written before the binary form, in JSON, read the same.
-func TestControlRecordsOfTheJSONFormatAreRead(t *testing.T) {
-	for _, h := range testHeads() {
-		v, _ := json.Marshal(h)
-		if got, err := decodeHead(v); err != nil || got != h {
-			t.Errorf("JSON head %s: read %+v, %v", v, got, err)
-		}
-	}
-	for i, e := range testEntries() {
-		v, _ := json.Marshal(e)
-		if got, err := decodeEntry(v); err != nil || !reflect.DeepEqual(got, e) {
-			t.Errorf("JSON entry %d: read back differs (%v)", i, err)
-		}
-	}
-	d := widestDrawer()
-	v, _ := json.Marshal(d)
-	if got, err := decodeDrawerMeta(v); err != nil || got != d {
-		t.Errorf("JSON drawer: read %+v, %v", got, err)
-	}
-}
-
 // A record cut short anywhere, with bytes after its end, or in no known
-// format, is refused as corrupt rather than read wrong.
+// format (JSON among them), is refused as corrupt rather than read wrong.
 func TestCorruptControlRecordsAreRefused(t *testing.T) {
 	entry, err := encodeEntry(testEntries()[2])
 	if err != nil {
@@ -126,6 +103,9 @@ func TestCorruptControlRecordsAreRefused(t *testing.T) {
 		}
 		if err := d.decode(append([]byte{recordBinary + 1}, d.valid[1:]...)); !errors.Is(err, errCorrupt) {
 			t.Errorf("%s in an unknown format: %v, want corrupt", name, err)
+		}
+		if err := d.decode([]byte(`{"Version":"1"}`)); !errors.Is(err, errCorrupt) {
+			t.Errorf("%s in JSON: %v, want corrupt", name, err)
 		}
 	}
 }
@@ -175,59 +155,5 @@ func TestASavesHeadAndEntryAreSmall(t *testing.T) {
 	je, _ := json.Marshal(e)
 	if got, was := len(encodeHead(h))+len(entry), len(jh)+len(je); got > was/2 {
 		t.Fatalf("head and entry take %d bytes, JSON %d", got, was)
-	}
-}
-
-// A recipient whose head, entry and drawer records are JSON (written before
-// the binary form) reads back the same, and its next save writes them binary.
-func TestRecipientsStoredInJSONAreReadAndRewritten(t *testing.T) {
-	s := openTemp(t)
-	t.Cleanup(func() { _ = s.Close() }) // the store reopen left last
-	r := uuid.NewString()
-	rb := [16]byte(uuid.MustParse(r))
-	fillDrawers(t, s, r, 2*drawer.Capacity+5)
-	want, err := s.LoadRecipient(context.Background(), r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := s.db.NewBatch()
-	head, _ := json.Marshal(want.Head)
-	_ = b.Set(headKey(rb), head, nil)
-	e := want.Entries[0]
-	stored := e
-	stored.Drawers = lastDrawer(e.Drawers)
-	entry, _ := json.Marshal(stored)
-	_ = b.Set(cabinetKey(kindEntry, rb, e.Key()), entry, nil)
-	for _, d := range earlierDrawers(e.Drawers) {
-		meta, _ := json.Marshal(d)
-		_ = b.Set(drawerMetaKey(rb, e.Key(), d.Start), meta, nil)
-	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	s = reopen(t, s)
-	got, err := s.LoadRecipient(context.Background(), r)
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Fatalf("read back %+v, %v; want %+v", got, err, want)
-	}
-	fillDrawers(t, s, r, drawer.Capacity) // fills the last drawer, opens one
-	// Only the records of the drawers the save did not change stay JSON.
-	unchanged := len(earlierDrawers(e.Drawers))
-	controls, drawers := 0, 0
-	err = s.scan(recipientPrefix(rb), func(key, value []byte) error {
-		switch key[len(recipientPrefix(rb))] {
-		case kindHead, kindEntry:
-			if isJSON(value) {
-				controls++
-			}
-		case kindDrawerMeta:
-			if isJSON(value) {
-				drawers++
-			}
-		}
-		return nil
-	})
-	if err != nil || controls != 0 || drawers != unchanged {
-		t.Fatalf("after a save, %d heads and entries and %d drawer records are JSON (%v); want 0 and %d", controls, drawers, err, unchanged)
 	}
 }

@@ -29,11 +29,8 @@ type records struct {
 	entries map[catalog.Key]catalog.Entry
 	cursors map[catalog.Key]catalog.Cursor
 	pending map[string]bundle.Record
-	// legacy names the entries stored before drawers had records of their
-	// own (entries.go): all their drawers are in the entry's value.
-	legacy map[catalog.Key]bool
-	used   atomic.Bool // read or written since the last eviction round
-	copied recordMaps  // the maps a write group has copied into these (txn.change)
+	used    atomic.Bool // read or written since the last eviction round
+	copied  recordMaps  // the maps a write group has copied into these (txn.change)
 }
 
 // state copies the records out in a stable order. Every save reads it, so

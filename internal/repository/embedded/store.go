@@ -84,19 +84,18 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	opts := &pebble.Options{Logger: &pebbleLogger{l: logger, errors: lograte.Limiter{Max: pebbleErrorsPerSecond}}, MemTableSize: 64 << 20}
 	// Nearly every key a save writes lands all over the key space (recipients,
 	// drawers), so every flush overlaps the level below it, and compacting
-	// L0 at pebble's default of 4 sublevels rewrote that level again and again:
-	// a third of a Save's CPU. Reads hardly mind a deeper L0: id records are
-	// found through the id index (no reads for new ids), control records are
-	// in memory, and a peek reads a few drawer pages. At 16 the CPU of a Save
-	// of 1,000 over 100 recipients falls by 15–20 % (docs/performance.md).
+	// L0 at pebble's default of 4 sublevels rewrites that level again and
+	// again. Reads hardly mind a deeper L0: id records are found through the
+	// id index (no reads for new ids), control records are in memory, and a
+	// peek reads a few drawer pages. Saves of 1,000 over 100 recipients
+	// (BenchmarkSaveBatch1000Over100Recipients) spend less CPU at 16; the
+	// figures are in docs/performance.md.
 	opts.L0CompactionThreshold = 16
 	opts.L0StopWritesThreshold = 48
-	// The level L0 is compacted into may hold 256 MB instead of 64: with a
-	// backlog of 10 M (1.3 GB) that is one level fewer for every flushed byte
-	// to be rewritten through. Saves of 1,000 over 100 recipients at 10 M:
-	// compactions wrote 2.39 bytes per byte logged instead of 2.7-3.2, and the
-	// hub's CPU a notification fell 6-21 % (docs/performance.md). Small
-	// stores are not affected.
+	// The level L0 is compacted into may hold 256 MB instead of pebble's 64:
+	// with a backlog of 10 M (1.3 GB) that is one level fewer for every
+	// flushed byte to be rewritten through (the load runs at 10 M in
+	// docs/performance.md). Small stores are not affected.
 	opts.LBaseMaxBytes = 256 << 20
 	// Most point reads are for keys that do not exist (a bundle id never
 	// dequeued): bloom filters answer those without reading table blocks.
@@ -104,16 +103,14 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.SnappyCompression }
 		// Pebble writes a table through a 4 KB buffer, so its default 4 KB
-		// blocks cost a write(2) each; flushes and compactions write most of
-		// the bytes a save makes. With 32 KB blocks Saves of 1,000 at a 10 M
-		// backlog cost the hub 1-12 % less CPU a notification in 5 of 6
-		// pairs; peeks scan drawers' pages, which larger blocks suit
-		// (docs/performance.md).
+		// blocks cost a write(2) each, and flushes and compactions write most
+		// of the bytes a save makes; peeks scan drawers' pages, which larger
+		// blocks suit too (the load runs at 10 M in docs/performance.md).
 		opts.Levels[i].BlockSize = tableBlockSize
 	}
-	// Tables flushed to L0 are soon compacted into the level below: compressing
-	// them only to decompress them again was about 5 % of the CPU of Saves of
-	// 1,000 over 100 recipients (docs/performance.md).
+	// Tables flushed to L0 are soon compacted into the level below, so they
+	// are not compressed only to be decompressed again (Saves of 1,000 over
+	// 100 recipients; docs/performance.md).
 	opts.Levels[0].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	if gate != nil && gate() != nil {
 		if manifests, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(manifests) == 0 {
@@ -130,6 +127,10 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 			"stop it or give this one another --data-dir", dir, holder(dir))
 	}
 	if err != nil {
+		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
+	}
+	if err := checkFormat(db, opts.ReadOnly); err != nil {
+		_ = db.Close()
 		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
 	}
 	// Tell a second process who holds the directory; only read while locked.

@@ -106,9 +106,8 @@ func (s *Store) newWriter() *groupcommit.Pipeline[writeReq] {
 // waiting for its fsync; the function it returns waits for it, publishes
 // and answers. Staged requests hear whether their operation holds as soon
 // as the operations have run, before the batch goes into pebble: their
-// caller plans its next writes while the memtable takes this group's keys.
-// With 4 writers of Saves of 1,000 at a 10 M backlog, that made groups
-// larger and ingest about 11 % faster (docs/performance.md).
+// caller plans its next writes while the memtable takes this group's keys,
+// and groups grow larger (the load runs at 10 M in docs/performance.md).
 func (s *Store) applyGroup(group []writeReq) func() {
 	if s.applyErr != nil {
 		answer(group, make([]error, len(group)), s.applyErr, false)
@@ -303,18 +302,16 @@ const (
 	entriesMap recordMaps = 1 << iota
 	cursorsMap
 	pendingMap
-	legacyMap
 )
 
 // change applies fn to the recipient's records as this group leaves them,
 // copied the first time. fn may change the maps named in changes: only those
 // are copied, each once per group; the others stay shared with the records
-// readers see, which nothing changes. (A save used to copy all four for
-// every recipient it touched.)
+// readers see, which nothing changes.
 func (tx *txn) change(r [16]byte, rec *records, changes recordMaps, fn func(*records)) {
 	clone, ok := tx.touched[r]
 	if !ok {
-		clone = &records{head: rec.head, entries: rec.entries, cursors: rec.cursors, pending: rec.pending, legacy: rec.legacy}
+		clone = &records{head: rec.head, entries: rec.entries, cursors: rec.cursors, pending: rec.pending}
 		tx.touched[r] = clone
 	}
 	copyNow := changes &^ clone.copied
@@ -327,20 +324,8 @@ func (tx *txn) change(r [16]byte, rec *records, changes recordMaps, fn func(*rec
 	if copyNow&pendingMap != 0 {
 		clone.pending = maps.Clone(clone.pending)
 	}
-	if copyNow&legacyMap != 0 {
-		clone.legacy = maps.Clone(clone.legacy)
-	}
 	clone.copied |= changes
 	fn(clone)
-}
-
-// legacyChange is legacyMap when rec has legacy entries: deleting from an
-// empty map changes nothing, so it need not be copied for that.
-func legacyChange(rec *records) recordMaps {
-	if len(rec.legacy) > 0 {
-		return legacyMap
-	}
-	return 0
 }
 
 // idExists looks an id (with h, its idHash) up in this group, then in the
@@ -387,10 +372,9 @@ func (tx *txn) writeBatch() {
 
 // inKeyOrder returns puts sorted by key, stably. It sorts small handles (a
 // key's first eight bytes, which nearly always decide, and its place)
-// rather than the puts themselves: a stable sort of the puts moved them
-// around many times and compared whole keys, and writing a group's 1,200
-// changes into its batch took three times as long
-// (BenchmarkWriteBatchOfAGroup), on the writer every Save waits for.
+// rather than the puts themselves, which a stable sort would move around
+// many times, comparing whole keys, on the writer every Save waits for
+// (BenchmarkWriteBatchOfAGroup).
 func inKeyOrder(puts []put) []put {
 	type handle struct {
 		prefix uint64
@@ -490,7 +474,7 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 						return conflict("catalog entry %v of %s changed", e.Key(), save.Recipient)
 					}
 					e.Version = s.nextVersion()
-					if puts, err = appendEntry(puts, r, rec.entries[e.Key()], rec.legacy[e.Key()], e); err != nil {
+					if puts, err = appendEntry(puts, r, rec.entries[e.Key()], e); err != nil {
 						return err
 					}
 					c.entries = append(c.entries, e)
@@ -527,11 +511,10 @@ func (s *Store) saveOp(saves []repository.RecipientSave, written bool) writeOp {
 		}
 		tx.newIDs = append(tx.newIDs, entries...)
 		for i, c := range changes {
-			tx.change(c.r, c.rec, entriesMap|legacyChange(c.rec), func(rec *records) {
+			tx.change(c.r, c.rec, entriesMap, func(rec *records) {
 				rec.head = c.head
 				for _, e := range c.entries {
 					rec.entries[e.Key()] = e
-					delete(rec.legacy, e.Key())
 				}
 			})
 			if written {
@@ -586,8 +569,8 @@ const warmIDs = 32
 // one buffer. Ids that exist (or come twice) fail it with
 // *repository.IDsExistError naming all of them.
 func (tx *txn) idRecords(saves []repository.RecipientSave) ([]put, []uint64, error) {
-	// An id is kept as two numbers that sort as its bytes do: sorting them
-	// was three times faster for a group's 4,000 ids than comparing bytes.
+	// An id is kept as two numbers that sort as its bytes do, faster than
+	// comparing bytes (BenchmarkIDRecordsOfASave10M).
 	// A save's ids come page by page, so a drawer id is parsed once for the
 	// ids that follow it in one run.
 	type idRec struct {
@@ -786,13 +769,13 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 		var replaced []catalog.Entry
 		for _, e := range sw.Entries {
 			e.Version = s.nextVersion()
-			if puts, err = appendEntry(puts, r, rec.entries[e.Key()], rec.legacy[e.Key()], e); err != nil {
+			if puts, err = appendEntry(puts, r, rec.entries[e.Key()], e); err != nil {
 				return err
 			}
 			replaced = append(replaced, e)
 		}
 		for _, e := range sw.DeleteEntries {
-			if puts, err = appendEntryDeletion(puts, r, rec.entries[e.Key()], rec.legacy[e.Key()]); err != nil {
+			if puts, err = appendEntryDeletion(puts, r, rec.entries[e.Key()]); err != nil {
 				return err
 			}
 		}
@@ -817,14 +800,12 @@ func (s *Store) ApplySweep(ctx context.Context, sw repository.Sweep) error {
 		}
 		tx.apply(puts)
 		tx.goneIDs = append(tx.goneIDs, gone...)
-		tx.change(r, rec, entriesMap|cursorsMap|legacyChange(rec), func(rec *records) {
+		tx.change(r, rec, entriesMap|cursorsMap, func(rec *records) {
 			for _, e := range replaced {
 				rec.entries[e.Key()] = e
-				delete(rec.legacy, e.Key())
 			}
 			for _, e := range sw.DeleteEntries {
 				delete(rec.entries, e.Key())
-				delete(rec.legacy, e.Key())
 			}
 			for _, c := range sw.DeleteCursors {
 				delete(rec.cursors, c.Key())

@@ -227,23 +227,21 @@ func TestAGroupCopiesOnlyTheMapsItChanges(t *testing.T) {
 		entries: map[catalog.Key]catalog.Entry{k: {Version: "1"}},
 		cursors: map[catalog.Key]catalog.Cursor{k: {Version: "1"}},
 		pending: map[string]bundle.Record{"b": {ID: "b"}},
-		legacy:  map[catalog.Key]bool{k: true},
 	}
 	tx := &txn{touched: map[[16]byte]*records{}}
 	r := [16]byte{1}
-	tx.change(r, published, entriesMap|legacyChange(published), func(rec *records) {
+	tx.change(r, published, entriesMap, func(rec *records) {
 		rec.entries[k] = catalog.Entry{Version: "2"}
-		delete(rec.legacy, k)
 	})
 	tx.change(r, tx.touched[r], entriesMap|pendingMap, func(rec *records) {
 		rec.entries[k] = catalog.Entry{Version: "3"}
 		delete(rec.pending, "b")
 	})
 	mine := tx.touched[r]
-	if published.entries[k].Version != "1" || !published.legacy[k] || len(published.pending) != 1 {
+	if published.entries[k].Version != "1" || len(published.pending) != 1 {
 		t.Fatalf("the published records changed: %+v", published)
 	}
-	if mine.entries[k].Version != "3" || mine.legacy[k] || len(mine.pending) != 0 {
+	if mine.entries[k].Version != "3" || len(mine.pending) != 0 {
 		t.Fatalf("the group's records lack its changes: %+v", mine)
 	}
 	// The cursors were not changed, so not copied: the group shares them.
@@ -251,8 +249,8 @@ func TestAGroupCopiesOnlyTheMapsItChanges(t *testing.T) {
 	if published.cursors[k].Version != "shared" {
 		t.Fatal("the cursors were copied though no operation changed them")
 	}
-	if mine.copied != entriesMap|legacyMap|pendingMap {
-		t.Fatalf("copied %b, want entries, legacy and pending", mine.copied)
+	if mine.copied != entriesMap|pendingMap {
+		t.Fatalf("copied %b, want entries and pending", mine.copied)
 	}
 }
 
