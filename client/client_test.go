@@ -22,9 +22,9 @@ import (
 
 	"github.com/energydatahub/messagehub/client"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
-	"github.com/energydatahub/messagehub/internal/repository"
-	"github.com/energydatahub/messagehub/internal/repository/embedded"
+	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
 // fault decides, per call, whether the hub fails it with UNAVAILABLE before
@@ -67,11 +67,11 @@ func (f *fault) interceptor(ctx context.Context, req any, info *grpc.UnaryServer
 // with f's faults in front.
 func startHub(t *testing.T, f *fault) string {
 	t.Helper()
-	store, err := embedded.Open(t.TempDir(), nil)
+	store, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo := repository.New(store, repository.Options{}, nil)
+	repo := hub.New(store, hub.Options{}, nil)
 	t.Cleanup(func() { repo.Close(); _ = store.Close() })
 	svc := server.NewService(repo)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(f.interceptor, server.UnaryErrorInterceptor(slog.New(slog.DiscardHandler))))

@@ -15,7 +15,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/repository/cosmos"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
 )
 
 // Config is everything the binary is configured with. Each setting comes from

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/repository/cosmos"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
 )
 
 func envOf(m map[string]string) func(string) string {

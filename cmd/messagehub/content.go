@@ -19,7 +19,8 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // ContentConfig is where bundles' documents come from (issue: bundle
@@ -109,7 +110,7 @@ func (c ContentConfig) validate(store string) error {
 // outbox of shared, whose leases make the instances sharing it ask a domain
 // once; another instance's notices are told only once grace old (0: one
 // instance). closeAll stops both and releases the connections.
-func contentService(cfg ContentConfig, store content.Store, repo *repository.Repository, shared repository.Store, grace time.Duration, bell *content.Bell, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
+func contentService(cfg ContentConfig, store content.Store, repo *hub.Hub, shared store.Store, grace time.Duration, bell *content.Bell, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
 	creds, err := cfg.dialOptions()
 	if err != nil {
 		return nil, nil, err

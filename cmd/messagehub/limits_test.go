@@ -13,7 +13,7 @@ import (
 // loopback and returns its base URL.
 func serveHTTPForTest(t *testing.T, handler http.Handler) string {
 	t.Helper()
-	h := &hub{logger: slog.New(slog.DiscardHandler), cfg: Config{Limits: Limits{
+	h := &instance{logger: slog.New(slog.DiscardHandler), cfg: Config{Limits: Limits{
 		HTTPReadTimeout: time.Minute, HTTPWriteTimeout: time.Minute, HTTPIdleTimeout: time.Minute,
 	}}}
 	srv := h.newHTTPServer(handler)

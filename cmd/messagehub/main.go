@@ -37,11 +37,12 @@ import (
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/gateway"
-	"github.com/energydatahub/messagehub/internal/repository"
-	"github.com/energydatahub/messagehub/internal/repository/cosmos"
-	"github.com/energydatahub/messagehub/internal/repository/embedded"
-	"github.com/energydatahub/messagehub/internal/repository/instrumented"
+	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/internal/store/instrumented"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
@@ -106,7 +107,7 @@ func run(ctx context.Context, stop context.CancelFunc, cfg Config, logger *slog.
 }
 
 // hub is the running service: its parts, its listeners and what closes them.
-type hub struct {
+type instance struct {
 	cfg    Config
 	logger *slog.Logger
 	tel    *telemetry.Telemetry
@@ -132,10 +133,10 @@ type hub struct {
 }
 
 // onClose registers fn to run at close, before everything opened earlier.
-func (h *hub) onClose(fn func() error) { h.closers = append(h.closers, fn) }
+func (h *instance) onClose(fn func() error) { h.closers = append(h.closers, fn) }
 
 // close releases everything in reverse order of opening.
-func (h *hub) close() error {
+func (h *instance) close() error {
 	var errs []error
 	for i := len(h.closers) - 1; i >= 0; i-- {
 		errs = append(errs, h.closers[i]())
@@ -145,8 +146,8 @@ func (h *hub) close() error {
 
 // build opens the store and wires the servers and listeners, releasing
 // whatever it opened if a step fails.
-func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err error) {
-	h := &hub{cfg: cfg, logger: logger}
+func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *instance, err error) {
+	h := &instance{cfg: cfg, logger: logger}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, h.close())
@@ -213,7 +214,7 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 	}
 	var hubCore server.Hub = repo
 	if h.guard != nil {
-		hubCore = savesGuarded{Repository: repo, guard: h.guard}
+		hubCore = savesGuarded{Hub: repo, guard: h.guard}
 	}
 	h.grpcSrv, h.health = server.NewGRPCServer(hubCore, logger, opts...)
 	h.gatewaySrv, h.gatewayHealth = server.NewGRPCServer(hubCore, logger, append(opts, server.WithLimits(server.InProcessLimits))...)
@@ -258,7 +259,7 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 // savesGuarded is the repository with the disk guard in front of Save: the
 // small writes of Peek and Dequeue go on while saves are refused.
 type savesGuarded struct {
-	*repository.Repository
+	*hub.Hub
 	guard *diskguard.Guard
 }
 
@@ -266,7 +267,7 @@ func (s savesGuarded) Save(ctx context.Context, notifications []domain.Notificat
 	if err := s.guard.Check(); err != nil {
 		return domain.SaveResult{}, err
 	}
-	return s.Repository.Save(ctx, notifications)
+	return s.Hub.Save(ctx, notifications)
 }
 
 // documentsGuarded refuses new documents while saves are refused: they are
@@ -287,7 +288,7 @@ func (d documentsGuarded) Create(ctx context.Context, key content.Key, mediaType
 // openRepository opens the store, the documents next to it and the
 // repository over both; the document service is nil without a place for
 // documents.
-func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *content.Service, error) {
+func (h *instance) openRepository(ctx context.Context) (*hub.Hub, *content.Service, error) {
 	var gate func() error
 	if h.cfg.Store == StoreEmbedded && h.cfg.MinFreeDisk > 0 {
 		h.guard = diskguard.New(h.cfg.DataDir, h.cfg.MinFreeDisk, nil, 0, h.logger)
@@ -305,7 +306,7 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 		h.logger.Info("store closed")
 		return nil
 	})
-	repoOpts := repository.Options{MaxBundleWeight: h.cfg.MaxBundleWeight, Retention: h.cfg.Retention}
+	repoOpts := hub.Options{MaxBundleWeight: h.cfg.MaxBundleWeight, Retention: h.cfg.Retention}
 	// Bundles' documents live next to the embedded store, or in Azure Blob
 	// Storage with Cosmos DB, and are served even for a domain whose
 	// provider has since been removed.
@@ -328,7 +329,7 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 		return nil, nil, err
 	}
 	h.onClose(func() error { stopBacklog(); return nil })
-	repo := repository.New(measured, repoOpts, h.logger)
+	repo := hub.New(measured, repoOpts, h.logger)
 	h.onClose(func() error { repo.Close(); return nil })
 	if documents == nil {
 		return repo, nil, nil
@@ -360,7 +361,7 @@ func (h *hub) openRepository(ctx context.Context) (*repository.Repository, *cont
 // openDocuments opens where bundles' documents are kept: a folder next to
 // the embedded store, or Azure Blob Storage with Cosmos DB; nil with Cosmos
 // DB and no blob storage configured.
-func (h *hub) openDocuments(ctx context.Context) (content.Store, error) {
+func (h *instance) openDocuments(ctx context.Context) (content.Store, error) {
 	if h.cfg.Store == StoreEmbedded {
 		dir, err := content.OpenDirStore(filepath.Join(h.cfg.DataDir, "content"))
 		if err != nil {
@@ -384,7 +385,7 @@ func (h *hub) openDocuments(ctx context.Context) (content.Store, error) {
 }
 
 // listen opens the listeners; with --auth none every one must be on loopback.
-func (h *hub) listen() error {
+func (h *instance) listen() error {
 	for _, l := range []struct {
 		addr string
 		into *net.Listener
@@ -408,7 +409,7 @@ func (h *hub) listen() error {
 // limited bounds the connections of an HTTP listener: the HTTP server
 // terminates TLS itself, so connections are read below TLS, where a
 // client's first byte (its hello, or its request) tells it is not silent.
-func (h *hub) limited(lis net.Listener) net.Listener {
+func (h *instance) limited(lis net.Listener) net.Listener {
 	return server.LimitListener(lis, h.cfg.Limits.MaxConnections, 1)
 }
 
@@ -430,7 +431,7 @@ func checkBound(auth string, bound net.Addr) error {
 // Go's default, 1 MiB, let each connection hold that much before any check.
 const httpMaxHeaderBytes = 64 << 10
 
-func (h *hub) newHTTPServer(handler http.Handler) *http.Server {
+func (h *instance) newHTTPServer(handler http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           handler,
 		TLSConfig:         h.tlsConfig,
@@ -444,7 +445,7 @@ func (h *hub) newHTTPServer(handler http.Handler) *http.Server {
 }
 
 // serve runs the servers until ctx is done, then shuts them down.
-func (h *hub) serve(ctx context.Context, stop context.CancelFunc) error {
+func (h *instance) serve(ctx context.Context, stop context.CancelFunc) error {
 	server.SetServing(h.health, true)
 	server.SetServing(h.gatewayHealth, true)
 	attrs := []any{
@@ -510,7 +511,7 @@ func serveHTTP(srv *http.Server, lis net.Listener, tlsConfig *tls.Config) error 
 
 // shutdown turns health to NOT_SERVING and stops the servers, letting
 // in-flight calls finish within gracefulTimeout before cutting them off.
-func (h *hub) shutdown() {
+func (h *instance) shutdown() {
 	h.logger.Info("shutting down")
 	for _, hs := range []*health.Server{h.health, h.gatewayHealth} {
 		server.SetServing(hs, false)
@@ -563,7 +564,7 @@ func withTLS(lis net.Listener, tlsConfig *tls.Config) net.Listener {
 
 // openStore opens the configured store backend; the embedded store's writes
 // ask gate first (nil: none).
-func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder telemetry.RequestRecorder, gate func() error) (repository.Store, error) {
+func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder telemetry.RequestRecorder, gate func() error) (store.Store, error) {
 	if cfg.Store == StoreCosmos {
 		store, err := cosmos.Open(ctx, cosmos.Config{
 			Endpoint:        cfg.Cosmos.Endpoint,
@@ -582,7 +583,7 @@ func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder te
 		}
 		return store, nil
 	}
-	store, err := embedded.OpenGated(cfg.DataDir, logger, gate)
+	store, err := pebble.OpenGated(cfg.DataDir, logger, gate)
 	if err != nil {
 		return nil, err // it names the directory
 	}

@@ -18,7 +18,7 @@ import (
 
 // memLease is a content.Lease in memory, shared by the Services of a test
 // as the Cosmos DB store shares one between instances (that one is tested
-// in internal/repository/cosmos and end to end).
+// in internal/store/cosmos and end to end).
 type memLease struct {
 	mu     sync.Mutex
 	holder map[string]string

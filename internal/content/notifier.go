@@ -11,7 +11,7 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/apiconv"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // NotifierOptions configure a Notifier. Zero durations take defaults.
@@ -19,9 +19,9 @@ type NotifierOptions struct {
 	// Providers are the domains told of their bundles' dequeues.
 	Providers map[domain.Origin]messagehubv1.BundleContentProviderClient
 	// Notices is the store's outbox of dequeues to announce.
-	Notices repository.Outbox
+	Notices store.Outbox
 	// Bundle reads a dequeued bundle as it was dequeued
-	// (repository.Repository.DequeuedBundle).
+	// (hub.Hub.DequeuedBundle).
 	Bundle func(ctx context.Context, recipient, bundleID string) (*domain.Bundle, error)
 	// Interval is how soon a domain's notices are looked at again after a
 	// look that found some (default 1 s). Looks that find none wait longer
@@ -76,13 +76,13 @@ type noticeID struct{ recipient, bundleID string }
 const maxOwn = 100_000
 
 // NewBell returns a bell to give a Notifier and ring after dequeues that
-// wrote a notice (repository.Options.Announced).
+// wrote a notice (hub.Options.Announced).
 func NewBell() *Bell {
 	return &Bell{subs: map[chan struct{}]domain.Origin{}, own: map[noticeID]bool{}, older: map[noticeID]bool{}}
 }
 
 // Ring tells the notifier of a notice this instance's dequeue wrote.
-func (b *Bell) Ring(n repository.Notice) {
+func (b *Bell) Ring(n store.Notice) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.grace > 0 {
@@ -114,7 +114,7 @@ func (b *Bell) remember(grace time.Duration) {
 }
 
 // mine says whether this instance's dequeue wrote the notice.
-func (b *Bell) mine(n repository.Notice) bool {
+func (b *Bell) mine(n store.Notice) bool {
 	if b == nil {
 		return false
 	}
@@ -125,7 +125,7 @@ func (b *Bell) mine(n repository.Notice) bool {
 }
 
 // forget drops told notices.
-func (b *Bell) forget(notices []repository.Notice) {
+func (b *Bell) forget(notices []store.Notice) {
 	if b == nil {
 		return
 	}
@@ -354,7 +354,7 @@ func (w *worker) round(ctx context.Context) roundResult {
 	}
 	due, dueIn := w.due(notices)
 	res := roundResult{found: len(due), dueIn: dueIn}
-	var done []repository.Notice
+	var done []store.Notice
 	failed := map[domain.Origin]bool{} // not asked again this round
 	for _, notice := range due {
 		if n.stopped() || failed[notice.Origin] {
@@ -415,7 +415,7 @@ func (w *worker) round(ctx context.Context) roundResult {
 // due returns the notices to tell now: this instance's own, and those of
 // other instances once they are Grace old (their instance tells them before
 // that), in order; and how long until the first one left out is due.
-func (w *worker) due(notices []repository.Notice) ([]repository.Notice, time.Duration) {
+func (w *worker) due(notices []store.Notice) ([]store.Notice, time.Duration) {
 	grace := w.n.opts.Grace
 	if grace <= 0 {
 		return notices, 0

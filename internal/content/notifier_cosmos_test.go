@@ -13,8 +13,8 @@ import (
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/repository"
-	"github.com/energydatahub/messagehub/internal/repository/cosmos"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
@@ -55,7 +55,7 @@ func TestTwoInstancesTellEachDequeueOnce(t *testing.T) {
 	gate := make(chan struct{})
 	ctx := within(t, 2*time.Minute)
 	const instances, dequeues = 2, 6
-	repos := make([]*repository.Repository, instances)
+	repos := make([]*hub.Hub, instances)
 	clients := make([]*gatedProvider, instances)
 	stores := make([]*cosmos.Store, instances)
 	var notifiers []*content.Notifier
@@ -66,7 +66,7 @@ func TestTwoInstancesTellEachDequeueOnce(t *testing.T) {
 		}
 		stores[i] = s
 		bell := content.NewBell()
-		repos[i] = repository.New(s, repository.Options{Announce: func(domain.Origin) bool { return true }, Announced: bell.Ring}, nil)
+		repos[i] = hub.New(s, hub.Options{Announce: func(domain.Origin) bool { return true }, Announced: bell.Ring}, nil)
 		t.Cleanup(func() { repos[i].Close(); _ = s.Close() })
 		clients[i] = &gatedProvider{BundleContentProviderClient: domainProvider.Client(t), gate: gate, started: make(chan struct{}), calls: map[string]int{}}
 		notifiers = append(notifiers, content.StartNotifier(content.NotifierOptions{
@@ -134,7 +134,7 @@ func TestTwoInstancesTellEachDequeueOnce(t *testing.T) {
 
 // cycle saves a notification of the charges domain for a new recipient,
 // peeks and dequeues it, and returns the bundle's id.
-func cycle(ctx context.Context, t *testing.T, repo *repository.Repository) string {
+func cycle(ctx context.Context, t *testing.T, repo *hub.Hub) string {
 	t.Helper()
 	recipient := uuid.NewString()
 	n := domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges, ContentType: "c", DocumentType: "c", Weight: 1}

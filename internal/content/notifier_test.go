@@ -15,8 +15,9 @@ import (
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/repository"
-	"github.com/energydatahub/messagehub/internal/repository/embedded"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
 // Every dequeue of a bundle of a domain with a provider is told to it, at
@@ -25,7 +26,7 @@ import (
 func TestEveryDequeueIsToldToItsDomain(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
 	provider.FailDequeued(2)
-	store, repo := openAnnouncing(t, repository.Options{Announce: func(o domain.Origin) bool { return o == domain.OriginTimeSeries }})
+	store, repo := openAnnouncing(t, hub.Options{Announce: func(o domain.Origin) bool { return o == domain.OriginTimeSeries }})
 	ctx := within(t, time.Minute)
 
 	recipient := uuid.NewString()
@@ -119,11 +120,11 @@ func (c *fakeClock) fire(w fakeWait) {
 // countingNotices counts the looks at domains' notices (not the look at
 // notices without a domain, made once at the start).
 type countingNotices struct {
-	repository.Outbox
+	store.Outbox
 	looks atomic.Int64
 }
 
-func (c *countingNotices) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]repository.Notice, error) {
+func (c *countingNotices) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]store.Notice, error) {
 	if slices.ContainsFunc(origins, func(o domain.Origin) bool { return o != domain.OriginUnspecified }) {
 		c.looks.Add(1)
 	}
@@ -144,7 +145,7 @@ func (c *countingProvider) BundleDequeued(ctx context.Context, in *messagehubv1.
 // dequeueAll saves notifications of the origins, in order, for one
 // recipient, and peeks and dequeues each (they do not bundle); it returns
 // the dequeued bundles' ids by origin.
-func dequeueAll(ctx context.Context, t *testing.T, repo *repository.Repository, origins ...domain.Origin) map[domain.Origin][]string {
+func dequeueAll(ctx context.Context, t *testing.T, repo *hub.Hub, origins ...domain.Origin) map[domain.Origin][]string {
 	t.Helper()
 	recipient := uuid.NewString()
 	var notes []domain.Notification
@@ -177,7 +178,7 @@ func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
 	down, up := contenttest.Start(t, answer), contenttest.Start(t, answer)
 	down.FailDequeued(1)
-	store, repo := openAnnouncing(t, repository.Options{Announce: func(domain.Origin) bool { return true }})
+	store, repo := openAnnouncing(t, hub.Options{Announce: func(domain.Origin) bool { return true }})
 	ctx := within(t, time.Minute)
 	origins := slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, 12)
 	bundles := dequeueAll(ctx, t, repo, append(origins, domain.OriginCharges)...)
@@ -254,8 +255,8 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
 	bell := content.NewBell()
 	announce := func(domain.Origin) bool { return true }
-	store, repo := openAnnouncing(t, repository.Options{Announce: announce, Announced: bell.Ring})
-	other := repository.New(store, repository.Options{Announce: announce}, nil) // another instance: rings nothing here
+	store, repo := openAnnouncing(t, hub.Options{Announce: announce, Announced: bell.Ring})
+	other := hub.New(store, hub.Options{Announce: announce}, nil) // another instance: rings nothing here
 	defer other.Close()
 	ctx := within(t, time.Minute)
 	notices := &countingNotices{Outbox: store}
@@ -358,7 +359,7 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 func TestADomainWithNothingLeftIsNotRetried(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
 	provider.FailDequeued(1)
-	store, repo := openAnnouncing(t, repository.Options{Announce: func(domain.Origin) bool { return true }})
+	store, repo := openAnnouncing(t, hub.Options{Announce: func(domain.Origin) bool { return true }})
 	ctx := within(t, time.Minute)
 	dequeueAll(ctx, t, repo, domain.OriginCharges)
 	clock := newFakeClock()
@@ -392,13 +393,13 @@ func TestADomainWithNothingLeftIsNotRetried(t *testing.T) {
 
 // openAnnouncing opens an embedded store and a repository on it with opts
 // (which say what is announced), both closed when the test ends.
-func openAnnouncing(t *testing.T, opts repository.Options) (*embedded.Store, *repository.Repository) {
+func openAnnouncing(t *testing.T, opts hub.Options) (*pebble.Store, *hub.Hub) {
 	t.Helper()
-	store, err := embedded.Open(t.TempDir(), nil)
+	store, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo := repository.New(store, opts, nil)
+	repo := hub.New(store, opts, nil)
 	t.Cleanup(func() { repo.Close(); _ = store.Close() })
 	return store, repo
 }
@@ -433,7 +434,7 @@ func (h *hangingProvider) BundleDequeued(ctx context.Context, in *messagehubv1.B
 func TestAHangingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
 	slow, healthy := contenttest.Start(t, answer), contenttest.Start(t, answer)
-	store, repo := openAnnouncing(t, repository.Options{Announce: func(domain.Origin) bool { return true }})
+	store, repo := openAnnouncing(t, hub.Options{Announce: func(domain.Origin) bool { return true }})
 	ctx := within(t, time.Minute)
 	// Interleaved, so that every batch holds notices of both domains.
 	var origins []domain.Origin
@@ -510,8 +511,8 @@ func TestAnotherInstancesNoticeIsToldOnlyOnceOverdue(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
 	bell := content.NewBell()
 	announce := func(domain.Origin) bool { return true }
-	store, repo := openAnnouncing(t, repository.Options{Announce: announce, Announced: bell.Ring})
-	other := repository.New(store, repository.Options{Announce: announce}, nil) // rings nothing here
+	store, repo := openAnnouncing(t, hub.Options{Announce: announce, Announced: bell.Ring})
+	other := hub.New(store, hub.Options{Announce: announce}, nil) // rings nothing here
 	defer other.Close()
 	ctx := within(t, time.Minute)
 	clock := newFakeClock()

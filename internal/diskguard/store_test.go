@@ -16,8 +16,8 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/repository"
-	"github.com/energydatahub/messagehub/internal/repository/embedded"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
 // volume is a small data volume. On a machine where the test may mount a
@@ -76,23 +76,23 @@ func smallVolume(t *testing.T) volume {
 	}
 }
 
-// hub is the embedded store and the repository over it, with the guard
+// stack is the embedded store and the hub over it, with the guard
 // wired as cmd/messagehub wires it.
-type hub struct {
-	store *embedded.Store
-	repo  *repository.Repository
+type stack struct {
+	store *pebble.Store
+	repo  *hub.Hub
 }
 
-func openHub(t *testing.T, dir string, g *diskguard.Guard) hub {
+func openHub(t *testing.T, dir string, g *diskguard.Guard) stack {
 	t.Helper()
-	store, err := embedded.OpenGated(dir, nil, g.CheckWrite)
+	store, err := pebble.OpenGated(dir, nil, g.CheckWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return hub{store: store, repo: repository.New(store, repository.Options{}, nil)}
+	return stack{store: store, repo: hub.New(store, hub.Options{}, nil)}
 }
 
-func (h hub) close(t *testing.T) {
+func (h stack) close(t *testing.T) {
 	t.Helper()
 	h.repo.Close()
 	if err := h.store.Close(); err != nil {
@@ -100,7 +100,7 @@ func (h hub) close(t *testing.T) {
 	}
 }
 
-func (h hub) save(ctx context.Context, g *diskguard.Guard, recipient string) error {
+func (h stack) save(ctx context.Context, g *diskguard.Guard, recipient string) error {
 	if err := g.Check(); err != nil { // as the server does before a save
 		return err
 	}
@@ -184,7 +184,7 @@ func TestAFullVolumeRefusesWritesWithoutAPanic(t *testing.T) {
 func TestAFirstStartOnAFullVolumeSaysWhy(t *testing.T) {
 	g := diskguard.New(t.TempDir(), 1<<30, func(string) (uint64, error) { return 0, nil }, time.Hour, nil)
 	defer g.Close()
-	_, err := embedded.OpenGated(filepath.Join(t.TempDir(), "data"), nil, g.CheckWrite)
+	_, err := pebble.OpenGated(filepath.Join(t.TempDir(), "data"), nil, g.CheckWrite)
 	if !errors.Is(err, domain.ErrStorageFull) || !strings.Contains(err.Error(), "no store there yet") {
 		t.Fatalf("a first start on a full volume: %v", err)
 	}

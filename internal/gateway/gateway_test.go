@@ -26,16 +26,16 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/gateway"
-	"github.com/energydatahub/messagehub/internal/repository"
-	"github.com/energydatahub/messagehub/internal/repository/embedded"
+	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
 // stack is the gateway in front of the real gRPC server, repository and
 // embedded store, served on loopback.
 type stack struct {
 	url   string
-	repo  *repository.Repository
+	repo  *hub.Hub
 	saves atomic.Int32 // Save calls that reached the gRPC server
 }
 
@@ -47,11 +47,11 @@ func newStack(t *testing.T, opts ...gateway.Option) *stack {
 // newStackWith is newStack with options of the gRPC server.
 func newStackWith(t *testing.T, serverOpts []server.Option, opts ...gateway.Option) *stack {
 	t.Helper()
-	store, err := embedded.Open(t.TempDir(), nil)
+	store, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stack{repo: repository.New(store, repository.Options{}, nil)}
+	s := &stack{repo: hub.New(store, hub.Options{}, nil)}
 	t.Cleanup(func() { s.repo.Close(); _ = store.Close() })
 	srv, hs := server.NewGRPCServer(s.repo, slog.New(slog.DiscardHandler), append(serverOpts, server.WithStatsHandler(countSaves{&s.saves}))...)
 	server.SetServing(hs, true)

@@ -10,7 +10,7 @@ import (
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/repository"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // DefaultBacklogInterval is how often the backlog is read: its gauges are
@@ -24,7 +24,7 @@ type backlogCollector struct {
 	now                                  func() time.Time
 
 	mu   sync.Mutex
-	last *repository.Backlog // nil until the first read
+	last *store.Backlog // nil until the first read
 }
 
 func newBacklogCollector(now func() time.Time) *backlogCollector {
@@ -66,7 +66,7 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.recipients, prometheus.GaugeValue, float64(last.Recipients))
 }
 
-func (c *backlogCollector) set(b repository.Backlog) {
+func (c *backlogCollector) set(b store.Backlog) {
 	c.mu.Lock()
 	c.last = &b
 	c.mu.Unlock()
@@ -76,7 +76,7 @@ func (c *backlogCollector) set(b repository.Backlog) {
 // exposes it as the messagehub_backlog_* gauges, until stop is called; stop
 // waits for a read in progress, so the store can be closed after it. A
 // failed read keeps the last numbers and is logged.
-func (t *Telemetry) WatchBacklog(read func(context.Context) (repository.Backlog, error), interval time.Duration, logger *slog.Logger) (stop func(), err error) {
+func (t *Telemetry) WatchBacklog(read func(context.Context) (store.Backlog, error), interval time.Duration, logger *slog.Logger) (stop func(), err error) {
 	c := newBacklogCollector(time.Now)
 	if err := t.registry.Register(c); err != nil {
 		return nil, err

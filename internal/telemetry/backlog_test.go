@@ -13,8 +13,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/repository"
-	"github.com/energydatahub/messagehub/internal/repository/embedded"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
@@ -36,12 +37,12 @@ func scrape(t *testing.T, tel *telemetry.Telemetry, series string) (float64, boo
 }
 
 func TestTheBacklogGaugesFollowTheStore(t *testing.T) {
-	store, err := embedded.Open(t.TempDir(), nil)
+	st, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo := repository.New(store, repository.Options{}, nil)
-	defer func() { repo.Close(); _ = store.Close() }()
+	repo := hub.New(st, hub.Options{}, nil)
+	defer func() { repo.Close(); _ = st.Close() }()
 	ctx := context.Background()
 	recipient := uuid.NewString()
 	notes := make([]domain.Notification, 7)
@@ -58,9 +59,9 @@ func TestTheBacklogGaugesFollowTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := make(chan struct{}, 10)
-	stop, err := tel.WatchBacklog(func(ctx context.Context) (repository.Backlog, error) {
+	stop, err := tel.WatchBacklog(func(ctx context.Context) (store.Backlog, error) {
 		defer func() { read <- struct{}{} }()
-		return store.Backlog(ctx)
+		return st.Backlog(ctx)
 	}, time.Hour, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -101,12 +102,12 @@ func TestProviderCallsAreExposedUnderTheirDocumentedNames(t *testing.T) {
 }
 
 func TestTheOutboxGaugesCountUntoldDequeues(t *testing.T) {
-	store, err := embedded.Open(t.TempDir(), nil)
+	st, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo := repository.New(store, repository.Options{Announce: func(domain.Origin) bool { return true }}, nil)
-	defer func() { repo.Close(); _ = store.Close() }()
+	repo := hub.New(st, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	defer func() { repo.Close(); _ = st.Close() }()
 	ctx := context.Background()
 	recipient := uuid.NewString()
 	n := domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges, ContentType: "c", DocumentType: "c", Weight: 1}
@@ -127,7 +128,7 @@ func TestTheOutboxGaugesCountUntoldDequeues(t *testing.T) {
 	read := make(chan struct{}, 10)
 	stop, err := tel.WatchOutbox(func(ctx context.Context) (int, time.Time, error) {
 		defer func() { read <- struct{}{} }()
-		return store.NoticeBacklog(ctx)
+		return st.NoticeBacklog(ctx)
 	}, time.Hour, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

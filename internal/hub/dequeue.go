@@ -1,0 +1,79 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"github.com/energydatahub/messagehub/internal/store"
+	"slices"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// Dequeue acknowledges exactly the notifications of a pending bundle of the
+// recipient. A bundle that does not exist, belongs to someone else or was
+// already dequeued is not found.
+func (r *Hub) Dequeue(ctx context.Context, recipient, bundleID string) error {
+	if err := r.begin(); err != nil {
+		return err
+	}
+	defer r.ops.Done()
+	_, err := retry(ctx, func() (struct{}, error) {
+		return struct{}{}, r.dequeueOnce(ctx, recipient, bundleID)
+	})
+	return err
+}
+
+func (r *Hub) dequeueOnce(ctx context.Context, recipient, bundleID string) error {
+	state, err := r.store.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(state.Pending, func(rec bundle.Record) bool { return rec.ID == bundleID })
+	if i < 0 {
+		return fmt.Errorf("%w: no pending bundle %s", domain.ErrNotFound, bundleID)
+	}
+	rec := state.Pending[i]
+	cursor := catalog.Cursor{Origin: rec.Origin, ContentType: rec.ContentType}
+	if j := slices.IndexFunc(state.Cursors, func(c catalog.Cursor) bool { return c.Key() == cursor.Key() }); j >= 0 {
+		cursor = state.Cursors[j]
+	}
+	if cursor.Acked != rec.Start {
+		return fmt.Errorf("bundle %s starts at %d but its cabinet is acknowledged up to %d", rec.ID, rec.Start, cursor.Acked)
+	}
+	rec.State = bundle.Dequeued
+	rec.DequeuedAt = r.opts.Now()
+	rec.Drawers, rec.Holes = detach(state, rec)
+	rec.Announce = r.opts.Announce != nil && r.opts.Announce(rec.Origin)
+	cursor.Acked = rec.End
+	cursor.HeadSeq = rec.NextSeq
+	if err := r.store.Acknowledge(ctx, recipient, rec, cursor); err != nil {
+		return err
+	}
+	if rec.Announce && r.opts.Announced != nil {
+		r.opts.Announced(store.Notice{Recipient: recipient, BundleID: rec.ID, Origin: rec.Origin, DequeuedAt: rec.DequeuedAt})
+	}
+	return nil
+}
+
+// DequeuedBundle returns a dequeued bundle of the recipient as it was
+// dequeued, for telling its domain; ErrNotFound once retention removed it.
+// It reads the one record.
+func (r *Hub) DequeuedBundle(ctx context.Context, recipient, bundleID string) (*domain.Bundle, error) {
+	if err := r.begin(); err != nil {
+		return nil, err
+	}
+	defer r.ops.Done()
+	return retry(ctx, func() (*domain.Bundle, error) {
+		rec, err := r.store.DequeuedBundle(ctx, recipient, bundleID)
+		if err != nil {
+			return nil, err
+		}
+		state, err := r.store.LoadRecipient(ctx, recipient)
+		if err != nil {
+			return nil, err
+		}
+		return r.materialize(ctx, recipient, state, rec)
+	})
+}

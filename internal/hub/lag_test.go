@@ -1,0 +1,186 @@
+package hub_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
+)
+
+// laggingStore answers drawer reads as a replica behind the catalog would:
+// while lags is above zero, each ReadDrawer leaves out positions [from, to)
+// of every drawer (a page the replica has not received yet).
+type laggingStore struct {
+	store.Store
+	from, to int64
+
+	mu   sync.Mutex
+	lags int // stale reads still to serve
+	hid  int // stale reads served
+}
+
+func (s *laggingStore) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
+	items, err := s.Store.ReadDrawer(ctx, drawerID, from, to, limit)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil || s.lags == 0 {
+		return items, err
+	}
+	s.lags--
+	s.hid++
+	return slices.DeleteFunc(items, func(it drawer.Item) bool { return it.Pos >= s.from && it.Pos < s.to }), nil
+}
+
+func (s *laggingStore) lag(n int) {
+	s.mu.Lock()
+	s.lags = n
+	s.mu.Unlock()
+}
+
+func (s *laggingStore) served() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hid
+}
+
+func lagEnv(t *testing.T, from, to int64) (*hub.Hub, *laggingStore) {
+	inner, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &laggingStore{Store: inner, from: from, to: to}
+	repo := hub.New(store, hub.Options{}, nil)
+	t.Cleanup(func() {
+		repo.Close()
+		_ = inner.Close()
+	})
+	return repo, store
+}
+
+func tenNotes(recipient string) []domain.Notification {
+	ns := make([]domain.Notification, 10)
+	for i := range ns {
+		ns[i] = domain.Notification{
+			ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginTimeSeries,
+			ContentType: "rsm-014", DocumentType: fmt.Sprintf("doc-%d", i), SupportsBundling: true, Weight: 1,
+		}
+	}
+	return ns
+}
+
+func noteIDs(ns []domain.Notification) []string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.ID)
+	}
+	return out
+}
+
+// A drawer read that lacks a saved page is stale, not a hole: the bundle
+// is cut from a fresh read and holds every notification, so the dequeue
+// acknowledges nothing that was never delivered.
+func TestPeekNeverCutsAroundAPageItDidNotRead(t *testing.T) {
+	repo, store := lagEnv(t, 3, 6)
+	recipient := uuid.NewString()
+	ns := tenNotes(recipient)
+	ctx := context.Background()
+	if _, err := repo.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	store.lag(1)
+	b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store.served() == 0 {
+		t.Fatal("the store served no stale read; the test did not test anything")
+	}
+	if b == nil || !slices.Equal(b.NotificationIDs, noteIDs(ns)) {
+		t.Fatalf("bundle after a stale drawer read = %v, want all ten %v", b, noteIDs(ns))
+	}
+	if err := repo.Dequeue(ctx, recipient, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := repo.Peek(ctx, recipient, domain.GroupAll, ""); err != nil || b != nil {
+		t.Fatalf("after the dequeue Peek = %v, %v; want nothing", b, err)
+	}
+}
+
+// A pending bundle read back from a stale replica is read again, never
+// answered short or with an error.
+func TestPendingBundleIsReadAgainAfterAStaleRead(t *testing.T) {
+	repo, store := lagEnv(t, 0, 2)
+	recipient := uuid.NewString()
+	ns := tenNotes(recipient)
+	ctx := context.Background()
+	if _, err := repo.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	first, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil || first == nil {
+		t.Fatalf("Peek = %v, %v", first, err)
+	}
+	store.lag(2)
+	again, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil {
+		t.Fatalf("Peek of the pending bundle after a stale read: %v", err)
+	}
+	if store.served() == 0 {
+		t.Fatal("the store served no stale read; the test did not test anything")
+	}
+	if again == nil || again.ID != first.ID || !slices.Equal(again.NotificationIDs, noteIDs(ns)) {
+		t.Fatalf("pending bundle read again = %v, want %v", again, first)
+	}
+}
+
+// abortedStore records positions [from, to) of every cabinet as a hole, as
+// an aborted save's rollback does, while its drawers still return the items
+// there: a replica that has not yet seen the rollback's deletes.
+type abortedStore struct {
+	store.Store
+	from, to int64
+}
+
+func (s abortedStore) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
+	st, err := s.Store.LoadRecipient(ctx, recipient)
+	for i := range st.Entries {
+		st.Entries[i].AddHole(s.from, s.to)
+	}
+	return st, err
+}
+
+// What a replica still returns from a recorded hole is deleted data: it is
+// neither delivered nor counted, in a new bundle or a pending one.
+func TestItemsInARecordedHoleAreNeverDelivered(t *testing.T) {
+	inner, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := hub.New(abortedStore{Store: inner, from: 3, to: 6}, hub.Options{}, nil)
+	t.Cleanup(func() {
+		repo.Close()
+		_ = inner.Close()
+	})
+	recipient := uuid.NewString()
+	ns := tenNotes(recipient)
+	ctx := context.Background()
+	if _, err := repo.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	want := noteIDs(slices.Concat(ns[:3], ns[6:]))
+	for _, what := range []string{"cut", "pending"} {
+		b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+		if err != nil || b == nil || !slices.Equal(b.NotificationIDs, want) {
+			t.Fatalf("%s bundle = %v, %v; want the seven outside the hole %v", what, b, err, want)
+		}
+	}
+}

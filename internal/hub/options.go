@@ -1,0 +1,32 @@
+package hub
+
+import (
+	"context"
+	"github.com/energydatahub/messagehub/internal/store"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// Options configure a Repository.
+type Options struct {
+	MaxBundleWeight int64         // 0 means domain.DefaultMaxBundleWeight
+	Retention       time.Duration // 0 means 7 days
+	SweepInterval   time.Duration // 0 means derived from Retention
+	Now             func() time.Time
+	NewID           func() string // bundle and drawer ids; nil means random UUIDs
+	// MaxCabinetDrawers bounds the drawers of one cabinet's entry; 0 means
+	// catalog.MaxDrawers. Tests set a small one.
+	MaxCabinetDrawers int
+	// ForgetBundles, when set, removes what is kept elsewhere for bundles
+	// that retention removes (their documents). It runs before their records
+	// go, so a failure leaves nothing behind that no record points to.
+	ForgetBundles func(ctx context.Context, recipient string, bundleIDs []string) error
+	// Announce, when set, says which domains hear of their bundles'
+	// dequeues: their Acknowledge records a notice in the store's outbox.
+	Announce func(domain.Origin) bool
+	// Announced, when set, is called with the notice a dequeue wrote, so
+	// that the notifier looks at once instead of at its next poll, and
+	// knows the notice for one of this instance's.
+	Announced func(store.Notice)
+}

@@ -1,0 +1,259 @@
+package hub
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"github.com/energydatahub/messagehub/internal/store"
+	"slices"
+	"strconv"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+)
+
+// Peek returns the recipient's next bundle for group, or nil when there is
+// nothing to deliver. bundleID may be empty. While a bundle is pending every
+// Peek of its group returns it. Concurrent identical peeks share one
+// execution, but only one that begins after they started, so a Peek sees
+// every Save and Dequeue that returned before it.
+func (r *Hub) Peek(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error) {
+	if err := r.begin(); err != nil {
+		return nil, err
+	}
+	defer r.ops.Done()
+	key := recipient + "|" + strconv.Itoa(int(group)) + "|" + bundleID
+	return r.peeks.do(ctx, key, r.spawn, func() (*domain.Bundle, error) {
+		// Shared by several callers, so no single caller's cancellation
+		// aborts it; Close does.
+		ctx, cancel := context.WithTimeout(r.opsCtx, opTimeout)
+		defer cancel()
+		return retry(ctx, func() (*domain.Bundle, error) { return r.peekOnce(ctx, recipient, group, bundleID) })
+	})
+}
+
+// peekOnce answers a Peek from one reading of the recipient's state. It
+// returns ErrConflict when another writer won a race; the caller retries.
+func (r *Hub) peekOnce(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error) {
+	state, err := r.store.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return nil, err
+	}
+	var pending []bundle.Record
+	for _, rec := range state.Pending {
+		if group.Contains(rec.Origin) {
+			pending = append(pending, rec)
+		}
+	}
+	slices.SortFunc(pending, func(a, b bundle.Record) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	if bundleID != "" {
+		if i := slices.IndexFunc(pending, func(rec bundle.Record) bool { return rec.ID == bundleID }); i >= 0 {
+			return r.materialize(ctx, recipient, state, pending[i])
+		}
+		if len(pending) > 0 {
+			return nil, fmt.Errorf("%w: bundle %s is pending", domain.ErrOtherBundlePending, pending[0].ID)
+		}
+		used := slices.ContainsFunc(state.Pending, func(rec bundle.Record) bool { return rec.ID == bundleID })
+		if !used {
+			if used, err = r.store.BundleExists(ctx, recipient, bundleID); err != nil {
+				return nil, err
+			}
+		}
+		if used {
+			return nil, fmt.Errorf("%w: %s", domain.ErrBundleIDInUse, bundleID)
+		}
+	} else if len(pending) > 0 {
+		return r.materialize(ctx, recipient, state, pending[0])
+	}
+
+	rec, items, cursor, err := r.cut(ctx, state, group)
+	if err != nil || rec == nil {
+		return nil, err
+	}
+	rec.ID = bundleID
+	if rec.ID == "" {
+		rec.ID = r.opts.NewID()
+	}
+	if err := r.store.CreateBundle(ctx, recipient, *rec, cursor); err != nil {
+		return nil, err
+	}
+	return toBundle(recipient, *rec, items), nil
+}
+
+// cut builds a new bundle from the visible cabinet of the group whose first
+// unacknowledged notification is oldest. It returns nil when there is none.
+func (r *Hub) cut(ctx context.Context, state store.RecipientState, group domain.PeekGroup) (*bundle.Record, []drawer.Item, catalog.Cursor, error) {
+	cands := catalog.Candidates(state.Entries, state.Cursors, group)
+	for i := range cands {
+		if cands[i].HeadSeq == 0 {
+			seq, err := r.firstSeqFrom(ctx, cands[i].Entry, cands[i].Cursor.Acked)
+			if err != nil {
+				return nil, nil, catalog.Cursor{}, err
+			}
+			cands[i].HeadSeq = seq
+		}
+	}
+	watermark := state.Head.Watermark
+	// The best candidate normally yields a bundle; the others are only tried
+	// if its head turns out not to be readable, so that a stale entry never
+	// hides data that exists.
+	for _, cand := range catalog.Visible(cands, watermark) {
+		cutter := domain.NewBundleCutter(r.opts.MaxBundleWeight)
+		var items []drawer.Item
+		var nextSeq int64
+		// next is the position the scan should find; an item further on
+		// means the positions between were not read: that is allowed only
+		// for recorded holes, else the drawer read lags the catalog.
+		next := cand.Cursor.Acked
+		var stale error
+		need := func() int {
+			// Every weight is at least 1, plus one look-ahead item. A first
+			// notification over the limit leaves room for the look-ahead only.
+			return int(min(max(r.opts.MaxBundleWeight-cutter.Weight(), 0)+1, 1<<30))
+		}
+		take := func(it drawer.Item) bool {
+			if cand.Entry.InHoles(it.Pos, it.Pos+1) {
+				return true // a replica that has not yet seen the abort's deletes
+			}
+			if it.Seq > watermark {
+				return false
+			}
+			if it.Pos > next && !cand.Entry.InHoles(next, it.Pos) {
+				stale = fmt.Errorf("%w: %v/%s positions %d..%d missing", store.ErrStaleRead, cand.Entry.Origin, cand.Entry.ContentType, next, it.Pos)
+				return false
+			}
+			next = it.Pos + 1
+			if !cutter.Offer(it.SupportsBundling, it.Weight) {
+				nextSeq = it.Seq
+				return false
+			}
+			items = append(items, it)
+			return !cutter.Closed()
+		}
+		if err := drawer.Scan(ctx, r.store.ReadDrawer, cand.Entry.Drawers, cand.Cursor.Acked, need, take); err != nil {
+			return nil, nil, catalog.Cursor{}, err
+		}
+		if stale != nil {
+			return nil, nil, catalog.Cursor{}, stale
+		}
+		if len(items) == 0 && !cand.Entry.InHoles(cand.Cursor.Acked, cand.Cursor.Acked+1) {
+			// Its head is at or below the watermark, so it was saved.
+			return nil, nil, catalog.Cursor{}, fmt.Errorf("%w: %v/%s position %d missing", store.ErrStaleRead, cand.Entry.Origin, cand.Entry.ContentType, cand.Cursor.Acked)
+		}
+		if len(items) == 0 {
+			// Only an aborted save's recorded holes are visible yet: the
+			// items after them belong to saves still in flight. Normal
+			// under concurrent saves, so not worth a warning.
+			r.logger.Debug("catalog entry holds only holes below the watermark", "origin", cand.Entry.Origin, "content_type", cand.Entry.ContentType)
+			continue
+		}
+		rec := &bundle.Record{
+			Origin:        cand.Entry.Origin,
+			ContentType:   cand.Entry.ContentType,
+			Group:         domain.GroupOf(cand.Entry.Origin),
+			Start:         cand.Cursor.Acked,
+			End:           items[len(items)-1].Pos + 1,
+			Count:         len(items),
+			Weight:        cutter.Weight(),
+			DocumentTypes: documentTypes(items),
+			NextSeq:       nextSeq,
+			State:         bundle.Pending,
+			CreatedAt:     r.opts.Now(),
+		}
+		return rec, items, cand.Cursor, nil
+	}
+	return nil, nil, catalog.Cursor{}, nil
+}
+
+// firstSeqFrom reads the sequence number of the first item at or after pos
+// that is not in a recorded hole. That position must hold an item: one
+// found further on means the read lags.
+func (r *Hub) firstSeqFrom(ctx context.Context, e catalog.Entry, pos int64) (int64, error) {
+	pos = e.SkipHoles(pos)
+	for _, d := range e.Drawers {
+		if d.End() <= pos {
+			continue
+		}
+		items, err := r.store.ReadDrawer(ctx, d.ID, max(pos, d.Start), d.End(), 1)
+		if err != nil {
+			return 0, err
+		}
+		if len(items) > 0 {
+			if items[0].Pos != pos {
+				return 0, fmt.Errorf("%w: %v/%s positions %d..%d missing", store.ErrStaleRead, e.Origin, e.ContentType, pos, items[0].Pos)
+			}
+			return items[0].Seq, nil
+		}
+	}
+	return 0, nil
+}
+
+// materialize reads a bundle's notifications back from its drawers: those
+// its record names (dequeued ones), else those of its catalog entry.
+func (r *Hub) materialize(ctx context.Context, recipient string, state store.RecipientState, rec bundle.Record) (*domain.Bundle, error) {
+	var e catalog.Entry
+	if rec.Drawers != nil {
+		// Not the entry: retention may have taken these drawers out of it,
+		// or dropped it and a new one restarted the cabinet's positions.
+		e = catalog.Entry{Origin: rec.Origin, ContentType: rec.ContentType, Drawers: rec.Drawers}
+		for _, h := range rec.Holes {
+			e.Holes = append(e.Holes, catalog.Hole{Start: h[0], End: h[1]})
+		}
+	} else {
+		i := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool {
+			return e.Origin == rec.Origin && e.ContentType == rec.ContentType
+		})
+		if i < 0 {
+			return nil, fmt.Errorf("bundle %s has no catalog entry", rec.ID)
+		}
+		e = state.Entries[i]
+	}
+	items, err := drawer.ReadRange(ctx, r.store.ReadDrawer, e.Drawers, rec.Start, rec.End)
+	if err != nil {
+		return nil, err
+	}
+	// Items in recorded holes were deleted; a lagging replica may still
+	// return them.
+	items = slices.DeleteFunc(items, func(it drawer.Item) bool { return e.InHoles(it.Pos, it.Pos+1) })
+	if len(items) != rec.Count {
+		// Its notifications were read when it was cut, so a replica lags.
+		return nil, fmt.Errorf("%w: bundle %s: read %d of %d notifications", store.ErrStaleRead, rec.ID, len(items), rec.Count)
+	}
+	if rec.DocumentTypes == nil {
+		rec.DocumentTypes = documentTypes(items) // a store that keeps no copy
+	}
+	return toBundle(recipient, rec, items), nil
+}
+
+func toBundle(recipient string, rec bundle.Record, items []drawer.Item) *domain.Bundle {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	return &domain.Bundle{
+		ID:              rec.ID,
+		Recipient:       recipient,
+		Origin:          rec.Origin,
+		ContentType:     rec.ContentType,
+		DocumentTypes:   rec.DocumentTypes,
+		NotificationIDs: ids,
+		Weight:          rec.Weight,
+	}
+}
+
+// documentTypes lists the distinct document types in order of first appearance.
+func documentTypes(items []drawer.Item) []string {
+	var out []string
+	seen := make(map[string]bool)
+	for _, it := range items {
+		if !seen[it.DocumentType] {
+			seen[it.DocumentType] = true
+			out = append(out, it.DocumentType)
+		}
+	}
+	return out
+}

@@ -1,0 +1,418 @@
+package hub
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"github.com/energydatahub/messagehub/internal/store"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/groupcommit"
+)
+
+// Group commit (internal/groupcommit): Save calls queue up; each group takes
+// all that are queued (up to maxGroupNotifications) into one durable store
+// write, so many small saves share one fsync and one watermark step. On a
+// Stager the next group is planned and applied while the previous one is
+// being made durable.
+const maxGroupNotifications = 20_000
+
+type saveCall struct {
+	ctx           context.Context
+	notifications []domain.Notification
+	done          chan saveOutcome
+}
+
+type saveOutcome struct {
+	result domain.SaveResult
+	err    error
+}
+
+// Save stores notifications (already validated and normalised) all or
+// nothing. Once it returns without error they are visible to Peek in the
+// order received; a Save acknowledged before another started is ordered
+// before it.
+func (r *Hub) Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error) {
+	call := &saveCall{ctx: ctx, notifications: notifications, done: make(chan saveOutcome, 1)}
+	if err := r.saves.Submit(ctx, call); err != nil {
+		if errors.Is(err, groupcommit.ErrClosed) {
+			err = errClosed
+		}
+		return domain.SaveResult{}, err
+	}
+	// Once queued the outcome is always awaited, so that a caller never sees
+	// an error for a save that was in fact stored.
+	out := <-call.done
+	return out.result, out.err
+}
+
+func (r *Hub) newSaver() *groupcommit.Pipeline[*saveCall] {
+	return groupcommit.New(1024, groupcommit.Options[*saveCall]{
+		MaxWeight: maxGroupNotifications,
+		Weight:    func(c *saveCall) int { return len(c.notifications) },
+		Prepare:   r.prepareGroup,
+	})
+}
+
+// staged is what the save pipeline has applied and not yet seen durable:
+// each recipient's head and entries as its last staged group left them,
+// which the next group plans from (the store's own records still show the
+// durable state). Only the collecting goroutine uses it, but durable is
+// set by the finishing one.
+type staged struct {
+	states  map[string]stagedState
+	last    uint64
+	durable atomic.Uint64
+}
+
+type stagedState struct {
+	state store.RecipientState
+	group uint64
+}
+
+// prepareGroup plans the group and writes it; the function it returns (on a
+// Stager) waits until it is durable and answers the calls.
+func (r *Hub) prepareGroup(group []*saveCall) func() {
+	live := group[:0:0]
+	for _, c := range group {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- saveOutcome{err: err}
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	stager, pipelined := r.store.(store.Stager)
+	if !pipelined {
+		defer cancel()
+		answerSaves(live, r.commitSplitting(ctx, live, func(saves []store.RecipientSave) error { return r.store.CommitSaves(ctx, saves) }))
+		return nil
+	}
+	r.staged.forgetDurable()
+	var durables []func() error // one per staged write, in order
+	outcomes := r.commitSplitting(ctx, live, func(saves []store.RecipientSave) error {
+		durable, err := stager.StageSaves(ctx, saves)
+		if err == nil && durable != nil {
+			durables = append(durables, durable)
+		}
+		if errors.Is(err, store.ErrConflict) && !errors.As(err, new(*store.IDsExistError)) {
+			// A record changed under the plan (a sweep): plan again from
+			// the store once everything staged is durable.
+			r.saves.Flush()
+			clear(r.staged.states)
+		}
+		if err == nil {
+			r.staged.add(saves)
+		}
+		return err
+	})
+	if len(durables) == 0 {
+		// Nothing written: only duplicates, perhaps of notifications staged
+		// and not yet durable, or refusals. Finishes run in order, so
+		// answering in one answers after those are durable.
+		cancel()
+		return func() { answerSaves(live, outcomes) }
+	}
+	seq := r.staged.last
+	return func() {
+		defer cancel()
+		var err error
+		for _, durable := range durables {
+			if err = durable(); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			r.staged.durable.Store(seq)
+		} else {
+			for i := range outcomes {
+				if outcomes[i].err == nil {
+					outcomes[i] = saveOutcome{err: err}
+				}
+			}
+		}
+		answerSaves(live, outcomes)
+	}
+}
+
+// commitSplitting commits the calls with write. When the store or a
+// cabinet's bound refuses the group as too large, each half is committed on
+// its own, down to the call that does not fit, which fails alone; order is
+// kept. Each outcome carries its call's error.
+func (r *Hub) commitSplitting(ctx context.Context, live []*saveCall, write func([]store.RecipientSave) error) []saveOutcome {
+	outcomes, err := r.commitGroup(ctx, live, write)
+	if (errors.Is(err, store.ErrTooLarge) || errors.Is(err, domain.ErrCabinetFull)) && len(live) > 1 {
+		half := len(live) / 2
+		return append(r.commitSplitting(ctx, live[:half], write), r.commitSplitting(ctx, live[half:], write)...)
+	}
+	if err != nil {
+		outcomes = make([]saveOutcome, len(live))
+		for i := range outcomes {
+			outcomes[i] = saveOutcome{err: err}
+		}
+	}
+	return outcomes
+}
+
+func answerSaves(calls []*saveCall, outcomes []saveOutcome) {
+	for i, c := range calls {
+		c.done <- outcomes[i]
+	}
+}
+
+// add remembers the state staged saves leave their recipients in.
+func (st *staged) add(saves []store.RecipientSave) {
+	st.last++
+	for _, s := range saves {
+		prev := st.states[s.Recipient].state.Entries
+		entries := make([]catalog.Entry, 0, len(prev)+len(s.Entries))
+		for _, e := range prev {
+			if !slices.ContainsFunc(s.Entries, func(n catalog.Entry) bool { return n.Key() == e.Key() }) {
+				entries = append(entries, e)
+			}
+		}
+		st.states[s.Recipient] = stagedState{
+			state: store.RecipientState{Head: s.Head, Entries: append(entries, s.Entries...)},
+			group: st.last,
+		}
+	}
+}
+
+// forgetDurable drops what the store now shows itself.
+func (st *staged) forgetDurable() {
+	durable := st.durable.Load()
+	for rcpt, s := range st.states {
+		if s.group <= durable {
+			delete(st.states, rcpt)
+		}
+	}
+}
+
+// commitGroup plans the calls and writes them with write, replanning after
+// conflicts; it returns each call's outcome.
+func (r *Hub) commitGroup(ctx context.Context, live []*saveCall, write func([]store.RecipientSave) error) ([]saveOutcome, error) {
+	// Ids are assumed new: the store checks them as it writes, and names
+	// those that exist so that the next attempt counts them as duplicates or
+	// rejects their saves. New ids, the common case, cost one lookup each.
+	stored := make(map[string]store.IDRecord)
+	return retry(ctx, func() ([]saveOutcome, error) {
+		outcomes, saves, err := r.planGroup(ctx, live, stored)
+		if err != nil || len(saves) == 0 {
+			return outcomes, err
+		}
+		err = write(saves)
+		var exist *store.IDsExistError
+		if errors.As(err, &exist) {
+			maps.Copy(stored, exist.Records)
+		}
+		return outcomes, err
+	})
+}
+
+// planGroup sorts each call's notifications into duplicates (of stored ids
+// known so far, or of earlier ones in the group), conflicts and new ones,
+// then plans the store write of every recipient involved.
+func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[string]store.IDRecord) ([]saveOutcome, []store.RecipientSave, error) {
+	outcomes := make([]saveOutcome, len(calls))
+	n := 0
+	for _, c := range calls {
+		n += len(c.notifications)
+	}
+	accepted := make(map[string]store.Fingerprint, n) // new ids of the group's calls so far
+	freshByCall := make([][]domain.Notification, len(calls))
+	counts := make(map[string]int)
+	var recipients []string
+	for i, c := range calls {
+		fresh, dups, err := classify(c.notifications, stored, accepted)
+		if err != nil {
+			outcomes[i] = saveOutcome{err: err}
+			continue
+		}
+		outcomes[i] = saveOutcome{result: domain.SaveResult{Saved: len(fresh), Duplicates: dups}}
+		freshByCall[i] = fresh
+		for _, n := range fresh {
+			if counts[n.Recipient] == 0 {
+				recipients = append(recipients, n.Recipient)
+			}
+			counts[n.Recipient]++
+		}
+	}
+	// Each recipient's notifications in one slice of the right size: growing
+	// them one append at a time would be much of what a Save allocates.
+	byRecipient := make(map[string][]domain.Notification, len(recipients))
+	for _, rcpt := range recipients {
+		byRecipient[rcpt] = make([]domain.Notification, 0, counts[rcpt])
+	}
+	for _, fresh := range freshByCall {
+		for _, n := range fresh {
+			byRecipient[n.Recipient] = append(byRecipient[n.Recipient], n)
+		}
+	}
+	saves := make([]store.RecipientSave, len(recipients))
+	errs := make([]error, len(recipients))
+	at := r.opts.Now().UnixMilli()
+	plan := func(i int) {
+		state, err := r.recipientForSave(ctx, recipients[i])
+		if err == nil {
+			saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at)
+			err = checkCabinets(state, saves[i], r.opts.MaxCabinetDrawers)
+		}
+		errs[i] = err
+	}
+	// Every Save waits for this step, one group at a time: a group for many
+	// recipients is planned in two halves at once (planning only reads what
+	// it shares).
+	half := len(recipients) / 2
+	var wg sync.WaitGroup
+	if len(recipients) >= parallelPlanRecipients {
+		wg.Go(func() {
+			for i := half; i < len(recipients); i++ {
+				plan(i)
+			}
+		})
+	} else {
+		half = len(recipients)
+	}
+	for i := range half {
+		plan(i)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return outcomes, saves, nil
+}
+
+// parallelPlanRecipients is the fewest recipients a group is planned for in
+// two halves at once.
+const parallelPlanRecipients = 32
+
+// recipientForSave is the state a save plans from: as the last staged save
+// left it, else as stored.
+func (r *Hub) recipientForSave(ctx context.Context, rcpt string) (store.RecipientState, error) {
+	if s, ok := r.staged.states[rcpt]; ok {
+		return s.state, nil
+	}
+	return r.store.LoadRecipient(ctx, rcpt)
+}
+
+// classify returns the notifications of one Save that are new, and how many
+// are duplicates of stored ones, of earlier saves in the group or of earlier
+// ones in the same Save; it adds the new ones' fingerprints to accepted. The
+// same id with other content fails the whole Save, and adds nothing.
+func classify(ns []domain.Notification, stored map[string]store.IDRecord, accepted map[string]store.Fingerprint) ([]domain.Notification, int, error) {
+	fresh := make([]domain.Notification, 0, len(ns))
+	dups := 0
+	for _, n := range ns {
+		fp := fingerprint(n)
+		prev, found := accepted[n.ID]
+		if !found {
+			var rec store.IDRecord
+			rec, found = stored[n.ID]
+			prev = rec.Fingerprint
+		}
+		switch {
+		case !found:
+			accepted[n.ID] = fp
+			fresh = append(fresh, n)
+		case prev == fp:
+			dups++
+		default:
+			for _, f := range fresh {
+				delete(accepted, f.ID)
+			}
+			return nil, 0, fmt.Errorf("%w: %s", domain.ErrNotificationConflict, n.ID)
+		}
+	}
+	return fresh, dups, nil
+}
+
+// PlanSave numbers one recipient's new notifications from its head, files
+// them into its cabinets' drawers and moves the watermark past them. fps
+// holds the notifications' fingerprints, for the id index. Exported for the
+// store contract suite, which plans writes exactly as the repository does.
+func PlanSave(recipient string, state store.RecipientState, ns []domain.Notification, fps map[string]store.Fingerprint, newID func() string, at int64) store.RecipientSave {
+	head := state.Head
+	seq := max(head.NextSeq, 1)
+	entries := make(map[catalog.Key]catalog.Entry, len(state.Entries))
+	for _, e := range state.Entries {
+		entries[e.Key()] = e
+	}
+	var order []catalog.Key
+	items := make(map[catalog.Key][]drawer.Item)
+	for _, n := range ns {
+		k := catalog.Key{Origin: n.Origin, ContentType: n.ContentType}
+		e, ok := entries[k]
+		if !ok {
+			e = catalog.Entry{Origin: n.Origin, ContentType: n.ContentType}
+		}
+		if _, ok := items[k]; !ok {
+			order = append(order, k)
+		}
+		items[k] = append(items[k], drawer.Item{
+			Pos: e.Total, Seq: seq, ID: n.ID, DocumentType: n.DocumentType,
+			SupportsBundling: n.SupportsBundling, Weight: n.Weight,
+		})
+		e.Total++
+		seq++
+		entries[k] = e
+	}
+	save := store.RecipientSave{Recipient: recipient, IDs: make([]store.IDRecord, 0, len(ns))}
+	for _, k := range order {
+		e := entries[k]
+		var pages []drawer.Page
+		e.Drawers, pages = drawer.Append(e.Drawers, items[k], newID, at)
+		save.Entries = append(save.Entries, e)
+		save.Pages = append(save.Pages, pages...)
+		for _, p := range pages {
+			for _, it := range p.Items {
+				save.IDs = append(save.IDs, store.IDRecord{ID: it.ID, Fingerprint: fps[it.ID], DrawerID: p.DrawerID})
+			}
+		}
+	}
+	head.NextSeq = seq
+	head.Watermark = seq - 1
+	save.Head = head
+	return save
+}
+
+// fingerprint hashes everything a notification says except its id with
+// xxh3's 128-bit hash: fast, and strong enough to tell a duplicate from a
+// conflicting save by trusted callers (no one forges collisions here).
+func fingerprint(n domain.Notification) store.Fingerprint {
+	var buf [256]byte
+	h := xxh3.Hash128(appendContent(buf[:0], n))
+	var fp store.Fingerprint
+	binary.BigEndian.PutUint64(fp[:8], h.Hi)
+	binary.BigEndian.PutUint64(fp[8:], h.Lo)
+	return fp
+}
+
+// appendContent appends what a fingerprint covers, each string preceded by
+// its length so that no two contents read alike.
+func appendContent(b []byte, n domain.Notification) []byte {
+	for _, s := range []string{n.Recipient, n.ContentType, n.DocumentType} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(n.Origin))
+	b = binary.BigEndian.AppendUint64(b, uint64(n.Weight)) //nolint:gosec // a weight is positive
+	if n.SupportsBundling {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}

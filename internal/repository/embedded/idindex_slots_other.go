@@ -1,9 +1,0 @@
-//go:build !unix
-
-package embedded
-
-// allocSlots returns n zeroed slots (on the heap where mapping memory is
-// not done: see idindex_slots_unix.go).
-func allocSlots(n int) []uint64 { return make([]uint64, n) }
-
-func freeSlots([]uint64) {}

@@ -1,0 +1,58 @@
+package store
+
+import (
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+)
+
+// Backlog is what is saved and not yet dequeued, over every recipient: for
+// operators' metrics, with no label per recipient.
+type Backlog struct {
+	ByOrigin   map[domain.Origin]OriginBacklog
+	Recipients int // recipients with at least one notification not dequeued
+}
+
+// OriginBacklog is one domain's part of the backlog.
+type OriginBacklog struct {
+	Notifications int64
+	// Oldest is when the oldest notification not yet dequeued was saved
+	// (estimated within its drawer, see drawer.Meta.SavedAt); zero when
+	// unknown.
+	Oldest time.Time
+}
+
+// Add counts one recipient's catalog entries and cursors.
+func (b *Backlog) Add(entries []catalog.Entry, cursors []catalog.Cursor) {
+	if b.ByOrigin == nil {
+		b.ByOrigin = map[domain.Origin]OriginBacklog{}
+	}
+	acked := make(map[catalog.Key]int64, len(cursors))
+	for _, c := range cursors {
+		acked[c.Key()] = c.Acked
+	}
+	waiting := false
+	for _, e := range entries {
+		from := acked[e.Key()]
+		n := e.Total - from
+		if n <= 0 {
+			continue
+		}
+		waiting = true
+		o := b.ByOrigin[e.Origin]
+		o.Notifications += n
+		if i := drawer.Containing(e.Drawers, from); i >= 0 {
+			if at := e.Drawers[i].SavedAt(from); at > 0 {
+				if t := time.UnixMilli(at); o.Oldest.IsZero() || t.Before(o.Oldest) {
+					o.Oldest = t
+				}
+			}
+		}
+		b.ByOrigin[e.Origin] = o
+	}
+	if waiting {
+		b.Recipients++
+	}
+}

@@ -1,0 +1,143 @@
+package cosmos_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// A save's id documents cover all its recipients: retention keeps them while
+// any recipient's drawer still holds the save's notifications, so their
+// ids are still found, and removes them with the last drawer, here swept by another
+// instance that has seen none of the earlier deletes.
+func TestIDsOfASaveLiveUntilItsLastDrawerIsSwept(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	clock := &costClock{now: time.Now()}
+	opts := hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now}
+	ctx := context.Background()
+	first := open(t, cosmos.Config{Database: db})
+	repo := hub.New(first, opts, nil)
+	t.Cleanup(repo.Close)
+	a, b := notifications(5, uuid.NewString(), 1), notifications(5, uuid.NewString(), 1)
+	if _, err := repo.Save(ctx, append(append([]domain.Notification{}, a...), b...)); err != nil {
+		t.Fatal(err)
+	}
+	drainRecipient(t, repo, a[0].Recipient)
+	clock.advance(2 * time.Hour)
+	if err := repo.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if state, err := first.LoadRecipient(ctx, a[0].Recipient); err != nil || len(state.Entries) != 0 {
+		t.Fatalf("%s's drawer not swept: %+v, %v", a[0].Recipient, state, err)
+	}
+	if found, err := first.LookupIDs(ctx, idsOf(b)); err != nil || len(found) != len(b) {
+		t.Fatalf("ids of the drawer left: %d of %d found, %v", len(found), len(b), err)
+	}
+	if n := countIDDocs(t, db); n == 0 {
+		t.Fatal("id documents removed while a drawer holds their notifications")
+	}
+
+	waitOutLag() // another instance, without this one's session tokens
+	second := open(t, cosmos.Config{Database: db})
+	repo2 := hub.New(second, opts, nil)
+	t.Cleanup(repo2.Close)
+	drainRecipient(t, repo2, b[0].Recipient)
+	clock.advance(2 * time.Hour)
+	if err := repo2.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := second.LookupIDs(ctx, append(idsOf(a), idsOf(b)...)); err != nil || len(found) != 0 {
+		t.Fatalf("retention left ids %v, %v", found, err)
+	}
+	if n := countIDDocs(t, db); n != 0 {
+		t.Fatalf("retention left %d id documents", n)
+	}
+}
+
+// A sweep that fails half-way through a freed drawer leaves its trash
+// record and the drawer's pages, which name the saves: the next pass, on
+// another instance that remembers nothing of the first, removes the
+// documents.
+func TestIDsAreRemovedByTheRetryOfASweepThatFailedHalfWay(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	f := newFaulty()
+	store := open(t, cosmos.Config{Database: db, Transport: f})
+	clock := &costClock{now: time.Now()}
+	repo := hub.New(store, hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	ns := notifications(3, uuid.NewString(), 1)
+	if _, err := repo.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	drainRecipient(t, repo, ns[0].Recipient)
+	clock.advance(2 * time.Hour)
+	f.set(func(req *http.Request) int {
+		if cosmos.Classify(req) == cosmos.OpQuery && toContainer(req, "ids") {
+			return http.StatusBadRequest
+		}
+		return 0
+	})
+	if err := repo.SweepNow(ctx); err == nil {
+		t.Fatal("sweep with the id container failing succeeded")
+	}
+	waitOutLag() // another instance, without this one's session tokens
+	other := open(t, cosmos.Config{Database: db})
+	otherRepo := hub.New(other, hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now}, nil)
+	t.Cleanup(otherRepo.Close)
+	if err := otherRepo.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := other.LookupIDs(ctx, idsOf(ns)); err != nil || len(found) != 0 {
+		t.Fatalf("retention left ids %v, %v", found, err)
+	}
+	if n := countIDDocs(t, db); n != 0 {
+		t.Fatalf("retention left %d id documents", n)
+	}
+}
+
+func idsOf(ns []domain.Notification) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.ID
+	}
+	return out
+}
+
+// countIDDocs counts the documents of the ids container, in all buckets.
+func countIDDocs(t *testing.T, db string) int {
+	t.Helper()
+	waitOutLag() // the query carries no session token
+	n := 0
+	pager := containerOf(t, db, "ids").NewQueryItemsPager("SELECT c.id FROM c", azcosmos.NewPartitionKey(), nil)
+	for pager.More() {
+		page, err := pager.NextPage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range page.Items {
+			if json.Valid(raw) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// waitOutLag lets every replica of the test server catch up. Retention reads
+// what was written at least its retention period before, far longer than
+// any replica lags; a test that sweeps at once, on an instance without the
+// writers' session tokens, waits as long as the server may lag instead.
+func waitOutLag() {
+	time.Sleep(cosmostest.Default().Lag + 50*time.Millisecond)
+}

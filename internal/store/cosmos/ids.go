@@ -1,0 +1,478 @@
+package cosmos
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/zeebo/xxh3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// The id index: which notification ids are stored, by which save, with
+// which fingerprint. Saves write it in step 3 and check it in step 4.
+
+// idWrite is one id document to write, with the bucket it belongs to.
+type idWrite struct {
+	bucket string
+	doc    idDoc
+}
+
+// checkIDs looks the save's ids up again after writing them: an id some
+// other save holds too means this one gives way, as a duplicate when the
+// other one is committed, to be retried when it is still in flight.
+func (s *Store) checkIDs(ctx context.Context, saveID string, plans []savePlan) error {
+	var ids []string
+	for _, p := range plans {
+		for _, rec := range p.save.IDs {
+			ids = append(ids, rec.ID)
+		}
+	}
+	hits, err := s.lookup(ctx, ids, saveID)
+	if err != nil {
+		return err
+	}
+	existing, inFlight, err := s.settledHits(ctx, hits)
+	if err != nil {
+		return err
+	}
+	if len(existing) > 0 {
+		return &store.IDsExistError{Records: existing}
+	}
+	if inFlight {
+		return fmt.Errorf("%w: another save of the same ids is in flight", store.ErrConflict)
+	}
+	return nil
+}
+
+// lookupIDs returns the ids stored by committed saves.
+func (s *Store) lookupIDs(ctx context.Context, ids []string) (map[string]store.IDRecord, error) {
+	hits, err := s.lookup(ctx, ids, "")
+	if err != nil {
+		return nil, err
+	}
+	found, _, err := s.settledHits(ctx, hits)
+	return found, err
+}
+
+// settledHits returns the hits whose save is committed, and whether any
+// belongs to a save still in flight. Each save's record is read once, however
+// many of its ids were hit.
+func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[string]store.IDRecord, inFlight bool, err error) {
+	committed = make(map[string]store.IDRecord)
+	states := make(map[string]string)
+	for _, h := range hits {
+		state, ok := states[h.Save]
+		if !ok {
+			if state, err = s.saveState(ctx, h.Save, h.Token); err != nil {
+				return nil, false, err
+			}
+			states[h.Save] = state
+		}
+		switch state {
+		case stateCommitted:
+			if committed[h.ID], err = h.record(); err != nil {
+				return nil, false, err
+			}
+		case statePending:
+			inFlight = true
+		}
+	}
+	return committed, inFlight, nil
+}
+
+// lookup queries each bucket the ids fall in, in parallel, leaving out the
+// documents of the save named by except. Ids are sent packed and in chunks:
+// a query's text and parameters must stay under 512 KB, and the 20,000 ids
+// of the largest group commit would be 780 KB as canonical strings.
+func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHit, error) {
+	type part struct {
+		bucket string
+		legacy bool
+		ids    []string
+	}
+	byBucket := map[string][]string{}
+	var order []string
+	add := func(bucket, id string) {
+		if _, ok := byBucket[bucket]; !ok {
+			order = append(order, bucket)
+		}
+		byBucket[bucket] = append(byBucket[bucket], id)
+	}
+	for _, id := range ids {
+		add(s.bucketOf(id), packID(id))
+		if s.legacyIDs.Load() {
+			add(legacyBucketOf(id, s.cfg.LegacyIDBuckets), id)
+		}
+	}
+	var parts []part
+	for _, b := range order {
+		for _, chunk := range chunkIDs(byBucket[b], maxLookupBytes) {
+			parts = append(parts, part{bucket: b, legacy: b[0] == legacyPrefix, ids: chunk})
+		}
+	}
+	var mu sync.Mutex
+	var hits []idHit
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, p := range parts {
+		g.Go(func() error {
+			params := []azcosmos.QueryParameter{{Name: "@ids", Value: p.ids}, {Name: "@except", Value: except}}
+			if p.legacy {
+				return s.query(ctx, s.ids, p.bucket, legacyLookupSQL, params, func(raw []byte) error {
+					var h idHit
+					if err := json.Unmarshal(raw, &h); err != nil {
+						return err
+					}
+					mu.Lock()
+					hits = append(hits, h)
+					mu.Unlock()
+					return nil
+				})
+			}
+			asked := make(map[string]bool, len(p.ids))
+			for _, id := range p.ids {
+				asked[id] = true
+			}
+			return s.query(ctx, s.ids, p.bucket, lookupSQL, params, func(raw []byte) error {
+				var d idDoc
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				found, err := d.hits(asked)
+				mu.Lock()
+				hits = append(hits, found...)
+				mu.Unlock()
+				return err
+			})
+		})
+	}
+	return hits, g.Wait()
+}
+
+// lookupSQL finds the other saves' documents that hold any of @ids; a
+// document comes back once, whole, however many of them it holds (the rare
+// path: duplicates). New ids, the common case, load no document at all.
+const lookupSQL = "SELECT c.id, c.pk, c.d, c.s, c.st, c.i, c.f, c.fn, c.ds, c.dn FROM c " +
+	"WHERE c.s != @except AND EXISTS(SELECT VALUE i FROM i IN c.i WHERE ARRAY_CONTAINS(@ids, i))"
+
+// legacyLookupSQL reads the id documents of the layout before packing.
+const legacyLookupSQL = "SELECT n.i, n.f, c.d, c.s, c.st FROM c JOIN n IN c.n WHERE c.s != @except AND ARRAY_CONTAINS(@ids, n.i)"
+
+// maxLookupBytes bounds the ids of one lookup query, well below the 512 KB
+// Cosmos DB allows for a query's text and parameters.
+const maxLookupBytes = 256 << 10
+
+// chunkIDs splits ids into runs of at most maxBytes as a JSON array.
+func chunkIDs(ids []string, maxBytes int) [][]string {
+	var out [][]string
+	start, size := 0, 0
+	for i, id := range ids {
+		n := len(id) + 3 // quotes and comma
+		if i > start && size+n > maxBytes {
+			out = append(out, ids[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	if start < len(ids) {
+		out = append(out, ids[start:])
+	}
+	return out
+}
+
+func (h idHit) record() (store.IDRecord, error) {
+	fp, err := parseFingerprint(h.Fingerprint)
+	return store.IDRecord{ID: h.ID, Fingerprint: fp, DrawerID: h.Drawer}, err
+}
+
+// saveState reads a save's commit record with the token it was created
+// with. Committed and aborted are final whichever replica says so; a 404
+// (with substatus 1002: no replica has caught up with the token) is asked
+// of the primary, where a missing record was aborted and expired
+// (committed records outlive the data they cover).
+func (s *Store) saveState(ctx context.Context, saveID, token string) (string, error) {
+	item, err := s.readItem(ctx, s.saves, azcosmos.NewPartitionKeyString(saveID), saveID, token)
+	if isStatus(err, http.StatusNotFound) {
+		d, err := s.readSaveOnPrimary(ctx, saveID)
+		return d.State, err
+	}
+	if err != nil {
+		return "", err
+	}
+	var d saveDoc
+	return d.State, json.Unmarshal(item.Value, &d)
+}
+
+// bucketOf spreads ids over the id partitions by a hash of the whole id:
+// time-ordered ids (UUIDv7) share their first bytes, and would otherwise
+// all land in one partition.
+func (s *Store) bucketOf(id string) string {
+	return bucketPrefix + strconv.FormatUint(xxh3.HashString(id)%uint64(s.cfg.IDBuckets), 10)
+}
+
+// Id partitions are h0, h1, ...; b0, b1, ... are those of the layout before
+// hashing (first byte of the id), read while they hold documents.
+const (
+	bucketPrefix = "h"
+	legacyPrefix = 'b'
+)
+
+func legacyBucketOf(id string, buckets int) string {
+	v, _ := strconv.ParseUint(id[:min(2, len(id))], 16, 8)
+	return legacyBucketKey(int(v) % buckets)
+}
+
+func legacyBucketKey(b int) string { return string(legacyPrefix) + strconv.Itoa(b) }
+
+// idWrites groups the ids of a save, over all its recipients, into one
+// document per bucket, each listing the drawers its ids are in with the
+// save's first page in each: retention deletes the document once all of
+// them are gone (see releaseIDs). One document per bucket and drawer cost
+// a 1 KB write each when a save is spread over many recipients. Every
+// reservation lists the documents holding its recipient's ids, for a
+// rollback.
+func (s *Store) idWrites(saveID string, plans []savePlan) []idWrite {
+	type entry struct {
+		rec    store.IDRecord
+		drawer string // packed
+	}
+	markers := map[string]int64{}
+	for _, p := range plans {
+		for _, pg := range p.pages {
+			if m, ok := markers[pg.PK]; !ok || pg.Start < m {
+				markers[pg.PK] = pg.Start
+			}
+		}
+	}
+	byBucket := map[string][]entry{}
+	var order []string
+	for i := range plans {
+		inPlan := map[string]bool{}
+		for _, rec := range plans[i].save.IDs {
+			b := s.bucketOf(rec.ID)
+			if _, ok := byBucket[b]; !ok {
+				order = append(order, b)
+			}
+			byBucket[b] = append(byBucket[b], entry{rec: rec, drawer: packID(rec.DrawerID)})
+			if !inPlan[b] {
+				inPlan[b] = true
+				plans[i].res.IDDocs = append(plans[i].res.IDDocs, docRef{PK: b, ID: saveID})
+			}
+		}
+	}
+	out := make([]idWrite, 0, len(order))
+	for _, b := range order {
+		doc := idDoc{ID: saveID, PK: b, Save: saveID}
+		in := byBucket[b]
+		// Sorted by drawer, then fingerprint (ids of one content share it):
+		// each drawer and fingerprint is stored once per run.
+		slices.SortStableFunc(in, func(x, y entry) int {
+			if c := strings.Compare(x.drawer, y.drawer); c != 0 {
+				return c
+			}
+			return bytes.Compare(x.rec.Fingerprint[:], y.rec.Fingerprint[:])
+		})
+		for i, e := range in {
+			doc.IDs = append(doc.IDs, packID(e.rec.ID))
+			newDrawer := i == 0 || e.drawer != in[i-1].drawer
+			if newDrawer {
+				doc.Drawers = append(doc.Drawers, e.drawer)
+				doc.DrawerRuns = append(doc.DrawerRuns, 0)
+				m, ok := markers[e.rec.DrawerID]
+				if !ok {
+					m = -1 // no page of this save there (never expected): retention keeps the document
+				}
+				doc.Markers = append(doc.Markers, m)
+			}
+			doc.DrawerRuns[len(doc.DrawerRuns)-1]++
+			if newDrawer || e.rec.Fingerprint != in[i-1].rec.Fingerprint {
+				doc.FPs = append(doc.FPs, fingerprintString(e.rec.Fingerprint))
+				doc.Runs = append(doc.Runs, 0)
+			}
+			doc.Runs[len(doc.Runs)-1]++
+		}
+		out = append(out, idWrite{bucket: b, doc: doc})
+	}
+	return out
+}
+
+// deleteIDDocs deletes the id documents of a drawer of the layouts with
+// one document per drawer, in every bucket.
+func (s *Store) deleteIDDocs(ctx context.Context, drawerID string) error {
+	buckets := make([]string, 0, s.cfg.IDBuckets+s.cfg.LegacyIDBuckets)
+	for b := range s.cfg.IDBuckets {
+		buckets = append(buckets, bucketPrefix+strconv.Itoa(b))
+	}
+	if s.legacyIDs.Load() {
+		for b := range s.cfg.LegacyIDBuckets {
+			buckets = append(buckets, legacyBucketKey(b))
+		}
+	}
+	// Retention removes the old documents with their drawers: look again
+	// now and then whether any is left, so that lookups stop reading the
+	// old buckets without waiting for a restart.
+	defer func() {
+		if last := s.legacyProbed.Load(); s.legacyIDs.Load() && s.cfg.Now().UnixMilli()-last > legacyReprobe.Milliseconds() {
+			if err := s.probeLegacyIDs(ctx); err != nil {
+				s.cfg.Logger.Warn("cosmos: looking for id documents of the old layout failed", "err", err)
+			}
+		}
+	}()
+	for _, pk := range buckets {
+		var docs []string
+		err := s.query(ctx, s.ids, pk, "SELECT c.id FROM c WHERE c.d = @d",
+			[]azcosmos.QueryParameter{{Name: "@d", Value: drawerID}}, func(raw []byte) error {
+				var d struct{ ID string }
+				err := json.Unmarshal(raw, &d)
+				docs = append(docs, d.ID)
+				return err
+			})
+		if err != nil {
+			return err
+		}
+		if err := s.deleteAll(ctx, s.ids, pk, docs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// legacyReprobe is how often retention looks again for id documents of the
+// old layout while some are left.
+const legacyReprobe = 10 * time.Minute
+
+// probeLegacyIDs says whether any id document of the layout before hashing
+// is left; while one is, lookups and retention read those partitions too.
+func (s *Store) probeLegacyIDs(ctx context.Context) error {
+	s.legacyProbed.Store(s.cfg.Now().UnixMilli())
+	for b := range s.cfg.LegacyIDBuckets {
+		found := false
+		err := s.query(ctx, s.ids, legacyBucketKey(b), "SELECT TOP 1 c.id FROM c", nil, func([]byte) error {
+			found = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if found {
+			s.legacyIDs.Store(true)
+			return nil
+		}
+	}
+	s.legacyIDs.Store(false)
+	return nil
+}
+
+// idDoc indexes the ids of one save that fall in one bucket: IDs packed
+// (22 characters each; the only indexed terms per id), their fingerprints
+// as runs (FPs[k] covers the next Runs[k] ids) and their drawers as runs
+// (Drawers[k], packed, covers the next DrawerRuns[k] ids; Markers[k] is the
+// start of the save's first page in it). Documents written before hold the
+// ids of one drawer, named by Drawer, and those of the layout before
+// packing N instead of IDs.
+type idDoc struct {
+	ID         string    `json:"id"`
+	PK         string    `json:"pk"`
+	Drawer     string    `json:"d,omitempty"`
+	Save       string    `json:"s"`
+	Token      string    `json:"st,omitempty"` // session token of the save's commit record
+	IDs        []string  `json:"i,omitempty"`
+	FPs        []string  `json:"f,omitempty"`
+	Runs       []int     `json:"fn,omitempty"`
+	Drawers    []string  `json:"ds,omitempty"`
+	DrawerRuns []int     `json:"dn,omitempty"`
+	Markers    []int64   `json:"dp,omitempty"`
+	N          []idEntry `json:"n,omitempty"`
+}
+
+// hits returns the document's entries whose packed id is asked for.
+func (d idDoc) hits(asked map[string]bool) ([]idHit, error) {
+	fps := runs{vals: d.FPs, n: d.Runs}
+	drawers := runs{vals: d.Drawers, n: d.DrawerRuns}
+	var out []idHit
+	for _, packed := range d.IDs {
+		fp, ok := fps.next()
+		drawer := d.Drawer
+		if len(d.Drawers) > 0 {
+			var found bool
+			drawer, found = drawers.next()
+			ok = ok && found
+		}
+		if !ok {
+			return nil, fmt.Errorf("id document %s in %s of save %s: runs do not cover its ids", d.ID, d.PK, d.Save)
+		}
+		if !asked[packed] {
+			continue
+		}
+		id, err := unpackID(packed)
+		if err != nil {
+			return nil, err
+		}
+		if len(d.Drawers) > 0 {
+			if drawer, err = unpackID(drawer); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, idHit{ID: id, Fingerprint: fp, Drawer: drawer, Save: d.Save, Token: d.Token})
+	}
+	return out, nil
+}
+
+// runs walks values stored as runs: vals[k] repeated n[k] times.
+type runs struct {
+	vals    []string
+	n       []int
+	k, left int // k: the run after the current one
+}
+
+func (r *runs) next() (string, bool) {
+	for r.left == 0 {
+		if r.k >= len(r.n) || r.k >= len(r.vals) {
+			return "", false
+		}
+		r.left = r.n[r.k]
+		r.k++
+	}
+	r.left--
+	return r.vals[r.k-1], true
+}
+
+type idEntry struct {
+	ID          string `json:"i"`
+	Fingerprint string `json:"f"`
+}
+
+// idHit is one row of the id lookup query.
+type idHit struct {
+	ID          string `json:"i"`
+	Fingerprint string `json:"f"`
+	Drawer      string `json:"d"`
+	Save        string `json:"s"`
+	Token       string `json:"st"`
+}
+
+func fingerprintString(fp store.Fingerprint) string {
+	return base64.RawURLEncoding.EncodeToString(fp[:])
+}
+
+func parseFingerprint(s string) (store.Fingerprint, error) {
+	var fp store.Fingerprint
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != len(fp) {
+		return fp, fmt.Errorf("corrupt fingerprint %q", s)
+	}
+	copy(fp[:], b)
+	return fp, nil
+}

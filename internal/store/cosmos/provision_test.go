@@ -1,0 +1,106 @@
+package cosmos_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// At start-up the store compares the containers it finds with what it
+// needs: a drift that would lose data or break queries is refused with a
+// message naming it; one that only costs is a warning.
+func TestOpenRefusesContainersThatDriftedAndWarnsOfHarmlessDrift(t *testing.T) {
+	only := func(paths ...string) *azcosmos.IndexingPolicy {
+		p := &azcosmos.IndexingPolicy{Automatic: true, IndexingMode: azcosmos.IndexingModeConsistent, ExcludedPaths: []azcosmos.ExcludedPath{{Path: "/*"}}}
+		for _, path := range paths {
+			p.IncludedPaths = append(p.IncludedPaths, azcosmos.IncludedPath{Path: path})
+		}
+		return p
+	}
+	everything := &azcosmos.IndexingPolicy{Automatic: true, IndexingMode: azcosmos.IndexingModeConsistent, IncludedPaths: []azcosmos.IncludedPath{{Path: "/*"}}}
+	for _, tc := range []struct {
+		name    string
+		props   azcosmos.ContainerProperties
+		refused string // "" : opens, with warning
+		warning string
+	}{
+		{name: "another partition key", refused: "container drawers is partitioned by [/id], the store needs /pk",
+			props: azcosmos.ContainerProperties{ID: "drawers", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/id"}}, IndexingPolicy: only("/s/?", "/e/?")}},
+		{name: "a queried path not indexed", refused: "container ids does not index /i/*",
+			props: azcosmos.ContainerProperties{ID: "ids", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/d/?", "/s/?")}},
+		{name: "a default TTL that expires heads", refused: "container recipients expires documents after 3600 s",
+			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?"), DefaultTimeToLive: ttlOf(3600)}},
+		{name: "every path indexed", warning: "indexes every path",
+			props: azcosmos.ContainerProperties{ID: "drawers", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: everything}},
+		{name: "no default TTL where bundles carry one", warning: "has no default TTL",
+			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dbID := cosmostest.UniqueID("db")
+			client := cosmostest.NewClient(t, server)
+			if _, err := client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: dbID}, nil); err != nil {
+				t.Fatal(err)
+			}
+			db, _ := client.NewDatabase(dbID)
+			if _, err := db.CreateContainer(ctx, tc.props, nil); err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			s, err := cosmos.Open(ctx, cosmos.Config{
+				Endpoint: server.Endpoint, Key: server.Key, Provision: true, Database: dbID, Throughput: "serverless",
+				Transport: cosmostest.NewHTTPClient(), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			if tc.refused != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("open = %v, want a refusal naming %q", err, tc.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = s.Close()
+			if !strings.Contains(logs.String(), tc.warning) || !strings.Contains(logs.String(), "level=WARN") {
+				t.Fatalf("no warning %q in %s", tc.warning, logs.String())
+			}
+		})
+	}
+}
+
+// A database the store provisioned opens without a warning.
+func TestOpenOfAProvisionedDatabaseWarnsOfNothing(t *testing.T) {
+	dbID := cosmostest.UniqueID("db")
+	_ = open(t, cosmos.Config{Database: dbID})
+	var logs bytes.Buffer
+	s := open(t, cosmos.Config{Database: dbID, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	_ = s.Close()
+	if strings.Contains(logs.String(), "differs") {
+		t.Fatalf("warnings: %s", logs.String())
+	}
+}
+
+func ttlOf(s int32) *int32 { return &s }
+
+// Without provisioning, a container that is missing is named at start-up.
+func TestOpenWithoutProvisioningNamesAMissingContainer(t *testing.T) {
+	ctx := context.Background()
+	dbID := cosmostest.UniqueID("db")
+	client := cosmostest.NewClient(t, server)
+	if _, err := client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: dbID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cosmos.Open(ctx, cosmos.Config{
+		Endpoint: server.Endpoint, Key: server.Key, Database: dbID, Transport: cosmostest.NewHTTPClient(),
+	})
+	if err == nil || !strings.Contains(err.Error(), "container recipients does not exist (run with --cosmos-provision") {
+		t.Fatalf("open = %v, want the missing containers named", err)
+	}
+}

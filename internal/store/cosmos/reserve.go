@@ -1,0 +1,751 @@
+package cosmos
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// Reservations and recovery: how a save takes its sequence numbers and
+// positions on a recipient's head and catalog entries, gives them back when
+// it fails, and how whoever finds an expired reservation settles it.
+
+// takenRanges are the positions a save takes in each cabinet: the tail of
+// each entry it writes, as long as the items it files there.
+func takenRanges(sv store.RecipientSave) map[catalog.Key]posRange {
+	cabinetOf := map[string]catalog.Key{}
+	for _, e := range sv.Entries {
+		for _, d := range e.Drawers {
+			cabinetOf[d.ID] = e.Key()
+		}
+	}
+	taken := map[catalog.Key]int64{}
+	for _, pg := range sv.Pages {
+		taken[cabinetOf[pg.DrawerID]] += int64(len(pg.Items))
+	}
+	out := map[catalog.Key]posRange{}
+	for _, e := range sv.Entries {
+		if n := taken[e.Key()]; n > 0 {
+			out[e.Key()] = posRange{Origin: int32(e.Origin), CT: e.ContentType, Start: e.Total - n, End: e.Total}
+		}
+	}
+	return out
+}
+
+// A reserve batch holds the head, a part document and the entries of one
+// chunk: within Cosmos DB's 100 operations and far below its 2 MB. The
+// first chunk's detail lives in the head, which every reader loads, so it
+// is kept small; later chunks' details go into part documents.
+const (
+	maxReserveEntries     = maxBatchOps - 2
+	maxReserveEntryBytes  = 1_000_000
+	maxHeadDetailBytes    = 32 << 10
+	maxPartDetailBytes    = 512 << 10
+	approxDetailItemBytes = 8 // separators and brackets per listed item
+)
+
+// resChunk is the entries one reserve batch writes and what the save takes
+// and writes in their cabinets.
+type resChunk struct {
+	entries []catalog.Entry
+	detail  resDetail
+}
+
+// reserveChunks splits a recipient's save into reserve batches, each within
+// the request limits however many cabinets the save touches.
+func reserveChunks(sv store.RecipientSave, pages []pageDoc) []resChunk {
+	ranges := takenRanges(sv)
+	cabinetOf := map[string]catalog.Key{}
+	for _, e := range sv.Entries {
+		for _, d := range e.Drawers {
+			cabinetOf[d.ID] = e.Key()
+		}
+	}
+	pagesOf := map[catalog.Key][]pageRef{}
+	for _, pg := range pages {
+		k := cabinetOf[pg.PK]
+		pagesOf[k] = append(pagesOf[k], pageRef{Drawer: pg.PK, ID: pg.ID})
+	}
+	chunks := []resChunk{{}}
+	entryBytes, detailBytes := 0, 0
+	for _, e := range sv.Entries {
+		k := e.Key()
+		var d resDetail
+		d.Pages = pagesOf[k]
+		if r, ok := ranges[k]; ok {
+			d.Ranges = []posRange{r}
+		}
+		eb := len(mustJSON(fromEntry(sv.Recipient, e)))
+		db := len(mustJSON(d)) + approxDetailItemBytes
+		limit := maxPartDetailBytes
+		if len(chunks) == 1 {
+			limit = maxHeadDetailBytes
+		}
+		cur := &chunks[len(chunks)-1]
+		if len(cur.entries) > 0 && (len(cur.entries) >= maxReserveEntries ||
+			entryBytes+eb > maxReserveEntryBytes || detailBytes+db > limit) {
+			chunks = append(chunks, resChunk{})
+			cur = &chunks[len(chunks)-1]
+			entryBytes, detailBytes = 0, 0
+		}
+		cur.entries = append(cur.entries, e)
+		cur.detail.Pages = append(cur.detail.Pages, d.Pages...)
+		cur.detail.Ranges = append(cur.detail.Ranges, d.Ranges...)
+		entryBytes += eb
+		detailBytes += db
+	}
+	return chunks
+}
+
+// reserveAll reserves on every recipient's head; it returns how many plans
+// (a prefix) may hold a reservation.
+func (s *Store) reserveAll(ctx context.Context, plans []savePlan) (int, error) {
+	for i := range plans {
+		if held, err := s.reserve(ctx, &plans[i]); err != nil {
+			if held {
+				i++
+			}
+			return i, err
+		}
+	}
+	return len(plans), nil
+}
+
+// reserve takes the save's sequence numbers on the head and its positions
+// in the catalog entries, chunk by chunk. The first batch writes the
+// reservation; each later one rewrites the head with one more part in the
+// same batch as the entries that part lists, so whoever rolls back finds
+// exactly the positions taken. held says a reservation may exist.
+func (s *Store) reserve(ctx context.Context, p *savePlan) (held bool, err error) {
+	sv := p.save
+	res := p.res
+	head := headDoc{ID: headID, PK: sv.Recipient, T: typeHead}
+	if sv.Head.Version != "" {
+		item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sv.Recipient), headID, "")
+		if err != nil {
+			return false, err
+		}
+		if err := json.Unmarshal(item.Value, &head); err != nil {
+			return false, err
+		}
+		if head.ETag != sv.Head.Version {
+			return false, fmt.Errorf("%w: head of %s changed", store.ErrConflict, sv.Recipient)
+		}
+	} else if err := s.register(ctx, sv.Recipient); err != nil {
+		return false, err
+	}
+	// The watermark stays where it is until the save is finalized.
+	res.From, res.To = max(head.Next, 1), sv.Head.NextSeq-1
+	head.Next = sv.Head.NextSeq
+	head.Reservations = append(head.Reservations, res)
+	p.res = res
+	head, err = s.reserveBatch(ctx, sv.Recipient, head, res.Save, p.chunks[0], 0)
+	if err != nil {
+		// Only a refusal (a changed head or entry: 404, 409, 412) says the
+		// batch did not apply; after any other failure the reservation may
+		// exist, and the rollback, which reads the head on the primary,
+		// finds out.
+		return !errors.Is(err, store.ErrConflict), err
+	}
+	for k := 1; k < len(p.chunks); k++ {
+		if head, err = s.reservePart(ctx, sv.Recipient, head, res.Save, p.chunks[k], k); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+// reservePart writes chunk k (≥ 1): the head with the save's part count
+// raised to k, part k and the chunk's entries. A head changed meanwhile (by
+// other saves' reservations or finalizes) is reread and the batch tried
+// again; a changed entry fails the save. It returns the head as written.
+func (s *Store) reservePart(ctx context.Context, recipient string, head headDoc, saveID string, c resChunk, k int) (headDoc, error) {
+	for attempt := 0; ; attempt++ {
+		i := slices.IndexFunc(head.Reservations, func(r reservation) bool { return r.Save == saveID })
+		if i < 0 {
+			// Our lease ran out and someone rolled the save back.
+			return head, fmt.Errorf("%w: reservation of save %s was rolled back", store.ErrConflict, saveID)
+		}
+		if head.Reservations[i].Parts >= k {
+			return head, nil // a replay of this batch whose answer was lost
+		}
+		head.Reservations = slices.Clone(head.Reservations)
+		head.Reservations[i].Parts = k
+		written, err := s.reserveBatch(ctx, recipient, head, saveID, c, k)
+		if err == nil {
+			return written, nil
+		}
+		if !errors.Is(err, errHeadChanged) {
+			return head, err
+		}
+		if !pause(ctx, attempt) {
+			return head, ctx.Err()
+		}
+		head = headDoc{}
+		found, err := s.readOnPrimary(ctx, s.recipients, recipient, headID, &head)
+		if err != nil {
+			return head, err
+		}
+		if !found {
+			return head, fmt.Errorf("%w: head of %s is gone", store.ErrConflict, recipient)
+		}
+	}
+}
+
+// errHeadChanged is a reserve batch that failed on the head's etag alone.
+var errHeadChanged = fmt.Errorf("%w: head changed", store.ErrConflict)
+
+// reserveBatch writes the head (on its etag, or as new), part k of saveID's
+// reservation when k > 0, and the chunk's entries on theirs, in one batch.
+// It returns the head as it now is.
+func (s *Store) reserveBatch(ctx context.Context, recipient string, head headDoc, saveID string, c resChunk, k int) (headDoc, error) {
+	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+	version := head.ETag
+	head.ETag = ""
+	if err := batchWrite(&b, head, version); err != nil {
+		return head, err
+	}
+	if k > 0 {
+		part := resPartDoc{ID: resPartID(saveID, k), PK: recipient, T: typeResPart, Save: saveID, resDetail: c.detail}
+		if err := batchCreate(&b, part); err != nil {
+			return head, err
+		}
+	}
+	for _, e := range c.entries {
+		if err := batchWrite(&b, fromEntry(recipient, e), e.Version); err != nil {
+			return head, err
+		}
+	}
+	resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)
+	if err == nil {
+		s.tokens.note(s.recipients.ID(), resp.SessionToken)
+		if resp.Success && len(resp.OperationResults) > 0 {
+			head.ETag = string(resp.OperationResults[0].ETag)
+			return head, nil
+		}
+	}
+	// Only the head failed (the others answer 424, failed dependency):
+	// another save moved it; the entries are still ours to write.
+	headOnly := err == nil && k > 0 && len(resp.OperationResults) > 0 &&
+		resp.OperationResults[0].StatusCode == http.StatusPreconditionFailed &&
+		!slices.ContainsFunc(resp.OperationResults[1:], func(r azcosmos.TransactionalBatchResult) bool {
+			return r.StatusCode != http.StatusFailedDependency
+		})
+	err = batchError(resp, err)
+	if errors.Is(err, store.ErrConflict) {
+		// A replay of our own batch after a lost answer finds its own
+		// effect: the head holds our reservation, with this part.
+		var now headDoc
+		if found, rerr := s.readOnPrimary(ctx, s.recipients, recipient, headID, &now); rerr == nil && found &&
+			slices.ContainsFunc(now.Reservations, func(r reservation) bool { return r.Save == saveID && r.Parts >= k }) {
+			return now, nil
+		}
+	}
+	if headOnly {
+		return head, errHeadChanged
+	}
+	return head, err
+}
+
+// register records a new recipient in the registry partition.
+func (s *Store) register(ctx context.Context, recipient string) error {
+	doc := map[string]string{"id": recipient, "pk": registryPartition, "t": typeRegistry}
+	_, err := s.recipients.CreateItem(ctx, azcosmos.NewPartitionKeyString(registryPartition), mustJSON(doc), nil)
+	if err != nil && !isStatus(err, http.StatusConflict) {
+		return err
+	}
+	return nil
+}
+
+// dropReservation removes a save's reservation and moves the watermark as
+// far as outstanding reservations allow, up to the highest watermark a
+// finished save asked for (limit: a save may hold it back). That need not be
+// this save's: one that finished while an earlier save was still being
+// written could not move the watermark then, so its wish is kept in the head
+// for whichever save finishes last.
+func dropReservation(h *headDoc, saveID string, limit int64) bool {
+	i := slices.IndexFunc(h.Reservations, func(r reservation) bool { return r.Save == saveID })
+	if i < 0 {
+		return false
+	}
+	h.Reservations = slices.Delete(h.Reservations, i, i+1)
+	h.Wanted = max(h.Wanted, limit)
+	h.Watermark = max(h.Watermark, min(h.watermark(), h.Wanted))
+	return true
+}
+
+// readHead reads the recipient's head; its ETag is the version read.
+func (s *Store) readHead(ctx context.Context, pk azcosmos.PartitionKey) (headDoc, error) {
+	item, err := s.readItem(ctx, s.recipients, pk, headID, "")
+	if err != nil {
+		return headDoc{}, err
+	}
+	var h headDoc
+	err = json.Unmarshal(item.Value, &h)
+	return h, err
+}
+
+// updateHead applies change to the recipient's head with optimistic
+// concurrency, rereading after a lost race. change reports whether there is
+// anything to write.
+func (s *Store) updateHead(ctx context.Context, recipient string, change func(*headDoc) bool) error {
+	pk := azcosmos.NewPartitionKeyString(recipient)
+	for attempt := 0; ; attempt++ {
+		h, err := s.readHead(ctx, pk)
+		if err != nil {
+			return err
+		}
+		version := h.ETag
+		if !change(&h) {
+			return nil
+		}
+		h.ETag = ""
+		_, err = s.recipients.ReplaceItem(ctx, pk, headID, mustJSON(h), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+		if !isStatus(err, http.StatusPreconditionFailed) {
+			return err
+		}
+		if !pause(ctx, attempt) {
+			return ctx.Err()
+		}
+	}
+}
+
+// abort marks the save aborted and undoes what it reserved and wrote. It
+// reports true when the save turns out committed: its own commit applied
+// though its answer was lost (or came after the deadline), so the save
+// must be finalized, never rolled back.
+func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans []savePlan) (committed bool) {
+	record.State = stateAborted
+	_, err := s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(record.ID), record.ID, mustJSON(record),
+		&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+	if err != nil {
+		// A 412 says the record changed since the save created it: its
+		// commit applied, or a settler aborted it. Any other failure
+		// leaves the abort's own outcome unknown. The primary says which.
+		d, rerr := s.readSaveOnPrimary(ctx, record.ID)
+		switch {
+		case rerr != nil:
+			s.cfg.Logger.Warn("cosmos: could not abort save; its lease will", "save", record.ID, "err", err, "read", rerr)
+			return false
+		case d.State == stateCommitted:
+			return true
+		case d.State != stateAborted:
+			s.cfg.Logger.Warn("cosmos: could not abort save; its lease will", "save", record.ID, "err", err)
+			return false
+		}
+	}
+	for _, p := range plans {
+		var planned []resDetail
+		for _, c := range p.chunks {
+			planned = append(planned, c.detail)
+		}
+		if err := s.rollback(ctx, p.save.Recipient, record.ID, planned); err != nil {
+			s.cfg.Logger.Warn("cosmos: rollback incomplete; its lease will finish it", "save", record.ID, "err", err)
+		}
+	}
+	return false
+}
+
+// rollback deletes what an aborted save wrote for the recipient, records
+// the positions its reservation holds as holes and drops it. planned is
+// what the save meant to write (empty for a settler, who reads the head and
+// the parts): deleting what was never written is harmless.
+func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned []resDetail) error {
+	var head headDoc
+	found, err := s.readOnPrimary(ctx, s.recipients, recipient, headID, &head)
+	if err != nil {
+		return err
+	}
+	i := -1
+	if found {
+		i = slices.IndexFunc(head.Reservations, func(r reservation) bool { return r.Save == saveID })
+	}
+	if i < 0 {
+		return s.deleteWritten(ctx, saveID, planned)
+	}
+	res := head.Reservations[i]
+	parts, err := s.readParts(ctx, recipient, saveID, 1, res.Parts)
+	if err != nil {
+		return err
+	}
+	// Holes of the parts first (recording one twice changes nothing), then
+	// the head's own in the batch that drops the reservation: the
+	// watermark passes no position before it is recorded.
+	for _, d := range parts {
+		if err := s.recordHoles(ctx, recipient, d.Ranges); err != nil {
+			return err
+		}
+	}
+	if err := s.dropAborted(ctx, recipient, saveID, res.Parts); err != nil {
+		return err
+	}
+	// What the save wrote goes last: readers skip its positions from the
+	// moment they are recorded holes, so the recipient does not wait for
+	// the drawers to take deletes. Pages left behind by a delete that
+	// fails are removed with their drawer by retention.
+	return s.deleteWritten(ctx, saveID, slices.Concat(planned, []resDetail{res.resDetail}, parts))
+}
+
+// deleteWritten deletes the pages and id documents of saveID the details
+// list. A page is deleted only when the primary shows it written by saveID
+// (its sv), on the etag read: positions a save planned but never reserved
+// may hold another save's pages, and those are never touched. Id documents
+// are named by the save's id, so they are its own.
+func (s *Store) deleteWritten(ctx context.Context, saveID string, details []resDetail) error {
+	pages := map[string][]string{} // drawer → page ids
+	idDocs := map[[2]string]bool{}
+	for _, d := range details {
+		for _, pg := range d.Pages {
+			if !slices.Contains(pages[pg.Drawer], pg.ID) {
+				pages[pg.Drawer] = append(pages[pg.Drawer], pg.ID)
+			}
+		}
+		for _, ix := range d.IDDocs {
+			idDocs[[2]string{ix.PK, ix.ID}] = true
+		}
+	}
+	for _, drawerID := range slices.Sorted(maps.Keys(pages)) {
+		type ownPage struct{ id, etag string }
+		var own []ownPage
+		err := s.readManyOnPrimary(ctx, s.drawers, drawerID, pages[drawerID], func(raw []byte) error {
+			var pg struct {
+				ID   string `json:"id"`
+				Save string `json:"sv"`
+				ETag string `json:"_etag"`
+			}
+			if err := json.Unmarshal(raw, &pg); err != nil {
+				return err
+			}
+			if pg.Save == saveID {
+				own = append(own, ownPage{pg.ID, pg.ETag})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, pg := range own {
+			resp, err := s.drawers.DeleteItem(ctx, azcosmos.NewPartitionKeyString(drawerID), pg.id,
+				&azcosmos.ItemOptions{IfMatchEtag: etag(pg.etag)})
+			if err == nil && resp.SessionToken != nil {
+				s.tokens.note(containerDrawers, *resp.SessionToken) // this process reads no deleted page again
+			}
+			if err != nil && !isStatus(err, http.StatusNotFound) && !isStatus(err, http.StatusPreconditionFailed) {
+				return err
+			}
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(idDocs), func(a, b [2]string) int {
+		return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+	}) {
+		if k[1] != saveID {
+			continue // not this save's (never expected)
+		}
+		err := s.deleteItem(ctx, s.ids, azcosmos.NewPartitionKeyString(k[0]), k[1])
+		if err != nil && !isStatus(err, http.StatusNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// readParts reads parts from..to of a save's reservation on the primary: a
+// lagging replica's 404 must not hide positions to give back. A part that
+// does not exist was deleted by a rollback that already finished.
+func (s *Store) readParts(ctx context.Context, recipient, saveID string, from, to int) ([]resDetail, error) {
+	var ids []string
+	for k := from; k <= to; k++ {
+		ids = append(ids, resPartID(saveID, k))
+	}
+	var out []resDetail
+	err := s.readManyOnPrimary(ctx, s.recipients, recipient, ids, func(raw []byte) error {
+		var d resPartDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		out = append(out, d.resDetail)
+		return nil
+	})
+	return out, err
+}
+
+// deleteParts deletes a finished reservation's part documents.
+func (s *Store) deleteParts(ctx context.Context, recipient, saveID string, n int) error {
+	var ids []string
+	for k := 1; k <= n; k++ {
+		ids = append(ids, resPartID(saveID, k))
+	}
+	return s.deleteAll(ctx, s.recipients, recipient, ids)
+}
+
+// recordHoles records ranges as holes in their catalog entries, in batches
+// of entry replaces on the etags read (on the primary).
+func (s *Store) recordHoles(ctx context.Context, recipient string, ranges []posRange) error {
+	for len(ranges) > 0 {
+		n := min(len(ranges), maxReserveEntries)
+		for attempt := 0; ; attempt++ {
+			b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+			written, err := s.addHoles(ctx, &b, recipient, ranges[:n])
+			if err != nil || written == 0 {
+				return err
+			}
+			err = s.execute(ctx, s.recipients, b)
+			if err == nil || !errors.Is(err, store.ErrConflict) {
+				if err != nil {
+					return err
+				}
+				break
+			}
+			if !pause(ctx, attempt) {
+				return ctx.Err()
+			}
+		}
+		ranges = ranges[n:]
+	}
+	return nil
+}
+
+// addHoles adds to b the replaces of the entries of ranges with the ranges
+// recorded as holes. Entries are read on the primary; one that does not
+// exist there was never written (its reservation failed).
+func (s *Store) addHoles(ctx context.Context, b *azcosmos.TransactionalBatch, recipient string, ranges []posRange) (int, error) {
+	var ids []string
+	for _, r := range ranges {
+		ids = append(ids, entryID(r.key()))
+	}
+	entries := map[catalog.Key]catalog.Entry{}
+	err := s.readManyOnPrimary(ctx, s.recipients, recipient, ids, func(raw []byte) error {
+		var d entryDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		e := toEntry(d)
+		entries[e.Key()] = e
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range ranges {
+		e, ok := entries[r.key()]
+		if !ok {
+			continue
+		}
+		e.AddHole(r.Start, r.End)
+		entries[r.key()] = e
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(entries), func(a, b catalog.Key) int {
+		return cmp.Or(cmp.Compare(a.Origin, b.Origin), cmp.Compare(a.ContentType, b.ContentType))
+	}) {
+		e := entries[k]
+		if err := batchWrite(b, fromEntry(recipient, e), e.Version); err != nil {
+			return 0, err
+		}
+	}
+	return len(entries), nil
+}
+
+// dropAborted drops an aborted save's reservation and records the positions
+// of its first chunk as holes, in one batch: readers may skip them from the
+// moment the watermark passes them, and only because they are recorded.
+// Parts beyond partsDone (written by the save while a settler rolled it
+// back) are given back first.
+func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, partsDone int) error {
+	pk := azcosmos.NewPartitionKeyString(recipient)
+	for attempt := 0; ; attempt++ {
+		var h headDoc
+		found, err := s.readOnPrimary(ctx, s.recipients, recipient, headID, &h)
+		if err != nil || !found {
+			return err
+		}
+		i := slices.IndexFunc(h.Reservations, func(r reservation) bool { return r.Save == saveID })
+		if i < 0 {
+			return nil
+		}
+		res := h.Reservations[i]
+		if res.Parts > partsDone {
+			parts, err := s.readParts(ctx, recipient, saveID, partsDone+1, res.Parts)
+			if err != nil {
+				return err
+			}
+			for _, d := range parts {
+				if err := s.recordHoles(ctx, recipient, d.Ranges); err != nil {
+					return err
+				}
+			}
+			if err := s.deleteWritten(ctx, saveID, parts); err != nil {
+				s.cfg.Logger.Warn("cosmos: pages of an aborted save left to retention", "save", saveID, "err", err)
+			}
+			partsDone = res.Parts
+			continue
+		}
+		version := h.ETag
+		dropReservation(&h, saveID, h.Next-1)
+		b := s.recipients.NewTransactionalBatch(pk)
+		h.ETag = ""
+		if err := batchWrite(&b, h, version); err != nil {
+			return err
+		}
+		if _, err := s.addHoles(ctx, &b, recipient, res.Ranges); err != nil {
+			return err
+		}
+		err = s.execute(ctx, s.recipients, b)
+		if err == nil {
+			if err := s.deleteParts(ctx, recipient, saveID, res.Parts); err != nil {
+				s.cfg.Logger.Warn("cosmos: reservation parts left behind", "save", saveID, "err", err)
+			}
+			return nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		if !pause(ctx, attempt) {
+			return ctx.Err()
+		}
+	}
+}
+
+// readManyOnPrimary reads items of one partition in transactional batches
+// of reads, which run on the primary, and calls fn for each that exists.
+func (s *Store) readManyOnPrimary(ctx context.Context, c *azcosmos.ContainerClient, pk string, ids []string, fn func([]byte) error) error {
+	for len(ids) > 0 {
+		n := min(len(ids), maxBatchOps)
+		b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString(pk))
+		for _, id := range ids[:n] {
+			b.ReadItem(id, nil)
+		}
+		resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+		if err != nil {
+			return err
+		}
+		s.tokens.note(c.ID(), resp.SessionToken)
+		// A batch stops at its first failed operation: a 404 fails the
+		// rest with 424, so those are read again.
+		var again []string
+		for j, op := range resp.OperationResults {
+			switch {
+			case op.StatusCode == http.StatusNotFound:
+			case op.StatusCode == http.StatusFailedDependency:
+				again = append(again, ids[j])
+			case op.StatusCode >= 300:
+				return fmt.Errorf("cosmos: read of %s answered %d", ids[j], op.StatusCode)
+			default:
+				if err := fn(op.ResourceBody); err != nil {
+					return err
+				}
+			}
+		}
+		ids = append(again, ids[n:]...)
+	}
+	return nil
+}
+
+func (s *Store) hasExpired(h headDoc) bool {
+	now := s.cfg.Now().UnixMilli()
+	return slices.ContainsFunc(h.Reservations, func(r reservation) bool { return r.Expires < now })
+}
+
+// resolveExpired settles the reservations of saves that outlived their
+// lease: finalized when committed, else aborted and rolled back.
+func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
+	item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), headID, "")
+	if err != nil {
+		return err
+	}
+	var h headDoc
+	if err := json.Unmarshal(item.Value, &h); err != nil {
+		return err
+	}
+	now := s.cfg.Now().UnixMilli()
+	for _, res := range h.Reservations {
+		if res.Expires >= now {
+			continue
+		}
+		state, err := s.settle(ctx, res.Save)
+		if err != nil {
+			return err
+		}
+		s.cfg.Logger.Warn("cosmos: settling an expired save", "recipient", recipient, "save", res.Save, "state", state)
+		if state == stateCommitted {
+			err = s.updateHead(ctx, recipient, func(h *headDoc) bool { return dropReservation(h, res.Save, h.Next-1) })
+			if err == nil {
+				err = s.deleteParts(ctx, recipient, res.Save, res.Parts)
+			}
+		} else {
+			err = s.rollback(ctx, recipient, res.Save, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle returns a save's final state, aborting it if it is still pending.
+// The record is read on the primary: a replica's answer, even a 404, may
+// predate the commit (a 404 with substatus 1002 says no replica has caught
+// up), and only the primary's decides between finalizing and rolling back.
+func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		d, err := s.readSaveOnPrimary(ctx, saveID)
+		if err != nil || d.State != statePending {
+			return d.State, err
+		}
+		version := d.ETag
+		d.State, d.ETag = stateAborted, ""
+		_, err = s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(d),
+			&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+		if err == nil {
+			return stateAborted, nil
+		}
+		// A 412: it committed or was aborted meanwhile; read again. Any
+		// other failure leaves the abort's outcome unknown: whoever loads
+		// the recipient next settles it again.
+		if !isStatus(err, http.StatusPreconditionFailed) || !pause(ctx, attempt) {
+			return "", err
+		}
+	}
+}
+
+// readOnPrimary reads one item in a transactional batch, which Cosmos DB
+// runs on the primary replica: the answer reflects every write that
+// succeeded. found is false when the item does not exist.
+func (s *Store) readOnPrimary(ctx context.Context, c *azcosmos.ContainerClient, pk, id string, into any) (found bool, err error) {
+	b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString(pk))
+	b.ReadItem(id, nil)
+	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil {
+		return false, err
+	}
+	s.tokens.note(c.ID(), resp.SessionToken)
+	if len(resp.OperationResults) != 1 {
+		return false, fmt.Errorf("cosmos: read of %s answered %d results", id, len(resp.OperationResults))
+	}
+	op := resp.OperationResults[0]
+	switch {
+	case op.StatusCode == http.StatusNotFound:
+		return false, nil
+	case op.StatusCode >= 300:
+		return false, fmt.Errorf("cosmos: read of %s answered %d", id, op.StatusCode)
+	}
+	return true, json.Unmarshal(op.ResourceBody, into)
+}
+
+func (s *Store) readSaveOnPrimary(ctx context.Context, saveID string) (saveDoc, error) {
+	var d saveDoc
+	found, err := s.readOnPrimary(ctx, s.saves, saveID, saveID, &d)
+	if err == nil && !found {
+		d.State = stateAborted
+	}
+	return d, err
+}

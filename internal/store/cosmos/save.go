@@ -1,0 +1,333 @@
+package cosmos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// A save, across all the recipients it touches:
+//
+//  1. create its commit record (state pending);
+//  2. reserve, per recipient, in one batch: the head takes the sequence
+//     numbers and records the reservation (what will be written, and until
+//     when); the catalog entries take the positions. The watermark stays;
+//  3. write the drawer pages and the id documents;
+//  4. look the ids up again: if another save stored one meanwhile, give way;
+//  5. commit: the commit record becomes committed (one conditional write —
+//     the save's single point of truth);
+//  6. finalize, per recipient: drop the reservation and move the watermark
+//     up to the first reservation still outstanding.
+//
+// A failure before 5 rolls back: the record is marked aborted, what was
+// written is deleted, the reservations are dropped, their numbers and
+// positions stay unused. A save that dies is found by whoever next loads the
+// recipient after its lease: a committed one is finalized, any other aborted
+// and rolled back.
+
+// commitSaves writes a group of saves with the protocol above.
+func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) error {
+	saveID := uuid.NewString()
+	expires := s.cfg.Now().Add(s.cfg.Lease).UnixMilli()
+	plans := make([]savePlan, len(saves))
+	for i, sv := range saves {
+		p, err := s.plan(saveID, expires, sv)
+		if err != nil {
+			return err
+		}
+		plans[i] = p
+	}
+	ids := s.idWrites(saveID, plans)
+	record := saveDoc{ID: saveID, PK: saveID, State: statePending, TTL: int32(s.cfg.Retention.Seconds())}
+	resp, err := s.saves.CreateItem(ctx, azcosmos.NewPartitionKeyString(saveID), mustJSON(record), nil)
+	if err != nil {
+		return err
+	}
+	version := string(resp.ETag)
+	// Whoever reads the record because of what this save wrote reads it
+	// with its token: a lagging replica's 404 is no abort.
+	if resp.SessionToken != nil {
+		s.tokens.note(containerSaves, *resp.SessionToken)
+		for i := range plans {
+			plans[i].res.Token = *resp.SessionToken
+		}
+		for j := range ids {
+			ids[j].doc.Token = *resp.SessionToken
+		}
+	}
+
+	// The save decides (commits or fails) within half its lease: the other
+	// half is the margin over the requests still in flight at the deadline
+	// and over the instances' clocks, which compare the lease's end.
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.Lease/2)
+	defer cancel()
+	reserved, err := s.reserveAll(wctx, plans)
+	var pagesToken string
+	if err == nil {
+		pagesToken, err = s.writeData(wctx, saveID, plans, ids)
+	}
+	if err == nil {
+		err = s.checkIDs(wctx, saveID, plans)
+	}
+	if err == nil {
+		// Committed records never expire: they vouch for the ids as long as
+		// the data is kept.
+		record.State, record.TTL = stateCommitted, -1
+		var resp azcosmos.ItemResponse
+		resp, err = s.saves.ReplaceItem(wctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(record),
+			&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+		if err == nil && resp.SessionToken != nil {
+			s.tokens.note(containerSaves, *resp.SessionToken)
+		}
+		if isStatus(err, http.StatusPreconditionFailed) {
+			// A replay of our own commit after a lost answer, or our lease
+			// ran out and someone aborted the save: the record says which.
+			if d, rerr := s.readSaveOnPrimary(ctx, saveID); rerr == nil && d.State == stateCommitted {
+				err = nil
+			} else {
+				err = fmt.Errorf("%w: save %s was aborted", store.ErrConflict, saveID)
+			}
+		}
+	}
+	if err != nil {
+		// The abort is best effort: an unfinished one is completed by
+		// whoever finds the expired reservations. A save whose commit
+		// applied (its answer lost, or late past the deadline) is
+		// committed: it is finalized and succeeds.
+		record.State, record.TTL = statePending, int32(s.cfg.Retention.Seconds())
+		if !s.abort(context.WithoutCancel(ctx), record, version, plans[:reserved]) {
+			return tooLarge(err)
+		}
+		s.cfg.Logger.Warn("cosmos: a save whose commit seemed to fail is committed; finalizing it", "save", saveID, "err", err)
+	}
+	// Committed is final: the save succeeded whatever happens next, so
+	// finalizing is retried until done, without depending on the caller
+	// still waiting. Should it fail for longer than finalizeFor, whoever
+	// loads the recipient after the lease finalizes it.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), s.finalizeFor)
+	defer fcancel()
+	for attempt := 0; ; attempt++ {
+		err := s.finalizeAll(fctx, saveID, plans, pagesToken)
+		if err == nil {
+			return nil
+		}
+		s.cfg.Logger.Warn("cosmos: finalizing a committed save failed; retrying", "save", saveID, "attempt", attempt+1, "err", err)
+		if !pause(fctx, attempt) {
+			s.cfg.Logger.Error("cosmos: committed save not finalized; its lease will", "save", saveID, "err", err)
+			return nil
+		}
+	}
+}
+
+// tooLarge marks the answers Cosmos DB gives a request beyond its limits:
+// 413 for a request or document over 2 MB, 400 for a batch of more than 100
+// operations or a query over 512 KB (a 400 is never worth repeating).
+func tooLarge(err error) error {
+	if isStatus(err, http.StatusRequestEntityTooLarge) || isStatus(err, http.StatusBadRequest) {
+		return fmt.Errorf("%w: %w", store.ErrTooLarge, err)
+	}
+	return err
+}
+
+// finalizeFor bounds the retries of a committed save's finalize.
+const finalizeFor = 10 * time.Minute
+
+// savePlan is one recipient's part of a save as documents.
+type savePlan struct {
+	save  store.RecipientSave
+	res   reservation
+	pages []pageDoc
+	// chunks are the reserve batches: chunks[0]'s detail is res's own,
+	// later ones go into part documents.
+	chunks []resChunk
+}
+
+func (s *Store) plan(saveID string, expires int64, sv store.RecipientSave) (savePlan, error) {
+	p := savePlan{save: sv, res: reservation{Save: saveID, Expires: expires}}
+	for _, pg := range sv.Pages {
+		doc, err := encodePage(pg)
+		if err != nil {
+			return p, err
+		}
+		doc.Save = saveID // retention finds the save's id documents through it
+		p.pages = append(p.pages, doc)
+	}
+	p.chunks = reserveChunks(sv, p.pages)
+	// The save's id documents (idWrites) are listed in the head's part:
+	// at most one per bucket.
+	p.res.resDetail = p.chunks[0].detail
+	return p, nil
+}
+
+// writeData writes pages (batched per drawer) and id documents in parallel,
+// and returns the merged session token of the page batches.
+func (s *Store) writeData(ctx context.Context, saveID string, plans []savePlan, ids []idWrite) (string, error) {
+	var mu sync.Mutex
+	var tokens []string
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, p := range plans {
+		byDrawer := map[string][]pageDoc{}
+		for _, pg := range p.pages {
+			byDrawer[pg.PK] = append(byDrawer[pg.PK], pg)
+		}
+		for drawerID, pages := range byDrawer {
+			for _, chunk := range pageBatches(pages) {
+				g.Go(func() error {
+					token, err := s.writePages(ctx, drawerID, chunk)
+					mu.Lock()
+					tokens = append(tokens, token)
+					mu.Unlock()
+					return err
+				})
+			}
+		}
+	}
+	for _, w := range ids {
+		g.Go(func() error {
+			resp, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
+			if isStatus(err, http.StatusConflict) {
+				return nil // its id is this save's: our own, from a replay
+			}
+			if err == nil && resp.SessionToken != nil {
+				// The lookup after writing must see every id document
+				// written before this one: it reads with this token.
+				s.tokens.note(containerIDs, *resp.SessionToken)
+			}
+			return err
+		})
+	}
+	err := g.Wait()
+	return mergeTokens(tokens...), err
+}
+
+// writePages creates a batch of a drawer's pages. Only a 409 says a page
+// exists, and only a replay of this very batch (its first answer lost)
+// can have written it, as the save alone holds these positions: the pages
+// are read back on the primary and must be exactly the ones meant. A 404,
+// 412 or 449, or a lost answer, says nothing was written, or nothing
+// known: the save fails.
+func (s *Store) writePages(ctx context.Context, drawerID string, chunk []pageBatchItem) (string, error) {
+	b := s.drawers.NewTransactionalBatch(azcosmos.NewPartitionKeyString(drawerID))
+	for _, it := range chunk {
+		b.CreateItem(it.raw, nil)
+	}
+	resp, err := s.drawers.ExecuteTransactionalBatch(ctx, b, nil)
+	if err == nil {
+		s.tokens.note(containerDrawers, resp.SessionToken)
+	}
+	if err != nil || resp.Success {
+		return resp.SessionToken, batchError(resp, err)
+	}
+	exists := slices.ContainsFunc(resp.OperationResults, func(r azcosmos.TransactionalBatchResult) bool {
+		return r.StatusCode == http.StatusConflict
+	}) && !slices.ContainsFunc(resp.OperationResults, func(r azcosmos.TransactionalBatchResult) bool {
+		return r.StatusCode != http.StatusConflict && r.StatusCode != http.StatusFailedDependency
+	})
+	if !exists {
+		return resp.SessionToken, batchError(resp, nil)
+	}
+	want := map[string][]byte{}
+	var pageIDs []string
+	for _, it := range chunk {
+		want[it.id] = it.raw
+		pageIDs = append(pageIDs, it.id)
+	}
+	err = s.readManyOnPrimary(ctx, s.drawers, drawerID, pageIDs, func(raw []byte) error {
+		var got pageDoc
+		if err := json.Unmarshal(raw, &got); err != nil {
+			return err
+		}
+		if !bytes.Equal(mustJSON(got), want[got.ID]) {
+			return fmt.Errorf("cosmos: page %s of drawer %s holds other items than save %s wrote", got.ID, drawerID, got.Save)
+		}
+		delete(want, got.ID)
+		return nil
+	})
+	if err == nil && len(want) > 0 {
+		// Answered 409 and then not found: it was deleted meanwhile (a
+		// rollback of this save by a settler).
+		err = fmt.Errorf("%w: pages of drawer %s answered 409 and are gone", store.ErrConflict, drawerID)
+	}
+	// The failed batch ran on the primary: its token covers the pages found.
+	return resp.SessionToken, err
+}
+
+// Cosmos DB refuses a request over 2 MB and a batch of more than 100
+// operations; page batches keep a margin below both.
+const (
+	maxBatchBytes = 1_500_000
+	maxPageOps    = 50
+)
+
+// pageBatches groups a drawer's pages, as JSON, into batches within the
+// request limits; a page is never split (drawer.PageSize bounds it).
+func pageBatches(pages []pageDoc) [][]pageBatchItem {
+	var out [][]pageBatchItem
+	var cur []pageBatchItem
+	size := 0
+	for _, pg := range pages {
+		raw := mustJSON(pg)
+		if len(cur) > 0 && (size+len(raw) > maxBatchBytes || len(cur) >= maxPageOps) {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, pageBatchItem{id: pg.ID, raw: raw})
+		size += len(raw)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// pageBatchItem is a page as a batch sends it.
+type pageBatchItem struct {
+	id  string
+	raw []byte
+}
+
+// finalizeAll drops the reservation from every head, moving the watermarks.
+// The head keeps the pages' session token, for readers on any instance.
+func (s *Store) finalizeAll(ctx context.Context, saveID string, plans []savePlan, pagesToken string) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, p := range plans {
+		g.Go(func() error {
+			err := s.updateHead(ctx, p.save.Recipient, func(h *headDoc) bool {
+				if !dropReservation(h, saveID, p.save.Head.Watermark) {
+					return false
+				}
+				h.DrawersToken = mergeTokens(h.DrawersToken, pagesToken)
+				return true
+			})
+			if err == nil && len(p.chunks) > 1 {
+				// Only rollbacks read the parts; left behind they cost
+				// storage, not correctness.
+				if derr := s.deleteParts(ctx, p.save.Recipient, saveID, len(p.chunks)-1); derr != nil {
+					s.cfg.Logger.Warn("cosmos: reservation parts left behind", "save", saveID, "err", derr)
+				}
+			}
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+func mustJSON(v any) []byte {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("cosmos: marshal %T: %v", v, err))
+	}
+	return raw
+}

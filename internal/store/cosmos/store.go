@@ -1,0 +1,743 @@
+// Package cosmos is the Store for Azure Cosmos DB, through the official
+// azcosmos SDK. Several MessageHub instances may share one database: every
+// write is conditional (etags) or a create, saves reserve sequence numbers
+// on the recipient's head and commit through a record of their own, and the
+// watermark only passes finished saves. See docs/cosmos.md.
+package cosmos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// Config says where the store is and how it behaves.
+type Config struct {
+	Endpoint  string
+	Key       string // empty: Azure AD through azidentity's default credential chain
+	Database  string // default "messagehub"
+	Provision bool   // create the database and containers when missing
+	// Throughput of each container created by provisioning (default
+	// DefaultThroughput).
+	Throughput Throughput
+	// Retention is the time-to-live of dequeued bundles (default 7 days).
+	Retention time.Duration
+	// Lease is how long a save may hold a reservation before others roll it
+	// back (default DefaultLease). A save decides within half of it.
+	Lease time.Duration
+	// IDBuckets spreads the id index over this many partitions (1..256,
+	// default 4): every save writes and queries each bucket its ids fall
+	// in, so fewer buckets are cheaper per save; each partition serves at
+	// most 10,000 RU/s and 20 GB.
+	IDBuckets int
+	// LegacyIDBuckets is the bucket count id documents written before
+	// hashed buckets were made with (that version's IDBuckets, default 16).
+	LegacyIDBuckets int
+	// Transport sends the SDK's requests (default: a pooled HTTP client).
+	Transport policy.Transporter
+	// OnRequest, when set, is told about every request (for metrics).
+	OnRequest RequestObserver
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// DefaultIDBuckets is the id partitions of a store whose Config says none:
+// with four, a save of 1,000 costs 0.48 RU per notification with its peek
+// and dequeue on the test server's model (16: 0.58), and the id index still
+// takes 40,000 RU/s and 80 GB. See docs/cosmos.md, "Cost".
+const DefaultIDBuckets = 4
+
+// DefaultLease is a reservation's lease when Config says none. A save
+// commits or fails within half of it (commitSaves), 30 s: as long as the
+// repository lets a group commit take (its opTimeout). The other half is
+// the margin for requests still in flight when the save gives up, the
+// transport's per-attempt cap (defaultRoundTrip) and the instances'
+// clocks, which compare the lease's end: another instance settles a
+// reservation only once the save can no longer be deciding.
+const DefaultLease = 60 * time.Second
+
+// Store is the Cosmos DB store.Store.
+type Store struct {
+	cfg        Config
+	client     *azcosmos.Client
+	meter      *Meter
+	recipients *azcosmos.ContainerClient
+	drawers    *azcosmos.ContainerClient
+	ids        *azcosmos.ContainerClient
+	saves      *azcosmos.ContainerClient
+
+	tokens *sessionTokens
+	// anchored: reads of a recipient's state first read its head on the
+	// primary (Session consistency); stronger levels read a quorum anyway.
+	anchored bool
+	// legacyIDs: id documents of the layout before hashed buckets remain,
+	// and are read too (see probeLegacyIDs).
+	legacyIDs    atomic.Bool
+	legacyProbed atomic.Int64 // unix ms of the last probe
+	released     idReleases   // retention's knowledge of id documents per save
+	// noticesAt is where the last look at the notices stopped (notices.go).
+	noticesAt noticeResume
+	// finalizeFor bounds the retries of a committed save's finalize.
+	finalizeFor time.Duration
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the account and, when cfg.Provision is set, creates what
+// is missing.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Database == "" {
+		cfg.Database = "messagehub"
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = 7 * 24 * time.Hour
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.IDBuckets <= 0 {
+		cfg.IDBuckets = DefaultIDBuckets
+	}
+	if cfg.LegacyIDBuckets <= 0 {
+		cfg.LegacyIDBuckets = 16
+	}
+	if cfg.IDBuckets > 256 || cfg.LegacyIDBuckets > 256 {
+		return nil, fmt.Errorf("cosmos: at most 256 id buckets, got %d (old layout: %d)", cfg.IDBuckets, cfg.LegacyIDBuckets)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = defaultClient()
+	}
+	// The meter sits below the retries, so that it counts every attempt.
+	account := &accountReader{next: cfg.Transport}
+	meter := NewMeter(account, cfg.OnRequest)
+	opts := &azcosmos.ClientOptions{ClientOptions: azcore.ClientOptions{
+		Transport: prioritized{retrying{next: meter, attempts: 4, backoff: 50 * time.Millisecond}},
+		// 429s are retried after x-ms-retry-after-ms, 408 and 5xx with
+		// backoff, all within the call's deadline: a throttled partition may
+		// ask for seconds while it repays its debt, so the cap is a minute
+		// and the tries many, and the caller's deadline decides when to give
+		// up. Every write here is conditional or a create, so a retried
+		// write can only turn into a conflict, never into a second effect.
+		Retry: policy.RetryOptions{MaxRetries: 1000, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: time.Minute},
+	}}
+	var client *azcosmos.Client
+	var err error
+	if cfg.Key != "" {
+		cred, kerr := azcosmos.NewKeyCredential(cfg.Key)
+		if kerr != nil {
+			return nil, fmt.Errorf("cosmos key: %w", kerr)
+		}
+		client, err = azcosmos.NewClientWithKey(cfg.Endpoint, cred, opts)
+	} else {
+		cred, cerr := azidentity.NewDefaultAzureCredential(nil)
+		if cerr != nil {
+			return nil, fmt.Errorf("cosmos: no key and no Azure AD credential: %w", cerr)
+		}
+		client, err = azcosmos.NewClient(cfg.Endpoint, cred, opts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cosmos client: %w", err)
+	}
+	if cfg.Provision {
+		if err := provision(ctx, client, cfg.Database, cfg.Throughput); err != nil {
+			return nil, err
+		}
+	} else if db, err := client.NewDatabase(cfg.Database); err != nil {
+		return nil, err
+	} else if _, err := db.Read(ctx, nil); err != nil {
+		return nil, fmt.Errorf("cosmos: database %s: %w", cfg.Database, err)
+	}
+	if err := checkContainers(ctx, client, cfg.Database, cfg.Logger); err != nil {
+		return nil, err
+	}
+	// The SDK read the account's properties before its first request.
+	level := account.consistency()
+	if err := checkConsistency(level); err != nil {
+		return nil, err
+	}
+	if err := account.checkWriteRegions(); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, client: client, meter: meter, tokens: newSessionTokens(), anchored: strings.EqualFold(level, "Session"),
+		finalizeFor: finalizeFor}
+	for _, c := range []struct {
+		name string
+		dst  **azcosmos.ContainerClient
+	}{{containerRecipients, &s.recipients}, {containerDrawers, &s.drawers}, {containerIDs, &s.ids}, {containerSaves, &s.saves}} {
+		if *c.dst, err = client.NewContainer(cfg.Database, c.name); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.probeLegacyIDs(ctx); err != nil {
+		return nil, fmt.Errorf("cosmos: id index: %w", err)
+	}
+	return s, nil
+}
+
+// defaultClient sends the store's requests when Config names no transport.
+// It keeps the timeouts of the client azcosmos v1.5.0 uses by default
+// (cosmos_default_http_client.go in the module cache, which mirrors azcore's
+// default transport, sdk/internal/transport/transport.go): connections are
+// dialled within 5 s, TLS handshakes take at most 10 s, and no attempt lasts
+// more than 65 s, the gateway's own budget of about 60 s and a margin, so a
+// request that never answers ends and the retries above decide. It pools
+// more connections per host than either, as every instance talks to one
+// endpoint.
+func defaultClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.IdleConnTimeout = 90 * time.Second
+	t.ExpectContinueTimeout = time.Second
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 256
+	// HTTP/2 connections are pinged when idle and dropped when the ping
+	// goes unanswered, as azcosmos configures them.
+	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: 2 * time.Second, PingTimeout: time.Second}
+	return &http.Client{Transport: t, Timeout: defaultRoundTrip}
+}
+
+// defaultRoundTrip caps one attempt of a request (azcosmos's
+// defaultHTTPRoundTripTimeout).
+const defaultRoundTrip = 65 * time.Second
+
+// Meter counts this store's requests.
+func (s *Store) Meter() *Meter { return s.meter }
+
+// Close releases the client's connections.
+func (s *Store) Close() error {
+	s.client.Close()
+	return nil
+}
+
+// LoadRecipient reads the head, catalog, cursors and pending bundles in one
+// query. A head with expired reservations is repaired first.
+func (s *Store) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
+	for attempt := 0; ; attempt++ {
+		st, head, err := s.loadRecipient(ctx, recipient)
+		if err != nil || attempt > 0 || !s.hasExpired(head) {
+			return st, storeError(err)
+		}
+		if err := s.resolveExpired(ctx, recipient); err != nil && !errors.Is(err, store.ErrConflict) {
+			return st, storeError(err)
+		}
+	}
+}
+
+func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.RecipientState, headDoc, error) {
+	var st store.RecipientState
+	var head headDoc
+	if err := s.anchor(ctx, recipient); err != nil {
+		return st, head, err
+	}
+	err := s.query(ctx, s.recipients, recipient,
+		"SELECT * FROM c WHERE c.t IN ('head', 'entry', 'cursor', 'pending')", nil,
+		func(raw []byte) error {
+			var probe struct{ T string }
+			if err := json.Unmarshal(raw, &probe); err != nil {
+				return err
+			}
+			switch probe.T {
+			case typeHead:
+				if err := json.Unmarshal(raw, &head); err != nil {
+					return err
+				}
+				st.Head = store.Head{NextSeq: head.Next, Watermark: head.Watermark, Version: head.ETag}
+				// The pages below this watermark are read with their token.
+				s.tokens.note(containerDrawers, head.DrawersToken)
+			case typeEntry:
+				var d entryDoc
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				st.Entries = append(st.Entries, toEntry(d))
+			case typeCursor:
+				var d cursorDoc
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				st.Cursors = append(st.Cursors, toCursor(d))
+			case typePending:
+				var d bundleDoc
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				st.Pending = append(st.Pending, toBundle(d))
+			}
+			return nil
+		})
+	return st, head, err
+}
+
+// anchor reads the recipient's head on the primary (a transactional batch
+// runs there) and keeps the answer's session token, so that the query of the
+// recipient's state that follows sees every write that succeeded before it,
+// whichever instance made it. A head that does not exist yet fails the batch
+// but still answers with a token.
+func (s *Store) anchor(ctx context.Context, recipient string) error {
+	if !s.anchored {
+		return nil
+	}
+	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+	b.ReadItem(headID, nil)
+	resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil {
+		return err
+	}
+	s.tokens.note(containerRecipients, resp.SessionToken)
+	return nil
+}
+
+// readDrawer queries the drawer's pages overlapping [from, to), projected
+// to the items asked for: a bundle of one reads one item, not a page of a
+// thousand (a query is charged by the bytes it returns).
+func (s *Store) readDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
+	// Positions are consecutive within pages, so limit items lie below
+	// from+limit.
+	to = min(to, from+int64(limit))
+	var items []drawer.Item
+	err := s.query(ctx, s.drawers, drawerID, readDrawerSQL,
+		[]azcosmos.QueryParameter{{Name: "@from", Value: from}, {Name: "@to", Value: to}},
+		func(raw []byte) error {
+			var p pageDoc
+			if err := json.Unmarshal(raw, &p); err != nil {
+				return err
+			}
+			got, err := p.items(max(from-p.Start, 0))
+			if err != nil {
+				return fmt.Errorf("drawer %s: %w", drawerID, err)
+			}
+			for _, it := range got {
+				if it.Pos >= from && it.Pos < to {
+					items = append(items, it)
+				}
+			}
+			return nil
+		})
+	return items, err
+}
+
+// readDrawerSQL slices each page's items to [@from, @to): the slice starts
+// at @from - s in the first page and at 0 in the others.
+const readDrawerSQL = "SELECT c.s, c.q, c.w, c.b, c.t, " +
+	"ARRAY_SLICE(c.x, (@from > c.s ? @from - c.s : 0), @to - (@from > c.s ? @from : c.s)) AS x, " +
+	"ARRAY_SLICE(c.it, (@from > c.s ? @from - c.s : 0), @to - (@from > c.s ? @from : c.s)) AS it " +
+	"FROM c WHERE c.e > @from AND c.s < @to ORDER BY c.s"
+
+// BundleExists reads the bundle's document.
+func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
+	_, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), bundleDocID(bundleID), "")
+	if isNotFound(err) {
+		return false, nil
+	}
+	return err == nil, storeError(err)
+}
+
+// CreateBundle creates the bundle and its group's slot, and pins the cursor,
+// in one transactional batch.
+func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
+	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+	if err := batchCreate(&b, slotDoc{ID: slotID(rec.Group), PK: recipient, T: typeSlot, Bundle: rec.ID}); err != nil {
+		return err
+	}
+	if err := batchCreate(&b, fromBundle(recipient, rec)); err != nil {
+		return err
+	}
+	// Rewriting the cursor unchanged, on its etag, makes the batch fail if a
+	// dequeue moved it since the bundle was cut.
+	if err := batchWrite(&b, fromCursor(recipient, cursor), cursor.Version); err != nil {
+		return err
+	}
+	return s.execute(ctx, s.recipients, b)
+}
+
+// Acknowledge deletes the group's slot, marks the bundle dequeued (to expire
+// after the retention), writes its notice when it is announced and moves the
+// cursor, in one transactional batch.
+func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
+	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+	b.DeleteItem(slotID(rec.Group), nil)
+	if rec.Announce {
+		// The notice of the dequeue commits with it or not at all (notices.go).
+		if err := batchCreate(&b, s.notice(recipient, rec)); err != nil {
+			return err
+		}
+	}
+	doc := fromBundle(recipient, rec)
+	if len(rec.Drawers) == 0 {
+		doc.TTL = ptr(int32(s.cfg.Retention / time.Second))
+	} // else only the sweeper removes it: it alone knows when its drawers go, which no entry names
+	if err := batchWrite(&b, doc, rec.Version); err != nil {
+		return err
+	}
+	if err := batchWrite(&b, fromCursor(recipient, cursor), cursor.Version); err != nil {
+		return err
+	}
+	err := s.execute(ctx, s.recipients, b)
+	if errors.Is(err, store.ErrConflict) {
+		// A replay of our own batch after a lost answer: the bundle is
+		// dequeued, at the moment we dequeued it.
+		var now bundleDoc
+		if found, rerr := s.readOnPrimary(ctx, s.recipients, recipient, doc.ID, &now); rerr == nil && found &&
+			now.T == typeDequeued && now.DequeuedAt == doc.DequeuedAt {
+			return nil
+		}
+	}
+	return err
+}
+
+// Recipients lists recipients from the registry partition.
+func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error) error {
+	var recipients []string
+	err := s.query(ctx, s.recipients, registryPartition, "SELECT c.id FROM c", nil, func(raw []byte) error {
+		var d struct{ ID string }
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		recipients = append(recipients, d.ID)
+		return nil
+	})
+	if err != nil {
+		return storeError(err)
+	}
+	for _, r := range recipients {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DequeuedBundles lists the recipient's dequeued bundles not yet expired.
+func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error) {
+	var out []bundle.Record
+	err := s.query(ctx, s.recipients, recipient, "SELECT * FROM c WHERE c.t = 'dequeued'", nil, func(raw []byte) error {
+		var d bundleDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		out = append(out, toBundle(d))
+		return nil
+	})
+	return out, storeError(err)
+}
+
+// applySweep records the drawers it frees as trash, takes them out of the
+// catalog on the entries' etags, and only then deletes what the catalog no
+// longer names: a refused sweep deletes nothing, and one that stops half-way
+// is finished by the next sweep of the recipient, on any instance.
+func (s *Store) applySweep(ctx context.Context, sw store.Sweep) error {
+	// A previous pass that stopped between its batch and its deletes left
+	// its trash behind: finish it first, so its record can be written anew.
+	if err := s.emptyTrash(ctx, sw.Recipient); err != nil {
+		return err
+	}
+	if len(sw.Drawers) > 0 {
+		// The drawers go only once the catalog no longer names them (a
+		// save may have taken positions in one since the sweep read the
+		// catalog: then its entry's batch fails and the drawer stays). The
+		// trash record, written first, outlives a crash before the deletes.
+		trash := trashDoc{ID: trashID, PK: sw.Recipient, T: typeTrash, Drawers: sw.Drawers}
+		_, err := s.recipients.CreateItem(ctx, azcosmos.NewPartitionKeyString(sw.Recipient), mustJSON(trash), nil)
+		if err != nil {
+			return err
+		}
+	}
+	// A catalog batch that fails leaves its drawers named; those of the
+	// batches that succeeded are freed all the same.
+	err := s.sweepCatalog(ctx, sw)
+	if terr := s.emptyTrash(ctx, sw.Recipient); err == nil {
+		err = terr
+	}
+	if err != nil {
+		return err
+	}
+	// Dequeued bundles also carry a TTL; deleting them here keeps retention
+	// exact where the TTL would lag.
+	for _, id := range sw.Bundles {
+		err := s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sw.Recipient), bundleDocID(id))
+		if err != nil && !isStatus(err, http.StatusNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// emptyTrash deletes the drawers a sweep of the recipient freed that the
+// catalog no longer names, then its trash record. Both reads are on the
+// primary (the record's, and the catalog's anchored on the head): a lagging
+// replica's 404 would leave the record to fail the next sweep's create, and
+// a stale catalog could name a drawer whose entry's batch failed as freed.
+func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
+	var t trashDoc
+	found, err := s.readOnPrimary(ctx, s.recipients, recipient, trashID, &t)
+	if err != nil || !found {
+		return err
+	}
+	state, err := s.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return err
+	}
+	named := map[string]bool{}
+	for _, e := range state.Entries {
+		for _, d := range e.Drawers {
+			named[d.ID] = true
+		}
+	}
+	for _, d := range t.Drawers {
+		if named[d] {
+			continue // its entry's batch failed: a later sweep frees it again
+		}
+		if err := s.deleteDrawer(ctx, d); err != nil {
+			return err
+		}
+	}
+	err = s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), trashID)
+	if err != nil && !isStatus(err, http.StatusNotFound) {
+		return err
+	}
+	return nil
+}
+
+// sweepCatalog writes the sweep's entry replaces and deletes in batches
+// within Cosmos DB's limits (a recipient may have thousands of cabinets).
+// An entry and its cursor are deleted in one batch: a cursor left alone
+// would count a new entry's first positions as acknowledged. Cabinets are
+// independent, so a batch that fails leaves the others' done, for the next
+// sweep to finish.
+func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
+	type unit struct {
+		ops   int
+		bytes int
+		add   func(*azcosmos.TransactionalBatch) error
+	}
+	var units []unit
+	for _, e := range sw.Entries {
+		raw := mustJSON(fromEntry(sw.Recipient, e))
+		units = append(units, unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error {
+			return batchWrite(b, fromEntry(sw.Recipient, e), e.Version)
+		}})
+	}
+	cursors := map[catalog.Key]catalog.Cursor{}
+	for _, c := range sw.DeleteCursors {
+		cursors[c.Key()] = c
+	}
+	deleteCursor := func(b *azcosmos.TransactionalBatch, c catalog.Cursor) {
+		b.DeleteItem(cursorID(c.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(c.Version)})
+	}
+	for _, e := range sw.DeleteEntries {
+		c, withCursor := cursors[e.Key()]
+		delete(cursors, e.Key())
+		units = append(units, unit{2, 0, func(b *azcosmos.TransactionalBatch) error {
+			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
+			if withCursor {
+				deleteCursor(b, c)
+			}
+			return nil
+		}})
+	}
+	for _, c := range sw.DeleteCursors {
+		if _, alone := cursors[c.Key()]; alone {
+			units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { deleteCursor(b, c); return nil }})
+		}
+	}
+	for len(units) > 0 {
+		b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
+		ops, size, n := 0, 0, 0
+		for ; n < len(units); n++ {
+			u := units[n]
+			if n > 0 && (ops+u.ops > maxBatchOps || size+u.bytes > maxBatchBytes) {
+				break
+			}
+			if err := u.add(&b); err != nil {
+				return err
+			}
+			ops, size = ops+u.ops, size+u.bytes
+		}
+		if err := s.execute(ctx, s.recipients, b); err != nil {
+			return err
+		}
+		units = units[n:]
+	}
+	return nil
+}
+
+// deleteDrawer deletes the id documents nothing needs any more, then a
+// drawer's pages: those of the saves whose pages it holds once none of their
+// other drawers is left (releaseIDs), and those of the layout per drawer. The
+// drawer is out of the catalog already (ApplySweep's batches), so nothing of it
+// is delivered again; its pages go last because they name the saves, so a
+// pass that stops half-way is finished by the next from its trash record.
+func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
+	var pages, saves []string
+	perDrawer := false
+	err := s.query(ctx, s.drawers, drawerID, "SELECT c.id, c.sv FROM c", nil, func(raw []byte) error {
+		var d struct{ ID, SV string }
+		err := json.Unmarshal(raw, &d)
+		pages = append(pages, d.ID)
+		if d.SV == "" {
+			perDrawer = true // written before id documents per save
+		} else if !slices.Contains(saves, d.SV) {
+			saves = append(saves, d.SV)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.releaseIDs(ctx, drawerID, saves); err != nil {
+		return err
+	}
+	// No page left: a pass that stopped after deleting them, or a drawer
+	// only aborted saves wrote to; the old layout is looked for then too.
+	if perDrawer || len(pages) == 0 {
+		if err := s.deleteIDDocs(ctx, drawerID); err != nil {
+			return err
+		}
+	}
+	return s.deleteAll(ctx, s.drawers, drawerID, pages)
+}
+
+// deleteAll deletes documents of one partition in batches of 100; one that
+// is gone already (a replay, another instance's retention) is no reason to
+// leave the others: its batch is redone one document at a time.
+func (s *Store) deleteAll(ctx context.Context, c *azcosmos.ContainerClient, pk string, ids []string) error {
+	for chunk := range slices.Chunk(ids, maxBatchOps) {
+		b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString(pk))
+		for _, id := range chunk {
+			b.DeleteItem(id, nil)
+		}
+		err := s.execute(ctx, c, b)
+		if !errors.Is(err, store.ErrConflict) {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		for _, id := range chunk { // one was missing: the others one by one
+			if err := s.deleteItem(ctx, c, azcosmos.NewPartitionKeyString(pk), id); err != nil && !isStatus(err, http.StatusNotFound) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// maxBatchOps is Cosmos DB's limit of operations in one transactional batch.
+const maxBatchOps = 100
+
+// execute runs a transactional batch; a failed precondition or an existing
+// id anywhere in it is ErrConflict.
+func (s *Store) execute(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos.TransactionalBatch) error {
+	_, err := s.run(ctx, c, b)
+	return err
+}
+
+// run is execute that also returns the batch's session token.
+func (s *Store) run(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos.TransactionalBatch) (string, error) {
+	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err == nil {
+		s.tokens.note(c.ID(), resp.SessionToken)
+	}
+	return resp.SessionToken, batchError(resp, err)
+}
+
+// batchCreate adds a create of doc.
+func batchCreate(b *azcosmos.TransactionalBatch, doc any) error {
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	b.CreateItem(raw, nil)
+	return nil
+}
+
+// batchWrite adds a create of doc when version is empty, else a replace on
+// that etag.
+func batchWrite(b *azcosmos.TransactionalBatch, doc interface{ docID() string }, version string) error {
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	if version == "" {
+		b.CreateItem(raw, nil)
+	} else {
+		b.ReplaceItem(doc.docID(), raw, &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(version)})
+	}
+	return nil
+}
+
+func (d entryDoc) docID() string  { return d.ID }
+func (d cursorDoc) docID() string { return d.ID }
+func (d bundleDoc) docID() string { return d.ID }
+func (d headDoc) docID() string   { return d.ID }
+
+// query runs a query within one partition, as fresh as the session
+// tokens this store holds for the container, and calls fn for every item.
+func (s *Store) query(ctx context.Context, c *azcosmos.ContainerClient, pk, sql string, params []azcosmos.QueryParameter, fn func([]byte) error) error {
+	return queryWith(ctx, c, pk, sql, &azcosmos.QueryOptions{QueryParameters: params, SessionToken: s.tokens.get(c.ID())}, fn)
+}
+
+// readItem reads one item with the container's session tokens and token (a
+// token recorded by whoever wrote it; may be empty).
+func (s *Store) readItem(ctx context.Context, c *azcosmos.ContainerClient, pk azcosmos.PartitionKey, id, token string) (azcosmos.ItemResponse, error) {
+	opts := &azcosmos.ItemOptions{SessionToken: s.tokens.get(c.ID())}
+	if token != "" {
+		merged := token
+		if opts.SessionToken != nil {
+			merged = mergeTokens(token, *opts.SessionToken)
+		}
+		opts.SessionToken = &merged
+	}
+	return c.ReadItem(ctx, pk, id, opts)
+}
+
+// deleteItem deletes one item and keeps the token of the delete, so that
+// this process's reads no longer find it.
+func (s *Store) deleteItem(ctx context.Context, c *azcosmos.ContainerClient, pk azcosmos.PartitionKey, id string) error {
+	resp, err := c.DeleteItem(ctx, pk, id, nil)
+	if err == nil && resp.SessionToken != nil {
+		s.tokens.note(c.ID(), *resp.SessionToken)
+	}
+	return err
+}
+
+func queryWith(ctx context.Context, c *azcosmos.ContainerClient, pk, sql string, opts *azcosmos.QueryOptions, fn func([]byte) error) error {
+	pager := c.NewQueryItemsPager(sql, azcosmos.NewPartitionKeyString(pk), opts)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, raw := range page.Items {
+			if err := fn(raw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

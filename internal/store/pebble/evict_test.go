@@ -1,0 +1,66 @@
+package pebble
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+)
+
+// An idle recipient's records leave memory after two eviction rounds without
+// use, and come back from disk, unchanged, on its next use.
+func TestIdleRecipientsLeaveMemory(t *testing.T) {
+	s := openTemp(t)
+	repo := hub.New(s, hub.Options{}, nil)
+	defer func() { repo.Close(); _ = s.Close() }()
+	ctx := context.Background()
+	idle, busy := uuid.NewString(), uuid.NewString()
+	for _, r := range []string{idle, busy} {
+		n := domain.Notification{ID: uuid.NewString(), Recipient: r, Origin: domain.OriginCharges, ContentType: "c", DocumentType: "d", Weight: 1}
+		if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := s.LoadRecipient(ctx, idle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.evictIdle(); n != 0 {
+		t.Fatalf("first round evicted %d recipients just used", n)
+	}
+	if _, err := s.LoadRecipient(ctx, busy); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.evictIdle(); n != 1 {
+		t.Fatalf("second round evicted %d recipients, want the idle one", n)
+	}
+	if rb, ri := uuidOf(t, busy), uuidOf(t, idle); s.cached(rb) == nil || s.peekCache(ri) != nil {
+		t.Fatalf("after eviction: busy cached %v, idle cached %v", s.cached(rb) != nil, s.peekCache(ri) != nil)
+	}
+	after, err := s.LoadRecipient(ctx, idle)
+	if err != nil || after.Head != before.Head || len(after.Entries) != 1 || after.Entries[0].Version != before.Entries[0].Version {
+		t.Fatalf("reloaded %+v (%v), want %+v", after, err, before)
+	}
+	if s.peekCache(uuidOf(t, idle)) == nil {
+		t.Fatal("a reloaded recipient is not cached again")
+	}
+}
+
+func uuidOf(t *testing.T, s string) [16]byte {
+	t.Helper()
+	b, err := uuidBytes(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// peekCache looks into the cache without marking the records used.
+func (s *Store) peekCache(r [16]byte) *records {
+	s.cacheMu.RLock()
+	defer s.cacheMu.RUnlock()
+	return s.cache[r]
+}

@@ -1,0 +1,113 @@
+package pebble
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// Key layout. Everything one Peek needs about a recipient sits under one
+// prefix, so it is read by one range scan; dequeued bundles sit elsewhere so
+// that scan stays short.
+//
+//	r <recipient> h                        head
+//	r <recipient> e <origin> <contentType> catalog entry, with its last drawer
+//	r <recipient> m <origin> <len> <contentType> <start>  an earlier drawer (entries.go)
+//	r <recipient> c <origin> <contentType> cursor
+//	r <recipient> p <bundle>               pending bundle
+//	x <recipient> <bundle>                 dequeued bundle
+//	d <drawer> <start position>            page of a drawer
+//	j <group> <notification id>            id record (idindex.go)
+//	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
+//	f                                      token of the saved id index (idindex_file.go)
+//	v                                      format version (format.go)
+const (
+	prefixRecipient   = 'r'
+	prefixDequeued    = 'x'
+	prefixDrawer      = 'd'
+	prefixIDByGroup   = 'j'
+	prefixNotice      = 'o'
+	prefixFilterToken = 'f'
+	prefixFormat      = 'v'
+
+	kindHead    = 'h'
+	kindEntry   = 'e'
+	kindCursor  = 'c'
+	kindPending = 'p'
+)
+
+// uuidBytes parses the canonical ids the domain has already validated.
+func uuidBytes(s string) ([16]byte, error) {
+	u, err := uuid.Parse(s)
+	if err != nil {
+		return [16]byte{}, fmt.Errorf("bad id %q: %w", s, err)
+	}
+	return u, nil
+}
+
+func recipientPrefix(r [16]byte) []byte {
+	return append([]byte{prefixRecipient}, r[:]...)
+}
+
+func headKey(r [16]byte) []byte { return append(recipientPrefix(r), kindHead) }
+
+func cabinetKey(kind byte, r [16]byte, k catalog.Key) []byte {
+	key := append(recipientPrefix(r), kind, byte(k.Origin))
+	return append(key, k.ContentType...)
+}
+
+func pendingPrefix(r [16]byte) []byte { return append(recipientPrefix(r), kindPending) }
+
+func pendingKey(r, b [16]byte) []byte { return append(pendingPrefix(r), b[:]...) }
+
+func dequeuedPrefix(r [16]byte) []byte { return append([]byte{prefixDequeued}, r[:]...) }
+
+func dequeuedKey(r, b [16]byte) []byte { return append(dequeuedPrefix(r), b[:]...) }
+
+func drawerPrefix(d [16]byte) []byte { return append([]byte{prefixDrawer}, d[:]...) }
+
+func pageKey(d [16]byte, start int64) []byte {
+	return binary.BigEndian.AppendUint64(drawerPrefix(d), uint64(start))
+}
+
+// idKey is where an id's record is, under its write group.
+func idKey(group uint32, id *[16]byte) []byte {
+	return append([]byte{prefixIDByGroup, byte(group >> 16), byte(group >> 8), byte(group)}, id[:]...)
+}
+
+// idKeyParts splits an id record's key into its group and id.
+func idKeyParts(key []byte) (group uint32, id [16]byte, ok bool) {
+	if len(key) != 20 || key[0] != prefixIDByGroup {
+		return 0, id, false
+	}
+	return uint32(key[1])<<16 | uint32(key[2])<<8 | uint32(key[3]), [16]byte(key[4:]), true
+}
+
+// prefixEnd is the first key after every key that starts with prefix.
+func prefixEnd(prefix []byte) []byte {
+	end := append([]byte(nil), prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+func uuidString(b []byte) string { return uuid.UUID(b).String() }
+
+// noticeKey orders a domain's notices by the time of their dequeue, so one
+// domain's notices are read without touching another's.
+func noticeKey(o domain.Origin, at int64, r, b [16]byte) []byte {
+	key := noticePrefix(o)
+	key = binary.BigEndian.AppendUint64(key, uint64(at)) //nolint:gosec // times after 1970
+	key = append(key, r[:]...)
+	return append(key, b[:]...)
+}
+
+func noticePrefix(o domain.Origin) []byte { return []byte{prefixNotice, byte(o)} }

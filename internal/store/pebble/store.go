@@ -1,0 +1,423 @@
+// Package embedded is the default Store: a crash-safe on-disk database in one
+// folder, built on pebble (an LSM key-value store with a write-ahead log).
+// Writes are group-committed: each group is one atomic pebble batch synced to
+// disk before any of it is visible or acknowledged.
+package pebble
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/groupcommit"
+	"github.com/energydatahub/messagehub/internal/lograte"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// Store is the embedded store.Store. One process opens it, so its
+// leases are always its own (store.Solo).
+type Store struct {
+	store.Solo
+
+	db      *pebble.DB
+	dir     string
+	version atomic.Uint64
+	logger  *slog.Logger
+
+	// Writes go through one writer goroutine (writer.go). ids, unsynced and
+	// applyErr are its own; syncErr belongs to the goroutine that finishes
+	// groups.
+	writer    *groupcommit.Pipeline[writeReq]
+	ids       *idIndex // see idindex.go; its table is changed only by the writer
+	lastGroup uint32   // the writer's: see nextGroup
+	unsynced  unsyncedRecords
+	applyErr  error // a group that could not be applied: every later one fails
+	syncErr   error
+	closeOnce sync.Once
+	gate      func() error // asked before every write; nil: none (see OpenGated)
+	readOnly  bool
+
+	// cache holds the published control records of recipients with data
+	// (records.go). Records are never changed once published.
+	cacheMu    sync.RWMutex
+	cache      map[[16]byte]*records
+	cacheEpoch uint64        // counts eviction rounds that dropped records
+	evictStop  chan struct{} // closed by Close
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the store in dir.
+func Open(dir string, logger *slog.Logger) (*Store, error) { return OpenGated(dir, logger, nil) }
+
+// tableBlockSize is the uncompressed size of the tables' blocks.
+const tableBlockSize = 32 << 10
+
+// OpenGated opens the store in dir with every write asking gate first and
+// failing with its error instead of reaching pebble: a disk guard keeps
+// writes off a full volume, where pebble would panic. When gate refuses at
+// open, the store is opened read-only, for pebble's start-up flush of its
+// log would need space it cannot have and would wait for it forever; its
+// writes then fail until the process is restarted with space to spare.
+func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	// A large memtable absorbs bursts of saves without write stalls.
+	opts := &pebble.Options{Logger: &pebbleLogger{l: logger, errors: lograte.Limiter{Max: pebbleErrorsPerSecond}}, MemTableSize: 64 << 20}
+	// Nearly every key a save writes lands all over the key space (recipients,
+	// drawers), so every flush overlaps the level below it, and compacting
+	// L0 at pebble's default of 4 sublevels rewrites that level again and
+	// again. Reads hardly mind a deeper L0: id records are found through the
+	// id index (no reads for new ids), control records are in memory, and a
+	// peek reads a few drawer pages. Saves of 1,000 over 100 recipients
+	// (BenchmarkSaveBatch1000Over100Recipients) spend less CPU at 16; the
+	// figures are in docs/performance.md.
+	opts.L0CompactionThreshold = 16
+	opts.L0StopWritesThreshold = 48
+	// The level L0 is compacted into may hold 256 MB instead of pebble's 64:
+	// with a backlog of 10 M (1.3 GB) that is one level fewer for every
+	// flushed byte to be rewritten through (the load runs at 10 M in
+	// docs/performance.md). Small stores are not affected.
+	opts.LBaseMaxBytes = 256 << 20
+	// Most point reads are for keys that do not exist (a bundle id never
+	// dequeued): bloom filters answer those without reading table blocks.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.SnappyCompression }
+		// Pebble writes a table through a 4 KB buffer, so its default 4 KB
+		// blocks cost a write(2) each, and flushes and compactions write most
+		// of the bytes a save makes; peeks scan drawers' pages, which larger
+		// blocks suit too (the load runs at 10 M in docs/performance.md).
+		opts.Levels[i].BlockSize = tableBlockSize
+	}
+	// Tables flushed to L0 are soon compacted into the level below, so they
+	// are not compressed only to be decompressed again (Saves of 1,000 over
+	// 100 recipients; docs/performance.md).
+	opts.Levels[0].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+	if gate != nil && gate() != nil {
+		if manifests, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(manifests) == 0 {
+			return nil, fmt.Errorf("open embedded store in %s: no store there yet, and the data volume is almost full: %w", dir, gate())
+		}
+		opts.ReadOnly = true
+		logger.Error("the embedded store is opened read-only: the data volume is almost full; "+
+			"free space and restart the hub to write again", "dir", dir)
+	}
+	db, err := pebble.Open(dir, opts)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		// pebble's lock on the directory is held: another process has it open.
+		return nil, fmt.Errorf("open embedded store: the data directory %s is in use by another process%s; "+
+			"stop it or give this one another --data-dir", dir, holder(dir))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
+	}
+	if err := checkFormat(db, opts.ReadOnly); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
+	}
+	// Tell a second process who holds the directory; only read while locked.
+	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
+	s := &Store{
+		db: db, dir: dir, logger: logger, cache: make(map[[16]byte]*records), gate: gate, readOnly: opts.ReadOnly,
+		unsynced:  unsyncedRecords{latest: map[[16]byte]unsyncedRecord{}},
+		evictStop: make(chan struct{}),
+	}
+	if err := s.openIDIndex(dir); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("index the ids in %s: %w", dir, err)
+	}
+	// Versions only need to differ from every earlier one of the same record;
+	// the clock at start keeps them increasing across restarts.
+	s.version.Store(uint64(time.Now().UnixNano()))
+	s.writer = s.newWriter()
+	go s.evictLoop()
+	return s, nil
+}
+
+// pidFile names the process that has the directory open.
+const pidFile = "messagehub.pid"
+
+// holder says which process has dir open, as far as its pid file tells.
+func holder(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, pidFile)) //nolint:gosec // the operator's data directory
+	if pid := strings.TrimSpace(string(data)); err == nil && pid != "" {
+		return " (pid " + pid + ")"
+	}
+	return ""
+}
+
+// Close lets queued writes finish, saves the id index and closes the
+// database.
+func (s *Store) Close() error {
+	first := false
+	s.closeOnce.Do(func() { close(s.evictStop); first = true })
+	s.writer.Close()
+	if first && !s.readOnly && s.syncErr == nil && (s.gate == nil || s.gate() == nil) {
+		// Without it the next start only takes longer.
+		if err := s.saveIDIndex(s.dir); err != nil {
+			s.logger.Warn("saving the id index failed; the next start indexes the stored ids", "err", err)
+		}
+	}
+	if first {
+		s.ids.free() // mapped outside the heap: nothing else would return it
+	}
+	return s.db.Close()
+}
+
+func (s *Store) nextVersion() string { return strconv.FormatUint(s.version.Add(1), 36) }
+
+// LoadRecipient returns the recipient's control records from memory.
+func (s *Store) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
+	r, err := uuidBytes(recipient)
+	if err != nil {
+		return store.RecipientState{}, err
+	}
+	if rec := s.cached(r); rec != nil {
+		return rec.state(), nil
+	}
+	s.cacheMu.RLock()
+	epoch := s.cacheEpoch
+	s.cacheMu.RUnlock()
+	rec, err := s.readRecords(r)
+	if err != nil {
+		return store.RecipientState{}, err
+	}
+	// Pebble shows a write group before its fsync, so what was read may not
+	// be durable. But the writer publishes what it read of a recipient
+	// before it applies a change to it: if records were published meanwhile,
+	// they are durable and win. Only recipients that have data are kept in
+	// memory, so peeks for unknown recipients cannot grow the cache. If an
+	// eviction round ran meanwhile, newer records may have gone: then what
+	// was read is returned but not kept.
+	s.cacheMu.Lock()
+	if cur := s.cache[r]; cur != nil {
+		rec = cur
+	} else if rec.head.Version != "" && s.cacheEpoch == epoch {
+		rec.used.Store(true)
+		s.cache[r] = rec
+	}
+	s.cacheMu.Unlock()
+	return rec.state(), nil
+}
+
+// ReadDrawer decodes the drawer's pages that overlap [from, to).
+func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
+	d, err := uuidBytes(drawerID)
+	if err != nil {
+		return nil, err
+	}
+	prefix := drawerPrefix(d)
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: pageKey(d, to)})
+	if err != nil {
+		return nil, err
+	}
+	defer iter.Close()
+	// Start at the page holding from: the last one starting at or before it.
+	if !iter.SeekLT(pageKey(d, from+1)) {
+		iter.First()
+	}
+	var items []drawer.Item
+	for ; iter.Valid() && len(items) < limit; iter.Next() {
+		pr := newPageReader(iter.Value())
+		for it, ok := pr.next(); ok && len(items) < limit; it, ok = pr.next() {
+			if it.Pos >= from && it.Pos < to {
+				items = append(items, it)
+			}
+		}
+		if pr.err != nil {
+			return nil, fmt.Errorf("drawer %s: %w", drawerID, pr.err)
+		}
+	}
+	return items, iter.Error()
+}
+
+// LookupIDs gets each id's record; absent ids are left out.
+func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]store.IDRecord, error) {
+	found := make(map[string]store.IDRecord)
+	for _, id := range ids {
+		k, err := uuidBytes(id)
+		if err != nil {
+			return nil, err
+		}
+		_, v, ok, err := s.storedID(&k)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if found[id], err = decodeIDRecord(id, v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return found, nil
+}
+
+// BundleExists looks for the id among pending and dequeued bundles.
+func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
+	st, err := s.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return false, err
+	}
+	if slices.ContainsFunc(st.Pending, func(b bundle.Record) bool { return b.ID == bundleID }) {
+		return true, nil
+	}
+	r, id, err := parseIDs(recipient, bundleID)
+	if err != nil {
+		return false, err
+	}
+	_, ok, err := s.get(dequeuedKey(r, id))
+	return ok, err
+}
+
+// Recipients calls fn once per recipient that has a head.
+func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error) error {
+	var recipients []string
+	err := s.scan([]byte{prefixRecipient}, func(key, _ []byte) error {
+		if len(key) == 18 && key[17] == kindHead {
+			recipients = append(recipients, uuidString(key[1:17]))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range recipients {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Backlog sums every recipient's catalog entries and cursors: from memory
+// where they are cached, else read (and not cached, so that metrics do not
+// keep idle recipients in memory).
+func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
+	var b store.Backlog
+	err := s.Recipients(ctx, func(recipient string) error {
+		r, err := uuidBytes(recipient)
+		if err != nil {
+			return err
+		}
+		rec := s.cached(r)
+		if rec == nil {
+			if rec, err = s.readRecords(r); err != nil {
+				return err
+			}
+		}
+		st := rec.state()
+		b.Add(st.Entries, st.Cursors)
+		return nil
+	})
+	return b, err
+}
+
+// DequeuedBundles lists the recipient's dequeued bundles.
+func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error) {
+	r, err := uuidBytes(recipient)
+	if err != nil {
+		return nil, err
+	}
+	var out []bundle.Record
+	err = s.scan(dequeuedPrefix(r), func(_, value []byte) error {
+		var rec bundle.Record
+		if err := json.Unmarshal(value, &rec); err != nil {
+			return err
+		}
+		out = append(out, rec)
+		return nil
+	})
+	return out, err
+}
+
+func (s *Store) get(key []byte) ([]byte, bool, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), true, nil
+}
+
+// scan calls fn for every key with the prefix, in order. The slices are only
+// valid during the call.
+func (s *Store) scan(prefix []byte, fn func(key, value []byte) error) error {
+	return s.scanRange(prefix, prefixEnd(prefix), fn)
+}
+
+// scanRange calls fn for every key in [lo, hi), in order.
+func (s *Store) scanRange(lo, hi []byte, fn func(key, value []byte) error) error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for iter.First(); iter.Valid(); iter.Next() {
+		if err := fn(iter.Key(), iter.Value()); err != nil {
+			iter.Close()
+			return err
+		}
+	}
+	if err := iter.Error(); err != nil {
+		iter.Close()
+		return err
+	}
+	return iter.Close()
+}
+
+// cmpErr returns err when set, else the fallback: a lookup failure beats the
+// conflict it was checking for.
+func cmpErr(err, fallback error) error {
+	if err != nil {
+		return err
+	}
+	return fallback
+}
+
+// pebbleErrorsPerSecond bounds pebble's error lines: a background job that
+// fails and retries (a compaction on a full disk) must not flood the log.
+const pebbleErrorsPerSecond = 5
+
+// pebbleLogger sends pebble's messages to slog.
+type pebbleLogger struct {
+	l      *slog.Logger
+	errors lograte.Limiter
+}
+
+func (p *pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (p *pebbleLogger) Errorf(format string, args ...any) {
+	if ok, held := p.errors.Allow(time.Now()); ok {
+		p.l.Error(fmt.Sprintf(format, args...), "component", "pebble", "held_back_since_last", held)
+	}
+}
+
+func (p *pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	panic(fmt.Sprintf(format, args...))
+}

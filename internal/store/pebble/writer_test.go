@@ -1,0 +1,291 @@
+package pebble
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// Writes that race land in the same write group; the group must still let
+// exactly one of two conflicting writes through.
+func TestConflictingWritesInOneGroupHaveOneWinner(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := context.Background()
+	r := uuid.NewString()
+	if err := saveIDsFor(t, s, r, []string{uuid.NewString()}); err != nil {
+		t.Fatal(err)
+	}
+	cursor := catalog.Cursor{Origin: domain.OriginCharges, ContentType: "x"}
+	newBundle := func() bundle.Record {
+		return bundle.Record{ID: uuid.NewString(), Origin: domain.OriginCharges, ContentType: "x",
+			Group: domain.GroupMasterData, Start: 0, End: 1, Count: 1, Weight: 1, State: bundle.Pending, CreatedAt: time.Now()}
+	}
+	const racers = 32
+	errs := race(racers, func(int) error { return s.CreateBundle(ctx, r, newBundle(), cursor) })
+	if wins := winners(t, errs); wins != 1 {
+		t.Fatalf("%d bundles created in one group", wins)
+	}
+	st, err := s.LoadRecipient(ctx, r)
+	if err != nil || len(st.Pending) != 1 {
+		t.Fatalf("pending after the race: %+v %v", st.Pending, err)
+	}
+	pending := st.Pending[0]
+	done := pending
+	done.State, done.DequeuedAt = bundle.Dequeued, time.Now()
+	acked := cursor
+	acked.Acked = 1
+	errs = race(racers, func(int) error { return s.Acknowledge(ctx, r, done, acked) })
+	if wins := winners(t, errs); wins != 1 {
+		t.Fatalf("bundle dequeued %d times", wins)
+	}
+	// The dequeued id cannot be pending again, even from the same group.
+	again := newBundle()
+	again.ID = pending.ID
+	st, _ = s.LoadRecipient(ctx, r)
+	cur := st.Cursors[0]
+	errs = race(2, func(i int) error {
+		if i == 0 {
+			return s.CreateBundle(ctx, r, again, cur)
+		}
+		return s.CreateBundle(ctx, r, newBundle(), cur)
+	})
+	if !errors.Is(errs[0], store.ErrConflict) {
+		t.Fatalf("a dequeued bundle id was reused: %v", errs[0])
+	}
+}
+
+func race(n int, fn func(i int) error) []error {
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+func winners(t *testing.T, errs []error) int {
+	t.Helper()
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, store.ErrConflict):
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	return wins
+}
+
+// A save staged on top of one not yet durable sees it: it plans from the
+// versions the first was written with, and one planned from the durable
+// state before it conflicts. Both are visible once durable.
+func TestStagedSavesBuildOnOnesNotYetDurable(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := context.Background()
+	r := uuid.NewString()
+	entry := catalog.Entry{Origin: domain.OriginCharges, ContentType: "x", Total: 1}
+	first := []store.RecipientSave{{Recipient: r, Head: store.Head{NextSeq: 2, Watermark: 1}, Entries: []catalog.Entry{entry}}}
+	durable1, err := s.StageSaves(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[0].Head.Version == "" || first[0].Entries[0].Version == "" {
+		t.Fatalf("versions written were not returned: %+v", first[0])
+	}
+	stale := []store.RecipientSave{{Recipient: r, Head: store.Head{NextSeq: 3, Watermark: 2}}}
+	if _, err := s.StageSaves(ctx, stale); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a save planned from before the staged one: %v", err)
+	}
+	entry = first[0].Entries[0]
+	entry.Total = 2
+	second := []store.RecipientSave{{Recipient: r, Head: store.Head{NextSeq: 3, Watermark: 2, Version: first[0].Head.Version}, Entries: []catalog.Entry{entry}}}
+	durable2, err := s.StageSaves(ctx, second)
+	if err != nil {
+		t.Fatalf("a save planned from the staged one: %v", err)
+	}
+	if err := durable1(); err != nil {
+		t.Fatal(err)
+	}
+	if err := durable2(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.LoadRecipient(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Head.Watermark != 2 || len(st.Entries) != 1 || st.Entries[0].Total != 2 {
+		t.Fatalf("after both are durable: %+v", st)
+	}
+}
+
+// A group's changes reach pebble in key order (writeBatch), yet a key changed
+// more than once in a group ends as its last change left it.
+func TestAKeyChangedTwiceInOneGroupKeepsItsLastChange(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	kept, deleted := []byte("z-kept"), []byte("z-deleted")
+	err := s.write(context.Background(), func(tx *txn) error {
+		// Enough changes that the sort is not a plain insertion sort.
+		for i := range 100 {
+			tx.apply([]put{{key: kept, value: fmt.Appendf(nil, "change %d", i)}, {key: deleted, value: []byte("x")}})
+			tx.apply([]put{{key: kept, del: true}, {key: fmt.Appendf(nil, "a-before-both %d", i), value: []byte("y")}})
+		}
+		tx.apply([]put{{key: kept, value: []byte("last")}, {key: deleted, del: true}})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := s.get(kept); err != nil || !ok || string(v) != "last" {
+		t.Fatalf("kept key: %q %v %v, want \"last\"", v, ok, err)
+	}
+	if v, ok, err := s.get(deleted); err != nil || ok {
+		t.Fatalf("deleted key still there: %q %v", v, err)
+	}
+}
+
+// inKeyOrder must order puts exactly as a stable sort by key does, also
+// where keys are shorter than its eight-byte prefix, share it, or repeat.
+func TestChangesGoInKeyOrderKeepingTheOrderOfAKeysChanges(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte{0, 1, 'a', 'r', 0xff}
+	for round := range 200 {
+		puts := make([]put, r.IntN(300))
+		for i := range puts {
+			key := make([]byte, r.IntN(12))
+			for j := range key {
+				key[j] = alphabet[r.IntN(len(alphabet))]
+			}
+			puts[i] = put{key: key, value: fmt.Appendf(nil, "%d", i), del: r.IntN(4) == 0}
+		}
+		want := slices.Clone(puts)
+		slices.SortStableFunc(want, func(a, b put) int { return bytes.Compare(a.key, b.key) })
+		got := inKeyOrder(puts)
+		if !slices.EqualFunc(got, want, func(a, b put) bool {
+			return bytes.Equal(a.key, b.key) && bytes.Equal(a.value, b.value) && a.del == b.del
+		}) {
+			t.Fatalf("round %d: %d puts out of order", round, len(puts))
+		}
+	}
+}
+
+// BenchmarkWriteBatchOfAGroup: the writer puts a group's changes into its
+// batch in key order. The group is four Saves of 1,000 over 100 recipients:
+// a head, a catalog entry and a page for each recipient of each Save.
+func BenchmarkWriteBatchOfAGroup(b *testing.B) {
+	s, err := Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	entry := catalog.Key{Origin: domain.OriginTimeSeries, ContentType: "rsm-014"}
+	var puts []put
+	for range 4 {
+		for range 100 {
+			r, d := uuid.New(), uuid.New()
+			puts = append(puts,
+				put{key: headKey(r), value: []byte("head")},
+				put{key: cabinetKey(kindEntry, r, entry), value: []byte("entry")},
+				put{key: pageKey(d, 0), value: []byte("page")})
+		}
+	}
+	for b.Loop() {
+		tx := &txn{s: s, batch: s.db.NewBatch(), puts: slices.Clone(puts)}
+		tx.writeBatch()
+		_ = tx.batch.Close()
+	}
+}
+
+// A group copies only the maps its operations change, each once, and never
+// changes the records readers see.
+func TestAGroupCopiesOnlyTheMapsItChanges(t *testing.T) {
+	k := catalog.Key{Origin: domain.Origin(1), ContentType: "TimeSeries"}
+	published := &records{
+		entries: map[catalog.Key]catalog.Entry{k: {Version: "1"}},
+		cursors: map[catalog.Key]catalog.Cursor{k: {Version: "1"}},
+		pending: map[string]bundle.Record{"b": {ID: "b"}},
+	}
+	tx := &txn{touched: map[[16]byte]*records{}}
+	r := [16]byte{1}
+	tx.change(r, published, entriesMap, func(rec *records) {
+		rec.entries[k] = catalog.Entry{Version: "2"}
+	})
+	tx.change(r, tx.touched[r], entriesMap|pendingMap, func(rec *records) {
+		rec.entries[k] = catalog.Entry{Version: "3"}
+		delete(rec.pending, "b")
+	})
+	mine := tx.touched[r]
+	if published.entries[k].Version != "1" || len(published.pending) != 1 {
+		t.Fatalf("the published records changed: %+v", published)
+	}
+	if mine.entries[k].Version != "3" || len(mine.pending) != 0 {
+		t.Fatalf("the group's records lack its changes: %+v", mine)
+	}
+	// The cursors were not changed, so not copied: the group shares them.
+	mine.cursors[k] = catalog.Cursor{Version: "shared"}
+	if published.cursors[k].Version != "shared" {
+		t.Fatal("the cursors were copied though no operation changed them")
+	}
+	if mine.copied != entriesMap|pendingMap {
+		t.Fatalf("copied %b, want entries and pending", mine.copied)
+	}
+}
+
+// A staged save hears that it holds before its group goes into pebble, so
+// its caller may plan on it. If pebble then refuses the group, the save
+// fails when asked whether it is durable, nothing of it is visible, and no
+// later write is applied: it could have been planned on the one that failed.
+func TestAGroupPebbleRefusesFailsEveryWriteAfterIt(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := context.Background()
+	refused := errors.New("refused for the test")
+	applyToPebble := applyBatch
+	applyBatch = func(*pebble.DB, *pebble.Batch) error { return refused }
+	defer func() { applyBatch = applyToPebble }()
+
+	r := uuid.NewString()
+	entry := catalog.Entry{Origin: domain.OriginCharges, ContentType: "x", Total: 1}
+	save := []store.RecipientSave{{Recipient: r, Head: store.Head{NextSeq: 2, Watermark: 1}, Entries: []catalog.Entry{entry}}}
+	durable, err := s.StageSaves(ctx, save)
+	if err != nil {
+		t.Fatalf("the staged save's checks hold: %v", err)
+	}
+	if err := durable(); !errors.Is(err, refused) {
+		t.Fatalf("durable: %v, want the refusal", err)
+	}
+	applyBatch = applyToPebble
+	if err := saveIDsFor(t, s, uuid.NewString(), []string{uuid.NewString()}); !errors.Is(err, refused) {
+		t.Fatalf("a later write: %v, want the refusal", err)
+	}
+	st, err := s.LoadRecipient(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Head.Version != "" || len(st.Entries) != 0 {
+		t.Fatalf("the refused save is visible: %+v", st)
+	}
+}

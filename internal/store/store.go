@@ -1,0 +1,232 @@
+// Package store is the contract between the hub's algorithm and the
+// databases it runs on: the records a recipient has, the conditional writes
+// that change them, the outbox of dequeue notices and the coordination of
+// instances that share a database. Backends live in its sub-packages
+// (pebble, cosmos); storetest is the suite every backend passes.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+)
+
+// ErrConflict is returned by a Store when a conditional write finds that a
+// record changed since it was read (an etag mismatch) or already exists. The
+// repository reloads and retries; it never reaches callers.
+var ErrConflict = errors.New("store: conflicting write")
+
+// ErrStaleRead is a conflict found by a reader: a record said something
+// exists that a later read did not find (a replica behind the one that
+// answered first). The repository reloads and retries; it never skips what
+// it did not read.
+var ErrStaleRead = fmt.Errorf("%w: stale read", ErrConflict)
+
+// ErrTooLarge is a write the store refused as beyond its limits (request or
+// document size, operations per request). It is no conflict: the same
+// write fails again. Group commit splits a group that meets it, so that one
+// caller's save that does not fit fails alone.
+var ErrTooLarge = errors.New("store: write beyond the store's limits")
+
+// IDsExistError is how CommitSaves reports notification ids that are
+// already stored: all of them, with their records, and nothing written. It
+// is a conflict: the caller reclassifies those ids and tries again.
+type IDsExistError struct {
+	Records map[string]IDRecord
+}
+
+func (e *IDsExistError) Error() string {
+	return fmt.Sprintf("store: %d notification ids already exist", len(e.Records))
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) hold.
+func (e *IDsExistError) Unwrap() error { return ErrConflict }
+
+// Head is a recipient's sequence counter and watermark. Sequence numbers up
+// to NextSeq-1 are handed out; readers ignore anything above Watermark.
+type Head struct {
+	NextSeq   int64
+	Watermark int64
+	Version   string
+}
+
+// RecipientState is everything that answers "what is pending or next for this
+// recipient?": it is read in one request.
+type RecipientState struct {
+	Head    Head
+	Entries []catalog.Entry
+	Cursors []catalog.Cursor
+	Pending []bundle.Record // bundles peeked and not yet dequeued
+}
+
+// Fingerprint identifies a notification's content, to tell a duplicate save
+// from a conflicting one.
+type Fingerprint [16]byte
+
+// IDRecord indexes a saved notification id.
+type IDRecord struct {
+	ID          string
+	Fingerprint Fingerprint
+	DrawerID    string
+}
+
+// RecipientSave is one recipient's part of a Save: new pages, the entries and
+// head as they become (Version holds the version they were read at, empty for
+// records that must not exist yet) and the ids to index (which must not exist).
+type RecipientSave struct {
+	Recipient string
+	Head      Head
+	Entries   []catalog.Entry
+	Pages     []drawer.Page
+	IDs       []IDRecord
+}
+
+// Sweep is what retention removes for one recipient in one conditional write.
+type Sweep struct {
+	Recipient     string
+	Bundles       []string        // dequeued bundle ids to delete
+	Drawers       []string        // drawer ids whose pages and id records are deleted
+	Entries       []catalog.Entry // entries to replace (Version = as read)
+	DeleteEntries []catalog.Entry // entries to delete with their cursors (Version = as read)
+	DeleteCursors []catalog.Cursor
+}
+
+// Store is the persistence the algorithm needs. Writes are conditional on
+// the versions the caller read and report ErrConflict when they no longer
+// hold; each write is atomic: a refused one leaves nothing of what it was
+// to write (a refused save may use up sequence numbers and positions, as
+// gaps). Of writes racing on one record, at most one succeeds. storetest
+// checks every promise.
+type Store interface {
+	// LoadRecipient returns the recipient's state; a recipient never seen has
+	// a zero Head and nothing else.
+	LoadRecipient(ctx context.Context, recipient string) (RecipientState, error)
+	// ReadDrawer returns up to limit items of a drawer with from ≤ position <
+	// to, in position order (a drawer.ReadFunc); none of a drawer never
+	// written.
+	ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error)
+	// LookupIDs returns the records of those ids that are stored; the others
+	// are left out.
+	LookupIDs(ctx context.Context, ids []string) (map[string]IDRecord, error)
+	// CommitSaves writes the saves of several recipients all or nothing. A
+	// head or entry not at the version read is ErrConflict; ids that already
+	// exist make it fail with *IDsExistError naming all of them. Refused,
+	// none of its notifications or ids is stored, for any recipient.
+	CommitSaves(ctx context.Context, saves []RecipientSave) error
+	// BundleExists reports whether the recipient has a bundle with this id,
+	// pending or dequeued.
+	BundleExists(ctx context.Context, recipient, bundleID string) (bool, error)
+	// CreateBundle stores a new pending bundle, provided no bundle of its id
+	// exists, no bundle is pending in its group and the cabinet's cursor is
+	// still at cursor.Version (empty: no cursor stored yet).
+	CreateBundle(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error
+	// Acknowledge marks a pending bundle dequeued (rec holds the new state and
+	// the version read) and writes the cabinet's cursor, both conditionally.
+	Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error
+	// Recipients calls fn for every recipient with stored state, for retention.
+	Recipients(ctx context.Context, fn func(recipient string) error) error
+	// DequeuedBundles returns the recipient's dequeued bundles, for retention.
+	DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error)
+	// ApplySweep removes what retention found, conditionally: when an entry
+	// or cursor it names changed, it is ErrConflict and removes nothing.
+	ApplySweep(ctx context.Context, sweep Sweep) error
+	// Backlog sums what every recipient has saved and not yet dequeued, from
+	// the catalog entries and cursors the store keeps.
+	Backlog(ctx context.Context) (Backlog, error)
+	// Close releases the store.
+	Close() error
+
+	Outbox
+	Coordination
+}
+
+// Notice says that a dequeued bundle's domain is still to be told of it.
+type Notice struct {
+	Recipient, BundleID string
+	// Origin is the bundle's domain; OriginUnspecified for notices written
+	// before notices carried it (their bundle's record tells).
+	Origin     domain.Origin
+	DequeuedAt time.Time
+}
+
+// Outbox is the part of a Store that keeps notices: Acknowledge of a record
+// with Announce set writes one in the same atomic write, and they stay
+// until removed, across crashes. They are found through an index of their
+// own, by domain, without scanning anything else.
+type Outbox interface {
+	// Notices returns up to limit notices of the given domains
+	// (OriginUnspecified: those that carry none), oldest first as far as
+	// the store can order them; a domain left out costs nothing, however
+	// many notices it has, so a failing domain does not hold up the others.
+	Notices(ctx context.Context, origins []domain.Origin, limit int) ([]Notice, error)
+	// RemoveNotices removes delivered notices; missing ones are no error.
+	RemoveNotices(ctx context.Context, notices []Notice) error
+	// NoticeBacklog counts the notices and says when the oldest was made.
+	NoticeBacklog(ctx context.Context) (n int, oldest time.Time, err error)
+	// DequeuedBundle reads one dequeued bundle's record (a point read, so
+	// telling a domain costs the same however many bundles the recipient
+	// retains); domain.ErrNotFound when there is none.
+	DequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error)
+}
+
+// Coordination is the part of a Store that lets the instances sharing it
+// take turns: one sweeps at a time, one asks a domain for a bundle's
+// document. A store only one process opens embeds Solo.
+type Coordination interface {
+	// HoldSweepLease takes the sweep lease for holder until d from now, or
+	// extends it when holder has it; false when another holder's lease has
+	// not run out.
+	HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error)
+	// ReleaseSweepLease gives the lease up if holder has it, so that
+	// another instance need not wait for it to run out.
+	ReleaseSweepLease(ctx context.Context, holder string) error
+	// LowPriority marks ctx so that the store's requests made with it are
+	// the first to be throttled when the store is busy.
+	LowPriority(ctx context.Context) context.Context
+	// AcquireBuild takes or renews holder's lease of a bundle's document
+	// build until d from now, and returns who holds it afterwards and until
+	// when: holder itself, or another holder whose lease has not expired
+	// (empty: released just now). It is content.Lease.
+	AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (current string, until time.Time, err error)
+	// ReleaseBuild gives up holder's lease of the build; another's is left
+	// alone.
+	ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error
+}
+
+// Solo is the Coordination of a store that one process opens: every lease
+// is its own at once, and there is nobody to yield to.
+type Solo struct{}
+
+// HoldSweepLease implements Coordination: always held.
+func (Solo) HoldSweepLease(context.Context, string, time.Duration) (bool, error) { return true, nil }
+
+// ReleaseSweepLease implements Coordination.
+func (Solo) ReleaseSweepLease(context.Context, string) error { return nil }
+
+// LowPriority implements Coordination: ctx as it is.
+func (Solo) LowPriority(ctx context.Context) context.Context { return ctx }
+
+// AcquireBuild implements Coordination: holder holds it, with no end.
+func (Solo) AcquireBuild(_ context.Context, _, _, holder string, _ time.Duration) (string, time.Time, error) {
+	return holder, time.Time{}, nil
+}
+
+// ReleaseBuild implements Coordination.
+func (Solo) ReleaseBuild(context.Context, string, string, string) error { return nil }
+
+// Stager is a Store that can take a group's saves before the previous
+// group's are durable. StageSaves checks and applies saves as CommitSaves
+// does, after everything staged before them, and returns once they are
+// applied: later writes see them, readers do not yet. The saves then hold
+// the versions their head and entries were written with. durable waits until
+// they are durable; it fails if they, or a write applied before them, could
+// not be made so.
+type Stager interface {
+	StageSaves(ctx context.Context, saves []RecipientSave) (durable func() error, err error)
+}
