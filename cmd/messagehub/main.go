@@ -233,7 +233,7 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 	// that every HTTP call passes the same interceptors (auth, errors,
 	// telemetry) as a gRPC call, without a network hop or a TLS handshake.
 	h.inProcess = bufconn.Listen(inProcessBufferSize)
-	conn, err := grpc.NewClient("passthrough:///messagehub-in-process",
+	conn, err := grpc.NewClient("passthrough:///messagehub-in-process", append(gateway.InProcessDialOptions(),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return h.inProcess.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(h.tel.GRPCClientHandler()),
@@ -241,7 +241,7 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 			grpc.MaxCallRecvMsgSize(server.MaxSendMsgSize),
 			grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize),
 		),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway connection: %w", err)
 	}
