@@ -216,7 +216,9 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *hub, err er
 		hubCore = savesGuarded{Repository: repo, guard: h.guard}
 	}
 	h.grpcSrv, h.health = server.NewGRPCServer(hubCore, logger, opts...)
-	h.gatewaySrv, h.gatewayHealth = server.NewGRPCServer(hubCore, logger, append(opts, server.WithLimits(server.InProcessLimits))...)
+	h.gatewaySrv, h.gatewayHealth = server.NewGRPCServer(hubCore, logger, append(opts, server.WithLimits(server.InProcessLimits),
+		// Its one connection carries every HTTP user's answers.
+		server.WithAnswerBudget(server.AnswerBudget{PerConnection: server.DefaultAnswerBudget.Total}))...)
 
 	if err := h.listen(); err != nil {
 		return nil, err
