@@ -217,7 +217,9 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *instance, e
 		hubCore = savesGuarded{Hub: repo, guard: h.guard}
 	}
 	h.grpcSrv, h.health = server.NewGRPCServer(hubCore, logger, opts...)
-	h.gatewaySrv, h.gatewayHealth = server.NewGRPCServer(hubCore, logger, append(opts, server.WithLimits(server.InProcessLimits))...)
+	h.gatewaySrv, h.gatewayHealth = server.NewGRPCServer(hubCore, logger, append(opts, server.WithLimits(server.InProcessLimits),
+		// Its one connection carries every HTTP user's answers.
+		server.WithAnswerBudget(server.AnswerBudget{PerConnection: server.DefaultAnswerBudget.Total}))...)
 
 	if err := h.listen(); err != nil {
 		return nil, err
@@ -234,7 +236,7 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *instance, e
 	// that every HTTP call passes the same interceptors (auth, errors,
 	// telemetry) as a gRPC call, without a network hop or a TLS handshake.
 	h.inProcess = bufconn.Listen(inProcessBufferSize)
-	conn, err := grpc.NewClient("passthrough:///messagehub-in-process",
+	conn, err := grpc.NewClient("passthrough:///messagehub-in-process", append(gateway.InProcessDialOptions(),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return h.inProcess.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(h.tel.GRPCClientHandler()),
@@ -242,7 +244,7 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *instance, e
 			grpc.MaxCallRecvMsgSize(server.MaxSendMsgSize),
 			grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize),
 		),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway connection: %w", err)
 	}

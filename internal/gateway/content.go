@@ -7,14 +7,18 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
 )
 
 // BundleMediaType is the Content-Type of a content peek's answer when the
@@ -25,10 +29,93 @@ const BundleMediaType = "application/vnd.messagehub.bundle+json"
 // the hub goes on building the document meanwhile.
 const retryAfterSeconds = 5
 
+// Limits of the documents being answered. Each one being answered holds at
+// most about ContentPeekBytes of the hub's memory, however slowly its client
+// reads: the message the gateway is writing, the in-process connection's
+// window, and the message and read buffer of the gRPC server's PeekContent
+// (see InProcessDialOptions). The defaults hold at most 32 of them, about
+// 128 MiB, as much as the request bodies in flight (DefaultMaxBodyMemory).
+const (
+	DefaultContentPeeks        = 32
+	DefaultContentPeeksPerConn = 4
+	// ContentPeekBytes is what one document being answered may hold.
+	ContentPeekBytes = 3*content.MaxMessageBytes + InProcessWindow
+	// DefaultContentStall is how long a client may read nothing of a
+	// document before its answer is cut. It is counted per piece of
+	// contentPiece bytes, not for the whole answer, which may take as long
+	// as a slow client needs to read 50 MiB.
+	DefaultContentStall = 30 * time.Second
+	contentPiece        = 64 << 10
+)
+
+// InProcessWindow is the flow-control window of each call on the gateway's
+// in-process connection: what the connection buffers of an answer the
+// gateway has not taken yet (its client reads slowly, or not at all).
+// gRPC's default lets the window grow with the bandwidth it measures (BDP),
+// to 16 MiB per call on an in-process connection, so 200 unread content
+// peeks held 3.3 GB; a fixed window turns that off.
+const (
+	InProcessWindow     = 64 << 10
+	inProcessConnWindow = 1 << 20
+)
+
+// InProcessDialOptions are the options of the gateway's in-process
+// connection to the gRPC server: fixed, small flow-control windows (see
+// InProcessWindow). The connection-wide window is not what an unread call
+// holds (gRPC opens it as data arrives), only what passes at once.
+func InProcessDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithInitialWindowSize(InProcessWindow),
+		grpc.WithInitialConnWindowSize(inProcessConnWindow),
+	}
+}
+
+// contentPlaces counts the documents being answered, in all and per
+// connection.
+type contentPlaces struct {
+	total, perConn int
+
+	mu     sync.Mutex
+	inUse  int
+	byConn map[string]int // by the client's address: one per connection
+}
+
+func newContentPlaces(total, perConn int) *contentPlaces {
+	return &contentPlaces{total: total, perConn: perConn, byConn: map[string]int{}}
+}
+
+// take takes a place for a document answered to conn, and reports whether
+// there was one.
+func (p *contentPlaces) take(conn string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inUse >= p.total || p.byConn[conn] >= p.perConn {
+		return false
+	}
+	p.inUse++
+	p.byConn[conn]++
+	return true
+}
+
+func (p *contentPlaces) give(conn string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inUse--
+	if p.byConn[conn]--; p.byConn[conn] <= 0 {
+		delete(p.byConn, conn)
+	}
+}
+
 // peekContent serves GET /v1/peek/content: the bundle's document itself,
 // with its media type and the bundle id in MessageId, through the gRPC
 // server's PeekContent (so authentication and validation are the same).
-func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient) http.Handler {
+//
+// A document's answer is bounded in memory and in time: it takes one of the
+// places of o.contentPeeks (503 with Retry-After when there is none) once
+// its document is ready, and is cut when its client reads nothing for
+// o.contentStall.
+func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o options) http.Handler {
+	places := newContentPlaces(o.contentPeeks, o.contentPeeksPerConn)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := peekRequestOf(r)
 		if err != nil {
@@ -70,11 +157,25 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient) http.
 			_, _ = w.Write(body) //nolint:gosec // JSON of our own, sandboxed above
 			return
 		}
+		if !places.take(r.RemoteAddr) {
+			// Cancelling the call (deferred) frees what it holds at once.
+			w.Header().Del(MessageIDHeader)
+			w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+			writeError(mux, w, r, http.StatusServiceUnavailable,
+				status.Error(codes.Unavailable, "too many documents being answered; try again shortly"))
+			return
+		}
+		defer places.give(r.RemoteAddr)
 		w.Header().Set("Content-Type", first.GetMediaType())
 		// The document streams as it comes; an error half-way can only cut
 		// the response short, which the client sees as a broken body.
+		out := stallingWriter{w: w, rc: http.NewResponseController(w), stall: o.contentStall}
 		for msg := first; ; {
-			if _, err := w.Write(msg.GetData()); err != nil { //nolint:gosec // a domain's document, sandboxed above
+			if err := out.write(msg.GetData()); err != nil {
+				if o.accessLog != nil {
+					o.accessLog.Debug("content answer cut: its client stopped reading it",
+						"path", r.URL.Path, "client", r.RemoteAddr, "stall", o.contentStall, "error", err)
+				}
 				return
 			}
 			if msg, err = stream.Recv(); err != nil {
@@ -82,6 +183,32 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient) http.
 			}
 		}
 	})
+}
+
+// stallingWriter writes a document in pieces, each of which its client must
+// take within stall: a client that stops reading has its answer cut (and
+// what the answer holds freed) without a bound on the whole answer's time,
+// which would cut slow clients' large documents.
+type stallingWriter struct {
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	stall time.Duration
+}
+
+func (s stallingWriter) write(p []byte) error {
+	for len(p) > 0 {
+		n := min(len(p), contentPiece)
+		// A writer without deadlines (none of net/http's) keeps the
+		// server's WriteTimeout for the whole answer.
+		if err := s.rc.SetWriteDeadline(time.Now().Add(s.stall)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		if _, err := s.w.Write(p[:n]); err != nil { //nolint:gosec // a domain's document, sandboxed by peekContent
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
 }
 
 // peekRequestOf reads the query of a content peek as /v1/peek takes it.

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/felixge/httpsnoop"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -67,6 +68,10 @@ type options struct {
 	bodies        *semaphore.Weighted
 	authenticate  func(authorization []string) error
 	accessLog     *slog.Logger
+
+	contentPeeks        int           // documents being answered at once
+	contentPeeksPerConn int           // of them on one connection
+	contentStall        time.Duration // longest a client may read nothing of a document
 }
 
 // WithAccessLog logs every request at debug level on logger: method, path,
@@ -88,11 +93,39 @@ func WithAuthentication(fn func(authorization []string) error) Option {
 	return func(o *options) { o.authenticate = fn }
 }
 
+// WithContentPeeks bounds the documents being answered at once
+// (GET /v1/peek/content) to total, and to perConn on one connection; a
+// content peek beyond either is answered 503 with Retry-After. Zero keeps
+// the default.
+func WithContentPeeks(total, perConn int) Option {
+	return func(o *options) {
+		if total > 0 {
+			o.contentPeeks = total
+		}
+		if perConn > 0 {
+			o.contentPeeksPerConn = perConn
+		}
+	}
+}
+
+// WithContentStall cuts a document's answer when its client reads nothing of
+// it for d (zero keeps the default).
+func WithContentStall(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.contentStall = d
+		}
+	}
+}
+
 // New returns the HTTP handler of the gateway. conn reaches the gRPC server
 // (MessageHub and health); metrics serves /metrics (nil: /metrics is served
 // elsewhere and is not found here).
 func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handler, opts ...Option) (http.Handler, error) {
-	o := options{maxBodyBytes: DefaultMaxBodyBytes, maxBodyMemory: DefaultMaxBodyMemory}
+	o := options{
+		maxBodyBytes: DefaultMaxBodyBytes, maxBodyMemory: DefaultMaxBodyMemory,
+		contentPeeks: DefaultContentPeeks, contentPeeksPerConn: DefaultContentPeeksPerConn, contentStall: DefaultContentStall,
+	}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -129,7 +162,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodPost, "/v1/notifications", api},
 		{http.MethodGet, "/v1/peek", api},
 		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
-		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn)), o)},
+		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn), o), o)},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})

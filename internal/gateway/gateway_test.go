@@ -47,6 +47,13 @@ func newStack(t *testing.T, opts ...gateway.Option) *stack {
 // newStackWith is newStack with options of the gRPC server.
 func newStackWith(t *testing.T, serverOpts []server.Option, opts ...gateway.Option) *stack {
 	t.Helper()
+	return newStackServing(t, serverOpts, nil, opts...)
+}
+
+// newStackServing is newStackWith whose HTTP server configure sets up
+// before it starts (nil: as httptest makes it).
+func newStackServing(t *testing.T, serverOpts []server.Option, configure func(*httptest.Server), opts ...gateway.Option) *stack {
+	t.Helper()
 	store, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -58,11 +65,11 @@ func newStackWith(t *testing.T, serverOpts []server.Option, opts ...gateway.Opti
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient("passthrough:///in-process",
+	conn, err := grpc.NewClient("passthrough:///in-process", append(gateway.InProcessDialOptions(),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize)),
-	)
+	)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +78,11 @@ func newStackWith(t *testing.T, serverOpts []server.Option, opts ...gateway.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	web := httptest.NewServer(handler)
+	web := httptest.NewUnstartedServer(handler)
+	if configure != nil {
+		configure(web)
+	}
+	web.Start()
 	t.Cleanup(web.Close)
 	s.url = web.URL
 	return s

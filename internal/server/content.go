@@ -93,6 +93,14 @@ const messageOverhead = 16
 // sendDocument streams first (with as much data as fits) and then the rest
 // of body, every message within content.MaxMessageBytes.
 func sendDocument(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChunk], first *messagehubv1.PeekContentChunk, body io.Reader) error {
+	ctx := stream.Context()
+	// The read buffer counts against the answers' budget for the whole
+	// call, each message until it is written (see answers.go).
+	releaseBuf, err := reserve(ctx, content.MaxMessageBytes)
+	if err != nil {
+		return err
+	}
+	defer releaseBuf()
 	buf := make([]byte, content.MaxMessageBytes-messageOverhead)
 	room := max(len(buf)-proto.Size(first), 0)
 	msg := first
@@ -100,7 +108,11 @@ func sendDocument(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChun
 		n, err := io.ReadFull(body, buf[:room])
 		if n > 0 || msg == first {
 			msg.Data = buf[:n]
-			if serr := stream.Send(msg); serr != nil {
+			release, rerr := reserve(ctx, int64(proto.Size(msg)))
+			if rerr != nil {
+				return rerr
+			}
+			if serr := stream.SendMsg(&heldAnswer{msg: msg, release: release}); serr != nil {
 				return serr
 			}
 		}

@@ -43,6 +43,13 @@ type serverCodec struct{ encoding.CodecV2 }
 
 func newServerCodec() serverCodec { return serverCodec{codec.New()} }
 
+func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if h, ok := v.(*heldAnswer); ok {
+		return marshalHeld(c.CodecV2, h)
+	}
+	return c.CodecV2.Marshal(v)
+}
+
 func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*wireMessage); ok {
 		if w.buf != nil {
@@ -151,7 +158,11 @@ func deferDecoding(h grpc.MethodHandler) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 		p := &pendingRequest{recv: dec}
 		ctx = context.WithValue(ctx, pendingKey{}, p)
-		return h(srv, ctx, func(into any) error { p.into = into; return nil }, interceptor)
+		resp, err := h(srv, ctx, func(into any) error { p.into = into; return nil }, interceptor)
+		if err != nil {
+			return resp, err
+		}
+		return holdAnswer(ctx, resp)
 	}
 }
 

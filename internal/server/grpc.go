@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -56,6 +57,7 @@ type options struct {
 	documents      Documents
 	contentTimeout time.Duration
 	limits         Limits
+	answers        AnswerBudget
 }
 
 // Limits bound what clients can make the server hold. The defaults suit a
@@ -156,7 +158,7 @@ func WithStatsHandler(h stats.Handler) Option {
 // ("") and ServiceName; the caller sets SERVING once the store is open (see
 // SetServing). Health and reflection need no credentials.
 func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, *health.Server) {
-	o := options{metrics: telemetry.Discard(), limits: DefaultLimits}
+	o := options{metrics: telemetry.Discard(), limits: DefaultLimits, answers: DefaultAnswerBudget}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -202,6 +204,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		grpc.ForceServerCodecV2(newServerCodec()),
 		grpc.NumStreamWorkers(streamWorkers),
 	}
+	serverOpts = append(serverOpts, grpc.StatsHandler(answerBudgets{perConn: o.answers.PerConnection, total: semaphore.NewWeighted(o.answers.Total), wait: o.answers.Wait}))
 	for _, h := range o.stats {
 		serverOpts = append(serverOpts, grpc.StatsHandler(h))
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"encoding/binary"
 	"log/slog"
 	"testing"
 	"time"
@@ -20,7 +21,13 @@ type rawClient struct {
 
 func newRawClient(t *testing.T, settings []http2.Setting, opts ...Option) *rawClient {
 	t.Helper()
-	srv, hs := NewGRPCServer(&recordingHub{}, slog.New(slog.DiscardHandler), opts...)
+	return newRawClientOver(t, &recordingHub{}, settings, opts...)
+}
+
+// newRawClientOver is newRawClient of a server over hub.
+func newRawClientOver(t *testing.T, hub Hub, settings []http2.Setting, opts ...Option) *rawClient {
+	t.Helper()
+	srv, hs := NewGRPCServer(hub, slog.New(slog.DiscardHandler), opts...)
 	SetServing(hs, true)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
@@ -53,10 +60,21 @@ func (c *rawClient) open(id uint32, request bool) { c.call(id, "Watch", request)
 // request if request is set.
 func (c *rawClient) call(id uint32, method string, request bool) {
 	c.t.Helper()
+	var body []byte
+	if request {
+		body = []byte{}
+	}
+	c.callPath(id, "/grpc.health.v1.Health/"+method, body)
+}
+
+// callPath starts a call of the method at path on stream id, with the
+// request message body unless body is nil.
+func (c *rawClient) callPath(id uint32, path string, body []byte) {
+	c.t.Helper()
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	for _, f := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":path", "/grpc.health.v1.Health/" + method},
+		{":method", "POST"}, {":scheme", "http"}, {":path", path},
 		{":authority", "hub"}, {"content-type", "application/grpc"}, {"te", "trailers"},
 	} {
 		if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
@@ -66,9 +84,10 @@ func (c *rawClient) call(id uint32, method string, request bool) {
 	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
 		c.t.Fatal(err)
 	}
-	if request {
-		// A gRPC message: not compressed, 0 bytes (an empty HealthCheckRequest).
-		if err := c.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0}); err != nil {
+	if body != nil {
+		// A gRPC message, not compressed.
+		frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
+		if err := c.fr.WriteData(id, true, append(frame, body...)); err != nil {
 			c.t.Fatal(err)
 		}
 	}

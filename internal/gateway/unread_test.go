@@ -1,0 +1,220 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/gateway"
+	"github.com/energydatahub/messagehub/internal/server"
+)
+
+// socketBuffer is the kernel's buffer of each end of the test's HTTP
+// connections: small, so that what a client does not read stays in the hub
+// rather than in the kernel (loopback buffers grow to megabytes).
+const socketBuffer = 16 << 10
+
+// smallBuffers makes the HTTP server's accepted connections keep small
+// kernel buffers.
+func smallBuffers(web *httptest.Server) { web.Listener = smallBufferListener{web.Listener} }
+
+type smallBufferListener struct{ net.Listener }
+
+func (l smallBufferListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(socketBuffer)
+		_ = tc.SetReadBuffer(socketBuffer)
+	}
+	return c, err
+}
+
+func dialSmall(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(socketBuffer)
+		_ = tc.SetWriteBuffer(socketBuffer)
+	}
+	return c, err
+}
+
+// cuts hands over each "content answer cut" the gateway logs, after calling
+// sample: the moment an unread answer is cut is the moment it has held the
+// most, having been stuck for the whole stall.
+type cuts struct {
+	sample func()
+	c      chan string
+}
+
+func (h cuts) Enabled(context.Context, slog.Level) bool { return true }
+func (h cuts) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "content answer cut") {
+		h.sample()
+		h.c <- r.Message
+	}
+	return nil
+}
+func (h cuts) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h cuts) WithGroup(string) slog.Handler      { return h }
+
+// heapInUse is the heap in use without garbage, nor buffers only pooled
+// (sync.Pool keeps them through one collection).
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// Content peeks whose answers are never read hold at most the places of the
+// content budget, each at most gateway.ContentPeekBytes, whatever the
+// document's size and however many are made; the others are refused with
+// 503 and Retry-After, and a stuck answer is cut after the stall, freeing
+// its place. (Before the budget and the in-process connection's fixed
+// window, each unread peek of a large document held up to 16 MiB.)
+func TestUnreadContentPeeksHoldABoundedHeap(t *testing.T) {
+	const (
+		places  = 2
+		unread  = 24
+		docSize = 20 << 20
+		stall   = time.Second
+	)
+	document := bytes.Repeat([]byte("0123456789abcdef"), docSize/16)
+	var (
+		mu   sync.Mutex
+		peak uint64
+		base uint64
+	)
+	log := cuts{c: make(chan string, unread), sample: func() {
+		in := heapInUse()
+		mu.Lock()
+		defer mu.Unlock()
+		if in > base {
+			peak = max(peak, in-base)
+		}
+	}}
+	docs := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("application/octet-stream", document, 1<<20)
+	}).Documents(t)
+	s := newStackServing(t, []server.Option{server.WithDocuments(docs, time.Minute)}, smallBuffers,
+		gateway.WithContentPeeks(places, places), gateway.WithContentStall(stall), gateway.WithAccessLog(slog.New(log)))
+	recipient := uuid.NewString()
+	s.saveOne(t, recipient, domain.OriginTimeSeries)
+	url := s.url + "/v1/peek/content?recipient=" + recipient
+	// The document is built and stored by a first peek, read whole.
+	if resp, body := get(t, url); resp.StatusCode != http.StatusOK || len(body) != docSize {
+		t.Fatalf("first peek: %d with %d bytes", resp.StatusCode, len(body))
+	}
+	mu.Lock()
+	base = heapInUse()
+	mu.Unlock()
+
+	statuses := map[int]int{}
+	for range unread {
+		conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: hub\r\n\r\n", strings.TrimPrefix(url, s.url)); err != nil {
+			t.Fatal(err)
+		}
+		// The status line, and not a byte of the body read on purpose.
+		line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var code int
+		if _, err := fmt.Sscanf(line, "HTTP/1.1 %d", &code); err != nil {
+			t.Fatalf("status line %q: %v", line, err)
+		}
+		statuses[code]++
+	}
+	if statuses[http.StatusOK] != places || statuses[http.StatusServiceUnavailable] != unread-places {
+		t.Fatalf("answers %v; want %d × 200 and the rest 503", statuses, places)
+	}
+	for range places {
+		<-log.c
+	}
+	mu.Lock()
+	held := peak
+	mu.Unlock()
+	const slack = 4 << 20 // the hub's other buffers, connections, pools
+	bound := uint64(places*gateway.ContentPeekBytes + slack)
+	t.Logf("%d unread content peeks of a %d MiB document: heap held %.1f MiB at most (bound %.1f MiB)",
+		unread, docSize>>20, float64(held)/(1<<20), float64(bound)/(1<<20))
+	if held > bound {
+		t.Fatalf("unread content peeks held %d bytes, more than %d places of %d bytes and %d slack",
+			held, places, gateway.ContentPeekBytes, slack)
+	}
+	// The cut answers gave their places up.
+	if resp, body := get(t, url); resp.StatusCode != http.StatusOK || len(body) != docSize {
+		t.Fatalf("a peek after the unread ones were cut: %d with %d bytes", resp.StatusCode, len(body))
+	}
+}
+
+// A client that reads a document slowly but steadily gets all of it, for
+// longer than the HTTP server's WriteTimeout: the stall is counted per
+// piece, not for the whole answer.
+func TestASlowButSteadyReaderGetsTheWholeDocument(t *testing.T) {
+	const (
+		docSize   = 4 << 20
+		readSize  = 64 << 10
+		readPause = 20 * time.Millisecond
+		whole     = 300 * time.Millisecond // far below docSize/readSize × readPause
+	)
+	document := bytes.Repeat([]byte("<doc/>"), docSize/6)
+	docs := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("application/xml", document, 1<<20)
+	}).Documents(t)
+	s := newStackServing(t, []server.Option{server.WithDocuments(docs, time.Minute)},
+		func(web *httptest.Server) { smallBuffers(web); web.Config.WriteTimeout = whole },
+		gateway.WithContentStall(time.Minute))
+	recipient := uuid.NewString()
+	s.saveOne(t, recipient, domain.OriginTimeSeries)
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dialSmall(ctx, addr) },
+	}}
+	resp, err := client.Do(newRequest(t, http.MethodGet, s.url+"/v1/peek/content?recipient="+recipient, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	start := time.Now()
+	var got bytes.Buffer
+	buf := make([]byte, readSize)
+	for {
+		n, err := io.ReadFull(resp.Body, buf)
+		got.Write(buf[:n])
+		if err != nil {
+			break
+		}
+		time.Sleep(readPause) // the client's pace, not a synchronisation
+	}
+	if !bytes.Equal(got.Bytes(), document) {
+		t.Fatalf("got %d of %d bytes in %v (the server's WriteTimeout is %v)", got.Len(), len(document), time.Since(start), whole)
+	}
+	if took := time.Since(start); took < whole {
+		t.Fatalf("read in %v, not past the WriteTimeout %v: the test shows nothing", took, whole)
+	}
+}
