@@ -2,12 +2,12 @@ package hub
 
 import (
 	"fmt"
-	"github.com/energydatahub/messagehub/internal/store"
 	"slices"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // checkCabinets refuses a recipient's planned save when it grows a

@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"github.com/energydatahub/messagehub/internal/store"
 	"slices"
 	"testing"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // A dequeued record names its drawers only when the entry read covers the

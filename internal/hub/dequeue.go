@@ -3,12 +3,12 @@ package hub
 import (
 	"context"
 	"fmt"
-	"github.com/energydatahub/messagehub/internal/store"
 	"slices"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // Dequeue acknowledges exactly the notifications of a pending bundle of the

@@ -2,12 +2,12 @@ package hub
 
 import (
 	"errors"
-	"github.com/energydatahub/messagehub/internal/store"
 	"testing"
 
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // A stored id is a duplicate when its record holds the notification's

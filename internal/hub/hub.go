@@ -1,10 +1,14 @@
+// Package hub is MessageHub's algorithm over the store contract
+// (internal/store): Save (save.go, a group commit), Peek (peek.go, cutting
+// bundles by the bundling rule), Dequeue (dequeue.go) and retention
+// (sweep.go). It knows no backend: internal/store/storetest runs it over
+// each one.
 package hub
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/energydatahub/messagehub/internal/store"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -15,6 +19,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/groupcommit"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 const (
@@ -26,7 +31,7 @@ const (
 	opTimeout = 30 * time.Second
 )
 
-// Repository is MessageHub's core: Save, Peek and Dequeue over a Store.
+// Hub is MessageHub's core: Save, Peek and Dequeue over a store.Store.
 type Hub struct {
 	store  store.Store
 	opts   Options

@@ -2,10 +2,10 @@ package hub
 
 import (
 	"context"
-	"github.com/energydatahub/messagehub/internal/store"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // Options configure a Repository.

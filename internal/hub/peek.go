@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/energydatahub/messagehub/internal/store"
 	"slices"
 	"strconv"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // Peek returns the recipient's next bundle for group, or nil when there is

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/energydatahub/messagehub/internal/store"
 	"maps"
 	"slices"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/groupcommit"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // Group commit (internal/groupcommit): Save calls queue up; each group takes

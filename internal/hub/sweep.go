@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"errors"
-	"github.com/energydatahub/messagehub/internal/store"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // sweepSpread is the part of the interval a pass is spread over: a pass

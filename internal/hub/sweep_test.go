@@ -2,12 +2,12 @@ package hub
 
 import (
 	"context"
-	"github.com/energydatahub/messagehub/internal/store"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // sweptStore answers only what a sweep with nothing to remove asks, and

@@ -37,8 +37,8 @@ type AnswerBudget struct {
 	Wait time.Duration
 }
 
-// DefaultAnswerBudget: a connection may hold four of the largest bundles
-// (about 16 MiB each), the server 512 MiB.
+// DefaultAnswerBudget lets a connection hold four of the largest bundles
+// (about 16 MiB each) and the server 512 MiB.
 var DefaultAnswerBudget = AnswerBudget{PerConnection: 64 << 20, Total: 512 << 20, Wait: 5 * time.Second}
 
 // smallAnswer is the size below which answers are not counted: most

@@ -35,7 +35,7 @@ func (f *fakeContentStream) Send(m *messagehubv1.PeekContentChunk) error {
 // peekContentLogged runs one PeekContent of a bundle whose domain hangs, in
 // a call with context ctx, maps its error as the interceptor does and
 // returns the status and what was logged at info or above.
-func peekContentLogged(t *testing.T, svc *Service, ctx context.Context) (*status.Status, string) {
+func peekContentLogged(ctx context.Context, t *testing.T, svc *Service) (*status.Status, string) {
 	t.Helper()
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -70,7 +70,7 @@ func TestContentPeeksTheCallerGivesUpOnAreNotWarnings(t *testing.T) {
 		<-asked // the domain is being asked: the peek waits for it
 		cancel()
 	}()
-	st, logs := peekContentLogged(t, svc, ctx)
+	st, logs := peekContentLogged(ctx, t, svc)
 	if st.Code() != codes.Canceled || logs != "" {
 		t.Fatalf("a cancelled content peek: %v, logged %q; want CANCELED, nothing at info or above", st, logs)
 	}
@@ -78,7 +78,7 @@ func TestContentPeeksTheCallerGivesUpOnAreNotWarnings(t *testing.T) {
 		// As a client with a 50 ms deadline: the build already runs, so
 		// the peek waits for it until the caller's deadline.
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		st, logs := peekContentLogged(t, svc, ctx)
+		st, logs := peekContentLogged(ctx, t, svc)
 		cancel()
 		if st.Code() != codes.DeadlineExceeded || logs != "" {
 			t.Fatalf("a content peek past its caller's deadline: %v, logged %q; want DEADLINE_EXCEEDED, nothing at info or above", st, logs)
@@ -92,7 +92,7 @@ func TestContentPeeksTheCallerGivesUpOnAreNotWarnings(t *testing.T) {
 func TestADocumentNotReadyIsNoWarning(t *testing.T) {
 	svc, _ := hangingDocuments(t, 50*time.Millisecond)
 	for range 3 {
-		st, logs := peekContentLogged(t, svc, context.Background())
+		st, logs := peekContentLogged(context.Background(), t, svc)
 		if st.Code() != codes.Unavailable || logs != "" {
 			t.Fatalf("a content peek whose document is not ready: %v, logged %q; want UNAVAILABLE, nothing at info or above", st, logs)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/backend"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/internal/store/storetest"
 	"github.com/energydatahub/messagehub/test/cosmostest"
@@ -48,13 +49,26 @@ func open(t *testing.T, cfg cosmos.Config) *cosmos.Store {
 	return s
 }
 
+// The suites run on the chain the binary opens (backend.Open), not on the
+// bare store, so that no decorator can change what they check.
 func TestContract(t *testing.T) {
-	storetest.RunRepository(t, openStore)
+	storetest.RunRepository(t, openChain)
 }
 
 // Each Store method keeps its promise, checked without the algorithm.
 func TestStoreContract(t *testing.T) {
-	storetest.RunStore(t, openStore)
+	storetest.RunStore(t, openChain)
 }
 
-func openStore(t *testing.T) store.Store { return open(t, cosmos.Config{}) }
+// openChain provisions a fresh database, as open does, behind the chain.
+func openChain(t *testing.T) store.Store {
+	t.Helper()
+	s, err := backend.Open(context.Background(), backend.Config{Kind: backend.Cosmos, Cosmos: cosmos.Config{
+		Endpoint: server.Endpoint, Key: server.Key, Provision: true,
+		Database: cosmostest.UniqueID("db"), Transport: cosmostest.NewHTTPClient(),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -20,7 +20,6 @@ import (
 	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/instrumented"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
-	"github.com/energydatahub/messagehub/internal/store/storetest"
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
@@ -31,20 +30,6 @@ func openEmbedded(t *testing.T) store.Store {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// The decorator must be invisible to the algorithm: the whole contract holds
-// through it.
-func TestContractThroughTheDecorator(t *testing.T) {
-	storetest.RunRepository(t, openDecorated)
-}
-
-func TestStoreContractThroughTheDecorator(t *testing.T) {
-	storetest.RunStore(t, openDecorated)
-}
-
-func openDecorated(t *testing.T) store.Store {
-	return instrumented.New(openEmbedded(t), telemetry.Discard())
 }
 
 // reader collects what the instrumented store recorded.

@@ -1,4 +1,4 @@
-// Package embedded is the default Store: a crash-safe on-disk database in one
+// Package pebble is the default Store: a crash-safe on-disk database in one
 // folder, built on pebble (an LSM key-value store with a write-ahead log).
 // Writes are group-committed: each group is one atomic pebble batch synced to
 // disk before any of it is visible or acknowledged.

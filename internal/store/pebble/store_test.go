@@ -10,21 +10,24 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/backend"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 	"github.com/energydatahub/messagehub/internal/store/storetest"
 )
 
+// The suites run on the chain the binary opens (backend.Open), not on the
+// bare store, so that no decorator can change what they check.
 func TestContract(t *testing.T) {
-	storetest.RunRepository(t, openStore)
+	storetest.RunRepository(t, openChain)
 }
 
 // Each Store method keeps its promise, checked without the algorithm.
 func TestStoreContract(t *testing.T) {
-	storetest.RunStore(t, openStore)
+	storetest.RunStore(t, openChain)
 }
 
-func openStore(t *testing.T) store.Store {
-	s, err := pebble.Open(t.TempDir(), nil)
+func openChain(t *testing.T) store.Store {
+	s, err := backend.Open(context.Background(), backend.Config{Kind: backend.Pebble, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

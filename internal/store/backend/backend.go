@@ -1,0 +1,71 @@
+// Package backend opens the store a deployment names and composes the chain
+// the hub runs on: the backend (pebble or Cosmos DB) and, around it, the
+// decorators every deployment has. The binary and the shared suites open
+// stores through Open, so the suites check the chain the binary runs.
+package backend
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/internal/store/instrumented"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
+	"github.com/energydatahub/messagehub/internal/telemetry"
+)
+
+// Kind names a backend.
+type Kind string
+
+// The backends.
+const (
+	Pebble Kind = "embedded" // the embedded store in a local directory
+	Cosmos Kind = "cosmos"   // Azure Cosmos DB, shared by several instances
+)
+
+// Config says which backend to open and how.
+type Config struct {
+	Kind    Kind
+	DataDir string        // Pebble: the store's directory
+	Cosmos  cosmos.Config // Cosmos: the account and database (its OnRequest defaults to Metrics)
+	Logger  *slog.Logger
+	// Metrics records every store operation, and every request of a remote
+	// backend; nil records nothing.
+	Metrics *telemetry.Metrics
+}
+
+// Open opens the backend and returns it behind the decorators: the metrics
+// of every operation. Closing the result closes the backend.
+func Open(ctx context.Context, cfg Config) (store.Store, error) {
+	if cfg.Metrics == nil {
+		cfg.Metrics = telemetry.Discard()
+	}
+	var (
+		s   store.Store
+		err error
+	)
+	switch cfg.Kind {
+	case Pebble:
+		s, err = pebble.Open(cfg.DataDir, cfg.Logger)
+	case Cosmos:
+		c := cfg.Cosmos
+		if c.Logger == nil {
+			c.Logger = cfg.Logger
+		}
+		if c.OnRequest == nil {
+			c.OnRequest = cfg.Metrics.RecordRequest
+		}
+		s, err = cosmos.Open(ctx, c)
+		if err != nil {
+			err = fmt.Errorf("open cosmos store at %s: %w", c.Endpoint, err)
+		}
+	default:
+		err = fmt.Errorf("unknown store backend %q", cfg.Kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return instrumented.New(s, cfg.Metrics), nil
+}
