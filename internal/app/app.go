@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/sync/errgroup"
@@ -69,8 +70,10 @@ type App struct {
 	mu      sync.Mutex
 	running bool // Run has been called
 
-	stopOnce sync.Once
-	stopping chan struct{} // closed when shutdown starts
+	stopOnce    sync.Once
+	stopStarted time.Time     // when shutdown started; set by stopOnce
+	stopping    chan struct{} // closed when shutdown starts
+	released    chan struct{} // closed once every closer has run
 	// closeOnce runs Close's work once; later calls return closeErr.
 	closeOnce sync.Once
 	closeErr  error
@@ -97,10 +100,10 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, logger: cfg.Logger, stopping: make(chan struct{})}
+	a := &App{cfg: cfg, logger: cfg.Logger, stopping: make(chan struct{}), released: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, a.runClosers())
+			err = errors.Join(err, a.runClosers(time.Now().Add(a.shutdownTimeout())))
 		}
 	}()
 	build := cfg.Build.orDefaults()

@@ -83,17 +83,19 @@ func (r *running) closeWithin(t *testing.T) error {
 	r.stop()
 	closed := make(chan error, 1)
 	go func() { closed <- r.app.Close() }()
+	bound := time.NewTimer(shutdownTimeout + closeMargin)
+	defer bound.Stop()
+	var err error
 	select {
-	case err := <-closed:
-		t.Logf("closed in %s", time.Since(began).Round(time.Millisecond))
-		if err := <-r.ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		return err
-	case <-time.After(shutdownTimeout + closeMargin):
+	case err = <-closed:
+	case <-bound.C:
 		t.Fatalf("Close has not returned %s after shutdown began (timeout %s)", time.Since(began).Round(time.Millisecond), shutdownTimeout)
-		return nil
 	}
+	t.Logf("closed in %s", time.Since(began).Round(time.Millisecond))
+	if err := <-r.ran; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	return err
 }
 
 func notification(recipient string) *messagehubv1.DataAvailable {
