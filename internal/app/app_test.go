@@ -161,3 +161,23 @@ func TestSavePeekDequeueInProcess(t *testing.T) {
 		t.Error("a Peek after Close succeeded")
 	}
 }
+
+// An App closed without having run releases what it opened: another opens
+// the same data directory.
+func TestCloseWithoutRunReleasesTheStore(t *testing.T) {
+	cfg := testConfig(t)
+	first, err := app.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	second, err := app.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("a second App on the data directory of a closed one: %v", err)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
