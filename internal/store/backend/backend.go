@@ -28,9 +28,12 @@ const (
 // Config says which backend to open and how.
 type Config struct {
 	Kind    Kind
-	DataDir string        // Pebble: the store's directory
-	Cosmos  cosmos.Config // Cosmos: the account and database (its OnRequest defaults to Metrics)
-	Logger  *slog.Logger
+	DataDir string // Pebble: the store's directory
+	// PebbleGate, when set, is asked before every write of the embedded
+	// store (the disk guard's floor).
+	PebbleGate func() error
+	Cosmos     cosmos.Config // Cosmos: the account and database (its OnRequest defaults to Metrics)
+	Logger     *slog.Logger
 	// Metrics records every store operation, and every request of a remote
 	// backend; nil records nothing.
 	Metrics *telemetry.Metrics
@@ -48,7 +51,7 @@ func Open(ctx context.Context, cfg Config) (store.Store, error) {
 	)
 	switch cfg.Kind {
 	case Pebble:
-		s, err = pebble.Open(cfg.DataDir, cfg.Logger)
+		s, err = pebble.OpenGated(cfg.DataDir, cfg.Logger, cfg.PebbleGate)
 	case Cosmos:
 		c := cfg.Cosmos
 		if c.Logger == nil {

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"log/slog"
@@ -13,10 +13,10 @@ import (
 // loopback and returns its base URL.
 func serveHTTPForTest(t *testing.T, handler http.Handler) string {
 	t.Helper()
-	h := &instance{logger: slog.New(slog.DiscardHandler), cfg: Config{Limits: Limits{
+	a := &App{logger: slog.New(slog.DiscardHandler), cfg: Config{Limits: Limits{
 		HTTPReadTimeout: time.Minute, HTTPWriteTimeout: time.Minute, HTTPIdleTimeout: time.Minute,
 	}}}
-	srv := h.newHTTPServer(handler)
+	srv := a.newHTTPServer(handler)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

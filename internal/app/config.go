@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -15,11 +15,11 @@ import (
 	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/store/cosmos"
 )
 
-// Config is everything the binary is configured with. Each setting comes from
-// a flag, else from its environment variable, else from its default.
+// Config is everything the hub is configured with. ParseConfig fills the
+// settings, each from a flag, else from its environment variable, else from
+// its default; the fields after Limits are set by the caller.
 type Config struct {
 	GRPCAddr        string        // address the gRPC server listens on
 	HTTPAddr        string        // address the HTTP gateway listens on
@@ -41,6 +41,26 @@ type Config struct {
 	Content         ContentConfig // bundles' documents
 	ContentTimeout  time.Duration // how long a PeekContent waits for a document
 	Limits          Limits        // what clients can make the process hold
+
+	// Logger receives the hub's logs; nil discards them.
+	Logger *slog.Logger
+	// Build names the running build, in the logs and in
+	// messagehub_build_info.
+	Build Build
+	// ShutdownTimeout bounds shutdown, from its start (Run's context ending,
+	// or Close) until Close returns; 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+
+	// wrapStore, when set, wraps the store under everything else: tests use
+	// it to make the store misbehave.
+	wrapStore storeWrapper
+}
+
+// Build is what the binary knows about how it was built.
+type Build struct {
+	Version   string // module version; empty: "(devel)"
+	Revision  string // VCS commit; empty: "unknown"
+	GoVersion string
 }
 
 // Limits bound the resources clients can tie up.
@@ -71,8 +91,9 @@ type CosmosConfig struct {
 	// LegacyIDBuckets is the --cosmos-id-buckets of versions before hashed
 	// buckets, to read the id documents they wrote.
 	LegacyIDBuckets int
-	// Throughput of each container created by provisioning.
-	Throughput cosmos.Throughput
+	// Throughput of each container created by provisioning:
+	// autoscale=<max RU/s>, manual=<RU/s> or serverless.
+	Throughput string
 }
 
 // Authentication modes.
@@ -166,7 +187,7 @@ var settings = []setting{
 			c.Cosmos.Provision = b
 			return nil
 		}},
-	{"cosmos-id-buckets", "MESSAGEHUB_COSMOS_ID_BUCKETS", strconv.Itoa(cosmos.DefaultIDBuckets), "partitions of the Cosmos DB id index (1..256)",
+	{"cosmos-id-buckets", "MESSAGEHUB_COSMOS_ID_BUCKETS", strconv.Itoa(defaultCosmosIDBuckets), "partitions of the Cosmos DB id index (1..256)",
 		func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 256 {
@@ -185,14 +206,13 @@ var settings = []setting{
 			c.Cosmos.LegacyIDBuckets = n
 			return nil
 		}},
-	{"cosmos-throughput", "MESSAGEHUB_COSMOS_THROUGHPUT", string(cosmos.DefaultThroughput),
+	{"cosmos-throughput", "MESSAGEHUB_COSMOS_THROUGHPUT", defaultCosmosThroughput,
 		"request units of each Cosmos DB container created: autoscale=<max RU/s>, manual=<RU/s> or serverless",
 		func(c *Config, v string) error {
-			t := cosmos.Throughput(v)
-			if err := t.Validate(); err != nil {
+			if err := validateCosmosThroughput(v); err != nil {
 				return err
 			}
-			c.Cosmos.Throughput = t
+			c.Cosmos.Throughput = v
 			return nil
 		}},
 	{"data-dir", "MESSAGEHUB_DATA_DIR", "./data", "folder of the embedded store (created if missing)",

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -18,9 +18,9 @@ import (
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/blobstore"
+	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/hub"
-	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // ContentConfig is where bundles' documents come from (issue: bundle
@@ -105,12 +105,10 @@ func (c ContentConfig) validate(store string) error {
 	return nil
 }
 
-// contentService dials the configured providers, and returns the document
-// service over store and starts telling the providers of dequeues from the
-// outbox of shared, whose leases make the instances sharing it ask a domain
-// once; another instance's notices are told only once grace old (0: one
-// instance). closeAll stops both and releases the connections.
-func contentService(cfg ContentConfig, store content.Store, repo *hub.Hub, shared store.Store, grace time.Duration, bell *content.Bell, metrics content.ProviderMetrics, logger *slog.Logger) (svc *content.Service, closeAll func(), err error) {
+// contentService dials the configured providers and returns the document
+// service of svc and the notifier of notifier, started with them; closeAll
+// stops both and releases the connections.
+func contentService(cfg ContentConfig, svc content.Options, notifier content.NotifierOptions) (_ *content.Service, closeAll func(), err error) {
 	creds, err := cfg.dialOptions()
 	if err != nil {
 		return nil, nil, err
@@ -136,29 +134,64 @@ func contentService(cfg ContentConfig, store content.Store, repo *hub.Hub, share
 		conns = append(conns, conn)
 		providers[origin] = messagehubv1.NewBundleContentProviderClient(conn)
 	}
-	svc = content.NewService(content.Options{
-		Providers: providers,
-		Store:     store,
-		Lease:     shared,
-		// An instance that died holds a build up for this long at most.
-		LeaseDuration: cfg.Lease,
-		Pending:       repo.IsPending,
-		Logger:        logger,
-		Metrics:       metrics,
-	})
-	notifier := content.StartNotifier(content.NotifierOptions{
-		Providers: providers,
-		Notices:   shared,
-		Bundle:    repo.DequeuedBundle,
-		Bell:      bell,
-		Grace:     grace,
-		Logger:    logger,
-	})
-	return svc, func() {
-		notifier.Close()
-		svc.Close()
+	svc.Providers, notifier.Providers = providers, providers
+	service := content.NewService(svc)
+	notifying := content.StartNotifier(notifier)
+	return service, func() {
+		notifying.Close()
+		service.Close()
 		closeConns()
 	}, nil
+}
+
+// openDocuments opens where bundles' documents are kept: a folder next to
+// the embedded store, or Azure Blob Storage with Cosmos DB; nil with Cosmos
+// DB and no blob storage configured.
+func (a *App) openDocuments(ctx context.Context) (content.Store, error) {
+	if a.cfg.Store == StoreEmbedded {
+		dir, err := content.OpenDirStore(filepath.Join(a.cfg.DataDir, "content"))
+		if err != nil {
+			return nil, err
+		}
+		a.onClose("documents folder", dir.Close)
+		return dir, nil
+	}
+	blob := a.cfg.Content.Blob
+	if blob.ConnectionString == "" && blob.URL == "" {
+		return nil, nil
+	}
+	docs, err := blobstore.Open(ctx, blobstore.Config{
+		ConnectionString: blob.ConnectionString, ServiceURL: blob.URL, Container: blob.Container,
+		Provision: a.cfg.Cosmos.Provision,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return docs, nil
+}
+
+// guardDocuments puts the disk guard, when there is one, in front of new
+// documents.
+func (a *App) guardDocuments(docs content.Store) content.Store {
+	if a.guard == nil {
+		return docs
+	}
+	return documentsGuarded{Store: docs, guard: a.guard}
+}
+
+// documentsGuarded refuses new documents while saves are refused: they are
+// new data on the store's volume, and must not eat the space kept for
+// pebble's small writes. A refused build is retried with backoff.
+type documentsGuarded struct {
+	content.Store
+	guard *diskguard.Guard
+}
+
+func (d documentsGuarded) Create(ctx context.Context, key content.Key, mediaType string) (content.Staged, error) {
+	if err := d.guard.Check(); err != nil {
+		return nil, err
+	}
+	return d.Store.Create(ctx, key, mediaType)
 }
 
 // dialOptions are the transport credentials towards providers.

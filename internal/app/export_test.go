@@ -1,0 +1,11 @@
+package app
+
+import "github.com/energydatahub/messagehub/internal/store"
+
+// WrapStore makes New wrap the store chain it opens with wrap, under the
+// hub.
+func WrapStore(cfg *Config, wrap func(store.Store) store.Store) { cfg.wrapStore = wrap }
+
+// Released is closed once everything New opened is closed, also what a
+// Close that timed out left running.
+func Released(a *App) <-chan struct{} { return a.released }

@@ -1,0 +1,110 @@
+package app
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/server"
+)
+
+// loadTLS reads the listeners' certificate; nil without one (plaintext).
+func loadTLS(cfg Config) (*tls.Config, error) {
+	if cfg.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("load TLS certificate: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// listen opens the listeners; with --auth none every one must be on loopback.
+func (a *App) listen() error {
+	for _, l := range []struct {
+		addr string
+		into *net.Listener
+	}{{a.cfg.GRPCAddr, &a.grpcLis}, {a.cfg.HTTPAddr, &a.httpLis}, {a.cfg.MetricsAddr, &a.metricsLis}} {
+		if l.addr == "" {
+			continue
+		}
+		lis, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", l.addr, err)
+		}
+		a.onClose("listener "+l.addr, func() error { _ = lis.Close(); return nil })
+		if err := checkBound(a.cfg.Auth, lis.Addr()); err != nil {
+			return err
+		}
+		*l.into = lis
+	}
+	return nil
+}
+
+// checkBound refuses, with --auth none, a listener bound off loopback: the
+// configuration is checked before listening, but "localhost" might not
+// resolve to loopback, so what was bound is checked too.
+func checkBound(auth string, bound net.Addr) error {
+	if auth != AuthNone {
+		return nil
+	}
+	if a, ok := bound.(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+		return fmt.Errorf("refusing to start: --auth none is only allowed on loopback, but a listener is bound to %s", bound)
+	}
+	return nil
+}
+
+// withTLS terminates TLS at the gRPC listener when tlsConfig is set, rather
+// than with gRPC transport credentials, which would apply to every listener
+// of the server: the gateway's in-process connection then needs no TLS.
+func withTLS(lis net.Listener, tlsConfig *tls.Config) net.Listener {
+	if tlsConfig == nil {
+		return lis
+	}
+	c := tlsConfig.Clone()
+	c.NextProtos = []string{"h2"} // gRPC clients insist on ALPN h2
+	return tls.NewListener(lis, c)
+}
+
+// limited bounds the connections of an HTTP listener: the HTTP server
+// terminates TLS itself, so connections are read below TLS, where a
+// client's first byte (its hello, or its request) tells it is not silent.
+func (a *App) limited(lis net.Listener) net.Listener {
+	return server.LimitListener(lis, a.cfg.Limits.MaxConnections, 1)
+}
+
+// httpMaxHeaderBytes bounds an HTTP request's headers (HTTP/2: its header
+// list once decoded): a bearer token and the usual headers are a few KiB.
+// Go's default, 1 MiB, let each connection hold that much before any check.
+const httpMaxHeaderBytes = 64 << 10
+
+func (a *App) newHTTPServer(handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		TLSConfig:         a.tlsConfig,
+		ReadHeaderTimeout: min(10*time.Second, a.cfg.Limits.HTTPReadTimeout),
+		ReadTimeout:       a.cfg.Limits.HTTPReadTimeout,
+		WriteTimeout:      a.cfg.Limits.HTTPWriteTimeout,
+		IdleTimeout:       a.cfg.Limits.HTTPIdleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
+	}
+}
+
+func serveHTTP(srv *http.Server, lis net.Listener, tlsConfig *tls.Config) error {
+	var err error
+	if tlsConfig != nil {
+		err = srv.ServeTLS(lis, "", "") // the certificate is in TLSConfig
+	} else {
+		err = srv.Serve(lis)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve HTTP on %s: %w", lis.Addr(), err)
+	}
+	return nil
+}

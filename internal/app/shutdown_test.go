@@ -1,0 +1,88 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/app"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// stuckStore is a database that does not answer: every CommitSaves waits,
+// whatever its context says, until the test releases it, and then fails.
+type stuckStore struct {
+	store.Store
+	entered chan struct{} // a write has reached the store
+	release chan struct{} // closed: the writes answer
+	once    sync.Once
+}
+
+func newStuckStore() *stuckStore {
+	return &stuckStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (s *stuckStore) CommitSaves(context.Context, []store.RecipientSave) error {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-s.release
+	return errors.New("the store answered only after shutdown")
+}
+
+func (s *stuckStore) answer() { s.once.Do(func() { close(s.release) }) }
+
+// A Save whose write the store never answers neither holds shutdown up
+// beyond its timeout nor is acknowledged: Close returns within the bound and
+// says what it left unfinished, and the Save's caller gets an error.
+func TestCloseIsBoundedWhileTheStoreDoesNotAnswer(t *testing.T) {
+	cfg := testConfig(t)
+	stuck := newStuckStore()
+	app.WrapStore(&cfg, func(s store.Store) store.Store { stuck.Store = s; return stuck })
+	r := start(t, cfg)
+	t.Cleanup(stuck.answer) // before the cleanup that closes the App again
+
+	saved := make(chan error, 1)
+	go func() {
+		// No deadline of its own: only the hub ends this call.
+		_, err := r.client.Save(context.Background(), &messagehubv1.SaveRequest{
+			Notifications: []*messagehubv1.DataAvailable{notification(uuid.NewString())},
+		})
+		saved <- err
+	}()
+	select {
+	case <-stuck.entered:
+	case err := <-saved:
+		t.Fatalf("the Save ended before its write reached the store: %v", err)
+	case <-time.After(callTimeout):
+		t.Fatal("the Save's write did not reach the store")
+	}
+
+	err := r.closeWithin(t)
+	if !errors.Is(err, app.ErrShutdownTimedOut) {
+		t.Errorf("Close with a write still in the store: %v; want ErrShutdownTimedOut", err)
+	}
+	select {
+	case err := <-saved:
+		if err == nil {
+			t.Fatal("the Save cut off by shutdown was acknowledged")
+		}
+		t.Logf("the Save's caller got: %v", err)
+	case <-time.After(callTimeout):
+		t.Fatal("the Save's caller got no answer after Close")
+	}
+
+	// Once the store answers, what was left open closes.
+	stuck.answer()
+	select {
+	case <-app.Released(r.app):
+	case <-time.After(callTimeout):
+		t.Fatal("the App did not finish closing once the store answered")
+	}
+}

@@ -1,0 +1,170 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/diskguard"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/backend"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/internal/telemetry"
+)
+
+// This file is the one place in the package that names the hub and the
+// store: the store chain (backend.Open), the hub over it and the disk guard
+// are wired here, and the other files see a server.Hub.
+
+// The defaults and the check of the Cosmos DB settings, which are the
+// backend's own.
+const (
+	defaultCosmosIDBuckets  = cosmos.DefaultIDBuckets
+	defaultCosmosThroughput = string(cosmos.DefaultThroughput)
+)
+
+func validateCosmosThroughput(v string) error { return cosmos.Throughput(v).Validate() }
+
+// storeWrapper wraps the opened store under everything else (Config's
+// wrapStore): tests use it to make the real store misbehave.
+type storeWrapper = func(store.Store) store.Store
+
+// openHub opens the store, the documents next to it and the hub over both,
+// and returns the core the gRPC servers serve; the document service is nil
+// without a place for documents.
+func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error) {
+	var gate func() error
+	if a.cfg.Store == StoreEmbedded && a.cfg.MinFreeDisk > 0 {
+		a.guard = diskguard.New(a.cfg.DataDir, a.cfg.MinFreeDisk, nil, 0, a.logger)
+		a.onClose("disk guard", func() error { a.guard.Close(); return nil })
+		gate = a.guard.CheckWrite
+	}
+	measured, err := a.openStore(ctx, gate)
+	if err != nil {
+		return nil, nil, err
+	}
+	a.onClose("store", func() error {
+		if err := measured.Close(); err != nil {
+			return fmt.Errorf("close store: %w", err)
+		}
+		a.logger.Info("store closed")
+		return nil
+	})
+	if a.cfg.wrapStore != nil {
+		measured = a.cfg.wrapStore(measured)
+	}
+	repoOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention}
+	// Bundles' documents live next to the embedded store, or in Azure Blob
+	// Storage with Cosmos DB, and are served even for a domain whose
+	// provider has since been removed.
+	documents, err := a.openDocuments(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if documents != nil {
+		repoOpts.ForgetBundles = content.Forget(documents)
+		// Domains with a provider hear of their bundles' dequeues.
+		repoOpts.Announce = func(o domain.Origin) bool { _, ok := a.cfg.Content.Providers[o]; return ok }
+	}
+	// This instance's dequeues wake its notifier; it polls only for other
+	// instances' notices, rarely when there are none.
+	bell := content.NewBell()
+	repoOpts.Announced = bell.Ring
+	stopBacklog, err := a.tel.WatchBacklog(measured.Backlog, telemetry.DefaultBacklogInterval, a.logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	a.onClose("backlog watcher", func() error { stopBacklog(); return nil })
+	repo := hub.New(measured, repoOpts, a.logger)
+	// Queued saves commit here; a store that does not answer holds this
+	// stage up until the shutdown deadline (shutdown.go).
+	a.onClose("hub", func() error { repo.Close(); return nil })
+	var core server.Hub = repo
+	if a.guard != nil {
+		core = savesGuarded{Hub: repo, guard: a.guard}
+	}
+	if documents == nil {
+		return core, nil, nil
+	}
+	stopOutbox, err := a.tel.WatchOutbox(measured.NoticeBacklog, telemetry.DefaultBacklogInterval, a.logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	a.onClose("outbox watcher", func() error { stopOutbox(); return nil })
+	var grace time.Duration
+	if a.cfg.Store == StoreCosmos {
+		// Instances share the outbox: each tells its own dequeues, and
+		// another's only once they are overdue.
+		grace = a.cfg.Content.NoticeGrace
+	}
+	docs, closeDocs, err := contentService(a.cfg.Content,
+		content.Options{
+			Store: a.guardDocuments(documents),
+			// Shared through the store, whose leases make the instances
+			// sharing it ask a domain once.
+			Lease: measured,
+			// An instance that died holds a build up for this long at most.
+			LeaseDuration: a.cfg.Content.Lease,
+			Pending:       repo.IsPending,
+			Logger:        a.logger,
+			Metrics:       a.tel.Metrics,
+		},
+		content.NotifierOptions{
+			Notices: measured,
+			Bundle:  repo.DequeuedBundle,
+			Bell:    bell,
+			Grace:   grace,
+			Logger:  a.logger,
+		})
+	if err != nil {
+		return nil, nil, err
+	}
+	// Closed before the hub: builds ask it whether bundles are pending.
+	a.onClose("documents service", func() error { closeDocs(); return nil })
+	return core, docs, nil
+}
+
+// openStore opens the configured store chain (backend.Open); the embedded
+// store's writes ask gate first (nil: none).
+func (a *App) openStore(ctx context.Context, gate func() error) (store.Store, error) {
+	cfg := a.cfg
+	kind := backend.Pebble
+	if cfg.Store == StoreCosmos {
+		kind = backend.Cosmos
+	}
+	return backend.Open(ctx, backend.Config{
+		Kind:       kind,
+		DataDir:    cfg.DataDir,
+		PebbleGate: gate,
+		Cosmos: cosmos.Config{
+			Endpoint:        cfg.Cosmos.Endpoint,
+			Key:             cfg.Cosmos.Key,
+			Database:        cfg.Cosmos.Database,
+			Provision:       cfg.Cosmos.Provision,
+			IDBuckets:       cfg.Cosmos.IDBuckets,
+			LegacyIDBuckets: cfg.Cosmos.LegacyIDBuckets,
+			Throughput:      cosmos.Throughput(cfg.Cosmos.Throughput),
+			Retention:       cfg.Retention,
+		},
+		Logger:  a.logger,
+		Metrics: a.tel.Metrics,
+	})
+}
+
+// savesGuarded is the hub with the disk guard in front of Save: the small
+// writes of Peek and Dequeue go on while saves are refused.
+type savesGuarded struct {
+	*hub.Hub
+	guard *diskguard.Guard
+}
+
+func (s savesGuarded) Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error) {
+	if err := s.guard.Check(); err != nil {
+		return domain.SaveResult{}, err
+	}
+	return s.Hub.Save(ctx, notifications)
+}
