@@ -13,7 +13,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 )
 
-// Independent oracles for the rules of DESIGN §2, written as regular
+// Independent oracles for the validation rules, written as regular
 // expressions rather than the hand-rolled loops of validate.go.
 var (
 	uuidRE      = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -167,7 +167,7 @@ func FuzzParseUUID(f *testing.F) {
 
 // FuzzBundleCutter offers a random run of notifications, five bytes each
 // (bundling flag, weight in 1..2^31-1), to a cutter with a limit in 1..2^40
-// and checks the answers against the rule of DESIGN §3.
+// and checks the answers against the bundling rule (domain.BundleCutter).
 func FuzzBundleCutter(f *testing.F) {
 	enc := func(offers ...offer) []byte {
 		var out []byte

@@ -1,6 +1,3 @@
-// Package domain holds MessageHub's types and rules: what a notification is,
-// how it is validated, which domains a peek group covers and how a bundle is
-// cut. It knows nothing about storage or transport.
 package domain
 
 // Origin is the domain that produced a notification. The values match the

@@ -1,4 +1,4 @@
-// Package drawer holds the drawer layout of seed 004: a cabinet's
+// Package drawer holds the drawer layout: a cabinet's
 // notifications are appended to drawers of at most Capacity items; a drawer
 // is stored as pages of items. Positions number a cabinet's notifications
 // 0, 1, 2, ... in sequence order; a drawer covers [Start, Start+Count).

@@ -2,7 +2,7 @@
 // a Save load, restarts it on the same data directory and checks, black-box
 // over gRPC, that nothing acknowledged was lost, nothing is delivered twice,
 // nothing of an unacknowledged Save is partly visible, order is kept and
-// sequence numbers are not reused (DESIGN §3, §4, issue 2 "Crash test").
+// sequence numbers are not reused.
 package crash
 
 import (

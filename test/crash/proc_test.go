@@ -23,7 +23,7 @@ var binary string
 
 const (
 	startTimeout = 60 * time.Second // a race-enabled binary on a busy 2-core machine starts slowly
-	exitTimeout  = 15 * time.Second // DESIGN §2: exit within 15 s of SIGTERM
+	exitTimeout  = 15 * time.Second // the hub exits within 15 s of SIGTERM (README)
 )
 
 func TestMain(m *testing.M) { os.Exit(buildAndRun(m)) }

@@ -1,6 +1,6 @@
 // Package e2e drives the real messagehub binary over gRPC: it is built once,
 // started on a free loopback port with a temporary data directory, and checked
-// against the contract of DESIGN §2.
+// against the API's contract (proto/messagehub/v1 and the README).
 package e2e
 
 import (
@@ -27,7 +27,7 @@ var binary string
 const (
 	startTimeout = 60 * time.Second // the race-enabled binary on a loaded machine starts slowly
 	callTimeout  = 60 * time.Second
-	exitTimeout  = 15 * time.Second // DESIGN §2: exit within 15 s of SIGTERM
+	exitTimeout  = 15 * time.Second // the hub exits within 15 s of SIGTERM (README)
 )
 
 func TestMain(m *testing.M) {

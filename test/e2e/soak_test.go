@@ -21,7 +21,7 @@ import (
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
-// The two-process soak (issue 7 §6): two messagehub processes on one
+// The two-process soak: two messagehub processes on one
 // database of a faithful Cosmos test server (limits, charges, TTL, reads
 // lagging up to 200 ms, every container provisioned at 400 RU/s and
 // throttled with 429s beyond it), with savers and consumers running at once

@@ -43,7 +43,8 @@ func init() { encoding.RegisterCodecV2(codec.New()) }
 // gcPercent is the tool's GOGC unless the environment sets one.
 const gcPercent = 400
 
-// Limits of the contract (DESIGN §2, §3) the scenarios rely on.
+// Limits of the API (validation and bundling, internal/domain) the scenarios
+// rely on.
 const (
 	maxPerSave             = 10_000
 	defaultMaxBundleWeight = 51_200

@@ -15,7 +15,7 @@ import (
 const (
 	buildTimeout = 10 * time.Minute
 	startTimeout = 60 * time.Second
-	stopTimeout  = 15 * time.Second // DESIGN §2: the hub exits within 15 s of SIGTERM
+	stopTimeout  = 15 * time.Second // the hub exits within 15 s of SIGTERM (README)
 	keepLogLines = 50
 )
 
