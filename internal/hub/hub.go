@@ -43,9 +43,8 @@ type Hub struct {
 	// operation starts, so Close can wait for every one that did.
 	closeMu sync.RWMutex
 	closed  bool
-	// saves is the group committer of Save (save.go); staged is its own.
-	saves  *groupcommit.Pipeline[*saveCall]
-	staged staged
+	// saves is the group committer of Save (save.go).
+	saves *groupcommit.Pipeline[*saveCall]
 	// ops counts running calls and the shared executions they started;
 	// stopOps cancels the shared executions (their callers are gone by the
 	// time Close runs).
@@ -83,8 +82,7 @@ func New(store store.Store, opts Options, logger *slog.Logger) *Hub {
 	}
 	r := &Hub{
 		store: store, opts: opts, logger: logger,
-		peeks:  newSharer[*domain.Bundle](),
-		staged: staged{states: map[string]stagedState{}},
+		peeks: newSharer[*domain.Bundle](),
 	}
 	r.saves = r.newSaver()
 	r.opsCtx, r.stopOps = context.WithCancel(context.Background())

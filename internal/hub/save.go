@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/zeebo/xxh3"
 
@@ -21,9 +19,7 @@ import (
 
 // Group commit (internal/groupcommit): Save calls queue up; each group takes
 // all that are queued (up to maxGroupNotifications) into one durable store
-// write, so many small saves share one fsync and one watermark step. On a
-// Stager the next group is planned and applied while the previous one is
-// being made durable.
+// write, so many small saves share one fsync and one watermark step.
 const maxGroupNotifications = 20_000
 
 type saveCall struct {
@@ -63,24 +59,8 @@ func (r *Hub) newSaver() *groupcommit.Pipeline[*saveCall] {
 	})
 }
 
-// staged is what the save pipeline has applied and not yet seen durable:
-// each recipient's head and entries as its last staged group left them,
-// which the next group plans from (the store's own records still show the
-// durable state). Only the collecting goroutine uses it, but durable is
-// set by the finishing one.
-type staged struct {
-	states  map[string]stagedState
-	last    uint64
-	durable atomic.Uint64
-}
-
-type stagedState struct {
-	state store.RecipientState
-	group uint64
-}
-
-// prepareGroup plans the group and writes it; the function it returns (on a
-// Stager) waits until it is durable and answers the calls.
+// prepareGroup plans the group and writes it, durably, then answers the
+// calls.
 func (r *Hub) prepareGroup(group []*saveCall) func() {
 	live := group[:0:0]
 	for _, c := range group {
@@ -94,57 +74,9 @@ func (r *Hub) prepareGroup(group []*saveCall) func() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	stager, pipelined := r.store.(store.Stager)
-	if !pipelined {
-		defer cancel()
-		answerSaves(live, r.commitSplitting(ctx, live, func(saves []store.RecipientSave) error { return r.store.CommitSaves(ctx, saves) }))
-		return nil
-	}
-	r.staged.forgetDurable()
-	var durables []func() error // one per staged write, in order
-	outcomes := r.commitSplitting(ctx, live, func(saves []store.RecipientSave) error {
-		durable, err := stager.StageSaves(ctx, saves)
-		if err == nil && durable != nil {
-			durables = append(durables, durable)
-		}
-		if errors.Is(err, store.ErrConflict) && !errors.As(err, new(*store.IDsExistError)) {
-			// A record changed under the plan (a sweep): plan again from
-			// the store once everything staged is durable.
-			r.saves.Flush()
-			clear(r.staged.states)
-		}
-		if err == nil {
-			r.staged.add(saves)
-		}
-		return err
-	})
-	if len(durables) == 0 {
-		// Nothing written: only duplicates, perhaps of notifications staged
-		// and not yet durable, or refusals. Finishes run in order, so
-		// answering in one answers after those are durable.
-		cancel()
-		return func() { answerSaves(live, outcomes) }
-	}
-	seq := r.staged.last
-	return func() {
-		defer cancel()
-		var err error
-		for _, durable := range durables {
-			if err = durable(); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			r.staged.durable.Store(seq)
-		} else {
-			for i := range outcomes {
-				if outcomes[i].err == nil {
-					outcomes[i] = saveOutcome{err: err}
-				}
-			}
-		}
-		answerSaves(live, outcomes)
-	}
+	defer cancel()
+	answerSaves(live, r.commitSplitting(ctx, live, func(saves []store.RecipientSave) error { return r.store.CommitSaves(ctx, saves) }))
+	return nil
 }
 
 // commitSplitting commits the calls with write. When the store or a
@@ -169,34 +101,6 @@ func (r *Hub) commitSplitting(ctx context.Context, live []*saveCall, write func(
 func answerSaves(calls []*saveCall, outcomes []saveOutcome) {
 	for i, c := range calls {
 		c.done <- outcomes[i]
-	}
-}
-
-// add remembers the state staged saves leave their recipients in.
-func (st *staged) add(saves []store.RecipientSave) {
-	st.last++
-	for _, s := range saves {
-		prev := st.states[s.Recipient].state.Entries
-		entries := make([]catalog.Entry, 0, len(prev)+len(s.Entries))
-		for _, e := range prev {
-			if !slices.ContainsFunc(s.Entries, func(n catalog.Entry) bool { return n.Key() == e.Key() }) {
-				entries = append(entries, e)
-			}
-		}
-		st.states[s.Recipient] = stagedState{
-			state: store.RecipientState{Head: s.Head, Entries: append(entries, s.Entries...)},
-			group: st.last,
-		}
-	}
-}
-
-// forgetDurable drops what the store now shows itself.
-func (st *staged) forgetDurable() {
-	durable := st.durable.Load()
-	for rcpt, s := range st.states {
-		if s.group <= durable {
-			delete(st.states, rcpt)
-		}
 	}
 }
 
@@ -264,7 +168,7 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 	errs := make([]error, len(recipients))
 	at := r.opts.Now().UnixMilli()
 	plan := func(i int) {
-		state, err := r.recipientForSave(ctx, recipients[i])
+		state, err := r.store.LoadRecipient(ctx, recipients[i])
 		if err == nil {
 			saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at)
 			err = checkCabinets(state, saves[i], r.opts.MaxCabinetDrawers)
@@ -301,14 +205,6 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 // two halves at once.
 const parallelPlanRecipients = 32
 
-// recipientForSave is the state a save plans from: as the last staged save
-// left it, else as stored.
-func (r *Hub) recipientForSave(ctx context.Context, rcpt string) (store.RecipientState, error) {
-	if s, ok := r.staged.states[rcpt]; ok {
-		return s.state, nil
-	}
-	return r.store.LoadRecipient(ctx, rcpt)
-}
 
 // classify returns the notifications of one Save that are new, and how many
 // are duplicates of stored ones, of earlier saves in the group or of earlier

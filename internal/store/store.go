@@ -219,14 +219,3 @@ func (Solo) AcquireBuild(_ context.Context, _, _, holder string, _ time.Duration
 
 // ReleaseBuild implements Coordination.
 func (Solo) ReleaseBuild(context.Context, string, string, string) error { return nil }
-
-// Stager is a Store that can take a group's saves before the previous
-// group's are durable. StageSaves checks and applies saves as CommitSaves
-// does, after everything staged before them, and returns once they are
-// applied: later writes see them, readers do not yet. The saves then hold
-// the versions their head and entries were written with. durable waits until
-// they are durable; it fails if they, or a write applied before them, could
-// not be made so.
-type Stager interface {
-	StageSaves(ctx context.Context, saves []RecipientSave) (durable func() error, err error)
-}

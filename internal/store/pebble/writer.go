@@ -40,37 +40,22 @@ const maxWriteGroup = 256
 type writeOp func(tx *txn) error
 
 type writeReq struct {
-	op      writeOp
-	applied chan error // staged requests only: told once op is applied
-	done    chan error // told once the group is durable (or failed)
+	op   writeOp
+	done chan error // told once the group is durable (or failed)
 }
 
 // write queues op and waits for its group to be durable. Once queued, the
 // outcome is always awaited: the caller never sees an error for a write
 // that happened.
 func (s *Store) write(ctx context.Context, op writeOp) error {
-	req, err := s.submit(ctx, op, false)
+	req, err := s.submit(ctx, op)
 	if err != nil {
 		return err
 	}
 	return <-req.done
 }
 
-// stage queues op and returns as soon as it has run and holds (its changes
-// are in its group), before it is durable: later writes see its changes,
-// readers do not yet. durable waits until it is durable, or failed.
-func (s *Store) stage(ctx context.Context, op writeOp) (durable func() error, err error) {
-	req, err := s.submit(ctx, op, true)
-	if err != nil {
-		return nil, err
-	}
-	if err := <-req.applied; err != nil {
-		return nil, err
-	}
-	return func() error { return <-req.done }, nil
-}
-
-func (s *Store) submit(ctx context.Context, op writeOp, staged bool) (writeReq, error) {
+func (s *Store) submit(ctx context.Context, op writeOp) (writeReq, error) {
 	if s.gate != nil {
 		if err := s.gate(); err != nil {
 			return writeReq{}, err
@@ -80,9 +65,6 @@ func (s *Store) submit(ctx context.Context, op writeOp, staged bool) (writeReq, 
 		return writeReq{}, errReadOnly
 	}
 	req := writeReq{op: op, done: make(chan error, 1)}
-	if staged {
-		req.applied = make(chan error, 1)
-	}
 	err := s.writer.Submit(ctx, req)
 	if errors.Is(err, groupcommit.ErrClosed) {
 		err = errStoreClosed
@@ -104,13 +86,10 @@ func (s *Store) newWriter() *groupcommit.Pipeline[writeReq] {
 
 // applyGroup runs the group's operations and applies the batch without
 // waiting for its fsync; the function it returns waits for it, publishes
-// and answers. Staged requests hear whether their operation holds as soon
-// as the operations have run, before the batch goes into pebble: their
-// caller plans its next writes while the memtable takes this group's keys,
-// and groups grow larger (the load runs at 10 M in docs/performance.md).
+// and answers, while the writer goes on to the next group.
 func (s *Store) applyGroup(group []writeReq) func() {
 	if s.applyErr != nil {
-		answer(group, make([]error, len(group)), s.applyErr, false)
+		answer(group, make([]error, len(group)), s.applyErr)
 		return nil
 	}
 	s.settle()
@@ -132,22 +111,18 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		// Every operation failed its checks, perhaps against groups not yet
 		// durable: answered in order, after those.
 		tx.batch.Close()
-		return func() { answer(group, errs, nil, false) }
-	}
-	for i, req := range group {
-		if req.applied != nil {
-			req.applied <- errs[i]
-		}
+		return func() { answer(group, errs, nil) }
 	}
 	tx.writeBatch()
 	if err := applyBatch(s.db, tx.batch); err != nil {
 		_ = tx.batch.SyncWait() // pebble requires it before Close; returns at once when nothing was queued
 		tx.batch.Close()
-		// Staged callers were told their operations hold and may have
-		// planned on them: no later group may be applied without this one.
+		// Pebble refuses a batch only when it is in a state this store
+		// cannot reason about (closed, or its disk failing): no later
+		// group is applied either, until the hub is restarted.
 		s.applyErr = fmt.Errorf("embedded: applying a write group: %w; restart the hub", err)
 		s.logger.Error("the embedded store cannot apply writes; restart the hub", "err", err)
-		answer(group, errs, s.applyErr, true)
+		answer(group, errs, s.applyErr)
 		return nil
 	}
 	s.ids.change(tx.newIDs, tx.goneIDs)
@@ -165,7 +140,7 @@ func (s *Store) applyGroup(group []writeReq) func() {
 			s.publish(tx.touched)
 			s.unsynced.durable.Store(seq)
 		}
-		answer(group, errs, s.syncErr, true)
+		answer(group, errs, s.syncErr)
 	}
 }
 
@@ -174,15 +149,11 @@ func (s *Store) applyGroup(group []writeReq) func() {
 var applyBatch = func(db *pebble.DB, b *pebble.Batch) error { return db.ApplyNoSyncWait(b, pebble.Sync) }
 
 // answer tells every request its outcome: its own error, else groupErr.
-// Staged requests not yet told about the apply hear it too.
-func answer(group []writeReq, errs []error, groupErr error, toldApplied bool) {
+func answer(group []writeReq, errs []error, groupErr error) {
 	for i, req := range group {
 		err := errs[i]
 		if err == nil {
 			err = groupErr
-		}
-		if req.applied != nil && !toldApplied {
-			req.applied <- err
 		}
 		req.done <- err
 	}
@@ -432,17 +403,11 @@ func setPut(key []byte, v any) (put, error) {
 // CommitSaves writes every recipient's save. All checks come first, so a
 // failing save group changes nothing.
 func (s *Store) CommitSaves(ctx context.Context, saves []store.RecipientSave) error {
-	return s.write(ctx, s.saveOp(saves, false))
+	return s.write(ctx, s.saveOp(saves))
 }
 
-// StageSaves is CommitSaves without waiting for the fsync (store.Stager).
-func (s *Store) StageSaves(ctx context.Context, saves []store.RecipientSave) (durable func() error, err error) {
-	return s.stage(ctx, s.saveOp(saves, true))
-}
-
-// saveOp writes the saves; with written set, it also leaves in them the
-// versions their head and entries were written with.
-func (s *Store) saveOp(saves []store.RecipientSave, written bool) writeOp {
+// saveOp writes the saves.
+func (s *Store) saveOp(saves []store.RecipientSave) writeOp {
 	return func(tx *txn) error {
 		type recipientChange struct {
 			r       [16]byte
@@ -510,17 +475,13 @@ func (s *Store) saveOp(saves []store.RecipientSave, written bool) writeOp {
 			tx.ids[id] = struct{}{}
 		}
 		tx.newIDs = append(tx.newIDs, entries...)
-		for i, c := range changes {
+		for _, c := range changes {
 			tx.change(c.r, c.rec, entriesMap, func(rec *records) {
 				rec.head = c.head
 				for _, e := range c.entries {
 					rec.entries[e.Key()] = e
 				}
 			})
-			if written {
-				saves[i].Head = c.head
-				copy(saves[i].Entries, c.entries)
-			}
 		}
 		return nil
 	}

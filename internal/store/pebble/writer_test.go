@@ -98,49 +98,6 @@ func winners(t *testing.T, errs []error) int {
 	return wins
 }
 
-// A save staged on top of one not yet durable sees it: it plans from the
-// versions the first was written with, and one planned from the durable
-// state before it conflicts. Both are visible once durable.
-func TestStagedSavesBuildOnOnesNotYetDurable(t *testing.T) {
-	s := openTemp(t)
-	defer s.Close()
-	ctx := context.Background()
-	r := uuid.NewString()
-	entry := catalog.Entry{Origin: domain.OriginCharges, ContentType: "x", Total: 1}
-	first := []store.RecipientSave{{Recipient: r, Head: store.Head{NextSeq: 2, Watermark: 1}, Entries: []catalog.Entry{entry}}}
-	durable1, err := s.StageSaves(ctx, first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first[0].Head.Version == "" || first[0].Entries[0].Version == "" {
-		t.Fatalf("versions written were not returned: %+v", first[0])
-	}
-	stale := []store.RecipientSave{{Recipient: r, Head: store.Head{NextSeq: 3, Watermark: 2}}}
-	if _, err := s.StageSaves(ctx, stale); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("a save planned from before the staged one: %v", err)
-	}
-	entry = first[0].Entries[0]
-	entry.Total = 2
-	second := []store.RecipientSave{{Recipient: r, Head: store.Head{NextSeq: 3, Watermark: 2, Version: first[0].Head.Version}, Entries: []catalog.Entry{entry}}}
-	durable2, err := s.StageSaves(ctx, second)
-	if err != nil {
-		t.Fatalf("a save planned from the staged one: %v", err)
-	}
-	if err := durable1(); err != nil {
-		t.Fatal(err)
-	}
-	if err := durable2(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.LoadRecipient(ctx, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Head.Watermark != 2 || len(st.Entries) != 1 || st.Entries[0].Total != 2 {
-		t.Fatalf("after both are durable: %+v", st)
-	}
-}
-
 // A group's changes reach pebble in key order (writeBatch), yet a key changed
 // more than once in a group ends as its last change left it.
 func TestAKeyChangedTwiceInOneGroupKeepsItsLastChange(t *testing.T) {
@@ -254,10 +211,8 @@ func TestAGroupCopiesOnlyTheMapsItChanges(t *testing.T) {
 	}
 }
 
-// A staged save hears that it holds before its group goes into pebble, so
-// its caller may plan on it. If pebble then refuses the group, the save
-// fails when asked whether it is durable, nothing of it is visible, and no
-// later write is applied: it could have been planned on the one that failed.
+// If pebble refuses a group, its writes fail, nothing of them is visible,
+// and no later write is applied until the store is opened again.
 func TestAGroupPebbleRefusesFailsEveryWriteAfterIt(t *testing.T) {
 	s := openTemp(t)
 	defer s.Close()
@@ -270,12 +225,8 @@ func TestAGroupPebbleRefusesFailsEveryWriteAfterIt(t *testing.T) {
 	r := uuid.NewString()
 	entry := catalog.Entry{Origin: domain.OriginCharges, ContentType: "x", Total: 1}
 	save := []store.RecipientSave{{Recipient: r, Head: store.Head{NextSeq: 2, Watermark: 1}, Entries: []catalog.Entry{entry}}}
-	durable, err := s.StageSaves(ctx, save)
-	if err != nil {
-		t.Fatalf("the staged save's checks hold: %v", err)
-	}
-	if err := durable(); !errors.Is(err, refused) {
-		t.Fatalf("durable: %v, want the refusal", err)
+	if err := s.CommitSaves(ctx, save); !errors.Is(err, refused) {
+		t.Fatalf("the save: %v, want the refusal", err)
 	}
 	applyBatch = applyToPebble
 	if err := saveIDsFor(t, s, uuid.NewString(), []string{uuid.NewString()}); !errors.Is(err, refused) {
