@@ -205,7 +205,6 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 // two halves at once.
 const parallelPlanRecipients = 32
 
-
 // classify returns the notifications of one Save that are new, and how many
 // are duplicates of stored ones, of earlier saves in the group or of earlier
 // ones in the same Save; it adds the new ones' fingerprints to accepted. The
