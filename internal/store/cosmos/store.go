@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -48,9 +47,6 @@ type Config struct {
 	// in, so fewer buckets are cheaper per save; each partition serves at
 	// most 10,000 RU/s and 20 GB.
 	IDBuckets int
-	// LegacyIDBuckets is the bucket count id documents written before
-	// hashed buckets were made with (that version's IDBuckets, default 16).
-	LegacyIDBuckets int
 	// Transport sends the SDK's requests (default: a pooled HTTP client).
 	Transport policy.Transporter
 	// OnRequest, when set, is told about every request (for metrics).
@@ -88,11 +84,7 @@ type Store struct {
 	// anchored: reads of a recipient's state first read its head on the
 	// primary (Session consistency); stronger levels read a quorum anyway.
 	anchored bool
-	// legacyIDs: id documents of the layout before hashed buckets remain,
-	// and are read too (see probeLegacyIDs).
-	legacyIDs    atomic.Bool
-	legacyProbed atomic.Int64 // unix ms of the last probe
-	released     idReleases   // retention's knowledge of id documents per save
+	released idReleases // retention's knowledge of id documents per save
 	// noticesAt is where the last look at the notices stopped (notices.go).
 	noticesAt noticeResume
 	// finalizeFor bounds the retries of a committed save's finalize.
@@ -116,11 +108,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.IDBuckets <= 0 {
 		cfg.IDBuckets = DefaultIDBuckets
 	}
-	if cfg.LegacyIDBuckets <= 0 {
-		cfg.LegacyIDBuckets = 16
-	}
-	if cfg.IDBuckets > 256 || cfg.LegacyIDBuckets > 256 {
-		return nil, fmt.Errorf("cosmos: at most 256 id buckets, got %d (old layout: %d)", cfg.IDBuckets, cfg.LegacyIDBuckets)
+	if cfg.IDBuckets > 256 {
+		return nil, fmt.Errorf("cosmos: at most 256 id buckets, got %d", cfg.IDBuckets)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -191,9 +180,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if *c.dst, err = client.NewContainer(cfg.Database, c.name); err != nil {
 			return nil, err
 		}
-	}
-	if err := s.probeLegacyIDs(ctx); err != nil {
-		return nil, fmt.Errorf("cosmos: id index: %w", err)
 	}
 	return s, nil
 }
