@@ -147,7 +147,7 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 // lookupSQL finds the other saves' documents that hold any of @ids; a
 // document comes back once, whole, however many of them it holds (the rare
 // path: duplicates). New ids, the common case, load no document at all.
-const lookupSQL = "SELECT c.id, c.pk, c.d, c.s, c.st, c.i, c.f, c.fn, c.ds, c.dn FROM c " +
+const lookupSQL = "SELECT c.id, c.pk, c.s, c.st, c.i, c.f, c.fn, c.ds, c.dn FROM c " +
 	"WHERE c.s != @except AND EXISTS(SELECT VALUE i FROM i IN c.i WHERE ARRAY_CONTAINS(@ids, i))"
 
 // maxLookupBytes bounds the ids of one lookup query, well below the 512 KB
@@ -277,40 +277,14 @@ func (s *Store) idWrites(saveID string, plans []savePlan) []idWrite {
 	return out
 }
 
-// deleteIDDocs deletes the id documents of a drawer of the layouts with
-// one document per drawer, in every bucket.
-func (s *Store) deleteIDDocs(ctx context.Context, drawerID string) error {
-	for b := range s.cfg.IDBuckets {
-		pk := bucketPrefix + strconv.Itoa(b)
-		var docs []string
-		err := s.query(ctx, s.ids, pk, "SELECT c.id FROM c WHERE c.d = @d",
-			[]azcosmos.QueryParameter{{Name: "@d", Value: drawerID}}, func(raw []byte) error {
-				var d struct{ ID string }
-				err := json.Unmarshal(raw, &d)
-				docs = append(docs, d.ID)
-				return err
-			})
-		if err != nil {
-			return err
-		}
-		if err := s.deleteAll(ctx, s.ids, pk, docs); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // idDoc indexes the ids of one save that fall in one bucket: IDs packed
 // (22 characters each; the only indexed terms per id), their fingerprints
 // as runs (FPs[k] covers the next Runs[k] ids) and their drawers as runs
 // (Drawers[k], packed, covers the next DrawerRuns[k] ids; Markers[k] is the
-// start of the save's first page in it). Documents written before hold the
-// ids of one drawer, named by Drawer, and those of the layout before
-// packing N instead of IDs.
+// start of the save's first page in it).
 type idDoc struct {
 	ID         string   `json:"id"`
 	PK         string   `json:"pk"`
-	Drawer     string   `json:"d,omitempty"`
 	Save       string   `json:"s"`
 	Token      string   `json:"st,omitempty"` // session token of the save's commit record
 	IDs        []string `json:"i,omitempty"`
@@ -328,13 +302,8 @@ func (d idDoc) hits(asked map[string]bool) ([]idHit, error) {
 	var out []idHit
 	for _, packed := range d.IDs {
 		fp, ok := fps.next()
-		drawer := d.Drawer
-		if len(d.Drawers) > 0 {
-			var found bool
-			drawer, found = drawers.next()
-			ok = ok && found
-		}
-		if !ok {
+		drawer, found := drawers.next()
+		if !ok || !found {
 			return nil, fmt.Errorf("id document %s in %s of save %s: runs do not cover its ids", d.ID, d.PK, d.Save)
 		}
 		if !asked[packed] {
@@ -344,10 +313,8 @@ func (d idDoc) hits(asked map[string]bool) ([]idHit, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(d.Drawers) > 0 {
-			if drawer, err = unpackID(drawer); err != nil {
-				return nil, err
-			}
+		if drawer, err = unpackID(drawer); err != nil {
+			return nil, err
 		}
 		out = append(out, idHit{ID: id, Fingerprint: fp, Drawer: drawer, Save: d.Save, Token: d.Token})
 	}
@@ -373,13 +340,10 @@ func (r *runs) next() (string, bool) {
 	return r.vals[r.k-1], true
 }
 
-// idHit is one row of the id lookup query.
+// idHit is one id a lookup found, with the save that holds it.
 type idHit struct {
-	ID          string `json:"i"`
-	Fingerprint string `json:"f"`
-	Drawer      string `json:"d"`
-	Save        string `json:"s"`
-	Token       string `json:"st"`
+	ID, Fingerprint, Drawer, Save string
+	Token                         string // session token of the save's commit record
 }
 
 func fingerprintString(fp store.Fingerprint) string {

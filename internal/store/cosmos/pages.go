@@ -29,7 +29,7 @@ type pageDoc struct {
 	DocType  string            `json:"t,omitempty"`
 	X        []json.RawMessage `json:"x,omitempty"`
 	Items    []json.RawMessage `json:"it,omitempty"`
-	Save     string            `json:"sv,omitempty"` // the save that wrote it (none before id documents per save)
+	Save     string            `json:"sv,omitempty"` // the save that wrote it: retention finds its id documents through it
 }
 
 func pageID(start int64) string { return fmt.Sprintf("%012d", start) }

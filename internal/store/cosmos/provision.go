@@ -36,7 +36,7 @@ func ptr[T any](v T) *T { return &v }
 var containers = []container{
 	{name: containerRecipients, indexed: []string{"/t/?"}, defaultTTL: ptr[int32](-1)},
 	{name: containerDrawers, indexed: []string{"/s/?", "/e/?"}},
-	{name: containerIDs, indexed: []string{"/i/*", "/d/?", "/s/?"}},
+	{name: containerIDs, indexed: []string{"/i/*", "/s/?"}},
 	{name: containerSaves, indexed: nil, defaultTTL: ptr[int32](-1)},
 }
 

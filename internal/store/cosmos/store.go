@@ -574,20 +574,16 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 
 // deleteDrawer deletes the id documents nothing needs any more, then a
 // drawer's pages: those of the saves whose pages it holds once none of their
-// other drawers is left (releaseIDs), and those of the layout per drawer. The
-// drawer is out of the catalog already (ApplySweep's batches), so nothing of it
+// other drawers is left (releaseIDs). The drawer is out of the catalog already (ApplySweep's batches), so nothing of it
 // is delivered again; its pages go last because they name the saves, so a
 // pass that stops half-way is finished by the next from its trash record.
 func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 	var pages, saves []string
-	perDrawer := false
 	err := s.query(ctx, s.drawers, drawerID, "SELECT c.id, c.sv FROM c", nil, func(raw []byte) error {
 		var d struct{ ID, SV string }
 		err := json.Unmarshal(raw, &d)
 		pages = append(pages, d.ID)
-		if d.SV == "" {
-			perDrawer = true // written before id documents per save
-		} else if !slices.Contains(saves, d.SV) {
+		if !slices.Contains(saves, d.SV) {
 			saves = append(saves, d.SV)
 		}
 		return err
@@ -597,13 +593,6 @@ func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 	}
 	if err := s.releaseIDs(ctx, drawerID, saves); err != nil {
 		return err
-	}
-	// No page left: a pass that stopped after deleting them, or a drawer
-	// only aborted saves wrote to; the old layout is looked for then too.
-	if perDrawer || len(pages) == 0 {
-		if err := s.deleteIDDocs(ctx, drawerID); err != nil {
-			return err
-		}
 	}
 	return s.deleteAll(ctx, s.drawers, drawerID, pages)
 }
