@@ -330,8 +330,7 @@ func (s *Store) readDrawer(ctx context.Context, drawerID string, from, to int64,
 // readDrawerSQL slices each page's items to [@from, @to): the slice starts
 // at @from - s in the first page and at 0 in the others.
 const readDrawerSQL = "SELECT c.s, c.q, c.w, c.b, c.t, " +
-	"ARRAY_SLICE(c.x, (@from > c.s ? @from - c.s : 0), @to - (@from > c.s ? @from : c.s)) AS x, " +
-	"ARRAY_SLICE(c.it, (@from > c.s ? @from - c.s : 0), @to - (@from > c.s ? @from : c.s)) AS it " +
+	"ARRAY_SLICE(c.x, (@from > c.s ? @from - c.s : 0), @to - (@from > c.s ? @from : c.s)) AS x " +
 	"FROM c WHERE c.e > @from AND c.s < @to ORDER BY c.s"
 
 // BundleExists reads the bundle's document.
