@@ -123,7 +123,7 @@ func (s *Store) noticePage(ctx context.Context, query, token string, n int) ([]s
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return nil, "", err
 		}
-		out = append(out, store.Notice{Recipient: d.PK, BundleID: d.Bundle, Origin: noticeOrigin(d.T), DequeuedAt: fromMicros(d.At)})
+		out = append(out, store.Notice{Recipient: d.PK, BundleID: d.Bundle, Origin: noticeOrigin(d.T), DequeuedAt: time.UnixMicro(d.At)})
 	}
 	next := ""
 	if resp.ContinuationToken != nil {
@@ -189,7 +189,7 @@ func (s *Store) eachNotice(ctx context.Context, origins []domain.Origin, page in
 			if err := json.Unmarshal(raw, &d); err != nil {
 				return err
 			}
-			n := store.Notice{Recipient: d.PK, BundleID: d.Bundle, Origin: noticeOrigin(d.T), DequeuedAt: fromMicros(d.At)}
+			n := store.Notice{Recipient: d.PK, BundleID: d.Bundle, Origin: noticeOrigin(d.T), DequeuedAt: time.UnixMicro(d.At)}
 			if !fn(n) {
 				return nil
 			}
