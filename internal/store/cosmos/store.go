@@ -45,7 +45,8 @@ type Config struct {
 	// IDBuckets spreads the id index over this many partitions (1..256,
 	// default 4): every save writes and queries each bucket its ids fall
 	// in, so fewer buckets are cheaper per save; each partition serves at
-	// most 10,000 RU/s and 20 GB.
+	// most 10,000 RU/s and 20 GB. The database's settings record it when
+	// it is first opened, and Open refuses another count (settings.go).
 	IDBuckets int
 	// Transport sends the SDK's requests (default: a pooled HTTP client).
 	Transport policy.Transporter
@@ -94,7 +95,9 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open connects to the account and, when cfg.Provision is set, creates what
-// is missing.
+// is missing. It refuses a database whose containers, account or settings
+// do not fit this build and cfg, and writes the settings of one that has
+// none and holds no documents yet.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Database == "" {
 		cfg.Database = "messagehub"
@@ -180,6 +183,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if *c.dst, err = client.NewContainer(cfg.Database, c.name); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.checkSettings(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
