@@ -88,9 +88,6 @@ type CosmosConfig struct {
 	Database  string // created with its containers when Provision is set
 	Provision bool
 	IDBuckets int // partitions of the id index
-	// LegacyIDBuckets is the --cosmos-id-buckets of versions before hashed
-	// buckets, to read the id documents they wrote.
-	LegacyIDBuckets int
 	// Throughput of each container created by provisioning:
 	// autoscale=<max RU/s>, manual=<RU/s> or serverless.
 	Throughput string
@@ -194,16 +191,6 @@ var settings = []setting{
 				return fmt.Errorf("must be an integer in 1..256, got %q", v)
 			}
 			c.Cosmos.IDBuckets = n
-			return nil
-		}},
-	{"cosmos-legacy-id-buckets", "MESSAGEHUB_COSMOS_LEGACY_ID_BUCKETS", "16",
-		"the --cosmos-id-buckets of versions before hashed id buckets, to read the id documents they wrote (1..256)",
-		func(c *Config, v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 256 {
-				return fmt.Errorf("must be an integer in 1..256, got %q", v)
-			}
-			c.Cosmos.LegacyIDBuckets = n
 			return nil
 		}},
 	{"cosmos-throughput", "MESSAGEHUB_COSMOS_THROUGHPUT", defaultCosmosThroughput,

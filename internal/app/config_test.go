@@ -35,7 +35,7 @@ func TestParseConfig(t *testing.T) {
 		MaxBundleWeight: 51200,
 		Retention:       168 * time.Hour,
 		LogLevel:        slog.LevelInfo,
-		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 4, LegacyIDBuckets: 16, Throughput: defaultCosmosThroughput},
+		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 4, Throughput: defaultCosmosThroughput},
 		ContentTimeout:  25 * time.Second,
 		Content:         ContentConfig{Blob: BlobConfig{Container: "messagehub-content"}, Lease: 30 * time.Second, NoticeGrace: time.Minute},
 		Limits:          defaultLimits,
@@ -269,7 +269,7 @@ func TestParseConfigCosmos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := CosmosConfig{Endpoint: "https://acct.documents.azure.com:443/", Key: "secret", Database: "hub", Provision: false, IDBuckets: 64, LegacyIDBuckets: 16, Throughput: "manual=400"}
+	want := CosmosConfig{Endpoint: "https://acct.documents.azure.com:443/", Key: "secret", Database: "hub", Provision: false, IDBuckets: 64, Throughput: "manual=400"}
 	if cfg.Store != StoreCosmos || cfg.Cosmos != want {
 		t.Fatalf("got store %q, %+v; want %+v", cfg.Store, cfg.Cosmos, want)
 	}

@@ -149,8 +149,7 @@ type Store interface {
 // Notice says that a dequeued bundle's domain is still to be told of it.
 type Notice struct {
 	Recipient, BundleID string
-	// Origin is the bundle's domain; OriginUnspecified for notices written
-	// before notices carried it (their bundle's record tells).
+	// Origin is the bundle's domain.
 	Origin     domain.Origin
 	DequeuedAt time.Time
 }
@@ -160,9 +159,9 @@ type Notice struct {
 // until removed, across crashes. They are found through an index of their
 // own, by domain, without scanning anything else.
 type Outbox interface {
-	// Notices returns up to limit notices of the given domains
-	// (OriginUnspecified: those that carry none), oldest first as far as
-	// the store can order them; a domain left out costs nothing, however
+	// Notices returns up to limit notices of the given domains (every
+	// notice carries one: OriginUnspecified has none), oldest first as far
+	// as the store can order them; a domain left out costs nothing, however
 	// many notices it has, so a failing domain does not hold up the others.
 	Notices(ctx context.Context, origins []domain.Origin, limit int) ([]Notice, error)
 	// RemoveNotices removes delivered notices; missing ones are no error.

@@ -243,11 +243,11 @@ func toBundle(d bundleDoc) bundle.Record {
 	rec := bundle.Record{
 		ID: d.Bundle, Origin: domain.Origin(d.Origin), ContentType: d.CT, Group: domain.PeekGroup(d.Group),
 		Start: d.Start, End: d.End, Count: d.Count, Weight: d.Weight, DocumentTypes: d.DocTypes,
-		NextSeq: d.NextSeq, State: bundle.Pending, CreatedAt: fromMicros(d.CreatedAt), Version: d.ETag,
+		NextSeq: d.NextSeq, State: bundle.Pending, CreatedAt: time.UnixMicro(d.CreatedAt), Version: d.ETag,
 	}
 	if d.T == typeDequeued {
 		rec.State = bundle.Dequeued
-		rec.DequeuedAt = fromMicros(d.DequeuedAt)
+		rec.DequeuedAt = time.UnixMicro(d.DequeuedAt)
 	}
 	for _, m := range d.Drawers {
 		rec.Drawers = append(rec.Drawers, drawer.Meta(m))
@@ -293,16 +293,6 @@ func docTypesBytes(types []string) int {
 func etag(v string) *azcore.ETag {
 	e := azcore.ETag(v)
 	return &e
-}
-
-// fromMicros reads a time written in unix microseconds, or in nanoseconds by
-// earlier versions (those are above 10^17 for any date after 1973, where
-// microseconds stay below it until the year 5138).
-func fromMicros(v int64) time.Time {
-	if v > 1e17 {
-		return time.Unix(0, v)
-	}
-	return time.UnixMicro(v)
 }
 
 // Bundle content (issue 10): notices of dequeues and leases of document

@@ -83,19 +83,3 @@ func TestIDDocumentsGroupFingerprintsAndAnswerLookups(t *testing.T) {
 		}
 	}
 }
-
-// Documents of the layout with one per drawer (no drawer list; the drawer
-// in d) still answer lookups with that drawer.
-func TestIDDocumentsPerDrawerStillAnswerLookups(t *testing.T) {
-	id := uuid.NewString()
-	fp := fingerprintString(store.Fingerprint{7})
-	raw := `{"id":"save:d1","pk":"h0","d":"d1","s":"save","i":["` + packID(uuid.NewString()) + `","` + packID(id) + `"],"f":["` + fp + `"],"fn":[2]}`
-	var d idDoc
-	if err := json.Unmarshal([]byte(raw), &d); err != nil {
-		t.Fatal(err)
-	}
-	hits, err := d.hits(map[string]bool{packID(id): true})
-	if err != nil || len(hits) != 1 || hits[0].ID != id || hits[0].Drawer != "d1" || hits[0].Fingerprint != fp || hits[0].Save != "save" {
-		t.Fatalf("hits %+v, %v", hits, err)
-	}
-}

@@ -119,7 +119,7 @@ func (s *Store) loadSavedIDs(ctx context.Context, saves []string) error {
 				if err := json.Unmarshal(raw, &d); err != nil {
 					return err
 				}
-				if e := found[d.Save]; e != nil && len(d.Drawers) > 0 { // not of the layout per drawer
+				if e := found[d.Save]; e != nil {
 					e.docs = append(e.docs, d)
 				}
 				return nil

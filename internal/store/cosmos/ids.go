@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/zeebo/xxh3"
@@ -99,7 +98,6 @@ func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[st
 func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHit, error) {
 	type part struct {
 		bucket string
-		legacy bool
 		ids    []string
 	}
 	byBucket := map[string][]string{}
@@ -112,14 +110,11 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 	}
 	for _, id := range ids {
 		add(s.bucketOf(id), packID(id))
-		if s.legacyIDs.Load() {
-			add(legacyBucketOf(id, s.cfg.LegacyIDBuckets), id)
-		}
 	}
 	var parts []part
 	for _, b := range order {
 		for _, chunk := range chunkIDs(byBucket[b], maxLookupBytes) {
-			parts = append(parts, part{bucket: b, legacy: b[0] == legacyPrefix, ids: chunk})
+			parts = append(parts, part{bucket: b, ids: chunk})
 		}
 	}
 	var mu sync.Mutex
@@ -129,18 +124,6 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 	for _, p := range parts {
 		g.Go(func() error {
 			params := []azcosmos.QueryParameter{{Name: "@ids", Value: p.ids}, {Name: "@except", Value: except}}
-			if p.legacy {
-				return s.query(ctx, s.ids, p.bucket, legacyLookupSQL, params, func(raw []byte) error {
-					var h idHit
-					if err := json.Unmarshal(raw, &h); err != nil {
-						return err
-					}
-					mu.Lock()
-					hits = append(hits, h)
-					mu.Unlock()
-					return nil
-				})
-			}
 			asked := make(map[string]bool, len(p.ids))
 			for _, id := range p.ids {
 				asked[id] = true
@@ -164,11 +147,8 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 // lookupSQL finds the other saves' documents that hold any of @ids; a
 // document comes back once, whole, however many of them it holds (the rare
 // path: duplicates). New ids, the common case, load no document at all.
-const lookupSQL = "SELECT c.id, c.pk, c.d, c.s, c.st, c.i, c.f, c.fn, c.ds, c.dn FROM c " +
+const lookupSQL = "SELECT c.id, c.pk, c.s, c.st, c.i, c.f, c.fn, c.ds, c.dn FROM c " +
 	"WHERE c.s != @except AND EXISTS(SELECT VALUE i FROM i IN c.i WHERE ARRAY_CONTAINS(@ids, i))"
-
-// legacyLookupSQL reads the id documents of the layout before packing.
-const legacyLookupSQL = "SELECT n.i, n.f, c.d, c.s, c.st FROM c JOIN n IN c.n WHERE c.s != @except AND ARRAY_CONTAINS(@ids, n.i)"
 
 // maxLookupBytes bounds the ids of one lookup query, well below the 512 KB
 // Cosmos DB allows for a query's text and parameters.
@@ -222,19 +202,8 @@ func (s *Store) bucketOf(id string) string {
 	return bucketPrefix + strconv.FormatUint(xxh3.HashString(id)%uint64(s.cfg.IDBuckets), 10)
 }
 
-// Id partitions are h0, h1, ...; b0, b1, ... are those of the layout before
-// hashing (first byte of the id), read while they hold documents.
-const (
-	bucketPrefix = "h"
-	legacyPrefix = 'b'
-)
-
-func legacyBucketOf(id string, buckets int) string {
-	v, _ := strconv.ParseUint(id[:min(2, len(id))], 16, 8)
-	return legacyBucketKey(int(v) % buckets)
-}
-
-func legacyBucketKey(b int) string { return string(legacyPrefix) + strconv.Itoa(b) }
+// Id partitions are h0, h1, ...
+const bucketPrefix = "h"
 
 // idWrites groups the ids of a save, over all its recipients, into one
 // document per bucket, each listing the drawers its ids are in with the
@@ -308,93 +277,22 @@ func (s *Store) idWrites(saveID string, plans []savePlan) []idWrite {
 	return out
 }
 
-// deleteIDDocs deletes the id documents of a drawer of the layouts with
-// one document per drawer, in every bucket.
-func (s *Store) deleteIDDocs(ctx context.Context, drawerID string) error {
-	buckets := make([]string, 0, s.cfg.IDBuckets+s.cfg.LegacyIDBuckets)
-	for b := range s.cfg.IDBuckets {
-		buckets = append(buckets, bucketPrefix+strconv.Itoa(b))
-	}
-	if s.legacyIDs.Load() {
-		for b := range s.cfg.LegacyIDBuckets {
-			buckets = append(buckets, legacyBucketKey(b))
-		}
-	}
-	// Retention removes the old documents with their drawers: look again
-	// now and then whether any is left, so that lookups stop reading the
-	// old buckets without waiting for a restart.
-	defer func() {
-		if last := s.legacyProbed.Load(); s.legacyIDs.Load() && s.cfg.Now().UnixMilli()-last > legacyReprobe.Milliseconds() {
-			if err := s.probeLegacyIDs(ctx); err != nil {
-				s.cfg.Logger.Warn("cosmos: looking for id documents of the old layout failed", "err", err)
-			}
-		}
-	}()
-	for _, pk := range buckets {
-		var docs []string
-		err := s.query(ctx, s.ids, pk, "SELECT c.id FROM c WHERE c.d = @d",
-			[]azcosmos.QueryParameter{{Name: "@d", Value: drawerID}}, func(raw []byte) error {
-				var d struct{ ID string }
-				err := json.Unmarshal(raw, &d)
-				docs = append(docs, d.ID)
-				return err
-			})
-		if err != nil {
-			return err
-		}
-		if err := s.deleteAll(ctx, s.ids, pk, docs); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// legacyReprobe is how often retention looks again for id documents of the
-// old layout while some are left.
-const legacyReprobe = 10 * time.Minute
-
-// probeLegacyIDs says whether any id document of the layout before hashing
-// is left; while one is, lookups and retention read those partitions too.
-func (s *Store) probeLegacyIDs(ctx context.Context) error {
-	s.legacyProbed.Store(s.cfg.Now().UnixMilli())
-	for b := range s.cfg.LegacyIDBuckets {
-		found := false
-		err := s.query(ctx, s.ids, legacyBucketKey(b), "SELECT TOP 1 c.id FROM c", nil, func([]byte) error {
-			found = true
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if found {
-			s.legacyIDs.Store(true)
-			return nil
-		}
-	}
-	s.legacyIDs.Store(false)
-	return nil
-}
-
 // idDoc indexes the ids of one save that fall in one bucket: IDs packed
 // (22 characters each; the only indexed terms per id), their fingerprints
 // as runs (FPs[k] covers the next Runs[k] ids) and their drawers as runs
 // (Drawers[k], packed, covers the next DrawerRuns[k] ids; Markers[k] is the
-// start of the save's first page in it). Documents written before hold the
-// ids of one drawer, named by Drawer, and those of the layout before
-// packing N instead of IDs.
+// start of the save's first page in it).
 type idDoc struct {
-	ID         string    `json:"id"`
-	PK         string    `json:"pk"`
-	Drawer     string    `json:"d,omitempty"`
-	Save       string    `json:"s"`
-	Token      string    `json:"st,omitempty"` // session token of the save's commit record
-	IDs        []string  `json:"i,omitempty"`
-	FPs        []string  `json:"f,omitempty"`
-	Runs       []int     `json:"fn,omitempty"`
-	Drawers    []string  `json:"ds,omitempty"`
-	DrawerRuns []int     `json:"dn,omitempty"`
-	Markers    []int64   `json:"dp,omitempty"`
-	N          []idEntry `json:"n,omitempty"`
+	ID         string   `json:"id"`
+	PK         string   `json:"pk"`
+	Save       string   `json:"s"`
+	Token      string   `json:"st,omitempty"` // session token of the save's commit record
+	IDs        []string `json:"i,omitempty"`
+	FPs        []string `json:"f,omitempty"`
+	Runs       []int    `json:"fn,omitempty"`
+	Drawers    []string `json:"ds,omitempty"`
+	DrawerRuns []int    `json:"dn,omitempty"`
+	Markers    []int64  `json:"dp,omitempty"`
 }
 
 // hits returns the document's entries whose packed id is asked for.
@@ -404,13 +302,8 @@ func (d idDoc) hits(asked map[string]bool) ([]idHit, error) {
 	var out []idHit
 	for _, packed := range d.IDs {
 		fp, ok := fps.next()
-		drawer := d.Drawer
-		if len(d.Drawers) > 0 {
-			var found bool
-			drawer, found = drawers.next()
-			ok = ok && found
-		}
-		if !ok {
+		drawer, found := drawers.next()
+		if !ok || !found {
 			return nil, fmt.Errorf("id document %s in %s of save %s: runs do not cover its ids", d.ID, d.PK, d.Save)
 		}
 		if !asked[packed] {
@@ -420,10 +313,8 @@ func (d idDoc) hits(asked map[string]bool) ([]idHit, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(d.Drawers) > 0 {
-			if drawer, err = unpackID(drawer); err != nil {
-				return nil, err
-			}
+		if drawer, err = unpackID(drawer); err != nil {
+			return nil, err
 		}
 		out = append(out, idHit{ID: id, Fingerprint: fp, Drawer: drawer, Save: d.Save, Token: d.Token})
 	}
@@ -449,18 +340,10 @@ func (r *runs) next() (string, bool) {
 	return r.vals[r.k-1], true
 }
 
-type idEntry struct {
-	ID          string `json:"i"`
-	Fingerprint string `json:"f"`
-}
-
-// idHit is one row of the id lookup query.
+// idHit is one id a lookup found, with the save that holds it.
 type idHit struct {
-	ID          string `json:"i"`
-	Fingerprint string `json:"f"`
-	Drawer      string `json:"d"`
-	Save        string `json:"s"`
-	Token       string `json:"st"`
+	ID, Fingerprint, Drawer, Save string
+	Token                         string // session token of the save's commit record
 }
 
 func fingerprintString(fp store.Fingerprint) string {

@@ -3,17 +3,13 @@ package cosmos_test
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/hub"
-	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
@@ -59,80 +55,6 @@ func TestTimeOrderedIDsSpreadOverEveryIDBucket(t *testing.T) {
 		if n < 20 {
 			t.Fatalf("bucket %s holds %d of 400 ids: %v", b, n, buckets)
 		}
-	}
-}
-
-// Pages and id documents written before packing (canonical ids, one array
-// per item; id documents in the partitions b0, b1, ... of first-byte
-// buckets) are still read: their ids stay duplicates, their items are
-// delivered.
-func TestDocumentsOfTheLayoutBeforePackingAreStillRead(t *testing.T) {
-	db := cosmostest.UniqueID("db")
-	_ = open(t, cosmos.Config{Database: db}) // provisions the containers
-	ctx := context.Background()
-	oldID, drawerID, saveID := uuid.NewString(), uuid.NewString(), uuid.NewString()
-	write := func(c *azcosmos.ContainerClient, pk string, doc any) {
-		t.Helper()
-		raw, _ := json.Marshal(doc)
-		if _, err := c.CreateItem(ctx, azcosmos.NewPartitionKeyString(pk), raw, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(containerOf(t, db, "saves"), saveID, map[string]any{"id": saveID, "pk": saveID, "state": "committed", "ttl": -1})
-	write(containerOf(t, db, "drawers"), drawerID, map[string]any{
-		"id": "000000000000", "pk": drawerID, "s": 0, "e": 2,
-		"it": []any{[]any{7, oldID, 3, 1, "doc-a"}, []any{9, "not-a-uuid", 1, 0, "doc-b"}},
-	})
-	// The first byte of the id, modulo the 16 buckets, named the partition.
-	first, _ := strconv.ParseUint(oldID[:2], 16, 8)
-	legacyBucket := "b" + strconv.Itoa(int(first%16))
-	write(containerOf(t, db, "ids"), legacyBucket, map[string]any{
-		"id": saveID + ":" + drawerID, "pk": legacyBucket, "d": drawerID, "s": saveID,
-		"n": []any{map[string]any{"i": oldID, "f": "AAAAAAAAAAAAAAAAAAAAAA"}},
-	})
-
-	waitOutLag() // written by an earlier version, long before this start
-	clock := &costClock{now: time.Now()}
-	st := open(t, cosmos.Config{Database: db, Now: clock.Now}) // finds the old id documents
-	found, err := st.LookupIDs(ctx, []string{oldID, uuid.NewString()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec, ok := found[oldID]; !ok || rec.DrawerID != drawerID || len(found) != 1 {
-		t.Fatalf("old id documents not read: %+v", found)
-	}
-	items, err := st.ReadDrawer(ctx, drawerID, 1, 2, 10)
-	if err != nil || len(items) != 1 || items[0].ID != "not-a-uuid" || items[0].Seq != 9 || items[0].Pos != 1 {
-		t.Fatalf("old page read as %+v, %v", items, err)
-	}
-	items, err = st.ReadDrawer(ctx, drawerID, 0, 2, 10)
-	want := drawer.Item{Pos: 0, Seq: 7, ID: oldID, Weight: 3, SupportsBundling: true, DocumentType: "doc-a"}
-	if err != nil || len(items) != 2 || items[0] != want {
-		t.Fatalf("old page read as %+v, %v", items, err)
-	}
-	// A resave of the old id through the repository is a duplicate (of a
-	// different fingerprint here: a conflict), never stored twice.
-	repo := hub.New(st, hub.Options{}, nil)
-	t.Cleanup(repo.Close)
-	n := notifications(1, uuid.NewString(), 1)[0]
-	n.ID = oldID
-	if _, err := repo.Save(ctx, []domain.Notification{n}); err == nil {
-		t.Fatal("an id stored in the old layout was saved again")
-	}
-
-	// Once retention has removed the old documents with their drawer, it
-	// looks again (at most every ten minutes), and lookups read only the
-	// new buckets: one query for one id.
-	clock.advance(11 * time.Minute)
-	if err := st.ApplySweep(ctx, store.Sweep{Recipient: uuid.NewString(), Drawers: []string{drawerID}}); err != nil {
-		t.Fatal(err)
-	}
-	before := st.Meter().Snapshot()[cosmos.OpQuery].Requests
-	if _, err := st.LookupIDs(ctx, []string{oldID}); err != nil {
-		t.Fatal(err)
-	}
-	if queries := st.Meter().Snapshot()[cosmos.OpQuery].Requests - before; queries != 1 {
-		t.Fatalf("a lookup of one id after the old documents went sent %d queries", queries)
 	}
 }
 

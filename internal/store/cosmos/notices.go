@@ -27,15 +27,10 @@ import (
 // the notices of the domains asked for and no other document (a sparse
 // index, without a policy change), one page per physical partition that
 // holds any. A delivered notice is deleted; one never delivered expires
-// with its bundle. Notices written before they carried their domain have
-// the term "notice".
+// with its bundle.
 
-// noticeType is the t of a domain's notices; OriginUnspecified gives the
-// term of notices written before they carried their domain.
+// noticeType is the t of a domain's notices.
 func noticeType(o domain.Origin) string {
-	if o == domain.OriginUnspecified {
-		return typeNotice
-	}
 	return typeNotice + ":" + strconv.Itoa(int(o))
 }
 
@@ -56,8 +51,8 @@ func noticesQuery(origins []domain.Origin) string {
 	return "SELECT c.pk, c.bid, c.at, c.t FROM c WHERE c.t IN (" + strings.Join(terms, ", ") + ")"
 }
 
-// allNotices is every term a notice may have.
-var allNotices = append([]domain.Origin{domain.OriginUnspecified}, domain.Origins...)
+// allNotices is every domain a notice may have.
+var allNotices = domain.Origins
 
 func (s *Store) notice(recipient string, rec bundle.Record) noticeDoc {
 	return noticeDoc{
@@ -128,7 +123,7 @@ func (s *Store) noticePage(ctx context.Context, query, token string, n int) ([]s
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return nil, "", err
 		}
-		out = append(out, store.Notice{Recipient: d.PK, BundleID: d.Bundle, Origin: noticeOrigin(d.T), DequeuedAt: fromMicros(d.At)})
+		out = append(out, store.Notice{Recipient: d.PK, BundleID: d.Bundle, Origin: noticeOrigin(d.T), DequeuedAt: time.UnixMicro(d.At)})
 	}
 	next := ""
 	if resp.ContinuationToken != nil {
@@ -194,7 +189,7 @@ func (s *Store) eachNotice(ctx context.Context, origins []domain.Origin, page in
 			if err := json.Unmarshal(raw, &d); err != nil {
 				return err
 			}
-			n := store.Notice{Recipient: d.PK, BundleID: d.Bundle, Origin: noticeOrigin(d.T), DequeuedAt: fromMicros(d.At)}
+			n := store.Notice{Recipient: d.PK, BundleID: d.Bundle, Origin: noticeOrigin(d.T), DequeuedAt: time.UnixMicro(d.At)}
 			if !fn(n) {
 				return nil
 			}

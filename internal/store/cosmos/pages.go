@@ -16,8 +16,6 @@ import (
 // the first), and an item that matches them is only its id, 22 characters,
 // with sequence number Seq+i at index i. Others are [id, dq] (sequence
 // number Seq+i+dq) or [id, dq, weight, bundling 0/1, document type].
-// Pages written before this layout hold Items instead: [seq, id, weight,
-// bundling, document type] each, canonical ids; both are read.
 type pageDoc struct {
 	ID       string            `json:"id"`
 	PK       string            `json:"pk"`
@@ -28,8 +26,7 @@ type pageDoc struct {
 	Bundling int               `json:"b,omitempty"`
 	DocType  string            `json:"t,omitempty"`
 	X        []json.RawMessage `json:"x,omitempty"`
-	Items    []json.RawMessage `json:"it,omitempty"`
-	Save     string            `json:"sv,omitempty"` // the save that wrote it (none before id documents per save)
+	Save     string            `json:"sv,omitempty"` // the save that wrote it: retention finds its id documents through it
 }
 
 func pageID(start int64) string { return fmt.Sprintf("%012d", start) }
@@ -69,16 +66,9 @@ func flag(b bool) int {
 }
 
 // items decodes the page's items from index off on (a query may return a
-// slice of X or Items that starts at off).
+// slice of X that starts at off).
 func (p pageDoc) items(off int64) ([]drawer.Item, error) {
 	var out []drawer.Item
-	for i, raw := range p.Items {
-		it, err := decodeItem(raw, p.Start+off+int64(i))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, it)
-	}
 	for i, raw := range p.X {
 		idx := off + int64(i)
 		it := drawer.Item{Pos: p.Start + idx, Seq: p.Seq + idx, Weight: p.Weight, SupportsBundling: p.Bundling == 1, DocumentType: p.DocType}
@@ -113,29 +103,6 @@ func (p pageDoc) items(off int64) ([]drawer.Item, error) {
 		out = append(out, it)
 	}
 	return out, nil
-}
-
-type pageItem struct {
-	Seq      int64
-	ID       string
-	Weight   int64
-	Bundling int
-	DocType  string
-}
-
-// decodeItem reads an item of the layout before packing.
-func decodeItem(raw json.RawMessage, pos int64) (drawer.Item, error) {
-	var fields []json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil || len(fields) != 5 {
-		return drawer.Item{}, fmt.Errorf("corrupt page item at %d", pos)
-	}
-	var it pageItem
-	for i, dst := range []any{&it.Seq, &it.ID, &it.Weight, &it.Bundling, &it.DocType} {
-		if err := json.Unmarshal(fields[i], dst); err != nil {
-			return drawer.Item{}, fmt.Errorf("corrupt page item at %d: %w", pos, err)
-		}
-	}
-	return drawer.Item{Pos: pos, Seq: it.Seq, ID: it.ID, DocumentType: it.DocType, SupportsBundling: it.Bundling == 1, Weight: it.Weight}, nil
 }
 
 // packID writes a canonical UUID as its 16 bytes in unpadded base64url (22

@@ -36,8 +36,7 @@ func ptr[T any](v T) *T { return &v }
 var containers = []container{
 	{name: containerRecipients, indexed: []string{"/t/?"}, defaultTTL: ptr[int32](-1)},
 	{name: containerDrawers, indexed: []string{"/s/?", "/e/?"}},
-	// /i/* indexes the packed ids; /n/[]/i/? those of the layout before packing.
-	{name: containerIDs, indexed: []string{"/i/*", "/n/[]/i/?", "/d/?", "/s/?"}},
+	{name: containerIDs, indexed: []string{"/i/*", "/s/?"}},
 	{name: containerSaves, indexed: nil, defaultTTL: ptr[int32](-1)},
 }
 

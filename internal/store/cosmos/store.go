@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -46,11 +45,9 @@ type Config struct {
 	// IDBuckets spreads the id index over this many partitions (1..256,
 	// default 4): every save writes and queries each bucket its ids fall
 	// in, so fewer buckets are cheaper per save; each partition serves at
-	// most 10,000 RU/s and 20 GB.
+	// most 10,000 RU/s and 20 GB. The database's settings record it when
+	// it is first opened, and Open refuses another count (settings.go).
 	IDBuckets int
-	// LegacyIDBuckets is the bucket count id documents written before
-	// hashed buckets were made with (that version's IDBuckets, default 16).
-	LegacyIDBuckets int
 	// Transport sends the SDK's requests (default: a pooled HTTP client).
 	Transport policy.Transporter
 	// OnRequest, when set, is told about every request (for metrics).
@@ -88,11 +85,7 @@ type Store struct {
 	// anchored: reads of a recipient's state first read its head on the
 	// primary (Session consistency); stronger levels read a quorum anyway.
 	anchored bool
-	// legacyIDs: id documents of the layout before hashed buckets remain,
-	// and are read too (see probeLegacyIDs).
-	legacyIDs    atomic.Bool
-	legacyProbed atomic.Int64 // unix ms of the last probe
-	released     idReleases   // retention's knowledge of id documents per save
+	released idReleases // retention's knowledge of id documents per save
 	// noticesAt is where the last look at the notices stopped (notices.go).
 	noticesAt noticeResume
 	// finalizeFor bounds the retries of a committed save's finalize.
@@ -102,7 +95,9 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open connects to the account and, when cfg.Provision is set, creates what
-// is missing.
+// is missing. It refuses a database whose containers, account or settings
+// do not fit this build and cfg, and writes the settings of one that has
+// none and holds no documents yet.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Database == "" {
 		cfg.Database = "messagehub"
@@ -116,11 +111,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.IDBuckets <= 0 {
 		cfg.IDBuckets = DefaultIDBuckets
 	}
-	if cfg.LegacyIDBuckets <= 0 {
-		cfg.LegacyIDBuckets = 16
-	}
-	if cfg.IDBuckets > 256 || cfg.LegacyIDBuckets > 256 {
-		return nil, fmt.Errorf("cosmos: at most 256 id buckets, got %d (old layout: %d)", cfg.IDBuckets, cfg.LegacyIDBuckets)
+	if cfg.IDBuckets > 256 {
+		return nil, fmt.Errorf("cosmos: at most 256 id buckets, got %d", cfg.IDBuckets)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -192,8 +184,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	if err := s.probeLegacyIDs(ctx); err != nil {
-		return nil, fmt.Errorf("cosmos: id index: %w", err)
+	if err := s.checkSettings(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -344,8 +336,7 @@ func (s *Store) readDrawer(ctx context.Context, drawerID string, from, to int64,
 // readDrawerSQL slices each page's items to [@from, @to): the slice starts
 // at @from - s in the first page and at 0 in the others.
 const readDrawerSQL = "SELECT c.s, c.q, c.w, c.b, c.t, " +
-	"ARRAY_SLICE(c.x, (@from > c.s ? @from - c.s : 0), @to - (@from > c.s ? @from : c.s)) AS x, " +
-	"ARRAY_SLICE(c.it, (@from > c.s ? @from - c.s : 0), @to - (@from > c.s ? @from : c.s)) AS it " +
+	"ARRAY_SLICE(c.x, (@from > c.s ? @from - c.s : 0), @to - (@from > c.s ? @from : c.s)) AS x " +
 	"FROM c WHERE c.e > @from AND c.s < @to ORDER BY c.s"
 
 // BundleExists reads the bundle's document.
@@ -588,20 +579,16 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 
 // deleteDrawer deletes the id documents nothing needs any more, then a
 // drawer's pages: those of the saves whose pages it holds once none of their
-// other drawers is left (releaseIDs), and those of the layout per drawer. The
-// drawer is out of the catalog already (ApplySweep's batches), so nothing of it
+// other drawers is left (releaseIDs). The drawer is out of the catalog already (ApplySweep's batches), so nothing of it
 // is delivered again; its pages go last because they name the saves, so a
 // pass that stops half-way is finished by the next from its trash record.
 func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 	var pages, saves []string
-	perDrawer := false
 	err := s.query(ctx, s.drawers, drawerID, "SELECT c.id, c.sv FROM c", nil, func(raw []byte) error {
 		var d struct{ ID, SV string }
 		err := json.Unmarshal(raw, &d)
 		pages = append(pages, d.ID)
-		if d.SV == "" {
-			perDrawer = true // written before id documents per save
-		} else if !slices.Contains(saves, d.SV) {
+		if !slices.Contains(saves, d.SV) {
 			saves = append(saves, d.SV)
 		}
 		return err
@@ -611,13 +598,6 @@ func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 	}
 	if err := s.releaseIDs(ctx, drawerID, saves); err != nil {
 		return err
-	}
-	// No page left: a pass that stopped after deleting them, or a drawer
-	// only aborted saves wrote to; the old layout is looked for then too.
-	if perDrawer || len(pages) == 0 {
-		if err := s.deleteIDDocs(ctx, drawerID); err != nil {
-			return err
-		}
 	}
 	return s.deleteAll(ctx, s.drawers, drawerID, pages)
 }
