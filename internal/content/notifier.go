@@ -234,11 +234,6 @@ func StartNotifier(opts NotifierOptions) *Notifier {
 			w.loop(ctx)
 		})
 	}
-	// Notices written before notices carried their domain: a worker of
-	// their own, which reads each one's bundle for its domain and is done
-	// once it finds none (this version never writes them).
-	legacy := &worker{n: n, origin: domain.OriginUnspecified}
-	wg.Go(func() { legacy.loop(ctx) })
 	go func() {
 		wg.Wait()
 		close(n.done)
@@ -262,8 +257,7 @@ func (n *Notifier) stopped() bool {
 	}
 }
 
-// worker tells one domain of its notices (OriginUnspecified: the notices
-// that carry no domain, each told to its bundle's).
+// worker tells one domain of its notices.
 type worker struct {
 	n      *Notifier
 	origin domain.Origin
@@ -312,9 +306,6 @@ func (w *worker) loop(ctx context.Context) {
 			// A full batch that moved: take the next at once.
 			wait, idle = 0, n.opts.Interval
 		case r.found == 0:
-			if w.origin == domain.OriginUnspecified && r.dueIn == 0 {
-				return // none left, and none are written any more
-			}
 			// Idle: each empty look costs a query (across partitions on
 			// Cosmos DB), so they thin out; this instance's own notices
 			// ring the bell. Another instance's notice that was left
@@ -372,9 +363,6 @@ func (w *worker) round(ctx context.Context) roundResult {
 			}
 			res.storeFailed = true
 			break
-		}
-		if failed[b.Origin] {
-			continue // a notice without a domain, of one that failed
 		}
 		provider := n.opts.Providers[b.Origin]
 		if provider == nil {
