@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -384,5 +385,34 @@ func TestABodyWithMoreThanOneDocumentIsRefused(t *testing.T) {
 	resp, _ := call(t, newRequest(t, http.MethodPost, s.url+"/v1/notifications", strings.NewReader(" "+saveJSON(recipient, "")+" \r\n\t ")))
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("a document between white space: %d, want 200", resp.StatusCode)
+	}
+}
+
+// A Save of millions of empty notifications ({} is three bytes) is refused
+// before it is decoded into messages: its count is checked on the JSON,
+// stopping at the limit, so the hub allocates about the body, not the
+// gigabytes the messages would take.
+func TestASaveOfManyEmptyNotificationsIsRefusedBeforeItIsDecoded(t *testing.T) {
+	s := newStack(t)
+	const n = 4 << 20 // 4 Mi notifications, 12 MiB of JSON
+	body := bytes.NewBufferString(`{"notifications":[{}`)
+	body.WriteString(strings.Repeat(`,{}`, n-1))
+	body.WriteString(`]}`)
+	size := body.Len()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	resp, e := call(t, newRequest(t, http.MethodPost, s.url+"/v1/notifications", body))
+	runtime.ReadMemStats(&after)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Message, "at most 10000 notifications") {
+		t.Fatalf("%d %q; want 400 naming the limit", resp.StatusCode, e.Message)
+	}
+	// The body is held about three times (read, buffered, kept raw);
+	// decoding the messages took 200 bytes and more a notification.
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > uint64(8*size) {
+		t.Fatalf("refusing a body of %d MiB allocated %d MiB", size>>20, allocated>>20)
+	}
+	if n := s.saves.Load(); n != 0 {
+		t.Errorf("%d refused bodies reached the server", n)
 	}
 }

@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/energydatahub/messagehub/internal/domain"
 )
 
 // oneDocumentJSON is grpc-gateway's JSON marshaler with a decoder that takes
@@ -31,10 +35,63 @@ type oneDocumentDecoder struct {
 // body, which may only be white space. It reads the rest as a stream, so a
 // long tail costs no memory (the body's limit still bounds it).
 func (d oneDocumentDecoder) Decode(v any) error {
-	if err := d.DecoderWrapper.Decode(v); err != nil {
+	p, ok := v.(proto.Message)
+	if !ok {
+		if err := d.DecoderWrapper.Decode(v); err != nil {
+			return err
+		}
+		return onlyWhiteSpace(io.MultiReader(d.Buffered(), d.body))
+	}
+	var raw json.RawMessage
+	if err := d.Decoder.Decode(&raw); err != nil {
 		return err
 	}
-	return onlyWhiteSpace(io.MultiReader(d.Buffered(), d.body))
+	if err := onlyWhiteSpace(io.MultiReader(d.Buffered(), d.body)); err != nil {
+		return err
+	}
+	// A message of many tiny notifications ({} is three bytes) would decode
+	// to gigabytes before validation counts them: they are counted first.
+	if n := countElements(raw, "notifications", domain.MaxNotificationsPerSave+1); n > domain.MaxNotificationsPerSave {
+		return fmt.Errorf("a save holds at most %d notifications, got more", domain.MaxNotificationsPerSave)
+	}
+	return d.UnmarshalOptions.Unmarshal(raw, p)
+}
+
+// countElements counts the elements of the array that is field's value in
+// the JSON object doc, up to limit: it stops there, so counting costs the
+// same however long the array is. A document of another shape counts 0 and
+// is left to the message's own decoding to refuse.
+func countElements(doc []byte, field string, limit int) int {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return 0
+		}
+		if key != field {
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return 0
+			}
+			continue
+		}
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+			return 0
+		}
+		n := 0
+		for dec.More() && n < limit {
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return n
+			}
+			n++
+		}
+		return n
+	}
+	return 0
 }
 
 // onlyWhiteSpace reads r to its end and fails at its first byte that is not
