@@ -54,7 +54,7 @@ func (d oneDocumentDecoder) Decode(v any) error {
 	if n := countElements(raw, "notifications", domain.MaxNotificationsPerSave+1); n > domain.MaxNotificationsPerSave {
 		return fmt.Errorf("a save holds at most %d notifications, got more", domain.MaxNotificationsPerSave)
 	}
-	return d.UnmarshalOptions.Unmarshal(raw, p)
+	return d.Unmarshal(raw, p)
 }
 
 // countElements counts the elements of the array that is field's value in
