@@ -251,3 +251,26 @@ func (g *Guard) refusal(measured, avail, pending, n, limit uint64) error {
 		"every write is refused until space is freed, so that the store never meets a full disk",
 		domain.ErrStorageFull, free, FormatSize(g.reserve))
 }
+
+// ReadOnlyAtStart says how a store opened now must be opened: nil for
+// writing; below the floor, read-only, with this error (wrapping
+// domain.ErrStorageFull) for every write, for a store's start-up writes
+// would meet the full disk. Space freed later needs a restart to be used.
+func (g *Guard) ReadOnlyAtStart() error {
+	if err := g.CheckWrite(); err != nil {
+		return fmt.Errorf("%w; the store was opened read-only, as the data volume was almost full at start: "+
+			"restart the hub once space is freed", err)
+	}
+	return nil
+}
+
+// Room says whether n bytes may be written now, as a write that is not a
+// save: nil while the estimated free space stays at or above the floor
+// with them, and then they count as written until the next look.
+func (g *Guard) Room(n uint64) error {
+	if err := g.take(n, g.Floor()); err != nil {
+		return err
+	}
+	g.give(n, true)
+	return nil
+}
