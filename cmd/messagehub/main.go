@@ -212,12 +212,8 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *instance, e
 	if docs != nil {
 		opts = append(opts, server.WithDocuments(docs, cfg.ContentTimeout))
 	}
-	var hubCore server.Hub = repo
-	if h.guard != nil {
-		hubCore = savesGuarded{Hub: repo, guard: h.guard}
-	}
-	h.grpcSrv, h.health = server.NewGRPCServer(hubCore, logger, opts...)
-	h.gatewaySrv, h.gatewayHealth = server.NewGRPCServer(hubCore, logger, append(opts, server.WithLimits(server.InProcessLimits),
+	h.grpcSrv, h.health = server.NewGRPCServer(repo, logger, opts...)
+	h.gatewaySrv, h.gatewayHealth = server.NewGRPCServer(repo, logger, append(opts, server.WithLimits(server.InProcessLimits),
 		// Its one connection carries every HTTP user's answers.
 		server.WithAnswerBudget(server.AnswerBudget{PerConnection: server.DefaultAnswerBudget.Total}))...)
 
@@ -258,46 +254,15 @@ func build(ctx context.Context, cfg Config, logger *slog.Logger) (_ *instance, e
 	return h, nil
 }
 
-// savesGuarded is the repository with the disk guard in front of Save: the
-// small writes of Peek and Dequeue go on while saves are refused.
-type savesGuarded struct {
-	*hub.Hub
-	guard *diskguard.Guard
-}
-
-func (s savesGuarded) Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error) {
-	if err := s.guard.Check(); err != nil {
-		return domain.SaveResult{}, err
-	}
-	return s.Hub.Save(ctx, notifications)
-}
-
-// documentsGuarded refuses new documents while saves are refused: they are
-// new data on the store's volume, and must not eat the space kept for
-// pebble's small writes. A refused build is retried with backoff.
-type documentsGuarded struct {
-	content.Store
-	guard *diskguard.Guard
-}
-
-func (d documentsGuarded) Create(ctx context.Context, key content.Key, mediaType string) (content.Staged, error) {
-	if err := d.guard.Check(); err != nil {
-		return nil, err
-	}
-	return d.Store.Create(ctx, key, mediaType)
-}
-
 // openRepository opens the store, the documents next to it and the
 // repository over both; the document service is nil without a place for
 // documents.
 func (h *instance) openRepository(ctx context.Context) (*hub.Hub, *content.Service, error) {
-	var gate func() error
 	if h.cfg.Store == StoreEmbedded && h.cfg.MinFreeDisk > 0 {
 		h.guard = diskguard.New(h.cfg.DataDir, h.cfg.MinFreeDisk, nil, 0, h.logger)
 		h.onClose(func() error { h.guard.Close(); return nil })
-		gate = h.guard.CheckWrite
 	}
-	store, err := openStore(ctx, h.cfg, h.logger, h.tel.Metrics, gate)
+	store, err := openStore(ctx, h.cfg, h.logger, h.tel.Metrics, h.guard)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -343,7 +308,7 @@ func (h *instance) openRepository(ctx context.Context) (*hub.Hub, *content.Servi
 	h.onClose(func() error { stopOutbox(); return nil })
 	docStore := documents
 	if h.guard != nil {
-		docStore = documentsGuarded{Store: documents, guard: h.guard}
+		docStore = diskguard.Documents(documents, h.guard)
 	}
 	var grace time.Duration
 	if h.cfg.Store == StoreCosmos {
@@ -565,8 +530,9 @@ func withTLS(lis net.Listener, tlsConfig *tls.Config) net.Listener {
 }
 
 // openStore opens the configured store backend; the embedded store's writes
-// ask gate first (nil: none).
-func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder telemetry.RequestRecorder, gate func() error) (store.Store, error) {
+// go through guard (nil: none), which also says whether it is opened
+// read-only.
+func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder telemetry.RequestRecorder, guard *diskguard.Guard) (store.Store, error) {
 	if cfg.Store == StoreCosmos {
 		store, err := cosmos.Open(ctx, cosmos.Config{
 			Endpoint:        cfg.Cosmos.Endpoint,
@@ -585,9 +551,16 @@ func openStore(ctx context.Context, cfg Config, logger *slog.Logger, recorder te
 		}
 		return store, nil
 	}
-	store, err := pebble.OpenGated(cfg.DataDir, logger, gate)
+	if guard == nil {
+		store, err := pebble.Open(cfg.DataDir, logger)
+		if err != nil {
+			return nil, err // it names the directory
+		}
+		return store, nil
+	}
+	store, err := pebble.OpenWith(cfg.DataDir, logger, pebble.Options{ReadOnly: guard.ReadOnlyAtStart(), Room: guard.Room})
 	if err != nil {
 		return nil, err // it names the directory
 	}
-	return store, nil
+	return diskguard.Store(store, guard), nil
 }
