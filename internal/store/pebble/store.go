@@ -129,7 +129,8 @@ func OpenWith(dir string, logger *slog.Logger, o Options) (*Store, error) {
 			return nil, fmt.Errorf("open embedded store in %s: no store there yet to open read-only: %w", dir, o.ReadOnly)
 		}
 		opts.ReadOnly = true
-		logger.Error("the embedded store is opened read-only", "dir", dir, "reason", o.ReadOnly.Error())
+		// Whoever asked says why (the disk guard logs the full volume).
+		logger.Error("the embedded store is opened read-only: its writes fail until the hub is restarted", "dir", dir)
 	}
 	db, err := pebble.Open(dir, opts)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
