@@ -171,27 +171,13 @@ func (a *App) openDocuments(ctx context.Context) (content.Store, error) {
 }
 
 // guardDocuments puts the disk guard, when there is one, in front of new
-// documents.
+// documents: they are new data on the store's volume (a refused build is
+// retried with backoff).
 func (a *App) guardDocuments(docs content.Store) content.Store {
 	if a.guard == nil {
 		return docs
 	}
-	return documentsGuarded{Store: docs, guard: a.guard}
-}
-
-// documentsGuarded refuses new documents while saves are refused: they are
-// new data on the store's volume, and must not eat the space kept for
-// pebble's small writes. A refused build is retried with backoff.
-type documentsGuarded struct {
-	content.Store
-	guard *diskguard.Guard
-}
-
-func (d documentsGuarded) Create(ctx context.Context, key content.Key, mediaType string) (content.Staged, error) {
-	if err := d.guard.Check(); err != nil {
-		return nil, err
-	}
-	return d.Store.Create(ctx, key, mediaType)
+	return diskguard.Documents(docs, a.guard)
 }
 
 // dialOptions are the transport credentials towards providers.

@@ -23,7 +23,7 @@ func TestNoNewDocumentWhileSavesAreRefused(t *testing.T) {
 	free := uint64(1 << 40)
 	g := diskguard.New(dir, 1<<30, func(string) (uint64, error) { return free, nil }, time.Hour, nil)
 	defer g.Close()
-	guarded := documentsGuarded{Store: docs, guard: g}
+	guarded := diskguard.Documents(docs, g)
 	ctx := context.Background()
 	stored := content.Key{Recipient: "r", BundleID: "stored"}
 	staged, err := guarded.Create(ctx, stored, "application/json")

@@ -37,13 +37,11 @@ type storeWrapper = func(store.Store) store.Store
 // and returns the core the gRPC servers serve; the document service is nil
 // without a place for documents.
 func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error) {
-	var gate func() error
 	if a.cfg.Store == StoreEmbedded && a.cfg.MinFreeDisk > 0 {
 		a.guard = diskguard.New(a.cfg.DataDir, a.cfg.MinFreeDisk, nil, 0, a.logger)
 		a.onClose("disk guard", func() error { a.guard.Close(); return nil })
-		gate = a.guard.CheckWrite
 	}
-	measured, err := a.openStore(ctx, gate)
+	measured, err := a.openStore(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -83,12 +81,8 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	// Queued saves commit here; a store that does not answer holds this
 	// stage up until the shutdown deadline (shutdown.go).
 	a.onClose("hub", func() error { repo.Close(); return nil })
-	var core server.Hub = repo
-	if a.guard != nil {
-		core = savesGuarded{Hub: repo, guard: a.guard}
-	}
 	if documents == nil {
-		return core, nil, nil
+		return repo, nil, nil
 	}
 	stopOutbox, err := a.tel.WatchOutbox(measured.NoticeBacklog, telemetry.DefaultBacklogInterval, a.logger)
 	if err != nil {
@@ -125,21 +119,21 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	}
 	// Closed before the hub: builds ask it whether bundles are pending.
 	a.onClose("documents service", func() error { closeDocs(); return nil })
-	return core, docs, nil
+	return repo, docs, nil
 }
 
-// openStore opens the configured store chain (backend.Open); the embedded
-// store's writes ask gate first (nil: none).
-func (a *App) openStore(ctx context.Context, gate func() error) (store.Store, error) {
+// openStore opens the configured store chain (backend.Open), the embedded
+// store behind the disk guard when there is one.
+func (a *App) openStore(ctx context.Context) (store.Store, error) {
 	cfg := a.cfg
 	kind := backend.Pebble
 	if cfg.Store == StoreCosmos {
 		kind = backend.Cosmos
 	}
 	return backend.Open(ctx, backend.Config{
-		Kind:       kind,
-		DataDir:    cfg.DataDir,
-		PebbleGate: gate,
+		Kind:    kind,
+		DataDir: cfg.DataDir,
+		Guard:   a.guard,
 		Cosmos: cosmos.Config{
 			Endpoint:   cfg.Cosmos.Endpoint,
 			Key:        cfg.Cosmos.Key,
@@ -152,18 +146,4 @@ func (a *App) openStore(ctx context.Context, gate func() error) (store.Store, er
 		Logger:  a.logger,
 		Metrics: a.tel.Metrics,
 	})
-}
-
-// savesGuarded is the hub with the disk guard in front of Save: the small
-// writes of Peek and Dequeue go on while saves are refused.
-type savesGuarded struct {
-	*hub.Hub
-	guard *diskguard.Guard
-}
-
-func (s savesGuarded) Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error) {
-	if err := s.guard.Check(); err != nil {
-		return domain.SaveResult{}, err
-	}
-	return s.Hub.Save(ctx, notifications)
 }

@@ -4,6 +4,13 @@
 // Reads and the small writes of Peek and Dequeue go on down to half the
 // reserve, where every write is refused; saves resume by themselves once
 // space is freed.
+//
+// The volume is looked at every few seconds, not at every write, and a
+// burst of saves or documents can fill it in between. So the guard counts
+// what is written between two looks: every write takes its estimated bytes
+// before it reaches the disk (Store and Documents do this), and is refused
+// when the free space of the last look, less what was written since and
+// what is being written, would fall below the reserve.
 package diskguard
 
 import (
@@ -16,9 +23,9 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 )
 
-// DefaultInterval is how often free space is looked at: often enough that a
-// burst of saves cannot eat much of a 1 GiB reserve in between, and a
-// syscall per interval rather than per save.
+// DefaultInterval is how often free space is looked at: a syscall per
+// interval rather than per write, and what is written in between is
+// counted.
 const DefaultInterval = 2 * time.Second
 
 // FreeFunc reports the bytes available to this process on dir's volume.
@@ -35,10 +42,23 @@ type Guard struct {
 	free    FreeFunc
 	logger  *slog.Logger
 
-	mu     sync.Mutex   // serialises checks, so state changes are logged once
+	mu     sync.Mutex   // serialises looks, so state changes are logged once
 	unread bool         // the last look failed (logged once, not every look)
-	level  atomic.Int32 // levelOK, levelSavesRefused or levelWritesRefused
-	avail  atomic.Uint64
+	level  atomic.Int32 // levelOK, levelSavesRefused or levelWritesRefused, as the last look measured
+
+	// acct is the estimate of free space between looks: measured by the
+	// last look, less written since (and not yet seen by a look) and less
+	// inflight, taken by writes under way.
+	acct struct {
+		sync.Mutex
+		measured uint64
+		written  uint64
+		inflight uint64
+		// A refusal for what was written since the last look is logged
+		// once an episode: refusedSinceLook keeps the episode going
+		// across a look, logged says its line is out.
+		refusedSinceLook, logged bool
+	}
 
 	stop chan struct{}
 	done chan struct{}
@@ -93,12 +113,27 @@ func (g *Guard) Close() {
 func (g *Guard) Floor() uint64 { return g.reserve / 2 }
 
 // Refresh looks at the free space now. A change of level is logged once; an
-// error reading the free space leaves the last state (a guard that cannot
-// see the disk does not stop saves).
+// error reading the free space leaves the last measure (a guard that cannot
+// see the disk does not stop saves). What was written before the look is in
+// what it measured, so it is no longer counted; what is written while the
+// volume is being read stays counted, perhaps twice until the next look.
 func (g *Guard) Refresh() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.acct.Lock()
+	before := g.acct.written
+	g.acct.Unlock()
 	avail, err := g.free(g.dir)
+	g.acct.Lock()
+	g.acct.written -= before
+	if err == nil {
+		g.acct.measured = avail
+	}
+	if !g.acct.refusedSinceLook {
+		g.acct.logged = false
+	}
+	g.acct.refusedSinceLook = false
+	g.acct.Unlock()
 	if err != nil {
 		if !g.unread {
 			g.logger.Warn("cannot read the free space of the data volume; the guard keeps its last state", "dir", g.dir, "error", err)
@@ -107,7 +142,6 @@ func (g *Guard) Refresh() {
 		return
 	}
 	g.unread = false
-	g.avail.Store(avail)
 	level := int32(levelOK)
 	switch {
 	case avail < g.Floor():
@@ -132,24 +166,111 @@ func (g *Guard) Refresh() {
 	}
 }
 
-// Check returns an error wrapping domain.ErrStorageFull while free space is
-// below the reserve: saves are refused.
-func (g *Guard) Check() error {
-	if g.level.Load() == levelOK {
-		return nil
-	}
-	return fmt.Errorf("%w: the data volume has %s free, below the %s kept in reserve (--min-free-disk); "+
-		"saves are refused until space is freed, peeks and dequeues go on",
-		domain.ErrStorageFull, FormatSize(g.avail.Load()), FormatSize(g.reserve))
+// Available is the estimated free space now: the last look's measure less
+// what was written since and what writes under way have taken.
+func (g *Guard) Available() uint64 {
+	g.acct.Lock()
+	defer g.acct.Unlock()
+	return g.available()
 }
 
-// CheckWrite returns an error wrapping domain.ErrStorageFull while free
-// space is below the floor: no write may reach the store.
+// available is Available with acct held.
+func (g *Guard) available() uint64 {
+	used := g.acct.written + g.acct.inflight
+	if used >= g.acct.measured {
+		return 0
+	}
+	return g.acct.measured - used
+}
+
+// Check returns an error wrapping domain.ErrStorageFull while the estimated
+// free space is below the reserve: saves are refused.
+func (g *Guard) Check() error {
+	return g.take(0, g.reserve)
+}
+
+// CheckWrite returns an error wrapping domain.ErrStorageFull while the
+// estimated free space is below the floor: no write may reach the store.
 func (g *Guard) CheckWrite() error {
-	if g.level.Load() != levelWritesRefused {
+	return g.take(0, g.Floor())
+}
+
+// take counts n bytes as being written if the estimated free space stays at
+// or above limit (the reserve or the floor) with them; else it returns the
+// refusal and takes nothing. The caller gives them back with give.
+func (g *Guard) take(n, limit uint64) error {
+	g.acct.Lock()
+	defer g.acct.Unlock()
+	avail := g.available()
+	if avail >= limit && avail-limit >= n {
+		g.acct.inflight += n
 		return nil
 	}
-	return fmt.Errorf("%w: the data volume has %s free, below half of --min-free-disk (%s); "+
+	pending := g.acct.written + g.acct.inflight
+	if pending > 0 {
+		g.acct.refusedSinceLook = true
+		if !g.acct.logged {
+			g.acct.logged = true
+			g.logger.Warn("writes are refused: what was written since the last look at the data volume, with what is "+
+				"being written, would leave less free space than it keeps (--min-free-disk for saves, half of it for "+
+				"every write); the next look tells how much is really left",
+				"dir", g.dir, "measured_free_bytes", g.acct.measured, "written_bytes", pending, "min_free_bytes", g.reserve)
+		}
+	}
+	return g.refusal(g.acct.measured, avail, pending, n, limit)
+}
+
+// give gives back n bytes taken, counting them as written since the last
+// look when wrote is set (they are on the volume until a look sees them).
+func (g *Guard) give(n uint64, wrote bool) {
+	g.acct.Lock()
+	defer g.acct.Unlock()
+	g.acct.inflight -= n
+	if wrote {
+		g.acct.written += n
+	}
+}
+
+// refusal says why a write of n bytes is refused with avail estimated free:
+// measured by the last look, less pending written or being written since.
+func (g *Guard) refusal(measured, avail, pending, n, limit uint64) error {
+	free := FormatSize(avail) + " free"
+	if pending > 0 {
+		free = fmt.Sprintf("about %s free (%s at the last look, less %s written or being written since)",
+			FormatSize(avail), FormatSize(measured), FormatSize(pending))
+	}
+	if n > 0 {
+		free += fmt.Sprintf(", and this write needs about %s more", FormatSize(n))
+	}
+	if limit >= g.reserve {
+		return fmt.Errorf("%w: the data volume has %s, below the %s kept in reserve (--min-free-disk); "+
+			"saves are refused until space is freed, peeks and dequeues go on",
+			domain.ErrStorageFull, free, FormatSize(g.reserve))
+	}
+	return fmt.Errorf("%w: the data volume has %s, below half of --min-free-disk (%s); "+
 		"every write is refused until space is freed, so that the store never meets a full disk",
-		domain.ErrStorageFull, FormatSize(g.avail.Load()), FormatSize(g.reserve))
+		domain.ErrStorageFull, free, FormatSize(g.reserve))
+}
+
+// ReadOnlyAtStart says how a store opened now must be opened: nil for
+// writing; below the floor, read-only, with this error (wrapping
+// domain.ErrStorageFull) for every write, for a store's start-up writes
+// would meet the full disk. Space freed later needs a restart to be used.
+func (g *Guard) ReadOnlyAtStart() error {
+	if err := g.CheckWrite(); err != nil {
+		return fmt.Errorf("%w; the store was opened read-only, as the data volume was almost full at start: "+
+			"restart the hub once space is freed", err)
+	}
+	return nil
+}
+
+// Room says whether n bytes may be written now, as a write that is not a
+// save: nil while the estimated free space stays at or above the floor
+// with them, and then they count as written until the next look.
+func (g *Guard) Room(n uint64) error {
+	if err := g.take(n, g.Floor()); err != nil {
+		return err
+	}
+	g.give(n, true)
+	return nil
 }

@@ -7,16 +7,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
@@ -79,13 +83,23 @@ func smallVolume(t *testing.T) volume {
 // stack is the embedded store and the hub over it, with the guard
 // wired as cmd/messagehub wires it.
 type stack struct {
-	store *pebble.Store
+	store store.Store
 	repo  *hub.Hub
+}
+
+// openGuarded opens the embedded store in dir as cmd/messagehub does:
+// read-only below the floor, and behind the guard.
+func openGuarded(dir string, g *diskguard.Guard) (store.Store, error) {
+	st, err := pebble.OpenWith(dir, nil, pebble.Options{ReadOnly: g.ReadOnlyAtStart(), Room: g.Room})
+	if err != nil {
+		return nil, err
+	}
+	return diskguard.Store(st, g), nil
 }
 
 func openHub(t *testing.T, dir string, g *diskguard.Guard) stack {
 	t.Helper()
-	store, err := pebble.OpenGated(dir, nil, g.CheckWrite)
+	store, err := openGuarded(dir, g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,10 +114,7 @@ func (h stack) close(t *testing.T) {
 	}
 }
 
-func (h stack) save(ctx context.Context, g *diskguard.Guard, recipient string) error {
-	if err := g.Check(); err != nil { // as the server does before a save
-		return err
-	}
+func (h stack) save(ctx context.Context, _ *diskguard.Guard, recipient string) error {
 	_, err := h.repo.Save(ctx, []domain.Notification{{
 		ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
 		ContentType: "c", DocumentType: "c", SupportsBundling: true, Weight: 1,
@@ -184,8 +195,122 @@ func TestAFullVolumeRefusesWritesWithoutAPanic(t *testing.T) {
 func TestAFirstStartOnAFullVolumeSaysWhy(t *testing.T) {
 	g := diskguard.New(t.TempDir(), 1<<30, func(string) (uint64, error) { return 0, nil }, time.Hour, nil)
 	defer g.Close()
-	_, err := pebble.OpenGated(filepath.Join(t.TempDir(), "data"), nil, g.CheckWrite)
+	_, err := openGuarded(filepath.Join(t.TempDir(), "data"), g)
 	if !errors.Is(err, domain.ErrStorageFull) || !strings.Contains(err.Error(), "no store there yet") {
 		t.Fatalf("a first start on a full volume: %v", err)
+	}
+}
+
+// realVolume mounts a tmpfs of size bytes, or skips the test: what it
+// checks is that real writes never meet a full disk.
+func realVolume(t *testing.T, size uint64) string {
+	t.Helper()
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.FormatUint(size, 10), "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v %s): the guard's counting is tested in guarded_test.go", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", mnt, err, out)
+		}
+	})
+	return mnt
+}
+
+// The hub's own saves, between two looks of the guard, cannot take a small
+// volume to a full disk: they are refused once their estimated bytes would
+// cross the reserve, and every look lets through what really fits, until
+// the volume itself is down to the reserve.
+func TestTheHubsOwnSavesCannotFillTheVolume(t *testing.T) {
+	mnt := realVolume(t, 64<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g := diskguard.New(mnt, 24<<20, nil, time.Hour, nil)
+	defer g.Close()
+	h := openHub(t, filepath.Join(mnt, "data"), g)
+	recipient := uuid.NewString()
+	saved := 0
+	// Saves go on until one is refused; then the guard looks, and saves go
+	// on while it finds room. A refusal right after a look ends it.
+	for looked := false; ; {
+		if saved > 10_000_000 {
+			t.Fatal("saves are never refused")
+		}
+		ns := make([]domain.Notification, 1000)
+		for i := range ns {
+			ns[i] = domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
+				ContentType: "c", DocumentType: "d", SupportsBundling: true, Weight: 1}
+		}
+		_, err := h.repo.Save(ctx, ns)
+		if err == nil {
+			saved += len(ns)
+			looked = false
+			continue
+		}
+		if !errors.Is(err, domain.ErrStorageFull) {
+			t.Fatalf("a save after %d notifications: %v", saved, err)
+		}
+		if looked {
+			break
+		}
+		g.Refresh()
+		looked = true
+	}
+	free, _ := diskguard.Free(mnt)
+	t.Logf("%d notifications saved, %d bytes free", saved, free)
+	if saved == 0 || free < 12<<20 {
+		t.Fatalf("%d notifications saved, %d bytes free; want some saved, and the floor kept", saved, free)
+	}
+	h.close(t)
+}
+
+// Documents built at once, 50 MiB each as providers may answer, cannot take
+// the volume to a full disk between two looks either.
+func TestDocumentsBuiltAtOnceCannotFillTheVolume(t *testing.T) {
+	mnt := realVolume(t, 64<<20)
+	g := diskguard.New(mnt, 16<<20, nil, time.Hour, nil)
+	defer g.Close()
+	dir, err := content.OpenDirStore(filepath.Join(mnt, "content"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = dir.Close() }()
+	docs := diskguard.Documents(dir, g)
+	ctx := context.Background()
+	const builds, chunk = 6, 1 << 20
+	var (
+		wg              sync.WaitGroup
+		mu              sync.Mutex
+		stored, refused int
+	)
+	for b := range builds {
+		wg.Go(func() {
+			doc, err := docs.Create(ctx, content.Key{Recipient: "r", BundleID: strconv.Itoa(b)}, "application/xml")
+			if err == nil {
+				defer doc.Abort()
+				buf := make([]byte, chunk)
+				for i := 0; i < content.MaxDocumentBytes/chunk && err == nil; i++ {
+					_, err = doc.Write(buf)
+				}
+			}
+			if err == nil {
+				err = doc.Commit()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				stored++
+			case errors.Is(err, domain.ErrStorageFull):
+				refused++
+			default:
+				t.Errorf("a document: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	free, _ := diskguard.Free(mnt)
+	if refused == 0 || free < 16<<20 {
+		t.Fatalf("%d documents stored, %d refused, %d bytes left free; want the rest refused above the 16 MiB reserve", stored, refused, free)
 	}
 }

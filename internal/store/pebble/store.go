@@ -51,8 +51,9 @@ type Store struct {
 	applyErr  error // a group that could not be applied: every later one fails
 	syncErr   error
 	closeOnce sync.Once
-	gate      func() error // asked before every write; nil: none (see OpenGated)
 	readOnly  bool
+	refusal   error                    // while readOnly, what every write fails with (Options.ReadOnly)
+	room      func(bytes uint64) error // see Options
 
 	// cache holds the published control records of recipients with data
 	// (records.go). Records are never changed once published.
@@ -65,18 +66,29 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the store in dir.
-func Open(dir string, logger *slog.Logger) (*Store, error) { return OpenGated(dir, logger, nil) }
+func Open(dir string, logger *slog.Logger) (*Store, error) { return OpenWith(dir, logger, Options{}) }
+
+// Options are how a store is opened beyond its folder. The zero value opens
+// it for writing, creating it if needed.
+type Options struct {
+	// ReadOnly, when set, opens the store that is in the folder read-only:
+	// it serves what is stored and every write fails with ReadOnly. It is
+	// for a data volume almost full at start, where pebble's start-up
+	// flush of its log would need space it cannot have and would wait for
+	// it forever. With no store there yet, opening fails, wrapping it.
+	ReadOnly error
+	// Room, when set, is asked at Close whether the id index's bytes may
+	// be written to the volume; when it refuses, the index is not saved
+	// (the next start indexes the stored ids instead), for saving it ends
+	// with a write to pebble, which panics on a full disk.
+	Room func(bytes uint64) error
+}
 
 // tableBlockSize is the uncompressed size of the tables' blocks.
 const tableBlockSize = 32 << 10
 
-// OpenGated opens the store in dir with every write asking gate first and
-// failing with its error instead of reaching pebble: a disk guard keeps
-// writes off a full volume, where pebble would panic. When gate refuses at
-// open, the store is opened read-only, for pebble's start-up flush of its
-// log would need space it cannot have and would wait for it forever; its
-// writes then fail until the process is restarted with space to spare.
-func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, error) {
+// OpenWith opens the store in dir as o says.
+func OpenWith(dir string, logger *slog.Logger, o Options) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -112,13 +124,13 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	// are not compressed only to be decompressed again (Saves of 1,000 over
 	// 100 recipients; docs/performance.md).
 	opts.Levels[0].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
-	if gate != nil && gate() != nil {
+	if o.ReadOnly != nil {
 		if manifests, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(manifests) == 0 {
-			return nil, fmt.Errorf("open embedded store in %s: no store there yet, and the data volume is almost full: %w", dir, gate())
+			return nil, fmt.Errorf("open embedded store in %s: no store there yet to open read-only: %w", dir, o.ReadOnly)
 		}
 		opts.ReadOnly = true
-		logger.Error("the embedded store is opened read-only: the data volume is almost full; "+
-			"free space and restart the hub to write again", "dir", dir)
+		// Whoever asked says why (the disk guard logs the full volume).
+		logger.Error("the embedded store is opened read-only: its writes fail until the hub is restarted", "dir", dir)
 	}
 	db, err := pebble.Open(dir, opts)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -136,7 +148,7 @@ func OpenGated(dir string, logger *slog.Logger, gate func() error) (*Store, erro
 	// Tell a second process who holds the directory; only read while locked.
 	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 	s := &Store{
-		db: db, dir: dir, logger: logger, cache: make(map[[16]byte]*records), gate: gate, readOnly: opts.ReadOnly,
+		db: db, dir: dir, logger: logger, cache: make(map[[16]byte]*records), readOnly: opts.ReadOnly, refusal: o.ReadOnly, room: o.Room,
 		unsynced:  unsyncedRecords{latest: map[[16]byte]unsyncedRecord{}},
 		evictStop: make(chan struct{}),
 	}
@@ -170,9 +182,13 @@ func (s *Store) Close() error {
 	first := false
 	s.closeOnce.Do(func() { close(s.evictStop); first = true })
 	s.writer.Close()
-	if first && !s.readOnly && s.syncErr == nil && (s.gate == nil || s.gate() == nil) {
+	if first && !s.readOnly && s.syncErr == nil {
 		// Without it the next start only takes longer.
-		if err := s.saveIDIndex(s.dir); err != nil {
+		err := s.roomForIDIndex()
+		if err == nil {
+			err = s.saveIDIndex(s.dir)
+		}
+		if err != nil {
 			s.logger.Warn("saving the id index failed; the next start indexes the stored ids", "err", err)
 		}
 	}
@@ -180,6 +196,15 @@ func (s *Store) Close() error {
 		s.ids.free() // mapped outside the heap: nothing else would return it
 	}
 	return s.db.Close()
+}
+
+// roomForIDIndex asks Options.Room whether the id index's file fits on the
+// volume: its slots, and a little for its header and checksum.
+func (s *Store) roomForIDIndex() error {
+	if s.room == nil {
+		return nil
+	}
+	return s.room(uint64(len(s.ids.slots))*8 + 1<<10)
 }
 
 func (s *Store) nextVersion() string { return strconv.FormatUint(s.version.Add(1), 36) }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
-	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
@@ -56,13 +55,8 @@ func (s *Store) write(ctx context.Context, op writeOp) error {
 }
 
 func (s *Store) submit(ctx context.Context, op writeOp) (writeReq, error) {
-	if s.gate != nil {
-		if err := s.gate(); err != nil {
-			return writeReq{}, err
-		}
-	}
 	if s.readOnly {
-		return writeReq{}, errReadOnly
+		return writeReq{}, s.refusal
 	}
 	req := writeReq{op: op, done: make(chan error, 1)}
 	err := s.writer.Submit(ctx, req)
@@ -73,9 +67,6 @@ func (s *Store) submit(ctx context.Context, op writeOp) (writeReq, error) {
 }
 
 var errStoreClosed = errors.New("embedded: store closed")
-
-var errReadOnly = fmt.Errorf("%w: the store was opened read-only, as the data volume was almost full at start; "+
-	"restart the hub now that space is freed", domain.ErrStorageFull)
 
 func (s *Store) newWriter() *groupcommit.Pipeline[writeReq] {
 	return groupcommit.New(maxWriteGroup, groupcommit.Options[writeReq]{
