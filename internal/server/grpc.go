@@ -286,8 +286,8 @@ func SetServing(hs *health.Server, serving bool) {
 }
 
 // streamWorkers is how many goroutines serve calls and are kept between
-// calls. On a fresh goroutine each call grew its stack by copying it, about
-// 6 % of the hub's CPU in single-notification Saves (perf profile); a kept
+// calls. On a fresh goroutine each call grows its stack by copying it (seen
+// in the hub's CPU profile of the load tool's save-single scenario); a kept
 // worker has grown its stack already. gRPC renews a worker after 65,536
 // calls, and calls beyond this many at once get a goroutine of their own.
 const streamWorkers = 256
