@@ -19,16 +19,15 @@ type Meta struct {
 	FirstSeq int64  // sequence number of its first item
 	LastSeq  int64  // sequence number of its last item
 	// FirstAt and LastAt are when its first and last items were saved (unix
-	// milliseconds; 0 for drawers written before they were recorded).
+	// milliseconds).
 	FirstAt, LastAt int64
 }
 
 // SavedAt estimates when the item at pos was saved (unix milliseconds): the
 // save times of the drawer's first and last items, interpolated by
 // position. It is exact for both ends and for a drawer written by one save.
-// 0 means unknown.
 func (m Meta) SavedAt(pos int64) int64 {
-	if m.FirstAt == 0 || m.Count <= 1 || m.LastAt <= m.FirstAt {
+	if m.Count <= 1 || m.LastAt <= m.FirstAt {
 		return m.FirstAt
 	}
 	offset := min(max(pos-m.Start, 0), int64(m.Count-1))
