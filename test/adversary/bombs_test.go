@@ -89,9 +89,9 @@ func healthy(t *testing.T, h *hub) {
 // the dynamic table a thousand times, 4 MB each once decoded, on many
 // streams. A call's headers may be 16 KiB once decoded: each stream is
 // reset (or its connection closed), none is served, and the hub does not
-// hold what the blocks decode to (200 of them: 800 MB).
+// hold what the blocks decode to (400 of them: 1.6 GB).
 func headerBomb(t *testing.T) {
-	const conns, perConn, refs = 4, 50, 1000
+	const conns, perConn, refs = 4, 100, 1000
 	h := startHub(t)
 	bomb := make([]hpack.HeaderField, refs)
 	for i := range bomb {

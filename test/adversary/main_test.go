@@ -3,7 +3,7 @@
 // (built once by TestMain, on 127.0.0.1:0, a temporary data directory and
 // the embedded store), and each asserts the hub's answer and how much its
 // peak resident memory grew over what it held idle, against the budget
-// stated in the README (section "Bounded resources").
+// stated in the README (its paragraph "Memory budget").
 //
 // The binary is built without the race detector even under `go test -race`:
 // the budget is the shipped binary's, and the race detector multiplies a
