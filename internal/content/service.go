@@ -92,6 +92,11 @@ type Service struct {
 type build struct {
 	done chan struct{}
 	err  error
+	// asked hears of every peek that finds the build running: one that
+	// comes while the build backs off after failed attempts cuts the wait
+	// short, so a domain that has recovered is asked again when an actor
+	// wants the document, not only when the backoff (up to RetryMax) ends.
+	asked chan struct{}
 }
 
 // NewService returns a Service; Close stops its background work.
@@ -169,13 +174,17 @@ func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehu
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if b, ok := s.building[key]; ok {
+		select {
+		case b.asked <- struct{}{}:
+		default: // already asked
+		}
 		return b
 	}
-	b := &build{done: make(chan struct{})}
+	b := &build{done: make(chan struct{}), asked: make(chan struct{}, 1)}
 	s.building[key] = b
 	bundle = proto.CloneOf(bundle) // the caller may reuse its message
 	s.wg.Go(func() {
-		b.err = s.run(key, bundle, provider)
+		b.err = s.run(key, bundle, provider, b.asked)
 		s.mu.Lock()
 		delete(s.building, key)
 		s.mu.Unlock()
@@ -185,8 +194,9 @@ func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehu
 }
 
 // run asks the provider until the document is stored, the bundle is no
-// longer pending, or the service closes, backing off between attempts.
-func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient) error {
+// longer pending, or the service closes, backing off between attempts; a
+// peek (asked) during a backoff ends it.
+func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient, asked <-chan struct{}) error {
 	log := s.opts.Logger.With("recipient", key.Recipient, "bundle", key.BundleID, "origin", bundle.GetOrigin().String())
 	pause := s.opts.RetryMin
 	waitingFor := "" // the other holder this build last said it waits for
@@ -218,10 +228,17 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 			log.Warn("bundle document not built; trying again", "error", err, "retry_in", pause)
 		}
 
+		// Only a peek during this wait cuts it short, not one that came
+		// while the last attempt ran.
+		select {
+		case <-asked:
+		default:
+		}
 		// Full jitter, so that many bundles failing at once do not retry in step.
 		select {
 		case <-s.ctx.Done():
 			return fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
+		case <-asked:
 		case <-time.After(pause/2 + rand.N(pause/2+1)):
 		}
 		pause = min(2*pause, s.opts.RetryMax)

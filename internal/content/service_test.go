@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -400,5 +401,47 @@ func TestEveryProviderCallIsCounted(t *testing.T) {
 	want := []string{"DOMAIN_TIME_SERIES:error", "DOMAIN_TIME_SERIES:invalid", "DOMAIN_TIME_SERIES:ok"}
 	if strings.Join(metrics.outcomes, " ") != strings.Join(want, " ") || metrics.bytes != 5 {
 		t.Fatalf("recorded %v and %d bytes; want %v and 5", metrics.outcomes, metrics.bytes, want)
+	}
+}
+
+// A build that backs off after its domain failed is asked again as soon as
+// an actor peeks, not when its backoff ends: a domain that has recovered
+// answers that peek. Here the backoff is an hour long.
+func TestAPeekDuringTheBackoffAsksTheDomainAgainAtOnce(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		if down.Load() {
+			return contenttest.Answer{Err: errors.New("domain down")}
+		}
+		return contenttest.Document("application/json", []byte(`{"a":1}`), 3)
+	})
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     store,
+		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
+		RetryMin:  time.Hour, RetryMax: time.Hour,
+	})
+	t.Cleanup(s.Close)
+	b := newBundle()
+	if _, err := s.Document(within(t, 50*time.Millisecond), b); !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("got %v, want unavailable while the domain is down", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); provider.Creates(b.Id) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the domain was never asked")
+		}
+	}
+	down.Store(false)
+	doc, err := s.Document(within(t, 30*time.Second), b)
+	if err != nil {
+		t.Fatalf("a peek after the domain recovered: %v, want the document (the backoff is an hour)", err)
+	}
+	if got := string(read(t, doc)); got != `{"a":1}` {
+		t.Fatalf("served %q", got)
 	}
 }
