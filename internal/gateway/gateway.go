@@ -151,6 +151,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		return nil, fmt.Errorf("register gateway routes: %w", err)
 	}
 	api := guard(mux, mux, o)
+	peeks := budgetedPeeks(mux, api, newAnswerBytes(DefaultPeekAnswerBytes, DefaultPeekAnswerBytesPerConn), o)
 	type route struct {
 		method, path string
 		handler      http.Handler
@@ -160,7 +161,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, "/openapi.v3.json", serveJSON(openapi.DocumentV3)},
 		{http.MethodGet, "/healthz", mux},
 		{http.MethodPost, "/v1/notifications", api},
-		{http.MethodGet, "/v1/peek", api},
+		{http.MethodGet, "/v1/peek", peeks},
 		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
 		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn), o), o)},
 	}
@@ -168,7 +169,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})
 	}
 	for path, group := range peekGroups {
-		routes = append(routes, route{http.MethodGet, path, peekGroup(api, group)})
+		routes = append(routes, route{http.MethodGet, path, peekGroup(peeks, group)})
 	}
 	// Every route is named here so that request metrics name it
 	// (http.route), and so that another method on it is 405; anything else

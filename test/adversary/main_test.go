@@ -85,6 +85,7 @@ func TestAttacks(t *testing.T) {
 		{"silent connections filling max-connections", silentConnections},
 		{"unread gRPC Peek answers", unreadGRPCPeekAnswers},
 		{"unread HTTP content peeks", unreadContentPeeks},
+		{"unread HTTP Peek answers", unreadHTTPPeekAnswers},
 		{"concurrent pollers of one recipient while saving", concurrentPollersOfOneRecipient},
 	} {
 		t.Run(a.name, a.attack)

@@ -231,3 +231,41 @@ func getAll(t *testing.T, addr, path string) (int, int) {
 	}
 	return resp.StatusCode, int(n)
 }
+
+// Peeks over HTTP whose answers are never read: each answer is the whole
+// bundle as JSON, rendered before it is written, so the answers being
+// written share a budget (the gateway's DefaultPeekAnswerBytes) and the
+// rest are answered 503 with Retry-After, their bundle pending for the next
+// peek. Without the budget 20 of them held 1.3 GiB.
+func unreadHTTPPeekAnswers(t *testing.T) {
+	h, recipient, size := pendingLargestBundle(t)
+	const unread = 20
+	statuses := map[int]int{}
+	var conns []net.Conn
+	measure(t, h, budget, func() {
+		for range unread {
+			conn, status := getUnread(t, h.httpAddr, "/v1/peek?recipient="+recipient)
+			conns = append(conns, conn)
+			statuses[status]++
+		}
+	})
+	t.Logf("%d unread HTTP Peeks of a %.1f MiB bundle: %v", unread, mib(int64(size)), statuses)
+	if statuses[http.StatusOK] == 0 || statuses[http.StatusServiceUnavailable] == 0 || statuses[http.StatusOK]+statuses[http.StatusServiceUnavailable] != unread {
+		t.Errorf("answers %v; want some 200 within the budget and the rest 503", statuses)
+	}
+	// The readers gone, the budget is free again once the hub has seen
+	// their connections close (at the latest when the stalled write is
+	// cut, 30 s): until then a peek is told to come back.
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	for deadline := time.Now().Add(40 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		status, _ := getAll(t, h.httpAddr, "/v1/peek?recipient="+recipient)
+		if status == http.StatusOK {
+			break
+		}
+		if status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("a peek after the attack: %d", status)
+		}
+	}
+}

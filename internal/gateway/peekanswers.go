@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A Peek's answer over HTTP is rendered whole before it is written: the
+// largest bundle (51,200 notifications) is tens of MiB of JSON. One whose
+// client does not read it holds that until it is cut, so answers being
+// written share a byte budget (a peek beyond it is answered 503 with
+// Retry-After, and its bundle stays pending for the next peek), and an
+// answer whose client reads nothing for the stall time is cut.
+const (
+	// DefaultPeekAnswerBytes bounds the Peek answers being written at once.
+	DefaultPeekAnswerBytes = 128 << 20
+	// DefaultPeekAnswerBytesPerConn bounds those of one connection.
+	DefaultPeekAnswerBytesPerConn = 64 << 20
+	// smallPeekAnswer is the size below which answers are not counted: an
+	// empty peek or a small bundle holds next to nothing.
+	smallPeekAnswer = 64 << 10
+	// heldPerAnswerByte is what an answer holds while it is written, per
+	// byte of its JSON: the message it was rendered from and the gRPC
+	// answer it came in stay referenced until the write ends. Measured with
+	// test/adversary's unread HTTP Peek answers: about 80 MiB for 15 MiB of
+	// JSON.
+	heldPerAnswerByte = 5
+)
+
+// answerBytes counts the bytes of answers being written, in all and per
+// connection. An answer larger than a budget is let through when nothing
+// else holds it, so that any bundle can be delivered.
+type answerBytes struct {
+	mu             sync.Mutex
+	total, perConn int64
+	inUse          int64
+	byConn         map[string]int64
+}
+
+func newAnswerBytes(total, perConn int64) *answerBytes {
+	return &answerBytes{total: total, perConn: perConn, byConn: map[string]int64{}}
+}
+
+func (b *answerBytes) take(conn string, n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	held := b.byConn[conn]
+	if (b.inUse > 0 && b.inUse+n > b.total) || (held > 0 && held+n > b.perConn) {
+		return false
+	}
+	b.inUse += n
+	b.byConn[conn] = held + n
+	return true
+}
+
+// crowded reports whether the answers being written hold over half of a
+// budget: a peek that comes then is refused before anything is read or
+// rendered, so that peeks whose answers could not be admitted do not each
+// render tens of MiB first.
+func (b *answerBytes) crowded(conn string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return 2*b.inUse > b.total || 2*b.byConn[conn] > b.perConn
+}
+
+func (b *answerBytes) give(conn string, n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inUse -= n
+	if b.byConn[conn] -= n; b.byConn[conn] <= 0 {
+		delete(b.byConn, conn)
+	}
+}
+
+// budgetedPeeks serves next (the Peek routes) with its answers under budget
+// and cut after stall without progress.
+func budgetedPeeks(mux *runtime.ServeMux, next http.Handler, budget *answerBytes, o options) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if budget.crowded(r.RemoteAddr) {
+			refuseBusy(mux, w, r)
+			return
+		}
+		bw := &budgetedWriter{ResponseWriter: w, mux: mux, r: r, budget: budget,
+			out: stallingWriter{w: w, rc: http.NewResponseController(w), stall: o.contentStall}}
+		defer bw.release()
+		next.ServeHTTP(bw, r)
+	})
+}
+
+// budgetedWriter takes an answer's bytes from the budget at its first write
+// (grpc-gateway writes a body whole, in one call), and writes it in pieces,
+// each of which the client must take within the stall time.
+type budgetedWriter struct {
+	http.ResponseWriter
+	mux         *runtime.ServeMux
+	r           *http.Request
+	budget      *answerBytes
+	out         stallingWriter
+	wroteHeader bool
+	held        int64
+	refused     bool
+}
+
+func (w *budgetedWriter) WriteHeader(code int) {
+	w.wroteHeader = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *budgetedWriter) Write(p []byte) (int, error) {
+	if w.refused {
+		return len(p), nil // the 503 is written; the answer is dropped
+	}
+	if !w.wroteHeader && w.held == 0 && len(p) > smallPeekAnswer {
+		if !w.budget.take(w.r.RemoteAddr, heldPerAnswerByte*int64(len(p))) {
+			w.refused = true
+			w.Header().Del(MessageIDHeader)
+			refuseBusy(w.mux, w.ResponseWriter, w.r)
+			return len(p), nil
+		}
+		w.held = heldPerAnswerByte * int64(len(p))
+	}
+	if w.held == 0 {
+		return w.ResponseWriter.Write(p)
+	}
+	if err := w.out.write(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// refuseBusy answers 503 with Retry-After: the bundle, if one was cut,
+// stays pending for the next peek.
+func refuseBusy(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+	writeError(mux, w, r, http.StatusServiceUnavailable,
+		status.Error(codes.Unavailable, "too many large answers being written; peek again shortly (a pending bundle stays pending)"))
+}
+
+func (w *budgetedWriter) release() {
+	if w.held > 0 {
+		w.budget.give(w.r.RemoteAddr, w.held)
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *budgetedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
