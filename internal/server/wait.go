@@ -33,7 +33,9 @@ type Waker interface {
 
 // WithWaitRecheck sets how often a waiting Peek looks again without being
 // woken (DefaultWaitRecheck when zero): shorter finds another instance's
-// Saves sooner, at a store read per waiting Peek each time.
+// Saves sooner, at a store read per waiting Peek each time. Over MaxWait
+// turns the re-check off, for a store no other instance writes (pebble):
+// there every Save wakes its waiters.
 func WithWaitRecheck(d time.Duration) Option { return func(o *options) { o.waitRecheck = d } }
 
 // parseWait validates a request's wait.
