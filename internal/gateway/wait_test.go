@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +76,37 @@ func TestABadWaitIs400(t *testing.T) {
 			name := query[:strings.Index(query, "=")]
 			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Message, `"`+name+`"`) {
 				t.Errorf("%s?%s: %d %q; want 400 naming %q", route, query, resp.StatusCode, e.Message, name)
+			}
+		}
+	}
+}
+
+// The OpenAPI documents name the wait as the gateway takes it, on every
+// peek route, and never the request field's own name.
+func TestTheOpenAPIDocumentsNameTheWait(t *testing.T) {
+	s := newStack(t)
+	for _, doc := range []string{"/openapi.json", "/openapi.v3.json"} {
+		_, body := get(t, s.url+doc)
+		var d struct {
+			Paths map[string]struct {
+				Get struct {
+					Parameters []struct {
+						Name string `json:"name"`
+						In   string `json:"in"`
+					} `json:"parameters"`
+				} `json:"get"`
+			} `json:"paths"`
+		}
+		if err := json.Unmarshal(body, &d); err != nil {
+			t.Fatal(err)
+		}
+		for _, route := range []string{"/v1/peek", "/v1/peek/timeseries", "/v1/peek/aggregations", "/v1/peek/masterdata", "/v1/peek/content"} {
+			var names []string
+			for _, p := range d.Paths[route].Get.Parameters {
+				names = append(names, p.Name)
+			}
+			if !slices.Contains(names, "wait") || slices.Contains(names, "waitMs") {
+				t.Errorf("%s GET %s takes %v, want wait and no waitMs", doc, route, names)
 			}
 		}
 	}
