@@ -1,5 +1,5 @@
 // Package client is the Go client of MessageHub for domain services (Save)
-// and market actors (Peek, Dequeue). It speaks gRPC only: it links neither
+// and market actors (Peek or PeekContent, Dequeue). It speaks gRPC only: it links neither
 // the HTTP gateway nor anything of the server.
 //
 // # Retries
@@ -54,6 +54,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -225,17 +226,90 @@ func (c *Client) Save(ctx context.Context, notifications ...*Notification) (Save
 	return res, err
 }
 
+// MaxWait is the longest wait a Peek may ask for.
+const MaxWait = 30 * time.Second
+
+// PeekOption modifies a Peek or PeekContent.
+type PeekOption func(*messagehubv1.PeekRequest)
+
+// Wait makes a Peek with nothing to deliver wait up to d (at most MaxWait;
+// more is INVALID_ARGUMENT) for a bundle: the hub answers as soon as one is
+// saved, or with nothing when d is over. Peeking again at once after an
+// empty answer then costs one call per d instead of one per polling
+// interval, and a bundle arrives without the interval's delay. The hub ends
+// the wait a second before the attempt's deadline (RetryPolicy.AttemptTimeout
+// and ctx), so give both more than d.
+func Wait(d time.Duration) PeekOption {
+	return func(req *messagehubv1.PeekRequest) {
+		ms := max(d.Milliseconds(), 0)
+		req.WaitMs = uint32(min(ms, 1<<32-1)) //nolint:gosec // clamped to uint32
+	}
+}
+
+func peekRequest(recipient string, group PeekGroup, bundleID string, opts []PeekOption) *messagehubv1.PeekRequest {
+	req := &messagehubv1.PeekRequest{Recipient: recipient, Group: group, BundleId: bundleID}
+	for _, opt := range opts {
+		opt(req)
+	}
+	return req
+}
+
 // Peek returns the recipient's next bundle of the group, or nil when there
-// is nothing to deliver now. bundleID may be empty (the hub makes one).
-// With --auth jwt an actor may leave recipient empty: it peeks as itself.
-func (c *Client) Peek(ctx context.Context, recipient string, group PeekGroup, bundleID string) (*Bundle, error) {
+// is nothing to deliver now (or within the wait of Wait). bundleID may be
+// empty (the hub makes one). With --auth jwt an actor may leave recipient
+// empty: it peeks as itself.
+func (c *Client) Peek(ctx context.Context, recipient string, group PeekGroup, bundleID string, opts ...PeekOption) (*Bundle, error) {
+	req := peekRequest(recipient, group, bundleID, opts)
 	var b *Bundle
 	err := c.do(ctx, func(ctx context.Context) error {
-		resp, err := c.hub.Peek(ctx, &messagehubv1.PeekRequest{Recipient: recipient, Group: group, BundleId: bundleID})
+		resp, err := c.hub.Peek(ctx, req)
 		b = resp.GetBundle()
 		return err
 	})
 	return b, err
+}
+
+// Content is a bundle with its document, as PeekContent answers it.
+type Content struct {
+	Bundle *Bundle
+	// MediaType is the document's, e.g. "application/xml; charset=utf-8";
+	// empty when the bundle's domain has no document provider (and
+	// Document is empty: use the bundle's notification ids).
+	MediaType string
+	Document  []byte
+}
+
+// PeekContent picks the bundle exactly as Peek does and returns it with its
+// document, read whole. It returns nil when there is nothing to deliver. An
+// UNAVAILABLE answer (the domain has not built the document yet within the
+// hub's content timeout) is retried like any other.
+func (c *Client) PeekContent(ctx context.Context, recipient string, group PeekGroup, bundleID string, opts ...PeekOption) (*Content, error) {
+	req := peekRequest(recipient, group, bundleID, opts)
+	var content *Content
+	err := c.do(ctx, func(ctx context.Context) error {
+		content = nil
+		stream, err := c.hub.PeekContent(ctx, req)
+		if err != nil {
+			return err
+		}
+		for {
+			msg, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if content == nil {
+				content = &Content{Bundle: msg.GetBundle(), MediaType: msg.GetMediaType()}
+			}
+			content.Document = append(content.Document, msg.GetData()...)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return content, nil
 }
 
 // ErrNotFound is what Dequeue returns (wrapped) when the hub does not know

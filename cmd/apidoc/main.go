@@ -141,6 +141,9 @@ func complete(doc *openapi2.T) error {
 		return fmt.Errorf("GET /v1/peek has no MessageId header")
 	}
 	peek.Get.Responses["204"] = &openapi2.Response{Description: "Nothing to deliver now (no body)."}
+	if err := waitAsDuration(peek.Get); err != nil {
+		return err
+	}
 
 	for _, g := range peekGroups {
 		op := *peek.Get
@@ -216,6 +219,25 @@ func complete(doc *openapi2.T) error {
 
 // errorResponse is the answer of one error code: its description, the JSON
 // error body, and the headers the gateway sends with it.
+// waitAsDuration documents the long poll as the gateway takes it: wait, a
+// Go duration such as 20s, which internal/gateway turns into the request's
+// wait_ms (the one spelling it accepts).
+func waitAsDuration(op *openapi2.Operation) error {
+	for _, p := range op.Parameters {
+		if p.Name == "waitMs" {
+			p.Name = "wait"
+			p.Type = &openapi3.Types{"string"}
+			p.Format = ""
+			p.Description = "Optional long poll: how long the call may wait for a bundle when none is ready, " +
+				"a duration such as 20s or 1500ms, at most 30s (more is 400). Absent or 0s answers at once. " +
+				"A waiting call answers as soon as a bundle is ready (a save for the recipient wakes it), " +
+				"else 204 when the wait is over."
+			return nil
+		}
+	}
+	return fmt.Errorf("GET /v1/peek has no waitMs parameter")
+}
+
 func errorResponse(code string) *openapi2.Response {
 	var r openapi2.Response
 	_ = json.Unmarshal([]byte(`{"schema": {"$ref": "#/definitions/rpcStatus"}}`), &r) // a constant document

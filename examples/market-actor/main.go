@@ -8,7 +8,10 @@
 //   - 200: a bundle. Its id is in the MessageId header. Fetch its data
 //     (GET /v1/peek/content answers the bundle's document), store it, and only
 //     then dequeue it. A 503 there has Retry-After: the document is being made.
-//   - 204: nothing to deliver now. Wait (back off, up to a bound) and peek again.
+//   - 204: nothing to deliver now. Peek with ?wait=20s (--wait): the hub holds
+//     the peek until a bundle is saved for the actor or the wait is over, so
+//     after a 204 peek again at once. Without a wait, back off (up to a
+//     bound) and peek again.
 //   - 404 on dequeue after a dequeue whose answer was lost (a timeout, a
 //     dropped connection): the first dequeue went through. Carry on.
 //   - 429/503: the hub is busy or stopping: back off and retry the same call.
@@ -42,8 +45,11 @@ func main() {
 	idle := flag.Duration("idle", 2*time.Second, "stop after finding nothing for this long")
 	timeout := flag.Duration("timeout", time.Minute, "how long the whole run may take")
 	out := flag.String("out", "", "folder to write each bundle's document into (empty: fetched and dropped)")
+	wait := flag.Duration("wait", 20*time.Second, "how long each peek may wait for a bundle (at most 30s; 0: answer at once and back off)")
 	flag.Parse()
-	a := &actor{hub: strings.TrimSuffix(*hub, "/"), recipient: *recipient, out: *out, web: &http.Client{Timeout: 30 * time.Second}}
+	// A call may take its wait and then the answer's own time.
+	a := &actor{hub: strings.TrimSuffix(*hub, "/"), recipient: *recipient, out: *out, wait: *wait,
+		web: &http.Client{Timeout: *wait + 30*time.Second}}
 	if *tokenFile != "" {
 		token, err := os.ReadFile(*tokenFile) //nolint:gosec // the operator names the file
 		if err != nil {
@@ -65,7 +71,8 @@ func main() {
 
 type actor struct {
 	hub, recipient, token string
-	out                   string // folder the documents are written to; empty: read and dropped
+	out                   string        // folder the documents are written to; empty: read and dropped
+	wait                  time.Duration // how long a peek may wait for a bundle (?wait=)
 	web                   *http.Client
 }
 
@@ -82,14 +89,22 @@ func (a *actor) run(ctx context.Context, maxBundles int, idle time.Duration) (bu
 	wait := minWait
 	quietSince := time.Now()
 	for bundles < maxBundles {
-		b, err := a.peek(ctx)
+		// The wait never runs past the idle bound.
+		peekWait := max(min(a.wait, idle-time.Since(quietSince)), 0)
+		asked := time.Now()
+		b, err := a.peek(ctx, peekWait)
 		if err != nil {
 			return bundles, notifications, err
 		}
-		if b == nil { // 204: back off, up to a bound
+		if b == nil { // 204
 			if time.Since(quietSince) >= idle {
 				return bundles, notifications, nil
 			}
+			if peekWait > 0 && time.Since(asked) >= peekWait {
+				continue // the hub waited: peek again at once
+			}
+			// No wait, or a hub that did not wait (one shutting down, or
+			// one without long polls): back off, up to a bound.
 			if err := sleep(ctx, wait); err != nil {
 				return bundles, notifications, err
 			}
@@ -114,11 +129,12 @@ func (a *actor) run(ctx context.Context, maxBundles int, idle time.Duration) (bu
 // answer.
 const attempts = 5
 
-// peek returns the next bundle, or nil on 204. A peek changes nothing, so
-// a busy hub (429, 503) or a lost answer is simply asked again.
-func (a *actor) peek(ctx context.Context) (*bundle, error) {
+// peek returns the next bundle, or nil on 204 (after the hub waited up to
+// wait for one). A peek changes nothing, so a busy hub (429, 503) or a lost
+// answer is simply asked again.
+func (a *actor) peek(ctx context.Context, wait time.Duration) (*bundle, error) {
 	for attempt := 1; ; attempt++ {
-		b, retry, err := a.peekOnce(ctx)
+		b, retry, err := a.peekOnce(ctx, wait)
 		if !retry || attempt == attempts {
 			return b, err
 		}
@@ -128,8 +144,12 @@ func (a *actor) peek(ctx context.Context) (*bundle, error) {
 	}
 }
 
-func (a *actor) peekOnce(ctx context.Context) (b *bundle, retry bool, err error) {
-	resp, err := a.call(ctx, http.MethodGet, "/v1/peek")
+func (a *actor) peekOnce(ctx context.Context, wait time.Duration) (b *bundle, retry bool, err error) {
+	query := url.Values{}
+	if wait > 0 {
+		query.Set("wait", wait.Round(time.Millisecond).String())
+	}
+	resp, err := a.call(ctx, http.MethodGet, "/v1/peek", query)
 	if err != nil {
 		return nil, ctx.Err() == nil, err
 	}
@@ -159,7 +179,7 @@ func (a *actor) peekOnce(ctx context.Context) (b *bundle, retry bool, err error)
 // while the domain is still building the document.
 func (a *actor) fetch(ctx context.Context, bundleID string) error {
 	for attempt := 1; ; attempt++ {
-		resp, err := a.call(ctx, http.MethodGet, "/v1/peek/content")
+		resp, err := a.call(ctx, http.MethodGet, "/v1/peek/content", nil)
 		if err != nil {
 			if attempt == attempts || ctx.Err() != nil {
 				return err
@@ -233,7 +253,7 @@ func extensionOf(mediaType string) string {
 func (a *actor) dequeue(ctx context.Context, bundleID string) error {
 	lost := false
 	for attempt := 1; ; attempt++ {
-		resp, err := a.call(ctx, http.MethodDelete, "/v1/dequeue/"+url.PathEscape(bundleID))
+		resp, err := a.call(ctx, http.MethodDelete, "/v1/dequeue/"+url.PathEscape(bundleID), nil)
 		if err != nil { // no answer: the dequeue may or may not have happened
 			if attempt == attempts || ctx.Err() != nil {
 				return err
@@ -281,10 +301,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (a *actor) call(ctx context.Context, method, path string) (*http.Response, error) {
-	u := a.hub + path
+func (a *actor) call(ctx context.Context, method, path string, query url.Values) (*http.Response, error) {
+	if query == nil {
+		query = url.Values{}
+	}
 	if a.recipient != "" {
-		u += "?recipient=" + url.QueryEscape(a.recipient)
+		query.Set("recipient", a.recipient)
+	}
+	u := a.hub + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {

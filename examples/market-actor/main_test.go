@@ -23,6 +23,7 @@ type fakeHub struct {
 	loseDequeue             bool
 	dequeued                bool
 	dequeues                int
+	waits                   []string // the wait parameter of each peek
 }
 
 func (f *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -30,6 +31,7 @@ func (f *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/peek":
+		f.waits = append(f.waits, r.URL.Query().Get("wait"))
 		if f.busyPeeks > 0 {
 			f.busyPeeks--
 			http.Error(w, `{"code":14,"message":"stopping"}`, http.StatusServiceUnavailable)
@@ -107,5 +109,33 @@ func TestA404WithoutALostAnswerIsAnError(t *testing.T) {
 	a := &actor{hub: srv.URL, recipient: "r", web: srv.Client()}
 	if err := a.dequeue(context.Background(), bundleID); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("dequeue of a bundle not pending: %v, want the 404", err)
+	}
+}
+
+// Each peek asks the hub to wait, never past the idle bound, and a peek the
+// hub answered 204 at once (no long poll) is followed by the backoff, so
+// the actor stops once idle.
+func TestPeeksWaitWithinTheIdleBound(t *testing.T) {
+	hub := &fakeHub{dequeued: true} // nothing to deliver
+	srv := httptest.NewServer(hub)
+	defer srv.Close()
+	a := &actor{hub: srv.URL, recipient: "r", wait: 20 * time.Second, web: srv.Client()}
+	const idle = 300 * time.Millisecond
+	if bundles, _, err := a.run(t.Context(), 10, idle); err != nil || bundles != 0 {
+		t.Fatalf("%d bundles, %v", bundles, err)
+	}
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	if len(hub.waits) == 0 || hub.waits[0] == "" {
+		t.Fatalf("peeks asked to wait %q, want the first to wait", hub.waits)
+	}
+	for _, w := range hub.waits {
+		if w == "" {
+			continue // the idle bound was reached: the last peek asks at once
+		}
+		d, err := time.ParseDuration(w)
+		if err != nil || d <= 0 || d > idle {
+			t.Fatalf("a peek asked to wait %q, want a duration within the idle bound of %s", w, idle)
+		}
 	}
 }

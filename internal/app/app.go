@@ -71,6 +71,8 @@ type App struct {
 	running bool // Run has been called
 
 	stopOnce    sync.Once
+	stopWaits   func()        // wakes the Peeks that wait, so that they answer now
+	waiting     func() int    // how many Peeks wait
 	stopStarted time.Time     // when shutdown started; set by stopOnce
 	stopping    chan struct{} // closed when shutdown starts
 	released    chan struct{} // closed once every closer has run
@@ -153,6 +155,11 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	}
 	if docs != nil {
 		opts = append(opts, server.WithDocuments(docs, cfg.ContentTimeout))
+	}
+	if cfg.Store == StoreEmbedded {
+		// Every Save of an embedded store goes through this instance and
+		// wakes the Peeks waiting for it: no re-check is needed.
+		opts = append(opts, server.WithWaitRecheck(time.Hour))
 	}
 	a.grpcSrv, a.health = server.NewGRPCServer(core, a.logger, opts...)
 	a.gatewaySrv, a.gatewayHealth = server.NewGRPCServer(core, a.logger, append(opts, server.WithLimits(server.InProcessLimits),

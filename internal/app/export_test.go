@@ -9,3 +9,6 @@ func WrapStore(cfg *Config, wrap func(store.Store) store.Store) { cfg.wrapStore 
 // Released is closed once everything New opened is closed, also what a
 // Close that timed out left running.
 func Released(a *App) <-chan struct{} { return a.released }
+
+// Waiting is how many Peeks of a wait.
+func Waiting(a *App) int { return a.waiting() }

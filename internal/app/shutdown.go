@@ -73,6 +73,9 @@ func (a *App) stopServing() {
 			server.SetServing(hs, false)
 			hs.Shutdown()
 		}
+		if a.stopWaits != nil {
+			a.stopWaits() // waiting Peeks answer (empty) instead of holding the drain
+		}
 		a.drain(a.stopStarted.Add(a.shutdownTimeout() * 3 / 4))
 	})
 }

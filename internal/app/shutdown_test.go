@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/app"
@@ -84,5 +86,37 @@ func TestCloseIsBoundedWhileTheStoreDoesNotAnswer(t *testing.T) {
 	case <-app.Released(r.app):
 	case <-time.After(callTimeout):
 		t.Fatal("the App did not finish closing once the store answered")
+	}
+}
+
+// A shutdown answers the Peeks that wait for data at once (with nothing),
+// rather than letting them hold the drain until it is forced.
+func TestAShutdownEndsWaitingPeeksAtOnce(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ShutdownTimeout = 20 * time.Second // the drain would be forced after 15 s
+	r := start(t, cfg)
+	peeked := make(chan error, 1)
+	go func() {
+		resp, err := r.client.Peek(callContext(t), &messagehubv1.PeekRequest{Recipient: uuid.NewString(), WaitMs: 30_000})
+		if err == nil && resp.GetBundle() != nil {
+			err = errors.New("a bundle for a recipient with nothing saved")
+		}
+		peeked <- err
+	}()
+	for deadline := time.Now().Add(callTimeout); app.Waiting(r.app) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Peek never waited")
+		}
+	}
+	began := time.Now()
+	r.stop()
+	if err := r.app.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if took := time.Since(began); took >= cfg.ShutdownTimeout*3/4 {
+		t.Fatalf("Close took %s: the waiting Peek held the drain until it was forced", took)
+	}
+	if err := <-peeked; err != nil && status.Code(err) != codes.Unavailable {
+		t.Fatalf("the waiting Peek: %v, want an empty answer or UNAVAILABLE", err)
 	}
 }

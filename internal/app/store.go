@@ -78,6 +78,7 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	}
 	a.onClose("backlog watcher", func() error { stopBacklog(); return nil })
 	repo := hub.New(measured, repoOpts, a.logger)
+	a.stopWaits, a.waiting = repo.StopWaits, repo.Waiting
 	// Queued saves commit here; a store that does not answer holds this
 	// stage up until the shutdown deadline (shutdown.go).
 	a.onClose("hub", func() error { repo.Close(); return nil })

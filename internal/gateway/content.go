@@ -214,12 +214,16 @@ func (s stallingWriter) write(p []byte) error {
 // peekRequestOf reads the query of a content peek as /v1/peek takes it.
 func peekRequestOf(r *http.Request) (*messagehubv1.PeekRequest, error) {
 	q := r.URL.Query()
+	wait, err := takeWait(q)
+	if err != nil {
+		return nil, err
+	}
 	for key := range q {
 		if key != "recipient" && key != "bundleId" && key != "group" {
-			return nil, fmt.Errorf("unknown query parameter %q: a content peek takes recipient, group, bundleId", key)
+			return nil, fmt.Errorf("unknown query parameter %q: a content peek takes recipient, group, bundleId, wait", key)
 		}
 	}
-	req := &messagehubv1.PeekRequest{Recipient: q.Get("recipient"), BundleId: q.Get("bundleId")}
+	req := &messagehubv1.PeekRequest{Recipient: q.Get("recipient"), BundleId: q.Get("bundleId"), WaitMs: wait}
 	if g := q.Get("group"); g != "" {
 		n, ok := messagehubv1.PeekGroup_value[g]
 		if !ok {

@@ -161,7 +161,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, "/openapi.v3.json", serveJSON(openapi.DocumentV3)},
 		{http.MethodGet, "/healthz", mux},
 		{http.MethodPost, "/v1/notifications", api},
-		{http.MethodGet, "/v1/peek", peeks},
+		{http.MethodGet, "/v1/peek", peekWait(mux, peeks)},
 		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
 		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn), o), o)},
 	}
@@ -169,7 +169,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})
 	}
 	for path, group := range peekGroups {
-		routes = append(routes, route{http.MethodGet, path, peekGroup(peeks, group)})
+		routes = append(routes, route{http.MethodGet, path, peekWait(mux, peekGroup(peeks, group))})
 	}
 	// Every route is named here so that request metrics name it
 	// (http.route), and so that another method on it is 405; anything else

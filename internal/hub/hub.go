@@ -1,7 +1,7 @@
 // Package hub is MessageHub's algorithm over the store contract
 // (internal/store): Save (save.go, a group commit), Peek (peek.go, cutting
-// bundles by the bundling rule), Dequeue (dequeue.go) and retention
-// (sweep.go). It knows no backend: internal/store/storetest runs it over
+// bundles by the bundling rule), Dequeue (dequeue.go), retention
+// (sweep.go) and the wake-up of peeks waiting for a Save (wake.go). It knows no backend: internal/store/storetest runs it over
 // each one.
 package hub
 
@@ -38,6 +38,9 @@ type Hub struct {
 	logger *slog.Logger
 
 	peeks *sharer[*domain.Bundle]
+	// wakes wakes waiting peeks when a Save for their recipient commits
+	// (wake.go).
+	wakes *wakeups
 
 	// closeMu guards starting work against Close: once closed is set no
 	// operation starts, so Close can wait for every one that did.
@@ -83,6 +86,7 @@ func New(store store.Store, opts Options, logger *slog.Logger) *Hub {
 	r := &Hub{
 		store: store, opts: opts, logger: logger,
 		peeks: newSharer[*domain.Bundle](),
+		wakes: newWakeups(opts.MaxWaitersPerRecipient, opts.MaxWaiters),
 	}
 	r.saves = r.newSaver()
 	r.opsCtx, r.stopOps = context.WithCancel(context.Background())
@@ -93,10 +97,12 @@ func New(store store.Store, opts Options, logger *slog.Logger) *Hub {
 	return r
 }
 
-// Close refuses new calls, lets queued saves commit, cancels shared peek
-// executions, stops the sweeper and waits for all of it, so that the caller
-// can close the store afterwards with nothing still using it.
+// Close wakes waiting peeks, refuses new calls, lets queued saves commit,
+// cancels shared peek executions, stops the sweeper and waits for all of
+// it, so that the caller can close the store afterwards with nothing still
+// using it.
 func (r *Hub) Close() {
+	r.StopWaits()
 	r.closeMu.Lock()
 	r.closed = true
 	r.closeMu.Unlock()

@@ -29,4 +29,8 @@ type Options struct {
 	// that the notifier looks at once instead of at its next poll, and
 	// knows the notice for one of this instance's.
 	Announced func(store.Notice)
+	// MaxWaitersPerRecipient and MaxWaiters bound the peeks waiting for a
+	// Save (Watch); 0 means DefaultMaxWaitersPerRecipient and
+	// DefaultMaxWaiters.
+	MaxWaitersPerRecipient, MaxWaiters int
 }

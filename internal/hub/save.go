@@ -75,7 +75,10 @@ func (r *Hub) prepareGroup(group []*saveCall) func() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	answerSaves(live, r.commitSplitting(ctx, live, func(saves []store.RecipientSave) error { return r.store.CommitSaves(ctx, saves) }))
+	outcomes := r.commitSplitting(ctx, live, func(saves []store.RecipientSave) error { return r.store.CommitSaves(ctx, saves) })
+	// Committed: peeks waiting for these recipients look again now.
+	r.wakes.wake(live, outcomes)
+	answerSaves(live, outcomes)
 	return nil
 }
 

@@ -16,7 +16,8 @@ import (
 )
 
 // DefaultContentTimeout is how long a PeekContent waits for a document, from
-// its own start: inside the original service's 30 s for a whole Peek.
+// its own start (from when its bundle is picked, after a wait): inside the
+// original service's 30 s for a whole Peek.
 const DefaultContentTimeout = 25 * time.Second
 
 // Documents gives a pending bundle its document (internal/content.Service).
@@ -26,7 +27,7 @@ type Documents interface {
 }
 
 // WithDocuments serves PeekContent with d, waiting at most timeout (from the
-// call's start) for a document. Without it every bundle is served with no
+// call's start, or from the end of its wait for a bundle) for a document. Without it every bundle is served with no
 // document.
 func WithDocuments(d Documents, timeout time.Duration) Option {
 	return func(o *options) {
@@ -35,7 +36,8 @@ func WithDocuments(d Documents, timeout time.Duration) Option {
 	}
 }
 
-// PeekContent picks the bundle as Peek does and streams its document: the
+// PeekContent picks the bundle as Peek does (waiting for one as Peek does)
+// and streams its document: the
 // bundle and media type first, then the data, each message at most
 // content.MaxMessageBytes (a bundle too large to share its message with
 // data is sent alone).
@@ -44,9 +46,19 @@ func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 	if timeout <= 0 {
 		timeout = DefaultContentTimeout
 	}
+	var peeked *messagehubv1.PeekResponse
+	var err error
 	ctx, cancel := context.WithTimeout(stream.Context(), timeout)
+	if req.GetWaitMs() == 0 {
+		peeked, err = s.Peek(ctx, req)
+	} else {
+		// The wait is the caller's and may outlast the content timeout,
+		// which then counts from when the bundle is picked.
+		peeked, err = s.Peek(stream.Context(), req)
+		cancel()
+		ctx, cancel = context.WithTimeout(stream.Context(), timeout)
+	}
 	defer cancel()
-	peeked, err := s.Peek(ctx, req)
 	if err != nil || peeked.GetBundle() == nil {
 		return outOfTime(ctx, stream.Context(), err)
 	}

@@ -58,6 +58,7 @@ type options struct {
 	contentTimeout time.Duration
 	limits         Limits
 	answers        AnswerBudget
+	waitRecheck    time.Duration
 }
 
 // Limits bound what clients can make the server hold. The defaults suit a
@@ -212,6 +213,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	svc := NewService(hub)
 	svc.metrics = o.metrics
 	svc.documents, svc.contentTimeout = o.documents, o.contentTimeout
+	svc.waitRecheck = o.waitRecheck
 	registerMessageHub(srv, svc)
 
 	hs := health.NewServer()

@@ -31,10 +31,20 @@ type Service struct {
 
 	documents      Documents // nil: bundles are served without documents
 	contentTimeout time.Duration
+
+	// waker wakes waiting peeks (wait.go); nil when the hub is no Waker,
+	// and then a waiting peek re-checks only.
+	waker       Waker
+	waitRecheck time.Duration
 }
 
-// NewService returns the gRPC service over hub.
-func NewService(hub Hub) *Service { return &Service{hub: hub, metrics: telemetry.Discard()} }
+// NewService returns the gRPC service over hub. A hub that is also a Waker
+// wakes waiting peeks when a Save for their recipient commits.
+func NewService(hub Hub) *Service {
+	s := &Service{hub: hub, metrics: telemetry.Discard()}
+	s.waker, _ = hub.(Waker)
+	return s
+}
 
 // Save validates and normalises the notifications and saves them all or nothing.
 func (s *Service) Save(ctx context.Context, req *messagehubv1.SaveRequest) (*messagehubv1.SaveResponse, error) {
@@ -58,7 +68,8 @@ func (s *Service) Save(ctx context.Context, req *messagehubv1.SaveRequest) (*mes
 }
 
 // Peek returns the recipient's next bundle for the group, or no bundle when
-// there is nothing to deliver.
+// there is nothing to deliver, after waiting up to the request's wait for
+// one.
 func (s *Service) Peek(ctx context.Context, req *messagehubv1.PeekRequest) (*messagehubv1.PeekResponse, error) {
 	recipient, err := domain.ParseUUID("recipient", req.GetRecipient())
 	if err != nil {
@@ -72,7 +83,11 @@ func (s *Service) Peek(ctx context.Context, req *messagehubv1.PeekRequest) (*mes
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.hub.Peek(ctx, recipient, group, bundleID)
+	wait, err := parseWait(req.GetWaitMs())
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.peekWaiting(ctx, recipient, group, bundleID, wait)
 	if err != nil {
 		return nil, err
 	}

@@ -369,7 +369,14 @@ type PeekRequest struct {
 	Group PeekGroup `protobuf:"varint,2,opt,name=group,proto3,enum=messagehub.v1.PeekGroup" json:"group,omitempty"`
 	// Optional UUID the caller wants a new bundle to get; unique per recipient.
 	// When empty the hub makes one.
-	BundleId      string `protobuf:"bytes,3,opt,name=bundle_id,json=bundleId,proto3" json:"bundle_id,omitempty"`
+	BundleId string `protobuf:"bytes,3,opt,name=bundle_id,json=bundleId,proto3" json:"bundle_id,omitempty"`
+	// Optional long poll: how many milliseconds the call may wait for a bundle
+	// when none is ready, 0..30,000 (30 s); more is INVALID_ARGUMENT. 0 answers
+	// at once. A waiting call answers as soon as a bundle is ready (a Save for
+	// the recipient wakes it), else with no bundle when the wait is over, or a
+	// second before the call's deadline when that comes first. Over HTTP it is
+	// the query parameter wait, a duration such as 20s.
+	WaitMs        uint32 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +430,13 @@ func (x *PeekRequest) GetBundleId() string {
 		return x.BundleId
 	}
 	return ""
+}
+
+func (x *PeekRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
 }
 
 // PeekResponse holds the bundle to deliver.
@@ -748,11 +762,12 @@ const file_messagehub_v1_messagehub_proto_rawDesc = "" +
 	"\x05saved\x18\x01 \x01(\x05R\x05saved\x12\x1e\n" +
 	"\n" +
 	"duplicates\x18\x02 \x01(\x05R\n" +
-	"duplicates\"x\n" +
+	"duplicates\"\x91\x01\n" +
 	"\vPeekRequest\x12\x1c\n" +
 	"\trecipient\x18\x01 \x01(\tR\trecipient\x12.\n" +
 	"\x05group\x18\x02 \x01(\x0e2\x18.messagehub.v1.PeekGroupR\x05group\x12\x1b\n" +
-	"\tbundle_id\x18\x03 \x01(\tR\bbundleId\"=\n" +
+	"\tbundle_id\x18\x03 \x01(\tR\bbundleId\x12\x17\n" +
+	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"=\n" +
 	"\fPeekResponse\x12-\n" +
 	"\x06bundle\x18\x01 \x01(\v2\x15.messagehub.v1.BundleR\x06bundle\"\xf2\x01\n" +
 	"\x06Bundle\x12\x0e\n" +

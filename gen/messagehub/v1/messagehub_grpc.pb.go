@@ -49,7 +49,8 @@ type MessageHubClient interface {
 	// bundle is pending in the group (for ALL: any pending bundle); otherwise
 	// ALREADY_EXISTS when bundle_id was already used by this recipient for
 	// another bundle. When nothing is ready the response holds no bundle and a
-	// given bundle_id is not used up.
+	// given bundle_id is not used up. With wait_ms set, a Peek with nothing
+	// ready waits up to that long for a bundle.
 	// PeekContent takes the same request and streams the bundle's document.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*PeekResponse, error)
@@ -66,7 +67,9 @@ type MessageHubClient interface {
 	// message. When the bundle's domain has no provider, the first message
 	// carries the bundle with an empty media type and no data follows (use the
 	// notification ids). UNAVAILABLE when the document is not ready within the
-	// hub's content timeout: the hub keeps building it, so try again.
+	// hub's content timeout: the hub keeps building it, so try again. With
+	// wait_ms set it waits for a bundle as Peek does; the content timeout then
+	// counts from when the bundle is picked.
 	//
 	// The names are the contract: Peek's request, and a stream of chunks.
 	// buf:lint:ignore RPC_REQUEST_STANDARD_NAME
@@ -153,7 +156,8 @@ type MessageHubServer interface {
 	// bundle is pending in the group (for ALL: any pending bundle); otherwise
 	// ALREADY_EXISTS when bundle_id was already used by this recipient for
 	// another bundle. When nothing is ready the response holds no bundle and a
-	// given bundle_id is not used up.
+	// given bundle_id is not used up. With wait_ms set, a Peek with nothing
+	// ready waits up to that long for a bundle.
 	// PeekContent takes the same request and streams the bundle's document.
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	Peek(context.Context, *PeekRequest) (*PeekResponse, error)
@@ -170,7 +174,9 @@ type MessageHubServer interface {
 	// message. When the bundle's domain has no provider, the first message
 	// carries the bundle with an empty media type and no data follows (use the
 	// notification ids). UNAVAILABLE when the document is not ready within the
-	// hub's content timeout: the hub keeps building it, so try again.
+	// hub's content timeout: the hub keeps building it, so try again. With
+	// wait_ms set it waits for a bundle as Peek does; the content timeout then
+	// counts from when the bundle is picked.
 	//
 	// The names are the contract: Peek's request, and a stream of chunks.
 	// buf:lint:ignore RPC_REQUEST_STANDARD_NAME

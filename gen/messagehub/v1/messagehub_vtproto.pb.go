@@ -217,6 +217,11 @@ func (m *PeekRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.WaitMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.WaitMs))
+		i--
+		dAtA[i] = 0x20
+	}
 	if len(m.BundleId) > 0 {
 		i -= len(m.BundleId)
 		copy(dAtA[i:], m.BundleId)
@@ -584,6 +589,9 @@ func (m *PeekRequest) SizeVT() (n int) {
 	l = len(m.BundleId)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.WaitMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.WaitMs))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1216,6 +1224,25 @@ func (m *PeekRequest) UnmarshalVT(dAtA []byte) error {
 			}
 			m.BundleId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field WaitMs", wireType)
+			}
+			m.WaitMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.WaitMs |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -1,0 +1,129 @@
+package client_test
+
+import (
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/energydatahub/messagehub/client"
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
+)
+
+// startWaitingHub serves the real service (unary and streaming) over the
+// embedded store on loopback and returns the hub, whose waiter count tells
+// when a Peek is waiting.
+func startWaitingHub(t *testing.T) (string, *hub.Hub) {
+	t.Helper()
+	store, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := hub.New(store, hub.Options{}, nil)
+	t.Cleanup(func() { repo.Close(); _ = store.Close() })
+	logger := slog.New(slog.DiscardHandler)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(server.UnaryErrorInterceptor(logger)),
+		grpc.ChainStreamInterceptor(server.StreamErrorInterceptor(logger)))
+	messagehubv1.RegisterMessageHubServer(srv, server.NewService(repo))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String(), repo
+}
+
+// untilWaiting holds the test until the hub has a peek waiting; a peek
+// registers before it looks, so a Save after this reaches it.
+func untilWaiting(t *testing.T, h *hub.Hub) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for h.Waiting() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no peek began to wait")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A Peek with Wait answers the bundle of a Save made while it waits, and
+// PeekContent likewise (a domain without document provider: the bundle
+// alone).
+func TestAPeekWithWaitAnswersASaveMadeWhileItWaits(t *testing.T) {
+	addr, h := startWaitingHub(t)
+	c := newClient(t, addr)
+	ctx := within(t)
+	recipient := uuid.NewString()
+
+	bundles := make(chan *client.Bundle, 1)
+	go func() {
+		b, err := c.Peek(ctx, recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "", client.Wait(20*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		bundles <- b
+	}()
+	untilWaiting(t, h)
+	saved := notification(recipient)
+	if _, err := c.Save(ctx, saved); err != nil {
+		t.Fatal(err)
+	}
+	b := <-bundles
+	if got := b.GetNotificationIds(); len(got) != 1 || got[0] != saved.GetId() {
+		t.Fatalf("the waiting Peek answered %v, want the notification saved while it waited", got)
+	}
+	if err := c.Dequeue(ctx, recipient, b.GetId()); err != nil {
+		t.Fatal(err)
+	}
+
+	contents := make(chan *client.Content, 1)
+	go func() {
+		content, err := c.PeekContent(ctx, recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "", client.Wait(20*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		contents <- content
+	}()
+	untilWaiting(t, h)
+	saved = notification(recipient)
+	if _, err := c.Save(ctx, saved); err != nil {
+		t.Fatal(err)
+	}
+	content := <-contents
+	if got := content.Bundle.GetNotificationIds(); len(got) != 1 || got[0] != saved.GetId() || content.MediaType != "" || len(content.Document) != 0 {
+		t.Fatalf("the waiting PeekContent answered %+v, want the bundle of the notification saved while it waited, without document", content)
+	}
+}
+
+// With nothing to deliver a Peek with Wait answers nil once the wait is
+// over; PeekContent too. A wait over MaxWait is the caller's mistake, not
+// retried.
+func TestAPeekWithWaitAndNothingAnswersNilAfterTheWait(t *testing.T) {
+	addr, _ := startWaitingHub(t)
+	c := newClient(t, addr)
+	ctx := within(t)
+	const wait = 200 * time.Millisecond
+	start := time.Now()
+	if b, err := c.Peek(ctx, uuid.NewString(), messagehubv1.PeekGroup_PEEK_GROUP_ALL, "", client.Wait(wait)); err != nil || b != nil {
+		t.Fatalf("Peek: %v, %v; want nil", b, err)
+	}
+	if content, err := c.PeekContent(ctx, uuid.NewString(), messagehubv1.PeekGroup_PEEK_GROUP_ALL, "", client.Wait(wait)); err != nil || content != nil {
+		t.Fatalf("PeekContent: %v, %v; want nil", content, err)
+	}
+	if took := time.Since(start); took < 2*wait {
+		t.Fatalf("two waits of %s took %s", wait, took)
+	}
+	_, err := c.Peek(ctx, uuid.NewString(), messagehubv1.PeekGroup_PEEK_GROUP_ALL, "", client.Wait(client.MaxWait+time.Second))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a wait over MaxWait: %v, want INVALID_ARGUMENT", err)
+	}
+}

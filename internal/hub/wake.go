@@ -1,0 +1,137 @@
+package hub
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// Default bounds of the wake-up registry: a recipient's actor runs a few
+// pollers at most, and each waiter is a goroutine of a waiting call.
+const (
+	DefaultMaxWaitersPerRecipient = 16
+	DefaultMaxWaiters             = 10_000
+)
+
+// ErrTooManyWaiters refuses a waiter beyond the registry's bounds; the
+// caller answers at once instead (or the client peeks again later).
+var ErrTooManyWaiters = fmt.Errorf("%w: too many peeks waiting", domain.ErrUnavailable)
+
+// errWaitsStopped refuses a waiter once waits have stopped (StopWaits,
+// Close): the caller answers with what a plain Peek finds.
+var errWaitsStopped = fmt.Errorf("%w: waits have stopped", domain.ErrUnavailable)
+
+// wakeups is the per-recipient wake-up registry of waiting peeks: a Save
+// that commits closes the channels of its recipients' waiters. A channel is
+// closed once; the waiter registers again for its next wait.
+type wakeups struct {
+	mu           sync.Mutex
+	byRecipient  map[string]map[chan struct{}]struct{}
+	stopped      bool
+	perRecipient int
+	total        int
+	// n counts the waiters, read without the lock so that a Save finds
+	// there is nobody to wake at the cost of one atomic load.
+	n atomic.Int64
+}
+
+func newWakeups(perRecipient, total int) *wakeups {
+	if perRecipient <= 0 {
+		perRecipient = DefaultMaxWaitersPerRecipient
+	}
+	if total <= 0 {
+		total = DefaultMaxWaiters
+	}
+	return &wakeups{byRecipient: make(map[string]map[chan struct{}]struct{}), perRecipient: perRecipient, total: total}
+}
+
+// Watch registers a waiter for recipient. Its channel is closed when a Save
+// for recipient commits on this hub, or when waits stop (StopWaits, Close).
+// The caller registers before it peeks, so that a Save committing between
+// its peek and its wait still wakes it, and calls stop when it no longer
+// waits. ErrTooManyWaiters beyond the bounds of Options; an error wrapping
+// domain.ErrUnavailable once waits have stopped.
+func (r *Hub) Watch(recipient string) (wake <-chan struct{}, stop func(), err error) {
+	w := r.wakes
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return nil, nil, errWaitsStopped
+	}
+	set := w.byRecipient[recipient]
+	if int(w.n.Load()) >= w.total || len(set) >= w.perRecipient {
+		return nil, nil, ErrTooManyWaiters
+	}
+	if set == nil {
+		set = make(map[chan struct{}]struct{})
+		w.byRecipient[recipient] = set
+	}
+	ch := make(chan struct{})
+	set[ch] = struct{}{}
+	w.n.Add(1)
+	return ch, func() { w.remove(recipient, ch) }, nil
+}
+
+// Waiting is the number of registered waiters: what tests wait for before
+// they save, and an operator's measure of long polls in progress.
+func (r *Hub) Waiting() int { return int(r.wakes.n.Load()) }
+
+// StopWaits wakes every waiter and refuses new ones, so that waiting calls
+// answer now: at the start of a shutdown's drain, and in Close.
+func (r *Hub) StopWaits() {
+	w := r.wakes
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	for recipient := range w.byRecipient {
+		w.wakeLocked(recipient)
+	}
+}
+
+// wake wakes the waiters of the recipients of calls, after their Save
+// committed.
+func (w *wakeups) wake(calls []*saveCall, outcomes []saveOutcome) {
+	if w.n.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, c := range calls {
+		if outcomes[i].err != nil || outcomes[i].result.Saved == 0 {
+			continue // nothing new for its recipients
+		}
+		for _, n := range c.notifications {
+			w.wakeLocked(n.Recipient)
+		}
+	}
+}
+
+func (w *wakeups) wakeLocked(recipient string) {
+	set := w.byRecipient[recipient]
+	if set == nil {
+		return
+	}
+	for ch := range set {
+		close(ch)
+	}
+	w.n.Add(-int64(len(set)))
+	delete(w.byRecipient, recipient)
+}
+
+// remove unregisters a waiter that stopped waiting; one already woken is
+// gone already.
+func (w *wakeups) remove(recipient string, ch chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	set := w.byRecipient[recipient]
+	if _, ok := set[ch]; !ok {
+		return
+	}
+	delete(set, ch)
+	w.n.Add(-1)
+	if len(set) == 0 {
+		delete(w.byRecipient, recipient)
+	}
+}

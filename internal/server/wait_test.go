@@ -1,0 +1,216 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
+)
+
+// watchedHub is a real hub over the embedded store that says when a peek
+// found nothing while a waiter of its recipient was registered: the moment
+// a waiting Peek is asleep, at which the tests save.
+type watchedHub struct {
+	*hub.Hub
+	asleep chan struct{}
+}
+
+func (h *watchedHub) Peek(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error) {
+	b, err := h.Hub.Peek(ctx, recipient, group, bundleID)
+	if err == nil && b == nil && h.Waiting() > 0 {
+		h.asleep <- struct{}{}
+	}
+	return b, err
+}
+
+func newWatchedHub(t *testing.T) *watchedHub {
+	t.Helper()
+	st, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hub.New(st, hub.Options{}, nil)
+	t.Cleanup(func() {
+		h.Close()
+		_ = st.Close()
+	})
+	return &watchedHub{Hub: h, asleep: make(chan struct{}, 16)}
+}
+
+// noRecheck leaves the wake-up as the only way a waiting Peek looks again.
+var noRecheck = WithWaitRecheck(time.Hour)
+
+const waitMs = 20_000
+
+// A waiting Peek answers with the bundle as soon as a Save for its recipient
+// commits through the same hub: without the wake-up it would answer empty
+// once its wait is over (no re-check runs within the wait).
+func TestAWaitingPeekReturnsTheBundleASaveForItsRecipientCommits(t *testing.T) {
+	h := newWatchedHub(t)
+	conn, _ := testConn(t, h, noRecheck)
+	client := messagehubv1.NewMessageHubClient(conn)
+	ctx := ctxT(t)
+
+	type answer struct {
+		resp *messagehubv1.PeekResponse
+		err  error
+	}
+	peeked := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		resp, err := client.Peek(ctx, &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: waitMs})
+		peeked <- answer{resp, err}
+	}()
+	<-h.asleep
+	if _, err := client.Save(ctx, &messagehubv1.SaveRequest{Notifications: notifications(3)}); err != nil {
+		t.Fatal(err)
+	}
+	got := <-peeked
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if n := len(got.resp.GetBundle().GetNotificationIds()); n != 3 {
+		t.Fatalf("the waiting Peek answered %d notifications after %s, want the 3 saved before its wait of %d ms ended",
+			n, time.Since(start), waitMs)
+	}
+	if n := h.Waiting(); n != 0 {
+		t.Fatalf("%d waiters left registered", n)
+	}
+}
+
+// PeekContent waits the same way.
+func TestAWaitingPeekContentStreamsTheBundleASaveCommits(t *testing.T) {
+	h := newWatchedHub(t)
+	conn, _ := testConn(t, h, noRecheck)
+	client := messagehubv1.NewMessageHubClient(conn)
+	ctx := ctxT(t)
+
+	chunks := make(chan []*messagehubv1.PeekContentChunk, 1)
+	errs := make(chan error, 1)
+	go func() {
+		got, err := receiveAll(t, client, &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: waitMs})
+		chunks <- got
+		errs <- err
+	}()
+	<-h.asleep
+	if _, err := client.Save(ctx, &messagehubv1.SaveRequest{Notifications: notifications(2)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := <-chunks, <-errs
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(got[0].GetBundle().GetNotificationIds()) != 2 {
+		t.Fatalf("the waiting PeekContent sent %v, want the bundle of the 2 saved", got)
+	}
+}
+
+// With nothing to deliver, a waiting Peek answers empty once its wait is
+// over, and not before.
+func TestAWaitingPeekWithNothingAnswersEmptyAfterItsWait(t *testing.T) {
+	h := newWatchedHub(t)
+	client, _, _ := testServer(t, h)
+	const wait = 300 * time.Millisecond
+	start := time.Now()
+	resp, err := client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: uint32(wait.Milliseconds())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetBundle() != nil {
+		t.Fatalf("bundle %v from an empty hub", resp.GetBundle())
+	}
+	if took := time.Since(start); took < wait {
+		t.Fatalf("answered after %s, before its wait of %s was over", took, wait)
+	}
+	if n := h.Waiting(); n != 0 {
+		t.Fatalf("%d waiters left registered", n)
+	}
+}
+
+// A wait longer than the call's deadline ends before it, with an empty
+// answer rather than DEADLINE_EXCEEDED.
+func TestAWaitEndsBeforeTheCallsDeadline(t *testing.T) {
+	client, _, _ := testServer(t, &recordingHub{})
+	ctx, cancel := context.WithTimeout(context.Background(), waitMargin+500*time.Millisecond)
+	defer cancel()
+	resp, err := client.Peek(ctx, &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: waitMs})
+	if err != nil || resp.GetBundle() != nil {
+		t.Fatalf("Peek: %v, %v; want an empty answer before the deadline", resp, err)
+	}
+}
+
+// More than 30 s is refused before the hub is asked.
+func TestAWaitOverThirtySecondsIsRefused(t *testing.T) {
+	h := &recordingHub{}
+	client, _, _ := testServer(t, h)
+	_, err := client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: uint32(MaxWait.Milliseconds()) + 1})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Peek with wait_ms 30001: %v, want INVALID_ARGUMENT", err)
+	}
+	stream, err := client.PeekContent(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: 1 << 31})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("PeekContent with wait_ms 2^31: %v, want INVALID_ARGUMENT", err)
+	}
+	if n := h.calls(); n != 0 {
+		t.Fatalf("%d calls reached the hub", n)
+	}
+}
+
+// Closing the hub ends a waiting Peek long before its wait is over.
+func TestClosingTheHubEndsWaitingPeeks(t *testing.T) {
+	h := newWatchedHub(t)
+	conn, _ := testConn(t, h, noRecheck)
+	client := messagehubv1.NewMessageHubClient(conn)
+	errs := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: waitMs})
+		errs <- err
+	}()
+	<-h.asleep
+	h.Close()
+	err := <-errs
+	if err != nil && status.Code(err) != codes.Unavailable {
+		t.Fatalf("a Peek ended by Close: %v, want an empty answer or UNAVAILABLE", err)
+	}
+	if took := time.Since(start); took >= waitMs*time.Millisecond {
+		t.Fatalf("the Peek answered after %s: Close did not end its wait", took)
+	}
+}
+
+// Beyond the hub's bound of waiters a Peek still waits, re-checking, rather
+// than answering at once (which its client would follow with another wait
+// at once).
+func TestAPeekBeyondTheWaitersBoundStillWaits(t *testing.T) {
+	st, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := hub.New(st, hub.Options{MaxWaitersPerRecipient: 1}, nil)
+	defer func() { inner.Close(); _ = st.Close() }()
+	_, stop, err := inner.Watch(recipient) // takes the recipient's one place
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	client, _, _ := testServer(t, inner)
+	const wait = 300 * time.Millisecond
+	start := time.Now()
+	resp, err := client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: uint32(wait.Milliseconds())})
+	if err != nil || resp.GetBundle() != nil {
+		t.Fatalf("Peek: %v, %v", resp, err)
+	}
+	if took := time.Since(start); took < wait {
+		t.Fatalf("answered after %s, before its wait of %s", took, wait)
+	}
+}
