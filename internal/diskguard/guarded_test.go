@@ -395,8 +395,10 @@ func TestDocumentsBuiltAtOnceAreRefusedOnceTheirBytesWouldCrossTheReserve(t *tes
 	if staged > room || staged < room-builds*(chunk+documentBytes) {
 		t.Fatalf("%d bytes staged with %d of room", staged, room)
 	}
-	if refused != builds-complete || complete < 3 || complete > 4 {
-		t.Fatalf("%d documents complete, %d refused; want 3 or 4 complete, the rest refused", complete, refused)
+	// How many complete depends on how the builds' writes interleave (all
+	// eight may share the room and none finish): only the bound is certain.
+	if refused != builds-complete || complete > room/size {
+		t.Fatalf("%d documents complete, %d refused; want at most %d complete, the rest refused", complete, refused, room/size)
 	}
 	doc, err := docs.Create(ctx, content.Key{Recipient: "r", BundleID: "next"}, "application/xml")
 	if err == nil {
