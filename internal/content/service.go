@@ -54,7 +54,8 @@ type Options struct {
 // DefaultLeaseDuration is the default of Options.LeaseDuration.
 const DefaultLeaseDuration = 30 * time.Second
 
-// Lease is kept by a store that instances share (the Cosmos DB store).
+// Lease is how instances sharing a store take turns asking a domain
+// (store.Coordination: on a store one process opens, always granted).
 type Lease interface {
 	// AcquireBuild takes or renews holder's lease of the bundle's build until
 	// d from now. It returns who holds the lease afterwards and until when:
