@@ -1,0 +1,94 @@
+package pebble
+
+import (
+	"context"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+)
+
+// CreateBundle stores a pending bundle if its id is unused, its group has no
+// pending bundle and the cursor is unchanged.
+func (s *Store) CreateBundle(ctx context.Context, recipient string, bun bundle.Record, cursor catalog.Cursor) error {
+	r, id, err := parseIDs(recipient, bun.ID)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *txn) error {
+		rec, err := tx.records(r)
+		if err != nil {
+			return err
+		}
+		if _, ok := rec.pending[bun.ID]; ok {
+			return conflict("bundle %s is pending", bun.ID)
+		}
+		for _, p := range rec.pending {
+			if p.Group == bun.Group {
+				return conflict("a bundle is pending in group %d", bun.Group)
+			}
+		}
+		if rec.cursorVersion(cursor.Key()) != cursor.Version {
+			return conflict("cursor %v moved", cursor.Key())
+		}
+		if dequeued, err := tx.dequeuedExists(dequeuedKey(r, id)); err != nil || dequeued {
+			return cmpErr(err, conflict("bundle %s was dequeued", bun.ID))
+		}
+		bun.Version = s.nextVersion()
+		p, err := setPut(pendingKey(r, id), bun)
+		if err != nil {
+			return err
+		}
+		tx.apply([]put{p})
+		tx.change(r, rec, pendingMap, func(rec *records) { rec.pending[bun.ID] = bun })
+		return nil
+	})
+}
+
+// Acknowledge moves a pending bundle to the dequeued ones and writes the cursor.
+func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Record, cursor catalog.Cursor) error {
+	r, id, err := parseIDs(recipient, bun.ID)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *txn) error {
+		rec, err := tx.records(r)
+		if err != nil {
+			return err
+		}
+		if bun.Version == "" || rec.pending[bun.ID].Version != bun.Version {
+			return conflict("bundle %s is not pending at version %q", bun.ID, bun.Version)
+		}
+		if rec.cursorVersion(cursor.Key()) != cursor.Version {
+			return conflict("cursor %v moved", cursor.Key())
+		}
+		bun.Version = s.nextVersion()
+		cursor.Version = s.nextVersion()
+		dq, err := setPut(dequeuedKey(r, id), bun)
+		if err != nil {
+			return err
+		}
+		cur, err := setPut(cabinetKey(kindCursor, r, cursor.Key()), cursor)
+		if err != nil {
+			return err
+		}
+		puts := []put{{key: pendingKey(r, id), del: true}, dq, cur}
+		if bun.Announce {
+			puts = append(puts, put{key: noticeKey(bun.Origin, bun.DequeuedAt.UnixNano(), r, id), value: []byte{}})
+		}
+		tx.apply(puts)
+		tx.dequeued[string(dq.key)] = true
+		tx.change(r, rec, pendingMap|cursorsMap, func(rec *records) {
+			delete(rec.pending, bun.ID)
+			rec.cursors[cursor.Key()] = cursor
+		})
+		return nil
+	})
+}
+
+func parseIDs(recipient, bundleID string) (r, id [16]byte, err error) {
+	if r, err = uuidBytes(recipient); err != nil {
+		return r, id, err
+	}
+	id, err = uuidBytes(bundleID)
+	return r, id, err
+}

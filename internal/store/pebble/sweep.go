@@ -1,0 +1,120 @@
+package pebble
+
+import (
+	"context"
+	"slices"
+
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// ApplySweep deletes what retention found, provided the catalog records it
+// read are unchanged.
+func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
+	r, err := uuidBytes(sw.Recipient)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *txn) error {
+		rec, err := tx.records(r)
+		if err != nil {
+			return err
+		}
+		for _, e := range slices.Concat(sw.Entries, sw.DeleteEntries) {
+			if rec.entryVersion(e.Key()) != e.Version {
+				return conflict("catalog entry %v changed", e.Key())
+			}
+		}
+		for _, c := range sw.DeleteCursors {
+			if rec.cursorVersion(c.Key()) != c.Version {
+				return conflict("cursor %v moved", c.Key())
+			}
+		}
+		var puts []put
+		var replaced []catalog.Entry
+		for _, e := range sw.Entries {
+			e.Version = s.nextVersion()
+			if puts, err = appendEntry(puts, r, rec.entries[e.Key()], e); err != nil {
+				return err
+			}
+			replaced = append(replaced, e)
+		}
+		for _, e := range sw.DeleteEntries {
+			if puts, err = appendEntryDeletion(puts, r, rec.entries[e.Key()]); err != nil {
+				return err
+			}
+		}
+		for _, c := range sw.DeleteCursors {
+			puts = append(puts, put{key: cabinetKey(kindCursor, r, c.Key()), del: true})
+		}
+		for _, id := range sw.Bundles {
+			bid, err := uuidBytes(id)
+			if err != nil {
+				return err
+			}
+			puts = append(puts, put{key: dequeuedKey(r, bid), del: true})
+		}
+		var gone []uint64
+		for _, id := range sw.Drawers {
+			drawerPuts, drawerGone, err := s.drawerDeletions(id)
+			if err != nil {
+				return err
+			}
+			puts = append(puts, drawerPuts...)
+			gone = append(gone, drawerGone...)
+		}
+		tx.apply(puts)
+		tx.goneIDs = append(tx.goneIDs, gone...)
+		tx.change(r, rec, entriesMap|cursorsMap, func(rec *records) {
+			for _, e := range replaced {
+				rec.entries[e.Key()] = e
+			}
+			for _, e := range sw.DeleteEntries {
+				delete(rec.entries, e.Key())
+			}
+			for _, c := range sw.DeleteCursors {
+				delete(rec.cursors, c.Key())
+			}
+		})
+		return nil
+	})
+}
+
+// drawerDeletions stages the deletion of a drawer's pages and of the id
+// records that point at it, and returns those records' id index entries. An
+// id record pointing at another drawer is left alone.
+func (s *Store) drawerDeletions(drawerID string) (puts []put, gone []uint64, err error) {
+	d, err := uuidBytes(drawerID)
+	if err != nil {
+		return nil, nil, err
+	}
+	prefix := drawerPrefix(d)
+	err = s.scan(prefix, func(key, value []byte) error {
+		puts = append(puts, put{key: append([]byte(nil), key...), del: true})
+		pr := newPageReader(value)
+		for it, ok := pr.next(); ok; it, ok = pr.next() {
+			id, err := uuidBytes(it.ID)
+			if err != nil {
+				return err
+			}
+			idKey, v, exists, err := s.storedID(&id)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				continue
+			}
+			rec, err := decodeIDRecord(it.ID, v)
+			if err != nil {
+				return err
+			}
+			if rec.DrawerID == drawerID {
+				puts = append(puts, put{key: idKey, del: true})
+				group, _, _ := idKeyParts(idKey)
+				gone = append(gone, idEntry(idHash(&id), group))
+			}
+		}
+		return pr.err
+	})
+	return puts, gone, err
+}
