@@ -19,7 +19,7 @@
 # image for production, pin both FROM lines with the digests your registry
 # reports (`docker buildx imagetools inspect golang:1.26`), e.g.
 # FROM golang:1.26@sha256:<digest>.
-FROM golang:1.26 AS build
+FROM docker.io/library/golang:1.26 AS build
 WORKDIR /src
 ENV GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 # .git is not in the build context, so the version is stamped at link time:

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -167,6 +168,25 @@ var settings = []setting{
 		func(c *Config, v string) error { c.Cosmos.Endpoint = v; return nil }},
 	{"cosmos-key", "MESSAGEHUB_COSMOS_KEY", "", "Cosmos DB account key; empty: Azure AD through the default credential chain",
 		func(c *Config, v string) error { c.Cosmos.Key = v; return nil }},
+	// A key on the command line is visible to every user of the machine;
+	// a file (a mounted secret) is not.
+	{"cosmos-key-file", "MESSAGEHUB_COSMOS_KEY_FILE", "", "file holding the Cosmos DB account key (a mounted secret), instead of --cosmos-key",
+		func(c *Config, v string) error {
+			if v == "" {
+				return nil
+			}
+			if c.Cosmos.Key != "" {
+				return errors.New("give the key once: --cosmos-key or --cosmos-key-file")
+			}
+			key, err := os.ReadFile(v) //nolint:gosec // the operator names the file
+			if err != nil {
+				return err
+			}
+			if c.Cosmos.Key = strings.TrimSpace(string(key)); c.Cosmos.Key == "" {
+				return fmt.Errorf("%s holds no key", v)
+			}
+			return nil
+		}},
 	{"cosmos-database", "MESSAGEHUB_COSMOS_DATABASE", "messagehub", "Cosmos DB database",
 		func(c *Config, v string) error {
 			if v == "" {

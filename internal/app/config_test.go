@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -279,6 +281,30 @@ func TestParseConfigCosmos(t *testing.T) {
 	}
 	if d := defaults.Cosmos; d.Database != "messagehub" || !d.Provision || d.IDBuckets != 4 {
 		t.Fatalf("cosmos defaults %+v", d)
+	}
+}
+
+// The Cosmos DB key can come from a file (a mounted secret) rather than the
+// command line, once.
+func TestTheCosmosKeyComesFromAFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(file, []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := envOf(map[string]string{"MESSAGEHUB_STORE": "cosmos", "MESSAGEHUB_COSMOS_ENDPOINT": "https://acct.documents.azure.com:443/"})
+	cfg, err := ParseConfig([]string{"--cosmos-key-file", file}, env, io.Discard)
+	if err != nil || cfg.Cosmos.Key != "secret" {
+		t.Fatalf("key %q, %v; want the file's", cfg.Cosmos.Key, err)
+	}
+	if _, err := ParseConfig([]string{"--cosmos-key-file", file, "--cosmos-key", "other"}, env, io.Discard); err == nil || !strings.Contains(err.Error(), "once") {
+		t.Fatalf("a key given twice: %v", err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseConfig([]string{"--cosmos-key-file", empty}, env, io.Discard); err == nil || !strings.Contains(err.Error(), "holds no key") {
+		t.Fatalf("an empty key file: %v", err)
 	}
 }
 
