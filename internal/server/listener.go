@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // LimitListener bounds the connections open on lis to max, without letting
@@ -96,6 +97,10 @@ type limitedConn struct {
 	net.Conn
 	l *limitListener
 
+	// established is set once it has sent its first bytes: its reads then
+	// take no lock.
+	established atomic.Bool
+
 	// Guarded by l.mu:
 	toRead      int           // bytes still to read before it is established
 	inHandshake *list.Element // nil once established (or released)
@@ -104,7 +109,7 @@ type limitedConn struct {
 
 func (c *limitedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if n > 0 {
+	if n > 0 && !c.established.Load() {
 		c.l.mu.Lock()
 		if c.toRead > 0 {
 			c.toRead -= n
@@ -112,6 +117,9 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 				c.l.handshaking.Remove(c.inHandshake)
 				c.inHandshake = nil
 			}
+		}
+		if c.toRead <= 0 {
+			c.established.Store(true)
 		}
 		c.l.mu.Unlock()
 	}
