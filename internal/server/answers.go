@@ -38,8 +38,9 @@ type AnswerBudget struct {
 }
 
 // DefaultAnswerBudget lets a connection hold four of the largest bundles
-// (about 16 MiB each) and the server 512 MiB.
-var DefaultAnswerBudget = AnswerBudget{PerConnection: 64 << 20, Total: 512 << 20, Wait: 5 * time.Second}
+// (about 16 MiB each) and the server 320 MiB, so that no abuse of unread
+// answers makes the hub hold more than its stated memory budget (README).
+var DefaultAnswerBudget = AnswerBudget{PerConnection: 64 << 20, Total: 320 << 20, Wait: 5 * time.Second}
 
 // smallAnswer is the size below which answers are not counted: most
 // answers, and the room a buffer must have for gRPC to pool it, which the

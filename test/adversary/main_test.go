@@ -30,7 +30,7 @@ import (
 
 // budget is the most any attack of this package may make the hub hold over
 // its idle resident memory, with the default flags: the README states it.
-const budget = 768 << 20
+const budget = 512 << 20
 
 const (
 	startTimeout = 60 * time.Second // a loaded machine starts the hub slowly

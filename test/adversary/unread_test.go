@@ -25,7 +25,7 @@ import (
 // MiB in all; an answer that finds no room within 5 s is refused.
 const (
 	answersPerConnection = 64 << 20
-	answersTotal         = 512 << 20
+	answersTotal         = 320 << 20
 	answerWait           = 5 * time.Second
 )
 
@@ -49,7 +49,7 @@ func pendingLargestBundle(t *testing.T, extra ...string) (*hub, string, int) {
 
 // Peeks whose answers are never read (the client's flow-control window
 // shut) hold at most the answer budget: on each connection the answers
-// that fit its 64 MiB, in all those that fit 512 MiB; the others are
+// that fit its 64 MiB, in all those that fit 320 MiB; the others are
 // refused with RESOURCE_EXHAUSTED once they have waited 5 s. Without the
 // budget every call held its 15 MiB answer: here 1 GiB.
 func unreadGRPCPeekAnswers(t *testing.T) {
