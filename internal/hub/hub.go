@@ -29,6 +29,9 @@ const (
 	// opTimeout bounds work that is shared between callers (a group commit,
 	// a coalesced peek), so that no single caller's cancellation aborts it.
 	opTimeout = 30 * time.Second
+	// maxSaveTimeout bounds a group commit whose callers allow it more than
+	// opTimeout (groupDeadline).
+	maxSaveTimeout = 2 * time.Minute
 )
 
 // Hub is MessageHub's core: Save, Peek and Dequeue over a store.Store.

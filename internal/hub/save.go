@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/zeebo/xxh3"
 
@@ -73,13 +74,30 @@ func (r *Hub) prepareGroup(group []*saveCall) func() {
 	if len(live) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithDeadline(context.Background(), groupDeadline(live, time.Now()))
 	defer cancel()
 	outcomes := r.commitSplitting(ctx, live, func(saves []store.RecipientSave) error { return r.store.CommitSaves(ctx, saves) })
 	// Committed: peeks waiting for these recipients look again now.
 	r.wakes.wake(live, outcomes)
 	answerSaves(live, outcomes)
 	return nil
+}
+
+// groupDeadline is when a group's write must end: opTimeout from now, or
+// the latest of its callers' deadlines when that is later (a large Save on a
+// slow store), up to maxSaveTimeout. The hub's own deadline never cuts a
+// Save short that its caller was ready to wait for.
+func groupDeadline(calls []*saveCall, now time.Time) time.Time {
+	deadline := now.Add(opTimeout)
+	for _, c := range calls {
+		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
+			deadline = d
+		}
+	}
+	if limit := now.Add(maxSaveTimeout); deadline.After(limit) {
+		return limit
+	}
+	return deadline
 }
 
 // commitSplitting commits the calls with write. When the store or a

@@ -39,7 +39,8 @@ import (
 // commitSaves writes a group of saves with the protocol above.
 func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) error {
 	saveID := uuid.NewString()
-	expires := s.cfg.Now().Add(s.cfg.Lease).UnixMilli()
+	lease := s.leaseFor(ctx)
+	expires := s.cfg.Now().Add(lease).UnixMilli()
 	plans := make([]savePlan, len(saves))
 	for i, sv := range saves {
 		p, err := s.plan(saveID, expires, sv)
@@ -70,7 +71,7 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 	// The save decides (commits or fails) within half its lease: the other
 	// half is the margin over the requests still in flight at the deadline
 	// and over the instances' clocks, which compare the lease's end.
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.Lease/2)
+	wctx, cancel := context.WithTimeout(ctx, lease/2)
 	defer cancel()
 	reserved, err := s.reserveAll(wctx, plans)
 	var pagesToken string
@@ -330,4 +331,16 @@ func mustJSON(v any) []byte {
 		panic(fmt.Sprintf("cosmos: marshal %T: %v", v, err))
 	}
 	return raw
+}
+
+// leaseFor is the lease of a save made with ctx: the configured one, or
+// twice the time ctx leaves when its caller allows more than half of it (a
+// large Save on a slow account), so that the save may use that time and
+// the margin stays.
+func (s *Store) leaseFor(ctx context.Context) time.Duration {
+	lease := s.cfg.Lease
+	if deadline, ok := ctx.Deadline(); ok {
+		lease = max(lease, 2*time.Until(deadline))
+	}
+	return lease
 }

@@ -40,7 +40,8 @@ type Config struct {
 	// Retention is the time-to-live of dequeued bundles (default 7 days).
 	Retention time.Duration
 	// Lease is how long a save may hold a reservation before others roll it
-	// back (default DefaultLease). A save decides within half of it.
+	// back (default DefaultLease), or twice what the caller's deadline
+	// leaves when that is longer. A save decides within half of it.
 	Lease time.Duration
 	// IDBuckets spreads the id index over this many partitions (1..256,
 	// default 4): every save writes and queries each bucket its ids fall
@@ -64,7 +65,7 @@ const DefaultIDBuckets = 4
 
 // DefaultLease is a reservation's lease when Config says none. A save
 // commits or fails within half of it (commitSaves), 30 s: as long as the
-// repository lets a group commit take (its opTimeout). The other half is
+// hub lets a group commit take unless a caller allows it more. The other half is
 // the margin for requests still in flight when the save gives up, the
 // transport's per-attempt cap (defaultRoundTrip) and the instances'
 // clocks, which compare the lease's end: another instance settles a
