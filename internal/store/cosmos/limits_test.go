@@ -513,3 +513,47 @@ func TestADequeuedBundleNamingDrawersHasNoTTL(t *testing.T) {
 		t.Fatalf("dequeued bundle document %v, want one drawer named and no ttl", doc)
 	}
 }
+
+// A Save of more cabinets than a save may write on Cosmos DB is refused at
+// once, as the client's error, and stores nothing: 10,000 notifications in
+// 10,000 content types would take minutes at the default throughput and
+// outlast the hub's deadline.
+func TestASaveOfTooManyCabinetsIsRefusedAtOnce(t *testing.T) {
+	store := open(t, cosmos.Config{})
+	repo := hub.New(store, hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	r := uuid.NewString()
+	ns := manyCabinets(r, 10_000, 10_000)
+	_, err := repo.Save(context.Background(), ns)
+	if !errors.Is(err, domain.ErrInvalidArgument) || !strings.Contains(err.Error(), "at most 250 cabinets") {
+		t.Fatalf("a Save of 10,000 cabinets: %v, want INVALID_ARGUMENT naming the limit", err)
+	}
+	if got := drainAll(t, repo, r); len(got) != 0 {
+		t.Fatalf("%d notifications of a refused Save delivered", len(got))
+	}
+	// Nothing of it is held: a Save within the limit is stored.
+	if res, err := repo.Save(context.Background(), ns[:1]); err != nil || res.Saved != 1 {
+		t.Fatalf("a Save of one of them after the refusal: %+v, %v", res, err)
+	}
+}
+
+// The largest valid Save (MaxCabinetsPerSave cabinets of the longest content
+// and document types) finishes at the default throughput. Its time is
+// logged, not asserted (the machine's speed is no property of the code):
+// the caller allows it two minutes, as a client of a slow account would.
+func TestASaveOfTheMostCabinetsFinishes(t *testing.T) {
+	requireLimits(t)
+	store := open(t, cosmos.Config{})
+	repo := hub.New(store, hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	r := uuid.NewString()
+	ns := manyCabinets(r, 10_000, cosmos.MaxCabinetsPerSave)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	res, err := repo.Save(ctx, ns)
+	if err != nil || res.Saved != len(ns) {
+		t.Fatalf("save = %+v, %v", res, err)
+	}
+	t.Logf("a Save of %d notifications in %d cabinets took %s", len(ns), cosmos.MaxCabinetsPerSave, time.Since(start).Round(time.Millisecond))
+}
