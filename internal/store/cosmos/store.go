@@ -704,6 +704,13 @@ func (s *Store) deleteItem(ctx context.Context, c *azcosmos.ContainerClient, pk 
 	if err == nil && resp.SessionToken != nil {
 		s.tokens.note(c.ID(), *resp.SessionToken)
 	}
+	// A 404 ran on the primary too: callers take it for deleted (a resend
+	// after a lost answer meets its own delete), so its token is kept as a
+	// success's would be, lest this process read the document back.
+	var re *azcore.ResponseError
+	if errors.As(err, &re) && re.StatusCode == http.StatusNotFound && re.RawResponse != nil {
+		s.tokens.note(c.ID(), re.RawResponse.Header.Get("x-ms-session-token"))
+	}
 	return err
 }
 
