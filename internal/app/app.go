@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/energydatahub/messagehub/internal/admin"
 	"github.com/energydatahub/messagehub/internal/auth"
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/gateway"
@@ -165,6 +166,14 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	a.gatewaySrv, a.gatewayHealth = server.NewGRPCServer(core, a.logger, append(opts, server.WithLimits(server.InProcessLimits),
 		// Its one connection carries every HTTP user's answers.
 		server.WithAnswerBudget(server.AnswerBudget{PerConnection: server.DefaultAnswerBudget.Total}))...)
+	// The read-only Admin service, on both servers (gRPC and the gateway's):
+	// the authorizer lets only the admin role call it.
+	inspector, ok := core.(admin.Hub)
+	if !ok {
+		return nil, fmt.Errorf("the hub (%T) does not serve the admin calls", core)
+	}
+	admin.Register(a.grpcSrv, inspector)
+	admin.Register(a.gatewaySrv, inspector)
 
 	if err := a.listen(); err != nil {
 		return nil, err

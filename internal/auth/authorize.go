@@ -3,17 +3,22 @@ package auth
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
 
+	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
 )
 
-// servicePrefix is the prefix of every MessageHub method; calls to other
-// services (health, reflection) need no token.
-var servicePrefix = "/" + messagehubv1.MessageHub_ServiceDesc.ServiceName + "/"
+// servicePrefixes are the prefixes of every MessageHub and Admin method;
+// calls to other services (health, reflection) need no token.
+var servicePrefixes = []string{
+	"/" + messagehubv1.MessageHub_ServiceDesc.ServiceName + "/",
+	"/" + adminv1.Admin_ServiceDesc.ServiceName + "/",
+}
 
 // requiredRole is the role each MessageHub method needs. A method missing
 // here is refused, so a new RPC cannot be exposed without a decision.
@@ -22,6 +27,10 @@ var requiredRole = map[string]string{
 	messagehubv1.MessageHub_Peek_FullMethodName:        RoleActor,
 	messagehubv1.MessageHub_Dequeue_FullMethodName:     RoleActor,
 	messagehubv1.MessageHub_PeekContent_FullMethodName: RoleActor,
+	// Read-only inspection of any recipient.
+	adminv1.Admin_GetBacklog_FullMethodName:        RoleAdmin,
+	adminv1.Admin_PreviewNextBundle_FullMethodName: RoleAdmin,
+	adminv1.Admin_TraceNotification_FullMethodName: RoleAdmin,
 }
 
 // Authorizer checks the bearer token of every MessageHub call.
@@ -40,7 +49,7 @@ func NewAuthorizer(v *Verifier) *Authorizer { return &Authorizer{verifier: v} }
 // when it opens (req is nil), then for its request, with the context the
 // first call returned, whose Principal is not verified again.
 func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (context.Context, error) {
-	if !strings.HasPrefix(method, servicePrefix) {
+	if !slices.ContainsFunc(servicePrefixes, func(p string) bool { return strings.HasPrefix(method, p) }) {
 		return ctx, nil
 	}
 	p, verified := PrincipalFromContext(ctx)

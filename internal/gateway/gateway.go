@@ -1,6 +1,7 @@
 // Package gateway is MessageHub's HTTP face for market actors: grpc-gateway
 // routes (generated from proto/messagehub/v1/messagehub_http.yaml) in front of
-// a connection to the gRPC server, plus /openapi.json, /healthz and /metrics.
+// a connection to the gRPC server, plus /openapi.json, /healthz and /metrics,
+// and the operators' read-only Admin routes under /admin/v1.
 //
 // The gateway checks nothing itself: it forwards the Authorization header,
 // and the gRPC server authenticates, authorizes and validates every call, so
@@ -27,7 +28,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	adminv1gw "github.com/energydatahub/messagehub/gen/gateway/messagehub/admin/v1"
 	messagehubv1gw "github.com/energydatahub/messagehub/gen/gateway/messagehub/v1"
+	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/gen/openapi"
 )
@@ -150,6 +153,9 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 	if err := messagehubv1gw.RegisterMessageHubHandlerClient(ctx, mux, messagehubv1.NewMessageHubClient(conn)); err != nil {
 		return nil, fmt.Errorf("register gateway routes: %w", err)
 	}
+	if err := adminv1gw.RegisterAdminHandlerClient(ctx, mux, adminv1.NewAdminClient(conn)); err != nil {
+		return nil, fmt.Errorf("register admin routes: %w", err)
+	}
 	api := guard(mux, mux, o)
 	peeks := budgetedPeeks(mux, api, newAnswerBytes(DefaultPeekAnswerBytes, DefaultPeekAnswerBytesPerConn), o)
 	type route struct {
@@ -164,6 +170,10 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, "/v1/peek", peekWait(mux, peeks)},
 		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
 		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn), o), o)},
+		// The read-only Admin service (the admin role).
+		{http.MethodGet, "/admin/v1/recipients/{recipient}/backlog", api},
+		{http.MethodGet, "/admin/v1/recipients/{recipient}/next-bundle", api},
+		{http.MethodGet, "/admin/v1/recipients/{recipient}/notifications/{notificationId}", api},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})

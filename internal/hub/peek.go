@@ -41,15 +41,7 @@ func (r *Hub) peekOnce(ctx context.Context, recipient string, group domain.PeekG
 	if err != nil {
 		return nil, err
 	}
-	var pending []bundle.Record
-	for _, rec := range state.Pending {
-		if group.Contains(rec.Origin) {
-			pending = append(pending, rec)
-		}
-	}
-	slices.SortFunc(pending, func(a, b bundle.Record) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	})
+	pending := pendingIn(state, group)
 	if bundleID != "" {
 		if i := slices.IndexFunc(pending, func(rec bundle.Record) bool { return rec.ID == bundleID }); i >= 0 {
 			return r.materialize(ctx, recipient, state, pending[i])
@@ -84,8 +76,24 @@ func (r *Hub) peekOnce(ctx context.Context, recipient string, group domain.PeekG
 	return toBundle(recipient, *rec, items), nil
 }
 
+// pendingIn returns the recipient's pending bundles in group, oldest first:
+// a Peek without a bundle id returns the first.
+func pendingIn(state store.RecipientState, group domain.PeekGroup) []bundle.Record {
+	var pending []bundle.Record
+	for _, rec := range state.Pending {
+		if group.Contains(rec.Origin) {
+			pending = append(pending, rec)
+		}
+	}
+	slices.SortFunc(pending, func(a, b bundle.Record) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return pending
+}
+
 // cut builds a new bundle from the visible cabinet of the group whose first
 // unacknowledged notification is oldest. It returns nil when there is none.
+// It only reads: Peek stores what it returns, PreviewNextBundle does not.
 func (r *Hub) cut(ctx context.Context, state store.RecipientState, group domain.PeekGroup) (*bundle.Record, []drawer.Item, catalog.Cursor, error) {
 	cands := catalog.Candidates(state.Entries, state.Cursors, group)
 	for i := range cands {

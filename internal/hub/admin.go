@@ -1,0 +1,247 @@
+package hub
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// The operators' read-only inspection (the Admin API): nothing here writes.
+
+// CabinetBacklog is what one cabinet has saved and not yet dequeued.
+type CabinetBacklog struct {
+	Origin      domain.Origin
+	ContentType string
+	// Total is the positions handed out, Acked those acknowledged.
+	Total, Acked int64
+	// Waiting is Total − Acked less the positions of aborted saves;
+	// InPending the part of it in pending bundles.
+	Waiting, InPending int64
+	// OldestSavedAt is when the first waiting notification was saved (unix
+	// milliseconds, drawer.Meta.SavedAt); 0 when unknown.
+	OldestSavedAt int64
+}
+
+// RecipientBacklog is a recipient's backlog: its cabinets with waiting
+// notifications (oldest first) and its pending bundles (oldest first).
+type RecipientBacklog struct {
+	Cabinets []CabinetBacklog
+	Pending  []bundle.Record
+}
+
+// Backlog reads the recipient's backlog: one read of its state
+// (LoadRecipient), nothing else.
+func (r *Hub) Backlog(ctx context.Context, recipient string) (RecipientBacklog, error) {
+	if err := r.begin(); err != nil {
+		return RecipientBacklog{}, err
+	}
+	defer r.ops.Done()
+	state, err := r.store.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return RecipientBacklog{}, err
+	}
+	var out RecipientBacklog
+	for _, c := range catalog.Candidates(state.Entries, state.Cursors, domain.GroupAll) {
+		e := c.Entry
+		cb := CabinetBacklog{Origin: e.Origin, ContentType: e.ContentType, Total: e.Total, Acked: c.Cursor.Acked}
+		cb.Waiting = e.Total - c.Cursor.Acked - holesWithin(e, c.Cursor.Acked, e.Total)
+		if cb.Waiting <= 0 {
+			continue // only an aborted save's holes
+		}
+		head := e.SkipHoles(c.Cursor.Acked)
+		if i := drawer.Containing(e.Drawers, head); i >= 0 {
+			cb.OldestSavedAt = e.Drawers[i].SavedAt(head)
+		}
+		for _, rec := range state.Pending {
+			if rec.Origin == e.Origin && rec.ContentType == e.ContentType {
+				cb.InPending += int64(rec.Count)
+			}
+		}
+		out.Cabinets = append(out.Cabinets, cb)
+	}
+	slices.SortFunc(out.Cabinets, func(a, b CabinetBacklog) int {
+		return cmp.Or(cmp.Compare(a.OldestSavedAt, b.OldestSavedAt), cmp.Compare(a.Origin, b.Origin), cmp.Compare(a.ContentType, b.ContentType))
+	})
+	out.Pending = pendingIn(state, domain.GroupAll)
+	return out, nil
+}
+
+// holesWithin counts the positions of [from, to) in the entry's holes.
+func holesWithin(e catalog.Entry, from, to int64) int64 {
+	var n int64
+	for _, h := range e.Holes {
+		n += max(min(h.End, to)-max(h.Start, from), 0)
+	}
+	return n
+}
+
+// Preview is what the next Peek of a group would return.
+type Preview struct {
+	// Pending: Record is pending already (Peek returns it again); else it
+	// is the bundle Peek would cut now, not stored, with no id.
+	Pending bool
+	Record  bundle.Record
+	Bundle  *domain.Bundle
+}
+
+// PreviewNextBundle says what Peek(recipient, group, "") would return now,
+// without storing anything: the group's oldest pending bundle, else the
+// bundle cut (Peek's own cut) would make; nil when there is nothing. It reads
+// the recipient's state and the drawers Peek would read.
+func (r *Hub) PreviewNextBundle(ctx context.Context, recipient string, group domain.PeekGroup) (*Preview, error) {
+	if err := r.begin(); err != nil {
+		return nil, err
+	}
+	defer r.ops.Done()
+	return retry(ctx, func() (*Preview, error) {
+		state, err := r.store.LoadRecipient(ctx, recipient)
+		if err != nil {
+			return nil, err
+		}
+		if pending := pendingIn(state, group); len(pending) > 0 {
+			b, err := r.materialize(ctx, recipient, state, pending[0])
+			if err != nil {
+				return nil, err
+			}
+			return &Preview{Pending: true, Record: pending[0], Bundle: b}, nil
+		}
+		rec, items, _, err := r.cut(ctx, state, group)
+		if err != nil || rec == nil {
+			return nil, err
+		}
+		return &Preview{Record: *rec, Bundle: toBundle(recipient, *rec, items)}, nil
+	})
+}
+
+// TraceState is where a notification is.
+type TraceState int
+
+// Where a notification can be.
+const (
+	// TraceNotFound: no record of the id (never saved, or removed by
+	// retention with its drawer).
+	TraceNotFound TraceState = iota + 1
+	// TraceElsewhere: the id is stored but in none of the recipient's
+	// drawers (another recipient's, or retention is removing it).
+	TraceElsewhere
+	TraceWaiting
+	TracePending
+	TraceDequeued
+)
+
+// Trace is where a notification of a recipient is. Bundle is set for
+// TracePending, and for TraceDequeued while retention keeps the record.
+type Trace struct {
+	State       TraceState
+	Origin      domain.Origin
+	ContentType string
+	Position    int64
+	SavedAt     int64 // unix milliseconds (drawer.Meta.SavedAt)
+	Bundle      *bundle.Record
+}
+
+// TraceNotification finds notification id of the recipient: its id record
+// (LookupIDs) names its drawer; the recipient's state says which cabinet
+// holds the drawer, whether its position is acknowledged and which pending
+// bundle covers it; one read of the drawer gives the position. Past the
+// cursor, the recipient's dequeued bundles (DequeuedBundles) name the
+// bundle, and they also hold the drawers retention took out of the
+// catalog.
+func (r *Hub) TraceNotification(ctx context.Context, recipient, id string) (Trace, error) {
+	if err := r.begin(); err != nil {
+		return Trace{}, err
+	}
+	defer r.ops.Done()
+	return retry(ctx, func() (Trace, error) { return r.traceOnce(ctx, recipient, id) })
+}
+
+func (r *Hub) traceOnce(ctx context.Context, recipient, id string) (Trace, error) {
+	recs, err := r.store.LookupIDs(ctx, []string{id})
+	if err != nil {
+		return Trace{}, err
+	}
+	idRec, ok := recs[id]
+	if !ok {
+		return Trace{State: TraceNotFound}, nil
+	}
+	state, err := r.store.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return Trace{}, err
+	}
+	var (
+		entry    catalog.Entry
+		meta     drawer.Meta
+		found    bool
+		dequeued []bundle.Record
+		loaded   bool
+	)
+	for _, e := range state.Entries {
+		if i := slices.IndexFunc(e.Drawers, func(m drawer.Meta) bool { return m.ID == idRec.DrawerID }); i >= 0 {
+			entry, meta, found = e, e.Drawers[i], true
+			break
+		}
+	}
+	if !found {
+		// Retention may have taken a dequeued bundle's drawers out of the
+		// entry; the bundle's record keeps them.
+		if dequeued, err = r.store.DequeuedBundles(ctx, recipient); err != nil {
+			return Trace{}, err
+		}
+		loaded = true
+		for _, rec := range dequeued {
+			if i := slices.IndexFunc(rec.Drawers, func(m drawer.Meta) bool { return m.ID == idRec.DrawerID }); i >= 0 {
+				entry = catalog.Entry{Origin: rec.Origin, ContentType: rec.ContentType}
+				meta, found = rec.Drawers[i], true
+				break
+			}
+		}
+	}
+	if !found {
+		return Trace{State: TraceElsewhere}, nil
+	}
+	items, err := r.store.ReadDrawer(ctx, meta.ID, meta.Start, meta.End(), drawer.Capacity)
+	if err != nil {
+		return Trace{}, err
+	}
+	i := slices.IndexFunc(items, func(it drawer.Item) bool { return it.ID == id })
+	if i < 0 {
+		// The id record says the drawer holds it: a replica lags.
+		return Trace{}, store.ErrStaleRead
+	}
+	pos := items[i].Pos
+	t := Trace{Origin: entry.Origin, ContentType: entry.ContentType, Position: pos, SavedAt: meta.SavedAt(pos)}
+	in := func(rec bundle.Record) bool {
+		if rec.Origin != entry.Origin || rec.ContentType != entry.ContentType || pos < rec.Start || pos >= rec.End {
+			return false
+		}
+		// A bundle recording its drawers names the one it read from (a
+		// cabinet restarted after retention reuses positions).
+		return rec.Drawers == nil || slices.ContainsFunc(rec.Drawers, func(m drawer.Meta) bool { return m.ID == meta.ID })
+	}
+	cursor := slices.IndexFunc(state.Cursors, func(c catalog.Cursor) bool { return c.Key() == entry.Key() })
+	acked := cursor >= 0 && state.Cursors[cursor].Acked > pos
+	if !acked && len(entry.Drawers) > 0 { // still the entry's: not acknowledged
+		if j := slices.IndexFunc(state.Pending, in); j >= 0 {
+			t.State, t.Bundle = TracePending, &state.Pending[j]
+			return t, nil
+		}
+		t.State = TraceWaiting
+		return t, nil
+	}
+	t.State = TraceDequeued
+	if !loaded {
+		if dequeued, err = r.store.DequeuedBundles(ctx, recipient); err != nil {
+			return Trace{}, err
+		}
+	}
+	if j := slices.IndexFunc(dequeued, in); j >= 0 {
+		t.Bundle = &dequeued[j]
+	}
+	return t, nil
+}
