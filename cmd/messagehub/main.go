@@ -7,7 +7,8 @@
 // them. SIGTERM or SIGINT stops it gracefully: health turns NOT_SERVING,
 // in-flight calls finish (bounded by a timeout), then the store is closed.
 // The service itself is internal/app; this command parses the
-// configuration, sets up logging and runs it.
+// configuration, sets up logging and runs it. "messagehub admin …" calls the
+// read-only Admin service of a running hub (admin.go).
 package main
 
 import (
@@ -40,6 +41,18 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+
+	if len(os.Args) > 1 && os.Args[1] == "admin" {
+		err := runAdmin(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			os.Exit(2)
+		case err != nil:
+			fmt.Fprintln(os.Stderr, "messagehub admin:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	cfg, err := app.ParseConfig(os.Args[1:], os.Getenv, os.Stderr)
 	switch {

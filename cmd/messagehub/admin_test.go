@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/app"
+)
+
+// "messagehub admin" answers an operator's three questions about a
+// recipient from a running hub, and changes nothing the actor sees.
+func TestTheAdminCommandInspectsARunningHub(t *testing.T) {
+	cfg, err := app.ParseConfig([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--min-free-disk", "0"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := app.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(runCtx) }()
+	defer func() {
+		stopRun()
+		<-ran
+		_ = a.Close()
+	}()
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	hub := messagehubv1.NewMessageHubClient(conn)
+	recipient, id := uuid.NewString(), uuid.NewString()
+	if _, err := hub.Save(ctx, &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{{
+		Id: id, Recipient: recipient, Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES,
+		ContentType: "TimeSeries", DocumentType: "TimeSeriesDoc", SupportsBundling: true, Weight: 1,
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	admin := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if err := runAdmin(ctx, append(args, "--addr", a.GRPCAddr(), "--recipient", recipient), &out, &errOut); err != nil {
+			t.Fatalf("admin %v: %v\n%s", args, err, errOut.String())
+		}
+		return out.String()
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"backlog"}, []string{`"contentType": "TimeSeries"`, `"waiting": "1"`}},
+		{[]string{"next"}, []string{id, `"pending": false`}},
+		{[]string{"trace", "--id", id}, []string{"NOTIFICATION_STATE_WAITING"}},
+	} {
+		// protojson varies its spacing on purpose: compare words.
+		got := strings.Join(strings.Fields(admin(tc.args...)), " ")
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("admin %v: %s\nlacks %s", tc.args, got, w)
+			}
+		}
+	}
+	// The preview created nothing: the actor's own Peek with its own bundle
+	// id gets the notification under that id.
+	bundleID := uuid.NewString()
+	resp, err := hub.Peek(ctx, &messagehubv1.PeekRequest{Recipient: recipient, BundleId: bundleID})
+	if err != nil || resp.GetBundle().GetId() != bundleID {
+		t.Fatalf("the actor's Peek after the admin calls: %v, %v", resp.GetBundle(), err)
+	}
+	var errOut bytes.Buffer
+	if err := runAdmin(ctx, []string{"trace", "--addr", a.GRPCAddr(), "--recipient", recipient}, io.Discard, &errOut); err == nil {
+		t.Fatal("trace without --id: no error")
+	}
+}
