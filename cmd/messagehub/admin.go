@@ -66,7 +66,7 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	if *tokenFile != "" {
-		token, err := os.ReadFile(*tokenFile)
+		token, err := os.ReadFile(*tokenFile) //nolint:gosec // the operator names the file
 		if err != nil {
 			return err
 		}

@@ -35,7 +35,9 @@ func TestTheAdminCommandInspectsARunningHub(t *testing.T) {
 	go func() { ran <- a.Run(runCtx) }()
 	defer func() {
 		stopRun()
-		<-ran
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 		_ = a.Close()
 	}()
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
