@@ -81,6 +81,15 @@ type soakLog struct {
 	bundles   map[string]*messagehubv1.Bundle
 	retries   map[string]int // gRPC code → attempts retried
 	problems  []string
+	// progress is, per recipient, when a Dequeue of one of its bundles last
+	// returned (OK, or NOT_FOUND after a failed attempt).
+	progress map[string]time.Time
+	rejected int // Saves refused for good, as they were meant to be
+}
+
+func newSoakLog() *soakLog {
+	return &soakLog{dequeued: map[string]time.Time{}, uncertain: map[string]bool{},
+		bundles: map[string]*messagehubv1.Bundle{}, retries: map[string]int{}, progress: map[string]time.Time{}}
 }
 
 func (l *soakLog) fail(format string, args ...any) {
@@ -142,11 +151,10 @@ func TestTwoProcessSoakOnCosmos(t *testing.T) {
 	defer cancel()
 	began := time.Now()
 
-	l := &soakLog{dequeued: map[string]time.Time{}, uncertain: map[string]bool{},
-		bundles: map[string]*messagehubv1.Bundle{}, retries: map[string]int{}}
+	l := newSoakLog()
 	var savers sync.WaitGroup
 	for w := range soakSavers {
-		savers.Go(func() { soakSaver(ctx, l, hubs, recipients, w) })
+		savers.Go(func() { soakSaver(ctx, l, hubs, recipients, w, false) })
 	}
 	savingDone := make(chan struct{})
 	go func() { savers.Wait(); close(savingDone) }()
@@ -155,7 +163,7 @@ func TestTwoProcessSoakOnCosmos(t *testing.T) {
 	// group in turn; each peeks on one instance and dequeues on the other.
 	var consumers sync.WaitGroup
 	for ci := range 2 * soakRecipients {
-		consumers.Go(func() { soakConsumer(ctx, l, hubs, recipients[ci/2], ci, savingDone) })
+		consumers.Go(func() { soakConsumer(ctx, l, hubs, recipients[ci/2], ci, savingDone, 0) })
 	}
 	consumers.Wait()
 	savers.Wait()
@@ -189,18 +197,23 @@ func TestTwoProcessSoakOnCosmos(t *testing.T) {
 // one notification twice; some are sent to both instances at once; some
 // repeat an acknowledged Save on the other instance, which must count every
 // notification as a duplicate.
-func soakSaver(ctx context.Context, l *soakLog, hubs []*hub, recipients []string, w int) {
+//
+// With faulty, the store loses and refuses writes, so a Save's counts are
+// only whole (saved + duplicates), not exact; and every fourth Save is
+// first sent with one invalid notification among valid new ones, which the
+// hub must refuse for good (INVALID_ARGUMENT) and never deliver any of.
+func soakSaver(ctx context.Context, l *soakLog, hubs []*hub, recipients []string, w int, faulty bool) {
 	type acked struct {
 		ns []*messagehubv1.DataAvailable
 		on int // the instance that answered
 	}
 	var mine []acked // this saver's acknowledged Saves
 	for i := range soakSavesPerSaver {
-		on := (w + i) % 2
+		on := (w + i) % len(hubs)
 		h := hubs[on]
 		if i%4 == 3 && len(mine) > 0 {
 			again := mine[(w+i)%len(mine)]
-			other := hubs[1-again.on]
+			other := hubs[(again.on+1)%len(hubs)]
 			resp, _, err := soakCall(ctx, l, func(ctx context.Context) (*messagehubv1.SaveResponse, error) {
 				return other.client.Save(ctx, &messagehubv1.SaveRequest{Notifications: again.ns})
 			})
@@ -214,14 +227,35 @@ func soakSaver(ctx context.Context, l *soakLog, hubs []*hub, recipients []string
 			continue
 		}
 		k := 1 + (w*7+i*3)%soakMaxPerSave
-		ns := make([]*messagehubv1.DataAvailable, k)
-		for j := range ns {
-			c := soakCabinets[(w+i+j)%len(soakCabinets)]
-			ns[j] = &messagehubv1.DataAvailable{
-				Id: uuid.NewString(), Recipient: recipients[(w+i*j)%len(recipients)],
-				Origin: c.origin, ContentType: c.contentType, DocumentType: c.contentType + "Doc",
-				SupportsBundling: (w+i+j)%7 != 0, Weight: int64(1 + (w+i+j)%soakMaxWeight),
+		fresh := func() []*messagehubv1.DataAvailable {
+			ns := make([]*messagehubv1.DataAvailable, k)
+			for j := range ns {
+				c := soakCabinets[(w+i+j)%len(soakCabinets)]
+				ns[j] = &messagehubv1.DataAvailable{
+					Id: uuid.NewString(), Recipient: recipients[(w+i*j)%len(recipients)],
+					Origin: c.origin, ContentType: c.contentType, DocumentType: c.contentType + "Doc",
+					SupportsBundling: (w+i+j)%7 != 0, Weight: int64(1 + (w+i+j)%soakMaxWeight),
+				}
 			}
+			return ns
+		}
+		ns := fresh()
+		if faulty && i%4 == 2 {
+			bad := append(slices.Clone(ns), &messagehubv1.DataAvailable{Id: uuid.NewString(), // no recipient
+				Origin: ns[0].Origin, ContentType: ns[0].ContentType, DocumentType: ns[0].DocumentType, Weight: 1})
+			_, _, err := soakCall(ctx, l, func(ctx context.Context) (*messagehubv1.SaveResponse, error) {
+				return h.client.Save(ctx, &messagehubv1.SaveRequest{Notifications: bad})
+			})
+			if status.Code(err) != codes.InvalidArgument {
+				l.fail("saver %d: Save with a notification without recipient: %v, want INVALID_ARGUMENT", w, err)
+				return
+			}
+			l.mu.Lock()
+			l.rejected++
+			l.mu.Unlock()
+			// Those notifications are not in l.saves: verifySoak reports
+			// any of them delivered. New ids for the real Save.
+			ns = fresh()
 		}
 		req := ns
 		if i%4 == 1 {
@@ -269,7 +303,7 @@ func soakSaver(ctx context.Context, l *soakLog, hubs []*hub, recipients []string
 		}
 		// Retried attempts may have stored what the answers count as
 		// duplicates; without them the counts are exact.
-		if failed == 0 && (saved != int32(len(ns)) || (!both && answers[0].resp.GetDuplicates() != dups)) {
+		if !faulty && failed == 0 && (saved != int32(len(ns)) || (!both && answers[0].resp.GetDuplicates() != dups)) {
 			l.fail("saver %d: Save of %d notifications (%d repeated, on %d instances) saved %d in all: %v",
 				w, len(req), dups, len(targets), saved, answers)
 		}
@@ -283,7 +317,12 @@ func soakSaver(ctx context.Context, l *soakLog, hubs []*hub, recipients []string
 // soakConsumer peeks and dequeues one recipient's bundles until saving has
 // ended and a Peek that began after it finds nothing. Consumer ci peeks on
 // one instance and dequeues on the other, changing sides every round.
-func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string, ci int, savingDone <-chan struct{}) {
+//
+// With stuckAfter > 0, once saving has ended a recipient must see a bundle
+// of its dequeued (by either of its consumers) at least every stuckAfter,
+// until it has none left.
+func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string, ci int, savingDone <-chan struct{}, stuckAfter time.Duration) {
+	var drainFrom time.Time
 	groups := []messagehubv1.PeekGroup{messagehubv1.PeekGroup_PEEK_GROUP_ALL}
 	if ci%2 == 1 {
 		groups = []messagehubv1.PeekGroup{messagehubv1.PeekGroup_PEEK_GROUP_TIME_SERIES,
@@ -293,12 +332,15 @@ func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string
 		if ctx.Err() != nil {
 			return
 		}
-		peekOn, dequeueOn := hubs[(ci+step)%2], hubs[(ci+step+1)%2]
+		peekOn, dequeueOn := hubs[(ci+step)%len(hubs)], hubs[(ci+step+1)%len(hubs)]
 		// ALL only, once saving has ended: nothing pending and nothing left.
 		group := groups[step%len(groups)]
 		var done bool
 		select {
 		case <-savingDone:
+			if !done && drainFrom.IsZero() {
+				drainFrom = time.Now()
+			}
 			done, group = true, messagehubv1.PeekGroup_PEEK_GROUP_ALL
 		default:
 		}
@@ -311,6 +353,19 @@ func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string
 			return
 		}
 		b := resp.GetBundle()
+		if done && stuckAfter > 0 {
+			l.mu.Lock()
+			last := l.progress[recipient]
+			l.mu.Unlock()
+			if last.Before(drainFrom) {
+				last = drainFrom
+			}
+			if idle := time.Since(last); idle > stuckAfter {
+				l.fail("consumer %d: recipient %s: no bundle dequeued for %s since saving ended (bound %s): a cabinet is stuck (peeked %v)",
+					ci, recipient, idle.Round(time.Millisecond), stuckAfter, b)
+				return
+			}
+		}
 		if b == nil {
 			if done {
 				return
@@ -331,6 +386,7 @@ func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string
 		switch {
 		case err == nil:
 			l.mu.Lock()
+			l.progress[recipient] = end
 			_, twice := l.dequeued[b.GetId()]
 			l.dequeued[b.GetId()] = end
 			l.bundles[b.GetId()] = b
@@ -343,6 +399,7 @@ func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string
 			// Our failed attempt may have acknowledged it, or the other
 			// consumer did; verifySoak sorts it out.
 			l.mu.Lock()
+			l.progress[recipient] = end
 			l.uncertain[b.GetId()] = true
 			l.bundles[b.GetId()] = b
 			l.mu.Unlock()
