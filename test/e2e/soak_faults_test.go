@@ -40,11 +40,9 @@ const (
 )
 
 // soakFaultKinds are the faults injected: a write that applied answered 408
-// or 503, and both refusals. Not yet cosmostest.LostReset: a cut connection
-// reaches the client as INTERNAL, which it may not retry (the Cosmos store
-// maps only answers, not transport errors, to ErrUnavailable; issue 19).
+// or 503, or its connection cut (no answer at all), and both refusals.
 var soakFaultKinds = []cosmostest.FaultKind{
-	cosmostest.LostTimeout, cosmostest.LostUnavailable,
+	cosmostest.LostTimeout, cosmostest.LostUnavailable, cosmostest.LostReset,
 	cosmostest.Refuse503, cosmostest.RefuseRetryWith,
 }
 

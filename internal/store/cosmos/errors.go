@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -87,9 +91,15 @@ func substatus(re *azcore.ResponseError) int {
 }
 
 // storeError maps a failed request to the store's errors. The SDK's error
-// stays wrapped, so that isStatus still sees its status.
+// stays wrapped, so that isStatus still sees its status. A request whose
+// answer never came (the connection cut or reset, after the transport's own
+// retries) is ErrUnavailable: its write may have applied, so the caller
+// must try again with the same ids, as after a 503.
 func storeError(err error) error {
 	var re *azcore.ResponseError
+	if err != nil && !errors.As(err, &re) && noAnswer(err) {
+		return fmt.Errorf("%w: Cosmos DB did not answer: %w", domain.ErrUnavailable, err)
+	}
 	if !errors.As(err, &re) || errors.Is(err, store.ErrConflict) || errors.Is(err, domain.ErrUnavailable) ||
 		errors.Is(err, store.ErrTooLarge) || errors.Is(err, domain.ErrStorageFull) || errors.Is(err, domain.ErrStoreRefuses) {
 		return err // not an answer, or mapped already
@@ -236,4 +246,17 @@ func (s *Store) HoldSweepLease(ctx context.Context, holder string, d time.Durati
 // ReleaseSweepLease is releaseSweepLease, its errors mapped.
 func (s *Store) ReleaseSweepLease(ctx context.Context, holder string) error {
 	return storeError(s.releaseSweepLease(ctx, holder))
+}
+
+// noAnswer reports whether err says a request got no answer: the transport
+// failed (a reset or closed connection, an unexpected end of the answer),
+// not the caller's own cancellation or deadline, nor an error of this code.
+func noAnswer(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var urlErr *url.Error
+	var netErr net.Error
+	return errors.As(err, &urlErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }

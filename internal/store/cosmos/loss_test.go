@@ -259,3 +259,27 @@ func TestARefusedPageBatchIsNotTakenForWritten(t *testing.T) {
 		})
 	}
 }
+
+// A write whose connection is cut after it applied gets no answer at all:
+// the Save is UNAVAILABLE (the producer resends it with the same ids), not
+// INTERNAL (which it would not resend), and the resend delivers it once.
+func TestACutConnectionIsUnavailableAndTheResendDeliversOnce(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	repo := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	r := uuid.NewString()
+	ns := notifications(5, r, 1)
+	inject(t, db, cosmostest.Fault{Kind: cosmostest.LostReset, Ops: []string{"create", "batch"}})
+	_, err := repo.Save(context.Background(), ns)
+	if fired(t, db) == 0 {
+		t.Fatal("no connection was cut; the test tested nothing")
+	}
+	clearFaults(t, db)
+	if err != nil && !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("a Save whose connection was cut: %v, want UNAVAILABLE (or success)", err)
+	}
+	if res, err := repo.Save(context.Background(), ns); err != nil || res.Saved+res.Duplicates != len(ns) {
+		t.Fatalf("the resend = %+v, %v", res, err)
+	}
+	drainExactly(t, repo, r, ids(ns))
+}
