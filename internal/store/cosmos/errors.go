@@ -97,7 +97,7 @@ func substatus(re *azcore.ResponseError) int {
 // must try again with the same ids, as after a 503.
 func storeError(err error) error {
 	var re *azcore.ResponseError
-	if err != nil && !errors.As(err, &re) && noAnswer(err) {
+	if err != nil && !errors.As(err, &re) && !errors.Is(err, domain.ErrUnavailable) && noAnswer(err) {
 		return fmt.Errorf("%w: Cosmos DB did not answer: %w", domain.ErrUnavailable, err)
 	}
 	if !errors.As(err, &re) || errors.Is(err, store.ErrConflict) || errors.Is(err, domain.ErrUnavailable) ||

@@ -113,13 +113,20 @@ func TestStoreErrorLeavesOtherErrorsAlone(t *testing.T) {
 	if storeError(nil) != nil {
 		t.Fatal("nil mapped to an error")
 	}
-	if got := storeError(io.ErrUnexpectedEOF); kindOf(got) != plain || got.Error() != io.ErrUnexpectedEOF.Error() {
-		t.Fatalf("a transport error changed to %v", got)
+	ours := errors.New("an error of this code")
+	if got := storeError(ours); !errors.Is(got, ours) || got.Error() != ours.Error() {
+		t.Fatalf("an error that is no request's changed to %v", got)
+	}
+	// A request that got no answer may have applied: UNAVAILABLE, resent.
+	if got := storeError(io.ErrUnexpectedEOF); !errors.Is(got, domain.ErrUnavailable) || !errors.Is(got, io.ErrUnexpectedEOF) {
+		t.Fatalf("a cut connection mapped to %v, want unavailable", got)
 	}
 	// Mapped once, never wrapped again.
-	once := storeError(answered(http.StatusPreconditionFailed))
-	if again := storeError(once); again.Error() != once.Error() {
-		t.Fatalf("mapped twice: %v", again)
+	for _, err := range []error{answered(http.StatusPreconditionFailed), io.EOF} {
+		once := storeError(err)
+		if again := storeError(once); again.Error() != once.Error() {
+			t.Fatalf("mapped twice: %v", again)
+		}
 	}
 }
 
