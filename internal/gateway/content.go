@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -70,42 +69,6 @@ func InProcessDialOptions() []grpc.DialOption {
 	}
 }
 
-// contentPlaces counts the documents being answered, in all and per
-// connection.
-type contentPlaces struct {
-	total, perConn int
-
-	mu     sync.Mutex
-	inUse  int
-	byConn map[string]int // by the client's address: one per connection
-}
-
-func newContentPlaces(total, perConn int) *contentPlaces {
-	return &contentPlaces{total: total, perConn: perConn, byConn: map[string]int{}}
-}
-
-// take takes a place for a document answered to conn, and reports whether
-// there was one.
-func (p *contentPlaces) take(conn string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.inUse >= p.total || p.byConn[conn] >= p.perConn {
-		return false
-	}
-	p.inUse++
-	p.byConn[conn]++
-	return true
-}
-
-func (p *contentPlaces) give(conn string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.inUse--
-	if p.byConn[conn]--; p.byConn[conn] <= 0 {
-		delete(p.byConn, conn)
-	}
-}
-
 // peekContent serves GET /v1/peek/content: the bundle's document itself,
 // with its media type and the bundle id in MessageId, through the gRPC
 // server's PeekContent (so authentication and validation are the same).
@@ -115,7 +78,7 @@ func (p *contentPlaces) give(conn string) {
 // its document is ready, and is cut when its client reads nothing for
 // o.contentStall.
 func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o options) http.Handler {
-	places := newContentPlaces(o.contentPeeks, o.contentPeeksPerConn)
+	places := newAnswersInFlight(int64(o.contentPeeks), int64(o.contentPeeksPerConn)) // a place per document
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := peekRequestOf(r)
 		if err != nil {
@@ -157,7 +120,7 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o opt
 			_, _ = w.Write(body) //nolint:gosec // JSON of our own, sandboxed above
 			return
 		}
-		if !places.take(r.RemoteAddr) {
+		if !places.take(r.RemoteAddr, 1) {
 			// Cancelling the call (deferred) frees what it holds at once.
 			w.Header().Del(MessageIDHeader)
 			w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
@@ -165,7 +128,7 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o opt
 				status.Error(codes.Unavailable, "too many documents being answered; try again shortly"))
 			return
 		}
-		defer places.give(r.RemoteAddr)
+		defer places.give(r.RemoteAddr, 1)
 		w.Header().Set("Content-Type", first.GetMediaType())
 		// The document streams as it comes; an error half-way can only cut
 		// the response short, which the client sees as a broken body.

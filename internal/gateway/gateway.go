@@ -157,7 +157,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		return nil, fmt.Errorf("register admin routes: %w", err)
 	}
 	api := guard(mux, mux, o)
-	peeks := budgetedPeeks(mux, api, newAnswerBytes(DefaultPeekAnswerBytes, DefaultPeekAnswerBytesPerConn), o)
+	peeks := budgetedPeeks(mux, api, newAnswersInFlight(DefaultPeekAnswerBytes, DefaultPeekAnswerBytesPerConn), o)
 	type route struct {
 		method, path string
 		handler      http.Handler

@@ -32,21 +32,22 @@ const (
 	heldPerAnswerByte = 5
 )
 
-// answerBytes counts the bytes of answers being written, in all and per
-// connection. An answer larger than a budget is let through when nothing
-// else holds it, so that any bundle can be delivered.
-type answerBytes struct {
+// answersInFlight counts what answers being written hold, in all and per
+// connection: the bytes of Peek answers, a place per document of content
+// peeks. An answer larger than a budget is let through when nothing else
+// holds it, so that any bundle can be delivered.
+type answersInFlight struct {
 	mu             sync.Mutex
 	total, perConn int64
 	inUse          int64
 	byConn         map[string]int64
 }
 
-func newAnswerBytes(total, perConn int64) *answerBytes {
-	return &answerBytes{total: total, perConn: perConn, byConn: map[string]int64{}}
+func newAnswersInFlight(total, perConn int64) *answersInFlight {
+	return &answersInFlight{total: total, perConn: perConn, byConn: map[string]int64{}}
 }
 
-func (b *answerBytes) take(conn string, n int64) bool {
+func (b *answersInFlight) take(conn string, n int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	held := b.byConn[conn]
@@ -62,13 +63,13 @@ func (b *answerBytes) take(conn string, n int64) bool {
 // budget: a peek that comes then is refused before anything is read or
 // rendered, so that peeks whose answers could not be admitted do not each
 // render tens of MiB first.
-func (b *answerBytes) crowded(conn string) bool {
+func (b *answersInFlight) crowded(conn string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return 2*b.inUse > b.total || 2*b.byConn[conn] > b.perConn
 }
 
-func (b *answerBytes) give(conn string, n int64) {
+func (b *answersInFlight) give(conn string, n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.inUse -= n
@@ -79,7 +80,7 @@ func (b *answerBytes) give(conn string, n int64) {
 
 // budgetedPeeks serves next (the Peek routes) with its answers under budget
 // and cut after stall without progress.
-func budgetedPeeks(mux *runtime.ServeMux, next http.Handler, budget *answerBytes, o options) http.Handler {
+func budgetedPeeks(mux *runtime.ServeMux, next http.Handler, budget *answersInFlight, o options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if budget.crowded(r.RemoteAddr) {
 			refuseBusy(mux, w, r)
@@ -99,7 +100,7 @@ type budgetedWriter struct {
 	http.ResponseWriter
 	mux         *runtime.ServeMux
 	r           *http.Request
-	budget      *answerBytes
+	budget      *answersInFlight
 	out         stallingWriter
 	wroteHeader bool
 	held        int64
