@@ -90,10 +90,17 @@ var answersOf = map[string][]string{
 	"MessageHub_Save":    {"400", "401", "403", "405", "409", "413", "429", "503"},
 	"MessageHub_Peek":    {"400", "401", "403", "405", "409", "413", "503"},
 	"MessageHub_Dequeue": {"400", "401", "403", "404", "405", "413", "503"},
-	// The admin routes (read-only; the admin role).
+	// The admin routes (the admin role).
 	"Admin_GetBacklog":        {"400", "401", "403", "405", "413", "503"},
 	"Admin_PreviewNextBundle": {"400", "401", "403", "405", "413", "503"},
 	"Admin_TraceNotification": {"400", "401", "403", "405", "413", "503"},
+	"Admin_ListRecipients":    {"400", "401", "403", "405", "413", "503"},
+	"Admin_GetBacklogHistory": {"400", "401", "403", "405", "413", "503"},
+	// The remedies and the backup change state.
+	"Admin_ReleaseBundle":       {"400", "401", "403", "404", "405", "413", "503"},
+	"Admin_AcknowledgeOnBehalf": {"400", "401", "403", "404", "405", "413", "503"},
+	"Admin_ListAuditEvents":     {"400", "401", "403", "405", "413", "503"},
+	"Admin_Backup":              {"400", "401", "403", "405", "413", "503"},
 }
 
 // peekGroups are the per-group peek routes of internal/gateway.

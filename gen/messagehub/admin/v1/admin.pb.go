@@ -4,8 +4,10 @@
 // 	protoc        (unknown)
 // source: messagehub/admin/v1/admin.proto
 
-// Admin: read-only inspection of a recipient's queue for operators. Nothing
-// here creates a pending bundle or changes what an actor sees.
+// Admin: operators' inspection of the queues, their two remedies, the audit
+// log and backups. The inspection calls (Get*, List*, Preview*, Trace*) change
+// nothing an actor sees; the remedies (ReleaseBundle, AcknowledgeOnBehalf)
+// need a reason and are recorded in the audit log.
 
 package adminv1
 
@@ -90,6 +92,129 @@ func (x NotificationState) Number() protoreflect.EnumNumber {
 // Deprecated: Use NotificationState.Descriptor instead.
 func (NotificationState) EnumDescriptor() ([]byte, []int) {
 	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+// RecipientOrder is how ListRecipients orders recipients.
+type RecipientOrder int32
+
+const (
+	// OLDEST.
+	RecipientOrder_RECIPIENT_ORDER_UNSPECIFIED RecipientOrder = 0
+	// Oldest waiting notification first.
+	RecipientOrder_RECIPIENT_ORDER_OLDEST RecipientOrder = 1
+	// Most waiting notifications first.
+	RecipientOrder_RECIPIENT_ORDER_SIZE RecipientOrder = 2
+)
+
+// Enum value maps for RecipientOrder.
+var (
+	RecipientOrder_name = map[int32]string{
+		0: "RECIPIENT_ORDER_UNSPECIFIED",
+		1: "RECIPIENT_ORDER_OLDEST",
+		2: "RECIPIENT_ORDER_SIZE",
+	}
+	RecipientOrder_value = map[string]int32{
+		"RECIPIENT_ORDER_UNSPECIFIED": 0,
+		"RECIPIENT_ORDER_OLDEST":      1,
+		"RECIPIENT_ORDER_SIZE":        2,
+	}
+)
+
+func (x RecipientOrder) Enum() *RecipientOrder {
+	p := new(RecipientOrder)
+	*p = x
+	return p
+}
+
+func (x RecipientOrder) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RecipientOrder) Descriptor() protoreflect.EnumDescriptor {
+	return file_messagehub_admin_v1_admin_proto_enumTypes[1].Descriptor()
+}
+
+func (RecipientOrder) Type() protoreflect.EnumType {
+	return &file_messagehub_admin_v1_admin_proto_enumTypes[1]
+}
+
+func (x RecipientOrder) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RecipientOrder.Descriptor instead.
+func (RecipientOrder) EnumDescriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+// AuditAction is what an audit event records.
+type AuditAction int32
+
+const (
+	// Not used.
+	AuditAction_AUDIT_ACTION_UNSPECIFIED AuditAction = 0
+	// An actor's Peek that returned a bundle.
+	AuditAction_AUDIT_ACTION_PEEK AuditAction = 1
+	// An actor's PeekContent (bundle document fetched).
+	AuditAction_AUDIT_ACTION_PEEK_CONTENT AuditAction = 2
+	// An actor's Dequeue.
+	AuditAction_AUDIT_ACTION_DEQUEUE AuditAction = 3
+	// An operator released a pending bundle.
+	AuditAction_AUDIT_ACTION_RELEASE_BUNDLE AuditAction = 4
+	// An operator acknowledged on the actor's behalf.
+	AuditAction_AUDIT_ACTION_ACKNOWLEDGE_ON_BEHALF AuditAction = 5
+	// An operator looked at the actor's queue (GetBacklog, PreviewNextBundle,
+	// TraceNotification).
+	AuditAction_AUDIT_ACTION_INSPECT AuditAction = 6
+)
+
+// Enum value maps for AuditAction.
+var (
+	AuditAction_name = map[int32]string{
+		0: "AUDIT_ACTION_UNSPECIFIED",
+		1: "AUDIT_ACTION_PEEK",
+		2: "AUDIT_ACTION_PEEK_CONTENT",
+		3: "AUDIT_ACTION_DEQUEUE",
+		4: "AUDIT_ACTION_RELEASE_BUNDLE",
+		5: "AUDIT_ACTION_ACKNOWLEDGE_ON_BEHALF",
+		6: "AUDIT_ACTION_INSPECT",
+	}
+	AuditAction_value = map[string]int32{
+		"AUDIT_ACTION_UNSPECIFIED":           0,
+		"AUDIT_ACTION_PEEK":                  1,
+		"AUDIT_ACTION_PEEK_CONTENT":          2,
+		"AUDIT_ACTION_DEQUEUE":               3,
+		"AUDIT_ACTION_RELEASE_BUNDLE":        4,
+		"AUDIT_ACTION_ACKNOWLEDGE_ON_BEHALF": 5,
+		"AUDIT_ACTION_INSPECT":               6,
+	}
+)
+
+func (x AuditAction) Enum() *AuditAction {
+	p := new(AuditAction)
+	*p = x
+	return p
+}
+
+func (x AuditAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AuditAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_messagehub_admin_v1_admin_proto_enumTypes[2].Descriptor()
+}
+
+func (AuditAction) Type() protoreflect.EnumType {
+	return &file_messagehub_admin_v1_admin_proto_enumTypes[2]
+}
+
+func (x AuditAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AuditAction.Descriptor instead.
+func (AuditAction) EnumDescriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 // GetBacklogRequest names the recipient.
@@ -800,6 +925,990 @@ func (x *TraceNotificationResponse) GetDequeuedAtMs() int64 {
 	return 0
 }
 
+// ListRecipientsRequest asks for one page of recipients with a backlog.
+type ListRecipientsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Order RecipientOrder         `protobuf:"varint,1,opt,name=order,proto3,enum=messagehub.admin.v1.RecipientOrder" json:"order,omitempty"`
+	// At most this many (0: 100; at most 1,000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous answer's next_page_token; empty for the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRecipientsRequest) Reset() {
+	*x = ListRecipientsRequest{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRecipientsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRecipientsRequest) ProtoMessage() {}
+
+func (x *ListRecipientsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRecipientsRequest.ProtoReflect.Descriptor instead.
+func (*ListRecipientsRequest) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListRecipientsRequest) GetOrder() RecipientOrder {
+	if x != nil {
+		return x.Order
+	}
+	return RecipientOrder_RECIPIENT_ORDER_UNSPECIFIED
+}
+
+func (x *ListRecipientsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRecipientsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListRecipientsResponse is one page.
+type ListRecipientsResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Recipients []*RecipientBacklog    `protobuf:"bytes,1,rep,name=recipients,proto3" json:"recipients,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// When the figures were computed (unix ms): they may be up to the
+	// figures' refresh interval old.
+	ComputedAtMs  int64 `protobuf:"varint,3,opt,name=computed_at_ms,json=computedAtMs,proto3" json:"computed_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRecipientsResponse) Reset() {
+	*x = ListRecipientsResponse{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRecipientsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRecipientsResponse) ProtoMessage() {}
+
+func (x *ListRecipientsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRecipientsResponse.ProtoReflect.Descriptor instead.
+func (*ListRecipientsResponse) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListRecipientsResponse) GetRecipients() []*RecipientBacklog {
+	if x != nil {
+		return x.Recipients
+	}
+	return nil
+}
+
+func (x *ListRecipientsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListRecipientsResponse) GetComputedAtMs() int64 {
+	if x != nil {
+		return x.ComputedAtMs
+	}
+	return 0
+}
+
+// RecipientBacklog is one recipient's backlog in a list.
+type RecipientBacklog struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Recipient string                 `protobuf:"bytes,1,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	// Notifications saved and not yet dequeued, over its cabinets.
+	Waiting int64 `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// When its oldest waiting notification was saved (unix ms).
+	OldestWaitingSavedAtMs int64 `protobuf:"varint,3,opt,name=oldest_waiting_saved_at_ms,json=oldestWaitingSavedAtMs,proto3" json:"oldest_waiting_saved_at_ms,omitempty"`
+	// Bundles peeked and not yet dequeued.
+	PendingBundles int32 `protobuf:"varint,4,opt,name=pending_bundles,json=pendingBundles,proto3" json:"pending_bundles,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RecipientBacklog) Reset() {
+	*x = RecipientBacklog{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecipientBacklog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecipientBacklog) ProtoMessage() {}
+
+func (x *RecipientBacklog) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecipientBacklog.ProtoReflect.Descriptor instead.
+func (*RecipientBacklog) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RecipientBacklog) GetRecipient() string {
+	if x != nil {
+		return x.Recipient
+	}
+	return ""
+}
+
+func (x *RecipientBacklog) GetWaiting() int64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *RecipientBacklog) GetOldestWaitingSavedAtMs() int64 {
+	if x != nil {
+		return x.OldestWaitingSavedAtMs
+	}
+	return 0
+}
+
+func (x *RecipientBacklog) GetPendingBundles() int32 {
+	if x != nil {
+		return x.PendingBundles
+	}
+	return 0
+}
+
+// GetBacklogHistoryRequest: how far back.
+type GetBacklogHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Samples of the last this many minutes (0: 180; at most 1,440).
+	Minutes       int32 `protobuf:"varint,1,opt,name=minutes,proto3" json:"minutes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBacklogHistoryRequest) Reset() {
+	*x = GetBacklogHistoryRequest{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBacklogHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBacklogHistoryRequest) ProtoMessage() {}
+
+func (x *GetBacklogHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBacklogHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetBacklogHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetBacklogHistoryRequest) GetMinutes() int32 {
+	if x != nil {
+		return x.Minutes
+	}
+	return 0
+}
+
+// GetBacklogHistoryResponse holds the samples, oldest first.
+type GetBacklogHistoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Samples       []*BacklogSample       `protobuf:"bytes,1,rep,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBacklogHistoryResponse) Reset() {
+	*x = GetBacklogHistoryResponse{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBacklogHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBacklogHistoryResponse) ProtoMessage() {}
+
+func (x *GetBacklogHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBacklogHistoryResponse.ProtoReflect.Descriptor instead.
+func (*GetBacklogHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetBacklogHistoryResponse) GetSamples() []*BacklogSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+// BacklogSample is the backlog per domain at one moment.
+type BacklogSample struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AtMs          int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Domains       []*DomainBacklog       `protobuf:"bytes,2,rep,name=domains,proto3" json:"domains,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BacklogSample) Reset() {
+	*x = BacklogSample{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BacklogSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BacklogSample) ProtoMessage() {}
+
+func (x *BacklogSample) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BacklogSample.ProtoReflect.Descriptor instead.
+func (*BacklogSample) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BacklogSample) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *BacklogSample) GetDomains() []*DomainBacklog {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+// DomainBacklog is one domain's backlog over every recipient.
+type DomainBacklog struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Domain  v1.Domain              `protobuf:"varint,1,opt,name=domain,proto3,enum=messagehub.v1.Domain" json:"domain,omitempty"`
+	Waiting int64                  `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// Age of the oldest waiting notification in seconds (0: none).
+	OldestAgeSeconds int64 `protobuf:"varint,3,opt,name=oldest_age_seconds,json=oldestAgeSeconds,proto3" json:"oldest_age_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DomainBacklog) Reset() {
+	*x = DomainBacklog{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DomainBacklog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DomainBacklog) ProtoMessage() {}
+
+func (x *DomainBacklog) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DomainBacklog.ProtoReflect.Descriptor instead.
+func (*DomainBacklog) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DomainBacklog) GetDomain() v1.Domain {
+	if x != nil {
+		return x.Domain
+	}
+	return v1.Domain(0)
+}
+
+func (x *DomainBacklog) GetWaiting() int64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *DomainBacklog) GetOldestAgeSeconds() int64 {
+	if x != nil {
+		return x.OldestAgeSeconds
+	}
+	return 0
+}
+
+// ReleaseBundleRequest names the pending bundle and why.
+type ReleaseBundleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required UUID.
+	Recipient string `protobuf:"bytes,1,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	// Required: the pending bundle's id.
+	BundleId string `protobuf:"bytes,2,opt,name=bundle_id,json=bundleId,proto3" json:"bundle_id,omitempty"`
+	// Required, 1 to 500 characters: recorded in the audit log.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBundleRequest) Reset() {
+	*x = ReleaseBundleRequest{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBundleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBundleRequest) ProtoMessage() {}
+
+func (x *ReleaseBundleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBundleRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseBundleRequest) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReleaseBundleRequest) GetRecipient() string {
+	if x != nil {
+		return x.Recipient
+	}
+	return ""
+}
+
+func (x *ReleaseBundleRequest) GetBundleId() string {
+	if x != nil {
+		return x.BundleId
+	}
+	return ""
+}
+
+func (x *ReleaseBundleRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ReleaseBundleResponse describes the released bundle.
+type ReleaseBundleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Released      *PendingBundle         `protobuf:"bytes,1,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBundleResponse) Reset() {
+	*x = ReleaseBundleResponse{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBundleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBundleResponse) ProtoMessage() {}
+
+func (x *ReleaseBundleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBundleResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseBundleResponse) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReleaseBundleResponse) GetReleased() *PendingBundle {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
+// AcknowledgeOnBehalfRequest names a cabinet and how far to acknowledge.
+type AcknowledgeOnBehalfRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required UUID.
+	Recipient string `protobuf:"bytes,1,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	// Required: the cabinet's domain and content type.
+	Domain      v1.Domain `protobuf:"varint,2,opt,name=domain,proto3,enum=messagehub.v1.Domain" json:"domain,omitempty"`
+	ContentType string    `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Required UUID: a waiting or pending notification of the cabinet;
+	// every notification of the cabinet up to and including it is dequeued.
+	UpToNotificationId string `protobuf:"bytes,4,opt,name=up_to_notification_id,json=upToNotificationId,proto3" json:"up_to_notification_id,omitempty"`
+	// Required, 1 to 500 characters: recorded in the audit log.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeOnBehalfRequest) Reset() {
+	*x = AcknowledgeOnBehalfRequest{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeOnBehalfRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeOnBehalfRequest) ProtoMessage() {}
+
+func (x *AcknowledgeOnBehalfRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeOnBehalfRequest.ProtoReflect.Descriptor instead.
+func (*AcknowledgeOnBehalfRequest) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *AcknowledgeOnBehalfRequest) GetRecipient() string {
+	if x != nil {
+		return x.Recipient
+	}
+	return ""
+}
+
+func (x *AcknowledgeOnBehalfRequest) GetDomain() v1.Domain {
+	if x != nil {
+		return x.Domain
+	}
+	return v1.Domain(0)
+}
+
+func (x *AcknowledgeOnBehalfRequest) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *AcknowledgeOnBehalfRequest) GetUpToNotificationId() string {
+	if x != nil {
+		return x.UpToNotificationId
+	}
+	return ""
+}
+
+func (x *AcknowledgeOnBehalfRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// AcknowledgeOnBehalfResponse says what was dequeued.
+type AcknowledgeOnBehalfResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bundles dequeued on the actor's behalf (their ids appear in the
+	// domain's dequeue notices and the audit log).
+	BundleIds     []string `protobuf:"bytes,1,rep,name=bundle_ids,json=bundleIds,proto3" json:"bundle_ids,omitempty"`
+	Notifications int64    `protobuf:"varint,2,opt,name=notifications,proto3" json:"notifications,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeOnBehalfResponse) Reset() {
+	*x = AcknowledgeOnBehalfResponse{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeOnBehalfResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeOnBehalfResponse) ProtoMessage() {}
+
+func (x *AcknowledgeOnBehalfResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeOnBehalfResponse.ProtoReflect.Descriptor instead.
+func (*AcknowledgeOnBehalfResponse) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *AcknowledgeOnBehalfResponse) GetBundleIds() []string {
+	if x != nil {
+		return x.BundleIds
+	}
+	return nil
+}
+
+func (x *AcknowledgeOnBehalfResponse) GetNotifications() int64 {
+	if x != nil {
+		return x.Notifications
+	}
+	return 0
+}
+
+// ListAuditEventsRequest: one actor's events in [from_ms, to_ms).
+type ListAuditEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required UUID: the recipient (actor) the events concern.
+	Recipient string `protobuf:"bytes,1,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	// Unix ms; 0: from the oldest kept.
+	FromMs int64 `protobuf:"varint,2,opt,name=from_ms,json=fromMs,proto3" json:"from_ms,omitempty"`
+	// Unix ms; 0: up to now.
+	ToMs int64 `protobuf:"varint,3,opt,name=to_ms,json=toMs,proto3" json:"to_ms,omitempty"`
+	// At most this many (0: 100; at most 1,000).
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous answer's next_page_token.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditEventsRequest) Reset() {
+	*x = ListAuditEventsRequest{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditEventsRequest) ProtoMessage() {}
+
+func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListAuditEventsRequest) GetRecipient() string {
+	if x != nil {
+		return x.Recipient
+	}
+	return ""
+}
+
+func (x *ListAuditEventsRequest) GetFromMs() int64 {
+	if x != nil {
+		return x.FromMs
+	}
+	return 0
+}
+
+func (x *ListAuditEventsRequest) GetToMs() int64 {
+	if x != nil {
+		return x.ToMs
+	}
+	return 0
+}
+
+func (x *ListAuditEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAuditEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListAuditEventsResponse is one page, oldest first.
+type ListAuditEventsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*AuditEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditEventsResponse) Reset() {
+	*x = ListAuditEventsResponse{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditEventsResponse) ProtoMessage() {}
+
+func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListAuditEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// AuditEvent is one recorded action.
+type AuditEvent struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	AtMs   int64                  `protobuf:"varint,1,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Action AuditAction            `protobuf:"varint,2,opt,name=action,proto3,enum=messagehub.admin.v1.AuditAction" json:"action,omitempty"`
+	// Who: the token's subject ("local" with --auth none).
+	Subject string `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	// The recipient (actor) concerned.
+	Recipient string `protobuf:"bytes,4,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	// The bundle concerned, if any.
+	BundleId string `protobuf:"bytes,5,opt,name=bundle_id,json=bundleId,proto3" json:"bundle_id,omitempty"`
+	// The operator's reason (remedies), or what was inspected.
+	Detail        string `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEvent) Reset() {
+	*x = AuditEvent{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEvent) ProtoMessage() {}
+
+func (x *AuditEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
+func (*AuditEvent) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AuditEvent) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetAction() AuditAction {
+	if x != nil {
+		return x.Action
+	}
+	return AuditAction_AUDIT_ACTION_UNSPECIFIED
+}
+
+func (x *AuditEvent) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetRecipient() string {
+	if x != nil {
+		return x.Recipient
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetBundleId() string {
+	if x != nil {
+		return x.BundleId
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// BackupRequest names where to write.
+type BackupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: a directory path on the hub's host that does not exist yet;
+	// relative paths are under the data directory's parent.
+	Directory     string `protobuf:"bytes,1,opt,name=directory,proto3" json:"directory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *BackupRequest) GetDirectory() string {
+	if x != nil {
+		return x.Directory
+	}
+	return ""
+}
+
+// BackupResponse says what was written.
+type BackupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Directory     string                 `protobuf:"bytes,1,opt,name=directory,proto3" json:"directory,omitempty"`
+	Bytes         int64                  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	TookMs        int64                  `protobuf:"varint,3,opt,name=took_ms,json=tookMs,proto3" json:"took_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupResponse) Reset() {
+	*x = BackupResponse{}
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupResponse) ProtoMessage() {}
+
+func (x *BackupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_messagehub_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
+func (*BackupResponse) Descriptor() ([]byte, []int) {
+	return file_messagehub_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *BackupResponse) GetDirectory() string {
+	if x != nil {
+		return x.Directory
+	}
+	return ""
+}
+
+func (x *BackupResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *BackupResponse) GetTookMs() int64 {
+	if x != nil {
+		return x.TookMs
+	}
+	return 0
+}
+
 var File_messagehub_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_messagehub_admin_v1_admin_proto_rawDesc = "" +
@@ -857,19 +1966,104 @@ const file_messagehub_admin_v1_admin_proto_rawDesc = "" +
 	"\vsaved_at_ms\x18\x05 \x01(\x03R\tsavedAtMs\x12\x1b\n" +
 	"\tbundle_id\x18\x06 \x01(\tR\bbundleId\x12/\n" +
 	"\x14bundle_created_at_ms\x18\a \x01(\x03R\x11bundleCreatedAtMs\x12$\n" +
-	"\x0edequeued_at_ms\x18\b \x01(\x03R\fdequeuedAtMs*\xed\x01\n" +
+	"\x0edequeued_at_ms\x18\b \x01(\x03R\fdequeuedAtMs\"\x8e\x01\n" +
+	"\x15ListRecipientsRequest\x129\n" +
+	"\x05order\x18\x01 \x01(\x0e2#.messagehub.admin.v1.RecipientOrderR\x05order\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xad\x01\n" +
+	"\x16ListRecipientsResponse\x12E\n" +
+	"\n" +
+	"recipients\x18\x01 \x03(\v2%.messagehub.admin.v1.RecipientBacklogR\n" +
+	"recipients\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12$\n" +
+	"\x0ecomputed_at_ms\x18\x03 \x01(\x03R\fcomputedAtMs\"\xaf\x01\n" +
+	"\x10RecipientBacklog\x12\x1c\n" +
+	"\trecipient\x18\x01 \x01(\tR\trecipient\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\x03R\awaiting\x12:\n" +
+	"\x1aoldest_waiting_saved_at_ms\x18\x03 \x01(\x03R\x16oldestWaitingSavedAtMs\x12'\n" +
+	"\x0fpending_bundles\x18\x04 \x01(\x05R\x0ependingBundles\"4\n" +
+	"\x18GetBacklogHistoryRequest\x12\x18\n" +
+	"\aminutes\x18\x01 \x01(\x05R\aminutes\"Y\n" +
+	"\x19GetBacklogHistoryResponse\x12<\n" +
+	"\asamples\x18\x01 \x03(\v2\".messagehub.admin.v1.BacklogSampleR\asamples\"b\n" +
+	"\rBacklogSample\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x12<\n" +
+	"\adomains\x18\x02 \x03(\v2\".messagehub.admin.v1.DomainBacklogR\adomains\"\x86\x01\n" +
+	"\rDomainBacklog\x12-\n" +
+	"\x06domain\x18\x01 \x01(\x0e2\x15.messagehub.v1.DomainR\x06domain\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\x03R\awaiting\x12,\n" +
+	"\x12oldest_age_seconds\x18\x03 \x01(\x03R\x10oldestAgeSeconds\"i\n" +
+	"\x14ReleaseBundleRequest\x12\x1c\n" +
+	"\trecipient\x18\x01 \x01(\tR\trecipient\x12\x1b\n" +
+	"\tbundle_id\x18\x02 \x01(\tR\bbundleId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"W\n" +
+	"\x15ReleaseBundleResponse\x12>\n" +
+	"\breleased\x18\x01 \x01(\v2\".messagehub.admin.v1.PendingBundleR\breleased\"\xd7\x01\n" +
+	"\x1aAcknowledgeOnBehalfRequest\x12\x1c\n" +
+	"\trecipient\x18\x01 \x01(\tR\trecipient\x12-\n" +
+	"\x06domain\x18\x02 \x01(\x0e2\x15.messagehub.v1.DomainR\x06domain\x12!\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x121\n" +
+	"\x15up_to_notification_id\x18\x04 \x01(\tR\x12upToNotificationId\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"b\n" +
+	"\x1bAcknowledgeOnBehalfResponse\x12\x1d\n" +
+	"\n" +
+	"bundle_ids\x18\x01 \x03(\tR\tbundleIds\x12$\n" +
+	"\rnotifications\x18\x02 \x01(\x03R\rnotifications\"\xa0\x01\n" +
+	"\x16ListAuditEventsRequest\x12\x1c\n" +
+	"\trecipient\x18\x01 \x01(\tR\trecipient\x12\x17\n" +
+	"\afrom_ms\x18\x02 \x01(\x03R\x06fromMs\x12\x13\n" +
+	"\x05to_ms\x18\x03 \x01(\x03R\x04toMs\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"z\n" +
+	"\x17ListAuditEventsResponse\x127\n" +
+	"\x06events\x18\x01 \x03(\v2\x1f.messagehub.admin.v1.AuditEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc8\x01\n" +
+	"\n" +
+	"AuditEvent\x12\x13\n" +
+	"\x05at_ms\x18\x01 \x01(\x03R\x04atMs\x128\n" +
+	"\x06action\x18\x02 \x01(\x0e2 .messagehub.admin.v1.AuditActionR\x06action\x12\x18\n" +
+	"\asubject\x18\x03 \x01(\tR\asubject\x12\x1c\n" +
+	"\trecipient\x18\x04 \x01(\tR\trecipient\x12\x1b\n" +
+	"\tbundle_id\x18\x05 \x01(\tR\bbundleId\x12\x16\n" +
+	"\x06detail\x18\x06 \x01(\tR\x06detail\"-\n" +
+	"\rBackupRequest\x12\x1c\n" +
+	"\tdirectory\x18\x01 \x01(\tR\tdirectory\"]\n" +
+	"\x0eBackupResponse\x12\x1c\n" +
+	"\tdirectory\x18\x01 \x01(\tR\tdirectory\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x17\n" +
+	"\atook_ms\x18\x03 \x01(\x03R\x06tookMs*\xed\x01\n" +
 	"\x11NotificationState\x12\"\n" +
 	"\x1eNOTIFICATION_STATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cNOTIFICATION_STATE_NOT_FOUND\x10\x01\x121\n" +
 	"-NOTIFICATION_STATE_OTHER_RECIPIENT_OR_REMOVED\x10\x02\x12\x1e\n" +
 	"\x1aNOTIFICATION_STATE_WAITING\x10\x03\x12\x1e\n" +
 	"\x1aNOTIFICATION_STATE_PENDING\x10\x04\x12\x1f\n" +
-	"\x1bNOTIFICATION_STATE_DEQUEUED\x10\x052\xce\x02\n" +
+	"\x1bNOTIFICATION_STATE_DEQUEUED\x10\x05*g\n" +
+	"\x0eRecipientOrder\x12\x1f\n" +
+	"\x1bRECIPIENT_ORDER_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16RECIPIENT_ORDER_OLDEST\x10\x01\x12\x18\n" +
+	"\x14RECIPIENT_ORDER_SIZE\x10\x02*\xde\x01\n" +
+	"\vAuditAction\x12\x1c\n" +
+	"\x18AUDIT_ACTION_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11AUDIT_ACTION_PEEK\x10\x01\x12\x1d\n" +
+	"\x19AUDIT_ACTION_PEEK_CONTENT\x10\x02\x12\x18\n" +
+	"\x14AUDIT_ACTION_DEQUEUE\x10\x03\x12\x1f\n" +
+	"\x1bAUDIT_ACTION_RELEASE_BUNDLE\x10\x04\x12&\n" +
+	"\"AUDIT_ACTION_ACKNOWLEDGE_ON_BEHALF\x10\x05\x12\x18\n" +
+	"\x14AUDIT_ACTION_INSPECT\x10\x062\xd0\a\n" +
 	"\x05Admin\x12]\n" +
 	"\n" +
 	"GetBacklog\x12&.messagehub.admin.v1.GetBacklogRequest\x1a'.messagehub.admin.v1.GetBacklogResponse\x12r\n" +
 	"\x11PreviewNextBundle\x12-.messagehub.admin.v1.PreviewNextBundleRequest\x1a..messagehub.admin.v1.PreviewNextBundleResponse\x12r\n" +
-	"\x11TraceNotification\x12-.messagehub.admin.v1.TraceNotificationRequest\x1a..messagehub.admin.v1.TraceNotificationResponseBEZCgithub.com/energydatahub/messagehub/gen/messagehub/admin/v1;adminv1b\x06proto3"
+	"\x11TraceNotification\x12-.messagehub.admin.v1.TraceNotificationRequest\x1a..messagehub.admin.v1.TraceNotificationResponse\x12i\n" +
+	"\x0eListRecipients\x12*.messagehub.admin.v1.ListRecipientsRequest\x1a+.messagehub.admin.v1.ListRecipientsResponse\x12r\n" +
+	"\x11GetBacklogHistory\x12-.messagehub.admin.v1.GetBacklogHistoryRequest\x1a..messagehub.admin.v1.GetBacklogHistoryResponse\x12f\n" +
+	"\rReleaseBundle\x12).messagehub.admin.v1.ReleaseBundleRequest\x1a*.messagehub.admin.v1.ReleaseBundleResponse\x12x\n" +
+	"\x13AcknowledgeOnBehalf\x12/.messagehub.admin.v1.AcknowledgeOnBehalfRequest\x1a0.messagehub.admin.v1.AcknowledgeOnBehalfResponse\x12l\n" +
+	"\x0fListAuditEvents\x12+.messagehub.admin.v1.ListAuditEventsRequest\x1a,.messagehub.admin.v1.ListAuditEventsResponse\x12Q\n" +
+	"\x06Backup\x12\".messagehub.admin.v1.BackupRequest\x1a#.messagehub.admin.v1.BackupResponseBEZCgithub.com/energydatahub/messagehub/gen/messagehub/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_messagehub_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -883,44 +2077,83 @@ func file_messagehub_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_messagehub_admin_v1_admin_proto_rawDescData
 }
 
-var file_messagehub_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_messagehub_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_messagehub_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_messagehub_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_messagehub_admin_v1_admin_proto_goTypes = []any{
-	(NotificationState)(0),            // 0: messagehub.admin.v1.NotificationState
-	(*GetBacklogRequest)(nil),         // 1: messagehub.admin.v1.GetBacklogRequest
-	(*GetBacklogResponse)(nil),        // 2: messagehub.admin.v1.GetBacklogResponse
-	(*CabinetBacklog)(nil),            // 3: messagehub.admin.v1.CabinetBacklog
-	(*PendingBundle)(nil),             // 4: messagehub.admin.v1.PendingBundle
-	(*PreviewNextBundleRequest)(nil),  // 5: messagehub.admin.v1.PreviewNextBundleRequest
-	(*PreviewNextBundleResponse)(nil), // 6: messagehub.admin.v1.PreviewNextBundleResponse
-	(*BundlePreview)(nil),             // 7: messagehub.admin.v1.BundlePreview
-	(*TraceNotificationRequest)(nil),  // 8: messagehub.admin.v1.TraceNotificationRequest
-	(*TraceNotificationResponse)(nil), // 9: messagehub.admin.v1.TraceNotificationResponse
-	(v1.Domain)(0),                    // 10: messagehub.v1.Domain
-	(v1.PeekGroup)(0),                 // 11: messagehub.v1.PeekGroup
+	(NotificationState)(0),              // 0: messagehub.admin.v1.NotificationState
+	(RecipientOrder)(0),                 // 1: messagehub.admin.v1.RecipientOrder
+	(AuditAction)(0),                    // 2: messagehub.admin.v1.AuditAction
+	(*GetBacklogRequest)(nil),           // 3: messagehub.admin.v1.GetBacklogRequest
+	(*GetBacklogResponse)(nil),          // 4: messagehub.admin.v1.GetBacklogResponse
+	(*CabinetBacklog)(nil),              // 5: messagehub.admin.v1.CabinetBacklog
+	(*PendingBundle)(nil),               // 6: messagehub.admin.v1.PendingBundle
+	(*PreviewNextBundleRequest)(nil),    // 7: messagehub.admin.v1.PreviewNextBundleRequest
+	(*PreviewNextBundleResponse)(nil),   // 8: messagehub.admin.v1.PreviewNextBundleResponse
+	(*BundlePreview)(nil),               // 9: messagehub.admin.v1.BundlePreview
+	(*TraceNotificationRequest)(nil),    // 10: messagehub.admin.v1.TraceNotificationRequest
+	(*TraceNotificationResponse)(nil),   // 11: messagehub.admin.v1.TraceNotificationResponse
+	(*ListRecipientsRequest)(nil),       // 12: messagehub.admin.v1.ListRecipientsRequest
+	(*ListRecipientsResponse)(nil),      // 13: messagehub.admin.v1.ListRecipientsResponse
+	(*RecipientBacklog)(nil),            // 14: messagehub.admin.v1.RecipientBacklog
+	(*GetBacklogHistoryRequest)(nil),    // 15: messagehub.admin.v1.GetBacklogHistoryRequest
+	(*GetBacklogHistoryResponse)(nil),   // 16: messagehub.admin.v1.GetBacklogHistoryResponse
+	(*BacklogSample)(nil),               // 17: messagehub.admin.v1.BacklogSample
+	(*DomainBacklog)(nil),               // 18: messagehub.admin.v1.DomainBacklog
+	(*ReleaseBundleRequest)(nil),        // 19: messagehub.admin.v1.ReleaseBundleRequest
+	(*ReleaseBundleResponse)(nil),       // 20: messagehub.admin.v1.ReleaseBundleResponse
+	(*AcknowledgeOnBehalfRequest)(nil),  // 21: messagehub.admin.v1.AcknowledgeOnBehalfRequest
+	(*AcknowledgeOnBehalfResponse)(nil), // 22: messagehub.admin.v1.AcknowledgeOnBehalfResponse
+	(*ListAuditEventsRequest)(nil),      // 23: messagehub.admin.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),     // 24: messagehub.admin.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                  // 25: messagehub.admin.v1.AuditEvent
+	(*BackupRequest)(nil),               // 26: messagehub.admin.v1.BackupRequest
+	(*BackupResponse)(nil),              // 27: messagehub.admin.v1.BackupResponse
+	(v1.Domain)(0),                      // 28: messagehub.v1.Domain
+	(v1.PeekGroup)(0),                   // 29: messagehub.v1.PeekGroup
 }
 var file_messagehub_admin_v1_admin_proto_depIdxs = []int32{
-	3,  // 0: messagehub.admin.v1.GetBacklogResponse.cabinets:type_name -> messagehub.admin.v1.CabinetBacklog
-	4,  // 1: messagehub.admin.v1.GetBacklogResponse.pending_bundles:type_name -> messagehub.admin.v1.PendingBundle
-	10, // 2: messagehub.admin.v1.CabinetBacklog.domain:type_name -> messagehub.v1.Domain
-	11, // 3: messagehub.admin.v1.PendingBundle.group:type_name -> messagehub.v1.PeekGroup
-	10, // 4: messagehub.admin.v1.PendingBundle.domain:type_name -> messagehub.v1.Domain
-	11, // 5: messagehub.admin.v1.PreviewNextBundleRequest.group:type_name -> messagehub.v1.PeekGroup
-	7,  // 6: messagehub.admin.v1.PreviewNextBundleResponse.bundle:type_name -> messagehub.admin.v1.BundlePreview
-	10, // 7: messagehub.admin.v1.BundlePreview.domain:type_name -> messagehub.v1.Domain
+	5,  // 0: messagehub.admin.v1.GetBacklogResponse.cabinets:type_name -> messagehub.admin.v1.CabinetBacklog
+	6,  // 1: messagehub.admin.v1.GetBacklogResponse.pending_bundles:type_name -> messagehub.admin.v1.PendingBundle
+	28, // 2: messagehub.admin.v1.CabinetBacklog.domain:type_name -> messagehub.v1.Domain
+	29, // 3: messagehub.admin.v1.PendingBundle.group:type_name -> messagehub.v1.PeekGroup
+	28, // 4: messagehub.admin.v1.PendingBundle.domain:type_name -> messagehub.v1.Domain
+	29, // 5: messagehub.admin.v1.PreviewNextBundleRequest.group:type_name -> messagehub.v1.PeekGroup
+	9,  // 6: messagehub.admin.v1.PreviewNextBundleResponse.bundle:type_name -> messagehub.admin.v1.BundlePreview
+	28, // 7: messagehub.admin.v1.BundlePreview.domain:type_name -> messagehub.v1.Domain
 	0,  // 8: messagehub.admin.v1.TraceNotificationResponse.state:type_name -> messagehub.admin.v1.NotificationState
-	10, // 9: messagehub.admin.v1.TraceNotificationResponse.domain:type_name -> messagehub.v1.Domain
-	1,  // 10: messagehub.admin.v1.Admin.GetBacklog:input_type -> messagehub.admin.v1.GetBacklogRequest
-	5,  // 11: messagehub.admin.v1.Admin.PreviewNextBundle:input_type -> messagehub.admin.v1.PreviewNextBundleRequest
-	8,  // 12: messagehub.admin.v1.Admin.TraceNotification:input_type -> messagehub.admin.v1.TraceNotificationRequest
-	2,  // 13: messagehub.admin.v1.Admin.GetBacklog:output_type -> messagehub.admin.v1.GetBacklogResponse
-	6,  // 14: messagehub.admin.v1.Admin.PreviewNextBundle:output_type -> messagehub.admin.v1.PreviewNextBundleResponse
-	9,  // 15: messagehub.admin.v1.Admin.TraceNotification:output_type -> messagehub.admin.v1.TraceNotificationResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	28, // 9: messagehub.admin.v1.TraceNotificationResponse.domain:type_name -> messagehub.v1.Domain
+	1,  // 10: messagehub.admin.v1.ListRecipientsRequest.order:type_name -> messagehub.admin.v1.RecipientOrder
+	14, // 11: messagehub.admin.v1.ListRecipientsResponse.recipients:type_name -> messagehub.admin.v1.RecipientBacklog
+	17, // 12: messagehub.admin.v1.GetBacklogHistoryResponse.samples:type_name -> messagehub.admin.v1.BacklogSample
+	18, // 13: messagehub.admin.v1.BacklogSample.domains:type_name -> messagehub.admin.v1.DomainBacklog
+	28, // 14: messagehub.admin.v1.DomainBacklog.domain:type_name -> messagehub.v1.Domain
+	6,  // 15: messagehub.admin.v1.ReleaseBundleResponse.released:type_name -> messagehub.admin.v1.PendingBundle
+	28, // 16: messagehub.admin.v1.AcknowledgeOnBehalfRequest.domain:type_name -> messagehub.v1.Domain
+	25, // 17: messagehub.admin.v1.ListAuditEventsResponse.events:type_name -> messagehub.admin.v1.AuditEvent
+	2,  // 18: messagehub.admin.v1.AuditEvent.action:type_name -> messagehub.admin.v1.AuditAction
+	3,  // 19: messagehub.admin.v1.Admin.GetBacklog:input_type -> messagehub.admin.v1.GetBacklogRequest
+	7,  // 20: messagehub.admin.v1.Admin.PreviewNextBundle:input_type -> messagehub.admin.v1.PreviewNextBundleRequest
+	10, // 21: messagehub.admin.v1.Admin.TraceNotification:input_type -> messagehub.admin.v1.TraceNotificationRequest
+	12, // 22: messagehub.admin.v1.Admin.ListRecipients:input_type -> messagehub.admin.v1.ListRecipientsRequest
+	15, // 23: messagehub.admin.v1.Admin.GetBacklogHistory:input_type -> messagehub.admin.v1.GetBacklogHistoryRequest
+	19, // 24: messagehub.admin.v1.Admin.ReleaseBundle:input_type -> messagehub.admin.v1.ReleaseBundleRequest
+	21, // 25: messagehub.admin.v1.Admin.AcknowledgeOnBehalf:input_type -> messagehub.admin.v1.AcknowledgeOnBehalfRequest
+	23, // 26: messagehub.admin.v1.Admin.ListAuditEvents:input_type -> messagehub.admin.v1.ListAuditEventsRequest
+	26, // 27: messagehub.admin.v1.Admin.Backup:input_type -> messagehub.admin.v1.BackupRequest
+	4,  // 28: messagehub.admin.v1.Admin.GetBacklog:output_type -> messagehub.admin.v1.GetBacklogResponse
+	8,  // 29: messagehub.admin.v1.Admin.PreviewNextBundle:output_type -> messagehub.admin.v1.PreviewNextBundleResponse
+	11, // 30: messagehub.admin.v1.Admin.TraceNotification:output_type -> messagehub.admin.v1.TraceNotificationResponse
+	13, // 31: messagehub.admin.v1.Admin.ListRecipients:output_type -> messagehub.admin.v1.ListRecipientsResponse
+	16, // 32: messagehub.admin.v1.Admin.GetBacklogHistory:output_type -> messagehub.admin.v1.GetBacklogHistoryResponse
+	20, // 33: messagehub.admin.v1.Admin.ReleaseBundle:output_type -> messagehub.admin.v1.ReleaseBundleResponse
+	22, // 34: messagehub.admin.v1.Admin.AcknowledgeOnBehalf:output_type -> messagehub.admin.v1.AcknowledgeOnBehalfResponse
+	24, // 35: messagehub.admin.v1.Admin.ListAuditEvents:output_type -> messagehub.admin.v1.ListAuditEventsResponse
+	27, // 36: messagehub.admin.v1.Admin.Backup:output_type -> messagehub.admin.v1.BackupResponse
+	28, // [28:37] is the sub-list for method output_type
+	19, // [19:28] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_messagehub_admin_v1_admin_proto_init() }
@@ -933,8 +2166,8 @@ func file_messagehub_admin_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_messagehub_admin_v1_admin_proto_rawDesc), len(file_messagehub_admin_v1_admin_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   9,
+			NumEnums:      3,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

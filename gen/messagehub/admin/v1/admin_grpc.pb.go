@@ -4,8 +4,10 @@
 // - protoc             (unknown)
 // source: messagehub/admin/v1/admin.proto
 
-// Admin: read-only inspection of a recipient's queue for operators. Nothing
-// here creates a pending bundle or changes what an actor sees.
+// Admin: operators' inspection of the queues, their two remedies, the audit
+// log and backups. The inspection calls (Get*, List*, Preview*, Trace*) change
+// nothing an actor sees; the remedies (ReleaseBundle, AcknowledgeOnBehalf)
+// need a reason and are recorded in the audit log.
 
 package adminv1
 
@@ -22,9 +24,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_GetBacklog_FullMethodName        = "/messagehub.admin.v1.Admin/GetBacklog"
-	Admin_PreviewNextBundle_FullMethodName = "/messagehub.admin.v1.Admin/PreviewNextBundle"
-	Admin_TraceNotification_FullMethodName = "/messagehub.admin.v1.Admin/TraceNotification"
+	Admin_GetBacklog_FullMethodName          = "/messagehub.admin.v1.Admin/GetBacklog"
+	Admin_PreviewNextBundle_FullMethodName   = "/messagehub.admin.v1.Admin/PreviewNextBundle"
+	Admin_TraceNotification_FullMethodName   = "/messagehub.admin.v1.Admin/TraceNotification"
+	Admin_ListRecipients_FullMethodName      = "/messagehub.admin.v1.Admin/ListRecipients"
+	Admin_GetBacklogHistory_FullMethodName   = "/messagehub.admin.v1.Admin/GetBacklogHistory"
+	Admin_ReleaseBundle_FullMethodName       = "/messagehub.admin.v1.Admin/ReleaseBundle"
+	Admin_AcknowledgeOnBehalf_FullMethodName = "/messagehub.admin.v1.Admin/AcknowledgeOnBehalf"
+	Admin_ListAuditEvents_FullMethodName     = "/messagehub.admin.v1.Admin/ListAuditEvents"
+	Admin_Backup_FullMethodName              = "/messagehub.admin.v1.Admin/Backup"
 )
 
 // AdminClient is the client API for Admin service.
@@ -49,6 +57,30 @@ type AdminClient interface {
 	// TraceNotification says where one notification of the recipient is:
 	// waiting, in a pending bundle, dequeued, or not found.
 	TraceNotification(ctx context.Context, in *TraceNotificationRequest, opts ...grpc.CallOption) (*TraceNotificationResponse, error)
+	// ListRecipients pages through the recipients with a backlog, ordered by
+	// the age of their oldest waiting notification or by their size, from the
+	// hub's backlog figures (never a scan of every recipient per call).
+	ListRecipients(ctx context.Context, in *ListRecipientsRequest, opts ...grpc.CallOption) (*ListRecipientsResponse, error)
+	// GetBacklogHistory returns the backlog per domain (notifications and
+	// oldest age) sampled over the last hours, for plots.
+	GetBacklogHistory(ctx context.Context, in *GetBacklogHistoryRequest, opts ...grpc.CallOption) (*GetBacklogHistoryResponse, error)
+	// ReleaseBundle gives up a pending bundle that was not dequeued: the next
+	// Peek of its group cuts a bundle afresh (the released id is then unknown
+	// to Dequeue). Needs a reason; recorded in the audit log.
+	ReleaseBundle(ctx context.Context, in *ReleaseBundleRequest, opts ...grpc.CallOption) (*ReleaseBundleResponse, error)
+	// AcknowledgeOnBehalf dequeues, on the actor's behalf, every notification
+	// of one cabinet up to and including a given notification, as Dequeue
+	// does (the domain gets its dequeue notices). Needs a reason; recorded in
+	// the audit log.
+	AcknowledgeOnBehalf(ctx context.Context, in *AcknowledgeOnBehalfRequest, opts ...grpc.CallOption) (*AcknowledgeOnBehalfResponse, error)
+	// ListAuditEvents pages through the audit log of one actor (recipient)
+	// over a time range, oldest first: every admin action, and every Peek,
+	// PeekContent and Dequeue by an actor.
+	ListAuditEvents(ctx context.Context, in *ListAuditEventsRequest, opts ...grpc.CallOption) (*ListAuditEventsResponse, error)
+	// Backup writes a consistent copy of the embedded store (a checkpoint)
+	// into a new directory on the hub's host, while it runs. On Cosmos DB it
+	// is FAILED_PRECONDITION: the account's continuous backup is used.
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (*BackupResponse, error)
 }
 
 type adminClient struct {
@@ -89,6 +121,66 @@ func (c *adminClient) TraceNotification(ctx context.Context, in *TraceNotificati
 	return out, nil
 }
 
+func (c *adminClient) ListRecipients(ctx context.Context, in *ListRecipientsRequest, opts ...grpc.CallOption) (*ListRecipientsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRecipientsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListRecipients_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetBacklogHistory(ctx context.Context, in *GetBacklogHistoryRequest, opts ...grpc.CallOption) (*GetBacklogHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBacklogHistoryResponse)
+	err := c.cc.Invoke(ctx, Admin_GetBacklogHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ReleaseBundle(ctx context.Context, in *ReleaseBundleRequest, opts ...grpc.CallOption) (*ReleaseBundleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseBundleResponse)
+	err := c.cc.Invoke(ctx, Admin_ReleaseBundle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AcknowledgeOnBehalf(ctx context.Context, in *AcknowledgeOnBehalfRequest, opts ...grpc.CallOption) (*AcknowledgeOnBehalfResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcknowledgeOnBehalfResponse)
+	err := c.cc.Invoke(ctx, Admin_AcknowledgeOnBehalf_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListAuditEvents(ctx context.Context, in *ListAuditEventsRequest, opts ...grpc.CallOption) (*ListAuditEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditEventsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListAuditEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (*BackupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BackupResponse)
+	err := c.cc.Invoke(ctx, Admin_Backup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -111,6 +203,30 @@ type AdminServer interface {
 	// TraceNotification says where one notification of the recipient is:
 	// waiting, in a pending bundle, dequeued, or not found.
 	TraceNotification(context.Context, *TraceNotificationRequest) (*TraceNotificationResponse, error)
+	// ListRecipients pages through the recipients with a backlog, ordered by
+	// the age of their oldest waiting notification or by their size, from the
+	// hub's backlog figures (never a scan of every recipient per call).
+	ListRecipients(context.Context, *ListRecipientsRequest) (*ListRecipientsResponse, error)
+	// GetBacklogHistory returns the backlog per domain (notifications and
+	// oldest age) sampled over the last hours, for plots.
+	GetBacklogHistory(context.Context, *GetBacklogHistoryRequest) (*GetBacklogHistoryResponse, error)
+	// ReleaseBundle gives up a pending bundle that was not dequeued: the next
+	// Peek of its group cuts a bundle afresh (the released id is then unknown
+	// to Dequeue). Needs a reason; recorded in the audit log.
+	ReleaseBundle(context.Context, *ReleaseBundleRequest) (*ReleaseBundleResponse, error)
+	// AcknowledgeOnBehalf dequeues, on the actor's behalf, every notification
+	// of one cabinet up to and including a given notification, as Dequeue
+	// does (the domain gets its dequeue notices). Needs a reason; recorded in
+	// the audit log.
+	AcknowledgeOnBehalf(context.Context, *AcknowledgeOnBehalfRequest) (*AcknowledgeOnBehalfResponse, error)
+	// ListAuditEvents pages through the audit log of one actor (recipient)
+	// over a time range, oldest first: every admin action, and every Peek,
+	// PeekContent and Dequeue by an actor.
+	ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error)
+	// Backup writes a consistent copy of the embedded store (a checkpoint)
+	// into a new directory on the hub's host, while it runs. On Cosmos DB it
+	// is FAILED_PRECONDITION: the account's continuous backup is used.
+	Backup(context.Context, *BackupRequest) (*BackupResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -129,6 +245,24 @@ func (UnimplementedAdminServer) PreviewNextBundle(context.Context, *PreviewNextB
 }
 func (UnimplementedAdminServer) TraceNotification(context.Context, *TraceNotificationRequest) (*TraceNotificationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TraceNotification not implemented")
+}
+func (UnimplementedAdminServer) ListRecipients(context.Context, *ListRecipientsRequest) (*ListRecipientsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRecipients not implemented")
+}
+func (UnimplementedAdminServer) GetBacklogHistory(context.Context, *GetBacklogHistoryRequest) (*GetBacklogHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBacklogHistory not implemented")
+}
+func (UnimplementedAdminServer) ReleaseBundle(context.Context, *ReleaseBundleRequest) (*ReleaseBundleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseBundle not implemented")
+}
+func (UnimplementedAdminServer) AcknowledgeOnBehalf(context.Context, *AcknowledgeOnBehalfRequest) (*AcknowledgeOnBehalfResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcknowledgeOnBehalf not implemented")
+}
+func (UnimplementedAdminServer) ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAuditEvents not implemented")
+}
+func (UnimplementedAdminServer) Backup(context.Context, *BackupRequest) (*BackupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Backup not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -205,6 +339,114 @@ func _Admin_TraceNotification_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListRecipients_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRecipientsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListRecipients(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListRecipients_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListRecipients(ctx, req.(*ListRecipientsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetBacklogHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBacklogHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetBacklogHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetBacklogHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetBacklogHistory(ctx, req.(*GetBacklogHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ReleaseBundle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseBundleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ReleaseBundle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ReleaseBundle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ReleaseBundle(ctx, req.(*ReleaseBundleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AcknowledgeOnBehalf_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcknowledgeOnBehalfRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AcknowledgeOnBehalf(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AcknowledgeOnBehalf_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AcknowledgeOnBehalf(ctx, req.(*AcknowledgeOnBehalfRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListAuditEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListAuditEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListAuditEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListAuditEvents(ctx, req.(*ListAuditEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_Backup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BackupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Backup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Backup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Backup(ctx, req.(*BackupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -223,6 +465,30 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TraceNotification",
 			Handler:    _Admin_TraceNotification_Handler,
+		},
+		{
+			MethodName: "ListRecipients",
+			Handler:    _Admin_ListRecipients_Handler,
+		},
+		{
+			MethodName: "GetBacklogHistory",
+			Handler:    _Admin_GetBacklogHistory_Handler,
+		},
+		{
+			MethodName: "ReleaseBundle",
+			Handler:    _Admin_ReleaseBundle_Handler,
+		},
+		{
+			MethodName: "AcknowledgeOnBehalf",
+			Handler:    _Admin_AcknowledgeOnBehalf_Handler,
+		},
+		{
+			MethodName: "ListAuditEvents",
+			Handler:    _Admin_ListAuditEvents_Handler,
+		},
+		{
+			MethodName: "Backup",
+			Handler:    _Admin_Backup_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
