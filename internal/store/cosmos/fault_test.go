@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/hub"
@@ -166,13 +165,13 @@ func TestSaveFailingHalfWayLeavesNothingAndCanBeRetried(t *testing.T) {
 	if b, err := repo.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
 		t.Fatalf("after a failed save: %v %v", b, err)
 	}
-	// Its positions are recorded as a hole: the only gap a reader may skip.
+	// Its positions are recorded as a hole: its drawer holds none of them.
 	state, err := store.LoadRecipient(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(state.Entries) != 1 || !slices.Equal(state.Entries[0].Holes, []catalog.Hole{{Start: 0, End: 1_500}}) {
-		t.Fatalf("catalog after the abort = %+v, want one entry with the hole [0, 1500)", state.Entries)
+	if len(state.Entries) != 1 || state.Entries[0].Total != 1_500 || drawer.Held(state.Entries[0].Drawers, 0) != 0 {
+		t.Fatalf("catalog after the abort = %+v, want one entry of 1,500 positions holding none", state.Entries)
 	}
 	found, err := store.LookupIDs(ctx, []string{ns[0].ID, ns[1_499].ID})
 	if err != nil || len(found) != 0 {
