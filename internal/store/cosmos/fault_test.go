@@ -73,6 +73,22 @@ func toContainer(req *http.Request, name string) bool {
 	return strings.Contains(req.URL.Path, "/colls/"+name+"/")
 }
 
+// abortSave saves ns while no drawer page can be written, so that the save
+// reserves its positions and then aborts; the Save must fail.
+func abortSave(t *testing.T, f *faulty, repo *hub.Hub, ns []domain.Notification) {
+	t.Helper()
+	f.set(func(req *http.Request) int {
+		if toContainer(req, "drawers") && req.Method == http.MethodPost {
+			return http.StatusForbidden
+		}
+		return 0
+	})
+	defer f.set(func(*http.Request) int { return 0 })
+	if _, err := repo.Save(context.Background(), ns); err == nil {
+		t.Fatal("save succeeded without its pages")
+	}
+}
+
 func cycle(t *testing.T, repo *hub.Hub, n int) {
 	t.Helper()
 	ctx := context.Background()
@@ -151,17 +167,7 @@ func TestSaveFailingHalfWayLeavesNothingAndCanBeRetried(t *testing.T) {
 	r := uuid.NewString()
 	cycle(t, repo, 1) // warm up
 	ns := notifications(1_500, r, 1)
-	// The drawer pages cannot be written: the save reserves, then fails.
-	f.set(func(req *http.Request) int {
-		if toContainer(req, "drawers") && req.Method == http.MethodPost {
-			return http.StatusForbidden
-		}
-		return 0
-	})
-	if _, err := repo.Save(ctx, ns); err == nil {
-		t.Fatal("save succeeded without its pages")
-	}
-	f.set(func(*http.Request) int { return 0 })
+	abortSave(t, f, repo, ns)
 	if b, err := repo.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
 		t.Fatalf("after a failed save: %v %v", b, err)
 	}

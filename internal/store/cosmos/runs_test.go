@@ -2,7 +2,6 @@ package cosmos_test
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"testing"
 
@@ -30,16 +29,7 @@ func TestABundleIsCutAcrossTheHoleOfAnAbortedSave(t *testing.T) {
 	if _, err := repo.Save(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	f.set(func(req *http.Request) int {
-		if toContainer(req, "drawers") && req.Method == http.MethodPost {
-			return http.StatusForbidden
-		}
-		return 0
-	})
-	if _, err := repo.Save(ctx, lost); err == nil {
-		t.Fatal("save succeeded without its pages")
-	}
-	f.set(func(*http.Request) int { return 0 })
+	abortSave(t, f, repo, lost)
 	if _, err := repo.Save(ctx, last); err != nil {
 		t.Fatal(err)
 	}
