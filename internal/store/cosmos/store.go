@@ -91,7 +91,8 @@ type Store struct {
 	// primary (Session consistency); stronger levels read a quorum anyway.
 	anchored bool
 	released idReleases // retention's knowledge of id documents per save
-	// noticesAt is where the last look at the notices stopped (notices.go).
+	// noticesAt is where the last look of each notices query stopped
+	// (notices.go).
 	noticesAt noticeResume
 	// finalizeFor bounds the retries of a committed save's finalize.
 	finalizeFor time.Duration
