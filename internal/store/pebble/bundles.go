@@ -85,6 +85,33 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Re
 	})
 }
 
+// ReleaseBundle moves a pending bundle, at the version read, to where the
+// dequeued ones are, marked released; the cursor is left alone.
+func (s *Store) ReleaseBundle(ctx context.Context, recipient string, bun bundle.Record) error {
+	r, id, err := parseIDs(recipient, bun.ID)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *txn) error {
+		rec, err := tx.records(r)
+		if err != nil {
+			return err
+		}
+		if bun.Version == "" || rec.pending[bun.ID].Version != bun.Version {
+			return conflict("bundle %s is not pending at version %q", bun.ID, bun.Version)
+		}
+		bun.Version = s.nextVersion()
+		rel, err := setPut(dequeuedKey(r, id), bun)
+		if err != nil {
+			return err
+		}
+		tx.apply([]put{{key: pendingKey(r, id), del: true}, rel})
+		tx.dequeued[string(rel.key)] = true
+		tx.change(r, rec, pendingMap, func(rec *records) { delete(rec.pending, bun.ID) })
+		return nil
+	})
+}
+
 func parseIDs(recipient, bundleID string) (r, id [16]byte, err error) {
 	if r, err = uuidBytes(recipient); err != nil {
 		return r, id, err
