@@ -32,7 +32,8 @@ func releaseFreesItsGroupAndKeepsItsID(t *testing.T, s *storeEnv) {
 	s.commit(notes(3, r, domain.OriginCharges, "c")...)
 	rec := s.create(r, s.record(domain.OriginCharges, "c", 0, 2))
 	cursorBefore := cursorOf(s.load(r), domain.OriginCharges, "c") // as the bundle left it
-	rec.Announce = true                                            // a release tells no domain, whatever the record says
+	// A release tells no domain, whatever the record says.
+	rec.Announce = true
 	gone := s.released(rec)
 	if err := s.store.ReleaseBundle(ctx(t), r, gone); err != nil {
 		t.Fatal(err)
