@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -9,15 +8,11 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
-	"github.com/energydatahub/messagehub/internal/auth"
-	"github.com/energydatahub/messagehub/internal/auth/authtest"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/server"
 )
 
 const timeSeries = messagehubv1.Domain_DOMAIN_TIME_SERIES
@@ -144,34 +139,5 @@ func TestRemediesRefuseBadRequestsAndChangeNothing(t *testing.T) {
 	b, err := h.Backlog(ctx, recipient)
 	if err != nil || len(b.Pending) != 0 || len(b.Cabinets) != 1 || b.Cabinets[0].Waiting != 3 {
 		t.Fatalf("backlog after the refusals and a release: %+v, %v", b, err)
-	}
-}
-
-// The remedies need the admin role, like the rest of Admin.
-func TestRemediesNeedTheAdminRole(t *testing.T) {
-	const issuer, audience = "https://issuer.test/", "messagehub"
-	is := authtest.NewIssuer(t, issuer, audience)
-	verifier, err := auth.NewVerifier(auth.Config{JWKSFile: is.WriteJWKS(t), Issuer: issuer, Audience: audience})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, h := serve(t, server.WithAuthorizer(auth.NewAuthorizer(verifier)))
-	recipient := uuid.NewString()
-	ids := save(t, h, recipient, 1)
-	as := func(token string) context.Context {
-		return metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer "+token)
-	}
-	actor := as(is.RS256(t, is.Claims(recipient, auth.RoleActor)))
-	_, err = client.AcknowledgeOnBehalf(actor, &adminv1.AcknowledgeOnBehalfRequest{
-		Recipient: recipient, Domain: timeSeries, ContentType: "rsm-014", UpToNotificationId: ids[0], Reason: "mine",
-	})
-	wantCode(t, "an actor acknowledging for itself", err, codes.PermissionDenied, "admin")
-	_, err = client.ReleaseBundle(actor, &adminv1.ReleaseBundleRequest{Recipient: recipient, BundleId: uuid.NewString(), Reason: "mine"})
-	wantCode(t, "an actor releasing", err, codes.PermissionDenied, "admin")
-	admin := as(is.RS256(t, is.Claims(uuid.NewString(), auth.RoleAdmin)))
-	if _, err := client.AcknowledgeOnBehalf(admin, &adminv1.AcknowledgeOnBehalfRequest{
-		Recipient: recipient, Domain: timeSeries, ContentType: "rsm-014", UpToNotificationId: ids[0], Reason: "ticket",
-	}); err != nil {
-		t.Fatalf("an admin: %v", err)
 	}
 }
