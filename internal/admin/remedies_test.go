@@ -141,3 +141,13 @@ func TestRemediesRefuseBadRequestsAndChangeNothing(t *testing.T) {
 		t.Fatalf("backlog after the refusals and a release: %+v, %v", b, err)
 	}
 }
+
+// The hub's messages name domains as the API does, so that an operator
+// can pass a name from an error to --domain.
+func TestDomainNamesAreTheAPIs(t *testing.T) {
+	for _, o := range append([]domain.Origin{domain.OriginUnspecified}, domain.Origins...) {
+		if got, want := o.Name(), messagehubv1.Domain(o).String(); got != want {
+			t.Errorf("origin %d is named %s, the API says %s", o, got, want)
+		}
+	}
+}
