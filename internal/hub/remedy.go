@@ -106,6 +106,9 @@ func (r *Hub) AcknowledgeOnBehalf(ctx context.Context, recipient string, origin 
 	}
 	var done Acknowledged
 	for {
+		if r.opsCtx.Err() != nil { // Close waits for this call: stop between bundles
+			return done, progress(errClosed, done)
+		}
 		st, err := retry(ctx, func() (step, error) { return r.acknowledgeStep(ctx, recipient, key, target) })
 		if err != nil {
 			return done, progress(err, done)
