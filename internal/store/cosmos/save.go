@@ -69,7 +69,11 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 		}
 		plans[i] = p
 	}
-	ids := s.idWrites(saveID, plans)
+	layout, err := s.layout(ctx)
+	if err != nil {
+		return err
+	}
+	ids := idWrites(saveID, layout, plans)
 	record := saveDoc{ID: saveID, PK: saveID, State: statePending, TTL: int32(s.cfg.Retention.Seconds())}
 	resp, err := s.saves.CreateItem(ctx, azcosmos.NewPartitionKeyString(saveID), mustJSON(record), nil)
 	if err != nil {

@@ -46,9 +46,13 @@ type Config struct {
 	// IDBuckets spreads the id index over this many partitions (1..256,
 	// default 4): every save writes and queries each bucket its ids fall
 	// in, so fewer buckets are cheaper per save; each partition serves at
-	// most 10,000 RU/s and 20 GB. The database's settings record it when
-	// it is first opened, and Open refuses another count (settings.go).
+	// most 10,000 RU/s and 20 GB (docs/cosmos.md sizes it). The database's
+	// settings record it when it is first opened, and Open refuses another
+	// count (settings.go) unless MigrateIDBuckets is set.
 	IDBuckets int
+	// MigrateIDBuckets lets Open begin moving a database's id index to
+	// IDBuckets when it has another count (idlayout.go).
+	MigrateIDBuckets bool
 	// Transport sends the SDK's requests (default: a pooled HTTP client).
 	Transport policy.Transporter
 	// OnRequest, when set, is told about every request (for metrics).
@@ -87,10 +91,13 @@ type Store struct {
 	// primary (Session consistency); stronger levels read a quorum anyway.
 	anchored bool
 	released idReleases // retention's knowledge of id documents per save
-	// noticesAt is where the last look at the notices stopped (notices.go).
+	// noticesAt is where the last look of each notices query stopped
+	// (notices.go).
 	noticesAt noticeResume
 	// finalizeFor bounds the retries of a committed save's finalize.
 	finalizeFor time.Duration
+	// idSettings: the id index's bucket counts (idlayout.go).
+	idSettings idSettings
 }
 
 var _ store.Store = (*Store)(nil)
