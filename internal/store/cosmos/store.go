@@ -409,6 +409,33 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 	return err
 }
 
+// ReleaseBundle deletes the group's slot and marks the bundle released (to
+// expire after the retention, like a dequeued one), in one transactional
+// batch on the bundle's etag; the cursor is not touched.
+func (s *Store) ReleaseBundle(ctx context.Context, recipient string, rec bundle.Record) error {
+	if rec.Version == "" {
+		return fmt.Errorf("%w: bundle %s has no version to release it at", store.ErrConflict, rec.ID)
+	}
+	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+	b.DeleteItem(slotID(rec.Group), nil)
+	doc := fromBundle(recipient, rec)
+	doc.TTL = ptr(int32(s.cfg.Retention / time.Second))
+	if err := batchWrite(&b, doc, rec.Version); err != nil {
+		return err
+	}
+	err := s.execute(ctx, s.recipients, b)
+	if errors.Is(err, store.ErrConflict) {
+		// A replay of our own batch after a lost answer: the primary says
+		// whether the bundle is released, at the moment we released it.
+		var now bundleDoc
+		if found, rerr := s.readOnPrimary(ctx, s.recipients, recipient, doc.ID, &now); rerr == nil && found &&
+			now.T == typeReleased && now.ReleasedAt == doc.ReleasedAt {
+			return nil
+		}
+	}
+	return err
+}
+
 // Recipients lists recipients from the registry partition.
 func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error) error {
 	var recipients []string
@@ -431,10 +458,11 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 	return nil
 }
 
-// DequeuedBundles lists the recipient's dequeued bundles not yet expired.
+// DequeuedBundles lists the recipient's dequeued and released bundles not
+// yet expired.
 func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error) {
 	var out []bundle.Record
-	err := s.query(ctx, s.recipients, recipient, "SELECT * FROM c WHERE c.t = 'dequeued'", nil, func(raw []byte) error {
+	err := s.query(ctx, s.recipients, recipient, "SELECT * FROM c WHERE c.t IN ('dequeued', 'released')", nil, func(raw []byte) error {
 		var d bundleDoc
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return err
