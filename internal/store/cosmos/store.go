@@ -91,6 +91,8 @@ type Store struct {
 	noticesAt noticeResume
 	// finalizeFor bounds the retries of a committed save's finalize.
 	finalizeFor time.Duration
+	// bells wakes other instances' waiting peeks (bells.go).
+	bells *bells
 }
 
 var _ store.Store = (*Store)(nil)
@@ -186,6 +188,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	if err := s.checkSettings(ctx); err != nil {
+		return nil, err
+	}
+	if s.bells, err = newBells(client, cfg.Database); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -55,6 +55,7 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("ApplySweepRefusesWhenTheCatalogChanged", sweepRefusesChangedCatalog)
 	run("BacklogSumsEntriesAndCursors", backlogSums)
 	run("AnnouncerKeepsNoticesOfAnnouncedDequeues", announcerNotices)
+	run("ReadBellsNeverReturnsTheStoresOwnBells", ownBellsAreNotRead)
 }
 
 // storeEnv drives one store by hand, the way the repository would.
