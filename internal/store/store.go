@@ -235,4 +235,6 @@ func (Solo) ReleaseBuild(context.Context, string, string, string) error { return
 func (Solo) RingBell(context.Context, []string) error { return nil }
 
 // ReadBells implements Coordination: nobody else rings.
-func (Solo) ReadBells(_ context.Context, cursor string) ([]string, string, error) { return nil, cursor, nil }
+func (Solo) ReadBells(_ context.Context, cursor string) ([]string, string, error) {
+	return nil, cursor, nil
+}
