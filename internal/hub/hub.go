@@ -97,6 +97,7 @@ func New(store store.Store, opts Options, logger *slog.Logger) *Hub {
 	r.stopSweeper = cancel
 	r.background.Add(1)
 	go func() { defer r.background.Done(); r.sweepLoop(ctx) }()
+	r.startBells(ctx)
 	return r
 }
 
