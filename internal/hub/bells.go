@@ -26,6 +26,9 @@ const (
 	// lastRingTimeout bounds the ring of the last groups' recipients when
 	// the hub closes.
 	lastRingTimeout = 2 * time.Second
+	// minRingInterval paces the rings: at most ten a second per instance,
+	// for a tenth of a second of latency at most.
+	minRingInterval = 100 * time.Millisecond
 )
 
 // Bell operations, the values BellErrors is called with.
@@ -37,9 +40,10 @@ const (
 // bell rings the store's bell for the recipients of this hub's committed
 // saves (store.Coordination.RingBell) and follows the bells the other
 // instances sharing the store ring (ReadBells), waking this hub's waiting
-// peeks for their recipients. Rings are coalesced: while one is in flight
-// the recipients of the groups committing meanwhile wait for the next, so
-// a busy hub rings about once per round trip, not once per group.
+// peeks for their recipients. Rings are coalesced: while one is in flight,
+// and for minRingInterval after it, the recipients of the groups committing
+// meanwhile wait for the next, so that a busy hub rings ten times a second
+// at most, not once per group.
 type bell struct {
 	store  store.Coordination
 	wakes  *wakeups
@@ -108,18 +112,33 @@ func (b *bell) ring(recipients []string) {
 }
 
 func (b *bell) ringLoop(ctx context.Context) {
+	last := func() {
+		// Closing: the last groups' recipients are rung still.
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), lastRingTimeout)
+		b.ringPending(c)
+		cancel()
+	}
+	pace := time.NewTimer(minRingInterval)
+	pace.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			// Closing: the last groups' recipients are rung still.
-			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), lastRingTimeout)
-			b.ringPending(last)
-			cancel()
+			last()
 			return
 		case <-b.signal:
-			c, cancel := context.WithTimeout(ctx, bellTimeout)
-			b.ringPending(c)
-			cancel()
+		}
+		c, cancel := context.WithTimeout(ctx, bellTimeout)
+		b.ringPending(c)
+		cancel()
+		// The recipients of the groups committing meanwhile wait for the
+		// next ring: an instance rings at most once per minRingInterval,
+		// however many groups commit.
+		pace.Reset(minRingInterval)
+		select {
+		case <-ctx.Done():
+			last()
+			return
+		case <-pace.C:
 		}
 	}
 }
