@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
@@ -178,4 +179,29 @@ func TestAFailedReadOfTheBellsMissesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntil(t, a, cursor, r)
+}
+
+// A hub reads the bells at low priority: a throttled read only delays the
+// wake-ups, which the re-checks then make.
+func TestTheBellsAreReadAtLowPriority(t *testing.T) {
+	log := &priorityLog{next: cosmostest.NewHTTPClient(), low: map[string]int{}, high: map[string]int{}}
+	st := open(t, cosmos.Config{Transport: log})
+	h := hub.New(st, hub.Options{SweepInterval: time.Hour}, nil)
+	t.Cleanup(func() { h.Close(); _ = st.Close() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		log.mu.Lock()
+		low, high := log.low[cosmos.OpRead], log.high[cosmos.OpRead]
+		log.mu.Unlock()
+		if high != 0 {
+			t.Fatalf("%d reads of the bells at normal priority", high)
+		}
+		if low >= 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s, %d reads of the bells", low)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
