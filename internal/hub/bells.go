@@ -21,6 +21,9 @@ const (
 	// maxBellPoll is the slowest a failing read of the bells is tried
 	// again: while it fails, waiting peeks re-check by themselves.
 	maxBellPoll = 5 * time.Second
+	// restartBellsAfter is how many reads of the bells may fail in a row
+	// before the next starts over from the present.
+	restartBellsAfter = 3
 	// bellTimeout bounds one ring or read of the bells.
 	bellTimeout = 10 * time.Second
 	// lastRingTimeout bounds the ring of the last groups' recipients when
@@ -162,6 +165,7 @@ func (b *bell) followLoop(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	pause := b.poll
+	failed := 0 // reads failed in a row
 	for {
 		select {
 		case <-ctx.Done():
@@ -182,10 +186,18 @@ func (b *bell) followLoop(ctx context.Context) {
 		b.wakes.wakeRecipients(recipients)
 		b.report(BellRead, err)
 		b.setFollowing(err == nil)
-		if err != nil {
-			pause = min(2*pause, maxBellPoll)
+		if err == nil {
+			failed, pause = 0, b.poll
 		} else {
-			pause = b.poll
+			failed, pause = failed+1, min(2*pause, maxBellPoll)
+			if failed >= restartBellsAfter {
+				// The cursor may be what fails (a container made anew).
+				// Starting over at the present misses the bells rung
+				// meanwhile, but not their saves: every peek waiting now
+				// re-checks by itself at least once after the following
+				// takes up again.
+				cursor = ""
+			}
 		}
 		timer.Reset(pause)
 	}
