@@ -24,8 +24,9 @@ type bellStore struct {
 	rung   chan []string
 	others chan []string
 
-	mu   sync.Mutex
-	fail error
+	mu      sync.Mutex
+	fail    error
+	cursors []string // of every read
 }
 
 func (s *bellStore) RingBell(_ context.Context, recipients []string) error {
@@ -36,6 +37,7 @@ func (s *bellStore) RingBell(_ context.Context, recipients []string) error {
 func (s *bellStore) ReadBells(_ context.Context, cursor string) ([]string, string, error) {
 	s.mu.Lock()
 	err := s.fail
+	s.cursors = append(s.cursors, cursor)
 	s.mu.Unlock()
 	if err != nil {
 		return nil, cursor, err
@@ -148,4 +150,26 @@ func TestOtherInstancesBellsWakeWaitersAndAFailedReadStopsTheFollowing(t *testin
 	until(t, "the hub follows the bells again", func() bool { ok, _ := h.FollowingOthers(); return ok })
 	st.others <- []string{b}
 	<-wakeB
+}
+
+// Reads that keep failing start over from the present (the empty cursor):
+// the cursor may be what fails. A single failure keeps it.
+func TestReadsOfTheBellsThatKeepFailingStartOverFromThePresent(t *testing.T) {
+	h, st := newBellHub(t, hub.Options{})
+	until(t, "the hub follows the bells", func() bool { ok, _ := h.FollowingOthers(); return ok })
+	st.setFail(errors.New("no such continuation"))
+	st.mu.Lock()
+	from := len(st.cursors)
+	st.mu.Unlock()
+	until(t, "a read from the present", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return slices.Contains(st.cursors[from:], "")
+	})
+	st.mu.Lock()
+	failedWith := st.cursors[from:]
+	st.mu.Unlock()
+	if failedWith[0] == "" || failedWith[1] != failedWith[0] {
+		t.Fatalf("reads after the first failure used the cursors %q: the first failures must keep the cursor", failedWith)
+	}
 }
