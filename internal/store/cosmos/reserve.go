@@ -541,32 +541,29 @@ func (s *Store) addHoles(ctx context.Context, b *azcosmos.TransactionalBatch, re
 	for _, r := range ranges {
 		ids = append(ids, entryID(r.key()))
 	}
-	entries := map[catalog.Key]catalog.Entry{}
+	entries := map[string]entryDoc{}
 	err := s.readManyOnPrimary(ctx, s.recipients, recipient, ids, func(raw []byte) error {
 		var d entryDoc
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return err
 		}
-		e := toEntry(d)
-		entries[e.Key()] = e
+		entries[d.ID] = d
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
 	for _, r := range ranges {
-		e, ok := entries[r.key()]
-		if !ok {
-			continue
+		if d, ok := entries[entryID(r.key())]; ok {
+			d.Holes = addHole(d.Holes, r.Start, r.End)
+			entries[d.ID] = d
 		}
-		e.AddHole(r.Start, r.End)
-		entries[r.key()] = e
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(entries), func(a, b catalog.Key) int {
-		return cmp.Or(cmp.Compare(a.Origin, b.Origin), cmp.Compare(a.ContentType, b.ContentType))
-	}) {
-		e := entries[k]
-		if err := batchWrite(b, fromEntry(recipient, e), e.Version); err != nil {
+	for _, id := range slices.Sorted(maps.Keys(entries)) {
+		d := entries[id]
+		version := d.ETag
+		d.ETag = ""
+		if err := batchWrite(b, d, version); err != nil {
 			return 0, err
 		}
 	}
