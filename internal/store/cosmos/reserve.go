@@ -108,11 +108,13 @@ func reserveChunks(sv store.RecipientSave, pages []pageDoc) []resChunk {
 	return chunks
 }
 
-// reserveParallel bounds the recipients a save reserves at once.
-const reserveParallel = 16
+// Parallel bounds the recipients a save reserves at once; a hub over this
+// store loads as many at once when it plans a save group
+// (hub.Options.PlanParallel), since each load waits for round trips.
+const Parallel = 16
 
 // reserveAll reserves every recipient's part of the save, up to
-// reserveParallel at once: a save over many recipients takes about as long
+// Parallel at once: a save over many recipients takes about as long
 // as its slowest recipient, not the sum of them, and a throttled recipient
 // holds up only its own save. It returns the plans that may hold a
 // reservation (those whose reserve failed before writing do not), for the
@@ -121,7 +123,7 @@ const reserveParallel = 16
 func (s *Store) reserveAll(ctx context.Context, plans []savePlan) ([]savePlan, error) {
 	held := make([]bool, len(plans))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(reserveParallel)
+	g.SetLimit(Parallel)
 	for i := range plans {
 		g.Go(func() error {
 			var err error
