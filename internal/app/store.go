@@ -25,6 +25,9 @@ import (
 const (
 	defaultCosmosIDBuckets  = cosmos.DefaultIDBuckets
 	defaultCosmosThroughput = string(cosmos.DefaultThroughput)
+	// cosmosSaveGroups is how many save groups an instance writes at once on
+	// Cosmos DB, each with up to cosmos.Parallel requests in flight.
+	cosmosSaveGroups = 8
 )
 
 func validateCosmosThroughput(v string) error { return cosmos.Throughput(v).Validate() }
@@ -59,6 +62,9 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 		BellErrors: func(op string) { a.tel.Metrics.RecordBellError(context.Background(), op) }}
 	if a.cfg.Store == StoreCosmos {
 		repoOpts.PlanParallel = cosmos.Parallel
+		// A recipient whose partition is throttled holds up only the Saves
+		// that name it: the groups of other recipients commit meanwhile.
+		repoOpts.ConcurrentGroups = cosmosSaveGroups
 	}
 	// Bundles' documents live next to the embedded store, or in Azure Blob
 	// Storage with Cosmos DB, and are served even for a domain whose

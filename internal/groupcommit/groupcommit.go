@@ -9,6 +9,11 @@
 // synced, group N+1 is already being prepared. What a prepared group wrote
 // must not be shown to readers until its finish runs: only the caller knows
 // how to keep it hidden until then.
+//
+// A store whose writes wait for round trips rather than for one disk can
+// have several groups in flight (Options.Concurrent): groups that share no
+// key (for the hub, a recipient) are prepared side by side, so that one slow
+// key holds up only the requests that name it.
 package groupcommit
 
 import (
@@ -36,6 +41,18 @@ type Options[T any] struct {
 	// group finishes, one more is prepared and then waits, so the requests
 	// that arrive meanwhile form one large group rather than many small ones.
 	Ahead int
+	// Concurrent is how many groups may be in flight at once; 0 or 1 means
+	// one at a time, as described above. With more, each group is prepared
+	// and then finished on a goroutine of its own, and Keys decides which
+	// requests may be in flight together.
+	Concurrent int
+	// Keys names what a request writes; only read when Concurrent > 1.
+	// Groups in flight at once share no key, and a request waits for every
+	// earlier one that shares a key with it: it joins the same group or one
+	// started after that one ended, so requests that share a key are
+	// prepared in the order they were submitted. A request with no keys
+	// waits for nothing.
+	Keys func(T) []string
 }
 
 // Pipeline is a running group committer.
@@ -59,6 +76,10 @@ func New[T any](queue int, opts Options[T]) *Pipeline[T] {
 		in:       make(chan T, queue),
 		finishes: make(chan func(), opts.Ahead),
 		done:     make(chan struct{}),
+	}
+	if opts.Concurrent > 1 {
+		go p.collectConcurrently()
+		return p
 	}
 	go p.collect()
 	go p.finish()
@@ -84,7 +105,8 @@ func (p *Pipeline[T]) Submit(ctx context.Context, req T) error {
 
 // Flush waits until every group prepared so far has finished. Only Prepare
 // may call it: it is how a group that found a conflict waits for the state
-// it conflicted with to settle.
+// it conflicted with to settle. It is for one group at a time only: with
+// Options.Concurrent above 1 it never returns.
 func (p *Pipeline[T]) Flush() {
 	settled := make(chan struct{})
 	p.finishes <- func() { close(settled) }
@@ -92,7 +114,7 @@ func (p *Pipeline[T]) Flush() {
 }
 
 // Close refuses new requests, prepares and finishes the queued ones and
-// returns when all are finished.
+// returns when all are finished, every group in flight included.
 func (p *Pipeline[T]) Close() {
 	p.closeMu.Lock()
 	if !p.closed {

@@ -34,6 +34,14 @@ type Options struct {
 	// two from parallelPlanRecipients recipients on, else one. A store over
 	// the network (Cosmos DB), whose loads wait for round trips, sets more.
 	PlanParallel int
+	// ConcurrentGroups is how many save groups may be written at once;
+	// groups in flight together share no recipient, and a Save for a
+	// recipient in flight waits for its group. 0 or 1 suits an embedded
+	// store: one group at a time, as large as the queue makes it, so that
+	// many saves share one durable write. A store over the network (Cosmos
+	// DB) sets more, so that one slow or throttled recipient holds up only
+	// the Saves that name it.
+	ConcurrentGroups int
 	// MaxWaitersPerRecipient and MaxWaiters bound the peeks waiting for a
 	// Save (Watch); 0 means DefaultMaxWaitersPerRecipient and
 	// DefaultMaxWaiters.

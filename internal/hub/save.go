@@ -53,12 +53,32 @@ func (r *Hub) Save(ctx context.Context, notifications []domain.Notification) (do
 	return out.result, out.err
 }
 
+// newSaver starts the group committer. With Options.ConcurrentGroups above
+// one, groups whose recipients differ are written side by side, and a Save
+// naming a recipient that a group in flight writes waits for that group:
+// its recipients' saves stay in order, and it does not plan against a state
+// about to change (which would only conflict and plan again).
 func (r *Hub) newSaver() *groupcommit.Pipeline[*saveCall] {
 	return groupcommit.New(1024, groupcommit.Options[*saveCall]{
-		MaxWeight: maxGroupNotifications,
-		Weight:    func(c *saveCall) int { return len(c.notifications) },
-		Prepare:   r.prepareGroup,
+		MaxWeight:  maxGroupNotifications,
+		Weight:     func(c *saveCall) int { return len(c.notifications) },
+		Prepare:    r.prepareGroup,
+		Concurrent: r.opts.ConcurrentGroups,
+		Keys:       recipientsOf,
 	})
+}
+
+// recipientsOf is the recipients a Save writes, each once.
+func recipientsOf(c *saveCall) []string {
+	seen := make(map[string]struct{})
+	var out []string
+	for _, n := range c.notifications {
+		if _, ok := seen[n.Recipient]; !ok {
+			seen[n.Recipient] = struct{}{}
+			out = append(out, n.Recipient)
+		}
+	}
+	return out
 }
 
 // prepareGroup plans the group and writes it, durably, then answers the
@@ -197,9 +217,9 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 		}
 		errs[i] = err
 	}
-	// Every Save waits for this step, one group at a time: the recipients
-	// are loaded and planned by a few workers at once (planning only reads
-	// what it shares).
+	// Every Save of the group waits for this step: the recipients are
+	// loaded and planned by a few workers at once (planning only reads what
+	// it shares).
 	workers := r.opts.PlanParallel
 	if workers <= 0 {
 		workers = 1

@@ -1,0 +1,156 @@
+package groupcommit
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// keyed is a request of the concurrent tests: a name and the keys it writes.
+type keyed struct {
+	name string
+	keys []string
+}
+
+// gates is a pipeline whose groups each report their names when prepared
+// and then wait until the test opens the gate of their first request.
+type gates struct {
+	t        *testing.T
+	p        *Pipeline[keyed]
+	prepared chan []string
+	mu       sync.Mutex
+	open     map[string]chan struct{}
+	inFlight atomic.Int64
+	most     atomic.Int64
+}
+
+func newGates(t *testing.T, concurrent int) *gates {
+	g := &gates{t: t, prepared: make(chan []string, 64), open: make(map[string]chan struct{})}
+	g.p = New(16, Options[keyed]{
+		Concurrent: concurrent,
+		Keys:       func(k keyed) []string { return k.keys },
+		Prepare: func(group []keyed) func() {
+			n := g.inFlight.Add(1)
+			for m := g.most.Load(); n > m && !g.most.CompareAndSwap(m, n); m = g.most.Load() {
+			}
+			names := make([]string, len(group))
+			for i, k := range group {
+				names[i] = k.name
+			}
+			g.prepared <- names
+			<-g.gate(group[0].name)
+			return func() { g.inFlight.Add(-1) }
+		},
+	})
+	t.Cleanup(func() {
+		g.mu.Lock()
+		for _, ch := range g.open {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+		g.mu.Unlock()
+		g.p.Close()
+	})
+	return g
+}
+
+func (g *gates) gate(name string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ch, ok := g.open[name]
+	if !ok {
+		ch = make(chan struct{})
+		g.open[name] = ch
+	}
+	return ch
+}
+
+func (g *gates) submit(name string, keys ...string) {
+	g.t.Helper()
+	if err := g.p.Submit(context.Background(), keyed{name: name, keys: keys}); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+func (g *gates) release(name string) { close(g.gate(name)) }
+
+// next waits for the next group to be prepared and checks its names.
+func (g *gates) next(want ...string) {
+	g.t.Helper()
+	select {
+	case got := <-g.prepared:
+		if !slices.Equal(got, want) {
+			g.t.Fatalf("prepared group %v, want %v", got, want)
+		}
+	case <-time.After(time.Minute): // only against a hang
+		g.t.Fatalf("group %v was not prepared", want)
+	}
+}
+
+// A group whose keys are free is prepared while another is still in
+// flight, and a request for a busy key waits for its group to end.
+func TestGroupsWithOtherKeysAreInFlightAtOnce(t *testing.T) {
+	g := newGates(t, 4)
+	g.submit("a1", "x")
+	g.next("a1")
+	g.submit("a2", "x")
+	g.submit("b", "y")
+	g.next("b") // while a1 is still in flight; a2 waits for it
+	g.release("b")
+	g.release("a1")
+	g.next("a2")
+	g.release("a2")
+}
+
+// A request waiting for a busy key holds its other keys too: a later
+// request naming one of them must not be prepared before it.
+func TestAWaitingRequestHoldsItsKeysForLaterOnes(t *testing.T) {
+	g := newGates(t, 4)
+	g.submit("c1", "x")
+	g.next("c1")
+	g.submit("c2", "x", "y")
+	g.submit("c3", "y")
+	g.submit("d", "z")
+	// d's group was formed after c3 was considered: had c3 been free it
+	// would have gone first or with d.
+	g.next("d")
+	g.release("d")
+	g.release("c1")
+	g.next("c2", "c3")
+	g.release("c2")
+}
+
+// No more than Concurrent groups are in flight, and Close waits for every
+// one of them.
+func TestConcurrentBoundsTheGroupsInFlightAndCloseWaitsForThem(t *testing.T) {
+	g := newGates(t, 2)
+	g.submit("a", "a")
+	g.next("a")
+	g.submit("b", "b")
+	g.next("b")
+	g.submit("c", "c")
+	closed := make(chan struct{})
+	go func() { g.p.Close(); close(closed) }()
+	g.release("a")
+	g.next("c")
+	g.release("b")
+	select {
+	case <-closed:
+		t.Fatal("Close returned while group c was in flight")
+	default:
+	}
+	g.release("c")
+	<-closed
+	if most := g.most.Load(); most != 2 {
+		t.Fatalf("%d groups in flight at most, want 2", most)
+	}
+	if n := g.inFlight.Load(); n != 0 {
+		t.Fatalf("Close returned with %d groups unfinished", n)
+	}
+}
