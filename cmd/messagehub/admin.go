@@ -23,12 +23,15 @@ import (
 )
 
 const adminUsage = `usage: messagehub admin <backlog|next|trace> --recipient UUID [flags]
+       messagehub admin backup --to DIR [flags]
 
   backlog   the recipient's cabinets with notifications waiting, and its pending bundles
   next      what the recipient's next Peek would return, without creating it (--group)
   trace     where one notification of the recipient is (--id)
+  backup    a consistent copy of the embedded store, written while the hub runs into DIR
+            on the hub's host (a new directory; a relative one is beside the data directory)
 
-Read-only: nothing an actor sees changes. The answer is printed as JSON.
+Nothing an actor sees changes. The answer is printed as JSON.
 `
 
 // runAdmin is "messagehub admin …": it calls the Admin service of a running
@@ -45,13 +48,14 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	recipient := fs.String("recipient", "", "the recipient (actor) UUID")
 	id := fs.String("id", "", "trace: the notification's id")
 	group := fs.String("group", "PEEK_GROUP_ALL", "next: the peek group")
+	to := fs.String("to", "", "backup: the new directory to write, on the hub's host")
 	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt)")
 	useTLS := fs.Bool("tls", false, "connect with TLS (the system's roots)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long the call may take")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *recipient == "" {
+	if *recipient == "" && call != "backup" {
 		return errors.New("--recipient is required")
 	}
 	creds := insecure.NewCredentials()
@@ -88,6 +92,11 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 			return errors.New("trace needs --id")
 		}
 		answer, err = client.TraceNotification(ctx, &adminv1.TraceNotificationRequest{Recipient: *recipient, NotificationId: *id})
+	case "backup":
+		if *to == "" {
+			return errors.New("backup needs --to DIR, a directory on the hub's host that does not exist yet")
+		}
+		answer, err = client.Backup(ctx, &adminv1.BackupRequest{Directory: *to})
 	default:
 		fmt.Fprint(errOut, adminUsage)
 		return fmt.Errorf("unknown admin call %q", call)

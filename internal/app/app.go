@@ -65,6 +65,7 @@ type App struct {
 	metricsLis    net.Listener
 	tlsConfig     *tls.Config
 	guard         *diskguard.Guard // nil: free disk space is not watched
+	backup        backup           // the Admin service's Backup (backup.go)
 
 	closers []closer // in the order things were opened
 
@@ -172,8 +173,8 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if !ok {
 		return nil, fmt.Errorf("the hub (%T) does not serve the admin calls", core)
 	}
-	admin.Register(a.grpcSrv, inspector)
-	admin.Register(a.gatewaySrv, inspector)
+	admin.Register(a.grpcSrv, inspector, admin.WithBackup(a.backup))
+	admin.Register(a.gatewaySrv, inspector, admin.WithBackup(a.backup))
 
 	if err := a.listen(); err != nil {
 		return nil, err

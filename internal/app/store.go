@@ -55,6 +55,7 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	if a.cfg.wrapStore != nil {
 		measured = a.cfg.wrapStore(measured)
 	}
+	a.backup = backup{dataDir: a.cfg.DataDir, store: measured}
 	repoOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention}
 	// Bundles' documents live next to the embedded store, or in Azure Blob
 	// Storage with Cosmos DB, and are served even for a domain whose

@@ -174,6 +174,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/backlog", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/next-bundle", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/notifications/{notificationId}", api},
+		// Backup (the admin role): a copy of the hub's data on its host.
+		{http.MethodPost, "/admin/v1/backup", api},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})

@@ -49,7 +49,7 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, domain.ErrNotificationConflict), errors.Is(err, domain.ErrBundleIDInUse):
 		code = codes.AlreadyExists
-	case errors.Is(err, domain.ErrOtherBundlePending):
+	case errors.Is(err, domain.ErrOtherBundlePending), errors.Is(err, domain.ErrNotSupported):
 		code = codes.FailedPrecondition
 	case errors.Is(err, domain.ErrStoreRefuses):
 		logger.Error("store refuses the service", "method", method, "error", err)

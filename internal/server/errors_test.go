@@ -30,6 +30,7 @@ func TestToStatusMapsEveryDomainError(t *testing.T) {
 		{"a conflicting notification is ALREADY_EXISTS", domain.ErrNotificationConflict, codes.AlreadyExists},
 		{"a reused bundle id is ALREADY_EXISTS", domain.ErrBundleIDInUse, codes.AlreadyExists},
 		{"another pending bundle is FAILED_PRECONDITION", domain.ErrOtherBundlePending, codes.FailedPrecondition},
+		{"an operation the store does not support is FAILED_PRECONDITION", domain.ErrNotSupported, codes.FailedPrecondition},
 		{"not found is NOT_FOUND", domain.ErrNotFound, codes.NotFound},
 		{"a deeply wrapped not found is NOT_FOUND", fmt.Errorf("dequeue: %w", fmt.Errorf("bundle x: %w", domain.ErrNotFound)), codes.NotFound},
 		{"a full data volume is RESOURCE_EXHAUSTED", fmt.Errorf("%w: 10MiB free", domain.ErrStorageFull), codes.ResourceExhausted},

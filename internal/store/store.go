@@ -142,8 +142,22 @@ type Store interface {
 	// Close releases the store.
 	Close() error
 
+	Backup
+
 	Outbox
 	Coordination
+}
+
+// Backup is the part of a Store that copies it while it runs.
+type Backup interface {
+	// Backup writes a consistent copy of the store into dir, an absolute
+	// path that must not exist yet: a store opened on dir holds every
+	// write answered before the call, as a crash would have left them (a
+	// write under way is there whole or not at all). A store that cannot
+	// copy itself (Cosmos DB, which the account's continuous backup
+	// covers) returns an error wrapping domain.ErrNotSupported and writes
+	// nothing.
+	Backup(ctx context.Context, dir string) error
 }
 
 // Notice says that a dequeued bundle's domain is still to be told of it.

@@ -33,6 +33,7 @@ const (
 	OpNotices         = "notices"
 	OpRemoveNotices   = "remove_notices"
 	OpDequeuedBundle  = "dequeued_bundle"
+	OpBackup          = "backup"
 )
 
 // Store wraps a store.Store with metrics.
@@ -217,6 +218,14 @@ func (s *Store) DequeuedBundle(ctx context.Context, recipient, bundleID string) 
 
 // Close implements store.Store.
 func (s *Store) Close() error { return s.next.Close() }
+
+// Backup implements store.Store.
+func (s *Store) Backup(ctx context.Context, dir string) error {
+	start := s.now()
+	err := s.next.Backup(ctx, dir)
+	s.observe(ctx, OpBackup, start, err)
+	return err
+}
 
 var _ store.Store = (*Store)(nil)
 

@@ -51,6 +51,8 @@ type Store struct {
 	applyErr  error // a group that could not be applied: every later one fails
 	syncErr   error
 	closeOnce sync.Once
+	backupMu  sync.Mutex // held by a backup under way, and by Close to set closed
+	closed    bool
 	readOnly  bool
 	refusal   error                    // while readOnly, what every write fails with (Options.ReadOnly)
 	room      func(bytes uint64) error // see Options
@@ -182,6 +184,9 @@ func (s *Store) Close() error {
 	first := false
 	s.closeOnce.Do(func() { close(s.evictStop); first = true })
 	s.writer.Close()
+	s.backupMu.Lock()
+	s.closed = true
+	s.backupMu.Unlock()
 	if first && !s.readOnly && s.syncErr == nil {
 		// Without it the next start only takes longer.
 		err := s.roomForIDIndex()
