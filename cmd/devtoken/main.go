@@ -47,7 +47,7 @@ const jwksFile = "jwks.json"
 // config is what the command is asked for.
 type config struct {
 	out, issuer, audience, actor, domain, admin string
-	valid                                time.Duration
+	valid                                       time.Duration
 }
 
 func main() {
