@@ -165,6 +165,8 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	}
 	a.grpcSrv, a.health = server.NewGRPCServer(core, a.logger, opts...)
 	a.gatewaySrv, a.gatewayHealth = server.NewGRPCServer(core, a.logger, append(opts, server.WithLimits(server.InProcessLimits),
+		// Only the gateway reaches it: the HTTP client it names is believed.
+		server.WithForwardedClient(),
 		// Its one connection carries every HTTP user's answers.
 		server.WithAnswerBudget(server.AnswerBudget{PerConnection: server.DefaultAnswerBudget.Total}))...)
 	// The read-only Admin service, on both servers (gRPC and the gateway's):

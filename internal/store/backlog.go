@@ -22,6 +22,24 @@ type OriginBacklog struct {
 	// (estimated within its drawer, see drawer.Meta.SavedAt); zero when
 	// unknown.
 	Oldest time.Time
+	// PendingBundles counts the domain's bundles peeked and not yet
+	// dequeued; OldestPending is when the oldest of them was cut (zero
+	// without one).
+	PendingBundles int64
+	OldestPending  time.Time
+}
+
+// AddPending counts one pending bundle of origin, cut at created.
+func (b *Backlog) AddPending(origin domain.Origin, created time.Time) {
+	if b.ByOrigin == nil {
+		b.ByOrigin = map[domain.Origin]OriginBacklog{}
+	}
+	o := b.ByOrigin[origin]
+	o.PendingBundles++
+	if o.OldestPending.IsZero() || created.Before(o.OldestPending) {
+		o.OldestPending = created
+	}
+	b.ByOrigin[origin] = o
 }
 
 // Add counts one recipient's catalog entries and cursors.

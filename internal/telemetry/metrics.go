@@ -53,6 +53,7 @@ type Metrics struct {
 	providerDuration      metric.Float64Histogram
 	contentBytes          metric.Int64Counter
 	jwksReloads           metric.Int64Counter
+	buildsInBackoff       metric.Int64UpDownCounter
 
 	// The attributes of each store operation's duration, made once: a new
 	// set per operation (sorted and hashed) cost more than recording it.
@@ -120,6 +121,10 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.jwksReloads = counter("messagehub.jwks.reloads", "{reload}",
 		"Reloads of a changed JWKS file, by outcome: ok, or error (unreadable or unusable; the last good keys stay).")
 	if err != nil {
+		return nil, err
+	}
+	if m.buildsInBackoff, err = meter.Int64UpDownCounter("messagehub.content.builds.backoff", metric.WithUnit("{build}"),
+		metric.WithDescription("Bundle document builds waiting out a backoff after their domain's provider failed.")); err != nil {
 		return nil, err
 	}
 	if m.storeDuration, err = meter.Float64Histogram("messagehub.store.operation.duration",
@@ -230,6 +235,12 @@ func (m *Metrics) RecordProviderCall(ctx context.Context, origin, outcome string
 	if bytes > 0 {
 		m.contentBytes.Add(ctx, bytes, metric.WithAttributes(o))
 	}
+}
+
+// RecordBuildBackoff adds delta to the document builds in backoff; it
+// implements content.ProviderMetrics with RecordProviderCall.
+func (m *Metrics) RecordBuildBackoff(ctx context.Context, delta int64) {
+	m.buildsInBackoff.Add(ctx, delta)
 }
 
 // RecordJWKSReload counts a reload of a changed JWKS file, by outcome ("ok"

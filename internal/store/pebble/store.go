@@ -340,7 +340,8 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 	return nil
 }
 
-// Backlog sums every recipient's catalog entries and cursors: from memory
+// Backlog sums every recipient's catalog entries, cursors and pending
+// bundles: from memory
 // where they are cached, else read (and not cached, so that metrics do not
 // keep idle recipients in memory).
 func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
@@ -358,6 +359,9 @@ func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
 		}
 		st := rec.state()
 		b.Add(st.Entries, st.Cursors)
+		for _, p := range st.Pending {
+			b.AddPending(p.Origin, p.CreatedAt)
+		}
 		return nil
 	})
 	return b, err

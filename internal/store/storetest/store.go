@@ -54,6 +54,7 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("ApplySweepRemovesWhatItNames", sweepRemoves)
 	run("ApplySweepRefusesWhenTheCatalogChanged", sweepRefusesChangedCatalog)
 	run("BacklogSumsEntriesAndCursors", backlogSums)
+	run("BacklogCountsPendingBundles", backlogCountsPending)
 	run("AnnouncerKeepsNoticesOfAnnouncedDequeues", announcerNotices)
 }
 
