@@ -40,6 +40,9 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	if a.cfg.Store == StoreEmbedded && a.cfg.MinFreeDisk > 0 {
 		a.guard = diskguard.New(a.cfg.DataDir, a.cfg.MinFreeDisk, nil, 0, a.logger)
 		a.onClose("disk guard", func() error { a.guard.Close(); return nil })
+		if err := a.tel.WatchDiskGuard(a.guard); err != nil {
+			return nil, nil, err
+		}
 	}
 	measured, err := a.openStore(ctx)
 	if err != nil {

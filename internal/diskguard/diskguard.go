@@ -166,6 +166,20 @@ func (g *Guard) Refresh() {
 	}
 }
 
+// Levels of the guard, as Level reports them.
+const (
+	LevelOK            = levelOK            // every write passes
+	LevelSavesRefused  = levelSavesRefused  // below the reserve: saves are refused
+	LevelWritesRefused = levelWritesRefused // below the floor: every write is refused
+)
+
+// Level is what the last look found: LevelOK, LevelSavesRefused or
+// LevelWritesRefused.
+func (g *Guard) Level() int { return int(g.level.Load()) }
+
+// Reserve is the free space the guard keeps (--min-free-disk).
+func (g *Guard) Reserve() uint64 { return g.reserve }
+
 // Available is the estimated free space now: the last look's measure less
 // what was written since and what writes under way have taken.
 func (g *Guard) Available() uint64 {

@@ -435,6 +435,13 @@ func cmpErr(err, fallback error) error {
 // fails and retries (a compaction on a full disk) must not flood the log.
 const pebbleErrorsPerSecond = 5
 
+// PebbleInfoLevel is the level of pebble's own informational lines (its
+// log's recovery at open, and the like): below debug, so that the hub's
+// debug lines (the access log) are not mixed with them; --log-level
+// debug-4 shows them. Its errors are at error. Every line of pebble's has
+// component=pebble.
+const PebbleInfoLevel = slog.LevelDebug - 4
+
 // pebbleLogger sends pebble's messages to slog.
 type pebbleLogger struct {
 	l      *slog.Logger
@@ -442,7 +449,9 @@ type pebbleLogger struct {
 }
 
 func (p *pebbleLogger) Infof(format string, args ...any) {
-	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+	if p.l.Enabled(context.Background(), PebbleInfoLevel) {
+		p.l.Log(context.Background(), PebbleInfoLevel, fmt.Sprintf(format, args...), "component", "pebble")
+	}
 }
 
 func (p *pebbleLogger) Errorf(format string, args ...any) {

@@ -1,0 +1,30 @@
+package app_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// A hub whose disk guard is on exposes its gauges on /metrics.
+func TestTheDiskGuardIsOnMetrics(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MinFreeDisk = 1 << 10
+	r := start(t, cfg)
+	req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, "http://"+r.app.HTTPAddr()+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, want := range []string{"\nmessagehub_disk_guard_level 0\n", "\nmessagehub_disk_min_free_bytes 1024\n", "\nmessagehub_disk_free_bytes "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
+		}
+	}
+}
