@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -129,17 +128,7 @@ func TestABackupTakenWhileSavesRunRestoresIntoANewHub(t *testing.T) {
 	if _, err := adminClient(t, r).Backup(ctx, &adminv1.BackupRequest{Directory: want}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a backup into an existing directory: %v; want INVALID_ARGUMENT", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.app.HTTPAddr()+"/admin/v1/backup",
-		strings.NewReader(`{"directory": "backup-1"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(answer.Body)
-	_ = answer.Body.Close()
+	answer, body := send(t, http.MethodPost, "http://"+r.app.HTTPAddr()+"/admin/v1/backup", `{"directory": "backup-1"}`)
 	if answer.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "exists already") {
 		t.Fatalf("POST /admin/v1/backup into an existing directory: %d %s; want 400, saying so", answer.StatusCode, body)
 	}

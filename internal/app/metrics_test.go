@@ -12,7 +12,23 @@ func TestTheDiskGuardIsOnMetrics(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.MinFreeDisk = 1 << 10
 	r := start(t, cfg)
-	req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, "http://"+r.app.HTTPAddr()+"/metrics", nil)
+	_, body := send(t, http.MethodGet, "http://"+r.app.HTTPAddr()+"/metrics", "")
+	for _, want := range []string{"\nmessagehub_disk_guard_level 0\n", "\nmessagehub_disk_min_free_bytes 1024\n", "\nmessagehub_disk_free_bytes "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
+		}
+	}
+}
+
+// send makes an HTTP request with body (none if empty) and returns the
+// answer, read whole.
+func send(t *testing.T, method, url, body string) (*http.Response, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(callContext(t), method, url, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,11 +36,10 @@ func TestTheDiskGuardIsOnMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
+	data, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	for _, want := range []string{"\nmessagehub_disk_guard_level 0\n", "\nmessagehub_disk_min_free_bytes 1024\n", "\nmessagehub_disk_free_bytes "} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
-		}
+	if err != nil {
+		t.Fatal(err)
 	}
+	return resp, data
 }

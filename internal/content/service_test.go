@@ -423,25 +423,8 @@ func TestEveryProviderCallIsCounted(t *testing.T) {
 // an actor peeks, not when its backoff ends: a domain that has recovered
 // answers that peek. Here the backoff is an hour long.
 func TestAPeekDuringTheBackoffAsksTheDomainAgainAtOnce(t *testing.T) {
-	var down atomic.Bool
-	down.Store(true)
-	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
-		if down.Load() {
-			return contenttest.Answer{Err: errors.New("domain down")}
-		}
-		return contenttest.Document("application/json", []byte(`{"a":1}`), 3)
-	})
-	store, err := content.OpenDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     store,
-		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
-		RetryMin:  time.Hour, RetryMax: time.Hour,
-	})
-	t.Cleanup(s.Close)
+	provider, down := downDomain(t)
+	s := hourBackoffService(t, provider, content.Options{})
 	b := newBundle()
 	if _, err := s.Document(within(t, 50*time.Millisecond), b); !errors.Is(err, domain.ErrUnavailable) {
 		t.Fatalf("got %v, want unavailable while the domain is down", err)
@@ -465,28 +448,12 @@ func TestAPeekDuringTheBackoffAsksTheDomainAgainAtOnce(t *testing.T) {
 // first failure is a warning (the rest are at debug), the build is counted
 // in backoff while it waits, and its recovery is one info line.
 func TestAFailingBuildWarnsOnceAndIsCountedWhileInBackoff(t *testing.T) {
-	var down atomic.Bool
-	down.Store(true)
-	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
-		if down.Load() {
-			return contenttest.Answer{Err: errors.New("domain down")}
-		}
-		return contenttest.Document("application/json", []byte(`{"a":1}`), 3)
-	})
-	store, err := content.OpenDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	provider, down := downDomain(t)
 	var logs lockedBuffer
 	metrics := &recorded{}
-	s := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     store, Metrics: metrics,
-		Logger:   slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Pending:  func(context.Context, string, string) (bool, error) { return true, nil },
-		RetryMin: time.Hour, RetryMax: time.Hour,
+	s := hourBackoffService(t, provider, content.Options{
+		Metrics: metrics, Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
-	t.Cleanup(s.Close)
 	b := newBundle()
 	const peeks = 3
 	for i := 1; i <= peeks; i++ {
@@ -519,4 +486,37 @@ func TestAFailingBuildWarnsOnceAndIsCountedWhileInBackoff(t *testing.T) {
 	if !strings.Contains(out, `"msg":"bundle document built after failed attempts"`) || !strings.Contains(out, fmt.Sprintf(`"attempts":%d`, peeks+1)) {
 		t.Errorf("no info line for the recovery after %d attempts:\n%s", peeks+1, out)
 	}
+}
+
+// downDomain is a provider that fails while down is set (it starts set),
+// and then answers {"a":1}.
+func downDomain(t *testing.T) (*contenttest.Provider, *atomic.Bool) {
+	t.Helper()
+	var down atomic.Bool
+	down.Store(true)
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		if down.Load() {
+			return contenttest.Answer{Err: errors.New("domain down")}
+		}
+		return contenttest.Document("application/json", []byte(`{"a":1}`), 3)
+	})
+	return provider, &down
+}
+
+// hourBackoffService serves the time series domain's documents from
+// provider into a folder of its own, with o's metrics and logger, backing
+// off for an hour after a failure: only a peek asks again.
+func hourBackoffService(t *testing.T, provider *contenttest.Provider, o content.Options) *content.Service {
+	t.Helper()
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Providers = map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)}
+	o.Store = store
+	o.Pending = func(context.Context, string, string) (bool, error) { return true, nil }
+	o.RetryMin, o.RetryMax = time.Hour, time.Hour
+	s := content.NewService(o)
+	t.Cleanup(s.Close)
+	return s
 }
