@@ -128,9 +128,9 @@ func TestABackupTakenWhileSavesRunRestoresIntoANewHub(t *testing.T) {
 	if _, err := adminClient(t, r).Backup(ctx, &adminv1.BackupRequest{Directory: want}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a backup into an existing directory: %v; want INVALID_ARGUMENT", err)
 	}
-	answer, body := send(t, http.MethodPost, "http://"+r.app.HTTPAddr()+"/admin/v1/backup", `{"directory": "backup-1"}`)
-	if answer.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "exists already") {
-		t.Fatalf("POST /admin/v1/backup into an existing directory: %d %s; want 400, saying so", answer.StatusCode, body)
+	code, body := send(t, http.MethodPost, "http://"+r.app.HTTPAddr()+"/admin/v1/backup", `{"directory": "backup-1"}`)
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "exists already") {
+		t.Fatalf("POST /admin/v1/backup into an existing directory: %d %s; want 400, saying so", code, body)
 	}
 	if err := r.closeWithin(t); err != nil {
 		t.Fatal(err)
