@@ -24,8 +24,12 @@ import (
 // The store's own file beside pebble's, the saved id index, is only
 // valid with a token that Open deletes from a store opened for writing:
 // a copy of a running store has none, and a store opened on it indexes
-// the stored ids. A store opened read-only keeps its token, so its file
-// is linked into the copy too, where it matches.
+// the stored ids.
+//
+// A store opened read-only (a data volume full at start) changes none of
+// its files, and pebble cannot checkpoint it (it has no options file of
+// its own): its files are linked (or copied) as they are, the id index
+// with the token that matches it.
 
 // Backup implements store.Store: it checkpoints the database into dir.
 func (s *Store) Backup(ctx context.Context, dir string) error {
@@ -42,23 +46,53 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 	if s.closed {
 		return fmt.Errorf("%w: the embedded store is closing", domain.ErrUnavailable)
 	}
-	var opts []pebble.CheckpointOption
-	if !s.readOnly {
+	var err error
+	if s.readOnly {
+		err = copyFiles(s.dir, dir)
+	} else {
 		// Writes answered before the call are synced already; this makes
 		// it so for anything pebble holds unsynced too.
-		opts = append(opts, pebble.WithFlushedWAL())
+		err = s.db.Checkpoint(dir, pebble.WithFlushedWAL())
 	}
-	if err := s.db.Checkpoint(dir, opts...); err != nil {
+	if err != nil {
 		return fmt.Errorf("back up the embedded store to %s: %w", dir, err)
-	}
-	if s.readOnly {
-		if err := linkIfPresent(filepath.Join(s.dir, idIndexFile), filepath.Join(dir, idIndexFile)); err != nil {
-			_ = os.RemoveAll(dir)
-			return fmt.Errorf("back up the embedded store's id index to %s: %w", dir, err)
-		}
 	}
 	s.logger.Info("embedded store backed up", "dir", dir)
 	return nil
+}
+
+// copyFiles links (or copies) the files of the store's directory src into
+// a new directory dst, but for the lock and the pid file, which belong to
+// the process, and files being written; folders (the documents') are left
+// out. It removes dst if it fails.
+func copyFiles(src, dst string) (err error) {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o750); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dst)
+		}
+	}()
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || name == "LOCK" || name == pidFile || strings.HasSuffix(name, ".tmp") {
+			continue
+		}
+		if err := linkIfPresent(filepath.Join(src, name), filepath.Join(dst, name)); err != nil {
+			return err
+		}
+	}
+	d, err := os.Open(dst) //nolint:gosec // the operator's backup directory
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // checkBackupDir refuses a dir that is relative, exists, or lies inside
