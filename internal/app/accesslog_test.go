@@ -74,8 +74,20 @@ func TestTheAccessLogNamesTheClientRecipientAndBundle(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || bundleID == "" {
 		t.Fatalf("GET /v1/peek: %d, bundle %q", resp.StatusCode, bundleID)
 	}
-	// Over gRPC, naming another client in the metadata.
+	// Over gRPC, naming another client in the metadata; a stream too.
 	ctx := metadata.AppendToOutgoingContext(callContext(t), server.ForwardedClientKey, "203.0.113.9:2")
+	stream, err := r.client.PeekContent(ctx, &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := stream.Recv(); err != nil || first.GetBundle().GetId() != bundleID {
+		t.Fatalf("PeekContent: %v %v; want the pending bundle", first.GetBundle(), err)
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			break
+		}
+	}
 	if _, err := r.client.Dequeue(ctx, &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: bundleID}); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +100,7 @@ func TestTheAccessLogNamesTheClientRecipientAndBundle(t *testing.T) {
 		bundle string
 	}{
 		{messagehubv1.MessageHub_Peek_FullMethodName, bundleID},
+		{messagehubv1.MessageHub_PeekContent_FullMethodName, bundleID},
 		{messagehubv1.MessageHub_Dequeue_FullMethodName, bundleID},
 	} {
 		lines := logs.calls(t, tc.method)

@@ -3,7 +3,8 @@
 // refused with a clear error, so that the store never meets a full disk.
 // Reads and the small writes of Peek and Dequeue go on down to half the
 // reserve, where every write is refused; saves resume by themselves once
-// space is freed.
+// space is freed. A backup onto the data volume is held to the reserve
+// like a save, as large as the data directory (backup.go).
 //
 // The volume is looked at every few seconds, not at every write, and a
 // burst of saves or documents can fill it in between. So the guard counts
