@@ -29,7 +29,10 @@ const (
 	OpRecipients      = "recipients"
 	OpDequeuedBundles = "dequeued_bundles"
 	OpApplySweep      = "apply_sweep"
-	OpBacklog         = "backlog"
+	OpScanBacklog     = "scan_backlog"
+	OpReadFigures     = "read_figures"
+	OpWriteFigures    = "write_figures"
+	OpDueRecipients   = "due_recipients"
 	OpNotices         = "notices"
 	OpRemoveNotices   = "remove_notices"
 	OpDequeuedBundle  = "dequeued_bundle"
@@ -178,12 +181,58 @@ func (s *Store) ApplySweep(ctx context.Context, sweep store.Sweep) error {
 	return err
 }
 
-// Backlog implements store.Store.
-func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
+// ScanBacklog implements store.Figures. The time spent in fn is not
+// counted.
+func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
 	start := s.now()
-	b, err := s.next.Backlog(ctx)
-	s.observe(ctx, OpBacklog, start, err)
-	return b, err
+	var inFn time.Duration
+	cost, err := s.next.ScanBacklog(ctx, func(r store.RecipientRecords) error {
+		t := s.now()
+		defer func() { inFn += s.now().Sub(t) }()
+		return fn(r)
+	})
+	s.observe(ctx, OpScanBacklog, start.Add(inFn), err)
+	return cost, err
+}
+
+// ReadFigures implements store.Figures.
+func (s *Store) ReadFigures(ctx context.Context, parts store.FigureParts) (store.BacklogFigures, error) {
+	start := s.now()
+	f, err := s.next.ReadFigures(ctx, parts)
+	s.observe(ctx, OpReadFigures, start, err)
+	return f, err
+}
+
+// WriteFigures implements store.Figures.
+func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures) error {
+	start := s.now()
+	err := s.next.WriteFigures(ctx, f)
+	s.observe(ctx, OpWriteFigures, start, err)
+	return err
+}
+
+// HoldFiguresLease implements store.Figures.
+func (s *Store) HoldFiguresLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
+	return s.next.HoldFiguresLease(ctx, holder, d)
+}
+
+// ReleaseFiguresLease implements store.Figures.
+func (s *Store) ReleaseFiguresLease(ctx context.Context, holder string) error {
+	return s.next.ReleaseFiguresLease(ctx, holder)
+}
+
+// DueRecipients implements store.Retention. The time spent in fn is not
+// counted.
+func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, fn func(recipient string) error) error {
+	start := s.now()
+	var inFn time.Duration
+	err := s.next.DueRecipients(ctx, dueBefore, since, func(recipient string) error {
+		t := s.now()
+		defer func() { inFn += s.now().Sub(t) }()
+		return fn(recipient)
+	})
+	s.observe(ctx, OpDueRecipients, start.Add(inFn), err)
+	return err
 }
 
 // Notices implements store.Outbox.

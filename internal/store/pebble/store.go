@@ -335,29 +335,6 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 	return nil
 }
 
-// Backlog sums every recipient's catalog entries and cursors: from memory
-// where they are cached, else read (and not cached, so that metrics do not
-// keep idle recipients in memory).
-func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
-	var b store.Backlog
-	err := s.Recipients(ctx, func(recipient string) error {
-		r, err := uuidBytes(recipient)
-		if err != nil {
-			return err
-		}
-		rec := s.cached(r)
-		if rec == nil {
-			if rec, err = s.readRecords(r); err != nil {
-				return err
-			}
-		}
-		st := rec.state()
-		b.Add(st.Entries, st.Cursors)
-		return nil
-	})
-	return b, err
-}
-
 // DequeuedBundles lists the recipient's dequeued bundles.
 func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error) {
 	r, err := uuidBytes(recipient)

@@ -1,0 +1,150 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// The backlog figures: what the backlog gauges, the list of recipients with
+// a backlog and the backlog's history show. One instance of a cluster
+// recounts them now and then (ScanBacklog) and stores them in a few small
+// records that every instance reads, so that neither a gauge nor an admin
+// call ever reads every recipient.
+
+// Bounds of what the figures keep.
+const (
+	// MaxListed is how many recipients each list of the figures keeps: the
+	// ones with the oldest waiting notifications and the ones with the
+	// most (a recipient may be in both).
+	MaxListed = 1000
+	// HistoryStep is the time between two samples of the history, and
+	// HistorySpan how far back it goes.
+	HistoryStep = 5 * time.Minute
+	HistorySpan = 24 * time.Hour
+)
+
+// RecipientRecords is what a recount reads of one recipient.
+type RecipientRecords struct {
+	Recipient string
+	Entries   []catalog.Entry
+	Cursors   []catalog.Cursor
+	Pending   int // bundles peeked and not yet dequeued
+}
+
+// RecipientBacklog is one recipient's line in the figures' lists.
+type RecipientBacklog struct {
+	Recipient string    `json:"r"`
+	Waiting   int64     `json:"w"`           // notifications saved and not yet dequeued
+	Oldest    time.Time `json:"o,omitzero"`  // when the oldest of them was saved (estimated within its drawer); zero when unknown
+	Pending   int       `json:"p,omitempty"` // bundles peeked and not yet dequeued
+}
+
+// BacklogSample is the backlog per domain at one moment.
+type BacklogSample struct {
+	At       time.Time                       `json:"at"`
+	ByOrigin map[domain.Origin]OriginBacklog `json:"b,omitempty"`
+}
+
+// FigureParts says which parts of the figures a read wants besides the
+// totals, which every read gets.
+type FigureParts uint8
+
+// The parts of the figures.
+const (
+	FigureTotals  FigureParts = 0
+	FigureLists   FigureParts = 1 << 0
+	FigureHistory FigureParts = 1 << 1
+)
+
+// BacklogFigures are the backlog figures as last recounted.
+type BacklogFigures struct {
+	// ComputedAt is when the recount ended; zero when there was none.
+	ComputedAt time.Time `json:"at,omitzero"`
+	// Cost is what the recount cost (ScanBacklog), to pace the next.
+	Cost    float64 `json:"cost,omitempty"`
+	Backlog Backlog `json:"bl"`
+	// Notices and OldestNotice are the outbox (Outbox.NoticeBacklog).
+	Notices      int       `json:"n,omitempty"`
+	OldestNotice time.Time `json:"no,omitzero"`
+	// Oldest lists up to MaxListed recipients by their oldest waiting
+	// notification, oldest first; Largest up to MaxListed by their waiting
+	// notifications, most first (FigureLists).
+	Oldest  []RecipientBacklog `json:"old,omitempty"`
+	Largest []RecipientBacklog `json:"big,omitempty"`
+	// History holds one sample per HistoryStep over HistorySpan, oldest
+	// first (FigureHistory).
+	History []BacklogSample `json:"h,omitempty"`
+}
+
+// FiguresBuilder sums a recount into figures.
+type FiguresBuilder struct {
+	backlog Backlog
+	listed  []RecipientBacklog
+}
+
+// Add counts one recipient.
+func (b *FiguresBuilder) Add(r RecipientRecords) {
+	waiting, oldest := b.backlog.Add(r.Entries, r.Cursors)
+	if waiting > 0 || r.Pending > 0 {
+		b.listed = append(b.listed, RecipientBacklog{Recipient: r.Recipient, Waiting: waiting, Oldest: oldest, Pending: r.Pending})
+	}
+}
+
+// Figures returns the figures of what was added, at now, with the history
+// of the previous figures carried on and a sample of now added to it when
+// the last is a HistoryStep old.
+func (b *FiguresBuilder) Figures(now time.Time, history []BacklogSample) BacklogFigures {
+	f := BacklogFigures{ComputedAt: now, Backlog: b.backlog}
+	oldest := slices.Clone(b.listed)
+	slices.SortFunc(oldest, func(x, y RecipientBacklog) int {
+		switch {
+		case x.Oldest.IsZero() != y.Oldest.IsZero():
+			if x.Oldest.IsZero() {
+				return 1 // unknown ages last
+			}
+			return -1
+		case !x.Oldest.Equal(y.Oldest):
+			return x.Oldest.Compare(y.Oldest)
+		}
+		return cmp.Compare(x.Recipient, y.Recipient)
+	})
+	f.Oldest = oldest[:min(len(oldest), MaxListed)]
+	largest := b.listed
+	slices.SortFunc(largest, func(x, y RecipientBacklog) int {
+		if c := cmp.Compare(y.Waiting, x.Waiting); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Recipient, y.Recipient)
+	})
+	f.Largest = largest[:min(len(largest), MaxListed)]
+	f.History = nextHistory(history, BacklogSample{At: now, ByOrigin: b.backlog.ByOrigin})
+	return f
+}
+
+// nextHistory adds the sample when the last one is a step old, and drops
+// the samples older than the span.
+func nextHistory(history []BacklogSample, sample BacklogSample) []BacklogSample {
+	out := slices.DeleteFunc(slices.Clone(history), func(s BacklogSample) bool {
+		return !s.At.After(sample.At.Add(-HistorySpan)) || s.At.After(sample.At)
+	})
+	if n := len(out); n == 0 || !sample.At.Before(out[n-1].At.Add(HistoryStep)) {
+		out = append(out, sample)
+	}
+	return out
+}
+
+// SumBacklog recounts the backlog of every recipient of s at once (tests,
+// and the figures of a store only one process opens).
+func SumBacklog(ctx context.Context, s Figures) (Backlog, error) {
+	var b Backlog
+	_, err := s.ScanBacklog(ctx, func(r RecipientRecords) error {
+		b.Add(r.Entries, r.Cursors)
+		return nil
+	})
+	return b, err
+}
