@@ -53,7 +53,10 @@ func (s *Store) scanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 	byRecipient := map[string]*store.RecipientRecords{}
 	var order []string
 	var cost float64
-	pager := s.recipients.NewQueryItemsPager(backlogQuery, azcosmos.NewPartitionKey(), &azcosmos.QueryOptions{PageSizeHint: 1000})
+	// With this instance's tokens the recount includes its own writes;
+	// other instances' may lag by the replica lag.
+	pager := s.recipients.NewQueryItemsPager(backlogQuery, azcosmos.NewPartitionKey(),
+		&azcosmos.QueryOptions{PageSizeHint: 1000, SessionToken: s.tokens.get(containerRecipients)})
 	for pager.More() {
 		page, err := pager.NextPage(ctx)
 		if err != nil {

@@ -60,6 +60,11 @@ func TestStoreContract(t *testing.T) {
 	storetest.RunStore(t, openChain)
 }
 
+// Retention's index and the backlog figures keep their promises.
+func TestFiguresContract(t *testing.T) {
+	storetest.RunFigures(t, openChain)
+}
+
 // openChain provisions a fresh database, as open does, behind the chain.
 func openChain(t *testing.T) store.Store {
 	t.Helper()
