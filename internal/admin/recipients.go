@@ -35,12 +35,9 @@ const (
 // place in the list; a token of figures recounted since still goes on from
 // its place, in the new list.
 func (s *Service) ListRecipients(ctx context.Context, req *adminv1.ListRecipientsRequest) (*adminv1.ListRecipientsResponse, error) {
-	size := int(req.GetPageSize())
-	switch {
-	case size == 0:
-		size = defaultPageSize
-	case size < 0 || size > maxPageSize:
-		return nil, fmt.Errorf("%w: page_size %d: from 1 to %d (0: %d)", domain.ErrInvalidArgument, size, maxPageSize, defaultPageSize)
+	size, err := bounded("page_size", req.GetPageSize(), defaultPageSize, maxPageSize)
+	if err != nil {
+		return nil, err
 	}
 	order := req.GetOrder()
 	if _, ok := adminv1.RecipientOrder_name[int32(order)]; !ok {
@@ -72,6 +69,18 @@ func (s *Service) ListRecipients(ctx context.Context, req *adminv1.ListRecipient
 	return resp, nil
 }
 
+// bounded reads a request's count: 0 is def, else from 1 to most.
+func bounded(field string, v int32, def, most int) (int, error) {
+	switch n := int(v); {
+	case n == 0:
+		return def, nil
+	case n < 0 || n > most:
+		return 0, fmt.Errorf("%w: %s %d: from 1 to %d (0: %d)", domain.ErrInvalidArgument, field, n, most, def)
+	default:
+		return n, nil
+	}
+}
+
 // pageToken says where the next page starts in the list of an order.
 func pageToken(order adminv1.RecipientOrder, from int) string {
 	return base64.RawURLEncoding.EncodeToString([]byte("r1:" + strconv.Itoa(int(order)) + ":" + strconv.Itoa(from)))
@@ -101,12 +110,9 @@ func parsePageToken(token string, order adminv1.RecipientOrder) (int, error) {
 // GetBacklogHistory returns the figures' samples of the last minutes asked
 // for, oldest first.
 func (s *Service) GetBacklogHistory(ctx context.Context, req *adminv1.GetBacklogHistoryRequest) (*adminv1.GetBacklogHistoryResponse, error) {
-	minutes := int(req.GetMinutes())
-	switch {
-	case minutes == 0:
-		minutes = defaultHistoryMinutes
-	case minutes < 0 || minutes > maxHistoryMinutes:
-		return nil, fmt.Errorf("%w: minutes %d: from 1 to %d (0: %d)", domain.ErrInvalidArgument, minutes, maxHistoryMinutes, defaultHistoryMinutes)
+	minutes, err := bounded("minutes", req.GetMinutes(), defaultHistoryMinutes, maxHistoryMinutes)
+	if err != nil {
+		return nil, err
 	}
 	f, err := s.hub.BacklogFigures(ctx, store.FigureHistory)
 	if err != nil {

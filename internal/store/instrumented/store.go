@@ -146,14 +146,21 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 // work per recipient, itself made of store operations) is not counted, nor is
 // an error fn returned.
 func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error) error {
+	return visit(s, ctx, OpRecipients, func(fn func(string) error) error { return s.next.Recipients(ctx, fn) }, fn)
+}
+
+// visit records one operation of a backend that calls fn for many items
+// (run): the time spent in fn, itself made of store operations, is not
+// counted, nor is an error fn returned.
+func visit[T any](s *Store, ctx context.Context, op string, run func(func(T) error) error, fn func(T) error) error {
 	start := s.now()
 	var (
 		inFn  time.Duration
 		fnErr error
 	)
-	err := s.next.Recipients(ctx, func(recipient string) error {
+	err := run(func(v T) error {
 		t := s.now()
-		fnErr = fn(recipient)
+		fnErr = fn(v)
 		inFn += s.now().Sub(t)
 		return fnErr
 	})
@@ -161,7 +168,7 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 	if fnErr != nil && errors.Is(err, fnErr) {
 		storeErr = nil // fn's own failure, already recorded by the operation that failed
 	}
-	s.observe(ctx, OpRecipients, start.Add(inFn), storeErr)
+	s.observe(ctx, op, start.Add(inFn), storeErr)
 	return err
 }
 
@@ -184,14 +191,11 @@ func (s *Store) ApplySweep(ctx context.Context, sweep store.Sweep) error {
 // ScanBacklog implements store.Figures. The time spent in fn is not
 // counted.
 func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
-	start := s.now()
-	var inFn time.Duration
-	cost, err := s.next.ScanBacklog(ctx, func(r store.RecipientRecords) error {
-		t := s.now()
-		defer func() { inFn += s.now().Sub(t) }()
-		return fn(r)
-	})
-	s.observe(ctx, OpScanBacklog, start.Add(inFn), err)
+	var cost float64
+	err := visit(s, ctx, OpScanBacklog, func(fn func(store.RecipientRecords) error) (err error) {
+		cost, err = s.next.ScanBacklog(ctx, fn)
+		return err
+	}, fn)
 	return cost, err
 }
 
@@ -224,15 +228,9 @@ func (s *Store) ReleaseFiguresLease(ctx context.Context, holder string) error {
 // DueRecipients implements store.Retention. The time spent in fn is not
 // counted.
 func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, fn func(recipient string) error) error {
-	start := s.now()
-	var inFn time.Duration
-	err := s.next.DueRecipients(ctx, dueBefore, since, func(recipient string) error {
-		t := s.now()
-		defer func() { inFn += s.now().Sub(t) }()
-		return fn(recipient)
-	})
-	s.observe(ctx, OpDueRecipients, start.Add(inFn), err)
-	return err
+	return visit(s, ctx, OpDueRecipients, func(fn func(string) error) error {
+		return s.next.DueRecipients(ctx, dueBefore, since, fn)
+	}, fn)
 }
 
 // Notices implements store.Outbox.

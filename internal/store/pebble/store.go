@@ -324,6 +324,13 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 	if err != nil {
 		return err
 	}
+	return each(ctx, recipients, fn)
+}
+
+// each calls fn for every recipient until one fails or ctx ends: the
+// visits of recipients run after the scan that listed them, so that fn may
+// write.
+func each(ctx context.Context, recipients []string, fn func(recipient string) error) error {
 	for _, r := range recipients {
 		if err := ctx.Err(); err != nil {
 			return err

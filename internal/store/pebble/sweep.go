@@ -144,13 +144,5 @@ func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, f
 	if err != nil {
 		return err
 	}
-	for _, r := range due {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return nil
+	return each(ctx, due, fn)
 }
