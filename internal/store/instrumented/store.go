@@ -146,13 +146,13 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 // work per recipient, itself made of store operations) is not counted, nor is
 // an error fn returned.
 func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error) error {
-	return visit(s, ctx, OpRecipients, func(fn func(string) error) error { return s.next.Recipients(ctx, fn) }, fn)
+	return visit(ctx, s, OpRecipients, func(fn func(string) error) error { return s.next.Recipients(ctx, fn) }, fn)
 }
 
 // visit records one operation of a backend that calls fn for many items
 // (run): the time spent in fn, itself made of store operations, is not
 // counted, nor is an error fn returned.
-func visit[T any](s *Store, ctx context.Context, op string, run func(func(T) error) error, fn func(T) error) error {
+func visit[T any](ctx context.Context, s *Store, op string, run func(func(T) error) error, fn func(T) error) error {
 	start := s.now()
 	var (
 		inFn  time.Duration
@@ -192,7 +192,7 @@ func (s *Store) ApplySweep(ctx context.Context, sweep store.Sweep) error {
 // counted.
 func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
 	var cost float64
-	err := visit(s, ctx, OpScanBacklog, func(fn func(store.RecipientRecords) error) (err error) {
+	err := visit(ctx, s, OpScanBacklog, func(fn func(store.RecipientRecords) error) (err error) {
 		cost, err = s.next.ScanBacklog(ctx, fn)
 		return err
 	}, fn)
@@ -228,7 +228,7 @@ func (s *Store) ReleaseFiguresLease(ctx context.Context, holder string) error {
 // DueRecipients implements store.Retention. The time spent in fn is not
 // counted.
 func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, fn func(recipient string) error) error {
-	return visit(s, ctx, OpDueRecipients, func(fn func(string) error) error {
+	return visit(ctx, s, OpDueRecipients, func(fn func(string) error) error {
 		return s.next.DueRecipients(ctx, dueBefore, since, fn)
 	}, fn)
 }
