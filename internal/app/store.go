@@ -124,7 +124,7 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 func (a *App) keepFigures(s store.Store, outbox bool) error {
 	opts := figures.Options{Logger: a.logger}
 	if a.cfg.Store == StoreEmbedded {
-		opts.Every, opts.Check = telemetry.DefaultBacklogInterval, telemetry.DefaultBacklogInterval
+		opts.Every = telemetry.DefaultBacklogInterval
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -160,9 +160,9 @@ func (s *guardedStore) ReleaseSweepLease(ctx context.Context, holder string) err
 }
 
 // WriteFigures implements store.Figures: refused below the floor.
-func (s *guardedStore) WriteFigures(ctx context.Context, f store.BacklogFigures) error {
+func (s *guardedStore) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
 	n := uint64(len(f.Oldest)+len(f.Largest)+len(f.History)+1) * recordBytes * writeFactor //nolint:gosec // lengths are not negative
-	return s.write(n, s.g.Floor(), func() error { return s.Store.WriteFigures(ctx, f) })
+	return s.write(n, s.g.Floor(), func() error { return s.Store.WriteFigures(ctx, f, parts) })
 }
 
 // AcquireBuild implements store.Coordination: refused below the floor.

@@ -36,6 +36,18 @@ type RecipientRecords struct {
 	Pending   int // bundles peeked and not yet dequeued
 }
 
+// BacklogChanges is what changed in the recipients' records since a
+// cursor (Figures.ChangedBacklog).
+type BacklogChanges struct {
+	Recipients []RecipientRecords
+	// All says that Recipients are every recipient with records.
+	All bool
+	// Cursor is where the next read goes on.
+	Cursor string
+	// Cost is what the read cost, as ScanBacklog's.
+	Cost float64
+}
+
 // RecipientBacklog is one recipient's line in the figures' lists.
 type RecipientBacklog struct {
 	Recipient string    `json:"r"`
@@ -50,8 +62,9 @@ type BacklogSample struct {
 	ByOrigin map[domain.Origin]OriginBacklog `json:"b,omitempty"`
 }
 
-// FigureParts says which parts of the figures a read wants besides the
-// totals, which every read gets.
+// FigureParts says which parts of the figures a read wants, or a write
+// replaces, besides the totals, which every read gets and every write
+// replaces.
 type FigureParts uint8
 
 // The parts of the figures.
@@ -65,9 +78,13 @@ const (
 type BacklogFigures struct {
 	// ComputedAt is when the recount ended; zero when there was none.
 	ComputedAt time.Time `json:"at,omitzero"`
-	// Cost is what the recount cost (ScanBacklog), to pace the next.
-	Cost    float64 `json:"cost,omitempty"`
-	Backlog Backlog `json:"bl"`
+	// Cost is what the update that computed them cost (reading what
+	// changed), FullAt when the last recount of every recipient was and
+	// FullCost what it cost: they pace the next of each.
+	Cost     float64   `json:"cost,omitempty"`
+	FullAt   time.Time `json:"fat,omitzero"`
+	FullCost float64   `json:"fcost,omitempty"`
+	Backlog  Backlog   `json:"bl"`
 	// Notices and OldestNotice are the outbox (Outbox.NoticeBacklog).
 	Notices      int       `json:"n,omitempty"`
 	OldestNotice time.Time `json:"no,omitzero"`
@@ -81,26 +98,63 @@ type BacklogFigures struct {
 	History []BacklogSample `json:"h,omitempty"`
 }
 
-// FiguresBuilder sums a recount into figures.
-type FiguresBuilder struct {
-	backlog Backlog
-	listed  []RecipientBacklog
+// Tally is the backlog of every recipient, kept recipient by recipient:
+// from a recount, then from the recipients that changed.
+type Tally struct {
+	lines map[string]tallyLine
 }
 
-// Add counts one recipient.
-func (b *FiguresBuilder) Add(r RecipientRecords) {
-	waiting, oldest := b.backlog.Add(r.Entries, r.Cursors)
-	if waiting > 0 || r.Pending > 0 {
-		b.listed = append(b.listed, RecipientBacklog{Recipient: r.Recipient, Waiting: waiting, Oldest: oldest, Pending: r.Pending})
+// tallyLine is one recipient's part: its line in the lists and its
+// backlog by domain.
+type tallyLine struct {
+	RecipientBacklog
+	byOrigin map[domain.Origin]OriginBacklog
+}
+
+// Set replaces the recipient's part with what r says; a recipient with
+// nothing waiting and nothing pending leaves the tally.
+func (t *Tally) Set(r RecipientRecords) {
+	if t.lines == nil {
+		t.lines = map[string]tallyLine{}
+	}
+	var b Backlog
+	waiting, oldest := b.Add(r.Entries, r.Cursors)
+	if waiting <= 0 && r.Pending == 0 {
+		delete(t.lines, r.Recipient)
+		return
+	}
+	t.lines[r.Recipient] = tallyLine{
+		RecipientBacklog: RecipientBacklog{Recipient: r.Recipient, Waiting: waiting, Oldest: oldest, Pending: r.Pending},
+		byOrigin:         b.ByOrigin,
 	}
 }
 
-// Figures returns the figures of what was added, at now, with the history
-// of the previous figures carried on and a sample of now added to it when
-// the last is a HistoryStep old.
-func (b *FiguresBuilder) Figures(now time.Time, history []BacklogSample) BacklogFigures {
-	f := BacklogFigures{ComputedAt: now, Backlog: b.backlog}
-	oldest := slices.Clone(b.listed)
+// Reset empties the tally.
+func (t *Tally) Reset() { t.lines = nil }
+
+// Figures returns the figures of the tally at now, with history carried on
+// and a sample of now added to it when the last is a HistoryStep old.
+func (t *Tally) Figures(now time.Time, history []BacklogSample) BacklogFigures {
+	f := BacklogFigures{ComputedAt: now}
+	listed := make([]RecipientBacklog, 0, len(t.lines))
+	for _, l := range t.lines {
+		listed = append(listed, l.RecipientBacklog)
+		if l.Waiting > 0 {
+			f.Backlog.Recipients++
+		}
+		for o, ob := range l.byOrigin {
+			if f.Backlog.ByOrigin == nil {
+				f.Backlog.ByOrigin = map[domain.Origin]OriginBacklog{}
+			}
+			sum := f.Backlog.ByOrigin[o]
+			sum.Notifications += ob.Notifications
+			if !ob.Oldest.IsZero() && (sum.Oldest.IsZero() || ob.Oldest.Before(sum.Oldest)) {
+				sum.Oldest = ob.Oldest
+			}
+			f.Backlog.ByOrigin[o] = sum
+		}
+	}
+	oldest := slices.Clone(listed)
 	slices.SortFunc(oldest, func(x, y RecipientBacklog) int {
 		switch {
 		case x.Oldest.IsZero() != y.Oldest.IsZero():
@@ -114,7 +168,7 @@ func (b *FiguresBuilder) Figures(now time.Time, history []BacklogSample) Backlog
 		return cmp.Compare(x.Recipient, y.Recipient)
 	})
 	f.Oldest = oldest[:min(len(oldest), MaxListed)]
-	largest := b.listed
+	largest := listed
 	slices.SortFunc(largest, func(x, y RecipientBacklog) int {
 		if c := cmp.Compare(y.Waiting, x.Waiting); c != 0 {
 			return c
@@ -122,7 +176,7 @@ func (b *FiguresBuilder) Figures(now time.Time, history []BacklogSample) Backlog
 		return cmp.Compare(x.Recipient, y.Recipient)
 	})
 	f.Largest = largest[:min(len(largest), MaxListed)]
-	f.History = nextHistory(history, BacklogSample{At: now, ByOrigin: b.backlog.ByOrigin})
+	f.History = nextHistory(history, BacklogSample{At: now, ByOrigin: f.Backlog.ByOrigin})
 	return f
 }
 

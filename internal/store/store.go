@@ -168,8 +168,16 @@ type Figures interface {
 	// store in its own unit (request units on Cosmos DB; 0 where reading
 	// is local), so that the holder can pace recounts by it.
 	ScanBacklog(ctx context.Context, fn func(RecipientRecords) error) (cost float64, err error)
-	// WriteFigures stores the figures, replacing the last.
-	WriteFigures(ctx context.Context, f BacklogFigures) error
+	// ChangedBacklog returns the recipients whose catalog entries, cursors
+	// or bundles changed since cursor, each with its records as they are
+	// now (none when it has nothing left), and the cursor to go on from. A
+	// store may name more recipients than changed; with All set it names
+	// every recipient with records, and the others have none. The empty
+	// cursor is the present: the answer holds its cursor and nothing else.
+	ChangedBacklog(ctx context.Context, cursor string) (BacklogChanges, error)
+	// WriteFigures stores the figures' totals and the parts named,
+	// replacing the last; the other parts stay as they were.
+	WriteFigures(ctx context.Context, f BacklogFigures, parts FigureParts) error
 	// ReadFigures returns the figures last written, with the parts asked
 	// for (the totals always); zero figures when none were written.
 	ReadFigures(ctx context.Context, parts FigureParts) (BacklogFigures, error)

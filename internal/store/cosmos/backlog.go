@@ -35,8 +35,9 @@ const (
 	typeFigures      = "figures"
 )
 
-// backlogQuery reads what a recount needs of every recipient.
-const backlogQuery = "SELECT c.pk, c.t, c.o, c.ct, c.tot, c.dr, c.ack FROM c WHERE c.t IN ('entry', 'cursor', 'pending')"
+// backlogQuery reads what a recount needs of every recipient (the same
+// query as backlogOfQuery, across partitions).
+const backlogQuery = backlogOfQuery
 
 // figuresDoc is one part of the figures.
 type figuresDoc struct {
@@ -64,31 +65,18 @@ func (s *Store) scanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 		}
 		cost += float64(page.RequestCharge)
 		for _, raw := range page.Items {
-			var d struct {
-				PK      string       `json:"pk"`
-				T       string       `json:"t"`
-				Origin  int32        `json:"o"`
-				CT      string       `json:"ct"`
-				Total   int64        `json:"tot"`
-				Drawers []drawerMeta `json:"dr"`
-				Acked   int64        `json:"ack"`
-			}
-			if err := json.Unmarshal(raw, &d); err != nil {
+			pk, err := recipientOf(raw)
+			if err != nil {
 				return cost, err
 			}
-			r := byRecipient[d.PK]
+			r := byRecipient[pk]
 			if r == nil {
-				r = &store.RecipientRecords{Recipient: d.PK}
-				byRecipient[d.PK] = r
-				order = append(order, d.PK)
+				r = &store.RecipientRecords{Recipient: pk}
+				byRecipient[pk] = r
+				order = append(order, pk)
 			}
-			switch d.T {
-			case typeEntry:
-				r.Entries = append(r.Entries, toEntry(entryDoc{Origin: d.Origin, CT: d.CT, Total: d.Total, Drawers: d.Drawers}))
-			case typeCursor:
-				r.Cursors = append(r.Cursors, toCursor(cursorDoc{Origin: d.Origin, CT: d.CT, Acked: d.Acked}))
-			case typePending:
-				r.Pending++
+			if err := addBacklogDoc(r, raw); err != nil {
+				return cost, err
 			}
 		}
 	}
@@ -100,18 +88,57 @@ func (s *Store) scanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 	return cost, nil
 }
 
-// writeFigures replaces the figures' three documents, the totals last: a
-// reader that sees new totals finds lists and history at least as new.
-func (s *Store) writeFigures(ctx context.Context, f store.BacklogFigures) error {
-	lists := store.BacklogFigures{ComputedAt: f.ComputedAt, Oldest: f.Oldest, Largest: f.Largest}
-	history := store.BacklogFigures{ComputedAt: f.ComputedAt, History: f.History}
+// backlogDoc is what a recount reads of an entry, a cursor or a pending
+// bundle.
+type backlogDoc struct {
+	PK      string       `json:"pk"`
+	T       string       `json:"t"`
+	Origin  int32        `json:"o"`
+	CT      string       `json:"ct"`
+	Total   int64        `json:"tot"`
+	Drawers []drawerMeta `json:"dr"`
+	Acked   int64        `json:"ack"`
+}
+
+func recipientOf(raw []byte) (string, error) {
+	var d struct {
+		PK string `json:"pk"`
+	}
+	err := json.Unmarshal(raw, &d)
+	return d.PK, err
+}
+
+// addBacklogDoc adds one document of the backlog query to r.
+func addBacklogDoc(r *store.RecipientRecords, raw []byte) error {
+	var d backlogDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return err
+	}
+	switch d.T {
+	case typeEntry:
+		r.Entries = append(r.Entries, toEntry(entryDoc{Origin: d.Origin, CT: d.CT, Total: d.Total, Drawers: d.Drawers}))
+	case typeCursor:
+		r.Cursors = append(r.Cursors, toCursor(cursorDoc{Origin: d.Origin, CT: d.CT, Acked: d.Acked}))
+	case typePending:
+		r.Pending++
+	}
+	return nil
+}
+
+// writeFigures replaces the totals and the parts named, the totals last: a
+// reader that sees new totals finds the other parts at least as new.
+func (s *Store) writeFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
+	var docs []figuresDoc
+	if parts&store.FigureLists != 0 {
+		docs = append(docs, figuresDoc{ID: figuresListsID, BacklogFigures: store.BacklogFigures{ComputedAt: f.ComputedAt, Oldest: f.Oldest, Largest: f.Largest}})
+	}
+	if parts&store.FigureHistory != 0 {
+		docs = append(docs, figuresDoc{ID: figuresHistoryID, BacklogFigures: store.BacklogFigures{ComputedAt: f.ComputedAt, History: f.History}})
+	}
 	f.Oldest, f.Largest, f.History = nil, nil, nil
+	docs = append(docs, figuresDoc{ID: figuresTotalsID, BacklogFigures: f})
 	key := azcosmos.NewPartitionKeyString(figuresPartition)
-	for _, d := range []figuresDoc{
-		{ID: figuresListsID, BacklogFigures: lists},
-		{ID: figuresHistoryID, BacklogFigures: history},
-		{ID: figuresTotalsID, BacklogFigures: f},
-	} {
+	for _, d := range docs {
 		d.PK, d.T = figuresPartition, typeFigures
 		raw, err := json.Marshal(d)
 		if err != nil {
@@ -184,8 +211,8 @@ func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 }
 
 // WriteFigures is writeFigures, its errors mapped.
-func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures) error {
-	return storeError(s.writeFigures(ctx, f))
+func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
+	return storeError(s.writeFigures(ctx, f, parts))
 }
 
 // ReadFigures is readFigures, its errors mapped.

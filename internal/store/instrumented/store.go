@@ -30,6 +30,7 @@ const (
 	OpDequeuedBundles = "dequeued_bundles"
 	OpApplySweep      = "apply_sweep"
 	OpScanBacklog     = "scan_backlog"
+	OpChangedBacklog  = "changed_backlog"
 	OpReadFigures     = "read_figures"
 	OpWriteFigures    = "write_figures"
 	OpDueRecipients   = "due_recipients"
@@ -199,6 +200,14 @@ func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 	return cost, err
 }
 
+// ChangedBacklog implements store.Figures.
+func (s *Store) ChangedBacklog(ctx context.Context, cursor string) (store.BacklogChanges, error) {
+	start := s.now()
+	c, err := s.next.ChangedBacklog(ctx, cursor)
+	s.observe(ctx, OpChangedBacklog, start, err)
+	return c, err
+}
+
 // ReadFigures implements store.Figures.
 func (s *Store) ReadFigures(ctx context.Context, parts store.FigureParts) (store.BacklogFigures, error) {
 	start := s.now()
@@ -208,9 +217,9 @@ func (s *Store) ReadFigures(ctx context.Context, parts store.FigureParts) (store
 }
 
 // WriteFigures implements store.Figures.
-func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures) error {
+func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
 	start := s.now()
-	err := s.next.WriteFigures(ctx, f)
+	err := s.next.WriteFigures(ctx, f, parts)
 	s.observe(ctx, OpWriteFigures, start, err)
 	return err
 }

@@ -19,6 +19,26 @@ var (
 	figuresHistoryKey = []byte{prefixFigures, 'h'}
 )
 
+// figureRecord is one record of the figures: the totals, the lists or the
+// history.
+type figureRecord struct {
+	part    byte
+	figures store.BacklogFigures
+}
+
+// figureRecords splits f into the records a write of parts replaces.
+func figureRecords(f store.BacklogFigures, parts store.FigureParts) []figureRecord {
+	var out []figureRecord
+	if parts&store.FigureLists != 0 {
+		out = append(out, figureRecord{'l', store.BacklogFigures{ComputedAt: f.ComputedAt, Oldest: f.Oldest, Largest: f.Largest}})
+	}
+	if parts&store.FigureHistory != 0 {
+		out = append(out, figureRecord{'h', store.BacklogFigures{ComputedAt: f.ComputedAt, History: f.History}})
+	}
+	f.Oldest, f.Largest, f.History = nil, nil, nil
+	return append(out, figureRecord{'t', f}) // the totals last
+}
+
 // ScanBacklog implements store.Figures: every recipient with a head, from
 // memory where cached, else read (and not cached, so that a recount does
 // not keep idle recipients in memory).
@@ -43,20 +63,14 @@ func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 }
 
 // WriteFigures implements store.Figures.
-func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures) error {
-	lists := store.BacklogFigures{Oldest: f.Oldest, Largest: f.Largest}
-	history := store.BacklogFigures{History: f.History}
-	f.Oldest, f.Largest, f.History = nil, nil, nil
+func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
 	var puts []put
-	for _, p := range []struct {
-		key []byte
-		v   store.BacklogFigures
-	}{{figuresTotalsKey, f}, {figuresListsKey, lists}, {figuresHistoryKey, history}} {
-		raw, err := json.Marshal(p.v)
+	for _, p := range figureRecords(f, parts) {
+		raw, err := json.Marshal(p.figures)
 		if err != nil {
 			return err
 		}
-		puts = append(puts, put{key: p.key, value: raw})
+		puts = append(puts, put{key: []byte{prefixFigures, p.part}, value: raw})
 	}
 	return s.write(ctx, func(tx *txn) error {
 		tx.apply(puts)
@@ -93,4 +107,20 @@ func (s *Store) readFigure(key []byte, v *store.BacklogFigures) error {
 		return err
 	}
 	return json.Unmarshal(raw, v)
+}
+
+// ChangedBacklog implements store.Figures: the store is local, so every
+// answer is a recount of every recipient (All), which costs no request
+// units.
+func (s *Store) ChangedBacklog(ctx context.Context, cursor string) (store.BacklogChanges, error) {
+	changes := store.BacklogChanges{Cursor: "all"}
+	if cursor == "" {
+		return changes, nil
+	}
+	changes.All = true
+	_, err := s.ScanBacklog(ctx, func(r store.RecipientRecords) error {
+		changes.Recipients = append(changes.Recipients, r)
+		return nil
+	})
+	return changes, err
 }

@@ -23,6 +23,7 @@ func RunFigures(t *testing.T, newStore Factory) {
 	run("DueRecipientsNamesOnlyWhatIsDueOrDequeuedSince", dueRecipients)
 	run("ScanBacklogReadsEveryRecipientWithABacklog", scanBacklog)
 	run("FiguresAreReadBackInTheirParts", figuresRoundTrip)
+	run("ChangedBacklogNamesTheRecipientsThatChanged", changedBacklog)
 	run("FiguresLeaseIsHeldAndGivenUp", figuresLease)
 	run("ARecountListsRecipientsByAgeAndBySize", recountLists)
 }
@@ -119,7 +120,7 @@ func figuresRoundTrip(t *testing.T, s *storeEnv) {
 		Oldest: []store.RecipientBacklog{line}, Largest: []store.RecipientBacklog{line},
 		History: []store.BacklogSample{{At: at, ByOrigin: map[domain.Origin]store.OriginBacklog{domain.OriginCharges: {Notifications: 7}}}},
 	}
-	if err := s.store.WriteFigures(ctx(t), want); err != nil {
+	if err := s.store.WriteFigures(ctx(t), want, store.FigureLists|store.FigureHistory); err != nil {
 		t.Fatal(err)
 	}
 	totals, err := s.store.ReadFigures(ctx(t), store.FigureTotals)
@@ -140,6 +141,62 @@ func figuresRoundTrip(t *testing.T, s *storeEnv) {
 	if len(all.Oldest) != 1 || all.Oldest[0].Recipient != line.Recipient || !all.Oldest[0].Oldest.Equal(line.Oldest) ||
 		len(all.Largest) != 1 || all.Largest[0].Waiting != 7 || len(all.History) != 1 || !all.History[0].At.Equal(at) {
 		t.Fatalf("lists and history read %+v, wrote %+v", all, want)
+	}
+	// A write of the totals alone leaves the other parts as they were.
+	later := store.BacklogFigures{ComputedAt: at.Add(time.Minute), Notices: 1}
+	if err := s.store.WriteFigures(ctx(t), later, store.FigureTotals); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := s.store.ReadFigures(ctx(t), store.FigureLists|store.FigureHistory)
+	if err != nil || !kept.ComputedAt.Equal(later.ComputedAt) || kept.Notices != 1 || len(kept.Oldest) != 1 || len(kept.History) != 1 {
+		t.Fatalf("after a write of the totals alone: %+v (%v); want the new totals and the old lists and history", kept, err)
+	}
+}
+
+// changedBacklog follows a tally from a recount through ChangedBacklog and
+// checks it against a fresh recount.
+func changedBacklog(t *testing.T, s *storeEnv) {
+	idle, busy, done := newRecipient(), newRecipient(), newRecipient()
+	s.commit(notes(2, idle, domain.OriginCharges, "c")...)
+	s.commit(notes(2, done, domain.OriginCharges, "c")...)
+	start, err := s.store.ChangedBacklog(ctx(t), "")
+	if err != nil || start.Cursor == "" || len(start.Recipients) != 0 {
+		t.Fatalf("the present: %+v (%v); want a cursor and nothing else", start, err)
+	}
+	var tally store.Tally
+	if _, err := s.store.ScanBacklog(ctx(t), func(r store.RecipientRecords) error { tally.Set(r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.commit(notes(3, busy, domain.OriginTimeSeries, "t")...)
+	s.acknowledge(done, s.create(done, s.record(domain.OriginCharges, "c", 0, 2)))
+	changes, err := s.store.ChangedBacklog(ctx(t), start.Cursor)
+	if err != nil || changes.Cursor == "" {
+		t.Fatalf("changes: %+v (%v)", changes, err)
+	}
+	named := map[string]bool{}
+	for _, r := range changes.Recipients {
+		named[r.Recipient] = true
+	}
+	if !named[busy] || (!named[done] && !changes.All) {
+		t.Fatalf("changes name %v (all: %v); want %s and %s", named, changes.All, busy, done)
+	}
+	if changes.All {
+		tally.Reset()
+	}
+	for _, r := range changes.Recipients {
+		tally.Set(r)
+	}
+	got := tally.Figures(s.clock.Now(), nil)
+	want, err := store.SumBacklog(ctx(t), s.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Backlog.Recipients != 2 || want.Recipients != 2 ||
+		got.Backlog.ByOrigin[domain.OriginCharges].Notifications != 2 || got.Backlog.ByOrigin[domain.OriginTimeSeries].Notifications != 3 {
+		t.Fatalf("followed %+v, recounted %+v; want 2 recipients, 2 charges (idle), 3 time series (busy)", got.Backlog, want)
+	}
+	if again, err := s.store.ChangedBacklog(ctx(t), changes.Cursor); err != nil || (!again.All && slices.ContainsFunc(again.Recipients, func(r store.RecipientRecords) bool { return r.Recipient == idle })) {
+		t.Fatalf("nothing changed, yet the idle recipient was read again: %+v (%v)", again, err)
 	}
 }
 
@@ -192,15 +249,17 @@ func recountLists(t *testing.T, s *storeEnv) {
 	if f.Largest[0].Waiting != 5 || len(f.History) != 1 || f.History[0].ByOrigin[domain.OriginCharges].Notifications != 6 {
 		t.Fatalf("figures %+v: want 5 waiting for the largest and one sample of 6 charges", f)
 	}
-	// Due again only after Every; a second recount adds a sample a step on.
+	// Due again only after Every; an update a history step on adds a
+	// sample, and follows what changed.
 	if done, err := k.Turn(ctx(t)); err != nil || done {
-		t.Fatalf("a turn right after a recount recounted: %v (%v)", done, err)
+		t.Fatalf("a turn right after a recount updated the figures: %v (%v)", done, err)
 	}
-	s.clock.Advance(figures.DefaultEvery)
+	s.commit(notes(2, none, domain.OriginCharges, "c")...)
+	s.clock.Advance(store.HistoryStep)
 	if done, err := k.Turn(ctx(t)); err != nil || !done {
-		t.Fatalf("a turn after Every did not recount: %v (%v)", done, err)
+		t.Fatalf("a turn a history step on did not update the figures: %v (%v)", done, err)
 	}
-	if f, err = s.store.ReadFigures(ctx(t), store.FigureHistory); err != nil || len(f.History) != 2 {
-		t.Fatalf("history after two recounts a step apart: %d samples (%v), want 2", len(f.History), err)
+	if f, err = s.store.ReadFigures(ctx(t), store.FigureLists|store.FigureHistory); err != nil || len(f.History) != 2 || len(f.Oldest) != 3 {
+		t.Fatalf("after an update a step on: %d samples, %d listed (%v); want 2 samples, 3 listed", len(f.History), len(f.Oldest), err)
 	}
 }
