@@ -91,8 +91,9 @@ func (r *Hub) sweep(ctx context.Context) error {
 	return r.sweepPass(ctx, r.opts.Now().Add(-r.opts.Retention), 0, nil)
 }
 
-// sweepPass removes what retention allows: dequeued bundles older than the
-// retention, and fully acknowledged drawers that no retained bundle covers.
+// sweepPass removes what retention allows: dequeued and released bundles
+// older than the retention, and fully acknowledged drawers that no retained
+// bundle covers.
 // Nothing unacknowledged is ever removed. It visits only the recipients the
 // store's index of dequeue times names (Retention.DueRecipients): those
 // with a bundle due, and those that dequeued since since (their catalog
@@ -150,6 +151,14 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff time.
 	detached := map[string]bool{}    // drawers retained records name
 	var expiredDrawers []drawer.Meta // drawers expired records name
 	for _, rec := range slices.Concat(state.Pending, dequeued) {
+		if rec.State == bundle.Released {
+			// It reads nothing back, so it keeps no drawer; its record
+			// only keeps its id used until the retention has passed.
+			if rec.ReleasedAt.Before(cutoff) {
+				sw.Bundles = append(sw.Bundles, rec.ID)
+			}
+			continue
+		}
 		if rec.State == bundle.Dequeued && rec.DequeuedAt.Before(cutoff) {
 			sw.Bundles = append(sw.Bundles, rec.ID)
 			expiredDrawers = append(expiredDrawers, rec.Drawers...)

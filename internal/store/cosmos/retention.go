@@ -14,7 +14,8 @@ import (
 // the documents in that range and no other, so a recipient with nothing due
 // and nothing dequeued lately costs the pass nothing. Cosmos DB serves a
 // range filter on a path with a range index (the default for /da/? in the
-// container's policy).
+// container's policy). A released bundle's document has no da: it keeps no
+// drawer, and its ttl removes it when its retention runs out.
 const (
 	dueQuery      = "SELECT c.pk FROM c WHERE c.da < @due"
 	dueSinceQuery = "SELECT c.pk FROM c WHERE c.da < @due OR c.da >= @since"

@@ -295,7 +295,8 @@ func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]store.I
 	return found, nil
 }
 
-// BundleExists looks for the id among pending and dequeued bundles.
+// BundleExists looks for the id among pending and dequeued (or released)
+// bundles.
 func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
 	st, err := s.LoadRecipient(ctx, recipient)
 	if err != nil {
@@ -342,7 +343,7 @@ func each(ctx context.Context, recipients []string, fn func(recipient string) er
 	return nil
 }
 
-// DequeuedBundles lists the recipient's dequeued bundles.
+// DequeuedBundles lists the recipient's dequeued and released bundles.
 func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error) {
 	r, err := uuidBytes(recipient)
 	if err != nil {

@@ -136,7 +136,11 @@ func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, f
 		if err := json.Unmarshal(value, &rec); err != nil {
 			return err
 		}
-		if rec.DequeuedAt.Before(dueBefore) || (!since.IsZero() && !rec.DequeuedAt.Before(since)) {
+		at := rec.DequeuedAt
+		if rec.State == bundle.Released {
+			at = rec.ReleasedAt
+		}
+		if at.Before(dueBefore) || (!since.IsZero() && !at.Before(since)) {
 			due = append(due, recipient)
 		}
 		return nil
