@@ -53,32 +53,23 @@ type figuresDoc struct {
 func (s *Store) scanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
 	byRecipient := map[string]*store.RecipientRecords{}
 	var order []string
-	var cost float64
 	// With this instance's tokens the recount includes its own writes;
 	// other instances' may lag by the replica lag.
-	pager := s.recipients.NewQueryItemsPager(backlogQuery, azcosmos.NewPartitionKey(),
-		&azcosmos.QueryOptions{PageSizeHint: 1000, SessionToken: s.tokens.get(containerRecipients)})
-	for pager.More() {
-		page, err := pager.NextPage(ctx)
+	cost, err := s.queryCharged(ctx, azcosmos.NewPartitionKey(), backlogQuery, func(raw []byte) error {
+		pk, err := recipientOf(raw)
 		if err != nil {
-			return cost, err
+			return err
 		}
-		cost += float64(page.RequestCharge)
-		for _, raw := range page.Items {
-			pk, err := recipientOf(raw)
-			if err != nil {
-				return cost, err
-			}
-			r := byRecipient[pk]
-			if r == nil {
-				r = &store.RecipientRecords{Recipient: pk}
-				byRecipient[pk] = r
-				order = append(order, pk)
-			}
-			if err := addBacklogDoc(r, raw); err != nil {
-				return cost, err
-			}
+		r := byRecipient[pk]
+		if r == nil {
+			r = &store.RecipientRecords{Recipient: pk}
+			byRecipient[pk] = r
+			order = append(order, pk)
 		}
+		return addBacklogDoc(r, raw)
+	})
+	if err != nil {
+		return cost, err
 	}
 	for _, pk := range order {
 		if err := fn(*byRecipient[pk]); err != nil {

@@ -88,7 +88,7 @@ func (s *Store) changedBacklog(ctx context.Context, cursor string) (store.Backlo
 	for i, pk := range order {
 		g.Go(func() error {
 			r := store.RecipientRecords{Recipient: pk}
-			cost, err := s.queryCharged(gctx, pk, backlogOfQuery, func(raw []byte) error { return addBacklogDoc(&r, raw) })
+			cost, err := s.queryCharged(gctx, azcosmos.NewPartitionKeyString(pk), backlogOfQuery, func(raw []byte) error { return addBacklogDoc(&r, raw) })
 			mu.Lock()
 			out.Cost += cost
 			mu.Unlock()
@@ -103,11 +103,12 @@ func (s *Store) changedBacklog(ctx context.Context, cursor string) (store.Backlo
 	return out, nil
 }
 
-// queryCharged runs a query within one partition, as fresh as this
-// store's session tokens, and returns what it cost.
-func (s *Store) queryCharged(ctx context.Context, pk, sql string, fn func([]byte) error) (float64, error) {
-	pager := s.recipients.NewQueryItemsPager(sql, azcosmos.NewPartitionKeyString(pk),
-		&azcosmos.QueryOptions{SessionToken: s.tokens.get(containerRecipients)})
+// queryCharged runs a query of the recipients container (within one
+// partition, or across them with the empty key), as fresh as this store's
+// session tokens, and returns what it cost.
+func (s *Store) queryCharged(ctx context.Context, pk azcosmos.PartitionKey, sql string, fn func([]byte) error) (float64, error) {
+	pager := s.recipients.NewQueryItemsPager(sql, pk,
+		&azcosmos.QueryOptions{PageSizeHint: 1000, SessionToken: s.tokens.get(containerRecipients)})
 	var cost float64
 	for pager.More() {
 		page, err := pager.NextPage(ctx)

@@ -21,20 +21,27 @@ func idleRecipients(t *testing.T, e *costEnv, n int) {
 	for range n {
 		r := uuid.NewString()
 		for range 10 {
-			if _, err := e.repo.Save(ctx, notifications(1, r, 1)); err != nil {
-				t.Fatal(err)
-			}
-			b, err := e.repo.Peek(ctx, r, domain.GroupAll, "")
-			if err != nil || b == nil {
-				t.Fatalf("peek: %v %v", b, err)
-			}
-			if err := e.repo.Dequeue(ctx, r, b.ID); err != nil {
-				t.Fatal(err)
-			}
+			dequeueOne(t, e, r)
 		}
 		if _, err := e.repo.Save(ctx, notifications(1, r, 1)); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// dequeueOne saves one notification for the recipient and dequeues it.
+func dequeueOne(t *testing.T, e *costEnv, r string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.repo.Save(ctx, notifications(1, r, 1)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.repo.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v %v", b, err)
+	}
+	if err := e.repo.Dequeue(ctx, r, b.ID); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -152,16 +159,7 @@ func retainedCost(t *testing.T) float64 {
 	ctx := context.Background()
 	r := uuid.NewString()
 	for range 10 {
-		if _, err := e.repo.Save(ctx, notifications(1, r, 1)); err != nil {
-			t.Fatal(err)
-		}
-		b, err := e.repo.Peek(ctx, r, domain.GroupAll, "")
-		if err != nil || b == nil {
-			t.Fatalf("peek: %v %v", b, err)
-		}
-		if err := e.repo.Dequeue(ctx, r, b.ID); err != nil {
-			t.Fatal(err)
-		}
+		dequeueOne(t, e, r)
 		clock.advance(time.Hour)
 	}
 	if _, err := e.repo.Save(ctx, notifications(1, r, 1)); err != nil {
