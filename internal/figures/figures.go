@@ -11,12 +11,14 @@ package figures
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
@@ -117,6 +119,11 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 	}
 	changes, err := k.store.ChangedBacklog(ctx, k.cursor)
 	if err != nil {
+		if !errors.Is(err, domain.ErrUnavailable) && ctx.Err() == nil {
+			// Not a passing refusal (a cursor the store no longer takes,
+			// say): count again rather than fail on every turn.
+			k.forget()
+		}
 		return false, err
 	}
 	if changes.All {
