@@ -57,6 +57,9 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 		measured = a.cfg.wrapStore(measured)
 	}
 	repoOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention}
+	if a.cfg.Store == StoreCosmos {
+		repoOpts.PlanParallel = cosmos.Parallel
+	}
 	// Bundles' documents live next to the embedded store, or in Azure Blob
 	// Storage with Cosmos DB, and are served even for a domain whose
 	// provider has since been removed.

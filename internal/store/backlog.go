@@ -24,7 +24,8 @@ type OriginBacklog struct {
 	Oldest time.Time `json:"o,omitzero"`
 }
 
-// Add counts one recipient's catalog entries and cursors, and returns the
+// Add counts one recipient's catalog entries and cursors (the positions
+// after each cursor that the entry's drawer runs hold), and returns the
 // recipient's own waiting notifications and when the oldest was saved.
 func (b *Backlog) Add(entries []catalog.Entry, cursors []catalog.Cursor) (waiting int64, oldest time.Time) {
 	if b.ByOrigin == nil {
@@ -35,23 +36,24 @@ func (b *Backlog) Add(entries []catalog.Entry, cursors []catalog.Cursor) (waitin
 		acked[c.Key()] = c.Acked
 	}
 	for _, e := range entries {
-		from := acked[e.Key()]
-		n := e.Total - from
+		head, i := drawer.First(e.Drawers, acked[e.Key()])
+		if i < 0 {
+			continue
+		}
+		n := drawer.Held(e.Drawers[i:], head)
 		if n <= 0 {
 			continue
 		}
 		waiting += n
 		o := b.ByOrigin[e.Origin]
 		o.Notifications += n
-		if i := drawer.Containing(e.Drawers, from); i >= 0 {
-			if at := e.Drawers[i].SavedAt(from); at > 0 {
-				t := time.UnixMilli(at)
-				if o.Oldest.IsZero() || t.Before(o.Oldest) {
-					o.Oldest = t
-				}
-				if oldest.IsZero() || t.Before(oldest) {
-					oldest = t
-				}
+		if at := e.Drawers[i].SavedAt(head); at > 0 {
+			t := time.UnixMilli(at)
+			if o.Oldest.IsZero() || t.Before(o.Oldest) {
+				o.Oldest = t
+			}
+			if oldest.IsZero() || t.Before(oldest) {
+				oldest = t
 			}
 		}
 		b.ByOrigin[e.Origin] = o

@@ -18,15 +18,12 @@ import (
 )
 
 // ErrConflict is returned by a Store when a conditional write finds that a
-// record changed since it was read (an etag mismatch) or already exists. The
-// repository reloads and retries; it never reaches callers.
+// record changed since it was read (an etag mismatch) or already exists; the
+// hub also reports it when a read lacks what the records read before it say
+// exists (a replica behind the one that answered first), so that it never
+// skips what it did not read. The hub reloads and retries; it never reaches
+// callers.
 var ErrConflict = errors.New("store: conflicting write")
-
-// ErrStaleRead is a conflict found by a reader: a record said something
-// exists that a later read did not find (a replica behind the one that
-// answered first). The repository reloads and retries; it never skips what
-// it did not read.
-var ErrStaleRead = fmt.Errorf("%w: stale read", ErrConflict)
 
 // ErrTooLarge is a write the store refused as beyond its limits (request or
 // document size, operations per request). It is no conflict: the same
@@ -109,7 +106,7 @@ type Store interface {
 	LoadRecipient(ctx context.Context, recipient string) (RecipientState, error)
 	// ReadDrawer returns up to limit items of a drawer with from ≤ position <
 	// to, in position order (a drawer.ReadFunc); none of a drawer never
-	// written.
+	// written. The hub reads only positions its catalog's runs hold.
 	ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error)
 	// LookupIDs returns the records of those ids that are stored; the others
 	// are left out.
