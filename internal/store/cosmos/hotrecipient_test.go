@@ -14,7 +14,14 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/internal/store/storetest"
 )
+
+// The binary writes save groups side by side on Cosmos DB: the algorithm
+// keeps its promises with CommitSaves calls that overlap.
+func TestContractWithConcurrentGroups(t *testing.T) {
+	storetest.RunConcurrentGroups(t, openChain)
+}
 
 // One recipient's partition answers 429 for seconds (a hot or throttled
 // recipient) while another recipient's Save arrives on the same instance:

@@ -14,9 +14,20 @@ import (
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
-// concurrentGroups is the hub the binary runs over a store over the
-// network: save groups of different recipients are written at once.
+// concurrentGroups is how many save groups the hub of RunConcurrentGroups
+// writes at once.
 const concurrentGroups = 4
+
+// RunConcurrentGroups checks the hub as the binary runs it over a store
+// over the network (Cosmos DB), with save groups of different recipients
+// written at once (hub.Options.ConcurrentGroups): the store's CommitSaves
+// calls overlap. The embedded store is written one group at a time and is
+// not run with it.
+func RunConcurrentGroups(t *testing.T, newStore Factory) {
+	h := &harness{newStore: newStore}
+	t.Run("ConcurrentGroupsKeepEachRecipientsOrder", h.concurrentGroupsKeepEachRecipientsOrder)
+	t.Run("ConcurrentGroupsStoreAnIDOnce", h.concurrentGroupsStoreAnIDOnce)
+}
 
 // envWith is env over the store as wrap changes it, with concurrent groups.
 func (h *harness) envWith(t *testing.T, wrap func(store.Store) store.Store) *env {

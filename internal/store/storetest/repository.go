@@ -41,8 +41,6 @@ func RunRepository(t *testing.T, newStore Factory) {
 	t.Run("IsPendingFollowsTheBundle", h.isPending)
 	t.Run("BacklogSumsWhatIsNotDequeued", h.backlog)
 	t.Run("ConcurrentSavesKeepOrder", h.concurrentSavesKeepOrder)
-	t.Run("ConcurrentGroupsKeepEachRecipientsOrder", h.concurrentGroupsKeepEachRecipientsOrder)
-	t.Run("ConcurrentGroupsStoreAnIDOnce", h.concurrentGroupsStoreAnIDOnce)
 	t.Run("BundleIDRules", h.bundleIDRules)
 	t.Run("DequeueNotFound", h.dequeueNotFound)
 	t.Run("FullBundleSpansDrawers", h.fullBundleSpansDrawers)
