@@ -20,9 +20,17 @@ import (
 // faithfulContainer is a fresh container (/pk) on its own server started with opts.
 func faithfulContainer(t *testing.T, opts cosmostest.Options, props azcosmos.ContainerProperties) (*cosmostest.Server, *azcosmos.ContainerClient, string) {
 	t.Helper()
+	s, c, dbID, _ := countedContainer(t, opts, props)
+	return s, c, dbID
+}
+
+// countedContainer is faithfulContainer with the transport that records its client's requests.
+func countedContainer(t *testing.T, opts cosmostest.Options, props azcosmos.ContainerProperties) (*cosmostest.Server, *azcosmos.ContainerClient, string, *cosmostest.CountingTransport) {
+	t.Helper()
 	s := cosmostest.StartWith(t, opts)
 	ctx := ctxT(t)
-	co := cosmostest.ClientOptions(nil)
+	ct := cosmostest.NewCountingTransport(nil)
+	co := cosmostest.ClientOptions(ct)
 	co.Retry.MaxRetries = -1 // see every 429 and error as it is
 	client := cosmostest.NewClientWithOptions(t, s, co)
 	dbID := cosmostest.UniqueID("db")
@@ -42,7 +50,7 @@ func faithfulContainer(t *testing.T, opts cosmostest.Options, props azcosmos.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, c, dbID
+	return s, c, dbID, ct
 }
 
 func TestFaithfulLimits(t *testing.T) {

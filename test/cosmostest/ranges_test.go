@@ -15,35 +15,6 @@ import (
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
-// rangesContainer is a fresh container (/pk) on its own server with opts, through a client that
-// retries nothing and records every request.
-func rangesContainer(t *testing.T, opts cosmostest.Options) (*cosmostest.Server, *azcosmos.ContainerClient, string, *cosmostest.CountingTransport) {
-	t.Helper()
-	s := cosmostest.StartWith(t, opts)
-	ctx := ctxT(t)
-	ct := cosmostest.NewCountingTransport(nil)
-	co := cosmostest.ClientOptions(ct)
-	co.Retry.MaxRetries = -1
-	client := cosmostest.NewClientWithOptions(t, s, co)
-	dbID := cosmostest.UniqueID("db")
-	if _, err := client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: dbID}, nil); err != nil {
-		t.Fatal(err)
-	}
-	db, err := client.NewDatabase(dbID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.CreateContainer(ctx, azcosmos.ContainerProperties{ID: "items",
-		PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	c, err := db.NewContainer("items")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, c, dbID, ct
-}
-
 // tokens merges session tokens per partition key range, keeping the highest LSN of each, as a
 // client that reads its own writes must.
 type tokens map[string]int64
@@ -82,7 +53,7 @@ func (m tokens) String() string {
 // and ReadManyItems, which addresses ranges by id, gets 410/1002 for the parent, refreshes its
 // routing map from the pkranges feed and succeeds.
 func TestSplitIsSurvivedByTheSDK(t *testing.T) {
-	s, c, dbID, ct := rangesContainer(t, cosmostest.Options{Charges: true, Lag: time.Hour, LagFixed: true, Ranges: 2})
+	s, c, dbID, ct := countedContainer(t, cosmostest.Options{Charges: true, Lag: time.Hour, LagFixed: true, Ranges: 2}, azcosmos.ContainerProperties{})
 	ctx := ctxT(t)
 	tok := tokens{}
 	var ids []azcosmos.ItemIdentity
@@ -182,7 +153,7 @@ func TestSplitIsSurvivedByTheSDK(t *testing.T) {
 // each throttles on its own, so one hot range answering 429 leaves another range's requests
 // alone.
 func TestThrottlingIsPerPartitionKeyRange(t *testing.T) {
-	_, c, _, _ := rangesContainer(t, cosmostest.Options{Charges: true, Ranges: 2, RUPerSecond: 100})
+	_, c, _ := faithfulContainer(t, cosmostest.Options{Charges: true, Ranges: 2, RUPerSecond: 100}, azcosmos.ContainerProperties{})
 	ctx := ctxT(t)
 	rangeOf := map[string]string{}
 	var hot, cold string
