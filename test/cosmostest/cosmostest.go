@@ -261,6 +261,8 @@ type Range struct {
 	Max     string   `json:"max"`
 	Parents []string `json:"parents"`
 	LSN     int64    `json:"lsn"`
+	// RUPerSecond is the range's share of the container's throughput (0 = unlimited).
+	RUPerSecond float64 `json:"ruPerSecond"`
 }
 
 // Split splits a live partition key range of the container in two, as Cosmos DB does when a

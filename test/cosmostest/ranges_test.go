@@ -194,3 +194,24 @@ func TestThrottlingIsPerPartitionKeyRange(t *testing.T) {
 		t.Fatalf("a read in range %s while range %s is throttled: %v", rangeOf[cold], rangeOf[hot], err)
 	}
 }
+
+// TestAPartitionKeyRangeServesAtMost10000RUPerSecond: a container's throughput is spread evenly
+// over its ranges, and no range gets more than 10,000 RU/s (a container with more throughput
+// than that per range would have more physical partitions on Cosmos DB).
+func TestAPartitionKeyRangeServesAtMost10000RUPerSecond(t *testing.T) {
+	s, _, dbID := faithfulContainer(t, cosmostest.Options{Charges: true, Ranges: 2}, azcosmos.ContainerProperties{})
+	for _, tc := range []struct{ container, perRange float64 }{{1000, 500}, {20000, 10000}, {50000, 10000}} {
+		if err := s.SetThroughput(dbID, "items", tc.container); err != nil {
+			t.Fatal(err)
+		}
+		live, err := s.Ranges(dbID, "items")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range live {
+			if r.RUPerSecond != tc.perRange {
+				t.Errorf("container at %v RU/s: range %s serves %v RU/s, want %v", tc.container, r.ID, r.RUPerSecond, tc.perRange)
+			}
+		}
+	}
+}
