@@ -21,9 +21,6 @@ import (
 // other write covers the registry only when that write happens to fall in
 // the same range.
 func TestRecipientsSeesTheRegistrationsOfThisInstance(t *testing.T) {
-	t.Skip("bug: register (reserve.go) drops the session token of its registry create, so on an account with " +
-		"several partition key ranges Recipients can miss recipients this instance just registered " +
-		"(TestStoreContract/RecipientsVisitsEveryRecipientWithState and the sweep matrix fail on the test server's default)")
 	opts := cosmostest.Default()
 	opts.Lag, opts.LagFixed, opts.Ranges = time.Hour, true, 2
 	srv := cosmostest.StartWith(t, opts)
