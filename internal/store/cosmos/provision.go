@@ -38,6 +38,7 @@ var containers = []container{
 	{name: containerDrawers, indexed: []string{"/s/?", "/e/?"}},
 	{name: containerIDs, indexed: []string{"/i/*", "/s/?"}},
 	{name: containerSaves, indexed: nil, defaultTTL: ptr[int32](-1)},
+	{name: containerAudit, indexed: []string{"/s/?", "/e/?"}, defaultTTL: ptr[int32](-1)},
 }
 
 func (c container) properties() azcosmos.ContainerProperties {
