@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,13 +23,15 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
 
-const adminUsage = `usage: messagehub admin <backlog|next|trace> --recipient UUID [flags]
+const adminUsage = `usage: messagehub admin <backlog|next|trace|audit> --recipient UUID [flags]
 
   backlog   the recipient's cabinets with notifications waiting, and its pending bundles
   next      what the recipient's next Peek would return, without creating it (--group)
   trace     where one notification of the recipient is (--id)
+  audit     the recipient's audit log, oldest first, one line per event
+            (--since 2h, or --from/--to as RFC 3339 times; default: all that is kept)
 
-Read-only: nothing an actor sees changes. The answer is printed as JSON.
+Read-only: nothing an actor sees changes. The answer is printed as JSON (audit: as lines).
 `
 
 // runAdmin is "messagehub admin …": it calls the Admin service of a running
@@ -48,6 +51,9 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt)")
 	useTLS := fs.Bool("tls", false, "connect with TLS (the system's roots)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long the call may take")
+	since := fs.Duration("since", 0, "audit: the events of this long ago until now (e.g. 2h)")
+	from := fs.String("from", "", "audit: the events at or after this time (RFC 3339)")
+	to := fs.String("to", "", "audit: the events before this time (RFC 3339)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,6 +94,12 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 			return errors.New("trace needs --id")
 		}
 		answer, err = client.TraceNotification(ctx, &adminv1.TraceNotificationRequest{Recipient: *recipient, NotificationId: *id})
+	case "audit":
+		req, err := auditRequest(*recipient, *since, *from, *to, time.Now())
+		if err != nil {
+			return err
+		}
+		return printAudit(ctx, client, req, out)
 	default:
 		fmt.Fprint(errOut, adminUsage)
 		return fmt.Errorf("unknown admin call %q", call)
@@ -101,4 +113,66 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	_, err = fmt.Fprintln(out, string(text))
 	return err
+}
+
+// auditRequest is the first page's request of "admin audit": --since, or
+// --from and --to, or everything kept.
+func auditRequest(recipient string, since time.Duration, from, to string, now time.Time) (*adminv1.ListAuditEventsRequest, error) {
+	req := &adminv1.ListAuditEventsRequest{Recipient: recipient, PageSize: 1000}
+	if since != 0 && (from != "" || to != "") {
+		return nil, errors.New("audit: give --since or --from/--to, not both")
+	}
+	if since < 0 {
+		return nil, fmt.Errorf("audit: --since %s is negative", since)
+	}
+	if since > 0 {
+		req.FromMs = now.Add(-since).UnixMilli()
+	}
+	for _, b := range []struct {
+		flag, value string
+		into        *int64
+	}{{"--from", from, &req.FromMs}, {"--to", to, &req.ToMs}} {
+		if b.value == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, b.value)
+		if err != nil {
+			return nil, fmt.Errorf("audit: %s %q is not an RFC 3339 time (e.g. 2026-11-26T10:00:00Z)", b.flag, b.value)
+		}
+		*b.into = t.UnixMilli()
+	}
+	return req, nil
+}
+
+// printAudit pages through the audit log and prints one line per event:
+// time (UTC), action, subject, bundle (- for none) and detail (quoted).
+func printAudit(ctx context.Context, client adminv1.AdminClient, req *adminv1.ListAuditEventsRequest, out io.Writer) error {
+	for {
+		resp, err := client.ListAuditEvents(ctx, req)
+		if err != nil {
+			return err
+		}
+		for _, e := range resp.GetEvents() {
+			if _, err := fmt.Fprintln(out, auditLine(e)); err != nil {
+				return err
+			}
+		}
+		if resp.GetNextPageToken() == "" {
+			return nil
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+}
+
+func auditLine(e *adminv1.AuditEvent) string {
+	bundle := e.GetBundleId()
+	if bundle == "" {
+		bundle = "-"
+	}
+	line := fmt.Sprintf("%s  %-21s  %-36s  %-36s", time.UnixMilli(e.GetAtMs()).UTC().Format("2006-01-02T15:04:05.000Z"),
+		strings.TrimPrefix(e.GetAction().String(), "AUDIT_ACTION_"), e.GetSubject(), bundle)
+	if e.GetDetail() != "" {
+		line += "  " + strconv.Quote(e.GetDetail())
+	}
+	return line
 }

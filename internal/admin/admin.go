@@ -24,6 +24,7 @@ type Hub interface {
 	Backlog(ctx context.Context, recipient string) (hub.RecipientBacklog, error)
 	PreviewNextBundle(ctx context.Context, recipient string, group domain.PeekGroup) (*hub.Preview, error)
 	TraceNotification(ctx context.Context, recipient, id string) (hub.Trace, error)
+	AuditLog
 }
 
 // Service implements adminv1.AdminServer over a Hub.

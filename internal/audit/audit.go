@@ -42,17 +42,13 @@ type Event struct {
 	// Key is unique and orders events by time (NewKey); the stores keep
 	// each recipient's events in key order.
 	Key       string
-	At        time.Time
+	At        time.Time // kept to the millisecond
 	Action    Action
-	Subject   string // who: the token's subject, or LocalSubject
+	Subject   string // who: the token's subject, or "local" without authentication
 	Recipient string // the actor whose queue it concerns
 	BundleID  string // the bundle concerned, if any
 	Detail    string // the operator's reason, or what was inspected
 }
-
-// LocalSubject is who acts when the hub runs without authentication
-// (--auth none, loopback only): there is no token to name anyone.
-const LocalSubject = "local"
 
 // MaxDetail bounds an event's detail, in bytes: a remedy's reason is at most
 // 500 characters of up to 4 bytes each.

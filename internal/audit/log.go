@@ -83,10 +83,14 @@ func NewLog(w Writer, opts Options) *Log {
 	return l
 }
 
-// Write stores e before it returns: for a remedy, whose answer says it is
-// recorded. Its key is made here if it has none.
-func (l *Log) Write(ctx context.Context, e Event) error {
-	return l.w.AppendAudit(ctx, []Event{withKey(e)})
+// Write stores events before it returns: for a remedy, whose answer says
+// it is recorded. Their keys are made here where they have none.
+func (l *Log) Write(ctx context.Context, events ...Event) error {
+	keyed := make([]Event, len(events))
+	for i, e := range events {
+		keyed[i] = withKey(e)
+	}
+	return l.w.AppendAudit(ctx, keyed)
 }
 
 // Record buffers e for the next flush and returns at once. A full buffer

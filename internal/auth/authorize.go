@@ -31,6 +31,8 @@ var requiredRole = map[string]string{
 	adminv1.Admin_GetBacklog_FullMethodName:        RoleAdmin,
 	adminv1.Admin_PreviewNextBundle_FullMethodName: RoleAdmin,
 	adminv1.Admin_TraceNotification_FullMethodName: RoleAdmin,
+	// The audit log of any recipient.
+	adminv1.Admin_ListAuditEvents_FullMethodName: RoleAdmin,
 }
 
 // Authorizer checks the bearer token of every MessageHub call.

@@ -174,6 +174,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/backlog", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/next-bundle", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/notifications/{notificationId}", api},
+		// The audit log of a recipient (the admin role).
+		{http.MethodGet, "/admin/v1/recipients/{recipient}/audit", api},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})

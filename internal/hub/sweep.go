@@ -84,6 +84,7 @@ func (r *Hub) sweepPaced(ctx context.Context, spread time.Duration, hold func(co
 		return err
 	}
 	cutoff := r.opts.Now().Add(-r.opts.Retention)
+	r.pruneAudit(ctx, cutoff)
 	var pause time.Duration
 	if len(recipients) > 0 {
 		pause = spread / time.Duration(len(recipients))

@@ -59,6 +59,8 @@ type options struct {
 	limits         Limits
 	answers        AnswerBudget
 	waitRecheck    time.Duration
+	auditor        Auditor                          // nil: no audit log (audit.go)
+	subject        func(ctx context.Context) string // the caller, for the audit log
 }
 
 // Limits bound what clients can make the server hold. The defaults suit a
@@ -181,6 +183,11 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		// A stream's caller is checked when it opens, before the handler
 		// reads its request.
 		stream = append(stream, streamAuthInterceptor(o.authorizer))
+	}
+	if o.auditor != nil {
+		// Last: after the authorizer, whose context names the caller.
+		unary = append(unary, unaryAuditInterceptor(&o))
+		stream = append(stream, streamAuditInterceptor(&o))
 	}
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
@@ -25,6 +26,7 @@ func RunAudit(t *testing.T, newStore Factory) {
 	run("AnEventWrittenAgainIsStoredOnce", auditWrittenTwice)
 	run("ManyLargeEventsOfOneRecipientInOneWrite", auditLargeWrite)
 	run("PruneRemovesWhatIsOlder", auditPrune)
+	run("TheSweepRemovesEventsOlderThanTheRetention", auditSwept)
 }
 
 // auditBase is a time the tests' events are near: recent, so that a store
@@ -36,6 +38,15 @@ func auditEvent(recipient string, at time.Time, i int) audit.Event {
 		Key: audit.NewKey(at), At: at, Action: audit.Action(1 + i%6), Subject: newRecipient(), Recipient: recipient,
 		BundleID: newRecipient(), Detail: fmt.Sprintf("event %d", i),
 	}
+}
+
+// auditSeries is n events of the recipient, step apart from base.
+func auditSeries(recipient string, base time.Time, n int, step time.Duration) []audit.Event {
+	events := make([]audit.Event, n)
+	for i := range events {
+		events[i] = auditEvent(recipient, base.Add(time.Duration(i)*step), i)
+	}
+	return events
 }
 
 func appendAudit(t *testing.T, s store.Store, events []audit.Event) {
@@ -117,10 +128,7 @@ func auditOrder(t *testing.T, s store.Store) {
 func auditTimeRange(t *testing.T, s store.Store) {
 	r := newRecipient()
 	base := auditBase()
-	var events []audit.Event
-	for i := range 5 {
-		events = append(events, auditEvent(r, base.Add(time.Duration(i)*time.Minute), i))
-	}
+	events := auditSeries(r, base, 5, time.Minute)
 	appendAudit(t, s, events)
 	from, to := base.Add(time.Minute), base.Add(3*time.Minute)
 	// From is inclusive, to exclusive.
@@ -135,10 +143,7 @@ func auditTimeRange(t *testing.T, s store.Store) {
 func auditPaging(t *testing.T, s store.Store) {
 	r := newRecipient()
 	base := auditBase()
-	var events []audit.Event
-	for i := range 25 {
-		events = append(events, auditEvent(r, base.Add(time.Duration(i)*time.Second), i))
-	}
+	events := auditSeries(r, base, 25, time.Second)
 	appendAudit(t, s, events)
 	q := audit.Range(r, time.Time{}, time.Time{}, "", 10)
 	var sizes []int
@@ -172,9 +177,9 @@ func auditPaging(t *testing.T, s store.Store) {
 func auditOverlappingWrites(t *testing.T, s store.Store) {
 	r := newRecipient()
 	base := auditBase()
+	all := auditSeries(r, base, 12, time.Second)
 	var first, second []audit.Event
-	for i := range 12 {
-		e := auditEvent(r, base.Add(time.Duration(i)*time.Second), i)
+	for i, e := range all {
 		if i%2 == 0 {
 			first = append(first, e)
 		} else {
@@ -183,7 +188,6 @@ func auditOverlappingWrites(t *testing.T, s store.Store) {
 	}
 	appendAudit(t, s, first)
 	appendAudit(t, s, second)
-	all := slices.Concat(first, second)
 	for _, limit := range []int{1, 2, 5, 100} {
 		wantEvents(t, readAll(t, s, audit.Range(r, time.Time{}, time.Time{}, "", limit)), all)
 	}
@@ -194,10 +198,7 @@ func auditOverlappingWrites(t *testing.T, s store.Store) {
 func auditWrittenTwice(t *testing.T, s store.Store) {
 	r := newRecipient()
 	base := auditBase()
-	var events []audit.Event
-	for i := range 6 {
-		events = append(events, auditEvent(r, base.Add(time.Duration(i)*time.Second), i))
-	}
+	events := auditSeries(r, base, 6, time.Second)
 	appendAudit(t, s, events[:3])
 	appendAudit(t, s, events[:3])
 	appendAudit(t, s, events)
@@ -209,11 +210,9 @@ func auditWrittenTwice(t *testing.T, s store.Store) {
 func auditLargeWrite(t *testing.T, s store.Store) {
 	r := newRecipient()
 	base := auditBase()
-	var events []audit.Event
-	for i := range 300 {
-		e := auditEvent(r, base.Add(time.Duration(i)*time.Millisecond), i)
-		e.Detail = strings.Repeat("ü", audit.MaxDetail/2)
-		events = append(events, e)
+	events := auditSeries(r, base, 300, time.Millisecond)
+	for i := range events {
+		events[i].Detail = strings.Repeat("ü", audit.MaxDetail/2)
 	}
 	appendAudit(t, s, events)
 	wantEvents(t, readAll(t, s, audit.Range(r, time.Time{}, time.Time{}, "", 300)), events)
@@ -222,13 +221,9 @@ func auditLargeWrite(t *testing.T, s store.Store) {
 func auditPrune(t *testing.T, s store.Store) {
 	a, b := newRecipient(), newRecipient()
 	base := auditBase()
-	var events []audit.Event
-	for i := range 8 {
-		r := a
-		if i%2 == 1 {
-			r = b
-		}
-		events = append(events, auditEvent(r, base.Add(time.Duration(i)*time.Minute), i))
+	events := auditSeries(a, base, 8, time.Minute)
+	for i := 1; i < len(events); i += 2 {
+		events[i].Recipient = b
 	}
 	appendAudit(t, s, events)
 	cutoff := base.Add(5 * time.Minute)
@@ -249,4 +244,25 @@ func auditPrune(t *testing.T, s store.Store) {
 	if len(got) != 2 || got[1].Key != later.Key {
 		t.Fatalf("after pruning, events %v; want the kept one and the new one", keys(got))
 	}
+}
+
+// The hub's retention sweep prunes the audit log at its retention.
+func auditSwept(t *testing.T, s store.Store) {
+	r := newRecipient()
+	now := time.Now().Truncate(time.Millisecond)
+	h := hub.New(s, hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: func() time.Time { return now }}, nil)
+	t.Cleanup(h.Close)
+	old := auditEvent(r, now.Add(-2*time.Hour), 0)
+	recent := auditEvent(r, now.Add(-30*time.Minute), 1)
+	if err := h.AppendAudit(ctx(t), []audit.Event{old, recent}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.SweepNow(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	page, err := h.AuditEvents(ctx(t), audit.Range(r, time.Time{}, time.Time{}, "", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, page.Events, []audit.Event{recent})
 }
