@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
 )
 
@@ -54,4 +55,20 @@ func TestAuditFlushCostsOneWritePerRecipient(t *testing.T) {
 		t.Logf("COST audit flush, %2d events per recipient: %.2f RU per recipient (%.2f per event); a page of them: %d request, %.2f RU",
 			perRecipient, total.RequestCharge/recipients, total.RequestCharge/float64(len(events)), read.Requests, read.RequestCharge)
 	}
+	// What the audited calls cost themselves, for comparison: a Peek that
+	// cuts a bundle of one notification, and its Dequeue.
+	r := seeded(t, e)
+	if _, err := e.repo.Save(ctx, notifications(1, r, 1)); err != nil {
+		t.Fatal(err)
+	}
+	_, fetch := e.measure(t, func() {
+		b, err := e.repo.Peek(ctx, r, domain.GroupAll, "")
+		if err != nil || b == nil {
+			t.Fatalf("peek: %v %v", b, err)
+		}
+		if err := e.repo.Dequeue(ctx, r, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("COST a Peek of a bundle of one and its Dequeue: %d requests, %.2f RU", fetch.Requests, fetch.RequestCharge)
 }
