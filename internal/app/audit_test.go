@@ -239,3 +239,60 @@ func TestTheAuditLogIsFlushedAtShutdown(t *testing.T) {
 		t.Fatalf("events after a restart: %v; want %v", got, want)
 	}
 }
+
+// hangingAudit is a store whose audit writes never answer (until their
+// context ends).
+type hangingAudit struct{ store.Store }
+
+func (hangingAudit) AppendAudit(ctx context.Context, _ []audit.Event) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A store that does not take the audit log neither holds up nor fails an
+// actor's calls, and shutdown stays within its bound.
+func TestActorsCallsDoNotWaitForTheAuditLog(t *testing.T) {
+	cfg := testConfig(t)
+	app.SetAuditOptions(&cfg, audit.Options{FlushInterval: time.Millisecond, MaxBuffered: 2})
+	app.WrapStore(&cfg, func(s store.Store) store.Store { return hangingAudit{s} })
+	r := start(t, cfg)
+	recipient := uuid.NewString()
+	for range 5 {
+		if _, err := r.client.Save(callContext(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(recipient)}}); err != nil {
+			t.Fatal(err)
+		}
+		peeked, err := r.client.Peek(callContext(t), &messagehubv1.PeekRequest{Recipient: recipient})
+		if err != nil || peeked.GetBundle() == nil {
+			t.Fatalf("Peek: %v %v", peeked, err)
+		}
+		if _, err := r.client.Dequeue(callContext(t), &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: peeked.GetBundle().GetId()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The events beyond the buffer were dropped, and the metric says so.
+	req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, "http://"+r.app.HTTPAddr()+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped float64
+	for _, line := range strings.Split(string(metrics), "\n") {
+		if v, ok := strings.CutPrefix(line, "messagehub_audit_events_dropped_total "); ok {
+			_, _ = fmt.Sscan(v, &dropped)
+		}
+	}
+	if dropped == 0 {
+		t.Fatalf("no drops counted in /metrics:\n%s", metrics)
+	}
+	if err := r.closeWithin(t); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}

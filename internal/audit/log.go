@@ -56,6 +56,10 @@ type Log struct {
 	stopped   chan struct{}
 	flushMu   sync.Mutex // one flush at a time
 	closeOnce sync.Once
+	// runCtx is the periodic flushes'; Close cancels it when its own
+	// context ends, so that a flush the store holds up does not hold Close.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
 
 	dropped   atomic.Int64
 	buffered  atomic.Int64
@@ -79,6 +83,7 @@ func NewLog(w Writer, opts Options) *Log {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	l := &Log{w: w, opts: opts, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	l.runCtx, l.cancelRun = context.WithCancel(context.Background())
 	go l.run()
 	return l
 }
@@ -145,7 +150,8 @@ func (l *Log) run() {
 		case <-tick.C:
 		case <-l.kick:
 		}
-		l.flush(context.Background())
+		_ = l.flush(l.runCtx) // a failure is logged; its events wait for the next
+
 	}
 }
 
@@ -194,14 +200,18 @@ func (l *Log) flush(ctx context.Context) error {
 	return err
 }
 
-// Close stops the periodic flushes and writes what is buffered, within ctx.
-// Events recorded afterwards are dropped.
+// Close stops the periodic flushes and writes what is buffered, within ctx
+// (a flush under way is cut off when ctx ends). What is not written by then,
+// and events recorded afterwards, are dropped.
 func (l *Log) Close(ctx context.Context) error {
 	first := false
 	l.closeOnce.Do(func() { first = true })
 	if !first {
 		return nil
 	}
+	defer l.cancelRun()
+	stopCutting := context.AfterFunc(ctx, l.cancelRun)
+	defer stopCutting()
 	close(l.stop)
 	<-l.stopped
 	err := l.flush(ctx)

@@ -28,13 +28,17 @@ type sink struct {
 
 func newSink() *sink { return &sink{entered: make(chan struct{}, 100)} }
 
-func (s *sink) AppendAudit(_ context.Context, events []audit.Event) error {
+func (s *sink) AppendAudit(ctx context.Context, events []audit.Event) error {
 	s.entered <- struct{}{}
 	s.mu.Lock()
 	hold, fail := s.hold, s.fail
 	s.mu.Unlock()
 	if hold != nil {
-		<-hold
+		select {
+		case <-hold:
+		case <-ctx.Done(): // as a store's request does
+			return ctx.Err()
+		}
 	}
 	if fail != nil {
 		return fail
@@ -224,5 +228,29 @@ func TestKeysSortByTime(t *testing.T) {
 		if q.Contains(keys[i]) != want {
 			t.Errorf("[1ms, 3ms) contains the key at %d ms: %v", i, !want)
 		}
+	}
+}
+
+// A store that does not answer holds neither Record nor Close beyond its
+// context: Close cuts the flush under way off, and what it could not write
+// is counted as dropped.
+func TestCloseIsBoundedByItsContextWhenTheStoreHangs(t *testing.T) {
+	s := newSink()
+	s.hold = make(chan struct{}) // never closed: the store does not answer
+	l := audit.NewLog(s, audit.Options{FlushInterval: never, FlushEvents: 2})
+	r := uuid.NewString()
+	l.Record(event(r))
+	l.Record(event(r)) // starts a flush that hangs
+	<-s.entered
+	l.Record(event(r))
+	ctx, cancel := context.WithCancel(context.Background())
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(ctx) }()
+	cancel() // the shutdown's deadline
+	if err := <-closed; err == nil {
+		t.Fatal("Close wrote nothing and said nothing")
+	}
+	if got := l.Dropped(); got != 3 {
+		t.Fatalf("dropped %d; want the 3 events never written", got)
 	}
 }
