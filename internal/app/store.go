@@ -56,6 +56,9 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 		measured = a.cfg.wrapStore(measured)
 	}
 	repoOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention}
+	if a.cfg.Store == StoreCosmos {
+		repoOpts.PlanParallel = cosmos.Parallel
+	}
 	// Bundles' documents live next to the embedded store, or in Azure Blob
 	// Storage with Cosmos DB, and are served even for a domain whose
 	// provider has since been removed.
@@ -136,13 +139,14 @@ func (a *App) openStore(ctx context.Context) (store.Store, error) {
 		DataDir: cfg.DataDir,
 		Guard:   a.guard,
 		Cosmos: cosmos.Config{
-			Endpoint:   cfg.Cosmos.Endpoint,
-			Key:        cfg.Cosmos.Key,
-			Database:   cfg.Cosmos.Database,
-			Provision:  cfg.Cosmos.Provision,
-			IDBuckets:  cfg.Cosmos.IDBuckets,
-			Throughput: cosmos.Throughput(cfg.Cosmos.Throughput),
-			Retention:  cfg.Retention,
+			Endpoint:         cfg.Cosmos.Endpoint,
+			Key:              cfg.Cosmos.Key,
+			Database:         cfg.Cosmos.Database,
+			Provision:        cfg.Cosmos.Provision,
+			IDBuckets:        cfg.Cosmos.IDBuckets,
+			MigrateIDBuckets: cfg.Cosmos.MigrateIDBuckets,
+			Throughput:       cosmos.Throughput(cfg.Cosmos.Throughput),
+			Retention:        cfg.Retention,
 		},
 		Logger:  a.logger,
 		Metrics: a.tel.Metrics,

@@ -1,5 +1,5 @@
 // Package bundle holds the record of a peeked bundle: a run of positions of
-// one cabinet, pending until it is dequeued.
+// one cabinet, pending until it is dequeued (or an operator releases it).
 package bundle
 
 import (
@@ -16,6 +16,11 @@ type State int
 const (
 	Pending State = iota + 1
 	Dequeued
+	// Released: an operator gave the pending bundle up. It acknowledged
+	// nothing (its notifications are cut into a new bundle); its record
+	// stays until retention removes it, so that its id is never used for
+	// other notifications.
+	Released
 )
 
 // Record is a bundle as stored. Its notifications are positions [Start, End)
@@ -34,16 +39,16 @@ type Record struct {
 	// items then.
 	DocumentTypes []string
 	NextSeq       int64 // sequence number at End when it was known at peek time, else 0
-	// Drawers and Holes, recorded at dequeue, are the cabinet's drawers
-	// covering [Start, End) and its holes within: the bundle reads back
-	// from them, so retention may take those drawers out of the catalog
-	// entry (keeping it bounded) while the bundle is retained. Nil: read
-	// back through the entry, which then keeps them.
+	// Drawers, recorded at dequeue, are the runs of the cabinet's drawers
+	// within [Start, End): the bundle reads back from them, so retention
+	// may take those drawers out of the catalog entry (keeping it bounded)
+	// while the bundle is retained. Nil: read back through the entry,
+	// which then keeps them.
 	Drawers    []drawer.Meta `json:",omitempty"`
-	Holes      [][2]int64    `json:",omitempty"` // [start, end)
 	State      State
 	CreatedAt  time.Time
 	DequeuedAt time.Time
+	ReleasedAt time.Time `json:",omitzero"`
 	// Announce: the bundle's domain is told of the dequeue (BundleDequeued),
 	// so Acknowledge records a notice in the same atomic write.
 	Announce bool `json:",omitempty"`

@@ -31,8 +31,6 @@ const (
 	itemBytes = 24
 	// drawerMetaBytes is one drawer listed in a catalog entry or a bundle.
 	drawerMetaBytes = 48
-	// holeBytes is one hole listed in a catalog entry or a bundle.
-	holeBytes = 16
 	// fingerprintBytes is an id record's fingerprint of its notification.
 	fingerprintBytes = 16
 	// bundleBytes is a bundle record's numbers, state and times.
@@ -68,7 +66,7 @@ func SaveBytes(saves []store.RecipientSave) uint64 {
 }
 
 func entryBytes(e catalog.Entry) int {
-	return recordBytes + len(e.ContentType) + drawersBytes(e.Drawers) + len(e.Holes)*holeBytes
+	return recordBytes + len(e.ContentType) + drawersBytes(e.Drawers)
 }
 
 func drawersBytes(ds []drawer.Meta) int {
@@ -80,7 +78,7 @@ func drawersBytes(ds []drawer.Meta) int {
 }
 
 func bundleRecordBytes(rec bundle.Record, cursor catalog.Cursor) uint64 {
-	n := bundleBytes + len(rec.ID) + len(rec.ContentType) + drawersBytes(rec.Drawers) + len(rec.Holes)*holeBytes
+	n := bundleBytes + len(rec.ID) + len(rec.ContentType) + drawersBytes(rec.Drawers)
 	for _, t := range rec.DocumentTypes {
 		n += len(t)
 	}
@@ -132,6 +130,11 @@ func (s *guardedStore) CreateBundle(ctx context.Context, recipient string, rec b
 // Acknowledge implements store.Store: refused below the floor.
 func (s *guardedStore) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
 	return s.write(bundleRecordBytes(rec, cursor), s.g.Floor(), func() error { return s.Store.Acknowledge(ctx, recipient, rec, cursor) })
+}
+
+// ReleaseBundle implements store.Store: refused below the floor.
+func (s *guardedStore) ReleaseBundle(ctx context.Context, recipient string, rec bundle.Record) error {
+	return s.write(bundleRecordBytes(rec, catalog.Cursor{}), s.g.Floor(), func() error { return s.Store.ReleaseBundle(ctx, recipient, rec) })
 }
 
 // ApplySweep implements store.Store: refused below the floor.

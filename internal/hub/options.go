@@ -29,6 +29,11 @@ type Options struct {
 	// that the notifier looks at once instead of at its next poll, and
 	// knows the notice for one of this instance's.
 	Announced func(store.Notice)
+	// PlanParallel is how many recipients of a save group are loaded and
+	// planned at once. 0 suits an embedded store, whose loads use the CPU:
+	// two from parallelPlanRecipients recipients on, else one. A store over
+	// the network (Cosmos DB), whose loads wait for round trips, sets more.
+	PlanParallel int
 	// MaxWaitersPerRecipient and MaxWaiters bound the peeks waiting for a
 	// Save (Watch); 0 means DefaultMaxWaitersPerRecipient and
 	// DefaultMaxWaiters.

@@ -9,7 +9,6 @@ import (
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/drawer"
 )
 
 // Documents use short field names: every byte stored is paid for on write
@@ -22,6 +21,7 @@ const (
 	typeCursor   = "cursor"
 	typePending  = "pending"
 	typeDequeued = "dequeued"
+	typeReleased = "released"
 	typeSlot     = "slot"
 	typeRegistry = "recipient"
 	typeResPart  = "respart"
@@ -174,6 +174,7 @@ type bundleDoc struct {
 	Holes      [][2]int64   `json:"h,omitempty"`  // holes within them
 	CreatedAt  int64        `json:"ca"`           // unix microseconds: exact within the 2^53 of a JSON number
 	DequeuedAt int64        `json:"da,omitempty"`
+	ReleasedAt int64        `json:"ra,omitempty"` // unix microseconds
 	TTL        *int32       `json:"ttl,omitempty"`
 	ETag       string       `json:"_etag,omitempty"`
 }
@@ -210,24 +211,12 @@ func slotID(g domain.PeekGroup) string {
 }
 
 func toEntry(d entryDoc) catalog.Entry {
-	e := catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Total: d.Total, Version: d.ETag}
-	for _, m := range d.Drawers {
-		e.Drawers = append(e.Drawers, drawer.Meta(m))
-	}
-	for _, h := range d.Holes {
-		e.Holes = append(e.Holes, catalog.Hole{Start: h[0], End: h[1]})
-	}
-	return e
+	return catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Drawers: toRuns(d.Drawers, d.Holes), Total: d.Total, Version: d.ETag}
 }
 
 func fromEntry(recipient string, e catalog.Entry) entryDoc {
 	d := entryDoc{ID: entryID(e.Key()), PK: recipient, T: typeEntry, Origin: int32(e.Origin), CT: e.ContentType, Total: e.Total}
-	for _, m := range e.Drawers {
-		d.Drawers = append(d.Drawers, drawerMeta(m))
-	}
-	for _, h := range e.Holes {
-		d.Holes = append(d.Holes, [2]int64{h.Start, h.End})
-	}
+	d.Drawers, d.Holes = fromRuns(e.Drawers)
 	return d
 }
 
@@ -245,14 +234,15 @@ func toBundle(d bundleDoc) bundle.Record {
 		Start: d.Start, End: d.End, Count: d.Count, Weight: d.Weight, DocumentTypes: d.DocTypes,
 		NextSeq: d.NextSeq, State: bundle.Pending, CreatedAt: time.UnixMicro(d.CreatedAt), Version: d.ETag,
 	}
-	if d.T == typeDequeued {
+	switch d.T {
+	case typeDequeued:
 		rec.State = bundle.Dequeued
 		rec.DequeuedAt = time.UnixMicro(d.DequeuedAt)
+	case typeReleased:
+		rec.State = bundle.Released
+		rec.ReleasedAt = time.UnixMicro(d.ReleasedAt)
 	}
-	for _, m := range d.Drawers {
-		rec.Drawers = append(rec.Drawers, drawer.Meta(m))
-	}
-	rec.Holes = d.Holes
+	rec.Drawers = toRuns(d.Drawers, d.Holes)
 	return rec
 }
 
@@ -268,14 +258,15 @@ func fromBundle(recipient string, rec bundle.Record) bundleDoc {
 	if docTypesBytes(rec.DocumentTypes) <= maxBundleDocTypesBytes {
 		d.DocTypes = rec.DocumentTypes
 	}
-	if rec.State == bundle.Dequeued {
+	switch rec.State {
+	case bundle.Dequeued:
 		d.T = typeDequeued
 		d.DequeuedAt = rec.DequeuedAt.UnixMicro()
+	case bundle.Released:
+		d.T = typeReleased
+		d.ReleasedAt = rec.ReleasedAt.UnixMicro()
 	}
-	for _, m := range rec.Drawers {
-		d.Drawers = append(d.Drawers, drawerMeta(m))
-	}
-	d.Holes = rec.Holes
+	d.Drawers, d.Holes = fromRuns(rec.Drawers)
 	return d
 }
 

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
@@ -59,6 +58,7 @@ func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string)
 	}
 	packed := packID(drawerID)
 	done := map[string][]string{} // bucket → documents to delete
+	var ended []string            // saves whose last id documents go now
 	for _, saveID := range saves {
 		e := r.saves[saveID]
 		e.gone[packed] = true
@@ -79,13 +79,30 @@ func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string)
 				done[doc.PK] = append(done[doc.PK], doc.ID)
 			}
 		}
-		e.docs = kept
 		if len(kept) == 0 {
+			if len(e.docs) > 0 {
+				ended = append(ended, saveID)
+			}
 			delete(r.saves, saveID)
 		}
+		e.docs = kept
 	}
 	for pk, ids := range done {
 		if err := s.deleteAll(ctx, s.ids, pk, ids); err != nil {
+			return err
+		}
+	}
+	return s.deleteSaveRecords(ctx, ended)
+}
+
+// deleteSaveRecords deletes the commit records of saves whose last id
+// documents are gone: a committed record vouches for its save's ids, and
+// with them gone (every drawer that held the save's notifications is gone
+// too, so no reservation of the save is left to settle) nothing reads it
+// again. A record already gone is no error.
+func (s *Store) deleteSaveRecords(ctx context.Context, saves []string) error {
+	for _, saveID := range saves {
+		if err := s.deleteItem(ctx, s.saves, azcosmos.NewPartitionKeyString(saveID), saveID); err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
 		}
 	}
@@ -93,7 +110,8 @@ func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string)
 }
 
 // loadSavedIDs reads the drawer lists of the id documents of the saves not
-// remembered yet: one query per bucket for all of them.
+// remembered yet: one query per bucket (of every layout read) for all of
+// them.
 func (s *Store) loadSavedIDs(ctx context.Context, saves []string) error {
 	r := &s.released
 	if r.saves == nil {
@@ -112,8 +130,16 @@ func (s *Store) loadSavedIDs(ctx context.Context, saves []string) error {
 	for _, saveID := range missing {
 		found[saveID] = &savedIDs{gone: map[string]bool{}}
 	}
-	for b := range s.cfg.IDBuckets {
-		err := s.query(ctx, s.ids, bucketPrefix+strconv.Itoa(b), "SELECT c.id, c.pk, c.s, c.ds, c.dp FROM c WHERE ARRAY_CONTAINS(@s, c.s)",
+	layout, err := s.layout(ctx)
+	if err != nil {
+		return err
+	}
+	var all []string
+	for _, count := range layout.read {
+		all = append(all, buckets(count)...)
+	}
+	for _, b := range all {
+		err := s.query(ctx, s.ids, b, "SELECT c.id, c.pk, c.s, c.ds, c.dp FROM c WHERE ARRAY_CONTAINS(@s, c.s)",
 			[]azcosmos.QueryParameter{{Name: "@s", Value: missing}}, func(raw []byte) error {
 				var d idDocDrawers
 				if err := json.Unmarshal(raw, &d); err != nil {
