@@ -173,6 +173,23 @@ func TestTheAuditLogRecordsActorsAndOperatorsByTheirTokens(t *testing.T) {
 	}
 }
 
+// fetchOne saves a notification for the recipient, peeks it and dequeues
+// it, and returns the bundle's id.
+func fetchOne(t *testing.T, r *running, recipient string) string {
+	t.Helper()
+	if _, err := r.client.Save(callContext(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(recipient)}}); err != nil {
+		t.Fatal(err)
+	}
+	peeked, err := r.client.Peek(callContext(t), &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil || peeked.GetBundle() == nil {
+		t.Fatalf("Peek: %v %v", peeked, err)
+	}
+	if _, err := r.client.Dequeue(callContext(t), &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: peeked.GetBundle().GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	return peeked.GetBundle().GetId()
+}
+
 // auditSpy counts the audit writes that reach the store.
 type auditSpy struct {
 	store.Store
@@ -196,16 +213,7 @@ func TestTheAuditLogIsFlushedAtShutdown(t *testing.T) {
 	app.WrapStore(&cfg, func(s store.Store) store.Store { spy.Store = s; return spy })
 	r := start(t, cfg)
 	recipient := uuid.NewString()
-	if _, err := r.client.Save(callContext(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(recipient)}}); err != nil {
-		t.Fatal(err)
-	}
-	peeked, err := r.client.Peek(callContext(t), &messagehubv1.PeekRequest{Recipient: recipient})
-	if err != nil || peeked.GetBundle() == nil {
-		t.Fatalf("Peek: %v %v", peeked, err)
-	}
-	if _, err := r.client.Dequeue(callContext(t), &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: peeked.GetBundle().GetId()}); err != nil {
-		t.Fatal(err)
-	}
+	b := fetchOne(t, r, recipient)
 	select {
 	case w := <-spy.writes:
 		t.Fatalf("written before shutdown: %+v", w)
@@ -233,7 +241,6 @@ func TestTheAuditLogIsFlushedAtShutdown(t *testing.T) {
 		got = append(got, fmt.Sprintf("%d %s %s", e.Action, e.Subject, e.BundleID))
 	}
 	slices.Sort(got)
-	b := peeked.GetBundle().GetId()
 	want := []string{fmt.Sprintf("%d local %s", audit.ActionPeek, b), fmt.Sprintf("%d local %s", audit.ActionDequeue, b)}
 	if !slices.Equal(got, want) {
 		t.Fatalf("events after a restart: %v; want %v", got, want)
@@ -258,16 +265,7 @@ func TestActorsCallsDoNotWaitForTheAuditLog(t *testing.T) {
 	r := start(t, cfg)
 	recipient := uuid.NewString()
 	for range 5 {
-		if _, err := r.client.Save(callContext(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(recipient)}}); err != nil {
-			t.Fatal(err)
-		}
-		peeked, err := r.client.Peek(callContext(t), &messagehubv1.PeekRequest{Recipient: recipient})
-		if err != nil || peeked.GetBundle() == nil {
-			t.Fatalf("Peek: %v %v", peeked, err)
-		}
-		if _, err := r.client.Dequeue(callContext(t), &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: peeked.GetBundle().GetId()}); err != nil {
-			t.Fatal(err)
-		}
+		fetchOne(t, r, recipient)
 	}
 	// The events beyond the buffer were dropped, and the metric says so.
 	req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, "http://"+r.app.HTTPAddr()+"/metrics", nil)
@@ -294,5 +292,62 @@ func TestActorsCallsDoNotWaitForTheAuditLog(t *testing.T) {
 	}
 	if err := r.closeWithin(t); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// A remedy is in the audit log when it answers, with its reason, while the
+// actor's events wait for their flush; acknowledging on the actor's behalf
+// records each bundle it dequeued.
+func TestARemedyIsInTheAuditLogWhenItAnswers(t *testing.T) {
+	cfg := testConfig(t)
+	app.SetAuditOptions(&cfg, audit.Options{FlushInterval: time.Hour})
+	r := start(t, cfg)
+	conn, err := grpc.NewClient(r.app.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	adm := adminv1.NewAdminClient(conn)
+	recipient := uuid.NewString()
+	var ns []*messagehubv1.DataAvailable
+	for range 3 {
+		n := notification(recipient)
+		n.SupportsBundling = false
+		ns = append(ns, n)
+	}
+	if _, err := r.client.Save(callContext(t), &messagehubv1.SaveRequest{Notifications: ns}); err != nil {
+		t.Fatal(err)
+	}
+	peeked, err := r.client.Peek(callContext(t), &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil || peeked.GetBundle() == nil {
+		t.Fatalf("Peek: %v %v", peeked, err)
+	}
+	released := peeked.GetBundle().GetId()
+	if _, err := adm.ReleaseBundle(callContext(t), &adminv1.ReleaseBundleRequest{Recipient: recipient, BundleId: released, Reason: "the actor lost it"}); err != nil {
+		t.Fatal(err)
+	}
+	acked, err := adm.AcknowledgeOnBehalf(callContext(t), &adminv1.AcknowledgeOnBehalfRequest{Recipient: recipient,
+		Domain: ns[1].GetOrigin(), ContentType: ns[1].GetContentType(), UpToNotificationId: ns[1].GetId(), Reason: "confirmed by phone"})
+	if err != nil || len(acked.GetBundleIds()) != 2 {
+		t.Fatalf("AcknowledgeOnBehalf: %v %v; want two bundles of one", acked, err)
+	}
+	resp, err := adm.ListAuditEvents(callContext(t), &adminv1.ListAuditEventsRequest{Recipient: recipient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range resp.GetEvents() {
+		got = append(got, fmt.Sprintf("%s %s %s %s", strings.TrimPrefix(e.GetAction().String(), "AUDIT_ACTION_"), e.GetSubject(), e.GetBundleId(), e.GetDetail()))
+	}
+	slices.Sort(got)
+	cabinet := fmt.Sprintf("(up to notification %s of %s/%s)", ns[1].GetId(), ns[1].GetOrigin(), ns[1].GetContentType())
+	want := []string{
+		"RELEASE_BUNDLE local " + released + " the actor lost it",
+		"ACKNOWLEDGE_ON_BEHALF local " + acked.GetBundleIds()[0] + " confirmed by phone " + cabinet,
+		"ACKNOWLEDGE_ON_BEHALF local " + acked.GetBundleIds()[1] + " confirmed by phone " + cabinet,
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("the audit log as the remedies answered:\n%s\nwant (the Peek still buffered):\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
