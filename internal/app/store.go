@@ -55,7 +55,8 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	if a.cfg.wrapStore != nil {
 		measured = a.cfg.wrapStore(measured)
 	}
-	repoOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention}
+	repoOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention,
+		BellErrors: func(op string) { a.tel.Metrics.RecordBellError(context.Background(), op) }}
 	if a.cfg.Store == StoreCosmos {
 		repoOpts.PlanParallel = cosmos.Parallel
 	}

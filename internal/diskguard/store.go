@@ -175,3 +175,15 @@ func (s *guardedStore) AcquireBuild(ctx context.Context, recipient, bundleID, ho
 func (s *guardedStore) ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error {
 	return s.write(leaseBytes, s.g.Floor(), func() error { return s.Store.ReleaseBuild(ctx, recipient, bundleID, holder) })
 }
+
+// RingBell implements store.Coordination: it passes, as a read does. A bell
+// tells other instances about a save already stored; the store one process
+// opens writes nothing for it.
+func (s *guardedStore) RingBell(ctx context.Context, recipients []string) error {
+	return s.Store.RingBell(ctx, recipients)
+}
+
+// ReadBells implements store.Coordination: reads always pass.
+func (s *guardedStore) ReadBells(ctx context.Context, cursor string) ([]string, string, error) {
+	return s.Store.ReadBells(ctx, cursor)
+}

@@ -38,4 +38,10 @@ type Options struct {
 	// Save (Watch); 0 means DefaultMaxWaitersPerRecipient and
 	// DefaultMaxWaiters.
 	MaxWaitersPerRecipient, MaxWaiters int
+	// BellPoll is how often the bells of the other instances sharing the
+	// store are read (bells.go); 0 means DefaultBellPoll.
+	BellPoll time.Duration
+	// BellErrors, when set, is called for each failed ring or read of the
+	// bells (BellRing, BellRead): a metric.
+	BellErrors func(op string)
 }

@@ -223,6 +223,18 @@ type Coordination interface {
 	// ReleaseBuild gives up holder's lease of the build; another's is left
 	// alone.
 	ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error
+	// RingBell tells the other instances sharing the store that saves for
+	// these recipients committed, so that their peeks waiting for them look
+	// again (ReadBells). The hub rings after a group commit; a bell that is
+	// lost only delays those peeks, to the end of their wait at most.
+	RingBell(ctx context.Context, recipients []string) error
+	// ReadBells returns the recipients of the bells other instances rang
+	// after cursor (a recipient may come more than once, and a bell more
+	// than once), and the cursor to read from next. The empty cursor starts
+	// at the present: the first call returns a cursor and no recipients. A
+	// failed read leaves cursor valid, so the next call from it misses
+	// nothing.
+	ReadBells(ctx context.Context, cursor string) (recipients []string, next string, err error)
 }
 
 // Solo is the Coordination of a store that one process opens: every lease
@@ -245,3 +257,11 @@ func (Solo) AcquireBuild(_ context.Context, _, _, holder string, _ time.Duration
 
 // ReleaseBuild implements Coordination.
 func (Solo) ReleaseBuild(context.Context, string, string, string) error { return nil }
+
+// RingBell implements Coordination: there is nobody else to tell.
+func (Solo) RingBell(context.Context, []string) error { return nil }
+
+// ReadBells implements Coordination: nobody else rings.
+func (Solo) ReadBells(_ context.Context, cursor string) ([]string, string, error) {
+	return nil, cursor, nil
+}

@@ -100,6 +100,8 @@ type Store struct {
 	finalizeFor time.Duration
 	// idSettings: the id index's bucket counts (idlayout.go).
 	idSettings idSettings
+	// bells wakes other instances' waiting peeks (bells.go).
+	bells *bells
 }
 
 var _ store.Store = (*Store)(nil)
@@ -195,6 +197,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	if err := s.checkSettings(ctx); err != nil {
+		return nil, err
+	}
+	if s.bells, err = newBells(client, cfg.Database); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -59,6 +59,7 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("ReleaseBundleRefusesABundleNotPendingAtItsVersion", releaseRefusesABundleNotPendingAtItsVersion)
 	run("ReleasesAndDequeuesOfOneBundleAtOnceOneWins", releasesAndDequeuesOfOneBundleAtOnceOneWins)
 	run("ApplySweepRemovesAReleasedBundle", sweepRemovesAReleasedBundle)
+	run("ReadBellsNeverReturnsTheStoresOwnBells", ownBellsAreNotRead)
 }
 
 // storeEnv drives one store by hand, the way the repository would.
