@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,32 @@ func TestTheAdminCommandInspectsARunningHub(t *testing.T) {
 	if err := runAdmin(ctx, []string{"trace", "--addr", a.GRPCAddr(), "--recipient", recipient}, io.Discard, &errOut); err == nil {
 		t.Fatal("trace without --id: no error")
 	}
+	if err := runAdmin(ctx, []string{"recipients", "--addr", a.GRPCAddr(), "--order", "newest"}, io.Discard, &errOut); err == nil {
+		t.Fatal("recipients --order newest: no error")
+	}
+	// The recipient is listed once the figures are recounted (at start and
+	// every 15 s on the embedded store), by either order, without --recipient.
+	for _, order := range []string{"oldest", "size"} {
+		for {
+			var out bytes.Buffer
+			if err := runAdmin(ctx, []string{"recipients", "--addr", a.GRPCAddr(), "--order", order}, &out, &errOut); err != nil {
+				t.Fatalf("admin recipients --order %s: %v\n%s", order, err, errOut.String())
+			}
+			if strings.Contains(out.String(), recipient) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("admin recipients --order %s never listed %s: %s", order, recipient, out.String())
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	var history bytes.Buffer
+	if err := runAdmin(ctx, []string{"history", "--addr", a.GRPCAddr(), "--minutes", "60"}, &history, &errOut); err != nil ||
+		!strings.Contains(history.String(), "DOMAIN_TIME_SERIES") {
+		t.Fatalf("admin history: %v\n%s%s", err, history.String(), errOut.String())
+	}
 
 	// The audit log shows the three looks and the actor's Peek, one line
 	// each, by "local" (no authentication), once the buffer is flushed.
@@ -134,5 +161,25 @@ func TestTheAdminAuditFlags(t *testing.T) {
 		if _, err := auditRequest("r", bad.since, bad.from, bad.to, now); err == nil {
 			t.Errorf("--since %s --from %q --to %q accepted", bad.since, bad.from, bad.to)
 		}
+	}
+}
+
+// "messagehub admin backup --to DIR" writes a copy of a running hub's
+// embedded store and prints where.
+func TestTheAdminCommandBacksUpARunningHub(t *testing.T) {
+	ctx, a, _ := runningHub(t)
+	var out, errOut bytes.Buffer
+	if err := runAdmin(ctx, []string{"backup", "--addr", a.GRPCAddr()}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "--to") {
+		t.Fatalf("backup without --to: %v", err)
+	}
+	want := filepath.Join(t.TempDir(), "copy")
+	if err := runAdmin(ctx, []string{"backup", "--addr", a.GRPCAddr(), "--to", want}, &out, &errOut); err != nil {
+		t.Fatalf("backup: %v\n%s", err, errOut.String())
+	}
+	if got := strings.Join(strings.Fields(out.String()), " "); !strings.Contains(got, `"directory": "`+want+`"`) {
+		t.Fatalf("backup printed %s; want the directory %s", got, want)
+	}
+	if manifests, _ := filepath.Glob(filepath.Join(want, "MANIFEST-*")); len(manifests) == 0 {
+		t.Fatalf("the backup in %s holds no store", want)
 	}
 }

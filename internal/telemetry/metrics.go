@@ -53,6 +53,7 @@ type Metrics struct {
 	providerDuration      metric.Float64Histogram
 	contentBytes          metric.Int64Counter
 	jwksReloads           metric.Int64Counter
+	buildsInBackoff       metric.Int64UpDownCounter
 	bellErrors            metric.Int64Counter
 
 	// The attributes of each store operation's duration, made once: a new
@@ -123,6 +124,10 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.bellErrors = counter("messagehub.wake.bell.errors", "{error}",
 		"Failed rings and reads of the bells that carry Saves to the Peeks waiting on other instances, by operation (ring, read); while reads fail, waiting Peeks re-check every 5 s.")
 	if err != nil {
+		return nil, err
+	}
+	if m.buildsInBackoff, err = meter.Int64UpDownCounter("messagehub.content.builds.backoff", metric.WithUnit("{build}"),
+		metric.WithDescription("Bundle document builds waiting out a backoff after their domain's provider failed.")); err != nil {
 		return nil, err
 	}
 	if m.storeDuration, err = meter.Float64Histogram("messagehub.store.operation.duration",
@@ -233,6 +238,12 @@ func (m *Metrics) RecordProviderCall(ctx context.Context, origin, outcome string
 	if bytes > 0 {
 		m.contentBytes.Add(ctx, bytes, metric.WithAttributes(o))
 	}
+}
+
+// RecordBuildBackoff adds delta to the document builds in backoff; it
+// implements content.ProviderMetrics with RecordProviderCall.
+func (m *Metrics) RecordBuildBackoff(ctx context.Context, delta int64) {
+	m.buildsInBackoff.Add(ctx, delta)
 }
 
 // RecordJWKSReload counts a reload of a changed JWKS file, by outcome ("ok"

@@ -24,6 +24,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/store"
 )
@@ -241,6 +242,15 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// errNoBackup is Backup's answer: the account's data is backed up by
+// Cosmos DB itself (docs/cosmos.md).
+var errNoBackup = fmt.Errorf("%w: a Cosmos DB store is not copied by the hub; it is covered by the account's "+
+	"continuous backup (point-in-time restore into a new account, see docs/cosmos.md)", domain.ErrNotSupported)
+
+// Backup implements store.Store: the account's continuous backup covers
+// the data, so the hub copies nothing.
+func (s *Store) Backup(context.Context, string) error { return errNoBackup }
+
 // LoadRecipient reads the head, catalog, cursors and pending bundles in one
 // query. A head with expired reservations is repaired first.
 func (s *Store) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
@@ -395,7 +405,7 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 	}
 	doc := fromBundle(recipient, rec)
 	if len(rec.Drawers) == 0 {
-		doc.TTL = ptr(int32(s.cfg.Retention / time.Second))
+		doc.TTL = ptr(dequeuedTTL(s.cfg.Retention))
 	} // else only the sweeper removes it: it alone knows when its drawers go, which no entry names
 	if err := batchWrite(&b, doc, rec.Version); err != nil {
 		return err

@@ -60,6 +60,16 @@ func TestStoreContract(t *testing.T) {
 	storetest.RunStore(t, openChain)
 }
 
+// Cosmos DB is backed up by the account: Backup says it does not copy it.
+func TestBackupContract(t *testing.T) {
+	storetest.RunBackup(t, openChain, nil)
+}
+
+// Retention's index and the backlog figures keep their promises.
+func TestFiguresContract(t *testing.T) {
+	storetest.RunFigures(t, openChain)
+}
+
 // openChain provisions a fresh database, as open does, behind the chain.
 func openChain(t *testing.T) store.Store {
 	t.Helper()

@@ -25,6 +25,7 @@ import (
 //	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
 //	a <recipient> <event key>              audit event (audit.go)
 //	f                                      token of the saved id index (idindex_file.go)
+//	g <part>                               backlog figures (figures.go)
 //	v                                      format version (format.go)
 const (
 	prefixRecipient   = 'r'

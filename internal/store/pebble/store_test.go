@@ -26,6 +26,11 @@ func TestStoreContract(t *testing.T) {
 	storetest.RunStore(t, openChain)
 }
 
+// Retention's index and the backlog figures keep their promises.
+func TestFiguresContract(t *testing.T) {
+	storetest.RunFigures(t, openChain)
+}
+
 func openChain(t *testing.T) store.Store {
 	s, err := backend.Open(context.Background(), backend.Config{Kind: backend.Pebble, DataDir: t.TempDir()})
 	if err != nil {
@@ -73,4 +78,15 @@ func TestNoticesAreWrittenWithTheirDequeueOnly(t *testing.T) {
 	if n, _, err := s.NoticeBacklog(ctx); err != nil || n != 0 {
 		t.Fatalf("%d notices after removal (%v)", n, err)
 	}
+}
+
+// A backup is a store of its own, opened on the directory it wrote.
+func TestBackupContract(t *testing.T) {
+	storetest.RunBackup(t, openChain, func(t *testing.T, dir string) store.Store {
+		s, err := backend.Open(context.Background(), backend.Config{Kind: backend.Pebble, DataDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
 }
