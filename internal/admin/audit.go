@@ -16,12 +16,6 @@ type AuditLog interface {
 	AuditEvents(ctx context.Context, q audit.Query) (audit.Page, error)
 }
 
-// Page sizes of ListAuditEvents.
-const (
-	defaultAuditPage = 100
-	maxAuditPage     = 1000
-)
-
 // ListAuditEvents pages through one recipient's audit log over a time
 // range, oldest first. The page token is the key of the last event of the
 // previous page.
@@ -57,12 +51,9 @@ func auditQuery(req *adminv1.ListAuditEventsRequest) (audit.Query, error) {
 	case toMs != 0 && toMs < fromMs:
 		return audit.Query{}, fmt.Errorf("%w: to_ms (%d) is before from_ms (%d)", domain.ErrInvalidArgument, toMs, fromMs)
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0 || size > maxAuditPage:
-		return audit.Query{}, fmt.Errorf("%w: page_size is 1 to %d (0: %d), got %d", domain.ErrInvalidArgument, maxAuditPage, defaultAuditPage, size)
-	case size == 0:
-		size = defaultAuditPage
+	size, err := bounded("page_size", req.GetPageSize(), defaultPageSize, maxPageSize)
+	if err != nil {
+		return audit.Query{}, err
 	}
 	if token := req.GetPageToken(); token != "" {
 		if _, err := audit.ParseKey(token); err != nil {
