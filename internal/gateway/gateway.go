@@ -1,7 +1,8 @@
 // Package gateway is MessageHub's HTTP face for market actors: grpc-gateway
 // routes (generated from proto/messagehub/v1/messagehub_http.yaml) in front of
 // a connection to the gRPC server, plus /openapi.json, /healthz and /metrics,
-// and the operators' read-only Admin routes under /admin/v1.
+// the operators' Admin routes under /admin/v1, and their console (static
+// pages calling those routes) under /console.
 //
 // The gateway checks nothing itself: it forwards the Authorization header,
 // and the gRPC server authenticates, authorizes and validates every call, so
@@ -33,6 +34,7 @@ import (
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/gen/openapi"
+	"github.com/energydatahub/messagehub/internal/console"
 )
 
 // MessageIDHeader carries the id of the bundle a Peek returned, spelled as
@@ -174,6 +176,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/backlog", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/next-bundle", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/notifications/{notificationId}", api},
+		// The operators' console: static pages that call the Admin routes.
+		{http.MethodGet, console.Path, console.Handler()}, {http.MethodGet, console.Path + "/", console.Handler()},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})
