@@ -23,6 +23,7 @@ import (
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/app"
+	"github.com/energydatahub/messagehub/internal/auth/authtest"
 )
 
 // browserDeadline bounds the whole browser test: starting Chromium, every
@@ -56,12 +57,14 @@ type hub struct {
 	admin  adminv1.AdminClient
 }
 
-func startHub(t *testing.T) *hub {
+// startHub starts a hub with args added to its configuration (--auth none
+// without them).
+func startHub(t *testing.T, args ...string) *hub {
 	t.Helper()
-	cfg, err := app.ParseConfig([]string{
+	cfg, err := app.ParseConfig(append([]string{
 		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--min-free-disk", "0",
-	}, nil, io.Discard)
+	}, args...), nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,4 +339,35 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil || afresh.GetId() == bundleID || len(afresh.GetNotificationIds()) != len(series) {
 		t.Fatalf("after the release, Peek returned %v, %v; want a new bundle of the %d notifications", afresh, err, len(series))
 	}
+}
+
+// With --auth jwt, the console's calls carry the token the operator gives
+// (kept for the tab, across a reload): without one the hub refuses them,
+// an actor's token is not enough, an admin's is.
+func TestConsoleSendsTheAdminToken(t *testing.T) {
+	is := authtest.NewIssuer(t, "https://login.console.example/", "messagehub-console")
+	h := startHub(t, "--auth", "jwt", "--jwks-file", is.WriteJWKS(t),
+		"--jwt-issuer", is.Issuer, "--jwt-audience", is.Audience)
+	ctx, cancel := context.WithTimeout(t.Context(), browserDeadline)
+	defer cancel()
+	b := startBrowser(ctx, t)
+	actor := uuid.NewString()
+	page := "http://" + h.app.HTTPAddr() + "/console/#/actor/" + actor
+	useToken := func(token string) {
+		t.Helper()
+		b.do("enter a token", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#token-form button")))
+	}
+
+	b.do("load the actor's page", chromedp.Navigate(page))
+	b.waitText("#backlog", "GetBacklog: the hub refused the token (401")
+	useToken(is.RS256(t, is.Claims(actor, "actor")))
+	b.waitText("#backlog", "GetBacklog: the token may not call this (403")
+	useToken(is.RS256(t, is.Claims(uuid.NewString(), "admin")))
+	b.waitText("#backlog", "Nothing waiting: the actor has no backlog.")
+	b.waitText("#token-state", "token set for this tab")
+
+	b.do("reload", chromedp.Reload())
+	b.waitText("#backlog", "Nothing waiting: the actor has no backlog.")
+	b.do("forget the token", chromedp.Click(chromedp.CSS("#forget-token")))
+	b.waitText("#backlog", "GetBacklog: the hub refused the token (401")
 }
