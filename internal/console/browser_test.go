@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -370,4 +371,59 @@ func TestConsoleSendsTheAdminToken(t *testing.T) {
 	b.waitText("#backlog", "Nothing waiting: the actor has no backlog.")
 	b.do("forget the token", chromedp.Click(chromedp.CSS("#forget-token")))
 	b.waitText("#backlog", "GetBacklog: the hub refused the token (401")
+}
+
+// The history plot draws a line and its points per domain in each of its
+// two charts, from the answer's shape (64-bit integers as strings), and
+// says so when there is nothing to draw.
+func TestThePlotDrawsEachDomain(t *testing.T) {
+	h := startHub(t)
+	ctx, cancel := context.WithTimeout(t.Context(), browserDeadline)
+	defer cancel()
+	b := startBrowser(ctx, t)
+	b.do("load the console", chromedp.Navigate("http://"+h.app.HTTPAddr()+"/console/"), chromedp.WaitVisible(chromedp.CSS("header")))
+	const draw = `(async () => {
+		const { historyPlot } = await import('/console/plot.js');
+		const now = Date.now();
+		const sample = (minutesAgo, waiting) => ({ atMs: String(now - minutesAgo * 60000), domains: [
+			{ domain: 'DOMAIN_TIME_SERIES', waiting: String(waiting), oldestAgeSeconds: String(60 * minutesAgo) },
+			{ domain: 'DOMAIN_CHARGES', waiting: '7', oldestAgeSeconds: '0' },
+		] });
+		const plot = historyPlot([sample(170, 10), sample(90, 2500), sample(1, 40)], 180, now);
+		const empty = historyPlot([], 180, now);
+		return {
+			charts: plot.querySelectorAll('svg.plot').length,
+			lines: plot.querySelectorAll('svg.plot polyline').length,
+			points: plot.querySelectorAll('svg.plot circle').length,
+			legend: plot.querySelector('.legend').textContent,
+			top: [...plot.querySelectorAll('svg.plot')[0].querySelectorAll('text')].map((t) => t.textContent),
+			ages: plot.querySelectorAll('svg.plot')[1].getAttribute('aria-label'),
+			empty: empty.textContent,
+		};
+	})()`
+	type drawn struct {
+		Charts, Lines, Points int
+		Legend, Empty, Ages   string
+		Top                   []string
+	}
+	got, err := chromedp.Run(b.ctx, chromedp.Evaluate[drawn](draw, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Charts != 2 || got.Lines != 4 || got.Points != 12 {
+		t.Errorf("drew %d charts, %d lines, %d points; want 2 charts of a line of 3 points per domain", got.Charts, got.Lines, got.Points)
+	}
+	if !strings.Contains(got.Legend, "time series") || !strings.Contains(got.Legend, "charges") {
+		t.Errorf("legend %q", got.Legend)
+	}
+	if got.Ages != "Age of the oldest waiting notification (hours), per domain" {
+		t.Errorf("the ages chart: %q, want them in hours (the oldest is nearly 3 h old)", got.Ages)
+	}
+	if !slices.Contains(got.Top, "5,000") {
+		t.Errorf("the waiting chart's labels %q: want its top rounded up to 5,000", got.Top)
+	}
+	if got.Empty != "No backlog recorded in the last 180 minutes." {
+		t.Errorf("without samples: %q", got.Empty)
+	}
+	b.do("after drawing")
 }

@@ -68,7 +68,7 @@ function overview() {
   filled(history, async () => historyPlot((await admin.backlogHistory(historyMinutes)).samples || [], historyMinutes));
   return [
     el('h1', {}, 'Backlog'),
-    section('backlog-history', `Backlog per domain, last ${historyMinutes / 60} hours`, history),
+    section('backlog-history', `Backlog per domain, last ${historyMinutes / 60} hours (times in UTC)`, history),
     section('recipients-section', 'Actors with a backlog',
       el('p', { class: 'toolbar' }, el('label', { for: 'recipients-order' }, 'Order'), orderSelect), list),
   ];

@@ -20,7 +20,7 @@ export function el(tag, attrs = {}, ...children) {
 }
 
 function append(node, children) {
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child !== undefined && child !== null && child !== false) {
       node.append(child instanceof Node ? child : String(child));
     }

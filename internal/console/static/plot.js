@@ -1,7 +1,7 @@
 // The backlog history as two small line charts drawn in SVG: notifications
 // waiting per domain, and the age of each domain's oldest waiting one.
 
-import { el, domainLabel, duration, num } from './dom.js';
+import { el, domainLabel, num } from './dom.js';
 
 const svgNS = 'http://www.w3.org/2000/svg';
 
@@ -24,39 +24,37 @@ function svg(tag, attrs = {}, ...children) {
   return node;
 }
 
-// niceMax rounds a chart's top up to 1, 2 or 5 times a power of ten.
-function niceMax(value) {
-  if (value <= 0) {
-    return 1;
-  }
-  const power = 10 ** Math.floor(Math.log10(value));
-  for (const step of [1, 2, 5, 10]) {
-    if (step * power >= value) {
-      return step * power;
+// scale is a chart's top, at least least, rounded up to 1, 2 or 5 times a
+// power of ten, and the step of its grid lines (a fifth, or a quarter of 2).
+function scale(value, least) {
+  const v = Math.max(value, least);
+  const power = 10 ** Math.floor(Math.log10(v));
+  for (const [m, lines] of [[1, 5], [2, 4], [5, 5], [10, 5]]) {
+    if (m * power >= v) {
+      return { top: m * power, step: (m * power) / lines };
     }
   }
-  return 10 * power;
+  return { top: 10 * power, step: 2 * power };
 }
 
 const hhmm = (ms) => new Date(ms).toISOString().slice(11, 16);
 
 // chart draws series ({domain, points: [[ms, value]]}) over [from, to].
-function chart(title, series, from, to, format) {
+function chart(title, series, from, to) {
   const width = 560;
   const height = 200;
   const left = 64;
-  const right = 12;
+  const right = 18;
   const top = 22;
   const bottom = 26;
-  const yMax = niceMax(Math.max(0, ...series.flatMap((s) => s.points.map((p) => p[1]))));
+  const { top: yMax, step: yStep } = scale(Math.max(0, ...series.flatMap((s) => s.points.map((p) => p[1]))), 5);
   const x = (ms) => left + ((ms - from) / Math.max(1, to - from)) * (width - left - right);
   const y = (v) => height - bottom - (v / yMax) * (height - top - bottom);
   const root = svg('svg', { class: 'plot', viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': title });
   root.append(svg('text', { class: 'title', x: left, y: 14 }, title));
-  for (let i = 0; i <= 4; i++) {
-    const v = (yMax * i) / 4;
+  for (let v = 0; v <= yMax; v += yStep) {
     root.append(svg('line', { class: 'grid', x1: left, x2: width - right, y1: y(v), y2: y(v) }));
-    root.append(svg('text', { x: left - 6, y: y(v) + 4, 'text-anchor': 'end' }, format(v)));
+    root.append(svg('text', { x: left - 6, y: y(v) + 4, 'text-anchor': 'end' }, v.toLocaleString('en')));
   }
   const span = (to - from) / 60000;
   const stepMinutes = [5, 10, 15, 30, 60, 120, 240].find((m) => span / m <= 6) || 360;
@@ -97,13 +95,17 @@ export function historyPlot(samples, minutes, now = Date.now()) {
   }
   const domains = [...byDomain.keys()].sort();
   const waiting = domains.map((domain) => ({ domain, points: byDomain.get(domain).waiting }));
-  const oldest = domains.map((domain) => ({ domain, points: byDomain.get(domain).oldest }));
-  const legend = el('p', { class: 'legend' }, domains.map((domain) => [
+  // Ages in hours once one passes two, else in minutes.
+  const maxAge = Math.max(...domains.flatMap((domain) => byDomain.get(domain).oldest.map((p) => p[1])));
+  const [unit, seconds] = maxAge >= 2 * 3600 ? ['hours', 3600] : ['minutes', 60];
+  const oldest = domains.map((domain) => ({
+    domain, points: byDomain.get(domain).oldest.map(([t, v]) => [t, v / seconds]),
+  }));
+  const legend = el('p', { class: 'legend' }, domains.map((domain) => el('span', { class: 'key' },
     svg('svg', { width: 12, height: 12, viewBox: '0 0 12 12' }, svg('rect', { width: 12, height: 12, fill: colours[domain] || '#555' })),
-    ` ${domainLabel(domain)}   `,
-  ]));
+    ` ${domainLabel(domain)}`)));
   return el('div', { id: 'history-plot' },
-    chart('Notifications waiting, per domain', waiting, from, now, (v) => Math.round(v).toLocaleString('en')),
-    chart('Oldest waiting notification, per domain', oldest, from, now, (v) => (v === 0 ? '0' : duration(v))),
+    chart('Notifications waiting, per domain', waiting, from, now),
+    chart(`Age of the oldest waiting notification (${unit}), per domain`, oldest, from, now),
     legend);
 }
