@@ -340,6 +340,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil || afresh.GetId() == bundleID || len(afresh.GetNotificationIds()) != len(series) {
 		t.Fatalf("after the release, Peek returned %v, %v; want a new bundle of the %d notifications", afresh, err, len(series))
 	}
+
+	// The other remedy, from the trace of the waiting aggregation: the
+	// dialog names the notification and needs a reason.
+	b.do("trace the aggregation", chromedp.Navigate(console+"#/actor/"+actor+"/notification/"+aggregation.GetId()))
+	b.waitText("#trace-state", "Waiting: saved, in no bundle yet.")
+	b.do("ask to acknowledge", chromedp.Click(chromedp.CSS("#trace-section button.danger")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")))
+	if upTo, err := chromedp.Run(b.ctx, chromedp.Value(chromedp.CSS("#confirm-up-to"))); err != nil || upTo != aggregation.GetId() {
+		t.Fatalf("the dialog acknowledges up to %q (%v), want %s", upTo, err, aggregation.GetId())
+	}
+	b.do("acknowledge", chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "the actor confirmed receipt by mail"),
+		chromedp.WaitEnabled(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitText("#notice", "Acknowledged 1 notification in 1 bundle on the actor's behalf")
+	b.waitText("#trace-state", "Dequeued: the actor has acknowledged it.")
+	trace, err := h.admin.TraceNotification(ctx, &adminv1.TraceNotificationRequest{Recipient: actor, NotificationId: aggregation.GetId()})
+	if err != nil || trace.GetState() != adminv1.NotificationState_NOTIFICATION_STATE_DEQUEUED {
+		t.Fatalf("after acknowledging, the aggregation is %v, %v", trace.GetState(), err)
+	}
 }
 
 // With --auth jwt, the console's calls carry the token the operator gives

@@ -4,7 +4,7 @@
 // message where its figures would be; the rest of the page still works.
 
 import { admin, APIError, setToken, token } from './api.js';
-import { age, count, domainLabel, el, groupLabel, label, section, table, when } from './dom.js';
+import { age, count, domainLabel, el, groupLabel, label, plural, section, table, when } from './dom.js';
 import { historyPlot } from './plot.js';
 import { confirmRemedy } from './remedies.js';
 
@@ -225,7 +225,7 @@ function notification(recipient, id) {
 function release(recipient, bundle, done) {
   confirmRemedy({
     title: 'Release a pending bundle',
-    what: `Bundle ${bundle.bundleId} (${count(bundle.notificationCount)} notifications of ${domainLabel(bundle.domain)}, ` +
+    what: `Bundle ${bundle.bundleId} (${plural(bundle.notificationCount, 'notification')} of ${domainLabel(bundle.domain)}, ` +
       `peeked ${age(bundle.createdAtMs)} ago) is given up: the actor's next Peek of the ${groupLabel(bundle.group)} ` +
       'group cuts a bundle afresh, and a Dequeue of this id fails.',
     action: 'Release the bundle',
@@ -248,7 +248,9 @@ function acknowledge(recipient, domain, contentType, upTo, done) {
     action: 'Acknowledge',
     run: async (reason, fields) => {
       const answer = await admin.acknowledge(recipient, domain, contentType, fields['confirm-up-to'], reason);
-      return `Acknowledged ${count(answer.notifications)} notifications in ${(answer.bundleIds || []).length} bundles on the actor's behalf.`;
+      const bundles = answer.bundleIds || [];
+      return `Acknowledged ${plural(answer.notifications, 'notification')} in ${plural(bundles.length, 'bundle')} ` +
+        `on the actor's behalf${bundles.length ? ` (${bundles.join(', ')})` : ''}.`;
     },
     done,
   });

@@ -60,6 +60,11 @@ export function count(value) {
   return num(value).toLocaleString('en');
 }
 
+// plural is a count and its noun: 1 notification, 2 notifications.
+export function plural(value, noun) {
+  return `${count(value)} ${num(value) === 1 ? noun : `${noun}s`}`;
+}
+
 // age is how long ago ms was, in the two largest units.
 export function age(ms, now = Date.now()) {
   return duration(Math.max(0, (now - num(ms)) / 1000));
