@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/app"
 	"github.com/energydatahub/messagehub/internal/auth/authtest"
+	"github.com/energydatahub/messagehub/internal/console"
 )
 
 // browserDeadline bounds the whole browser test: starting Chromium, every
@@ -284,13 +286,20 @@ func TestConsoleInBrowser(t *testing.T) {
 	bundleID := pending.GetId()
 
 	b := startBrowser(ctx, t)
-	console := "http://" + h.app.HTTPAddr() + "/console"
+	page := "http://" + h.app.HTTPAddr() + "/console"
 
 	// The overview: the actors with a backlog and the history plot, or
 	// what the hub says about them.
-	b.do("load the console", chromedp.Navigate(console), chromedp.WaitVisible(chromedp.CSS("header")))
+	resp, err := chromedp.Run(b.ctx, chromedp.NavigateResponse(page))
+	if err != nil {
+		t.Fatalf("load the console: %v", err)
+	}
+	if resp.Status != http.StatusOK || resp.Headers["Content-Security-Policy"] != console.ContentSecurityPolicy {
+		t.Fatalf("the console's page: %d, policy %q", resp.Status, resp.Headers["Content-Security-Policy"])
+	}
+	b.do("load the console", chromedp.WaitVisible(chromedp.CSS("header")))
 	if h.listed(ctx, t, actor, other) {
-		b.do("load the console", chromedp.Reload())
+		b.do("reload once the figures list them", chromedp.Reload())
 		b.waitText("#recipients-table", actor)
 		b.waitText("#recipients-table", other)
 		b.do("order by size", chromedp.SetValue(chromedp.CSS("#recipients-order"), "RECIPIENT_ORDER_SIZE"),
@@ -374,7 +383,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The other remedy, from the trace of the waiting aggregation: the
 	// dialog names the notification and needs a reason.
-	b.do("trace the aggregation", chromedp.Navigate(console+"#/actor/"+actor+"/notification/"+aggregation.GetId()))
+	b.do("trace the aggregation", chromedp.Navigate(page+"#/actor/"+actor+"/notification/"+aggregation.GetId()))
 	b.waitText("#trace-state", "Waiting: saved, in no bundle yet.")
 	b.do("ask to acknowledge", chromedp.Click(chromedp.CSS("#trace-section button.danger")),
 		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")))
