@@ -256,8 +256,18 @@ function acknowledge(recipient, domain, contentType, upTo, done) {
   });
 }
 
+// decoded is a part of the address as typed: a stray % is left as it is
+// (the hub then says what is wrong with the id).
+function decoded(part) {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
+}
+
 function route() {
-  const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  const parts = location.hash.replace(/^#\/?/, '').split('/').map(decoded);
   if (parts[0] === 'actor' && parts[1]) {
     if (parts[2] === 'notification' && parts[3]) {
       return notification(parts[1], parts[3]);
