@@ -22,13 +22,20 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
 
-const adminUsage = `usage: messagehub admin <backlog|next|trace> --recipient UUID [flags]
+const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowledge> --recipient UUID [flags]
 
-  backlog   the recipient's cabinets with notifications waiting, and its pending bundles
-  next      what the recipient's next Peek would return, without creating it (--group)
-  trace     where one notification of the recipient is (--id)
+  backlog      the recipient's cabinets with notifications waiting, and its pending bundles
+  next         what the recipient's next Peek would return, without creating it (--group)
+  trace        where one notification of the recipient is (--id)
+  release      give up a pending bundle the actor did not dequeue: its next Peek cuts
+               afresh (--bundle, --reason)
+  acknowledge  dequeue, on the actor's behalf, every notification of one cabinet up to and
+               including one (--domain, --content-type, --up-to, --reason); its domain is
+               told of the bundles dequeued, as for the actor's own Dequeue
 
-Read-only: nothing an actor sees changes. The answer is printed as JSON.
+backlog, next and trace change nothing an actor sees. release and acknowledge do, at
+once (no confirmation): they need a reason, which the audit log records. The answer is
+printed as JSON, after a line that says what was done.
 `
 
 // runAdmin is "messagehub admin …": it calls the Admin service of a running
@@ -45,6 +52,11 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	recipient := fs.String("recipient", "", "the recipient (actor) UUID")
 	id := fs.String("id", "", "trace: the notification's id")
 	group := fs.String("group", "PEEK_GROUP_ALL", "next: the peek group")
+	bundleID := fs.String("bundle", "", "release: the pending bundle's id")
+	reason := fs.String("reason", "", "release, acknowledge: why (1 to 500 characters; recorded in the audit log)")
+	domainName := fs.String("domain", "", "acknowledge: the cabinet's domain (e.g. DOMAIN_TIME_SERIES or TIME_SERIES)")
+	contentType := fs.String("content-type", "", "acknowledge: the cabinet's content type")
+	upTo := fs.String("up-to", "", "acknowledge: the last notification id to dequeue")
 	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt)")
 	useTLS := fs.Bool("tls", false, "connect with TLS (the system's roots)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long the call may take")
@@ -73,7 +85,10 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+strings.TrimSpace(string(token)))
 	}
 	client := adminv1.NewAdminClient(conn)
-	var answer proto.Message
+	var (
+		answer proto.Message
+		done   string // what a remedy did, in words
+	)
 	switch call {
 	case "backlog":
 		answer, err = client.GetBacklog(ctx, &adminv1.GetBacklogRequest{Recipient: *recipient})
@@ -88,6 +103,30 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 			return errors.New("trace needs --id")
 		}
 		answer, err = client.TraceNotification(ctx, &adminv1.TraceNotificationRequest{Recipient: *recipient, NotificationId: *id})
+	case "release":
+		if *bundleID == "" || *reason == "" {
+			return errors.New("release needs --bundle and --reason")
+		}
+		var resp *adminv1.ReleaseBundleResponse
+		resp, err = client.ReleaseBundle(ctx, &adminv1.ReleaseBundleRequest{Recipient: *recipient, BundleId: *bundleID, Reason: *reason})
+		if err == nil {
+			r := resp.GetReleased()
+			answer, done = resp, fmt.Sprintf("released bundle %s of recipient %s (%d notifications of %s/%s); its group's next Peek cuts a bundle afresh",
+				r.GetBundleId(), *recipient, r.GetNotificationCount(), r.GetDomain(), r.GetContentType())
+		}
+	case "acknowledge":
+		d, ok := parseDomain(*domainName)
+		if !ok || *contentType == "" || *upTo == "" || *reason == "" {
+			return errors.New("acknowledge needs --domain (e.g. DOMAIN_TIME_SERIES), --content-type, --up-to and --reason")
+		}
+		var resp *adminv1.AcknowledgeOnBehalfResponse
+		resp, err = client.AcknowledgeOnBehalf(ctx, &adminv1.AcknowledgeOnBehalfRequest{
+			Recipient: *recipient, Domain: d, ContentType: *contentType, UpToNotificationId: *upTo, Reason: *reason,
+		})
+		if err == nil {
+			answer, done = resp, fmt.Sprintf("dequeued %d notifications of recipient %s's cabinet %s/%s up to %s, in %d bundles, on its behalf",
+				resp.GetNotifications(), *recipient, d, *contentType, *upTo, len(resp.GetBundleIds()))
+		}
 	default:
 		fmt.Fprint(errOut, adminUsage)
 		return fmt.Errorf("unknown admin call %q", call)
@@ -95,10 +134,26 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if done != "" {
+		if _, err := fmt.Fprintln(out, done); err != nil {
+			return err
+		}
+	}
 	text, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(answer)
 	if err != nil {
 		return err
 	}
 	_, err = fmt.Fprintln(out, string(text))
 	return err
+}
+
+// parseDomain reads a domain by its API name, with or without the DOMAIN_
+// prefix, in any case.
+func parseDomain(name string) (messagehubv1.Domain, bool) {
+	name = strings.ToUpper(name)
+	if !strings.HasPrefix(name, "DOMAIN_") {
+		name = "DOMAIN_" + name
+	}
+	v, ok := messagehubv1.Domain_value[name]
+	return messagehubv1.Domain(v), ok && v != 0
 }

@@ -16,16 +16,18 @@ import (
 	"github.com/energydatahub/messagehub/internal/app"
 )
 
-// "messagehub admin" answers an operator's three questions about a
-// recipient from a running hub, and changes nothing the actor sees.
-func TestTheAdminCommandInspectsARunningHub(t *testing.T) {
+// runningHub runs the hub (embedded store) on loopback ports until the
+// test ends, and returns a context for the test's calls, the hub and a gRPC
+// connection to it.
+func runningHub(t *testing.T) (context.Context, *app.App, *grpc.ClientConn) {
+	t.Helper()
 	cfg, err := app.ParseConfig([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--min-free-disk", "0"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	a, err := app.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -33,18 +35,25 @@ func TestTheAdminCommandInspectsARunningHub(t *testing.T) {
 	runCtx, stopRun := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- a.Run(runCtx) }()
-	defer func() {
+	t.Cleanup(func() {
 		stopRun()
 		if err := <-ran; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 		_ = a.Close()
-	}()
+	})
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = conn.Close() }()
+	t.Cleanup(func() { _ = conn.Close() })
+	return ctx, a, conn
+}
+
+// "messagehub admin" answers an operator's three questions about a
+// recipient from a running hub, and changes nothing the actor sees.
+func TestTheAdminCommandInspectsARunningHub(t *testing.T) {
+	ctx, a, conn := runningHub(t)
 	hub := messagehubv1.NewMessageHubClient(conn)
 	recipient, id := uuid.NewString(), uuid.NewString()
 	if _, err := hub.Save(ctx, &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{{

@@ -1,8 +1,9 @@
-// Package admin is the operators' read-only inspection API
-// (messagehub.admin.v1.Admin): a recipient's backlog, what its next Peek
-// would return, and where one notification is. It converts between the API
-// and the hub's read-only calls (internal/hub/admin.go); nothing it calls
-// writes. Authorization (the admin role) and the mapping of errors to status
+// Package admin is the operators' API (messagehub.admin.v1.Admin): the
+// read-only inspection of a recipient's backlog, what its next Peek would
+// return and where one notification is, and the two remedies, releasing a
+// pending bundle and acknowledging on an actor's behalf (remedies.go). It
+// converts between the API and the hub's calls (internal/hub/admin.go,
+// internal/hub/remedy.go); only the remedies write. Authorization (the admin role) and the mapping of errors to status
 // codes are the gRPC server's, as for MessageHub.
 package admin
 
@@ -19,11 +20,13 @@ import (
 	"github.com/energydatahub/messagehub/internal/hub"
 )
 
-// Hub is what the service needs from the hub: its read-only calls.
+// Hub is what the service needs from the hub: its read-only calls and the
+// remedies (remedies.go).
 type Hub interface {
 	Backlog(ctx context.Context, recipient string) (hub.RecipientBacklog, error)
 	PreviewNextBundle(ctx context.Context, recipient string, group domain.PeekGroup) (*hub.Preview, error)
 	TraceNotification(ctx context.Context, recipient, id string) (hub.Trace, error)
+	Remedies
 }
 
 // Service implements adminv1.AdminServer over a Hub.
@@ -62,19 +65,24 @@ func (s *Service) GetBacklog(ctx context.Context, req *adminv1.GetBacklogRequest
 		})
 	}
 	for _, rec := range b.Pending {
-		resp.PendingBundles = append(resp.PendingBundles, &adminv1.PendingBundle{
-			BundleId:          rec.ID,
-			Group:             messagehubv1.PeekGroup(rec.Group),
-			Domain:            messagehubv1.Domain(rec.Origin),
-			ContentType:       rec.ContentType,
-			NotificationCount: int32(rec.Count),
-			Weight:            rec.Weight,
-			CreatedAtMs:       unixMilli(rec.CreatedAt),
-			StartPosition:     rec.Start,
-			EndPosition:       rec.End,
-		})
+		resp.PendingBundles = append(resp.PendingBundles, pendingBundle(rec))
 	}
 	return resp, nil
+}
+
+// pendingBundle is a pending bundle's record as the API shows it.
+func pendingBundle(rec bundle.Record) *adminv1.PendingBundle {
+	return &adminv1.PendingBundle{
+		BundleId:          rec.ID,
+		Group:             messagehubv1.PeekGroup(rec.Group),
+		Domain:            messagehubv1.Domain(rec.Origin),
+		ContentType:       rec.ContentType,
+		NotificationCount: int32(rec.Count),
+		Weight:            rec.Weight,
+		CreatedAtMs:       unixMilli(rec.CreatedAt),
+		StartPosition:     rec.Start,
+		EndPosition:       rec.End,
+	}
 }
 
 // PreviewNextBundle says what the group's next Peek would return, creating

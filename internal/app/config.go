@@ -89,6 +89,9 @@ type CosmosConfig struct {
 	Database  string // created with its containers when Provision is set
 	Provision bool
 	IDBuckets int // partitions of the id index
+	// MigrateIDBuckets lets a database whose id index has another count
+	// move to IDBuckets (docs/cosmos.md, "The id index").
+	MigrateIDBuckets bool
 	// Throughput of each container created by provisioning:
 	// autoscale=<max RU/s>, manual=<RU/s> or serverless.
 	Throughput string
@@ -211,6 +214,16 @@ var settings = []setting{
 				return fmt.Errorf("must be an integer in 1..256, got %q", v)
 			}
 			c.Cosmos.IDBuckets = n
+			return nil
+		}},
+	{"cosmos-id-buckets-migrate", "MESSAGEHUB_COSMOS_ID_BUCKETS_MIGRATE", "false",
+		"move a database whose Cosmos DB id index has another bucket count to --cosmos-id-buckets, keeping duplicates found",
+		func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("not a boolean: %q", v)
+			}
+			c.Cosmos.MigrateIDBuckets = b
 			return nil
 		}},
 	{"cosmos-throughput", "MESSAGEHUB_COSMOS_THROUGHPUT", defaultCosmosThroughput,

@@ -27,7 +27,7 @@ import (
 const (
 	RoleActor  = "actor"  // may Peek and Dequeue its own bundles
 	RoleDomain = "domain" // may Save notifications
-	RoleAdmin  = "admin"  // may call the read-only Admin service, for any recipient
+	RoleAdmin  = "admin"  // may call the Admin service (inspection and remedies), for any recipient
 )
 
 // RolesClaim is the claim that lists the caller's roles: an array of strings

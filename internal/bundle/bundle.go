@@ -1,5 +1,5 @@
 // Package bundle holds the record of a peeked bundle: a run of positions of
-// one cabinet, pending until it is dequeued.
+// one cabinet, pending until it is dequeued (or an operator releases it).
 package bundle
 
 import (
@@ -16,6 +16,11 @@ type State int
 const (
 	Pending State = iota + 1
 	Dequeued
+	// Released: an operator gave the pending bundle up. It acknowledged
+	// nothing (its notifications are cut into a new bundle); its record
+	// stays until retention removes it, so that its id is never used for
+	// other notifications.
+	Released
 )
 
 // Record is a bundle as stored. Its notifications are positions [Start, End)
@@ -44,6 +49,7 @@ type Record struct {
 	State      State
 	CreatedAt  time.Time
 	DequeuedAt time.Time
+	ReleasedAt time.Time `json:",omitzero"`
 	// Announce: the bundle's domain is told of the dequeue (BundleDequeued),
 	// so Acknowledge records a notice in the same atomic write.
 	Announce bool `json:",omitempty"`

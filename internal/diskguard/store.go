@@ -134,6 +134,11 @@ func (s *guardedStore) Acknowledge(ctx context.Context, recipient string, rec bu
 	return s.write(bundleRecordBytes(rec, cursor), s.g.Floor(), func() error { return s.Store.Acknowledge(ctx, recipient, rec, cursor) })
 }
 
+// ReleaseBundle implements store.Store: refused below the floor.
+func (s *guardedStore) ReleaseBundle(ctx context.Context, recipient string, rec bundle.Record) error {
+	return s.write(bundleRecordBytes(rec, catalog.Cursor{}), s.g.Floor(), func() error { return s.Store.ReleaseBundle(ctx, recipient, rec) })
+}
+
 // ApplySweep implements store.Store: refused below the floor.
 func (s *guardedStore) ApplySweep(ctx context.Context, sweep store.Sweep) error {
 	return s.write(sweepBytes(sweep), s.g.Floor(), func() error { return s.Store.ApplySweep(ctx, sweep) })

@@ -1,5 +1,7 @@
 package domain
 
+import "fmt"
+
 // Origin is the domain that produced a notification. The values match the
 // Domain enum of the public API.
 type Origin int32
@@ -19,6 +21,21 @@ var Origins = []Origin{OriginTimeSeries, OriginCharges, OriginMarketRoles, Origi
 
 // Valid reports whether o is a defined, non-unspecified origin.
 func (o Origin) Valid() bool { return o >= OriginTimeSeries && o <= OriginAggregations }
+
+// originNames are the origins' names in the public API's Domain enum.
+var originNames = map[Origin]string{
+	OriginUnspecified: "DOMAIN_UNSPECIFIED", OriginTimeSeries: "DOMAIN_TIME_SERIES", OriginCharges: "DOMAIN_CHARGES",
+	OriginMarketRoles: "DOMAIN_MARKET_ROLES", OriginMeteringPoints: "DOMAIN_METERING_POINTS", OriginAggregations: "DOMAIN_AGGREGATIONS",
+}
+
+// Name is o's name in the public API (DOMAIN_TIME_SERIES, ...), for
+// messages an operator acts on.
+func (o Origin) Name() string {
+	if n, ok := originNames[o]; ok {
+		return n
+	}
+	return fmt.Sprintf("DOMAIN_%d", int32(o))
+}
 
 // PeekGroup selects which origins a Peek may deliver. The values match the
 // PeekGroup enum of the public API.

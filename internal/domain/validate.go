@@ -149,6 +149,10 @@ func checkTypeName(field, s string) error {
 	return nil
 }
 
+// ValidateContentType enforces a content type's rule (1..255 characters of
+// [A-Za-z0-9._:-]).
+func ValidateContentType(s string) error { return checkTypeName("content_type", s) }
+
 // ValidatePeekGroup rejects values outside the PeekGroup enum.
 func ValidatePeekGroup(g PeekGroup) error {
 	if !g.Valid() {

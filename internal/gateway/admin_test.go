@@ -23,14 +23,15 @@ import (
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
-// The Admin routes are served under /admin/v1, with the path's recipient
-// and the query's group, and answer JSON; they peek nothing.
-func TestAdminRoutes(t *testing.T) {
+// serveAdmin serves the gateway over the gRPC server (MessageHub and Admin)
+// of a hub on a pebble store in a temp dir.
+func serveAdmin(t *testing.T, opts hub.Options) (*httptest.Server, *hub.Hub) {
+	t.Helper()
 	st, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := hub.New(st, hub.Options{}, nil)
+	h := hub.New(st, opts, nil)
 	t.Cleanup(func() { h.Close(); _ = st.Close() })
 	srv, hs := server.NewGRPCServer(h, slog.New(slog.DiscardHandler))
 	admin.Register(srv, h)
@@ -51,6 +52,13 @@ func TestAdminRoutes(t *testing.T) {
 	}
 	web := httptest.NewServer(handler)
 	t.Cleanup(web.Close)
+	return web, h
+}
+
+// The Admin routes are served under /admin/v1, with the path's recipient
+// and the query's group, and answer JSON; they peek nothing.
+func TestAdminRoutes(t *testing.T) {
+	web, h := serveAdmin(t, hub.Options{})
 
 	recipient, id := uuid.NewString(), uuid.NewString()
 	if _, err := h.Save(context.Background(), []domain.Notification{{ID: id, Recipient: recipient, Origin: domain.OriginAggregations,

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/felixge/httpsnoop"
@@ -172,10 +173,13 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, "/v1/peek", peekWait(mux, peeks)},
 		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
 		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn), o), o)},
-		// The read-only Admin service (the admin role).
+		// The Admin service's inspection (the admin role).
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/backlog", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/next-bundle", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/notifications/{notificationId}", api},
+		// The remedies (the admin role; a reason in the body).
+		{http.MethodPost, "/admin/v1/recipients/{recipient}/bundles/{bundleId}:release", api},
+		{http.MethodPost, "/admin/v1/recipients/{recipient}:acknowledge", api},
 		// The operators' console: static pages that call the Admin routes.
 		{http.MethodGet, console.Path, console.Handler()}, {http.MethodGet, console.Path + "/", console.Handler()},
 	}
@@ -190,14 +194,42 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 	// goes to grpc-gateway for its 404.
 	root := http.NewServeMux()
 	for _, rt := range routes {
-		root.Handle(rt.method+" "+rt.path, rt.handler)
-		root.Handle(rt.path, methodNotAllowed(mux, rt.method))
+		pattern, verb := splitVerb(rt.path)
+		root.Handle(rt.method+" "+pattern, withVerb(verb, rt.handler, mux))
+		root.Handle(pattern, withVerb(verb, methodNotAllowed(mux, rt.method), mux))
 	}
 	root.Handle("/", mux)
 	if o.accessLog != nil {
 		return accessLog(o.accessLog, root), nil
 	}
 	return root, nil
+}
+
+// splitVerb splits a custom method's path (…/{name}:verb, as in the HTTP
+// rules) into the pattern http.ServeMux takes, whose wildcards are whole
+// segments, and the verb (":verb"); a path without one is returned as it is.
+func splitVerb(path string) (pattern, verb string) {
+	last := path[strings.LastIndex(path, "/")+1:]
+	if i := strings.Index(last, "}:"); strings.HasPrefix(last, "{") && i >= 0 {
+		return path[:len(path)-len(last)+i+1], last[i+1:]
+	}
+	return path, ""
+}
+
+// withVerb passes on to next only requests whose path ends in verb (all
+// when verb is empty); grpc-gateway answers the others (404), as for any
+// path it does not know.
+func withVerb(verb string, next, mux http.Handler) http.Handler {
+	if verb == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, verb) {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func accessLog(logger *slog.Logger, next http.Handler) http.Handler {

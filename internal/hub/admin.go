@@ -144,6 +144,8 @@ type Trace struct {
 	Position    int64
 	SavedAt     int64 // unix milliseconds (drawer.Meta.SavedAt)
 	Bundle      *bundle.Record
+	// drawerID is the drawer holding it (AcknowledgeOnBehalf).
+	drawerID string
 }
 
 // TraceNotification finds notification id of the recipient: its id record
@@ -215,9 +217,9 @@ func (r *Hub) traceOnce(ctx context.Context, recipient, id string) (Trace, error
 		return Trace{}, store.ErrStaleRead
 	}
 	pos := items[i].Pos
-	t := Trace{Origin: entry.Origin, ContentType: entry.ContentType, Position: pos, SavedAt: meta.SavedAt(pos)}
+	t := Trace{Origin: entry.Origin, ContentType: entry.ContentType, Position: pos, SavedAt: meta.SavedAt(pos), drawerID: meta.ID}
 	in := func(rec bundle.Record) bool {
-		if rec.Origin != entry.Origin || rec.ContentType != entry.ContentType || pos < rec.Start || pos >= rec.End {
+		if rec.State == bundle.Released || rec.Origin != entry.Origin || rec.ContentType != entry.ContentType || pos < rec.Start || pos >= rec.End {
 			return false
 		}
 		// A bundle recording its drawers names the one it read from (a

@@ -53,6 +53,11 @@ func (s *writeCounter) Acknowledge(ctx context.Context, recipient string, rec bu
 	return s.Store.Acknowledge(ctx, recipient, rec, cursor)
 }
 
+func (s *writeCounter) ReleaseBundle(ctx context.Context, recipient string, rec bundle.Record) error {
+	s.count()
+	return s.Store.ReleaseBundle(ctx, recipient, rec)
+}
+
 func (s *writeCounter) ApplySweep(ctx context.Context, sweep store.Sweep) error {
 	s.count()
 	return s.Store.ApplySweep(ctx, sweep)

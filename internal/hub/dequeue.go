@@ -34,13 +34,21 @@ func (r *Hub) dequeueOnce(ctx context.Context, recipient, bundleID string) error
 	if i < 0 {
 		return fmt.Errorf("%w: no pending bundle %s", domain.ErrNotFound, bundleID)
 	}
-	rec := state.Pending[i]
+	_, err = r.acknowledge(ctx, recipient, state, state.Pending[i])
+	return err
+}
+
+// acknowledge dequeues rec, a pending bundle of the recipient's state:
+// marks it dequeued and moves its cabinet's cursor past it in one
+// conditional write (with the notice of its domain when announced), and
+// returns it as dequeued.
+func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.RecipientState, rec bundle.Record) (bundle.Record, error) {
 	cursor := catalog.Cursor{Origin: rec.Origin, ContentType: rec.ContentType}
 	if j := slices.IndexFunc(state.Cursors, func(c catalog.Cursor) bool { return c.Key() == cursor.Key() }); j >= 0 {
 		cursor = state.Cursors[j]
 	}
 	if cursor.Acked != rec.Start {
-		return fmt.Errorf("bundle %s starts at %d but its cabinet is acknowledged up to %d", rec.ID, rec.Start, cursor.Acked)
+		return bundle.Record{}, fmt.Errorf("bundle %s starts at %d but its cabinet is acknowledged up to %d", rec.ID, rec.Start, cursor.Acked)
 	}
 	rec.State = bundle.Dequeued
 	rec.DequeuedAt = r.opts.Now()
@@ -49,12 +57,12 @@ func (r *Hub) dequeueOnce(ctx context.Context, recipient, bundleID string) error
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq
 	if err := r.store.Acknowledge(ctx, recipient, rec, cursor); err != nil {
-		return err
+		return bundle.Record{}, err
 	}
 	if rec.Announce && r.opts.Announced != nil {
 		r.opts.Announced(store.Notice{Recipient: recipient, BundleID: rec.ID, Origin: rec.Origin, DequeuedAt: rec.DequeuedAt})
 	}
-	return nil
+	return rec, nil
 }
 
 // DequeuedBundle returns a dequeued bundle of the recipient as it was

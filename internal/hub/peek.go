@@ -49,14 +49,18 @@ func (r *Hub) peekOnce(ctx context.Context, recipient string, group domain.PeekG
 		if len(pending) > 0 {
 			return nil, fmt.Errorf("%w: bundle %s is pending", domain.ErrOtherBundlePending, pending[0].ID)
 		}
-		used := slices.ContainsFunc(state.Pending, func(rec bundle.Record) bool { return rec.ID == bundleID })
-		if !used {
-			if used, err = r.store.BundleExists(ctx, recipient, bundleID); err != nil {
-				return nil, err
-			}
+		if slices.ContainsFunc(state.Pending, func(rec bundle.Record) bool { return rec.ID == bundleID }) {
+			return nil, fmt.Errorf("%w: %s is pending in another group", domain.ErrBundleIDInUse, bundleID)
+		}
+		// A dequeued or released bundle's id stays used while its record is
+		// kept: the actor that holds it must not get other notifications
+		// under it.
+		used, err := r.store.BundleExists(ctx, recipient, bundleID)
+		if err != nil {
+			return nil, err
 		}
 		if used {
-			return nil, fmt.Errorf("%w: %s", domain.ErrBundleIDInUse, bundleID)
+			return nil, fmt.Errorf("%w: %s was dequeued, or released by an operator; peek with a new bundle id", domain.ErrBundleIDInUse, bundleID)
 		}
 	} else if len(pending) > 0 {
 		return r.materialize(ctx, recipient, state, pending[0])
@@ -95,7 +99,22 @@ func pendingIn(state store.RecipientState, group domain.PeekGroup) []bundle.Reco
 // unacknowledged notification is oldest. It returns nil when there is none.
 // It only reads: Peek stores what it returns, PreviewNextBundle does not.
 func (r *Hub) cut(ctx context.Context, state store.RecipientState, group domain.PeekGroup) (*bundle.Record, []drawer.Item, catalog.Cursor, error) {
+	return r.cutWithin(ctx, state, group, nil)
+}
+
+// cutLimit confines a cut to one cabinet and to its positions before end.
+type cutLimit struct {
+	key catalog.Key
+	end int64
+}
+
+// cutWithin is cut, confined by limit when it is not nil: the bundle is the
+// one the bundling rule makes of that cabinet, ended early at limit.end.
+func (r *Hub) cutWithin(ctx context.Context, state store.RecipientState, group domain.PeekGroup, limit *cutLimit) (*bundle.Record, []drawer.Item, catalog.Cursor, error) {
 	cands := catalog.Candidates(state.Entries, state.Cursors, group)
+	if limit != nil {
+		cands = slices.DeleteFunc(cands, func(c catalog.Candidate) bool { return c.Entry.Key() != limit.key })
+	}
 	for i := range cands {
 		if cands[i].HeadSeq == 0 {
 			seq, err := r.firstSeqFrom(ctx, cands[i].Entry, cands[i].Cursor.Acked)
@@ -135,6 +154,10 @@ func (r *Hub) cut(ctx context.Context, state store.RecipientState, group domain.
 				return false
 			}
 			next = it.Pos + 1
+			if limit != nil && it.Pos >= limit.end {
+				nextSeq = it.Seq
+				return false
+			}
 			if !cutter.Offer(it.SupportsBundling, it.Weight) {
 				nextSeq = it.Seq
 				return false

@@ -71,10 +71,10 @@ func (r *Hub) SweepNow(ctx context.Context) error { return r.sweep(ctx) }
 func (r *Hub) sweep(ctx context.Context) error { return r.sweepPaced(ctx, 0, nil) }
 
 // sweepPaced removes what retention allows for every recipient: dequeued
-// bundles older than the retention, and fully acknowledged drawers that no
-// retained bundle covers. Nothing unacknowledged is ever removed. The
-// recipients are spread evenly over spread; hold, when set, is asked again
-// every half of it and ends the pass when the lease is lost.
+// and released bundles older than the retention, and fully acknowledged
+// drawers that no retained bundle covers. Nothing unacknowledged is ever
+// removed. The recipients are spread evenly over spread; hold, when set, is
+// asked again every half of it and ends the pass when the lease is lost.
 func (r *Hub) sweepPaced(ctx context.Context, spread time.Duration, hold func(context.Context) (bool, error)) error {
 	var recipients []string
 	if err := r.store.Recipients(ctx, func(recipient string) error {
@@ -128,6 +128,14 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff time.
 	detached := map[string]bool{}    // drawers retained records name
 	var expiredDrawers []drawer.Meta // drawers expired records name
 	for _, rec := range slices.Concat(state.Pending, dequeued) {
+		if rec.State == bundle.Released {
+			// It reads nothing back, so it keeps no drawer; its record
+			// only keeps its id used until the retention has passed.
+			if rec.ReleasedAt.Before(cutoff) {
+				sw.Bundles = append(sw.Bundles, rec.ID)
+			}
+			continue
+		}
 		if rec.State == bundle.Dequeued && rec.DequeuedAt.Before(cutoff) {
 			sw.Bundles = append(sw.Bundles, rec.ID)
 			expiredDrawers = append(expiredDrawers, rec.Drawers...)

@@ -120,7 +120,7 @@ type Store interface {
 	// none of its notifications or ids is stored, for any recipient.
 	CommitSaves(ctx context.Context, saves []RecipientSave) error
 	// BundleExists reports whether the recipient has a bundle with this id,
-	// pending or dequeued.
+	// pending, dequeued or released.
 	BundleExists(ctx context.Context, recipient, bundleID string) (bool, error)
 	// CreateBundle stores a new pending bundle, provided no bundle of its id
 	// exists, no bundle is pending in its group and the cabinet's cursor is
@@ -129,9 +129,18 @@ type Store interface {
 	// Acknowledge marks a pending bundle dequeued (rec holds the new state and
 	// the version read) and writes the cabinet's cursor, both conditionally.
 	Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error
+	// ReleaseBundle gives up a pending bundle (rec holds the new state,
+	// Released with its ReleasedAt, and the version read), conditionally on
+	// that version: it is no longer pending, its group may have a new
+	// bundle, the cabinet's cursor stays where it is and no notice is
+	// written. Its record stays, listed by DequeuedBundles until retention
+	// removes it, so that its id stays used (BundleExists, CreateBundle).
+	ReleaseBundle(ctx context.Context, recipient string, rec bundle.Record) error
 	// Recipients calls fn for every recipient with stored state, for retention.
 	Recipients(ctx context.Context, fn func(recipient string) error) error
-	// DequeuedBundles returns the recipient's dequeued bundles, for retention.
+	// DequeuedBundles returns the recipient's bundles that are no longer
+	// pending, dequeued and released (State tells them apart), for
+	// retention.
 	DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error)
 	// ApplySweep removes what retention found, conditionally: when an entry
 	// or cursor it names changed, it is ErrConflict and removes nothing.
@@ -170,7 +179,8 @@ type Outbox interface {
 	NoticeBacklog(ctx context.Context) (n int, oldest time.Time, err error)
 	// DequeuedBundle reads one dequeued bundle's record (a point read, so
 	// telling a domain costs the same however many bundles the recipient
-	// retains); domain.ErrNotFound when there is none.
+	// retains); domain.ErrNotFound when there is none (a released bundle
+	// is none).
 	DequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error)
 }
 

@@ -22,6 +22,7 @@ const (
 	typeCursor   = "cursor"
 	typePending  = "pending"
 	typeDequeued = "dequeued"
+	typeReleased = "released"
 	typeSlot     = "slot"
 	typeRegistry = "recipient"
 	typeResPart  = "respart"
@@ -174,6 +175,7 @@ type bundleDoc struct {
 	Holes      [][2]int64   `json:"h,omitempty"`  // holes within them
 	CreatedAt  int64        `json:"ca"`           // unix microseconds: exact within the 2^53 of a JSON number
 	DequeuedAt int64        `json:"da,omitempty"`
+	ReleasedAt int64        `json:"ra,omitempty"` // unix microseconds
 	TTL        *int32       `json:"ttl,omitempty"`
 	ETag       string       `json:"_etag,omitempty"`
 }
@@ -245,9 +247,13 @@ func toBundle(d bundleDoc) bundle.Record {
 		Start: d.Start, End: d.End, Count: d.Count, Weight: d.Weight, DocumentTypes: d.DocTypes,
 		NextSeq: d.NextSeq, State: bundle.Pending, CreatedAt: time.UnixMicro(d.CreatedAt), Version: d.ETag,
 	}
-	if d.T == typeDequeued {
+	switch d.T {
+	case typeDequeued:
 		rec.State = bundle.Dequeued
 		rec.DequeuedAt = time.UnixMicro(d.DequeuedAt)
+	case typeReleased:
+		rec.State = bundle.Released
+		rec.ReleasedAt = time.UnixMicro(d.ReleasedAt)
 	}
 	for _, m := range d.Drawers {
 		rec.Drawers = append(rec.Drawers, drawer.Meta(m))
@@ -268,9 +274,13 @@ func fromBundle(recipient string, rec bundle.Record) bundleDoc {
 	if docTypesBytes(rec.DocumentTypes) <= maxBundleDocTypesBytes {
 		d.DocTypes = rec.DocumentTypes
 	}
-	if rec.State == bundle.Dequeued {
+	switch rec.State {
+	case bundle.Dequeued:
 		d.T = typeDequeued
 		d.DequeuedAt = rec.DequeuedAt.UnixMicro()
+	case bundle.Released:
+		d.T = typeReleased
+		d.ReleasedAt = rec.ReleasedAt.UnixMicro()
 	}
 	for _, m := range rec.Drawers {
 		d.Drawers = append(d.Drawers, drawerMeta(m))

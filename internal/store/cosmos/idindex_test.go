@@ -16,7 +16,6 @@ import (
 // its ids; a lookup finds every asked id with its own fingerprint and
 // drawer, and nothing else.
 func TestIDDocumentsGroupFingerprintsAndAnswerLookups(t *testing.T) {
-	s := &Store{cfg: Config{IDBuckets: 4}}
 	fps := []store.Fingerprint{{1}, {2}, {3}}
 	var recs []store.IDRecord
 	for i := range 300 {
@@ -26,7 +25,7 @@ func TestIDDocumentsGroupFingerprintsAndAnswerLookups(t *testing.T) {
 		{save: store.RecipientSave{IDs: recs[:200]}, pages: []pageDoc{{PK: "d1", Start: 5}, {PK: "d1", Start: 3}}},
 		{save: store.RecipientSave{IDs: recs[200:]}, pages: []pageDoc{{PK: "d2", Start: 0}}},
 	}
-	writes := s.idWrites("save", plans)
+	writes := idWrites("save", idLayout{write: []int{4}, read: []int{4}}, plans)
 	if len(writes) != 4 {
 		t.Fatalf("%d documents for 4 buckets", len(writes))
 	}
@@ -68,8 +67,8 @@ func TestIDDocumentsGroupFingerprintsAndAnswerLookups(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.bucketOf(h.ID) != w.bucket {
-				t.Fatalf("id %s stored in bucket %s, looked up in %s", h.ID, w.bucket, s.bucketOf(h.ID))
+			if bucket(4, h.ID) != w.bucket {
+				t.Fatalf("id %s stored in bucket %s, looked up in %s", h.ID, w.bucket, bucket(4, h.ID))
 			}
 			found[h.ID] = rec
 		}

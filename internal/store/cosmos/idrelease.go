@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
@@ -93,7 +92,8 @@ func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string)
 }
 
 // loadSavedIDs reads the drawer lists of the id documents of the saves not
-// remembered yet: one query per bucket for all of them.
+// remembered yet: one query per bucket (of every layout read) for all of
+// them.
 func (s *Store) loadSavedIDs(ctx context.Context, saves []string) error {
 	r := &s.released
 	if r.saves == nil {
@@ -112,8 +112,16 @@ func (s *Store) loadSavedIDs(ctx context.Context, saves []string) error {
 	for _, saveID := range missing {
 		found[saveID] = &savedIDs{gone: map[string]bool{}}
 	}
-	for b := range s.cfg.IDBuckets {
-		err := s.query(ctx, s.ids, bucketPrefix+strconv.Itoa(b), "SELECT c.id, c.pk, c.s, c.ds, c.dp FROM c WHERE ARRAY_CONTAINS(@s, c.s)",
+	layout, err := s.layout(ctx)
+	if err != nil {
+		return err
+	}
+	var all []string
+	for _, count := range layout.read {
+		all = append(all, buckets(count)...)
+	}
+	for _, b := range all {
+		err := s.query(ctx, s.ids, b, "SELECT c.id, c.pk, c.s, c.ds, c.dp FROM c WHERE ARRAY_CONTAINS(@s, c.s)",
 			[]azcosmos.QueryParameter{{Name: "@s", Value: missing}}, func(raw []byte) error {
 				var d idDocDrawers
 				if err := json.Unmarshal(raw, &d); err != nil {

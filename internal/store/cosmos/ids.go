@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
-	"github.com/zeebo/xxh3"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/energydatahub/messagehub/internal/store"
@@ -96,6 +94,10 @@ func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[st
 // a query's text and parameters must stay under 512 KB, and the 20,000 ids
 // of the largest group commit would be 780 KB as canonical strings.
 func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHit, error) {
+	layout, err := s.layout(ctx)
+	if err != nil {
+		return nil, err
+	}
 	type part struct {
 		bucket string
 		ids    []string
@@ -108,8 +110,10 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 		}
 		byBucket[bucket] = append(byBucket[bucket], id)
 	}
-	for _, id := range ids {
-		add(s.bucketOf(id), packID(id))
+	for _, count := range layout.read {
+		for _, id := range ids {
+			add(bucket(count, id), packID(id))
+		}
 	}
 	var parts []part
 	for _, b := range order {
@@ -195,24 +199,14 @@ func (s *Store) saveState(ctx context.Context, saveID, token string) (string, er
 	return d.State, json.Unmarshal(item.Value, &d)
 }
 
-// bucketOf spreads ids over the id partitions by a hash of the whole id:
-// time-ordered ids (UUIDv7) share their first bytes, and would otherwise
-// all land in one partition.
-func (s *Store) bucketOf(id string) string {
-	return bucketPrefix + strconv.FormatUint(xxh3.HashString(id)%uint64(s.cfg.IDBuckets), 10)
-}
-
-// Id partitions are h0, h1, ...
-const bucketPrefix = "h"
-
 // idWrites groups the ids of a save, over all its recipients, into one
-// document per bucket, each listing the drawers its ids are in with the
+// document per bucket of each layout it writes (idlayout.go), each listing the drawers its ids are in with the
 // save's first page in each: retention deletes the document once all of
 // them are gone (see releaseIDs). One document per bucket and drawer cost
 // a 1 KB write each when a save is spread over many recipients. Every
 // reservation lists the documents holding its recipient's ids, for a
 // rollback.
-func (s *Store) idWrites(saveID string, plans []savePlan) []idWrite {
+func idWrites(saveID string, layout idLayout, plans []savePlan) []idWrite {
 	type entry struct {
 		rec    store.IDRecord
 		drawer string // packed
@@ -228,16 +222,19 @@ func (s *Store) idWrites(saveID string, plans []savePlan) []idWrite {
 	byBucket := map[string][]entry{}
 	var order []string
 	for i := range plans {
+		p := &plans[i]
 		inPlan := map[string]bool{}
-		for _, rec := range plans[i].save.IDs {
-			b := s.bucketOf(rec.ID)
-			if _, ok := byBucket[b]; !ok {
-				order = append(order, b)
-			}
-			byBucket[b] = append(byBucket[b], entry{rec: rec, drawer: packID(rec.DrawerID)})
-			if !inPlan[b] {
-				inPlan[b] = true
-				plans[i].res.IDDocs = append(plans[i].res.IDDocs, docRef{PK: b, ID: saveID})
+		for _, count := range layout.write {
+			for _, rec := range p.save.IDs {
+				b := bucket(count, rec.ID)
+				if _, ok := byBucket[b]; !ok {
+					order = append(order, b)
+				}
+				byBucket[b] = append(byBucket[b], entry{rec: rec, drawer: packID(rec.DrawerID)})
+				if !inPlan[b] {
+					inPlan[b] = true
+					p.res.IDDocs = append(p.res.IDDocs, docRef{PK: b, ID: saveID})
+				}
 			}
 		}
 	}

@@ -132,27 +132,34 @@ func (s *Store) noticePage(ctx context.Context, query, token string, n int) ([]s
 	return out, next, nil
 }
 
-// noticeResume keeps the continuation of the last look, for the same query
-// only (a token belongs to its query text).
+// noticeResume keeps the continuation of the last look of each query (a
+// token belongs to its query text): the per-domain workers of a notifier
+// each go on where their own last look stopped. The queries are the
+// subsets of domains asked for, so few; the map is bounded all the same.
 type noticeResume struct {
-	mu    sync.Mutex
-	query string
-	token string
+	mu     sync.Mutex
+	tokens map[string]string
 }
+
+// maxResumes bounds the queries whose continuation is kept.
+const maxResumes = 64
 
 func (r *noticeResume) take(query string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.query != query {
-		return ""
-	}
-	return r.token
+	return r.tokens[query]
 }
 
 func (r *noticeResume) put(query, token string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.query, r.token = query, token
+	if r.tokens == nil {
+		r.tokens = map[string]string{}
+	}
+	if _, ok := r.tokens[query]; !ok && len(r.tokens) >= maxResumes {
+		clear(r.tokens)
+	}
+	r.tokens[query] = token
 }
 
 // noticeBacklog reads every notice's time: a few bytes each.

@@ -172,6 +172,40 @@ func TestNoticesLooksTakeTurns(t *testing.T) {
 	}
 }
 
+// Each domain's looks go on where that domain's last look stopped, while
+// the looks of domains' workers take turns: looks of 2 at 4 notices of one
+// domain, interleaved with another domain's, still bring every notice up
+// within two looks.
+func TestEachDomainsLooksGoOnWhereTheirOwnStopped(t *testing.T) {
+	s := open(t, cosmos.Config{})
+	repo := hub.New(s, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	want := map[domain.Origin]map[string]bool{}
+	for _, o := range []domain.Origin{domain.OriginCharges, domain.OriginMeteringPoints} {
+		want[o] = map[string]bool{}
+		for range 4 {
+			want[o][cycleOne(t, repo, uuid.NewString(), o)] = true
+		}
+	}
+	for range 2 {
+		for _, o := range []domain.Origin{domain.OriginCharges, domain.OriginMeteringPoints} {
+			batch, err := s.Notices(ctx, []domain.Origin{o}, 2)
+			if err != nil || len(batch) != 2 {
+				t.Fatalf("a look at %v: %+v (%v); want 2 notices", o, batch, err)
+			}
+			for _, n := range batch {
+				delete(want[o], n.BundleID)
+			}
+		}
+	}
+	for o, left := range want {
+		if len(left) != 0 {
+			t.Fatalf("notices of %v not in two looks of 2 at 4: %v", o, left)
+		}
+	}
+}
+
 // The notifier reads a notice's bundle right after it found the notice, on
 // another instance than the one that dequeued: under replica lag, that read
 // must still see the dequeue (it carries the token of the notices' answer).

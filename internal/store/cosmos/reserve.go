@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/store"
@@ -107,18 +108,35 @@ func reserveChunks(sv store.RecipientSave, pages []pageDoc) []resChunk {
 	return chunks
 }
 
-// reserveAll reserves on every recipient's head; it returns how many plans
-// (a prefix) may hold a reservation.
-func (s *Store) reserveAll(ctx context.Context, plans []savePlan) (int, error) {
+// reserveParallel bounds the recipients a save reserves at once.
+const reserveParallel = 16
+
+// reserveAll reserves every recipient's part of the save, up to
+// reserveParallel at once: a save over many recipients takes about as long
+// as its slowest recipient, not the sum of them, and a throttled recipient
+// holds up only its own save. It returns the plans that may hold a
+// reservation (those whose reserve failed before writing do not), for the
+// abort. On a failure the others are cancelled; a reserve cancelled while
+// its batch was in flight may have applied and counts as held.
+func (s *Store) reserveAll(ctx context.Context, plans []savePlan) ([]savePlan, error) {
+	held := make([]bool, len(plans))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(reserveParallel)
 	for i := range plans {
-		if held, err := s.reserve(ctx, &plans[i]); err != nil {
-			if held {
-				i++
-			}
-			return i, err
+		g.Go(func() error {
+			var err error
+			held[i], err = s.reserve(gctx, &plans[i])
+			return err
+		})
+	}
+	err := g.Wait()
+	var out []savePlan
+	for i, h := range held {
+		if h {
+			out = append(out, plans[i])
 		}
 	}
-	return len(plans), nil
+	return out, err
 }
 
 // reserve takes the save's sequence numbers on the head and its positions

@@ -69,7 +69,11 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 		}
 		plans[i] = p
 	}
-	ids := s.idWrites(saveID, plans)
+	layout, err := s.layout(ctx)
+	if err != nil {
+		return err
+	}
+	ids := idWrites(saveID, layout, plans)
 	record := saveDoc{ID: saveID, PK: saveID, State: statePending, TTL: int32(s.cfg.Retention.Seconds())}
 	resp, err := s.saves.CreateItem(ctx, azcosmos.NewPartitionKeyString(saveID), mustJSON(record), nil)
 	if err != nil {
@@ -127,7 +131,7 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 		// applied (its answer lost, or late past the deadline) is
 		// committed: it is finalized and succeeds.
 		record.State, record.TTL = statePending, int32(s.cfg.Retention.Seconds())
-		if !s.abort(context.WithoutCancel(ctx), record, version, plans[:reserved]) {
+		if !s.abort(context.WithoutCancel(ctx), record, version, reserved) {
 			return tooLarge(err)
 		}
 		s.cfg.Logger.Warn("cosmos: a save whose commit seemed to fail is committed; finalizing it", "save", saveID, "err", err)

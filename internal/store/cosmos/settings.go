@@ -10,11 +10,13 @@ import (
 
 // The settings document records what the layout of a database depends on
 // (docs/decisions/0003-on-disk-format-policy.md): the format version of its
-// documents and the id index's bucket count. An id is looked up in the
+// documents and the id index's bucket count, with a migration to another
+// count while one is under way (idlayout.go). An id is looked up in the
 // bucket its hash modulo the count names, so an instance that counts
 // otherwise than the one that stored it misses it and lets a duplicate in,
 // without an error. Open compares the document with the configuration and
-// refuses a database that differs, before anything is written to it.
+// refuses a database that differs, before anything is written to it,
+// unless asked to migrate.
 
 // formatVersion is the layout of the documents this build writes and reads.
 // Until the layout is released, it changes in place and this stays 1.
@@ -37,38 +39,85 @@ type settingsDoc struct {
 	T         string `json:"t"`
 	Version   int    `json:"version"`
 	IDBuckets int    `json:"idBuckets"`
+	// NextIDBuckets is the count the id index is migrating to (0: none)
+	// since IDMigrationSince (unix ms).
+	NextIDBuckets    int   `json:"nextIdBuckets,omitempty"`
+	IDMigrationSince int64 `json:"idMigrationSince,omitempty"`
+	// ETag is the document's version as read (never written).
+	ETag string `json:"_etag,omitempty"`
 }
 
 // checkSettings reads the database's settings, or writes them when it is
-// empty, and refuses a database whose settings differ from this instance's.
-// Instances that open an empty database at once agree: the first create
-// wins, the others find it taken and compare with what it wrote.
+// empty, and refuses a database whose settings differ from this instance's
+// unless Config.MigrateIDBuckets asks to migrate its id index to this
+// instance's count. Instances that open an empty database at once agree:
+// the first create wins, the others find it taken and compare with what it
+// wrote.
 func (s *Store) checkSettings(ctx context.Context) error {
 	want := settingsDoc{ID: settingsID, PK: settingsPartition, T: typeSettings, Version: formatVersion, IDBuckets: s.cfg.IDBuckets}
-	got, found, err := s.readSettings(ctx)
-	if err == nil && !found {
-		got, found, err = s.firstSettings(ctx, want)
+	for attempt := 0; ; attempt++ {
+		got, found, err := s.readSettings(ctx)
+		if err == nil && !found {
+			got, found, err = s.firstSettings(ctx, want)
+		}
+		if err != nil {
+			return fmt.Errorf("cosmos: database %s: settings: %w", s.cfg.Database, err)
+		}
+		if !found {
+			return fmt.Errorf("cosmos: database %s holds documents but no settings document (id %q, pk %q in %s): "+
+				"it was written by a build that kept none, and nothing tells its id index's bucket count; "+
+				"start on a new database (--cosmos-database) or delete this one",
+				s.cfg.Database, settingsID, settingsPartition, containerRecipients)
+		}
+		if got.Version != formatVersion {
+			return fmt.Errorf("cosmos: database %s has format version %d, this build reads %d: "+
+				"run a build that reads it, or start on a new database (--cosmos-database)",
+				s.cfg.Database, got.Version, formatVersion)
+		}
+		start, err := s.fitsIDBuckets(got)
+		if err != nil {
+			return err
+		}
+		if !start {
+			s.idSettings.doc, s.idSettings.readAt = got, s.cfg.Now()
+			return nil
+		}
+		migrating := got
+		migrating.NextIDBuckets, migrating.IDMigrationSince, migrating.ETag = s.cfg.IDBuckets, s.cfg.Now().UnixMilli(), ""
+		_, err = s.recipients.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(settingsPartition), settingsID, mustJSON(migrating),
+			&azcosmos.ItemOptions{IfMatchEtag: etag(got.ETag)})
+		switch {
+		case err == nil:
+			s.cfg.Logger.Warn("cosmos id index migration begun", "from_buckets", got.IDBuckets, "to_buckets", s.cfg.IDBuckets)
+		case isStatus(err, http.StatusPreconditionFailed) && attempt < 3:
+			// Another instance changed the settings meanwhile: look again.
+		default:
+			return fmt.Errorf("cosmos: database %s: begin the id index migration: %w", s.cfg.Database, err)
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("cosmos: database %s: settings: %w", s.cfg.Database, err)
+}
+
+// fitsIDBuckets says whether this instance's id bucket count fits the
+// database's settings (an error when not), or a migration to it is to
+// begin.
+func (s *Store) fitsIDBuckets(got settingsDoc) (start bool, err error) {
+	mine := s.cfg.IDBuckets
+	switch {
+	case got.NextIDBuckets != 0 && (mine == got.IDBuckets || mine == got.NextIDBuckets):
+		return false, nil // a migration is under way: join it
+	case got.NextIDBuckets != 0:
+		return false, fmt.Errorf("cosmos: database %s: its id index is migrating from %d to %d buckets, this instance is configured with %d (--cosmos-id-buckets): "+
+			"start with --cosmos-id-buckets=%d until the migration ends",
+			s.cfg.Database, got.IDBuckets, got.NextIDBuckets, mine, got.NextIDBuckets)
+	case got.IDBuckets == mine:
+		return false, nil
+	case s.cfg.MigrateIDBuckets:
+		return true, nil
+	default:
+		return false, fmt.Errorf("cosmos: database %s: the database's id index has %d buckets, this instance is configured with %d (--cosmos-id-buckets): "+
+			"start with --cosmos-id-buckets=%d, or add --cosmos-id-buckets-migrate to move the index to %d buckets (docs/cosmos.md, \"The id index\")",
+			s.cfg.Database, got.IDBuckets, mine, got.IDBuckets, mine)
 	}
-	if !found {
-		return fmt.Errorf("cosmos: database %s holds documents but no settings document (id %q, pk %q in %s): "+
-			"it was written by a build that kept none, and nothing tells its id index's bucket count; "+
-			"start on a new database (--cosmos-database) or delete this one",
-			s.cfg.Database, settingsID, settingsPartition, containerRecipients)
-	}
-	if got.Version != formatVersion {
-		return fmt.Errorf("cosmos: database %s has format version %d, this build reads %d: "+
-			"run a build that reads it, or start on a new database (--cosmos-database)",
-			s.cfg.Database, got.Version, formatVersion)
-	}
-	if got.IDBuckets != want.IDBuckets {
-		return fmt.Errorf("cosmos: database %s: the database's id index has %d buckets, this instance is configured with %d (--cosmos-id-buckets); "+
-			"a database's bucket count cannot change: start with --cosmos-id-buckets=%d",
-			s.cfg.Database, got.IDBuckets, want.IDBuckets, got.IDBuckets)
-	}
-	return nil
 }
 
 // readSettings reads the settings on the primary: a lagging replica's 404

@@ -46,9 +46,13 @@ type Config struct {
 	// IDBuckets spreads the id index over this many partitions (1..256,
 	// default 4): every save writes and queries each bucket its ids fall
 	// in, so fewer buckets are cheaper per save; each partition serves at
-	// most 10,000 RU/s and 20 GB. The database's settings record it when
-	// it is first opened, and Open refuses another count (settings.go).
+	// most 10,000 RU/s and 20 GB (docs/cosmos.md sizes it). The database's
+	// settings record it when it is first opened, and Open refuses another
+	// count (settings.go) unless MigrateIDBuckets is set.
 	IDBuckets int
+	// MigrateIDBuckets lets Open begin moving a database's id index to
+	// IDBuckets when it has another count (idlayout.go).
+	MigrateIDBuckets bool
 	// Transport sends the SDK's requests (default: a pooled HTTP client).
 	Transport policy.Transporter
 	// OnRequest, when set, is told about every request (for metrics).
@@ -87,10 +91,13 @@ type Store struct {
 	// primary (Session consistency); stronger levels read a quorum anyway.
 	anchored bool
 	released idReleases // retention's knowledge of id documents per save
-	// noticesAt is where the last look at the notices stopped (notices.go).
+	// noticesAt is where the last look of each notices query stopped
+	// (notices.go).
 	noticesAt noticeResume
 	// finalizeFor bounds the retries of a committed save's finalize.
 	finalizeFor time.Duration
+	// idSettings: the id index's bucket counts (idlayout.go).
+	idSettings idSettings
 }
 
 var _ store.Store = (*Store)(nil)
@@ -402,6 +409,33 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 	return err
 }
 
+// ReleaseBundle deletes the group's slot and marks the bundle released (to
+// expire after the retention, like a dequeued one), in one transactional
+// batch on the bundle's etag; the cursor is not touched.
+func (s *Store) ReleaseBundle(ctx context.Context, recipient string, rec bundle.Record) error {
+	if rec.Version == "" {
+		return fmt.Errorf("%w: bundle %s has no version to release it at", store.ErrConflict, rec.ID)
+	}
+	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+	b.DeleteItem(slotID(rec.Group), nil)
+	doc := fromBundle(recipient, rec)
+	doc.TTL = ptr(int32(s.cfg.Retention / time.Second))
+	if err := batchWrite(&b, doc, rec.Version); err != nil {
+		return err
+	}
+	err := s.execute(ctx, s.recipients, b)
+	if errors.Is(err, store.ErrConflict) {
+		// A replay of our own batch after a lost answer: the primary says
+		// whether the bundle is released, at the moment we released it.
+		var now bundleDoc
+		if found, rerr := s.readOnPrimary(ctx, s.recipients, recipient, doc.ID, &now); rerr == nil && found &&
+			now.T == typeReleased && now.ReleasedAt == doc.ReleasedAt {
+			return nil
+		}
+	}
+	return err
+}
+
 // Recipients lists recipients from the registry partition.
 func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error) error {
 	var recipients []string
@@ -424,10 +458,11 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 	return nil
 }
 
-// DequeuedBundles lists the recipient's dequeued bundles not yet expired.
+// DequeuedBundles lists the recipient's dequeued and released bundles not
+// yet expired.
 func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error) {
 	var out []bundle.Record
-	err := s.query(ctx, s.recipients, recipient, "SELECT * FROM c WHERE c.t = 'dequeued'", nil, func(raw []byte) error {
+	err := s.query(ctx, s.recipients, recipient, "SELECT * FROM c WHERE c.t IN ('dequeued', 'released')", nil, func(raw []byte) error {
 		var d bundleDoc
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return err

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 }
 
 // open provisions a fresh database and returns the store on it.
-func open(t *testing.T, cfg cosmos.Config) *cosmos.Store {
+func open(t testing.TB, cfg cosmos.Config) *cosmos.Store {
 	t.Helper()
 	cfg.Endpoint, cfg.Key, cfg.Provision = server.Endpoint, server.Key, true
 	if cfg.Database == "" {

@@ -26,6 +26,7 @@ const (
 	OpBundleExists    = "bundle_exists"
 	OpCreateBundle    = "create_bundle"
 	OpAcknowledge     = "acknowledge"
+	OpReleaseBundle   = "release_bundle"
 	OpRecipients      = "recipients"
 	OpDequeuedBundles = "dequeued_bundles"
 	OpApplySweep      = "apply_sweep"
@@ -136,6 +137,14 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 	if err == nil {
 		s.metrics.RecordBundleDequeued(ctx, rec.Count)
 	}
+	return err
+}
+
+// ReleaseBundle implements store.Store.
+func (s *Store) ReleaseBundle(ctx context.Context, recipient string, rec bundle.Record) error {
+	start := s.now()
+	err := s.next.ReleaseBundle(ctx, recipient, rec)
+	s.observe(ctx, OpReleaseBundle, start, err)
 	return err
 }
 

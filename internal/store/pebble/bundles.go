@@ -46,18 +46,7 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, bun bundle.R
 
 // Acknowledge moves a pending bundle to the dequeued ones and writes the cursor.
 func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Record, cursor catalog.Cursor) error {
-	r, id, err := parseIDs(recipient, bun.ID)
-	if err != nil {
-		return err
-	}
-	return s.write(ctx, func(tx *txn) error {
-		rec, err := tx.records(r)
-		if err != nil {
-			return err
-		}
-		if bun.Version == "" || rec.pending[bun.ID].Version != bun.Version {
-			return conflict("bundle %s is not pending at version %q", bun.ID, bun.Version)
-		}
+	return s.whilePending(ctx, recipient, bun, func(tx *txn, r, id [16]byte, rec *records) error {
 		if rec.cursorVersion(cursor.Key()) != cursor.Version {
 			return conflict("cursor %v moved", cursor.Key())
 		}
@@ -82,6 +71,42 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Re
 			rec.cursors[cursor.Key()] = cursor
 		})
 		return nil
+	})
+}
+
+// ReleaseBundle moves a pending bundle, at the version read, to where the
+// dequeued ones are, marked released; the cursor is left alone.
+func (s *Store) ReleaseBundle(ctx context.Context, recipient string, bun bundle.Record) error {
+	return s.whilePending(ctx, recipient, bun, func(tx *txn, r, id [16]byte, rec *records) error {
+		bun.Version = s.nextVersion()
+		rel, err := setPut(dequeuedKey(r, id), bun)
+		if err != nil {
+			return err
+		}
+		tx.apply([]put{{key: pendingKey(r, id), del: true}, rel})
+		tx.dequeued[string(rel.key)] = true
+		tx.change(r, rec, pendingMap, func(rec *records) { delete(rec.pending, bun.ID) })
+		return nil
+	})
+}
+
+// whilePending runs fn in a write, provided bun is pending at the version
+// it names (else it is a conflict), with the recipient's and the bundle's
+// ids as keys take them and the recipient's records.
+func (s *Store) whilePending(ctx context.Context, recipient string, bun bundle.Record, fn func(tx *txn, r, id [16]byte, rec *records) error) error {
+	r, id, err := parseIDs(recipient, bun.ID)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *txn) error {
+		rec, err := tx.records(r)
+		if err != nil {
+			return err
+		}
+		if bun.Version == "" || rec.pending[bun.ID].Version != bun.Version {
+			return conflict("bundle %s is not pending at version %q", bun.ID, bun.Version)
+		}
+		return fn(tx, r, id, rec)
 	})
 }
 

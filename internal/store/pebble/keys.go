@@ -19,7 +19,7 @@ import (
 //	r <recipient> m <origin> <len> <contentType> <start>  an earlier drawer (entries.go)
 //	r <recipient> c <origin> <contentType> cursor
 //	r <recipient> p <bundle>               pending bundle
-//	x <recipient> <bundle>                 dequeued bundle
+//	x <recipient> <bundle>                 dequeued (or released) bundle
 //	d <drawer> <start position>            page of a drawer
 //	j <group> <notification id>            id record (idindex.go)
 //	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue

@@ -94,7 +94,8 @@ func parseNotice(key []byte) (store.Notice, error) {
 	return n, nil
 }
 
-// DequeuedBundle reads one dequeued bundle's record: a key get.
+// DequeuedBundle reads one dequeued bundle's record: a key get. A released
+// bundle's record, kept in the same place, is not found.
 func (s *Store) DequeuedBundle(_ context.Context, recipient, bundleID string) (bundle.Record, error) {
 	r, id, err := parseIDs(recipient, bundleID)
 	if err != nil {
@@ -108,6 +109,11 @@ func (s *Store) DequeuedBundle(_ context.Context, recipient, bundleID string) (b
 		return bundle.Record{}, err
 	}
 	var rec bundle.Record
-	err = json.Unmarshal(v, &rec)
-	return rec, err
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return bundle.Record{}, err
+	}
+	if rec.State != bundle.Dequeued {
+		return bundle.Record{}, fmt.Errorf("%w: bundle %s was released, not dequeued", domain.ErrNotFound, bundleID)
+	}
+	return rec, nil
 }

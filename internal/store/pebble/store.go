@@ -295,7 +295,8 @@ func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]store.I
 	return found, nil
 }
 
-// BundleExists looks for the id among pending and dequeued bundles.
+// BundleExists looks for the id among pending and dequeued (or released)
+// bundles.
 func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
 	st, err := s.LoadRecipient(ctx, recipient)
 	if err != nil {
@@ -358,7 +359,7 @@ func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
 	return b, err
 }
 
-// DequeuedBundles lists the recipient's dequeued bundles.
+// DequeuedBundles lists the recipient's dequeued and released bundles.
 func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error) {
 	r, err := uuidBytes(recipient)
 	if err != nil {

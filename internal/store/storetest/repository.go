@@ -45,6 +45,7 @@ func RunRepository(t *testing.T, newStore Factory) {
 	t.Run("DequeueNotFound", h.dequeueNotFound)
 	t.Run("FullBundleSpansDrawers", h.fullBundleSpansDrawers)
 	t.Run("RetentionRemovesOnlyAcknowledged", h.retention)
+	t.Run("ReleaseAndAcknowledgeOnBehalf", h.remedies)
 }
 
 type harness struct{ newStore Factory }

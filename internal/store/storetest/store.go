@@ -50,11 +50,15 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("AcknowledgeRefusesABundleNotPending", acknowledgeRefusesUnknownBundle)
 	run("AcknowledgesOfOneBundleAtOnceOneWins", acknowledgeOneWins)
 	run("RecipientsVisitsEveryRecipientWithState", recipients)
-	run("DequeuedBundlesListsOnlyDequeuedBundles", dequeuedBundles)
+	run("DequeuedBundlesListsOnlyBundlesNoLongerPending", dequeuedBundles)
 	run("ApplySweepRemovesWhatItNames", sweepRemoves)
 	run("ApplySweepRefusesWhenTheCatalogChanged", sweepRefusesChangedCatalog)
 	run("BacklogSumsEntriesAndCursors", backlogSums)
 	run("AnnouncerKeepsNoticesOfAnnouncedDequeues", announcerNotices)
+	run("ReleaseBundleFreesItsGroupAndKeepsItsID", releaseFreesItsGroupAndKeepsItsID)
+	run("ReleaseBundleRefusesABundleNotPendingAtItsVersion", releaseRefusesABundleNotPendingAtItsVersion)
+	run("ReleasesAndDequeuesOfOneBundleAtOnceOneWins", releasesAndDequeuesOfOneBundleAtOnceOneWins)
+	run("ApplySweepRemovesAReleasedBundle", sweepRemovesAReleasedBundle)
 }
 
 // storeEnv drives one store by hand, the way the repository would.

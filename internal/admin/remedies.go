@@ -1,0 +1,94 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+)
+
+// Remedies are the hub's calls that change a recipient's queue on an
+// operator's word (internal/hub/remedy.go).
+type Remedies interface {
+	ReleaseBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error)
+	AcknowledgeOnBehalf(ctx context.Context, recipient string, origin domain.Origin, contentType, upTo string) (hub.Acknowledged, error)
+}
+
+// MaxReasonLength bounds a remedy's reason, in characters.
+const MaxReasonLength = 500
+
+// checkReason refuses a remedy without a reason (blank counts as none) or
+// with one over MaxReasonLength characters: the audit log records it.
+func checkReason(reason string) error {
+	if strings.TrimSpace(reason) == "" {
+		return invalid("reason is required: say why (1..%d characters)", MaxReasonLength)
+	}
+	if n := utf8.RuneCountInString(reason); n > MaxReasonLength {
+		return invalid("reason must be 1..%d characters, got %d", MaxReasonLength, n)
+	}
+	return nil
+}
+
+// invalid is a refused request's error: it says what is wrong.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", domain.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// ReleaseBundle gives up a pending bundle: the group's next Peek cuts
+// afresh. Every field is checked before anything changes.
+func (s *Service) ReleaseBundle(ctx context.Context, req *adminv1.ReleaseBundleRequest) (*adminv1.ReleaseBundleResponse, error) {
+	recipient, err := domain.ParseUUID("recipient", req.GetRecipient())
+	if err != nil {
+		return nil, err
+	}
+	bundleID, err := domain.ParseUUID("bundle_id", req.GetBundleId())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkReason(req.GetReason()); err != nil {
+		return nil, err
+	}
+	rec, err := s.hub.ReleaseBundle(ctx, recipient, bundleID)
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.ReleaseBundleResponse{Released: pendingBundle(rec)}, nil
+}
+
+// AcknowledgeOnBehalf dequeues a cabinet's notifications up to and including
+// the one named, as the actor's Dequeue would. Every field is checked
+// before anything changes.
+func (s *Service) AcknowledgeOnBehalf(ctx context.Context, req *adminv1.AcknowledgeOnBehalfRequest) (*adminv1.AcknowledgeOnBehalfResponse, error) {
+	recipient, err := domain.ParseUUID("recipient", req.GetRecipient())
+	if err != nil {
+		return nil, err
+	}
+	origin := domain.Origin(req.GetDomain())
+	if !origin.Valid() {
+		return nil, invalid("domain must be a defined domain, got %s", req.GetDomain())
+	}
+	if err := domain.ValidateContentType(req.GetContentType()); err != nil {
+		return nil, err
+	}
+	upTo, err := domain.ParseUUID("up_to_notification_id", req.GetUpToNotificationId())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkReason(req.GetReason()); err != nil {
+		return nil, err
+	}
+	done, err := s.hub.AcknowledgeOnBehalf(ctx, recipient, origin, req.GetContentType(), upTo)
+	if err != nil {
+		return nil, err
+	}
+	resp := &adminv1.AcknowledgeOnBehalfResponse{Notifications: done.Notifications}
+	for _, b := range done.Bundles {
+		resp.BundleIds = append(resp.BundleIds, b.ID)
+	}
+	return resp, nil
+}

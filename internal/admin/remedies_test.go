@@ -1,0 +1,153 @@
+package admin_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+const timeSeries = messagehubv1.Domain_DOMAIN_TIME_SERIES
+
+// wantCode fails the test unless err has the code and its message holds
+// words.
+func wantCode(t *testing.T, what string, err error, code codes.Code, words string) {
+	t.Helper()
+	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), words) {
+		t.Fatalf("%s: %v; want %v saying %q", what, err, code, words)
+	}
+}
+
+// Releasing a pending bundle answers it as it was; the next Peek cuts
+// afresh. Acknowledging on the actor's behalf names every bundle dequeued.
+// What cannot be served is answered with the code that says why.
+func TestRemediesOverGRPC(t *testing.T) {
+	client, h := serve(t) // bundles of at most 2
+	ctx := ctxT(t)
+	recipient := uuid.NewString()
+	ids := save(t, h, recipient, 5)
+	peeked, err := h.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil || peeked == nil {
+		t.Fatalf("peek: %v, %v", peeked, err)
+	}
+
+	released, err := client.ReleaseBundle(ctx, &adminv1.ReleaseBundleRequest{Recipient: recipient, BundleId: peeked.ID, Reason: "the actor lost its state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := released.GetReleased(); r.GetBundleId() != peeked.ID || r.GetNotificationCount() != 2 || r.GetDomain() != timeSeries ||
+		r.GetGroup() != messagehubv1.PeekGroup_PEEK_GROUP_TIME_SERIES || r.GetCreatedAtMs() == 0 || r.GetEndPosition() != 2 {
+		t.Fatalf("released: %v", released)
+	}
+	_, err = client.ReleaseBundle(ctx, &adminv1.ReleaseBundleRequest{Recipient: recipient, BundleId: peeked.ID, Reason: "again"})
+	wantCode(t, "a second release", err, codes.NotFound, "released")
+	if _, err := h.Peek(ctx, recipient, domain.GroupAll, peeked.ID); !errors.Is(err, domain.ErrBundleIDInUse) {
+		t.Fatalf("a peek naming the released id: %v", err)
+	}
+
+	acked, err := client.AcknowledgeOnBehalf(ctx, &adminv1.AcknowledgeOnBehalfRequest{
+		Recipient: recipient, Domain: timeSeries, ContentType: "rsm-014", UpToNotificationId: ids[2], Reason: "ticket 4711",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acked.GetNotifications() != 3 || len(acked.GetBundleIds()) != 2 || slices.Contains(acked.GetBundleIds(), peeked.ID) {
+		t.Fatalf("acknowledged: %v", acked)
+	}
+	next, err := h.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil || next == nil || !slices.Equal(next.NotificationIDs, ids[3:5]) {
+		t.Fatalf("the actor's next bundle: %v, %v", next, err)
+	}
+	for _, tc := range []struct {
+		what  string
+		req   *adminv1.AcknowledgeOnBehalfRequest
+		code  codes.Code
+		words string
+	}{
+		{"dequeued already", &adminv1.AcknowledgeOnBehalfRequest{UpToNotificationId: ids[0]}, codes.NotFound, "dequeued already"},
+		{"an unknown notification", &adminv1.AcknowledgeOnBehalfRequest{UpToNotificationId: uuid.NewString()}, codes.NotFound, "not stored"},
+		{"another cabinet", &adminv1.AcknowledgeOnBehalfRequest{UpToNotificationId: ids[4], ContentType: "rsm-015"}, codes.InvalidArgument, "DOMAIN_TIME_SERIES/rsm-014"},
+	} {
+		req := tc.req
+		req.Recipient, req.Domain, req.Reason = recipient, timeSeries, "why"
+		if req.ContentType == "" {
+			req.ContentType = "rsm-014"
+		}
+		_, err := client.AcknowledgeOnBehalf(ctx, req)
+		wantCode(t, tc.what, err, tc.code, tc.words)
+	}
+}
+
+// Every field of a remedy is checked before anything changes: a request
+// with a bad one is INVALID_ARGUMENT, saying which, and the bundle stays
+// pending with its notifications waiting.
+func TestRemediesRefuseBadRequestsAndChangeNothing(t *testing.T) {
+	client, h := serve(t)
+	ctx := ctxT(t)
+	recipient := uuid.NewString()
+	ids := save(t, h, recipient, 3)
+	peeked, err := h.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil || peeked == nil {
+		t.Fatalf("peek: %v, %v", peeked, err)
+	}
+	release := func(mod func(*adminv1.ReleaseBundleRequest)) error {
+		req := &adminv1.ReleaseBundleRequest{Recipient: recipient, BundleId: peeked.ID, Reason: "why"}
+		mod(req)
+		_, err := client.ReleaseBundle(ctx, req)
+		return err
+	}
+	acknowledge := func(mod func(*adminv1.AcknowledgeOnBehalfRequest)) error {
+		req := &adminv1.AcknowledgeOnBehalfRequest{Recipient: recipient, Domain: timeSeries, ContentType: "rsm-014", UpToNotificationId: ids[2], Reason: "why"}
+		mod(req)
+		_, err := client.AcknowledgeOnBehalf(ctx, req)
+		return err
+	}
+	long := strings.Repeat("é", 501) // characters, not bytes
+	for _, tc := range []struct {
+		what  string
+		err   error
+		words string
+	}{
+		{"release: no recipient", release(func(r *adminv1.ReleaseBundleRequest) { r.Recipient = "" }), "recipient"},
+		{"release: a bundle id that is no UUID", release(func(r *adminv1.ReleaseBundleRequest) { r.BundleId = "b-1" }), "bundle_id"},
+		{"release: no reason", release(func(r *adminv1.ReleaseBundleRequest) { r.Reason = "" }), "reason is required"},
+		{"release: a blank reason", release(func(r *adminv1.ReleaseBundleRequest) { r.Reason = " \t\n" }), "reason is required"},
+		{"release: a reason too long", release(func(r *adminv1.ReleaseBundleRequest) { r.Reason = long }), "got 501"},
+		{"acknowledge: a recipient that is no UUID", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.Recipient = "nobody" }), "recipient"},
+		{"acknowledge: no domain", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.Domain = 0 }), "domain must be"},
+		{"acknowledge: an unknown domain", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.Domain = 99 }), "domain must be"},
+		{"acknowledge: no content type", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.ContentType = "" }), "content_type"},
+		{"acknowledge: a bad content type", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.ContentType = "a b" }), "content_type"},
+		{"acknowledge: no notification", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.UpToNotificationId = "" }), "up_to_notification_id"},
+		{"acknowledge: no reason", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.Reason = "" }), "reason is required"},
+		{"acknowledge: a reason too long", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.Reason = long }), "1..500"},
+	} {
+		wantCode(t, tc.what, tc.err, codes.InvalidArgument, tc.words)
+	}
+	// 500 characters is allowed (1,000 bytes here).
+	if err := release(func(r *adminv1.ReleaseBundleRequest) { r.Reason = long[:1000] }); err != nil {
+		t.Fatalf("a reason of 500 characters: %v", err)
+	}
+	b, err := h.Backlog(ctx, recipient)
+	if err != nil || len(b.Pending) != 0 || len(b.Cabinets) != 1 || b.Cabinets[0].Waiting != 3 {
+		t.Fatalf("backlog after the refusals and a release: %+v, %v", b, err)
+	}
+}
+
+// The hub's messages name domains as the API does, so that an operator
+// can pass a name from an error to --domain.
+func TestDomainNamesAreTheAPIs(t *testing.T) {
+	for _, o := range append([]domain.Origin{domain.OriginUnspecified}, domain.Origins...) {
+		if got, want := o.Name(), messagehubv1.Domain(o).String(); got != want {
+			t.Errorf("origin %d is named %s, the API says %s", o, got, want)
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// The operators' two remedies (the Admin API). Both go through the store's
+// conditional writes, as Peek and Dequeue do, and race with the actor's own
+// calls like any other writer.
+
+// ReleaseBundle gives up a pending bundle of the recipient and returns it as
+// it was pending. Nothing is acknowledged: the group's next Peek cuts a
+// bundle afresh from the cabinet's cursor. The released id stays used while
+// retention keeps its record: Dequeue does not find it, and a Peek naming it
+// is refused as a used id (ErrBundleIDInUse) rather than given other
+// notifications under an id the actor already holds.
+func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error) {
+	if err := r.begin(); err != nil {
+		return bundle.Record{}, err
+	}
+	defer r.ops.Done()
+	return retry(ctx, func() (bundle.Record, error) {
+		state, err := r.store.LoadRecipient(ctx, recipient)
+		if err != nil {
+			return bundle.Record{}, err
+		}
+		i := slices.IndexFunc(state.Pending, func(rec bundle.Record) bool { return rec.ID == bundleID })
+		if i < 0 {
+			return bundle.Record{}, r.notPending(ctx, recipient, bundleID)
+		}
+		released := state.Pending[i]
+		released.State, released.ReleasedAt = bundle.Released, r.opts.Now()
+		if err := r.store.ReleaseBundle(ctx, recipient, released); err != nil {
+			return bundle.Record{}, err
+		}
+		return state.Pending[i], nil
+	})
+}
+
+// notPending says why bundleID is no pending bundle of the recipient:
+// dequeued, released or unknown (ErrNotFound in each case).
+func (r *Hub) notPending(ctx context.Context, recipient, bundleID string) error {
+	rec, err := r.store.DequeuedBundle(ctx, recipient, bundleID)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: bundle %s is not pending: it was dequeued at %s", domain.ErrNotFound, bundleID, rec.DequeuedAt.UTC().Format(timeFormat))
+	case !errors.Is(err, domain.ErrNotFound):
+		return err
+	}
+	used, err := r.store.BundleExists(ctx, recipient, bundleID)
+	switch {
+	case err != nil:
+		return err
+	case used:
+		return fmt.Errorf("%w: bundle %s is not pending: it was released", domain.ErrNotFound, bundleID)
+	}
+	return fmt.Errorf("%w: recipient %s has no bundle %s", domain.ErrNotFound, recipient, bundleID)
+}
+
+// timeFormat is how times appear in the remedies' messages.
+const timeFormat = "2006-01-02T15:04:05.000Z"
+
+// Acknowledged is what AcknowledgeOnBehalf dequeued.
+type Acknowledged struct {
+	// Bundles are the bundles dequeued, in order, as dequeued.
+	Bundles []bundle.Record
+	// Notifications is the count of notifications in them.
+	Notifications int64
+}
+
+// AcknowledgeOnBehalf dequeues, on the recipient's behalf, every
+// notification of its cabinet (origin, contentType) up to and including
+// notification upTo, which must be waiting or pending in that cabinet. It
+// does what the actor's own Peek and Dequeue would: bundles are cut by the
+// bundling rule (the last one ends at upTo), created under ids the hub makes
+// up and acknowledged, so the cursor moves, the domain gets a dequeue notice
+// for each and retention keeps them like any dequeued bundle. A pending
+// bundle of the cabinet in the way is acknowledged whole, even when upTo
+// lies within it; one of another cabinet of the same peek group stops it
+// (ErrOtherBundlePending: it is released or dequeued first).
+//
+// A call that fails part-way keeps what it dequeued (its error names those
+// bundles); calling it again goes on from there.
+func (r *Hub) AcknowledgeOnBehalf(ctx context.Context, recipient string, origin domain.Origin, contentType, upTo string) (Acknowledged, error) {
+	if err := r.begin(); err != nil {
+		return Acknowledged{}, err
+	}
+	defer r.ops.Done()
+	key := catalog.Key{Origin: origin, ContentType: contentType}
+	target, err := retry(ctx, func() (Trace, error) { return r.traceOnce(ctx, recipient, upTo) })
+	if err != nil {
+		return Acknowledged{}, err
+	}
+	if err := checkTarget(target, key, recipient, upTo); err != nil {
+		return Acknowledged{}, err
+	}
+	var done Acknowledged
+	for {
+		if r.opsCtx.Err() != nil { // Close waits for this call: stop between bundles
+			return done, progress(errClosed, done)
+		}
+		st, err := retry(ctx, func() (step, error) { return r.acknowledgeStep(ctx, recipient, key, target) })
+		if err != nil {
+			return done, progress(err, done)
+		}
+		if st.finished {
+			return done, nil
+		}
+		if st.dequeued != nil {
+			done.Bundles = append(done.Bundles, *st.dequeued)
+			done.Notifications += int64(st.dequeued.Count)
+		}
+	}
+}
+
+// checkTarget refuses a target that is not waiting or pending in the
+// cabinet named.
+func checkTarget(t Trace, key catalog.Key, recipient, id string) error {
+	switch t.State {
+	case TraceNotFound:
+		return fmt.Errorf("%w: notification %s is not stored (never saved, or removed by retention)", domain.ErrNotFound, id)
+	case TraceElsewhere:
+		return fmt.Errorf("%w: notification %s is not one of recipient %s's", domain.ErrNotFound, id, recipient)
+	case TraceDequeued:
+		return fmt.Errorf("%w: notification %s was dequeued already", domain.ErrNotFound, id)
+	}
+	if t.Origin != key.Origin || t.ContentType != key.ContentType {
+		return fmt.Errorf("%w: notification %s is in cabinet %s/%s of recipient %s, not in %s/%s",
+			domain.ErrInvalidArgument, id, t.Origin.Name(), t.ContentType, recipient, key.Origin.Name(), key.ContentType)
+	}
+	return nil
+}
+
+// step is one round of AcknowledgeOnBehalf: a bundle dequeued, or none (a
+// bundle created, to be dequeued next round), or the target reached.
+type step struct {
+	dequeued *bundle.Record
+	finished bool
+}
+
+// acknowledgeStep reads the recipient's state once and moves one step
+// towards acknowledging target's position: it dequeues the cabinet's
+// pending bundle, or cuts and creates the next one. It is finished once the
+// cursor is past the target, or the target's drawer has left the entry
+// (only acknowledged drawers do).
+func (r *Hub) acknowledgeStep(ctx context.Context, recipient string, key catalog.Key, target Trace) (step, error) {
+	state, err := r.store.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return step{}, err
+	}
+	e := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool { return e.Key() == key })
+	if e < 0 || !slices.ContainsFunc(state.Entries[e].Drawers, func(m drawer.Meta) bool { return m.ID == target.drawerID }) {
+		return step{finished: true}, nil
+	}
+	c := slices.IndexFunc(state.Cursors, func(c catalog.Cursor) bool { return c.Key() == key })
+	if c >= 0 && state.Cursors[c].Acked > target.Position {
+		return step{finished: true}, nil
+	}
+	group := domain.GroupOf(key.Origin)
+	if pending := pendingIn(state, group); len(pending) > 0 {
+		p := pending[0]
+		if p.Origin != key.Origin || p.ContentType != key.ContentType {
+			return step{}, fmt.Errorf("%w: bundle %s of cabinet %s/%s is pending in the same peek group; release it or let the actor dequeue it first",
+				domain.ErrOtherBundlePending, p.ID, p.Origin.Name(), p.ContentType)
+		}
+		rec, err := r.acknowledge(ctx, recipient, state, p)
+		if err != nil {
+			return step{}, err
+		}
+		return step{dequeued: &rec}, nil
+	}
+	rec, _, cursor, err := r.cutWithin(ctx, state, group, &cutLimit{key: key, end: target.Position + 1})
+	if err != nil {
+		return step{}, err
+	}
+	if rec == nil {
+		// The target was found below the cursor's cabinet end but nothing
+		// up to it is visible: a replica lags, or its save is not visible
+		// yet.
+		return step{}, fmt.Errorf("%w: nothing visible up to notification position %d of %s/%s", store.ErrStaleRead, target.Position, key.Origin.Name(), key.ContentType)
+	}
+	rec.ID = r.opts.NewID()
+	return step{}, r.store.CreateBundle(ctx, recipient, *rec, cursor)
+}
+
+// progress adds to err the bundles a failed AcknowledgeOnBehalf dequeued
+// before it failed: they stay dequeued.
+func progress(err error, done Acknowledged) error {
+	if len(done.Bundles) == 0 {
+		return err
+	}
+	ids := make([]string, len(done.Bundles))
+	for i, b := range done.Bundles {
+		ids[i] = b.ID
+	}
+	return fmt.Errorf("%w (before that, %d notifications were dequeued in bundles %s)", err, done.Notifications, strings.Join(ids, ", "))
+}

@@ -1,0 +1,184 @@
+package cosmos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/zeebo/xxh3"
+	"golang.org/x/sync/errgroup"
+)
+
+// The id index's layout: an id is kept in the bucket (partition) that its
+// hash modulo the bucket count names. The count is recorded in the settings
+// document; changing it is a migration that keeps every id findable:
+//
+//  1. For bothFor after it begins, saves write their ids in both layouts
+//     and every lookup reads both. An instance that has not read the
+//     settings since the migration began still writes the old layout,
+//     where everyone looks, and reads it, where everyone writes.
+//  2. Then saves write the new layout only (every instance has read the
+//     settings by then: a save re-reads them when they are older than
+//     settingsRefresh), and lookups still read both.
+//  3. Once the old layout's buckets hold no document (retention removes
+//     them as their notifications are dequeued and kept for the retention
+//     period), the settings record the new count alone.
+//
+// A bucket's partition key names its layout ("h<count>-<n>"), so a save's
+// documents in the two layouts never share a partition and id.
+
+// bucketPrefix starts every id partition key.
+const bucketPrefix = "h"
+
+// The migration's timing. bothFor is far longer than settingsRefresh plus
+// a save's lease: a save whose settings were read just before the
+// migration began has ended long before anyone stops writing the old
+// layout. emptyCheckEvery spaces the looks at the old buckets (a query of
+// one document per bucket).
+const (
+	settingsRefresh = time.Minute
+	bothFor         = 15 * time.Minute
+	emptyCheckEvery = time.Hour
+)
+
+// idLayout says which bucket counts a save writes its ids in and a lookup
+// reads.
+type idLayout struct {
+	write, read []int
+}
+
+// bucket is the partition of id in a layout of count buckets.
+func bucket(count int, id string) string {
+	n := xxh3.HashString(id) % uint64(count)
+	return bucketPrefix + strconv.Itoa(count) + "-" + strconv.FormatUint(n, 10)
+}
+
+// buckets lists every partition of a layout of count buckets.
+func buckets(count int) []string {
+	out := make([]string, count)
+	for n := range count {
+		out[n] = bucketPrefix + strconv.Itoa(count) + "-" + strconv.Itoa(n)
+	}
+	return out
+}
+
+// layoutAt is the layout the settings prescribe at now.
+func (d settingsDoc) layoutAt(now time.Time) idLayout {
+	if d.NextIDBuckets == 0 {
+		return idLayout{write: []int{d.IDBuckets}, read: []int{d.IDBuckets}}
+	}
+	read := []int{d.IDBuckets, d.NextIDBuckets}
+	if now.Before(time.UnixMilli(d.IDMigrationSince).Add(bothFor)) {
+		return idLayout{write: read, read: read}
+	}
+	return idLayout{write: []int{d.NextIDBuckets}, read: read}
+}
+
+// idSettings is the store's copy of the settings document and when it was
+// read.
+type idSettings struct {
+	mu     sync.Mutex
+	doc    settingsDoc
+	readAt time.Time
+	// checkedAt: the last look at whether the old layout is empty;
+	// checking: one is under way.
+	checkedAt time.Time
+	checking  atomic.Bool
+}
+
+// layout returns the id layout to use now, re-reading the settings (on the
+// primary) when the copy is older than settingsRefresh.
+func (s *Store) layout(ctx context.Context) (idLayout, error) {
+	st := &s.idSettings
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := s.cfg.Now()
+	if now.Sub(st.readAt) >= settingsRefresh {
+		d, found, err := s.readSettings(ctx)
+		if err != nil {
+			return idLayout{}, fmt.Errorf("cosmos: settings: %w", err)
+		}
+		if !found {
+			return idLayout{}, fmt.Errorf("cosmos: database %s: its settings document is gone", s.cfg.Database)
+		}
+		if d.IDBuckets != st.doc.IDBuckets || d.NextIDBuckets != st.doc.NextIDBuckets {
+			s.cfg.Logger.Info("cosmos id index layout changed",
+				"buckets", d.IDBuckets, "migrating_to", d.NextIDBuckets)
+		}
+		st.doc, st.readAt = d, now
+	}
+	l := st.doc.layoutAt(now)
+	if len(l.write) == 1 && len(l.read) == 2 && now.Sub(st.checkedAt) >= emptyCheckEvery && st.checking.CompareAndSwap(false, true) {
+		st.checkedAt = now
+		go s.finishMigration(context.WithoutCancel(ctx), st.doc)
+	}
+	return l, nil
+}
+
+// finishMigration records the new bucket count alone once the old layout's
+// buckets hold no document. It runs beside the save that started it (ctx:
+// that save's, without its end), at low priority.
+func (s *Store) finishMigration(ctx context.Context, d settingsDoc) {
+	defer s.idSettings.checking.Store(false)
+	if d.ETag == "" {
+		return // not read from the database: the next refresh reads it
+	}
+	ctx, cancel := context.WithTimeout(s.LowPriority(ctx), time.Minute)
+	defer cancel()
+	empty, err := s.bucketsEmpty(ctx, d.IDBuckets)
+	if err != nil || !empty {
+		if err != nil {
+			s.cfg.Logger.Warn("cosmos id index migration: cannot tell whether the old buckets are empty", "error", err)
+		}
+		return
+	}
+	done := d
+	done.IDBuckets, done.NextIDBuckets, done.IDMigrationSince, done.ETag = d.NextIDBuckets, 0, 0, ""
+	_, err = s.recipients.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(settingsPartition), settingsID, mustJSON(done),
+		&azcosmos.ItemOptions{IfMatchEtag: etag(d.ETag)})
+	switch {
+	case err == nil:
+		s.cfg.Logger.Info("cosmos id index migration finished", "buckets", done.IDBuckets)
+	case isStatus(err, http.StatusPreconditionFailed):
+		// Another instance finished it (or changed the settings): the next
+		// refresh reads what it wrote.
+	default:
+		s.cfg.Logger.Warn("cosmos id index migration: cannot record its end", "error", err)
+	}
+	st := &s.idSettings
+	st.mu.Lock()
+	st.readAt = time.Time{}
+	st.mu.Unlock()
+}
+
+// bucketsEmpty says whether no bucket of a layout of count holds a
+// document: a query of at most one document per bucket.
+func (s *Store) bucketsEmpty(ctx context.Context, count int) (bool, error) {
+	var held atomic.Bool
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, b := range buckets(count) {
+		g.Go(func() error {
+			pager := s.ids.NewQueryItemsPager("SELECT TOP 1 c.id FROM c", azcosmos.NewPartitionKeyString(b), &azcosmos.QueryOptions{PageSizeHint: 1})
+			for pager.More() && !held.Load() {
+				page, err := pager.NextPage(ctx)
+				if err != nil {
+					return err
+				}
+				if len(page.Items) > 0 {
+					held.Store(true)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return false, err
+	}
+	return !held.Load(), nil
+}

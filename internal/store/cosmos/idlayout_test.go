@@ -1,0 +1,143 @@
+package cosmos_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// saveExpecting saves ns through h and fails unless saved and duplicates
+// are as expected.
+func saveExpecting(t *testing.T, h *hub.Hub, ns []domain.Notification, saved, duplicates int) {
+	t.Helper()
+	got, err := h.Save(context.Background(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Saved != saved || got.Duplicates != duplicates {
+		t.Fatalf("save of %d: %+v, want %d saved and %d duplicates", len(ns), got, saved, duplicates)
+	}
+}
+
+// Moving the id index to another bucket count keeps every duplicate
+// recognised, by every instance, through the whole migration: an instance
+// that has not read the settings since the migration began, an instance
+// that began it, saves while both layouts are written and after, and after
+// the old layout has emptied and the settings name the new count alone.
+func TestTheIDIndexMigratesToAnotherBucketCountKeepingDuplicatesFound(t *testing.T) {
+
+	clock := &costClock{now: time.Now()}
+	db := cosmostest.UniqueID("db")
+	old := open(t, cosmos.Config{Database: db, IDBuckets: 4, Now: clock.Now})
+	oldHub := hub.New(old, hub.Options{}, nil)
+	t.Cleanup(oldHub.Close)
+	r := uuid.NewString()
+	before := notifications(300, r, 1)
+	saveExpecting(t, oldHub, before, 300, 0)
+
+	// Another count is refused unless asked to migrate.
+	if _, err := openDB(db, cosmos.Config{IDBuckets: 8, Now: clock.Now}); err == nil || !strings.Contains(err.Error(), "--cosmos-id-buckets-migrate") {
+		t.Fatalf("open with 8 buckets = %v, want a refusal naming --cosmos-id-buckets-migrate", err)
+	}
+	next, err := openDB(db, cosmos.Config{IDBuckets: 8, MigrateIDBuckets: true, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = next.Close() })
+	nextHub := hub.New(next, hub.Options{}, nil)
+	t.Cleanup(nextHub.Close)
+	if got, _ := readSettings(t, db); got.IDBuckets != 4 {
+		t.Fatalf("settings during the migration: %+v", got)
+	}
+	// A third count cannot join it.
+	if _, err := openDB(db, cosmos.Config{IDBuckets: 16, MigrateIDBuckets: true, Now: clock.Now}); err == nil || !strings.Contains(err.Error(), "migrating from 4 to 8 buckets") {
+		t.Fatalf("open with 16 buckets during the migration = %v", err)
+	}
+
+	// Both layouts are written: the instance that still knows only the old
+	// one finds what the migrating one saved, and the other way round.
+	during := notifications(300, r, 1)
+	saveExpecting(t, nextHub, during, 300, 0)
+	saveExpecting(t, oldHub, during, 0, 300)
+	saveExpecting(t, nextHub, before, 0, 300)
+
+	// Later every instance has read the settings and writes the new layout
+	// only; lookups still read both.
+	clock.advance(16 * time.Minute)
+	after := notifications(300, r, 1)
+	saveExpecting(t, oldHub, after, 300, 0)
+	saveExpecting(t, nextHub, after, 0, 300)
+	saveExpecting(t, oldHub, before, 0, 300)
+	if len(idDocRefs(t, db, "h4-")) == 0 {
+		t.Fatal("the old layout holds nothing while ids saved before the migration are kept")
+	}
+
+	// Retention empties the old layout (here: by hand); the next look at
+	// it, an hour on, ends the migration.
+	deleteIDDocs(t, db, "h4-")
+	clock.advance(time.Hour)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		saveExpecting(t, oldHub, notifications(1, r, 1), 1, 0)
+		if got, _ := readSettings(t, db); got.IDBuckets == 8 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the migration did not end once the old layout was empty")
+		}
+		clock.advance(time.Minute)
+		time.Sleep(50 * time.Millisecond)
+	}
+	clock.advance(time.Minute)
+	saveExpecting(t, oldHub, after, 0, 300)
+	saveExpecting(t, nextHub, during, 0, 300)
+	if _, err := openDB(db, cosmos.Config{IDBuckets: 4, Now: clock.Now}); err == nil || !strings.Contains(err.Error(), "has 8 buckets") {
+		t.Fatalf("open with the old count after the migration = %v", err)
+	}
+
+}
+
+// idDocRefs lists the id documents (partition, id) in partitions starting
+// with prefix.
+func idDocRefs(t *testing.T, db, prefix string) [][2]string {
+	t.Helper()
+	waitOutLag() // the query carries no session token
+	pager := containerOf(t, db, "ids").NewQueryItemsPager("SELECT VALUE [c.pk, c.id] FROM c WHERE STARTSWITH(c.pk, @p)",
+		azcosmos.NewPartitionKey(), &azcosmos.QueryOptions{QueryParameters: []azcosmos.QueryParameter{{Name: "@p", Value: prefix}}})
+	var out [][2]string
+	for pager.More() {
+		page, err := pager.NextPage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range page.Items {
+			var ref [2]string
+			if err := json.Unmarshal(raw, &ref); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+func deleteIDDocs(t *testing.T, db, prefix string) {
+	t.Helper()
+	c := containerOf(t, db, "ids")
+	for _, ref := range idDocRefs(t, db, prefix) {
+		if _, err := c.DeleteItem(context.Background(), azcosmos.NewPartitionKeyString(ref[0]), ref[1], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitOutLag()
+}
