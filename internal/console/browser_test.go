@@ -217,6 +217,14 @@ func (b *browser) waitText(selector, want string) {
 	b.do("after waiting for " + selector)
 }
 
+// choose picks the option of value in the select of the CSS selector, as
+// a user does (the page hears the change).
+func (b *browser) choose(selector, value string) {
+	b.t.Helper()
+	b.do("choose "+value, chromedp.SetValue(chromedp.CSS(selector), value),
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).dispatchEvent(new Event('change'))`, selector)))
+}
+
 // text is the text of the element of the CSS selector, once it is there.
 func (b *browser) text(selector string) string {
 	b.t.Helper()
@@ -321,8 +329,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.do("reload once the figures list them", chromedp.Reload())
 		b.waitText("#recipients-table", actor)
 		b.waitText("#recipients-table", other)
-		b.do("order by size", chromedp.SetValue(chromedp.CSS("#recipients-order"), "RECIPIENT_ORDER_SIZE"),
-			chromedp.Evaluate[chromedp.Void](`document.querySelector('#recipients-order').dispatchEvent(new Event('change'))`))
+		b.choose("#recipients-order", "RECIPIENT_ORDER_SIZE")
 		b.waitText("#recipients-table tbody tr:first-child", actor) // it has more waiting
 	} else {
 		b.waitText("#recipients", "ListRecipients is not available on this hub: it is not implemented (501).")
@@ -342,11 +349,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.waitText("#cabinets", "aggregations")
 	b.waitText("#pending-bundles", bundleID)
 	b.waitText("#preview-result", "Bundle "+bundleID+" is pending")
-	if got := b.text("#cabinets tbody tr:first-child"); !strings.Contains(got, "TimeSeries\t3\t3") {
-		t.Errorf("the time series cabinet's row: %q, want 3 waiting, 3 of them pending", got)
+	rows, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#cabinets tbody tr')].map((r) => r.innerText)`))
+	if err != nil || !slices.ContainsFunc(rows, func(r string) bool { return strings.Contains(r, "TimeSeries\t3\t3") }) {
+		t.Errorf("the cabinets' rows: %q (%v), want the time series one with 3 waiting, 3 of them pending", rows, err)
 	}
-	b.do("preview another group", chromedp.SetValue(chromedp.CSS("#preview-group"), "PEEK_GROUP_AGGREGATIONS"),
-		chromedp.Evaluate[chromedp.Void](`document.querySelector('#preview-group').dispatchEvent(new Event('change'))`))
+	b.choose("#preview-group", "PEEK_GROUP_AGGREGATIONS")
 	b.waitText("#preview-result", "the next Peek would cut this one now")
 	b.waitText("#preview-result", aggregation.GetId())
 	audit := h.audited(ctx, t, actor, adminv1.AuditAction_AUDIT_ACTION_PEEK)
