@@ -135,7 +135,7 @@ test-quick: $(GOTESTSUM) ## every test without the race detector: a first check
 	@echo "==> go test (no race detector; the first run installs the Cosmos DB test server and Azurite from the npm registry)"
 	$(BIN)/gotestsum --format testname --format-hide-empty-pkg -- -count=1 -timeout 30m ./...
 
-dev-tokens: ## tokens for a domain and an actor, the signing key and its JWKS in ./dev-auth, to try --auth jwt (reuses the key: earlier tokens stay valid)
+dev-tokens: ## tokens for a domain, an actor and an admin, the signing key and its JWKS in ./dev-auth, to try --auth jwt (reuses the key: earlier tokens stay valid)
 	$(GO) run ./cmd/devtoken --out dev-auth
 
 bench: ## Go benchmarks (BENCHTIME=3s for stable numbers)

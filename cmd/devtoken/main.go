@@ -1,6 +1,7 @@
 // Command devtoken makes what `--auth jwt` needs to be tried locally in one
 // step: an ES256 signing key, its JWKS file, and tokens for a domain (may
-// Save) and a market actor (may Peek and Dequeue as itself). It is for
+// Save), a market actor (may Peek and Dequeue as itself) and an operator
+// (the admin role: the Admin service, `messagehub admin`). It is for
 // development only: the private key is kept unencrypted in the output folder
 // and the tokens are bearer secrets with a long life.
 //
@@ -45,17 +46,18 @@ const jwksFile = "jwks.json"
 
 // config is what the command is asked for.
 type config struct {
-	out, issuer, audience, actor, domain string
-	valid                                time.Duration
+	out, issuer, audience, actor, domain, admin string
+	valid                                       time.Duration
 }
 
 func main() {
 	var c config
-	flag.StringVar(&c.out, "out", "dev-auth", "folder to write signing-key.pem, jwks.json, domain.jwt, actor.jwt, domain.id and actor.id into (a key already there is reused)")
+	flag.StringVar(&c.out, "out", "dev-auth", "folder to write signing-key.pem, jwks.json, domain.jwt, actor.jwt, admin.jwt and their .id files into (a key already there is reused)")
 	flag.StringVar(&c.issuer, "issuer", "https://dev.messagehub.local/", "iss of the tokens (--jwt-issuer)")
 	flag.StringVar(&c.audience, "audience", "messagehub", "aud of the tokens (--jwt-audience)")
 	flag.StringVar(&c.actor, "actor", "", "the market actor's id (a UUID); empty: a new one")
 	flag.StringVar(&c.domain, "domain", "", "the domain service's id (a UUID); empty: a new one")
+	flag.StringVar(&c.admin, "admin", "", "the operator's id (a UUID, the admin token's subject); empty: a new one")
 	flag.DurationVar(&c.valid, "valid", 24*time.Hour, "how long the tokens are valid")
 	flag.Parse()
 	if err := run(c, os.Stdout); err != nil {
@@ -65,7 +67,7 @@ func main() {
 }
 
 func run(c config, stdout io.Writer) error {
-	for _, id := range []*string{&c.actor, &c.domain} {
+	for _, id := range []*string{&c.actor, &c.domain, &c.admin} {
 		if *id == "" {
 			*id = uuid.NewString()
 		} else if _, err := uuid.Parse(*id); err != nil {
@@ -104,6 +106,10 @@ func run(c config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	adminToken, err := token(c.admin, "admin")
+	if err != nil {
+		return err
+	}
 	// A hub may be reading jwks.json: it gets the old or the new document,
 	// never half of one.
 	tmp := filepath.Join(c.out, "."+jwksFile+".tmp")
@@ -114,9 +120,9 @@ func run(c config, stdout io.Writer) error {
 		return err
 	}
 	for name, data := range map[string][]byte{
-		"domain.jwt": []byte(domainToken + "\n"), "actor.jwt": []byte(actorToken + "\n"),
+		"domain.jwt": []byte(domainToken + "\n"), "actor.jwt": []byte(actorToken + "\n"), "admin.jwt": []byte(adminToken + "\n"),
 		// The ids too, for scripts: a domain saves for the actor's id.
-		"domain.id": []byte(c.domain + "\n"), "actor.id": []byte(c.actor + "\n"),
+		"domain.id": []byte(c.domain + "\n"), "actor.id": []byte(c.actor + "\n"), "admin.id": []byte(c.admin + "\n"),
 	} {
 		if err := os.WriteFile(filepath.Join(c.out, name), data, 0o600); err != nil {
 			return err
@@ -129,13 +135,14 @@ func run(c config, stdout io.Writer) error {
 	if _, err := fmt.Fprintf(stdout, how, c.out, keyFile, keyID, jwksFile); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, `Wrote %[1]s/jwks.json, %[1]s/domain.jwt (domain %[2]s) and %[1]s/actor.jwt (actor %[3]s), valid for %[4]s.
+	_, err = fmt.Fprintf(stdout, `Wrote %[1]s/jwks.json, %[1]s/domain.jwt (domain %[2]s), %[1]s/actor.jwt (actor %[3]s) and %[1]s/admin.jwt (the admin role), valid for %[4]s.
 Start the hub with them:
   make run ARGS="--auth jwt --jwks-file %[1]s/jwks.json --jwt-issuer %[5]s --jwt-audience %[6]s"
 Then, for example:
   go run ./examples/domain-publisher --recipient %[3]s --token-file %[1]s/domain.jwt --token-over-loopback
   curl -i -H "Authorization: Bearer $(cat %[1]s/actor.jwt)" http://127.0.0.1:8080/v1/peek
   go run ./examples/market-actor --token-file %[1]s/actor.jwt
+  go run ./cmd/messagehub admin backlog --recipient %[3]s --token-file %[1]s/admin.jwt
 `, c.out, c.domain, c.actor, c.valid, c.issuer, c.audience)
 	return err
 }

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/auth"
 )
@@ -52,6 +53,12 @@ func TestTheTokensAreAcceptedByTheHub(t *testing.T) {
 	if _, err := a.Authorize(with("actor.jwt"), messagehubv1.MessageHub_Save_FullMethodName, &messagehubv1.SaveRequest{}); err == nil {
 		t.Error("the actor token may save")
 	}
+	if _, err := a.Authorize(with("admin.jwt"), adminv1.Admin_GetBacklog_FullMethodName, &adminv1.GetBacklogRequest{}); err != nil {
+		t.Errorf("the admin token cannot call the Admin service: %v", err)
+	}
+	if _, err := a.Authorize(with("actor.jwt"), adminv1.Admin_GetBacklog_FullMethodName, &adminv1.GetBacklogRequest{}); err == nil {
+		t.Error("the actor token may call the Admin service")
+	}
 }
 
 func TestABadActorIDIsRefused(t *testing.T) {
@@ -89,7 +96,7 @@ func TestARunAgainKeepsTheTokensOfTheRunBefore(t *testing.T) {
 			}
 			for i, tok := range append(first, second...) {
 				if _, err := v.Verify(tok); err != nil {
-					t.Errorf("token %d of %s: %v", i%2, map[bool]string{true: "the first run", false: "the second run"}[i < 2], err)
+					t.Errorf("token %d of %s: %v", i%len(first), map[bool]string{true: "the first run", false: "the second run"}[i < len(first)], err)
 				}
 			}
 		})
@@ -99,7 +106,7 @@ func TestARunAgainKeepsTheTokensOfTheRunBefore(t *testing.T) {
 func readTokens(t *testing.T, dir string) []string {
 	t.Helper()
 	var toks []string
-	for _, name := range []string{"domain.jwt", "actor.jwt"} {
+	for _, name := range []string{"domain.jwt", "actor.jwt", "admin.jwt"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)

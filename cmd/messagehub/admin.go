@@ -23,6 +23,7 @@ import (
 )
 
 const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowledge> --recipient UUID [flags]
+       messagehub admin backup --to DIR [flags]
 
   backlog      the recipient's cabinets with notifications waiting, and its pending bundles
   next         what the recipient's next Peek would return, without creating it (--group)
@@ -32,9 +33,11 @@ const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowle
   acknowledge  dequeue, on the actor's behalf, every notification of one cabinet up to and
                including one (--domain, --content-type, --up-to, --reason); its domain is
                told of the bundles dequeued, as for the actor's own Dequeue
+  backup       a consistent copy of the embedded store, written while the hub runs into DIR
+               on the hub's host (a new directory; a relative one is beside the data directory)
 
-backlog, next and trace change nothing an actor sees. release and acknowledge do, at
-once (no confirmation): they need a reason, which the audit log records. The answer is
+backlog, next, trace and backup change nothing an actor sees. release and acknowledge do,
+at once (no confirmation): they need a reason, which the audit log records. The answer is
 printed as JSON, after a line that says what was done.
 `
 
@@ -57,13 +60,14 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	domainName := fs.String("domain", "", "acknowledge: the cabinet's domain (e.g. DOMAIN_TIME_SERIES or TIME_SERIES)")
 	contentType := fs.String("content-type", "", "acknowledge: the cabinet's content type")
 	upTo := fs.String("up-to", "", "acknowledge: the last notification id to dequeue")
+	to := fs.String("to", "", "backup: the new directory to write, on the hub's host")
 	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt)")
 	useTLS := fs.Bool("tls", false, "connect with TLS (the system's roots)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long the call may take")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *recipient == "" {
+	if *recipient == "" && call != "backup" {
 		return errors.New("--recipient is required")
 	}
 	creds := insecure.NewCredentials()
@@ -127,6 +131,11 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 			answer, done = resp, fmt.Sprintf("dequeued %d notifications of recipient %s's cabinet %s/%s up to %s, in %d bundles, on its behalf",
 				resp.GetNotifications(), *recipient, d, *contentType, *upTo, len(resp.GetBundleIds()))
 		}
+	case "backup":
+		if *to == "" {
+			return errors.New("backup needs --to DIR, a directory on the hub's host that does not exist yet")
+		}
+		answer, err = client.Backup(ctx, &adminv1.BackupRequest{Directory: *to})
 	default:
 		fmt.Fprint(errOut, adminUsage)
 		return fmt.Errorf("unknown admin call %q", call)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +98,25 @@ func TestTheAdminCommandInspectsARunningHub(t *testing.T) {
 	var errOut bytes.Buffer
 	if err := runAdmin(ctx, []string{"trace", "--addr", a.GRPCAddr(), "--recipient", recipient}, io.Discard, &errOut); err == nil {
 		t.Fatal("trace without --id: no error")
+	}
+}
+
+// "messagehub admin backup --to DIR" writes a copy of a running hub's
+// embedded store and prints where.
+func TestTheAdminCommandBacksUpARunningHub(t *testing.T) {
+	ctx, a, _ := runningHub(t)
+	var out, errOut bytes.Buffer
+	if err := runAdmin(ctx, []string{"backup", "--addr", a.GRPCAddr()}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "--to") {
+		t.Fatalf("backup without --to: %v", err)
+	}
+	want := filepath.Join(t.TempDir(), "copy")
+	if err := runAdmin(ctx, []string{"backup", "--addr", a.GRPCAddr(), "--to", want}, &out, &errOut); err != nil {
+		t.Fatalf("backup: %v\n%s", err, errOut.String())
+	}
+	if got := strings.Join(strings.Fields(out.String()), " "); !strings.Contains(got, `"directory": "`+want+`"`) {
+		t.Fatalf("backup printed %s; want the directory %s", got, want)
+	}
+	if manifests, _ := filepath.Glob(filepath.Join(want, "MANIFEST-*")); len(manifests) == 0 {
+		t.Fatalf("the backup in %s holds no store", want)
 	}
 }

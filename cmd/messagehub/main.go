@@ -16,7 +16,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -65,7 +64,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "messagehub:", err)
 		os.Exit(2)
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	logger := app.NewLogger(os.Stderr, cfg.LogLevel)
 	cfg.Logger = logger
 	info := readBuildInfo()
 	cfg.Build = app.Build{Version: info.Version, Revision: info.Revision, GoVersion: info.GoVersion}

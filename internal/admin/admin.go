@@ -1,10 +1,12 @@
 // Package admin is the operators' API (messagehub.admin.v1.Admin): the
 // read-only inspection of a recipient's backlog, what its next Peek would
-// return and where one notification is, and the two remedies, releasing a
-// pending bundle and acknowledging on an actor's behalf (remedies.go). It
-// converts between the API and the hub's calls (internal/hub/admin.go,
-// internal/hub/remedy.go); only the remedies write. Authorization (the admin role) and the mapping of errors to status
-// codes are the gRPC server's, as for MessageHub.
+// return and where one notification is, the two remedies, releasing a
+// pending bundle and acknowledging on an actor's behalf (remedies.go), and
+// a backup of the hub's data (backup.go), which changes nothing an actor
+// sees. It converts between the API and the hub's calls
+// (internal/hub/admin.go, internal/hub/remedy.go); only the remedies write
+// to the queues. Authorization (the admin role) and the mapping of errors
+// to status codes are the gRPC server's, as for MessageHub.
 package admin
 
 import (
@@ -32,14 +34,23 @@ type Hub interface {
 // Service implements adminv1.AdminServer over a Hub.
 type Service struct {
 	adminv1.UnimplementedAdminServer
-	hub Hub
+	hub    Hub
+	backup Backuper // see backup.go
 }
 
 // NewService returns the Admin service over h.
-func NewService(h Hub) *Service { return &Service{hub: h} }
+func NewService(h Hub, opts ...Option) *Service {
+	s := &Service{hub: h}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
 
 // Register registers the Admin service over h on srv.
-func Register(srv grpc.ServiceRegistrar, h Hub) { adminv1.RegisterAdminServer(srv, NewService(h)) }
+func Register(srv grpc.ServiceRegistrar, h Hub, opts ...Option) {
+	adminv1.RegisterAdminServer(srv, NewService(h, opts...))
+}
 
 // GetBacklog lists the recipient's cabinets with waiting notifications and
 // its pending bundles.

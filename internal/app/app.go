@@ -65,6 +65,7 @@ type App struct {
 	metricsLis    net.Listener
 	tlsConfig     *tls.Config
 	guard         *diskguard.Guard // nil: free disk space is not watched
+	backup        backup           // the Admin service's Backup (backup.go)
 
 	closers []closer // in the order things were opened
 
@@ -164,6 +165,8 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	}
 	a.grpcSrv, a.health = server.NewGRPCServer(core, a.logger, opts...)
 	a.gatewaySrv, a.gatewayHealth = server.NewGRPCServer(core, a.logger, append(opts, server.WithLimits(server.InProcessLimits),
+		// Only the gateway reaches it: the HTTP client it names is believed.
+		server.WithForwardedClient(),
 		// Its one connection carries every HTTP user's answers.
 		server.WithAnswerBudget(server.AnswerBudget{PerConnection: server.DefaultAnswerBudget.Total}))...)
 	// The read-only Admin service, on both servers (gRPC and the gateway's):
@@ -172,8 +175,8 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if !ok {
 		return nil, fmt.Errorf("the hub (%T) does not serve the admin calls", core)
 	}
-	admin.Register(a.grpcSrv, inspector)
-	admin.Register(a.gatewaySrv, inspector)
+	admin.Register(a.grpcSrv, inspector, admin.WithBackup(a.backup))
+	admin.Register(a.gatewaySrv, inspector, admin.WithBackup(a.backup))
 
 	if err := a.listen(); err != nil {
 		return nil, err

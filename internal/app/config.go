@@ -375,7 +375,7 @@ var settings = []setting{
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.GRPCHandshake) }},
 	{"grpc-max-connection-age", "MESSAGEHUB_GRPC_MAX_CONNECTION_AGE", "30m", "gRPC connections are closed gracefully after this long (clients reconnect)",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.GRPCMaxConnAge) }},
-	{"log-level", "MESSAGEHUB_LOG_LEVEL", "info", "minimum log level: debug, info, warn or error",
+	{"log-level", "MESSAGEHUB_LOG_LEVEL", "info", "minimum log level: debug, info, warn or error (debug-4 adds the embedded store's own lines)",
 		func(c *Config, v string) error {
 			var l slog.Level
 			if err := l.UnmarshalText([]byte(v)); err != nil {

@@ -154,6 +154,7 @@ func (a *App) openDocuments(ctx context.Context) (content.Store, error) {
 			return nil, err
 		}
 		a.onClose("documents folder", dir.Close)
+		a.backup.docs = dir
 		return dir, nil
 	}
 	blob := a.cfg.Content.Blob

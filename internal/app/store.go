@@ -40,6 +40,9 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	if a.cfg.Store == StoreEmbedded && a.cfg.MinFreeDisk > 0 {
 		a.guard = diskguard.New(a.cfg.DataDir, a.cfg.MinFreeDisk, nil, 0, a.logger)
 		a.onClose("disk guard", func() error { a.guard.Close(); return nil })
+		if err := a.tel.WatchDiskGuard(a.guard); err != nil {
+			return nil, nil, err
+		}
 	}
 	measured, err := a.openStore(ctx)
 	if err != nil {
@@ -55,7 +58,12 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	if a.cfg.wrapStore != nil {
 		measured = a.cfg.wrapStore(measured)
 	}
-	repoOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention}
+	a.backup = backup{dataDir: a.cfg.DataDir, store: measured}
+	repoOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention,
+		BellErrors: func(op string) { a.tel.Metrics.RecordBellError(context.Background(), op) }}
+	if a.cfg.Store == StoreCosmos {
+		repoOpts.PlanParallel = cosmos.Parallel
+	}
 	// Bundles' documents live next to the embedded store, or in Azure Blob
 	// Storage with Cosmos DB, and are served even for a domain whose
 	// provider has since been removed.

@@ -34,6 +34,8 @@ var requiredRole = map[string]string{
 	// The remedies, which change any recipient's queue.
 	adminv1.Admin_ReleaseBundle_FullMethodName:       RoleAdmin,
 	adminv1.Admin_AcknowledgeOnBehalf_FullMethodName: RoleAdmin,
+	// A copy of the hub's data, written on its host.
+	adminv1.Admin_Backup_FullMethodName: RoleAdmin,
 }
 
 // Authorizer checks the bearer token of every MessageHub call.
@@ -67,10 +69,10 @@ func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (con
 	}
 	role, ok := requiredRole[method]
 	if !ok {
-		return ctx, fmt.Errorf("%w: %s is not open to callers", domain.ErrPermissionDenied, method)
+		return ctx, refused(p, fmt.Errorf("%w: %s is not open to callers", domain.ErrPermissionDenied, method))
 	}
 	if !p.HasRole(role) {
-		return ctx, fmt.Errorf("%w: %s needs the %q role", domain.ErrPermissionDenied, method, role)
+		return ctx, refused(p, fmt.Errorf("%w: %s needs the %q role", domain.ErrPermissionDenied, method, role))
 	}
 	var err error
 	switch r := req.(type) {
@@ -80,10 +82,24 @@ func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (con
 		err = actAs(p, &r.Recipient)
 	}
 	if err != nil {
-		return ctx, err
+		return ctx, refused(p, err)
 	}
 	return WithPrincipal(ctx, p), nil
 }
+
+// Refusal is the refusal of a verified caller: it names the token's
+// subject, for the log line of the refusal (Subject), not the client.
+type Refusal struct {
+	error
+	subject string
+}
+
+// Subject is the refused token's subject (its actor claim).
+func (r *Refusal) Subject() string { return r.subject }
+
+func (r *Refusal) Unwrap() error { return r.error }
+
+func refused(p Principal, err error) error { return &Refusal{error: err, subject: p.Actor} }
 
 // actAs makes a request of p act for p: an empty recipient becomes p's id,
 // and p's id named in any letter case is accepted; another recipient is

@@ -13,19 +13,20 @@ const RefusalsPerSecond = 10
 
 // LogRefusals wraps an HTTP authentication check (Authenticate) so that
 // refused credentials are logged at info, at most RefusalsPerSecond lines a
-// second, each saying how many were held back before it. The gateway
-// refuses such requests before they become gRPC calls, so the server's
-// access log never sees them. now is the clock (nil: time.Now).
-func LogRefusals(logger *slog.Logger, now func() time.Time, authenticate func([]string) error) func([]string) error {
+// second, each with the client's address and how many were held back
+// before it. The gateway refuses such requests before they become gRPC
+// calls, so the server's access log never sees them. now is the clock
+// (nil: time.Now).
+func LogRefusals(logger *slog.Logger, now func() time.Time, authenticate func([]string) error) func(authorization []string, client string) error {
 	if now == nil {
 		now = time.Now
 	}
 	limit := &lograte.Limiter{Max: RefusalsPerSecond}
-	return func(authorization []string) error {
+	return func(authorization []string, client string) error {
 		err := authenticate(authorization)
 		if err != nil {
 			if ok, held := limit.Allow(now()); ok {
-				logger.Info("HTTP request refused for its credentials", "error", err.Error(), "suppressed_since_last", held)
+				logger.Info("HTTP request refused for its credentials", "client", client, "error", err.Error(), "suppressed_since_last", held)
 			}
 		}
 		return err

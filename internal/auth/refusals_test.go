@@ -22,11 +22,11 @@ func TestRefusedHTTPCredentialsAreLoggedAtInfoButNotFlooded(t *testing.T) {
 			return nil
 		})
 	for range 100 { // within one second of the clock
-		if check(nil) == nil {
+		if check(nil, "192.0.2.7:41000") == nil {
 			t.Fatal("a missing token passed")
 		}
 	}
-	if err := check([]string{"Bearer good"}); err != nil {
+	if err := check([]string{"Bearer good"}, "192.0.2.7:41000"); err != nil {
 		t.Fatalf("a good token: %v", err)
 	}
 	if n := strings.Count(logs.String(), "refused for its credentials"); n != auth.RefusalsPerSecond {
@@ -34,8 +34,11 @@ func TestRefusedHTTPCredentialsAreLoggedAtInfoButNotFlooded(t *testing.T) {
 	}
 	clock = clock.Add(time.Second)
 	logs.Reset()
-	_ = check(nil)
+	_ = check(nil, "192.0.2.7:41000")
 	if !strings.Contains(logs.String(), `"suppressed_since_last":90`) || !strings.Contains(logs.String(), `"level":"INFO"`) {
 		t.Fatalf("the next second's line does not count the 90 held back at info: %s", logs.String())
+	}
+	if !strings.Contains(logs.String(), `"client":"192.0.2.7:41000"`) {
+		t.Fatalf("the line does not name the client: %s", logs.String())
 	}
 }

@@ -39,13 +39,12 @@ type Record struct {
 	// items then.
 	DocumentTypes []string
 	NextSeq       int64 // sequence number at End when it was known at peek time, else 0
-	// Drawers and Holes, recorded at dequeue, are the cabinet's drawers
-	// covering [Start, End) and its holes within: the bundle reads back
-	// from them, so retention may take those drawers out of the catalog
-	// entry (keeping it bounded) while the bundle is retained. Nil: read
-	// back through the entry, which then keeps them.
+	// Drawers, recorded at dequeue, are the runs of the cabinet's drawers
+	// within [Start, End): the bundle reads back from them, so retention
+	// may take those drawers out of the catalog entry (keeping it bounded)
+	// while the bundle is retained. Nil: read back through the entry,
+	// which then keeps them.
 	Drawers    []drawer.Meta `json:",omitempty"`
-	Holes      [][2]int64    `json:",omitempty"` // [start, end)
 	State      State
 	CreatedAt  time.Time
 	DequeuedAt time.Time

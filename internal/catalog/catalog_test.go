@@ -234,6 +234,8 @@ func TestVisibleKeepsResolvedHeadsUpToTheWatermarkInSequenceOrder(t *testing.T) 
 func TestRemovableDeletesOnlyAcknowledgedUncoveredDrawers(t *testing.T) {
 	const ts, ch = domain.OriginTimeSeries, domain.OriginCharges
 	three := metas(0, 10, 10, 10) // [0,10) [10,20) [20,30)
+	// d1 with positions 4..6 left empty: runs [0,4) and [7,10).
+	split := slices.Concat([]drawer.Meta{{ID: "d1@0", Start: 0, Count: 4}, {ID: "d1@0", Start: 7, Count: 3}}, three[1:])
 	own := func(start, end int64) catalog.Span { return catalog.Span{Key: key(ts, "a"), Start: start, End: end} }
 	tests := []struct {
 		name     string
@@ -273,6 +275,10 @@ func TestRemovableDeletesOnlyAcknowledgedUncoveredDrawers(t *testing.T) {
 			catalog.Entry{Origin: ts, ContentType: "a", Total: 40}, 40, nil, nil, true},
 		{"an entry without drawers but unacknowledged positions stays",
 			catalog.Entry{Origin: ts, ContentType: "a", Total: 40}, 39, nil, nil, false},
+		{"a drawer of two runs goes once, when both are acknowledged",
+			entry(ts, "a", split), 25, nil, []string{"d1@0", "d2@0"}, false},
+		{"a drawer of two runs stays while its second is not acknowledged",
+			entry(ts, "a", split), 9, nil, nil, false},
 		{"after a sweep the remaining acknowledged drawers go",
 			entry(ts, "a", metas(20_000, 10_000, 10_000, 3)), 40_000, nil, []string{"d1@20000", "d2@20000"}, false},
 	}
@@ -302,11 +308,11 @@ func checkRemovable(t *testing.T, e catalog.Entry, c catalog.Cursor, retained []
 }
 
 // removableViolation says how Removable's answer breaks the retention rules,
-// or "" when it does not: it may remove only drawers of the entry that are
-// fully acknowledged and not covered by a retained span of the same cabinet;
-// it removes every such drawer but the last, the last only together with the
-// entry, and drops the entry exactly when everything is acknowledged and
-// nothing of it is covered.
+// or "" when it does not: it may remove only drawers of the entry whose runs
+// are all fully acknowledged and not covered by a retained span of the same
+// cabinet; it removes every such drawer but the last, each once (its first
+// run), the last only together with the entry, and drops the entry exactly
+// when everything is acknowledged and nothing of it is covered.
 func removableViolation(e catalog.Entry, c catalog.Cursor, retained []catalog.Span, got []drawer.Meta, drop bool) string {
 	covered := func(d drawer.Meta) bool {
 		for _, s := range retained {
@@ -316,29 +322,34 @@ func removableViolation(e catalog.Entry, c catalog.Cursor, retained []catalog.Sp
 		}
 		return false
 	}
-	free := func(d drawer.Meta) bool { return d.End() <= c.Acked && !covered(d) }
+	free := func(id string) bool {
+		return !slices.ContainsFunc(e.Drawers, func(d drawer.Meta) bool { return d.ID == id && (d.End() > c.Acked || covered(d)) })
+	}
 	for _, d := range got {
 		if !slices.Contains(e.Drawers, d) {
 			return fmt.Sprintf("removes drawer %+v that is not the entry's", d)
 		}
-		if d.End() > c.Acked {
-			return fmt.Sprintf("removes drawer %s [%d,%d) holding unacknowledged positions (acked %d)", d.ID, d.Start, d.End(), c.Acked)
-		}
-		if covered(d) {
-			return fmt.Sprintf("removes drawer %s [%d,%d) that a retained bundle covers", d.ID, d.Start, d.End())
+		if !free(d.ID) {
+			return fmt.Sprintf("removes drawer %s with a run holding unacknowledged positions (acked %d) or covered by a retained bundle", d.ID, c.Acked)
 		}
 	}
 	allFree := true
 	var want []drawer.Meta
 	for i, d := range e.Drawers {
-		allFree = allFree && free(d)
-		if free(d) && i < len(e.Drawers)-1 {
+		allFree = allFree && free(d.ID)
+		first := !slices.ContainsFunc(e.Drawers[:i], func(m drawer.Meta) bool { return m.ID == d.ID })
+		if free(d.ID) && first && d.ID != e.Drawers[len(e.Drawers)-1].ID {
 			want = append(want, d)
 		}
 	}
 	wantDrop := allFree && c.Acked >= e.Total
 	if wantDrop {
-		want = e.Drawers
+		want = nil
+		for i, d := range e.Drawers {
+			if !slices.ContainsFunc(e.Drawers[:i], func(m drawer.Meta) bool { return m.ID == d.ID }) {
+				want = append(want, d)
+			}
+		}
 	}
 	if drop != wantDrop {
 		return fmt.Sprintf("dropEntry = %v, want %v", drop, wantDrop)
@@ -435,40 +446,6 @@ func FuzzRemovable(f *testing.F) {
 		got, drop := catalog.Removable(e, c, retained)
 		checkRemovable(t, e, c, retained, got, drop)
 	})
-}
-
-func TestHolesAreRecordedMergedAndOnlyTheyCount(t *testing.T) {
-	var e catalog.Entry
-	e.AddHole(10, 20)
-	e.AddHole(30, 40)
-	e.AddHole(20, 25) // touches the first: merged
-	e.AddHole(12, 14) // inside: nothing changes
-	e.AddHole(5, 5)   // empty: nothing changes
-	want := []catalog.Hole{{Start: 10, End: 25}, {Start: 30, End: 40}}
-	if !slices.Equal(e.Holes, want) {
-		t.Fatalf("holes = %v, want %v", e.Holes, want)
-	}
-	tests := []struct {
-		from, to int64
-		want     bool
-	}{
-		{10, 25, true}, {12, 13, true}, {30, 40, true}, {7, 7, true},
-		{9, 11, false}, {24, 26, false}, {10, 40, false}, {25, 30, false}, {39, 41, false},
-	}
-	for _, tt := range tests {
-		if got := e.InHoles(tt.from, tt.to); got != tt.want {
-			t.Errorf("InHoles(%d, %d) = %v, want %v", tt.from, tt.to, got, tt.want)
-		}
-	}
-	for pos, want := range map[int64]int64{9: 9, 10: 25, 24: 25, 25: 25, 30: 40, 41: 41} {
-		if got := e.SkipHoles(pos); got != want {
-			t.Errorf("SkipHoles(%d) = %d, want %d", pos, got, want)
-		}
-	}
-	e.DropHolesBefore(25)
-	if !slices.Equal(e.Holes, want[1:]) {
-		t.Fatalf("after dropping holes before 25: %v, want %v", e.Holes, want[1:])
-	}
 }
 
 // A save may not open a drawer past the bound; one that only fills the last

@@ -71,10 +71,11 @@ type Span struct {
 	Start, End int64
 }
 
-// Removable decides what retention may delete of a cabinet: drawers that are
-// fully acknowledged and that no retained bundle covers. The last drawer is
-// kept for appending unless the whole cabinet goes, which it does when
-// everything is acknowledged and no retained bundle covers any of it.
+// Removable decides what retention may delete of a cabinet: drawers whose
+// runs are all acknowledged and that no retained bundle covers, each once
+// (its first run). The last drawer is kept for appending unless the whole
+// cabinet goes, which it does when everything is acknowledged and no
+// retained bundle covers any of it.
 func Removable(e Entry, c Cursor, retained []Span) (drawers []drawer.Meta, dropEntry bool) {
 	covered := func(d drawer.Meta) bool {
 		for _, s := range retained {
@@ -84,16 +85,21 @@ func Removable(e Entry, c Cursor, retained []Span) (drawers []drawer.Meta, dropE
 		}
 		return false
 	}
+	kept := map[string]bool{}
 	for _, d := range e.Drawers {
-		if d.End() <= c.Acked && !covered(d) {
-			drawers = append(drawers, d)
+		if d.End() > c.Acked || covered(d) {
+			kept[d.ID] = true
 		}
 	}
-	if len(drawers) == len(e.Drawers) && c.Acked >= e.Total {
-		return drawers, true
+	drop := len(kept) == 0 && c.Acked >= e.Total
+	if !drop && len(e.Drawers) > 0 {
+		kept[e.Drawers[len(e.Drawers)-1].ID] = true
 	}
-	if n := len(drawers); n > 0 && drawers[n-1].ID == e.Drawers[len(e.Drawers)-1].ID {
-		drawers = drawers[:n-1]
+	for _, d := range e.Drawers {
+		if !kept[d.ID] {
+			drawers = append(drawers, d)
+			kept[d.ID] = true
+		}
 	}
-	return drawers, false
+	return drawers, drop
 }

@@ -175,9 +175,5 @@ func syncDir(root *os.Root, dir string) error {
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return syncClose(d)
 }

@@ -67,9 +67,12 @@ type Lease interface {
 }
 
 // ProviderMetrics records provider calls: the domain, the outcome ("ok",
-// "error", "invalid"), the duration and the bytes stored.
+// "error", "invalid"), the duration and the bytes stored; and the builds
+// waiting out a backoff after a failed call (+1 as one starts, -1 as it
+// ends).
 type ProviderMetrics interface {
 	RecordProviderCall(ctx context.Context, origin, outcome string, d time.Duration, bytes int64)
+	RecordBuildBackoff(ctx context.Context, delta int64)
 }
 
 // Service serves bundles' documents: from the store when there, else by
@@ -201,6 +204,7 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 	log := s.opts.Logger.With("recipient", key.Recipient, "bundle", key.BundleID, "origin", bundle.GetOrigin().String())
 	pause := s.opts.RetryMin
 	waitingFor := "" // the other holder this build last said it waits for
+	failures := 0    // attempts of this build that failed
 	for {
 		holder, until, err := s.acquire(key)
 		switch {
@@ -219,6 +223,9 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 		case err == nil:
 			err = s.attempt(key, bundle, provider, log)
 			if err == nil {
+				if failures > 0 {
+					log.Info("bundle document built after failed attempts", "attempts", failures+1)
+				}
 				return nil
 			}
 		}
@@ -226,7 +233,15 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 			return fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
 		}
 		if err != nil {
-			log.Warn("bundle document not built; trying again", "error", err, "retry_in", pause)
+			// Every peek during the backoff asks again: the first failure of
+			// a build is the warning, the rest would repeat it per peek.
+			failures++
+			level := slog.LevelWarn
+			if failures > 1 {
+				level = slog.LevelDebug
+			}
+			log.Log(s.ctx, level, "bundle document not built; trying again (further failures of this build at debug)",
+				"error", err, "retry_in", pause, "attempt", failures)
 		}
 
 		// Only a peek during this wait cuts it short, not one that came
@@ -235,12 +250,21 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 		case <-asked:
 		default:
 		}
+		backoff := err != nil && s.opts.Metrics != nil
+		if backoff {
+			s.opts.Metrics.RecordBuildBackoff(s.ctx, 1)
+		}
 		// Full jitter, so that many bundles failing at once do not retry in step.
 		select {
 		case <-s.ctx.Done():
-			return fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
 		case <-asked:
 		case <-time.After(pause/2 + rand.N(pause/2+1)):
+		}
+		if backoff {
+			s.opts.Metrics.RecordBuildBackoff(context.WithoutCancel(s.ctx), -1)
+		}
+		if s.ctx.Err() != nil {
+			return fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
 		}
 		pause = min(2*pause, s.opts.RetryMax)
 

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -359,6 +361,19 @@ type recorded struct {
 	mu       sync.Mutex
 	outcomes []string
 	bytes    int64
+	backoffs int64 // builds in backoff now
+}
+
+func (r *recorded) RecordBuildBackoff(_ context.Context, delta int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.backoffs += delta
+}
+
+func (r *recorded) inBackoff() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.backoffs
 }
 
 func (r *recorded) RecordProviderCall(_ context.Context, origin, outcome string, _ time.Duration, bytes int64) {
@@ -408,25 +423,8 @@ func TestEveryProviderCallIsCounted(t *testing.T) {
 // an actor peeks, not when its backoff ends: a domain that has recovered
 // answers that peek. Here the backoff is an hour long.
 func TestAPeekDuringTheBackoffAsksTheDomainAgainAtOnce(t *testing.T) {
-	var down atomic.Bool
-	down.Store(true)
-	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
-		if down.Load() {
-			return contenttest.Answer{Err: errors.New("domain down")}
-		}
-		return contenttest.Document("application/json", []byte(`{"a":1}`), 3)
-	})
-	store, err := content.OpenDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     store,
-		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
-		RetryMin:  time.Hour, RetryMax: time.Hour,
-	})
-	t.Cleanup(s.Close)
+	provider, down := downDomain(t)
+	s := hourBackoffService(t, provider, content.Options{})
 	b := newBundle()
 	if _, err := s.Document(within(t, 50*time.Millisecond), b); !errors.Is(err, domain.ErrUnavailable) {
 		t.Fatalf("got %v, want unavailable while the domain is down", err)
@@ -444,4 +442,81 @@ func TestAPeekDuringTheBackoffAsksTheDomainAgainAtOnce(t *testing.T) {
 	if got := string(read(t, doc)); got != `{"a":1}` {
 		t.Fatalf("served %q", got)
 	}
+}
+
+// While a domain is down, every peek asks it again, but only the build's
+// first failure is a warning (the rest are at debug), the build is counted
+// in backoff while it waits, and its recovery is one info line.
+func TestAFailingBuildWarnsOnceAndIsCountedWhileInBackoff(t *testing.T) {
+	provider, down := downDomain(t)
+	var logs lockedBuffer
+	metrics := &recorded{}
+	s := hourBackoffService(t, provider, content.Options{
+		Metrics: metrics, Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	b := newBundle()
+	const peeks = 3
+	for i := 1; i <= peeks; i++ {
+		if _, err := s.Document(within(t, 50*time.Millisecond), b); !errors.Is(err, domain.ErrUnavailable) {
+			t.Fatalf("peek %d: %v, want unavailable while the domain is down", i, err)
+		}
+		// The peek's attempt failed and the build waits out its backoff.
+		for deadline := time.Now().Add(10 * time.Second); provider.Creates(b.Id) < i || metrics.inBackoff() != 1; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after peek %d: %d calls, %d builds in backoff; want %d and 1", i, provider.Creates(b.Id), metrics.inBackoff(), i)
+			}
+		}
+	}
+	down.Store(false)
+	doc, err := s.Document(within(t, 30*time.Second), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = doc.Body.Close()
+	if n := metrics.inBackoff(); n != 0 {
+		t.Fatalf("%d builds in backoff after the document was built", n)
+	}
+	out := logs.String()
+	if n := strings.Count(out, `"level":"WARN","msg":"bundle document not built`); n != 1 {
+		t.Errorf("%d warnings for %d failed attempts of one build; want 1:\n%s", n, peeks, out)
+	}
+	if n := strings.Count(out, `"level":"DEBUG","msg":"bundle document not built`); n != peeks-1 {
+		t.Errorf("%d debug lines for the later failures; want %d:\n%s", n, peeks-1, out)
+	}
+	if !strings.Contains(out, `"msg":"bundle document built after failed attempts"`) || !strings.Contains(out, fmt.Sprintf(`"attempts":%d`, peeks+1)) {
+		t.Errorf("no info line for the recovery after %d attempts:\n%s", peeks+1, out)
+	}
+}
+
+// downDomain is a provider that fails while down is set (it starts set),
+// and then answers {"a":1}.
+func downDomain(t *testing.T) (*contenttest.Provider, *atomic.Bool) {
+	t.Helper()
+	var down atomic.Bool
+	down.Store(true)
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		if down.Load() {
+			return contenttest.Answer{Err: errors.New("domain down")}
+		}
+		return contenttest.Document("application/json", []byte(`{"a":1}`), 3)
+	})
+	return provider, &down
+}
+
+// hourBackoffService serves the time series domain's documents from
+// provider into a folder of its own, with o's metrics and logger, backing
+// off for an hour after a failure: only a peek asks again.
+func hourBackoffService(t *testing.T, provider *contenttest.Provider, o content.Options) *content.Service {
+	t.Helper()
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Providers = map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)}
+	o.Store = store
+	o.Pending = func(context.Context, string, string) (bool, error) { return true, nil }
+	o.RetryMin, o.RetryMax = time.Hour, time.Hour
+	s := content.NewService(o)
+	t.Cleanup(s.Close)
+	return s
 }

@@ -3,7 +3,8 @@
 // refused with a clear error, so that the store never meets a full disk.
 // Reads and the small writes of Peek and Dequeue go on down to half the
 // reserve, where every write is refused; saves resume by themselves once
-// space is freed.
+// space is freed. A backup onto the data volume is held to the reserve
+// like a save, as large as the data directory (backup.go).
 //
 // The volume is looked at every few seconds, not at every write, and a
 // burst of saves or documents can fill it in between. So the guard counts
@@ -165,6 +166,20 @@ func (g *Guard) Refresh() {
 		g.logger.Info("saves resume: the data volume has space again", attrs...)
 	}
 }
+
+// Levels of the guard, as Level reports them.
+const (
+	LevelOK            = levelOK            // every write passes
+	LevelSavesRefused  = levelSavesRefused  // below the reserve: saves are refused
+	LevelWritesRefused = levelWritesRefused // below the floor: every write is refused
+)
+
+// Level is what the last look found: LevelOK, LevelSavesRefused or
+// LevelWritesRefused.
+func (g *Guard) Level() int { return int(g.level.Load()) }
+
+// Reserve is the free space the guard keeps (--min-free-disk).
+func (g *Guard) Reserve() uint64 { return g.reserve }
 
 // Available is the estimated free space now: the last look's measure less
 // what was written since and what writes under way have taken.

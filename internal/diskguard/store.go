@@ -31,8 +31,6 @@ const (
 	itemBytes = 24
 	// drawerMetaBytes is one drawer listed in a catalog entry or a bundle.
 	drawerMetaBytes = 48
-	// holeBytes is one hole listed in a catalog entry or a bundle.
-	holeBytes = 16
 	// fingerprintBytes is an id record's fingerprint of its notification.
 	fingerprintBytes = 16
 	// bundleBytes is a bundle record's numbers, state and times.
@@ -68,7 +66,7 @@ func SaveBytes(saves []store.RecipientSave) uint64 {
 }
 
 func entryBytes(e catalog.Entry) int {
-	return recordBytes + len(e.ContentType) + drawersBytes(e.Drawers) + len(e.Holes)*holeBytes
+	return recordBytes + len(e.ContentType) + drawersBytes(e.Drawers)
 }
 
 func drawersBytes(ds []drawer.Meta) int {
@@ -80,7 +78,7 @@ func drawersBytes(ds []drawer.Meta) int {
 }
 
 func bundleRecordBytes(rec bundle.Record, cursor catalog.Cursor) uint64 {
-	n := bundleBytes + len(rec.ID) + len(rec.ContentType) + drawersBytes(rec.Drawers) + len(rec.Holes)*holeBytes
+	n := bundleBytes + len(rec.ID) + len(rec.ContentType) + drawersBytes(rec.Drawers)
 	for _, t := range rec.DocumentTypes {
 		n += len(t)
 	}
@@ -176,4 +174,16 @@ func (s *guardedStore) AcquireBuild(ctx context.Context, recipient, bundleID, ho
 // ReleaseBuild implements store.Coordination: refused below the floor.
 func (s *guardedStore) ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error {
 	return s.write(leaseBytes, s.g.Floor(), func() error { return s.Store.ReleaseBuild(ctx, recipient, bundleID, holder) })
+}
+
+// RingBell implements store.Coordination: it passes, as a read does. A bell
+// tells other instances about a save already stored; the store one process
+// opens writes nothing for it.
+func (s *guardedStore) RingBell(ctx context.Context, recipients []string) error {
+	return s.Store.RingBell(ctx, recipients)
+}
+
+// ReadBells implements store.Coordination: reads always pass.
+func (s *guardedStore) ReadBells(ctx context.Context, cursor string) ([]string, string, error) {
+	return s.Store.ReadBells(ctx, cursor)
 }

@@ -32,6 +32,9 @@ var (
 	// ErrStoreRefuses: the store refuses the service's own requests (its
 	// credentials, permissions or account settings); an operator must act.
 	ErrStoreRefuses = errors.New("store refuses the service")
+	// ErrNotSupported: the configured store cannot do this (an operation
+	// its database covers by other means).
+	ErrNotSupported = errors.New("not supported by this store")
 )
 
 // invalid wraps ErrInvalidArgument with a message that says what is wrong.

@@ -1,7 +1,12 @@
 // Package drawer holds the drawer layout: a cabinet's
 // notifications are appended to drawers of at most Capacity items; a drawer
 // is stored as pages of items. Positions number a cabinet's notifications
-// 0, 1, 2, ... in sequence order; a drawer covers [Start, Start+Count).
+// 0, 1, 2, ... in sequence order. A cabinet lists its drawers as runs of
+// positions in order, [Start, Start+Count) each: a drawer is one run,
+// unless its store left some of its positions empty for good (Cosmos DB
+// gives back the positions of a save that failed half-way), in which case
+// it is the runs around them, or one run of no positions when none is left.
+// Positions that no run holds hold nothing, and readers never expect them.
 package drawer
 
 // Capacity is the most notifications one drawer ever holds.
@@ -11,13 +16,13 @@ const Capacity = 10_000
 // small while packing many notifications per write.
 const PageSize = 1_000
 
-// Meta describes one drawer of a cabinet.
+// Meta describes one run of a drawer of a cabinet.
 type Meta struct {
 	ID       string // GUID; in Cosmos DB the drawer's own logical partition
 	Start    int64  // cabinet position of its first item
 	Count    int    // items written, ≤ Capacity
-	FirstSeq int64  // sequence number of its first item
-	LastSeq  int64  // sequence number of its last item
+	FirstSeq int64  // sequence number of its first item; 0 when not known
+	LastSeq  int64  // sequence number of its last item; 0 when not known
 	// FirstAt and LastAt are when its first and last items were saved (unix
 	// milliseconds).
 	FirstAt, LastAt int64
@@ -36,9 +41,6 @@ func (m Meta) SavedAt(pos int64) int64 {
 
 // End is the position after the drawer's last item.
 func (m Meta) End() int64 { return m.Start + int64(m.Count) }
-
-// Full reports whether the drawer can take no more items.
-func (m Meta) Full() bool { return m.Count >= Capacity }
 
 // Item is a stored notification: the fields that vary within a cabinet plus
 // its position and sequence number. Recipient, origin and content type are

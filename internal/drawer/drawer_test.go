@@ -64,7 +64,7 @@ func checkLayout(t *testing.T, drawers []drawer.Meta, pages []drawer.Page, items
 		if d.Count < 1 || d.Count > drawer.Capacity {
 			t.Fatalf("drawer %d (%s) holds %d items, want 1..%d", i, d.ID, d.Count, drawer.Capacity)
 		}
-		if i < len(drawers)-1 && !d.Full() {
+		if i < len(drawers)-1 && d.Count < drawer.Capacity {
 			t.Fatalf("drawer %d (%s) holds %d items but is not the last, want it full", i, d.ID, d.Count)
 		}
 		if d.Start != pos {
@@ -287,26 +287,58 @@ func TestContainingFindsTheDrawerOfAPosition(t *testing.T) {
 	}
 }
 
-func TestMetaEndAndFull(t *testing.T) {
-	tests := []struct {
-		name     string
-		meta     drawer.Meta
-		wantEnd  int64
-		wantFull bool
-	}{
-		{"an empty drawer ends at its start", drawer.Meta{Start: 7}, 7, false},
-		{"a drawer one short of capacity is not full", drawer.Meta{Start: 10, Count: 9_999}, 10_009, false},
-		{"a drawer at capacity is full", drawer.Meta{Start: 10, Count: 10_000}, 10_010, true},
+func TestMetaEnd(t *testing.T) {
+	if got := (drawer.Meta{Start: 7}).End(); got != 7 {
+		t.Errorf("End() of an empty run = %d, want its start 7", got)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.meta.End(); got != tt.wantEnd {
-				t.Errorf("End() = %d, want %d", got, tt.wantEnd)
-			}
-			if got := tt.meta.Full(); got != tt.wantFull {
-				t.Errorf("Full() = %v, want %v", got, tt.wantFull)
-			}
-		})
+	if got := (drawer.Meta{Start: 10, Count: 9_999}).End(); got != 10_009 {
+		t.Errorf("End() = %d, want 10009", got)
+	}
+}
+
+// A drawer whose store left positions empty is listed as the runs around
+// them: the positions between runs are never expected, none is counted,
+// and the first held position skips them.
+func TestFirstAndHeldSkipThePositionsBetweenRuns(t *testing.T) {
+	runs := []drawer.Meta{
+		{ID: "a", Start: 100, Count: 3}, // 100..102
+		{ID: "a", Start: 105, Count: 5}, // 105..109
+		{ID: "b", Start: 110, Count: 0}, // a drawer with nothing left
+		{ID: "c", Start: 120, Count: 2}, // 120..121
+	}
+	for _, tt := range []struct {
+		pos, want int64
+		run       int
+	}{
+		{0, 100, 0}, {101, 101, 0}, {103, 105, 1}, {109, 109, 1}, {110, 120, 3}, {121, 121, 3}, {122, 0, -1},
+	} {
+		if got, i := drawer.First(runs, tt.pos); got != tt.want || i != tt.run {
+			t.Errorf("First(%d) = %d, run %d; want %d, run %d", tt.pos, got, i, tt.want, tt.run)
+		}
+	}
+	for _, tt := range []struct{ from, want int64 }{{0, 10}, {101, 9}, {104, 7}, {110, 2}, {121, 1}, {200, 0}} {
+		if got := drawer.Held(runs, tt.from); got != tt.want {
+			t.Errorf("Held(%d) = %d, want %d", tt.from, got, tt.want)
+		}
+	}
+}
+
+// A last run that ends before the new items start (its drawer's tail was
+// left empty) is not continued: the items open a new drawer at their own
+// positions. A last run that continues counts its drawer's earlier runs
+// against Capacity.
+func TestAppendOpensADrawerAfterARunThatStopsShort(t *testing.T) {
+	var ids idSource
+	short := []drawer.Meta{{ID: "old", Start: 0, Count: 5}}
+	got, pages := drawer.Append(short, numbered(8, 2), ids.next, 0)
+	want := []drawer.Meta{short[0], {ID: "d1", Start: 8, Count: 2, FirstSeq: 100 + 3*8, LastSeq: 100 + 3*9}}
+	if !slices.Equal(got, want) || len(pages) != 1 || pages[0].DrawerID != "d1" {
+		t.Fatalf("after a short run: drawers %+v pages %+v; want %+v", got, pages, want)
+	}
+	split := []drawer.Meta{{ID: "old", Start: 0, Count: 6_000}, {ID: "old", Start: 6_010, Count: 3_000}}
+	got, _ = drawer.Append(split, numbered(9_010, 1_500), ids.next, 0)
+	if len(got) != 3 || got[1].Count != 4_000 || got[2].ID != "d2" || got[2].Start != 10_010 || got[2].Count != 500 {
+		t.Fatalf("continuing a drawer of two runs: %+v; want its last run filled to 10,000 items and 500 in a new drawer", got)
 	}
 }
 

@@ -1,21 +1,21 @@
 package drawer
 
 // Append files items (already numbered with consecutive positions starting at
-// the cabinet's Total) into the cabinet's drawers: the last drawer is filled up
-// to Capacity, then new drawers are opened with ids from newID. at is the
-// save's time (unix milliseconds), recorded in the drawers it fills. It
-// returns the drawers as they become and the pages to write; drawers is not
-// modified.
+// the cabinet's Total) into the cabinet's drawers: the last run is filled up
+// to its drawer's Capacity when it ends where the items start, then new
+// drawers are opened with ids from newID. at is the save's time (unix
+// milliseconds), recorded in the drawers it fills. It returns the drawers as
+// they become and the pages to write; drawers is not modified.
 func Append(drawers []Meta, items []Item, newID func() string, at int64) ([]Meta, []Page) {
 	out := make([]Meta, len(drawers), len(drawers)+1+len(items)/Capacity)
 	copy(out, drawers)
 	var pages []Page
 	for len(items) > 0 {
-		if len(out) == 0 || out[len(out)-1].Full() {
+		if len(out) == 0 || out[len(out)-1].End() != items[0].Pos || lastHolds(out) >= Capacity {
 			out = append(out, Meta{ID: newID(), Start: items[0].Pos, FirstSeq: items[0].Seq, FirstAt: at})
 		}
 		last := &out[len(out)-1]
-		n := min(Capacity-last.Count, len(items))
+		n := min(Capacity-lastHolds(out), len(items))
 		chunk := items[:n]
 		items = items[n:]
 		last.Count += n
@@ -28,6 +28,36 @@ func Append(drawers []Meta, items []Item, newID func() string, at int64) ([]Meta
 		}
 	}
 	return out, pages
+}
+
+// lastHolds counts the items of the last run's drawer: its runs are the
+// last ones.
+func lastHolds(runs []Meta) int {
+	n := 0
+	for i := len(runs) - 1; i >= 0 && runs[i].ID == runs[len(runs)-1].ID; i-- {
+		n += runs[i].Count
+	}
+	return n
+}
+
+// First returns the first position at or after pos that a run holds, and
+// the index of that run; -1 when none does.
+func First(runs []Meta, pos int64) (int64, int) {
+	for i, d := range runs {
+		if d.Count > 0 && d.End() > pos {
+			return max(pos, d.Start), i
+		}
+	}
+	return 0, -1
+}
+
+// Held counts the positions at or after from that the runs hold.
+func Held(runs []Meta, from int64) int64 {
+	var n int64
+	for _, d := range runs {
+		n += max(d.End()-max(from, d.Start), 0)
+	}
+	return n
 }
 
 // Containing returns the index of the drawer holding position pos, or -1.

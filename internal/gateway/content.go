@@ -18,6 +18,7 @@ import (
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/server"
 )
 
 // BundleMediaType is the Content-Type of a content peek's answer when the
@@ -85,7 +86,7 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o opt
 			writeError(mux, w, r, http.StatusBadRequest, status.Error(codes.InvalidArgument, err.Error()))
 			return
 		}
-		ctx := r.Context()
+		ctx := metadata.AppendToOutgoingContext(r.Context(), server.ForwardedClientKey, r.RemoteAddr)
 		if auth := r.Header.Values("Authorization"); len(auth) > 0 {
 			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", auth[0])
 		}

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -36,6 +37,7 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/gen/openapi"
 	"github.com/energydatahub/messagehub/internal/console"
+	"github.com/energydatahub/messagehub/internal/server"
 )
 
 // MessageIDHeader carries the id of the bundle a Peek returned, spelled as
@@ -72,7 +74,7 @@ type options struct {
 	maxBodyBytes  int64
 	maxBodyMemory int64
 	bodies        *semaphore.Weighted
-	authenticate  func(authorization []string) error
+	authenticate  func(authorization []string, client string) error
 	accessLog     *slog.Logger
 
 	contentPeeks        int           // documents being answered at once
@@ -93,9 +95,10 @@ func WithMaxBodyBytes(n int64) Option { return func(o *options) { o.maxBodyBytes
 func WithMaxBodyMemory(n int64) Option { return func(o *options) { o.maxBodyMemory = n } }
 
 // WithAuthentication checks every API request's Authorization header with
-// fn before its body is read; a refusal is 401. The gRPC server still
-// authenticates and authorizes the call itself.
-func WithAuthentication(fn func(authorization []string) error) Option {
+// fn (told the client's address, for its log) before its body is read; a
+// refusal is 401. The gRPC server still authenticates and authorizes the
+// call itself.
+func WithAuthentication(fn func(authorization []string, client string) error) Option {
 	return func(o *options) { o.authenticate = fn }
 }
 
@@ -152,6 +155,15 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		// The server sets no response metadata worth exposing as
 		// Grpc-Metadata-* headers.
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		// The gRPC server logs the HTTP client's address, which only the
+		// gateway names: a client's header that would name it is dropped.
+		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
+			name, ok := runtime.DefaultHeaderMatcher(key)
+			return name, ok && !strings.EqualFold(name, server.ForwardedClientKey)
+		}),
+		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
+			return metadata.Pairs(server.ForwardedClientKey, r.RemoteAddr)
+		}),
 	)
 	if err := messagehubv1gw.RegisterMessageHubHandlerClient(ctx, mux, messagehubv1.NewMessageHubClient(conn)); err != nil {
 		return nil, fmt.Errorf("register gateway routes: %w", err)
@@ -182,6 +194,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodPost, "/admin/v1/recipients/{recipient}:acknowledge", api},
 		// The operators' console: static pages that call the Admin routes.
 		{http.MethodGet, console.Path, console.Handler()}, {http.MethodGet, console.Path + "/", console.Handler()},
+		// Backup (the admin role): a copy of the hub's data on its host.
+		{http.MethodPost, "/admin/v1/backup", api},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})
@@ -267,7 +281,7 @@ func methodNotAllowed(mux *runtime.ServeMux, method string) http.Handler {
 func guard(mux *runtime.ServeMux, next http.Handler, o options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o.authenticate != nil {
-			if err := o.authenticate(r.Header.Values("Authorization")); err != nil {
+			if err := o.authenticate(r.Header.Values("Authorization"), r.RemoteAddr); err != nil {
 				writeError(mux, bearerChallenge{w}, r, http.StatusUnauthorized, status.Error(codes.Unauthenticated, err.Error()))
 				return
 			}

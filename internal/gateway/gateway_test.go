@@ -265,7 +265,7 @@ func TestOversizedBodiesAre413AndNeverHeldWhole(t *testing.T) {
 
 func TestTheTokenIsCheckedBeforeTheBody(t *testing.T) {
 	var checked atomic.Int32
-	s := newStack(t, gateway.WithMaxBodyBytes(1<<20), gateway.WithAuthentication(func(h []string) error {
+	s := newStack(t, gateway.WithMaxBodyBytes(1<<20), gateway.WithAuthentication(func(h []string, _ string) error {
 		checked.Add(1)
 		if len(h) == 1 && h[0] == "Bearer good" {
 			return nil

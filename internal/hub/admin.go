@@ -3,6 +3,7 @@ package hub
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
@@ -20,8 +21,8 @@ type CabinetBacklog struct {
 	ContentType string
 	// Total is the positions handed out, Acked those acknowledged.
 	Total, Acked int64
-	// Waiting is Total − Acked less the positions of aborted saves;
-	// InPending the part of it in pending bundles.
+	// Waiting is the positions after Acked that hold notifications (the
+	// entry's runs); InPending the part of it in pending bundles.
 	Waiting, InPending int64
 	// OldestSavedAt is when the first waiting notification was saved (unix
 	// milliseconds, drawer.Meta.SavedAt); 0 when unknown.
@@ -50,12 +51,11 @@ func (r *Hub) Backlog(ctx context.Context, recipient string) (RecipientBacklog, 
 	for _, c := range catalog.Candidates(state.Entries, state.Cursors, domain.GroupAll) {
 		e := c.Entry
 		cb := CabinetBacklog{Origin: e.Origin, ContentType: e.ContentType, Total: e.Total, Acked: c.Cursor.Acked}
-		cb.Waiting = e.Total - c.Cursor.Acked - holesWithin(e, c.Cursor.Acked, e.Total)
+		cb.Waiting = drawer.Held(e.Drawers, c.Cursor.Acked)
 		if cb.Waiting <= 0 {
-			continue // only an aborted save's holes
+			continue // only positions its store left empty
 		}
-		head := e.SkipHoles(c.Cursor.Acked)
-		if i := drawer.Containing(e.Drawers, head); i >= 0 {
+		if head, i := drawer.First(e.Drawers, c.Cursor.Acked); i >= 0 {
 			cb.OldestSavedAt = e.Drawers[i].SavedAt(head)
 		}
 		for _, rec := range state.Pending {
@@ -72,13 +72,9 @@ func (r *Hub) Backlog(ctx context.Context, recipient string) (RecipientBacklog, 
 	return out, nil
 }
 
-// holesWithin counts the positions of [from, to) in the entry's holes.
-func holesWithin(e catalog.Entry, from, to int64) int64 {
-	var n int64
-	for _, h := range e.Holes {
-		n += max(min(h.End, to)-max(h.Start, from), 0)
-	}
-	return n
+// runsOf returns the runs of drawer id, none when it has none.
+func runsOf(drawers []drawer.Meta, id string) []drawer.Meta {
+	return slices.DeleteFunc(slices.Clone(drawers), func(m drawer.Meta) bool { return m.ID != id })
 }
 
 // Preview is what the next Peek of a group would return.
@@ -178,18 +174,17 @@ func (r *Hub) traceOnce(ctx context.Context, recipient, id string) (Trace, error
 	}
 	var (
 		entry    catalog.Entry
-		meta     drawer.Meta
-		found    bool
+		runs     []drawer.Meta // the drawer's
 		dequeued []bundle.Record
 		loaded   bool
 	)
 	for _, e := range state.Entries {
-		if i := slices.IndexFunc(e.Drawers, func(m drawer.Meta) bool { return m.ID == idRec.DrawerID }); i >= 0 {
-			entry, meta, found = e, e.Drawers[i], true
+		if runs = runsOf(e.Drawers, idRec.DrawerID); len(runs) > 0 {
+			entry = e
 			break
 		}
 	}
-	if !found {
+	if len(runs) == 0 {
 		// Retention may have taken a dequeued bundle's drawers out of the
 		// entry; the bundle's record keeps them.
 		if dequeued, err = r.store.DequeuedBundles(ctx, recipient); err != nil {
@@ -197,26 +192,26 @@ func (r *Hub) traceOnce(ctx context.Context, recipient, id string) (Trace, error
 		}
 		loaded = true
 		for _, rec := range dequeued {
-			if i := slices.IndexFunc(rec.Drawers, func(m drawer.Meta) bool { return m.ID == idRec.DrawerID }); i >= 0 {
+			if runs = runsOf(rec.Drawers, idRec.DrawerID); len(runs) > 0 {
 				entry = catalog.Entry{Origin: rec.Origin, ContentType: rec.ContentType}
-				meta, found = rec.Drawers[i], true
 				break
 			}
 		}
 	}
-	if !found {
+	if len(runs) == 0 {
 		return Trace{State: TraceElsewhere}, nil
 	}
-	items, err := r.store.ReadDrawer(ctx, meta.ID, meta.Start, meta.End(), drawer.Capacity)
+	items, err := drawer.ReadRange(ctx, r.store.ReadDrawer, runs, runs[0].Start, runs[len(runs)-1].End())
 	if err != nil {
 		return Trace{}, err
 	}
 	i := slices.IndexFunc(items, func(it drawer.Item) bool { return it.ID == id })
 	if i < 0 {
 		// The id record says the drawer holds it: a replica lags.
-		return Trace{}, store.ErrStaleRead
+		return Trace{}, fmt.Errorf("%w: notification %s missing from a read of drawer %s", store.ErrConflict, id, idRec.DrawerID)
 	}
 	pos := items[i].Pos
+	meta := runs[drawer.Containing(runs, pos)]
 	t := Trace{Origin: entry.Origin, ContentType: entry.ContentType, Position: pos, SavedAt: meta.SavedAt(pos), drawerID: meta.ID}
 	in := func(rec bundle.Record) bool {
 		if rec.State == bundle.Released || rec.Origin != entry.Origin || rec.ContentType != entry.ContentType || pos < rec.Start || pos >= rec.End {

@@ -27,47 +27,30 @@ func checkCabinets(state store.RecipientState, save store.RecipientSave, max int
 	return nil
 }
 
-// A dequeued bundle's record keeps the drawers and holes it reads back from
-// only up to these counts (about 11 KB), so the record stays small; a
-// bundle with more (a raised weight limit, many aborted saves within it)
+// A dequeued bundle's record keeps the drawer runs it reads back from only
+// up to this count (about 11 KB), so the record stays small; a bundle over
+// more (a raised weight limit, a drawer its store left in many pieces)
 // reads back through its entry, which then keeps those drawers.
-const (
-	maxDetachedDrawers = 64
-	maxDetachedHoles   = 64
-)
+const maxDetachedDrawers = 64
 
-// detach returns the drawers of the bundle's cabinet that cover its
-// positions, and the holes within them, for its record at dequeue; nil
-// when the entry read does not cover them without a gap (a lagging read)
-// or they are too many.
-func detach(state store.RecipientState, rec bundle.Record) ([]drawer.Meta, [][2]int64) {
+// detach returns the runs of the bundle's cabinet within its positions, for
+// its record at dequeue; nil when the entry read does not reach its end (a
+// lagging read) or they are too many.
+func detach(state store.RecipientState, rec bundle.Record) []drawer.Meta {
 	i := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool {
 		return e.Origin == rec.Origin && e.ContentType == rec.ContentType
 	})
 	if i < 0 {
-		return nil, nil
+		return nil
 	}
-	e := state.Entries[i]
-	var drawers []drawer.Meta
-	next := rec.Start
-	for _, d := range e.Drawers {
-		if d.End() <= rec.Start || d.Start >= rec.End {
-			continue
-		}
-		if d.Start > next {
-			return nil, nil
-		}
-		drawers = append(drawers, d)
-		next = d.End()
-	}
-	var holes [][2]int64
-	for _, h := range e.Holes {
-		if h.End > rec.Start && h.Start < rec.End {
-			holes = append(holes, [2]int64{max(h.Start, rec.Start), min(h.End, rec.End)})
+	var runs []drawer.Meta
+	for _, d := range state.Entries[i].Drawers {
+		if d.Count > 0 && d.End() > rec.Start && d.Start < rec.End {
+			runs = append(runs, d)
 		}
 	}
-	if len(drawers) == 0 || next < rec.End || len(drawers) > maxDetachedDrawers || len(holes) > maxDetachedHoles {
-		return nil, nil
+	if len(runs) == 0 || runs[len(runs)-1].End() < rec.End || len(runs) > maxDetachedDrawers {
+		return nil
 	}
-	return drawers, holes
+	return runs
 }

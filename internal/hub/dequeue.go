@@ -52,7 +52,7 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 	}
 	rec.State = bundle.Dequeued
 	rec.DequeuedAt = r.opts.Now()
-	rec.Drawers, rec.Holes = detach(state, rec)
+	rec.Drawers = detach(state, rec)
 	rec.Announce = r.opts.Announce != nil && r.opts.Announce(rec.Origin)
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq

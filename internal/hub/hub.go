@@ -1,8 +1,9 @@
 // Package hub is MessageHub's algorithm over the store contract
 // (internal/store): Save (save.go, a group commit), Peek (peek.go, cutting
 // bundles by the bundling rule), Dequeue (dequeue.go), retention
-// (sweep.go) and the wake-up of peeks waiting for a Save (wake.go). It knows no backend: internal/store/storetest runs it over
-// each one.
+// (sweep.go) and the wake-up of peeks waiting for a Save (wake.go, and
+// bells.go for Saves through other instances sharing the store). It knows
+// no backend: internal/store/storetest runs it over each one.
 package hub
 
 import (
@@ -97,6 +98,7 @@ func New(store store.Store, opts Options, logger *slog.Logger) *Hub {
 	r.stopSweeper = cancel
 	r.background.Add(1)
 	go func() { defer r.background.Done(); r.sweepLoop(ctx) }()
+	r.startBells(ctx)
 	return r
 }
 

@@ -142,9 +142,10 @@ func TestPendingBundleIsReadAgainAfterAStaleRead(t *testing.T) {
 	}
 }
 
-// abortedStore records positions [from, to) of every cabinet as a hole, as
-// an aborted save's rollback does, while its drawers still return the items
-// there: a replica that has not yet seen the rollback's deletes.
+// abortedStore lists the drawers of every cabinet without positions
+// [from, to), as the Cosmos store does once an aborted save gave them back,
+// while its drawers still return the items there: a replica that has not
+// yet seen the rollback's deletes.
 type abortedStore struct {
 	store.Store
 	from, to int64
@@ -152,15 +153,25 @@ type abortedStore struct {
 
 func (s abortedStore) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
 	st, err := s.Store.LoadRecipient(ctx, recipient)
-	for i := range st.Entries {
-		st.Entries[i].AddHole(s.from, s.to)
+	for i, e := range st.Entries {
+		var runs []drawer.Meta
+		for _, d := range e.Drawers {
+			if d.Start < s.from {
+				runs = append(runs, drawer.Meta{ID: d.ID, Start: d.Start, Count: int(min(d.End(), s.from) - d.Start), FirstSeq: d.FirstSeq})
+			}
+			if d.End() > s.to {
+				start := max(d.Start, s.to)
+				runs = append(runs, drawer.Meta{ID: d.ID, Start: start, Count: int(d.End() - start)})
+			}
+		}
+		st.Entries[i].Drawers = runs
 	}
 	return st, err
 }
 
-// What a replica still returns from a recorded hole is deleted data: it is
-// neither delivered nor counted, in a new bundle or a pending one.
-func TestItemsInARecordedHoleAreNeverDelivered(t *testing.T) {
+// What a replica still returns from positions given back is deleted data:
+// it is neither delivered nor counted, in a new bundle or a pending one.
+func TestPositionsGivenBackAreNeitherDeliveredNorCounted(t *testing.T) {
 	inner, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -176,11 +187,26 @@ func TestItemsInARecordedHoleAreNeverDelivered(t *testing.T) {
 	if _, err := repo.Save(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
+	backlog, err := repo.Backlog(ctx, recipient)
+	if err != nil || len(backlog.Cabinets) != 1 || backlog.Cabinets[0].Waiting != 7 || backlog.Cabinets[0].Total != 10 {
+		t.Fatalf("backlog = %+v, %v; want one cabinet of 10 positions with 7 waiting", backlog, err)
+	}
+	if tr, err := repo.TraceNotification(ctx, recipient, ns[8].ID); err != nil || tr.State != hub.TraceWaiting || tr.Position != 8 {
+		t.Fatalf("trace of the ninth = %+v, %v; want waiting at position 8", tr, err)
+	}
 	want := noteIDs(slices.Concat(ns[:3], ns[6:]))
 	for _, what := range []string{"cut", "pending"} {
 		b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
 		if err != nil || b == nil || !slices.Equal(b.NotificationIDs, want) {
 			t.Fatalf("%s bundle = %v, %v; want the seven outside the hole %v", what, b, err, want)
 		}
+	}
+	// Dequeued, its record names the runs it reads back from.
+	b, _ := repo.Peek(ctx, recipient, domain.GroupAll, "")
+	if err := repo.Dequeue(ctx, recipient, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := repo.DequeuedBundle(ctx, recipient, b.ID); err != nil || !slices.Equal(back.NotificationIDs, want) {
+		t.Fatalf("dequeued bundle read back = %v, %v; want %v", back, err, want)
 	}
 }

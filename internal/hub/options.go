@@ -29,8 +29,19 @@ type Options struct {
 	// that the notifier looks at once instead of at its next poll, and
 	// knows the notice for one of this instance's.
 	Announced func(store.Notice)
+	// PlanParallel is how many recipients of a save group are loaded and
+	// planned at once. 0 suits an embedded store, whose loads use the CPU:
+	// two from parallelPlanRecipients recipients on, else one. A store over
+	// the network (Cosmos DB), whose loads wait for round trips, sets more.
+	PlanParallel int
 	// MaxWaitersPerRecipient and MaxWaiters bound the peeks waiting for a
 	// Save (Watch); 0 means DefaultMaxWaitersPerRecipient and
 	// DefaultMaxWaiters.
 	MaxWaitersPerRecipient, MaxWaiters int
+	// BellPoll is how often the bells of the other instances sharing the
+	// store are read (bells.go); 0 means DefaultBellPoll.
+	BellPoll time.Duration
+	// BellErrors, when set, is called for each failed ring or read of the
+	// bells (BellRing, BellRead): a metric.
+	BellErrors func(op string)
 }

@@ -125,97 +125,98 @@ func (r *Hub) cutWithin(ctx context.Context, state store.RecipientState, group d
 		}
 	}
 	watermark := state.Head.Watermark
-	// The best candidate normally yields a bundle; the others are only tried
-	// if its head turns out not to be readable, so that a stale entry never
-	// hides data that exists.
-	for _, cand := range catalog.Visible(cands, watermark) {
-		cutter := domain.NewBundleCutter(r.opts.MaxBundleWeight)
-		var items []drawer.Item
-		var nextSeq int64
-		// next is the position the scan should find; an item further on
-		// means the positions between were not read: that is allowed only
-		// for recorded holes, else the drawer read lags the catalog.
-		next := cand.Cursor.Acked
-		var stale error
-		need := func() int {
-			// Every weight is at least 1, plus one look-ahead item. A first
-			// notification over the limit leaves room for the look-ahead only.
-			return int(min(max(r.opts.MaxBundleWeight-cutter.Weight(), 0)+1, 1<<30))
-		}
-		take := func(it drawer.Item) bool {
-			if cand.Entry.InHoles(it.Pos, it.Pos+1) {
-				return true // a replica that has not yet seen the abort's deletes
-			}
-			if it.Seq > watermark {
-				return false
-			}
-			if it.Pos > next && !cand.Entry.InHoles(next, it.Pos) {
-				stale = fmt.Errorf("%w: %v/%s positions %d..%d missing", store.ErrStaleRead, cand.Entry.Origin, cand.Entry.ContentType, next, it.Pos)
-				return false
-			}
-			next = it.Pos + 1
-			if limit != nil && it.Pos >= limit.end {
-				nextSeq = it.Seq
-				return false
-			}
-			if !cutter.Offer(it.SupportsBundling, it.Weight) {
-				nextSeq = it.Seq
-				return false
-			}
-			items = append(items, it)
-			return !cutter.Closed()
-		}
-		if err := drawer.Scan(ctx, r.store.ReadDrawer, cand.Entry.Drawers, cand.Cursor.Acked, need, take); err != nil {
-			return nil, nil, catalog.Cursor{}, err
-		}
-		if stale != nil {
-			return nil, nil, catalog.Cursor{}, stale
-		}
-		if len(items) == 0 && !cand.Entry.InHoles(cand.Cursor.Acked, cand.Cursor.Acked+1) {
-			// Its head is at or below the watermark, so it was saved.
-			return nil, nil, catalog.Cursor{}, fmt.Errorf("%w: %v/%s position %d missing", store.ErrStaleRead, cand.Entry.Origin, cand.Entry.ContentType, cand.Cursor.Acked)
-		}
-		if len(items) == 0 {
-			// Only an aborted save's recorded holes are visible yet: the
-			// items after them belong to saves still in flight. Normal
-			// under concurrent saves, so not worth a warning.
-			r.logger.Debug("catalog entry holds only holes below the watermark", "origin", cand.Entry.Origin, "content_type", cand.Entry.ContentType)
-			continue
-		}
-		rec := &bundle.Record{
-			Origin:        cand.Entry.Origin,
-			ContentType:   cand.Entry.ContentType,
-			Group:         domain.GroupOf(cand.Entry.Origin),
-			Start:         cand.Cursor.Acked,
-			End:           items[len(items)-1].Pos + 1,
-			Count:         len(items),
-			Weight:        cutter.Weight(),
-			DocumentTypes: documentTypes(items),
-			NextSeq:       nextSeq,
-			State:         bundle.Pending,
-			CreatedAt:     r.opts.Now(),
-		}
-		return rec, items, cand.Cursor, nil
+	visible := catalog.Visible(cands, watermark)
+	if len(visible) == 0 {
+		return nil, nil, catalog.Cursor{}, nil
 	}
-	return nil, nil, catalog.Cursor{}, nil
+	cand := visible[0]
+	cutter := domain.NewBundleCutter(r.opts.MaxBundleWeight)
+	var items []drawer.Item
+	var nextSeq int64
+	// next is the position the scan should find, or the first one a
+	// run holds after it: an item further on means the positions
+	// between were not read, a drawer read that lags the catalog.
+	next := cand.Cursor.Acked
+	var stale error
+	need := func() int {
+		// Every weight is at least 1, plus one look-ahead item. A first
+		// notification over the limit leaves room for the look-ahead only.
+		return int(min(max(r.opts.MaxBundleWeight-cutter.Weight(), 0)+1, 1<<30))
+	}
+	take := func(it drawer.Item) bool {
+		if it.Seq > watermark {
+			return false
+		}
+		if it.Pos != next {
+			if want, _ := drawer.First(cand.Entry.Drawers, next); it.Pos != want {
+				stale = missing(cand.Entry, want, it.Pos)
+				return false
+			}
+		}
+		next = it.Pos + 1
+		if limit != nil && it.Pos >= limit.end {
+			nextSeq = it.Seq
+			return false
+		}
+		if !cutter.Offer(it.SupportsBundling, it.Weight) {
+			nextSeq = it.Seq
+			return false
+		}
+		items = append(items, it)
+		return !cutter.Closed()
+	}
+	if err := drawer.Scan(ctx, r.store.ReadDrawer, cand.Entry.Drawers, cand.Cursor.Acked, need, take); err != nil {
+		return nil, nil, catalog.Cursor{}, err
+	}
+	if stale != nil {
+		return nil, nil, catalog.Cursor{}, stale
+	}
+	if len(items) == 0 {
+		// Its head is at or below the watermark, so it was saved.
+		head, _ := drawer.First(cand.Entry.Drawers, cand.Cursor.Acked)
+		return nil, nil, catalog.Cursor{}, missing(cand.Entry, head, head+1)
+	}
+	rec := &bundle.Record{
+		Origin:        cand.Entry.Origin,
+		ContentType:   cand.Entry.ContentType,
+		Group:         domain.GroupOf(cand.Entry.Origin),
+		Start:         cand.Cursor.Acked,
+		End:           items[len(items)-1].Pos + 1,
+		Count:         len(items),
+		Weight:        cutter.Weight(),
+		DocumentTypes: documentTypes(items),
+		NextSeq:       nextSeq,
+		State:         bundle.Pending,
+		CreatedAt:     r.opts.Now(),
+	}
+	return rec, items, cand.Cursor, nil
+}
+
+// missing is the conflict of a drawer read that lacks positions [from, to)
+// of the entry's runs.
+func missing(e catalog.Entry, from, to int64) error {
+	return fmt.Errorf("%w: %v/%s positions %d..%d missing from a drawer read", store.ErrConflict, e.Origin, e.ContentType, from, to)
 }
 
 // firstSeqFrom reads the sequence number of the first item at or after pos
-// that is not in a recorded hole. That position must hold an item: one
-// found further on means the read lags.
+// that the entry's runs hold. That position must hold an item: one found
+// further on means the read lags.
 func (r *Hub) firstSeqFrom(ctx context.Context, e catalog.Entry, pos int64) (int64, error) {
-	pos = e.SkipHoles(pos)
-	for _, d := range e.Drawers {
-		if d.End() <= pos {
+	want, i := drawer.First(e.Drawers, pos)
+	if i < 0 {
+		return 0, nil
+	}
+	for _, d := range e.Drawers[i:] {
+		if d.Count == 0 {
 			continue
 		}
-		items, err := r.store.ReadDrawer(ctx, d.ID, max(pos, d.Start), d.End(), 1)
+		items, err := r.store.ReadDrawer(ctx, d.ID, max(want, d.Start), d.End(), 1)
 		if err != nil {
 			return 0, err
 		}
 		if len(items) > 0 {
-			if items[0].Pos != pos {
-				return 0, fmt.Errorf("%w: %v/%s positions %d..%d missing", store.ErrStaleRead, e.Origin, e.ContentType, pos, items[0].Pos)
+			if items[0].Pos != want {
+				return 0, missing(e, want, items[0].Pos)
 			}
 			return items[0].Seq, nil
 		}
@@ -226,33 +227,26 @@ func (r *Hub) firstSeqFrom(ctx context.Context, e catalog.Entry, pos int64) (int
 // materialize reads a bundle's notifications back from its drawers: those
 // its record names (dequeued ones), else those of its catalog entry.
 func (r *Hub) materialize(ctx context.Context, recipient string, state store.RecipientState, rec bundle.Record) (*domain.Bundle, error) {
-	var e catalog.Entry
-	if rec.Drawers != nil {
-		// Not the entry: retention may have taken these drawers out of it,
-		// or dropped it and a new one restarted the cabinet's positions.
-		e = catalog.Entry{Origin: rec.Origin, ContentType: rec.ContentType, Drawers: rec.Drawers}
-		for _, h := range rec.Holes {
-			e.Holes = append(e.Holes, catalog.Hole{Start: h[0], End: h[1]})
-		}
-	} else {
+	drawers := rec.Drawers
+	if drawers == nil {
 		i := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool {
 			return e.Origin == rec.Origin && e.ContentType == rec.ContentType
 		})
 		if i < 0 {
 			return nil, fmt.Errorf("bundle %s has no catalog entry", rec.ID)
 		}
-		e = state.Entries[i]
+		drawers = state.Entries[i].Drawers
 	}
-	items, err := drawer.ReadRange(ctx, r.store.ReadDrawer, e.Drawers, rec.Start, rec.End)
+	// Not the entry when the record names its drawers: retention may have
+	// taken them out of it, or dropped it and a new one restarted the
+	// cabinet's positions.
+	items, err := drawer.ReadRange(ctx, r.store.ReadDrawer, drawers, rec.Start, rec.End)
 	if err != nil {
 		return nil, err
 	}
-	// Items in recorded holes were deleted; a lagging replica may still
-	// return them.
-	items = slices.DeleteFunc(items, func(it drawer.Item) bool { return e.InHoles(it.Pos, it.Pos+1) })
 	if len(items) != rec.Count {
 		// Its notifications were read when it was cut, so a replica lags.
-		return nil, fmt.Errorf("%w: bundle %s: read %d of %d notifications", store.ErrStaleRead, rec.ID, len(items), rec.Count)
+		return nil, fmt.Errorf("%w: bundle %s: read %d of %d notifications", store.ErrConflict, rec.ID, len(items), rec.Count)
 	}
 	if rec.DocumentTypes == nil {
 		rec.DocumentTypes = documentTypes(items) // a store that keeps no copy

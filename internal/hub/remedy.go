@@ -187,7 +187,7 @@ func (r *Hub) acknowledgeStep(ctx context.Context, recipient string, key catalog
 		// The target was found below the cursor's cabinet end but nothing
 		// up to it is visible: a replica lags, or its save is not visible
 		// yet.
-		return step{}, fmt.Errorf("%w: nothing visible up to notification position %d of %s/%s", store.ErrStaleRead, target.Position, key.Origin.Name(), key.ContentType)
+		return step{}, fmt.Errorf("%w: nothing visible up to notification position %d of %s/%s", store.ErrConflict, target.Position, key.Origin.Name(), key.ContentType)
 	}
 	rec.ID = r.opts.NewID()
 	return step{}, r.store.CreateBundle(ctx, recipient, *rec, cursor)

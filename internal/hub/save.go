@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -196,23 +197,27 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 		}
 		errs[i] = err
 	}
-	// Every Save waits for this step, one group at a time: a group for many
-	// recipients is planned in two halves at once (planning only reads what
-	// it shares).
-	half := len(recipients) / 2
+	// Every Save waits for this step, one group at a time: the recipients
+	// are loaded and planned by a few workers at once (planning only reads
+	// what it shares).
+	workers := r.opts.PlanParallel
+	if workers <= 0 {
+		workers = 1
+		if len(recipients) >= parallelPlanRecipients {
+			workers = 2
+		}
+	}
+	var next atomic.Int64
+	work := func() {
+		for i := int(next.Add(1) - 1); i < len(recipients); i = int(next.Add(1) - 1) {
+			plan(i)
+		}
+	}
 	var wg sync.WaitGroup
-	if len(recipients) >= parallelPlanRecipients {
-		wg.Go(func() {
-			for i := half; i < len(recipients); i++ {
-				plan(i)
-			}
-		})
-	} else {
-		half = len(recipients)
+	for range min(workers, len(recipients)) - 1 {
+		wg.Go(work)
 	}
-	for i := range half {
-		plan(i)
-	}
+	work()
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
@@ -222,8 +227,8 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 	return outcomes, saves, nil
 }
 
-// parallelPlanRecipients is the fewest recipients a group is planned for in
-// two halves at once.
+// parallelPlanRecipients is the fewest recipients a group is planned for by
+// two workers when Options.PlanParallel leaves it to the hub.
 const parallelPlanRecipients = 32
 
 // classify returns the notifications of one Save that are new, and how many

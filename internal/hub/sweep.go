@@ -180,7 +180,6 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff time.
 			e.Drawers = slices.DeleteFunc(slices.Clone(e.Drawers), func(d drawer.Meta) bool {
 				return slices.ContainsFunc(out, func(g drawer.Meta) bool { return g.ID == d.ID })
 			})
-			e.DropHolesBefore(e.Drawers[0].Start)
 			sw.Entries = append(sw.Entries, e)
 		}
 	}

@@ -69,6 +69,14 @@ func (s *sweptStore) LowPriority(ctx context.Context) context.Context {
 	return store.Solo{}.LowPriority(ctx)
 }
 
+func (s *sweptStore) RingBell(ctx context.Context, recipients []string) error {
+	return store.Solo{}.RingBell(ctx, recipients)
+}
+
+func (s *sweptStore) ReadBells(ctx context.Context, cursor string) ([]string, string, error) {
+	return store.Solo{}.ReadBells(ctx, cursor)
+}
+
 func (s *sweptStore) swept() []sweepLoad {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -35,6 +35,9 @@ type wakeups struct {
 	// n counts the waiters, read without the lock so that a Save finds
 	// there is nobody to wake at the cost of one atomic load.
 	n atomic.Int64
+	// bell tells the other instances sharing the store whom a Save woke
+	// (bells.go).
+	bell *bell
 }
 
 func newWakeups(perRecipient, total int) *wakeups {
@@ -91,20 +94,31 @@ func (r *Hub) StopWaits() {
 }
 
 // wake wakes the waiters of the recipients of calls, after their Save
-// committed.
+// committed, and has the bell rung for them, so that the other instances
+// sharing the store wake theirs.
 func (w *wakeups) wake(calls []*saveCall, outcomes []saveOutcome) {
-	if w.n.Load() == 0 {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	var recipients []string
 	for i, c := range calls {
 		if outcomes[i].err != nil || outcomes[i].result.Saved == 0 {
 			continue // nothing new for its recipients
 		}
 		for _, n := range c.notifications {
-			w.wakeLocked(n.Recipient)
+			recipients = append(recipients, n.Recipient)
 		}
+	}
+	w.bell.ring(recipients)
+	w.wakeRecipients(recipients)
+}
+
+// wakeRecipients wakes the waiters of recipients.
+func (w *wakeups) wakeRecipients(recipients []string) {
+	if w.n.Load() == 0 || len(recipients) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range recipients {
+		w.wakeLocked(r)
 	}
 }
 

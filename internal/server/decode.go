@@ -195,7 +195,13 @@ func decodeStream() grpc.StreamServerInterceptor {
 
 type decodingStream struct{ grpc.ServerStream }
 
-func (s decodingStream) RecvMsg(m any) error { return decodeRequest(s.ServerStream.RecvMsg, m) }
+func (s decodingStream) RecvMsg(m any) error {
+	err := decodeRequest(s.ServerStream.RecvMsg, m)
+	if err == nil {
+		noteRequest(s.Context(), m)
+	}
+	return err
+}
 
 func isMessageHub(fullMethod string) bool {
 	const prefix = "/" + ServiceName + "/"

@@ -49,7 +49,7 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, domain.ErrNotificationConflict), errors.Is(err, domain.ErrBundleIDInUse):
 		code = codes.AlreadyExists
-	case errors.Is(err, domain.ErrOtherBundlePending):
+	case errors.Is(err, domain.ErrOtherBundlePending), errors.Is(err, domain.ErrNotSupported):
 		code = codes.FailedPrecondition
 	case errors.Is(err, domain.ErrStoreRefuses):
 		logger.Error("store refuses the service", "method", method, "error", err)
@@ -84,8 +84,20 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 		// fill an ERROR log with these.
 		logger.Debug("call refused", "method", method, "code", code.String(), "error", err)
 	}
-	return status.Error(code, err.Error())
+	return &mappedError{st: status.New(code, err.Error()), cause: err}
 }
+
+// mappedError is a domain error as the status the client gets: gRPC sends
+// the status, and the access log, before it, still finds what the error
+// wraps (the subject of a refused token).
+type mappedError struct {
+	st    *status.Status
+	cause error
+}
+
+func (e *mappedError) Error() string              { return e.st.Err().Error() }
+func (e *mappedError) GRPCStatus() *status.Status { return e.st }
+func (e *mappedError) Unwrap() error              { return e.cause }
 
 // unavailablePerSecond bounds the warnings about UNAVAILABLE answers: a
 // store that is down, or a client retrying in a loop while a domain hangs,

@@ -30,6 +30,7 @@ func TestToStatusMapsEveryDomainError(t *testing.T) {
 		{"a conflicting notification is ALREADY_EXISTS", domain.ErrNotificationConflict, codes.AlreadyExists},
 		{"a reused bundle id is ALREADY_EXISTS", domain.ErrBundleIDInUse, codes.AlreadyExists},
 		{"another pending bundle is FAILED_PRECONDITION", domain.ErrOtherBundlePending, codes.FailedPrecondition},
+		{"an operation the store does not support is FAILED_PRECONDITION", domain.ErrNotSupported, codes.FailedPrecondition},
 		{"not found is NOT_FOUND", domain.ErrNotFound, codes.NotFound},
 		{"a deeply wrapped not found is NOT_FOUND", fmt.Errorf("dequeue: %w", fmt.Errorf("bundle x: %w", domain.ErrNotFound)), codes.NotFound},
 		{"a full data volume is RESOURCE_EXHAUSTED", fmt.Errorf("%w: 10MiB free", domain.ErrStorageFull), codes.ResourceExhausted},
@@ -195,9 +196,9 @@ func TestAccessLogAndRateLimitedAuthFailures(t *testing.T) {
 	}
 	refused := status.Error(codes.Unauthenticated, "token expired")
 	for range 100 {
-		a.record(context.Background(), "/messagehub.v1.MessageHub/Peek", time.Now(), refused)
+		a.record(context.Background(), "/messagehub.v1.MessageHub/Peek", time.Now(), call{}, refused)
 	}
-	a.record(context.Background(), "/messagehub.v1.MessageHub/Peek", time.Now(), nil)
+	a.record(context.Background(), "/messagehub.v1.MessageHub/Peek", time.Now(), call{}, nil)
 	if n := strings.Count(logs.String(), "call refused for its credentials"); n != authFailuresPerSecond {
 		t.Fatalf("%d info lines for 100 refusals within a second, want %d", n, authFailuresPerSecond)
 	}
@@ -207,7 +208,7 @@ func TestAccessLogAndRateLimitedAuthFailures(t *testing.T) {
 
 	logs.Reset()
 	a.logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	a.record(context.Background(), "/messagehub.v1.MessageHub/Save", time.Now(), nil)
+	a.record(context.Background(), "/messagehub.v1.MessageHub/Save", time.Now(), call{}, nil)
 	for _, want := range []string{`"msg":"call"`, "/messagehub.v1.MessageHub/Save", `"code":"OK"`, "duration"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("debug access log lacks %s: %s", want, logs.String())

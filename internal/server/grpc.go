@@ -59,6 +59,8 @@ type options struct {
 	limits         Limits
 	answers        AnswerBudget
 	waitRecheck    time.Duration
+	// forwardedClient: the gateway's in-process server (WithForwardedClient).
+	forwardedClient bool
 }
 
 // Limits bound what clients can make the server hold. The defaults suit a
@@ -164,7 +166,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		opt(&o)
 	}
 	// The access log comes first so that it sees the status the client gets.
-	access := &accessLog{logger: logger, limit: lograte.Limiter{Max: authFailuresPerSecond}}
+	access := &accessLog{logger: logger, limit: lograte.Limiter{Max: authFailuresPerSecond}, forwarded: o.forwardedClient}
 	// MessageHub's requests are read and decoded at decodeUnary and
 	// decodeStream (decode.go), after the access log and the error
 	// mapping. The caller's token and role are checked before (a refused

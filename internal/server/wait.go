@@ -13,11 +13,11 @@ import (
 // MaxWait is the longest a Peek may wait for a bundle (PeekRequest.wait_ms).
 const MaxWait = 30 * time.Second
 
-// DefaultWaitRecheck is how often a waiting Peek looks again without being
-// woken. A Save through this instance wakes it at once; the re-check is what
-// finds a Save made through another instance sharing the store, so it is
-// what such a Save waits for at worst. Once per 5 s costs the store no more
-// than the 5 s polling that waiting replaces.
+// DefaultWaitRecheck is how often a waiting Peek looks again by itself
+// while Saves through other instances sharing the store cannot wake it (the
+// hub does not follow their bells: reading them fails), or when it found no
+// place among the hub's waiters. Once per 5 s costs the store no more than
+// the 5 s polling that waiting replaces.
 const DefaultWaitRecheck = 5 * time.Second
 
 // waitMargin is how long before the call's deadline a wait ends, so that
@@ -25,17 +25,21 @@ const DefaultWaitRecheck = 5 * time.Second
 const waitMargin = time.Second
 
 // Waker registers a waiting Peek for wake-up (hub.Hub.Watch): the channel is
-// closed when a Save for recipient commits on this instance, or when waits
+// closed when a Save for recipient commits, on this instance or (while
+// FollowingOthers says so) on another sharing the store, or when waits
 // stop. stop unregisters.
 type Waker interface {
 	Watch(recipient string) (wake <-chan struct{}, stop func(), err error)
+	// FollowingOthers reports whether Saves through the other instances
+	// sharing the store wake the waiters now, and returns a channel closed
+	// when that stops (hub.Hub.FollowingOthers).
+	FollowingOthers() (bool, <-chan struct{})
 }
 
-// WithWaitRecheck sets how often a waiting Peek looks again without being
-// woken (DefaultWaitRecheck when zero): shorter finds another instance's
-// Saves sooner, at a store read per waiting Peek each time. Over MaxWait
-// turns the re-check off, for a store no other instance writes (pebble):
-// there every Save wakes its waiters.
+// WithWaitRecheck sets how often a waiting Peek looks again by itself when
+// it cannot rely on being woken (DefaultWaitRecheck when zero): shorter
+// finds another instance's Saves sooner while the hub does not follow them,
+// at a store read per waiting Peek each time.
 func WithWaitRecheck(d time.Duration) Option { return func(o *options) { o.waitRecheck = d } }
 
 // parseWait validates a request's wait.
@@ -51,8 +55,9 @@ func parseWait(ms uint32) (time.Duration, error) {
 // peekWaiting peeks, and while there is nothing to deliver waits up to wait
 // for a Save for the recipient and peeks again. It registers with the waker
 // before each peek, so that a Save committing between the peek and the wait
-// still wakes it. Without a place in the waker (too many waiting) it
-// re-checks only; once waits have stopped (a shutdown) the answer is that of
+// still wakes it. Without a place in the waker (too many waiting), or while
+// the waker does not follow the other instances' Saves, it re-checks every
+// waitRecheck; once waits have stopped (a shutdown) the answer is that of
 // one plain peek.
 func (s *Service) peekWaiting(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string, wait time.Duration) (*domain.Bundle, error) {
 	if deadline, ok := ctx.Deadline(); ok {
@@ -63,10 +68,6 @@ func (s *Service) peekWaiting(ctx context.Context, recipient string, group domai
 	}
 	over := time.NewTimer(wait)
 	defer over.Stop()
-	recheck := s.waitRecheck
-	if recheck <= 0 {
-		recheck = DefaultWaitRecheck
-	}
 	for {
 		var wake <-chan struct{}
 		stop := func() {}
@@ -89,25 +90,57 @@ func (s *Service) peekWaiting(ctx context.Context, recipient string, group domai
 			stop()
 			return b, err
 		}
-		again := time.NewTimer(recheck)
-		select {
-		case <-wake:
-		case <-again.C:
-		case <-over.C:
-			again.Stop()
-			stop()
+		ended, err := s.sleep(ctx, wake, over.C)
+		stop()
+		switch {
+		case err != nil:
+			return nil, err
+		case ended:
 			select {
 			case <-wake: // a Save came as the wait ended
 				return s.hub.Peek(ctx, recipient, group, bundleID)
 			default:
 				return nil, nil
 			}
-		case <-ctx.Done():
-			again.Stop()
-			stop()
-			return nil, ctx.Err()
 		}
-		again.Stop()
-		stop()
+	}
+}
+
+// sleep waits for the wake-up, the end of the wait (ended) or, when the
+// waiter cannot rely on being woken, the next re-check. A waker that stops
+// following the other instances' Saves while it sleeps starts the
+// re-checks from then on, without a look at once (all waiters would look
+// at the same moment).
+func (s *Service) sleep(ctx context.Context, wake <-chan struct{}, over <-chan time.Time) (ended bool, err error) {
+	recheck := s.waitRecheck
+	if recheck <= 0 {
+		recheck = DefaultWaitRecheck
+	}
+	var again <-chan time.Time
+	var lost <-chan struct{}
+	following := false
+	if s.waker != nil && wake != nil {
+		following, lost = s.waker.FollowingOthers()
+	}
+	if !following {
+		t := time.NewTimer(recheck)
+		defer t.Stop()
+		again, lost = t.C, nil
+	}
+	for {
+		select {
+		case <-wake:
+			return false, nil
+		case <-again:
+			return false, nil
+		case <-lost:
+			t := time.NewTimer(recheck)
+			defer t.Stop() //nolint:gocritic // at most once: lost is nil from here on
+			again, lost = t.C, nil
+		case <-over:
+			return true, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
 	}
 }

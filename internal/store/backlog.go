@@ -22,9 +22,28 @@ type OriginBacklog struct {
 	// (estimated within its drawer, see drawer.Meta.SavedAt); zero when
 	// unknown.
 	Oldest time.Time
+	// PendingBundles counts the domain's bundles peeked and not yet
+	// dequeued; OldestPending is when the oldest of them was cut (zero
+	// without one).
+	PendingBundles int64
+	OldestPending  time.Time
 }
 
-// Add counts one recipient's catalog entries and cursors.
+// AddPending counts one pending bundle of origin, cut at created.
+func (b *Backlog) AddPending(origin domain.Origin, created time.Time) {
+	if b.ByOrigin == nil {
+		b.ByOrigin = map[domain.Origin]OriginBacklog{}
+	}
+	o := b.ByOrigin[origin]
+	o.PendingBundles++
+	if o.OldestPending.IsZero() || created.Before(o.OldestPending) {
+		o.OldestPending = created
+	}
+	b.ByOrigin[origin] = o
+}
+
+// Add counts one recipient's catalog entries and cursors: the positions
+// after each cursor that the entry's drawer runs hold.
 func (b *Backlog) Add(entries []catalog.Entry, cursors []catalog.Cursor) {
 	if b.ByOrigin == nil {
 		b.ByOrigin = map[domain.Origin]OriginBacklog{}
@@ -35,19 +54,16 @@ func (b *Backlog) Add(entries []catalog.Entry, cursors []catalog.Cursor) {
 	}
 	waiting := false
 	for _, e := range entries {
-		from := acked[e.Key()]
-		n := e.Total - from
-		if n <= 0 {
+		head, i := drawer.First(e.Drawers, acked[e.Key()])
+		if i < 0 {
 			continue
 		}
 		waiting = true
 		o := b.ByOrigin[e.Origin]
-		o.Notifications += n
-		if i := drawer.Containing(e.Drawers, from); i >= 0 {
-			if at := e.Drawers[i].SavedAt(from); at > 0 {
-				if t := time.UnixMilli(at); o.Oldest.IsZero() || t.Before(o.Oldest) {
-					o.Oldest = t
-				}
+		o.Notifications += drawer.Held(e.Drawers[i:], head)
+		if at := e.Drawers[i].SavedAt(head); at > 0 {
+			if t := time.UnixMilli(at); o.Oldest.IsZero() || t.Before(o.Oldest) {
+				o.Oldest = t
 			}
 		}
 		b.ByOrigin[e.Origin] = o

@@ -18,15 +18,12 @@ import (
 )
 
 // ErrConflict is returned by a Store when a conditional write finds that a
-// record changed since it was read (an etag mismatch) or already exists. The
-// repository reloads and retries; it never reaches callers.
+// record changed since it was read (an etag mismatch) or already exists; the
+// hub also reports it when a read lacks what the records read before it say
+// exists (a replica behind the one that answered first), so that it never
+// skips what it did not read. The hub reloads and retries; it never reaches
+// callers.
 var ErrConflict = errors.New("store: conflicting write")
-
-// ErrStaleRead is a conflict found by a reader: a record said something
-// exists that a later read did not find (a replica behind the one that
-// answered first). The repository reloads and retries; it never skips what
-// it did not read.
-var ErrStaleRead = fmt.Errorf("%w: stale read", ErrConflict)
 
 // ErrTooLarge is a write the store refused as beyond its limits (request or
 // document size, operations per request). It is no conflict: the same
@@ -109,7 +106,7 @@ type Store interface {
 	LoadRecipient(ctx context.Context, recipient string) (RecipientState, error)
 	// ReadDrawer returns up to limit items of a drawer with from ≤ position <
 	// to, in position order (a drawer.ReadFunc); none of a drawer never
-	// written.
+	// written. The hub reads only positions its catalog's runs hold.
 	ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error)
 	// LookupIDs returns the records of those ids that are stored; the others
 	// are left out.
@@ -151,8 +148,22 @@ type Store interface {
 	// Close releases the store.
 	Close() error
 
+	Backup
+
 	Outbox
 	Coordination
+}
+
+// Backup is the part of a Store that copies it while it runs.
+type Backup interface {
+	// Backup writes a consistent copy of the store into dir, an absolute
+	// path that must not exist yet: a store opened on dir holds every
+	// write answered before the call, as a crash would have left them (a
+	// write under way is there whole or not at all). A store that cannot
+	// copy itself (Cosmos DB, which the account's continuous backup
+	// covers) returns an error wrapping domain.ErrNotSupported and writes
+	// nothing.
+	Backup(ctx context.Context, dir string) error
 }
 
 // Notice says that a dequeued bundle's domain is still to be told of it.
@@ -206,6 +217,18 @@ type Coordination interface {
 	// ReleaseBuild gives up holder's lease of the build; another's is left
 	// alone.
 	ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error
+	// RingBell tells the other instances sharing the store that saves for
+	// these recipients committed, so that their peeks waiting for them look
+	// again (ReadBells). The hub rings after a group commit; a bell that is
+	// lost only delays those peeks, to the end of their wait at most.
+	RingBell(ctx context.Context, recipients []string) error
+	// ReadBells returns the recipients of the bells other instances rang
+	// after cursor (a recipient may come more than once, and a bell more
+	// than once), and the cursor to read from next. The empty cursor starts
+	// at the present: the first call returns a cursor and no recipients. A
+	// failed read leaves cursor valid, so the next call from it misses
+	// nothing.
+	ReadBells(ctx context.Context, cursor string) (recipients []string, next string, err error)
 }
 
 // Solo is the Coordination of a store that one process opens: every lease
@@ -228,3 +251,11 @@ func (Solo) AcquireBuild(_ context.Context, _, _, holder string, _ time.Duration
 
 // ReleaseBuild implements Coordination.
 func (Solo) ReleaseBuild(context.Context, string, string, string) error { return nil }
+
+// RingBell implements Coordination: there is nobody else to tell.
+func (Solo) RingBell(context.Context, []string) error { return nil }
+
+// ReadBells implements Coordination: nobody else rings.
+func (Solo) ReadBells(_ context.Context, cursor string) ([]string, string, error) {
+	return nil, cursor, nil
+}

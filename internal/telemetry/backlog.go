@@ -21,6 +21,7 @@ const DefaultBacklogInterval = 15 * time.Second
 // notification is computed at scrape time, so it keeps growing between reads.
 type backlogCollector struct {
 	notifications, oldestAge, recipients *prometheus.Desc
+	pending, pendingAge                  *prometheus.Desc
 	now                                  func() time.Time
 
 	mu   sync.Mutex
@@ -35,6 +36,10 @@ func newBacklogCollector(now func() time.Time) *backlogCollector {
 			"Age of the oldest notification not yet dequeued, by origin domain (0 without one).", []string{"origin"}, nil),
 		recipients: prometheus.NewDesc("messagehub_backlog_recipients",
 			"Recipients with at least one notification not yet dequeued.", nil, nil),
+		pending: prometheus.NewDesc("messagehub_backlog_pending_bundles",
+			"Bundles peeked and not yet dequeued, by origin domain.", []string{"origin"}, nil),
+		pendingAge: prometheus.NewDesc("messagehub_backlog_pending_oldest_age_seconds",
+			"Age of the oldest bundle peeked and not yet dequeued, by origin domain (0 without one).", []string{"origin"}, nil),
 		now: now,
 	}
 }
@@ -43,6 +48,8 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.notifications
 	ch <- c.oldestAge
 	ch <- c.recipients
+	ch <- c.pending
+	ch <- c.pendingAge
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
@@ -56,14 +63,21 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, o := range domain.Origins {
 		b := last.ByOrigin[o]
 		name := messagehubv1.Domain(o).String()
-		age := 0.0
-		if !b.Oldest.IsZero() && b.Notifications > 0 {
-			age = max(now.Sub(b.Oldest).Seconds(), 0)
-		}
 		ch <- prometheus.MustNewConstMetric(c.notifications, prometheus.GaugeValue, float64(b.Notifications), name)
-		ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, age, name)
+		ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, ageOf(now, b.Oldest, b.Notifications), name)
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(b.PendingBundles), name)
+		ch <- prometheus.MustNewConstMetric(c.pendingAge, prometheus.GaugeValue, ageOf(now, b.OldestPending, b.PendingBundles), name)
 	}
 	ch <- prometheus.MustNewConstMetric(c.recipients, prometheus.GaugeValue, float64(last.Recipients))
+}
+
+// ageOf is how old the oldest of n things, made at oldest, is at now: 0
+// without one, or when unknown.
+func ageOf(now, oldest time.Time, n int64) float64 {
+	if oldest.IsZero() || n <= 0 {
+		return 0
+	}
+	return max(now.Sub(oldest).Seconds(), 0)
 }
 
 func (c *backlogCollector) set(b store.Backlog) {
@@ -73,7 +87,8 @@ func (c *backlogCollector) set(b store.Backlog) {
 }
 
 // WatchBacklog reads the backlog with read now and every interval, and
-// exposes it as the messagehub_backlog_* gauges, until stop is called; stop
+// exposes it as the messagehub_backlog_* gauges (notifications and pending
+// bundles), until stop is called; stop
 // waits for a read in progress, so the store can be closed after it. A
 // failed read keeps the last numbers and is logged.
 func (t *Telemetry) WatchBacklog(read func(context.Context) (store.Backlog, error), interval time.Duration, logger *slog.Logger) (stop func(), err error) {

@@ -53,6 +53,18 @@ func TestTheBacklogGaugesFollowTheStore(t *testing.T) {
 	if _, err := repo.Save(ctx, notes); err != nil {
 		t.Fatal(err)
 	}
+	// Two of them in a pending bundle of their own.
+	other := uuid.NewString()
+	for range 2 {
+		n := notes[0]
+		n.ID, n.Recipient = uuid.NewString(), other
+		if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := repo.Peek(ctx, other, domain.GroupAll, ""); err != nil || b == nil {
+		t.Fatalf("peek: %v %v", b, err)
+	}
 
 	tel, err := telemetry.Setup(ctx, "test", envOf(nil))
 	if err != nil {
@@ -69,14 +81,23 @@ func TestTheBacklogGaugesFollowTheStore(t *testing.T) {
 	<-read // the first read is at once
 	stop()
 
-	if v, ok := scrape(t, tel, `messagehub_backlog_notifications{origin="DOMAIN_CHARGES"}`); !ok || v != 7 {
-		t.Errorf("charges backlog %v (%v), want 7", v, ok)
+	if v, ok := scrape(t, tel, `messagehub_backlog_notifications{origin="DOMAIN_CHARGES"}`); !ok || v != 9 {
+		t.Errorf("charges backlog %v (%v), want 9", v, ok)
+	}
+	if v, ok := scrape(t, tel, `messagehub_backlog_pending_bundles{origin="DOMAIN_CHARGES"}`); !ok || v != 1 {
+		t.Errorf("pending charges bundles %v (%v), want 1", v, ok)
+	}
+	if v, ok := scrape(t, tel, `messagehub_backlog_pending_bundles{origin="DOMAIN_TIME_SERIES"}`); !ok || v != 0 {
+		t.Errorf("pending time series bundles %v (%v), want 0", v, ok)
+	}
+	if age, ok := scrape(t, tel, `messagehub_backlog_pending_oldest_age_seconds{origin="DOMAIN_CHARGES"}`); !ok || age < 0 || age > 60 {
+		t.Errorf("oldest pending charges bundle %v s old (%v), want a fresh one", age, ok)
 	}
 	if v, ok := scrape(t, tel, `messagehub_backlog_notifications{origin="DOMAIN_TIME_SERIES"}`); !ok || v != 0 {
 		t.Errorf("time series backlog %v (%v), want 0", v, ok)
 	}
-	if v, ok := scrape(t, tel, `messagehub_backlog_recipients`); !ok || v != 1 {
-		t.Errorf("recipients with a backlog %v (%v), want 1", v, ok)
+	if v, ok := scrape(t, tel, `messagehub_backlog_recipients`); !ok || v != 2 {
+		t.Errorf("recipients with a backlog %v (%v), want 2", v, ok)
 	}
 	age, ok := scrape(t, tel, `messagehub_backlog_oldest_age_seconds{origin="DOMAIN_CHARGES"}`)
 	if !ok || age < 0 || age > 60 {
@@ -90,7 +111,11 @@ func TestProviderCallsAreExposedUnderTheirDocumentedNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	tel.Metrics.RecordProviderCall(context.Background(), "DOMAIN_CHARGES", "ok", 20*time.Millisecond, 1234)
+	for _, delta := range []int64{1, 1, -1} {
+		tel.Metrics.RecordBuildBackoff(context.Background(), delta)
+	}
 	for series, want := range map[string]float64{
+		`messagehub_content_builds_backoff`:                                             1,
 		`messagehub_content_provider_calls_total{origin="DOMAIN_CHARGES",outcome="ok"}`: 1,
 		`messagehub_content_stored_bytes_total{origin="DOMAIN_CHARGES"}`:                1234,
 		`messagehub_content_provider_duration_seconds_count{origin="DOMAIN_CHARGES"}`:   1,

@@ -53,6 +53,8 @@ type Metrics struct {
 	providerDuration      metric.Float64Histogram
 	contentBytes          metric.Int64Counter
 	jwksReloads           metric.Int64Counter
+	buildsInBackoff       metric.Int64UpDownCounter
+	bellErrors            metric.Int64Counter
 
 	// The attributes of each store operation's duration, made once: a new
 	// set per operation (sorted and hashed) cost more than recording it.
@@ -119,7 +121,13 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		"Bytes of bundle documents stored, by origin.")
 	m.jwksReloads = counter("messagehub.jwks.reloads", "{reload}",
 		"Reloads of a changed JWKS file, by outcome: ok, or error (unreadable or unusable; the last good keys stay).")
+	m.bellErrors = counter("messagehub.wake.bell.errors", "{error}",
+		"Failed rings and reads of the bells that carry Saves to the Peeks waiting on other instances, by operation (ring, read); while reads fail, waiting Peeks re-check every 5 s.")
 	if err != nil {
+		return nil, err
+	}
+	if m.buildsInBackoff, err = meter.Int64UpDownCounter("messagehub.content.builds.backoff", metric.WithUnit("{build}"),
+		metric.WithDescription("Bundle document builds waiting out a backoff after their domain's provider failed.")); err != nil {
 		return nil, err
 	}
 	if m.storeDuration, err = meter.Float64Histogram("messagehub.store.operation.duration",
@@ -232,8 +240,20 @@ func (m *Metrics) RecordProviderCall(ctx context.Context, origin, outcome string
 	}
 }
 
+// RecordBuildBackoff adds delta to the document builds in backoff; it
+// implements content.ProviderMetrics with RecordProviderCall.
+func (m *Metrics) RecordBuildBackoff(ctx context.Context, delta int64) {
+	m.buildsInBackoff.Add(ctx, delta)
+}
+
 // RecordJWKSReload counts a reload of a changed JWKS file, by outcome ("ok"
 // or "error"); it implements auth.ReloadRecorder.
 func (m *Metrics) RecordJWKSReload(ctx context.Context, outcome string) {
 	m.jwksReloads.Add(ctx, 1, metric.WithAttributes(attrOutcome.String(outcome)))
+}
+
+// RecordBellError counts a failed ring or read ("ring", "read") of the
+// bells through which instances wake each other's waiting Peeks.
+func (m *Metrics) RecordBellError(ctx context.Context, operation string) {
+	m.bellErrors.Add(ctx, 1, metric.WithAttributes(attrOperation.String(operation)))
 }

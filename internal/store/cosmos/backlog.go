@@ -3,19 +3,21 @@ package cosmos
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
-// backlogQuery reads every recipient's catalog entries and cursors in one
-// cross-partition query: a filter on the indexed type and a projection, which
-// the gateway serves without a client-side query engine. It is run by the
+// backlogQuery reads every recipient's catalog entries, cursors and pending
+// bundles in one cross-partition query: a filter on the indexed type and a
+// projection, which the gateway serves without a client-side query engine. It is run by the
 // metrics refresher (every 15 s, not per scrape) and costs about one RU per
-// 1,000 entries and cursors read, plus a request per page and partition range.
-const backlogQuery = "SELECT c.pk, c.t, c.o, c.ct, c.tot, c.dr, c.ack FROM c WHERE c.t = @entry OR c.t = @cursor"
+// 1,000 documents read, plus a request per page and partition range.
+const backlogQuery = "SELECT c.pk, c.t, c.o, c.ct, c.tot, c.dr, c.ack, c.ca FROM c WHERE c.t = @entry OR c.t = @cursor OR c.t = @pending"
 
 // backlog sums what every recipient has saved and not yet dequeued.
 func (s *Store) backlog(ctx context.Context) (store.Backlog, error) {
@@ -24,7 +26,8 @@ func (s *Store) backlog(ctx context.Context) (store.Backlog, error) {
 		cursors []catalog.Cursor
 	}
 	byRecipient := map[string]*state{}
-	params := []azcosmos.QueryParameter{{Name: "@entry", Value: typeEntry}, {Name: "@cursor", Value: typeCursor}}
+	params := []azcosmos.QueryParameter{{Name: "@entry", Value: typeEntry}, {Name: "@cursor", Value: typeCursor}, {Name: "@pending", Value: typePending}}
+	var b store.Backlog
 	// With this instance's tokens the gauges include its own writes; other
 	// instances' may lag by the replica lag.
 	pager := s.recipients.NewQueryItemsPager(backlogQuery, azcosmos.NewPartitionKey(),
@@ -43,9 +46,14 @@ func (s *Store) backlog(ctx context.Context) (store.Backlog, error) {
 				Total   int64        `json:"tot"`
 				Drawers []drawerMeta `json:"dr"`
 				Acked   int64        `json:"ack"`
+				Created int64        `json:"ca"` // a pending bundle's, unix microseconds
 			}
 			if err := json.Unmarshal(raw, &d); err != nil {
 				return store.Backlog{}, err
+			}
+			if d.T == typePending {
+				b.AddPending(domain.Origin(d.Origin), time.UnixMicro(d.Created))
+				continue
 			}
 			st := byRecipient[d.PK]
 			if st == nil {
@@ -59,7 +67,6 @@ func (s *Store) backlog(ctx context.Context) (store.Backlog, error) {
 			}
 		}
 	}
-	var b store.Backlog
 	for _, st := range byRecipient {
 		b.Add(st.entries, st.cursors)
 	}

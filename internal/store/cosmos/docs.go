@@ -9,7 +9,6 @@ import (
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/drawer"
 )
 
 // Documents use short field names: every byte stored is paid for on write
@@ -212,24 +211,12 @@ func slotID(g domain.PeekGroup) string {
 }
 
 func toEntry(d entryDoc) catalog.Entry {
-	e := catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Total: d.Total, Version: d.ETag}
-	for _, m := range d.Drawers {
-		e.Drawers = append(e.Drawers, drawer.Meta(m))
-	}
-	for _, h := range d.Holes {
-		e.Holes = append(e.Holes, catalog.Hole{Start: h[0], End: h[1]})
-	}
-	return e
+	return catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Drawers: toRuns(d.Drawers, d.Holes), Total: d.Total, Version: d.ETag}
 }
 
 func fromEntry(recipient string, e catalog.Entry) entryDoc {
 	d := entryDoc{ID: entryID(e.Key()), PK: recipient, T: typeEntry, Origin: int32(e.Origin), CT: e.ContentType, Total: e.Total}
-	for _, m := range e.Drawers {
-		d.Drawers = append(d.Drawers, drawerMeta(m))
-	}
-	for _, h := range e.Holes {
-		d.Holes = append(d.Holes, [2]int64{h.Start, h.End})
-	}
+	d.Drawers, d.Holes = fromRuns(e.Drawers)
 	return d
 }
 
@@ -255,10 +242,7 @@ func toBundle(d bundleDoc) bundle.Record {
 		rec.State = bundle.Released
 		rec.ReleasedAt = time.UnixMicro(d.ReleasedAt)
 	}
-	for _, m := range d.Drawers {
-		rec.Drawers = append(rec.Drawers, drawer.Meta(m))
-	}
-	rec.Holes = d.Holes
+	rec.Drawers = toRuns(d.Drawers, d.Holes)
 	return rec
 }
 
@@ -282,10 +266,7 @@ func fromBundle(recipient string, rec bundle.Record) bundleDoc {
 		d.T = typeReleased
 		d.ReleasedAt = rec.ReleasedAt.UnixMicro()
 	}
-	for _, m := range rec.Drawers {
-		d.Drawers = append(d.Drawers, drawerMeta(m))
-	}
-	d.Holes = rec.Holes
+	d.Drawers, d.Holes = fromRuns(rec.Drawers)
 	return d
 }
 

@@ -35,16 +35,18 @@ func TestBundleTimesFitAJSONNumber(t *testing.T) {
 	}
 }
 
-// A dequeued bundle's drawers and holes survive the round trip through its
-// document: it reads back from them once they left the catalog entry.
+// A dequeued bundle's drawer runs survive the round trip through its
+// document, which keeps each drawer whole and its holes beside: it reads
+// back from them once they left the catalog entry.
 func TestDequeuedBundleKeepsItsDrawers(t *testing.T) {
-	rec := bundle.Record{
-		ID: "b", State: bundle.Dequeued, Start: 5, End: 12_000, Count: 11_990,
-		Drawers: []drawer.Meta{
-			{ID: "d1", Start: 0, Count: drawer.Capacity, FirstSeq: 1, LastSeq: 10_000, FirstAt: 7, LastAt: 8},
-			{ID: "d2", Start: drawer.Capacity, Count: 3_000, FirstSeq: 10_001, LastSeq: 13_000, FirstAt: 9, LastAt: 9},
-		},
-		Holes: [][2]int64{{6, 9}, {100, 101}},
+	whole := []drawerMeta{
+		{ID: "d1", Start: 0, Count: drawer.Capacity, FirstSeq: 1, LastSeq: 10_000, FirstAt: 7, LastAt: 8},
+		{ID: "d2", Start: drawer.Capacity, Count: 3_000, FirstSeq: 10_001, LastSeq: 13_000, FirstAt: 9, LastAt: 9},
+	}
+	holes := [][2]int64{{6, 9}, {100, 101}}
+	rec := bundle.Record{ID: "b", State: bundle.Dequeued, Start: 5, End: 12_000, Count: 11_990, Drawers: toRuns(whole, holes)}
+	if len(rec.Drawers) != 4 {
+		t.Fatalf("runs of two drawers with two holes in the first: %+v, want four", rec.Drawers)
 	}
 	raw, err := json.Marshal(fromBundle("r", rec))
 	if err != nil {
@@ -54,11 +56,16 @@ func TestDequeuedBundleKeepsItsDrawers(t *testing.T) {
 	if err := json.Unmarshal(raw, &d); err != nil {
 		t.Fatal(err)
 	}
-	back := toBundle(d)
-	if !slices.Equal(back.Drawers, rec.Drawers) || !slices.EqualFunc(back.Holes, rec.Holes, func(a, b [2]int64) bool { return a == b }) {
-		t.Fatalf("read back drawers %+v holes %v, want %+v %v", back.Drawers, back.Holes, rec.Drawers, rec.Holes)
+	if !slices.Equal(d.Drawers, whole) || !slices.Equal(d.Holes, holes) {
+		t.Fatalf("document drawers %+v holes %v, want %+v %v", d.Drawers, d.Holes, whole, holes)
+	}
+	if back := toBundle(d); !slices.Equal(back.Drawers, rec.Drawers) {
+		t.Fatalf("read back runs %+v, want %+v", back.Drawers, rec.Drawers)
 	}
 	if pending := fromBundle("r", bundle.Record{ID: "p", State: bundle.Pending}); pending.Drawers != nil || pending.Holes != nil {
 		t.Fatal("a pending bundle's document names drawers")
+	}
+	if back := toBundle(bundleDoc{T: typePending}); back.Drawers != nil {
+		t.Fatal("a pending bundle read back names drawers")
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/hub"
@@ -72,6 +71,22 @@ func (f *faulty) Do(req *http.Request) (*http.Response, error) {
 // toContainer reports whether req addresses documents of that container.
 func toContainer(req *http.Request, name string) bool {
 	return strings.Contains(req.URL.Path, "/colls/"+name+"/")
+}
+
+// abortSave saves ns while no drawer page can be written, so that the save
+// reserves its positions and then aborts; the Save must fail.
+func abortSave(t *testing.T, f *faulty, repo *hub.Hub, ns []domain.Notification) {
+	t.Helper()
+	f.set(func(req *http.Request) int {
+		if toContainer(req, "drawers") && req.Method == http.MethodPost {
+			return http.StatusForbidden
+		}
+		return 0
+	})
+	defer f.set(func(*http.Request) int { return 0 })
+	if _, err := repo.Save(context.Background(), ns); err == nil {
+		t.Fatal("save succeeded without its pages")
+	}
 }
 
 func cycle(t *testing.T, repo *hub.Hub, n int) {
@@ -152,27 +167,17 @@ func TestSaveFailingHalfWayLeavesNothingAndCanBeRetried(t *testing.T) {
 	r := uuid.NewString()
 	cycle(t, repo, 1) // warm up
 	ns := notifications(1_500, r, 1)
-	// The drawer pages cannot be written: the save reserves, then fails.
-	f.set(func(req *http.Request) int {
-		if toContainer(req, "drawers") && req.Method == http.MethodPost {
-			return http.StatusForbidden
-		}
-		return 0
-	})
-	if _, err := repo.Save(ctx, ns); err == nil {
-		t.Fatal("save succeeded without its pages")
-	}
-	f.set(func(*http.Request) int { return 0 })
+	abortSave(t, f, repo, ns)
 	if b, err := repo.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
 		t.Fatalf("after a failed save: %v %v", b, err)
 	}
-	// Its positions are recorded as a hole: the only gap a reader may skip.
+	// Its positions are recorded as a hole: its drawer holds none of them.
 	state, err := store.LoadRecipient(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(state.Entries) != 1 || !slices.Equal(state.Entries[0].Holes, []catalog.Hole{{Start: 0, End: 1_500}}) {
-		t.Fatalf("catalog after the abort = %+v, want one entry with the hole [0, 1500)", state.Entries)
+	if len(state.Entries) != 1 || state.Entries[0].Total != 1_500 || drawer.Held(state.Entries[0].Drawers, 0) != 0 {
+		t.Fatalf("catalog after the abort = %+v, want one entry of 1,500 positions holding none", state.Entries)
 	}
 	found, err := store.LookupIDs(ctx, []string{ns[0].ID, ns[1_499].ID})
 	if err != nil || len(found) != 0 {

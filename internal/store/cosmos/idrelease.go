@@ -58,6 +58,7 @@ func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string)
 	}
 	packed := packID(drawerID)
 	done := map[string][]string{} // bucket → documents to delete
+	var ended []string            // saves whose last id documents go now
 	for _, saveID := range saves {
 		e := r.saves[saveID]
 		e.gone[packed] = true
@@ -78,13 +79,30 @@ func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string)
 				done[doc.PK] = append(done[doc.PK], doc.ID)
 			}
 		}
-		e.docs = kept
 		if len(kept) == 0 {
+			if len(e.docs) > 0 {
+				ended = append(ended, saveID)
+			}
 			delete(r.saves, saveID)
 		}
+		e.docs = kept
 	}
 	for pk, ids := range done {
 		if err := s.deleteAll(ctx, s.ids, pk, ids); err != nil {
+			return err
+		}
+	}
+	return s.deleteSaveRecords(ctx, ended)
+}
+
+// deleteSaveRecords deletes the commit records of saves whose last id
+// documents are gone: a committed record vouches for its save's ids, and
+// with them gone (every drawer that held the save's notifications is gone
+// too, so no reservation of the save is left to settle) nothing reads it
+// again. A record already gone is no error.
+func (s *Store) deleteSaveRecords(ctx context.Context, saves []string) error {
+	for _, saveID := range saves {
+		if err := s.deleteItem(ctx, s.saves, azcosmos.NewPartitionKeyString(saveID), saveID); err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
 		}
 	}

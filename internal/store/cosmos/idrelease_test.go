@@ -46,6 +46,9 @@ func TestIDsOfASaveLiveUntilItsLastDrawerIsSwept(t *testing.T) {
 	if n := countIDDocs(t, db); n == 0 {
 		t.Fatal("id documents removed while a drawer holds their notifications")
 	}
+	if n := countDocs(t, db, "saves"); n != 1 {
+		t.Fatalf("%d commit records while the save's ids are kept, want 1", n)
+	}
 
 	waitOutLag() // another instance, without this one's session tokens
 	second := open(t, cosmos.Config{Database: db})
@@ -61,6 +64,9 @@ func TestIDsOfASaveLiveUntilItsLastDrawerIsSwept(t *testing.T) {
 	}
 	if n := countIDDocs(t, db); n != 0 {
 		t.Fatalf("retention left %d id documents", n)
+	}
+	if n := countDocs(t, db, "saves"); n != 0 {
+		t.Fatalf("retention left %d commit records of a save whose ids are all gone", n)
 	}
 }
 
@@ -117,9 +123,15 @@ func idsOf(ns []domain.Notification) []string {
 // countIDDocs counts the documents of the ids container, in all buckets.
 func countIDDocs(t *testing.T, db string) int {
 	t.Helper()
+	return countDocs(t, db, "ids")
+}
+
+// countDocs counts the documents of a container, in all partitions.
+func countDocs(t *testing.T, db, container string) int {
+	t.Helper()
 	waitOutLag() // the query carries no session token
 	n := 0
-	pager := containerOf(t, db, "ids").NewQueryItemsPager("SELECT c.id FROM c", azcosmos.NewPartitionKey(), nil)
+	pager := containerOf(t, db, container).NewQueryItemsPager("SELECT c.id FROM c", azcosmos.NewPartitionKey(), nil)
 	for pager.More() {
 		page, err := pager.NextPage(context.Background())
 		if err != nil {

@@ -78,7 +78,7 @@ func TestASaveReservesItsRecipientsSideBySide(t *testing.T) {
 func BenchmarkSaveOf1000Over100RecipientsAt5msPerRequest(b *testing.B) {
 	slow := &slowTransport{next: cosmostest.NewHTTPClient(), delay: 5 * time.Millisecond}
 	s := open(b, cosmos.Config{Transport: slow, Throughput: "manual=1000000"})
-	repo := hub.New(s, hub.Options{}, nil)
+	repo := hub.New(s, hub.Options{PlanParallel: cosmos.Parallel}, nil) // as the binary composes it
 	b.Cleanup(repo.Close)
 	b.ResetTimer()
 	for b.Loop() {

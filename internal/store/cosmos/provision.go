@@ -20,6 +20,7 @@ const (
 	containerDrawers    = "drawers"    // pk = drawer id: pages of packed notifications
 	containerIDs        = "ids"        // pk = id bucket: packed id index
 	containerSaves      = "saves"      // pk = save id: commit records of saves in flight
+	containerBells      = "bells"      // pk = bell id: recipients of recent saves, for other instances (bells.go)
 )
 
 // container describes one container and the only paths it indexes: the
@@ -38,6 +39,7 @@ var containers = []container{
 	{name: containerDrawers, indexed: []string{"/s/?", "/e/?"}},
 	{name: containerIDs, indexed: []string{"/i/*", "/s/?"}},
 	{name: containerSaves, indexed: nil, defaultTTL: ptr[int32](-1)},
+	{name: containerBells, indexed: nil, defaultTTL: ptr[int32](-1)},
 }
 
 func (c container) properties() azcosmos.ContainerProperties {

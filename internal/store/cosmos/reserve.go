@@ -108,11 +108,13 @@ func reserveChunks(sv store.RecipientSave, pages []pageDoc) []resChunk {
 	return chunks
 }
 
-// reserveParallel bounds the recipients a save reserves at once.
-const reserveParallel = 16
+// Parallel bounds the recipients a save reserves at once; a hub over this
+// store loads as many at once when it plans a save group
+// (hub.Options.PlanParallel), since each load waits for round trips.
+const Parallel = 16
 
 // reserveAll reserves every recipient's part of the save, up to
-// reserveParallel at once: a save over many recipients takes about as long
+// Parallel at once: a save over many recipients takes about as long
 // as its slowest recipient, not the sum of them, and a throttled recipient
 // holds up only its own save. It returns the plans that may hold a
 // reservation (those whose reserve failed before writing do not), for the
@@ -121,7 +123,7 @@ const reserveParallel = 16
 func (s *Store) reserveAll(ctx context.Context, plans []savePlan) ([]savePlan, error) {
 	held := make([]bool, len(plans))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(reserveParallel)
+	g.SetLimit(Parallel)
 	for i := range plans {
 		g.Go(func() error {
 			var err error
@@ -541,32 +543,29 @@ func (s *Store) addHoles(ctx context.Context, b *azcosmos.TransactionalBatch, re
 	for _, r := range ranges {
 		ids = append(ids, entryID(r.key()))
 	}
-	entries := map[catalog.Key]catalog.Entry{}
+	entries := map[string]entryDoc{}
 	err := s.readManyOnPrimary(ctx, s.recipients, recipient, ids, func(raw []byte) error {
 		var d entryDoc
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return err
 		}
-		e := toEntry(d)
-		entries[e.Key()] = e
+		entries[d.ID] = d
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
 	for _, r := range ranges {
-		e, ok := entries[r.key()]
-		if !ok {
-			continue
+		if d, ok := entries[entryID(r.key())]; ok {
+			d.Holes = addHole(d.Holes, r.Start, r.End)
+			entries[d.ID] = d
 		}
-		e.AddHole(r.Start, r.End)
-		entries[r.key()] = e
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(entries), func(a, b catalog.Key) int {
-		return cmp.Or(cmp.Compare(a.Origin, b.Origin), cmp.Compare(a.ContentType, b.ContentType))
-	}) {
-		e := entries[k]
-		if err := batchWrite(b, fromEntry(recipient, e), e.Version); err != nil {
+	for _, id := range slices.Sorted(maps.Keys(entries)) {
+		d := entries[id]
+		version := d.ETag
+		d.ETag = ""
+		if err := batchWrite(b, d, version); err != nil {
 			return 0, err
 		}
 	}

@@ -106,8 +106,9 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 		err = s.checkIDs(wctx, saveID, plans)
 	}
 	if err == nil {
-		// Committed records never expire: they vouch for the ids as long as
-		// the data is kept.
+		// Committed records do not expire: they vouch for the ids as long as
+		// the data is kept, and retention deletes them with the last id
+		// document of their save (idrelease.go).
 		record.State, record.TTL = stateCommitted, -1
 		var resp azcosmos.ItemResponse
 		resp, err = s.saves.ReplaceItem(wctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(record),

@@ -24,6 +24,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/store"
 )
@@ -98,6 +99,8 @@ type Store struct {
 	finalizeFor time.Duration
 	// idSettings: the id index's bucket counts (idlayout.go).
 	idSettings idSettings
+	// bells wakes other instances' waiting peeks (bells.go).
+	bells *bells
 }
 
 var _ store.Store = (*Store)(nil)
@@ -195,6 +198,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := s.checkSettings(ctx); err != nil {
 		return nil, err
 	}
+	if s.bells, err = newBells(client, cfg.Database); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -233,6 +239,15 @@ func (s *Store) Close() error {
 	s.client.Close()
 	return nil
 }
+
+// errNoBackup is Backup's answer: the account's data is backed up by
+// Cosmos DB itself (docs/cosmos.md).
+var errNoBackup = fmt.Errorf("%w: a Cosmos DB store is not copied by the hub; it is covered by the account's "+
+	"continuous backup (point-in-time restore into a new account, see docs/cosmos.md)", domain.ErrNotSupported)
+
+// Backup implements store.Store: the account's continuous backup covers
+// the data, so the hub copies nothing.
+func (s *Store) Backup(context.Context, string) error { return errNoBackup }
 
 // LoadRecipient reads the head, catalog, cursors and pending bundles in one
 // query. A head with expired reservations is repaired first.

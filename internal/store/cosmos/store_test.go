@@ -60,6 +60,11 @@ func TestStoreContract(t *testing.T) {
 	storetest.RunStore(t, openChain)
 }
 
+// Cosmos DB is backed up by the account: Backup says it does not copy it.
+func TestBackupContract(t *testing.T) {
+	storetest.RunBackup(t, openChain, nil)
+}
+
 // openChain provisions a fresh database, as open does, behind the chain.
 func openChain(t *testing.T) store.Store {
 	t.Helper()

@@ -34,6 +34,9 @@ const (
 	OpNotices         = "notices"
 	OpRemoveNotices   = "remove_notices"
 	OpDequeuedBundle  = "dequeued_bundle"
+	OpRingBell        = "ring_bell"
+	OpReadBells       = "read_bells"
+	OpBackup          = "backup"
 )
 
 // Store wraps a store.Store with metrics.
@@ -227,6 +230,14 @@ func (s *Store) DequeuedBundle(ctx context.Context, recipient, bundleID string) 
 // Close implements store.Store.
 func (s *Store) Close() error { return s.next.Close() }
 
+// Backup implements store.Store.
+func (s *Store) Backup(ctx context.Context, dir string) error {
+	start := s.now()
+	err := s.next.Backup(ctx, dir)
+	s.observe(ctx, OpBackup, start, err)
+	return err
+}
+
 var _ store.Store = (*Store)(nil)
 
 // HoldSweepLease implements store.Coordination.
@@ -250,4 +261,20 @@ func (s *Store) AcquireBuild(ctx context.Context, recipient, bundleID, holder st
 // ReleaseBuild implements store.Coordination.
 func (s *Store) ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error {
 	return s.next.ReleaseBuild(ctx, recipient, bundleID, holder)
+}
+
+// RingBell implements store.Coordination.
+func (s *Store) RingBell(ctx context.Context, recipients []string) error {
+	start := s.now()
+	err := s.next.RingBell(ctx, recipients)
+	s.observe(ctx, OpRingBell, start, err)
+	return err
+}
+
+// ReadBells implements store.Coordination.
+func (s *Store) ReadBells(ctx context.Context, cursor string) ([]string, string, error) {
+	start := s.now()
+	recipients, next, err := s.next.ReadBells(ctx, cursor)
+	s.observe(ctx, OpReadBells, start, err)
+	return recipients, next, err
 }

@@ -36,9 +36,9 @@ func decodeHead(v []byte) (store.Head, error) {
 }
 
 // encodeEntry encodes a catalog entry: origin, content type, drawers, total,
-// holes, version.
+// version.
 func encodeEntry(e catalog.Entry) ([]byte, error) {
-	b := make([]byte, 0, 16+len(e.ContentType)+len(e.Drawers)*48+len(e.Holes)*8+len(e.Version))
+	b := make([]byte, 0, 16+len(e.ContentType)+len(e.Drawers)*48+len(e.Version))
 	b = append(b, recordBinary)
 	b = binary.AppendVarint(b, int64(e.Origin))
 	b = appendString(b, e.ContentType)
@@ -50,11 +50,6 @@ func encodeEntry(e catalog.Entry) ([]byte, error) {
 		}
 	}
 	b = binary.AppendVarint(b, e.Total)
-	b = binary.AppendUvarint(b, uint64(len(e.Holes)))
-	for _, h := range e.Holes {
-		b = binary.AppendVarint(b, h.Start)
-		b = binary.AppendVarint(b, h.End)
-	}
 	return appendString(b, e.Version), nil
 }
 
@@ -65,9 +60,6 @@ func decodeEntry(v []byte) (catalog.Entry, error) {
 			e.Drawers = append(e.Drawers, r.drawer())
 		}
 		e.Total = r.varint()
-		for n := r.uvarint(); n > 0 && r.err == nil; n-- {
-			e.Holes = append(e.Holes, catalog.Hole{Start: r.varint(), End: r.varint()})
-		}
 		e.Version = r.string()
 		return e
 	})

@@ -34,8 +34,7 @@ func testEntries() []catalog.Entry {
 			Drawers: []drawer.Meta{{ID: uuid.NewString(), Start: 12_345, Count: 123, FirstSeq: 99_001, LastSeq: 99_124,
 				FirstAt: 1_763_950_000_000, LastAt: 1_763_950_123_456}}, Total: 12_468},
 		{Origin: math.MaxInt32, ContentType: strings.Repeat("é", 127) + "x", Drawers: []drawer.Meta{widestDrawer(), widestDrawer()},
-			Total: math.MaxInt64, Holes: []catalog.Hole{{Start: 0, End: 1}, {Start: math.MaxInt64 - 1, End: math.MaxInt64}},
-			Version: strings.Repeat("z", 300)},
+			Total: math.MaxInt64, Version: strings.Repeat("z", 300)},
 		{Origin: domain.OriginCharges, ContentType: "c", Drawers: many, Total: catalog.MaxDrawers * drawer.Capacity},
 	}
 }
@@ -129,9 +128,8 @@ func TestADrawerIDMustBeACanonicalUUID(t *testing.T) {
 func TestTheRecordCodecKnowsEveryField(t *testing.T) {
 	known := map[reflect.Type][]string{
 		reflect.TypeFor[store.Head]():    {"NextSeq", "Watermark", "Version"},
-		reflect.TypeFor[catalog.Entry](): {"Origin", "ContentType", "Drawers", "Total", "Holes", "Version"},
+		reflect.TypeFor[catalog.Entry](): {"Origin", "ContentType", "Drawers", "Total", "Version"},
 		reflect.TypeFor[drawer.Meta]():   {"ID", "Start", "Count", "FirstSeq", "LastSeq", "FirstAt", "LastAt"},
-		reflect.TypeFor[catalog.Hole]():  {"Start", "End"},
 	}
 	for typ, fields := range known {
 		var got []string

@@ -51,6 +51,8 @@ type Store struct {
 	applyErr  error // a group that could not be applied: every later one fails
 	syncErr   error
 	closeOnce sync.Once
+	backupMu  sync.Mutex // held by a backup under way, and by Close to set closed
+	closed    bool
 	readOnly  bool
 	refusal   error                    // while readOnly, what every write fails with (Options.ReadOnly)
 	room      func(bytes uint64) error // see Options
@@ -182,6 +184,9 @@ func (s *Store) Close() error {
 	first := false
 	s.closeOnce.Do(func() { close(s.evictStop); first = true })
 	s.writer.Close()
+	s.backupMu.Lock()
+	s.closed = true
+	s.backupMu.Unlock()
 	if first && !s.readOnly && s.syncErr == nil {
 		// Without it the next start only takes longer.
 		err := s.roomForIDIndex()
@@ -336,7 +341,8 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 	return nil
 }
 
-// Backlog sums every recipient's catalog entries and cursors: from memory
+// Backlog sums every recipient's catalog entries, cursors and pending
+// bundles: from memory
 // where they are cached, else read (and not cached, so that metrics do not
 // keep idle recipients in memory).
 func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
@@ -354,6 +360,9 @@ func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
 		}
 		st := rec.state()
 		b.Add(st.Entries, st.Cursors)
+		for _, p := range st.Pending {
+			b.AddPending(p.Origin, p.CreatedAt)
+		}
 		return nil
 	})
 	return b, err
@@ -427,6 +436,13 @@ func cmpErr(err, fallback error) error {
 // fails and retries (a compaction on a full disk) must not flood the log.
 const pebbleErrorsPerSecond = 5
 
+// PebbleInfoLevel is the level of pebble's own informational lines (its
+// log's recovery at open, and the like): below debug, so that the hub's
+// debug lines (the access log) are not mixed with them; --log-level
+// debug-4 shows them. Its errors are at error. Every line of pebble's has
+// component=pebble.
+const PebbleInfoLevel = slog.LevelDebug - 4
+
 // pebbleLogger sends pebble's messages to slog.
 type pebbleLogger struct {
 	l      *slog.Logger
@@ -434,7 +450,9 @@ type pebbleLogger struct {
 }
 
 func (p *pebbleLogger) Infof(format string, args ...any) {
-	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+	if p.l.Enabled(context.Background(), PebbleInfoLevel) {
+		p.l.Log(context.Background(), PebbleInfoLevel, fmt.Sprintf(format, args...), "component", "pebble")
+	}
 }
 
 func (p *pebbleLogger) Errorf(format string, args ...any) {

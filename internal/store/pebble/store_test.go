@@ -74,3 +74,14 @@ func TestNoticesAreWrittenWithTheirDequeueOnly(t *testing.T) {
 		t.Fatalf("%d notices after removal (%v)", n, err)
 	}
 }
+
+// A backup is a store of its own, opened on the directory it wrote.
+func TestBackupContract(t *testing.T) {
+	storetest.RunBackup(t, openChain, func(t *testing.T, dir string) store.Store {
+		s, err := backend.Open(context.Background(), backend.Config{Kind: backend.Pebble, DataDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}

@@ -54,11 +54,13 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("ApplySweepRemovesWhatItNames", sweepRemoves)
 	run("ApplySweepRefusesWhenTheCatalogChanged", sweepRefusesChangedCatalog)
 	run("BacklogSumsEntriesAndCursors", backlogSums)
+	run("BacklogCountsPendingBundles", backlogCountsPending)
 	run("AnnouncerKeepsNoticesOfAnnouncedDequeues", announcerNotices)
 	run("ReleaseBundleFreesItsGroupAndKeepsItsID", releaseFreesItsGroupAndKeepsItsID)
 	run("ReleaseBundleRefusesABundleNotPendingAtItsVersion", releaseRefusesABundleNotPendingAtItsVersion)
 	run("ReleasesAndDequeuesOfOneBundleAtOnceOneWins", releasesAndDequeuesOfOneBundleAtOnceOneWins)
 	run("ApplySweepRemovesAReleasedBundle", sweepRemovesAReleasedBundle)
+	run("ReadBellsNeverReturnsTheStoresOwnBells", ownBellsAreNotRead)
 }
 
 // storeEnv drives one store by hand, the way the repository would.

@@ -1,0 +1,46 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// Backuper copies the hub's data while it runs (store.Backup and, for the
+// embedded store, the documents beside it). A relative dir is its to
+// resolve (the proto: under the data directory's parent).
+type Backuper interface {
+	Backup(ctx context.Context, dir string) (BackupInfo, error)
+}
+
+// BackupInfo says what a backup wrote.
+type BackupInfo struct {
+	Dir   string // the absolute path
+	Bytes int64  // the size of its files (some share the data's blocks, as hard links)
+}
+
+// Option configures the Service beyond its Hub.
+type Option func(*Service)
+
+// WithBackup serves Backup through b; without it Backup answers that the
+// hub has nothing to back up (FAILED_PRECONDITION).
+func WithBackup(b Backuper) Option { return func(s *Service) { s.backup = b } }
+
+// Backup writes a consistent copy of the hub's data into a new directory.
+func (s *Service) Backup(ctx context.Context, req *adminv1.BackupRequest) (*adminv1.BackupResponse, error) {
+	if req.GetDirectory() == "" {
+		return nil, fmt.Errorf("%w: directory is required: a path on the hub's host that does not exist yet", domain.ErrInvalidArgument)
+	}
+	if s.backup == nil {
+		return nil, fmt.Errorf("%w: this hub has no backup configured", domain.ErrNotSupported)
+	}
+	start := time.Now()
+	info, err := s.backup.Backup(ctx, req.GetDirectory())
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.BackupResponse{Directory: info.Dir, Bytes: info.Bytes, TookMs: time.Since(start).Milliseconds()}, nil
+}

@@ -1,0 +1,78 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/energydatahub/messagehub/internal/admin"
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/diskguard"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// backup copies what the hub keeps (the Admin service's Backup): the
+// store, and the embedded store's documents beside it. A restore is the
+// copy as --data-dir (docs/operations.md).
+type backup struct {
+	dataDir string
+	store   store.Store
+	docs    *content.DirStore // nil: no documents kept beside the store
+}
+
+// documentsFolder is the documents' folder in the data directory.
+const documentsFolder = "content"
+
+// Backup resolves a relative dir under the data directory's parent, so that
+// "backup-1" lands beside the data directory. The documents are copied
+// before the store: each belongs to a bundle that exists at the store's
+// checkpoint, which is what a document in the copy must do (an actor may
+// peek with its own bundle id again, and must not get a document of another
+// bundle). A document built in between is built again, from its domain, at
+// the bundle's next content peek.
+func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error) {
+	if !filepath.IsAbs(dir) {
+		data, err := filepath.Abs(b.dataDir)
+		if err != nil {
+			return admin.BackupInfo{}, err
+		}
+		dir = filepath.Join(filepath.Dir(data), dir)
+	}
+	dir = filepath.Clean(dir)
+	if b.docs == nil {
+		return b.written(b.store.Backup(ctx, dir), dir)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
+		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)
+	}
+	staging, err := os.MkdirTemp(filepath.Dir(dir), ".messagehub-backup-documents-*")
+	if err != nil {
+		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)
+	}
+	defer func() { _ = os.RemoveAll(staging) }()
+	docs := filepath.Join(staging, documentsFolder)
+	if _, err := b.docs.CopyTo(docs); err != nil {
+		return admin.BackupInfo{}, err
+	}
+	if err := b.store.Backup(ctx, dir); err != nil {
+		return admin.BackupInfo{}, err
+	}
+	if err := os.Rename(docs, filepath.Join(dir, documentsFolder)); err != nil {
+		_ = os.RemoveAll(dir)
+		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)
+	}
+	return b.written(content.SyncFolder(dir), dir)
+}
+
+// written says what a backup into dir wrote, unless err says it failed.
+func (b backup) written(err error, dir string) (admin.BackupInfo, error) {
+	if err != nil {
+		return admin.BackupInfo{}, err
+	}
+	n, err := diskguard.DirBytes(dir)
+	if err != nil {
+		return admin.BackupInfo{}, err
+	}
+	return admin.BackupInfo{Dir: dir, Bytes: int64(n)}, nil //nolint:gosec // far below 2^63
+}

@@ -1,0 +1,55 @@
+package diskguard
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// Backup implements store.Store. A backup onto another volume costs the
+// data volume nothing and always passes. One onto the data volume itself
+// shares the store's tables as hard links at first, but keeps them once
+// compactions replace them in the store, so in time it takes as much as
+// the data directory: it is refused, like a save, when that would leave
+// less than the reserve free. Its bytes are not counted as written: the
+// volume's next looks see what it really takes, as it grows.
+func (s *guardedStore) Backup(ctx context.Context, dir string) error {
+	same, err := SameVolume(s.g.dir, dir)
+	if err != nil {
+		return fmt.Errorf("backup directory %s: %w", dir, err)
+	}
+	if !same {
+		return s.Store.Backup(ctx, dir)
+	}
+	n, err := DirBytes(s.g.dir)
+	if err != nil {
+		return fmt.Errorf("size of the data directory %s: %w", s.g.dir, err)
+	}
+	if err := s.g.take(n, s.g.reserve); err != nil {
+		return fmt.Errorf("%w: a backup onto the data volume may come to take as much as the data "+
+			"directory (%s), and that would leave less free than the %s kept in reserve (--min-free-disk): "+
+			"back up onto another volume (%v)",
+			domain.ErrStorageFull, FormatSize(n), FormatSize(s.g.reserve), err)
+	}
+	defer s.g.give(n, false)
+	return s.Store.Backup(ctx, dir)
+}
+
+// DirBytes is the size of the regular files under dir.
+func DirBytes(dir string) (uint64, error) {
+	var n uint64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += uint64(info.Size()) //nolint:gosec // a file's size is not negative
+		}
+		return err
+	})
+	return n, err
+}

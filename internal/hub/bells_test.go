@@ -1,0 +1,175 @@
+package hub_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
+)
+
+// bellStore is an embedded store whose bells the test plays: RingBell
+// reports what the hub rang, ReadBells gives what the test hands in (the
+// other instances' bells) or fails while fail is set.
+type bellStore struct {
+	store.Store
+	rung   chan []string
+	others chan []string
+
+	mu      sync.Mutex
+	fail    error
+	cursors []string // of every read
+}
+
+func (s *bellStore) RingBell(_ context.Context, recipients []string) error {
+	s.rung <- slices.Clone(recipients)
+	return nil
+}
+
+func (s *bellStore) ReadBells(_ context.Context, cursor string) ([]string, string, error) {
+	s.mu.Lock()
+	err := s.fail
+	s.cursors = append(s.cursors, cursor)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, cursor, err
+	}
+	select {
+	case r := <-s.others:
+		return r, cursor + "+", nil
+	default:
+		return nil, cursor + ".", nil
+	}
+}
+
+func (s *bellStore) setFail(err error) {
+	s.mu.Lock()
+	s.fail = err
+	s.mu.Unlock()
+}
+
+func newBellHub(t *testing.T, opts hub.Options) (*hub.Hub, *bellStore) {
+	t.Helper()
+	inner, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &bellStore{Store: inner, rung: make(chan []string, 16), others: make(chan []string, 16)}
+	opts.BellPoll = 10 * time.Millisecond
+	h := hub.New(st, opts, nil)
+	t.Cleanup(func() {
+		h.Close()
+		_ = inner.Close()
+	})
+	return h, st
+}
+
+// until waits for cond, checking every few milliseconds, for at most 30 s.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A Save that stored something rings the bell for its recipients; a Save of
+// duplicates only rings none.
+func TestACommittedSaveRingsTheBellForItsRecipients(t *testing.T) {
+	h, st := newBellHub(t, hub.Options{})
+	a, b := uuid.NewString(), uuid.NewString()
+	na := notificationFor(a)
+	if _, err := h.Save(context.Background(), []domain.Notification{na, notificationFor(b)}); err != nil {
+		t.Fatal(err)
+	}
+	got := <-st.rung
+	slices.Sort(got)
+	want := []string{a, b}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("rang %v, want the Save's recipients %v", got, want)
+	}
+	if _, err := h.Save(context.Background(), []domain.Notification{na}); err != nil {
+		t.Fatal(err)
+	}
+	h.Close() // rings what is pending before it returns
+	select {
+	case r := <-st.rung:
+		t.Fatalf("a Save of a duplicate rang %v", r)
+	default:
+	}
+}
+
+// The recipients of the other instances' bells wake this hub's waiters; a
+// read that fails stops the following (its channel closes, the failure is
+// counted), and the next that works takes it up again.
+func TestOtherInstancesBellsWakeWaitersAndAFailedReadStopsTheFollowing(t *testing.T) {
+	var mu sync.Mutex
+	var failures []string
+	h, st := newBellHub(t, hub.Options{BellErrors: func(op string) { mu.Lock(); failures = append(failures, op); mu.Unlock() }})
+	until(t, "the hub follows the bells", func() bool { ok, _ := h.FollowingOthers(); return ok })
+
+	a, b := uuid.NewString(), uuid.NewString()
+	wakeA, stopA, err := h.Watch(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopA()
+	wakeB, stopB, _ := h.Watch(b)
+	defer stopB()
+	st.others <- []string{a}
+	<-wakeA
+	if woken(wakeB) {
+		t.Fatal("another recipient's bell woke a waiter")
+	}
+
+	_, lost := h.FollowingOthers()
+	st.setFail(errors.New("feed refused"))
+	<-lost
+	if ok, _ := h.FollowingOthers(); ok {
+		t.Fatal("still following after a failed read")
+	}
+	mu.Lock()
+	counted := slices.Contains(failures, hub.BellRead)
+	mu.Unlock()
+	if !counted {
+		t.Fatal("the failed read was not counted")
+	}
+	st.setFail(nil)
+	until(t, "the hub follows the bells again", func() bool { ok, _ := h.FollowingOthers(); return ok })
+	st.others <- []string{b}
+	<-wakeB
+}
+
+// Reads that keep failing start over from the present (the empty cursor):
+// the cursor may be what fails. A single failure keeps it.
+func TestReadsOfTheBellsThatKeepFailingStartOverFromThePresent(t *testing.T) {
+	h, st := newBellHub(t, hub.Options{})
+	until(t, "the hub follows the bells", func() bool { ok, _ := h.FollowingOthers(); return ok })
+	st.setFail(errors.New("no such continuation"))
+	st.mu.Lock()
+	from := len(st.cursors)
+	st.mu.Unlock()
+	until(t, "a read from the present", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return slices.Contains(st.cursors[from:], "")
+	})
+	st.mu.Lock()
+	failedWith := st.cursors[from:]
+	st.mu.Unlock()
+	if failedWith[0] == "" || failedWith[1] != failedWith[0] {
+		t.Fatalf("reads after the first failure used the cursors %q: the first failures must keep the cursor", failedWith)
+	}
+}

@@ -1,0 +1,136 @@
+package cosmos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/google/uuid"
+)
+
+// Bells carry a save through one instance to the peeks waiting on another.
+// After a group commit the hub rings: one small document in the bells
+// container naming the group's recipients, which expires after bellTTL.
+// Every instance follows that container's change feed (latest version mode,
+// pull model, its continuation token kept in memory) and wakes its own
+// waiting peeks for the recipients it reads. The container holds nothing
+// but bells, so a poll that finds nothing new reads nothing: one request per
+// partition key range, however many peeks wait. See docs/cosmos.md, "Waiting
+// peeks".
+const (
+	// bellTTL (seconds) keeps a bell long enough for every instance to read
+	// it (they poll about twice a second) and bounds what an instance that
+	// starts reads before it is at the present.
+	bellTTL = 60
+	// maxBellRecipients bounds one bell document: 500 recipients of at most
+	// 64 characters are about 35 KB. A group with more rings several.
+	maxBellRecipients = 500
+	// bellPage is the most bells one change-feed request returns, and
+	// maxBellPages the most pages one ReadBells reads: the rest is read by
+	// the next one.
+	bellPage     = 1000
+	maxBellPages = 100
+)
+
+// bells writes and reads the bells container.
+type bells struct {
+	feed *azcosmos.ContainerClient
+	// instance is written into this process's bells, so that its own
+	// reader skips them: its saves woke its waiting peeks already.
+	instance string
+}
+
+func newBells(client *azcosmos.Client, database string) (*bells, error) {
+	feed, err := client.NewContainer(database, containerBells)
+	if err != nil {
+		return nil, err
+	}
+	return &bells{feed: feed, instance: uuid.NewString()}, nil
+}
+
+// bellDoc is a bell: `by` the instance that rang it, `r` the recipients.
+type bellDoc struct {
+	ID  string   `json:"id"`
+	PK  string   `json:"pk"`
+	By  string   `json:"by"`
+	R   []string `json:"r"`
+	TTL int      `json:"ttl"`
+}
+
+// RingBell implements store.Coordination: one create of a bell per
+// maxBellRecipients recipients, its errors mapped.
+func (s *Store) RingBell(ctx context.Context, recipients []string) error {
+	return storeError(s.bells.ring(ctx, recipients))
+}
+
+// ReadBells implements store.Coordination: the change feed of the bells
+// container from cursor on (the SDK's continuation token), its errors
+// mapped.
+func (s *Store) ReadBells(ctx context.Context, cursor string) ([]string, string, error) {
+	recipients, next, err := s.bells.read(ctx, cursor)
+	return recipients, next, storeError(err)
+}
+
+func (b *bells) ring(ctx context.Context, recipients []string) error {
+	for part := range slices.Chunk(recipients, maxBellRecipients) {
+		id := uuid.NewString()
+		body, err := json.Marshal(bellDoc{ID: id, PK: id, By: b.instance, R: part, TTL: bellTTL})
+		if err != nil {
+			return err
+		}
+		_, err = b.feed.CreateItem(ctx, azcosmos.NewPartitionKeyString(id), body, nil)
+		// 409: a retry of a create whose answer was lost; the bell exists.
+		if err != nil && !isStatus(err, http.StatusConflict) {
+			return fmt.Errorf("cosmos: ring a bell for %d recipients: %w", len(part), err)
+		}
+	}
+	return nil
+}
+
+// read returns the recipients of other instances' bells after cursor, at
+// most maxBellPages pages of them, and the cursor after them. The empty
+// cursor reads the whole feed (the bells of the last bellTTL) to find the
+// present, and returns none of them. On an error it returns what it read
+// before it, with the cursor after that.
+func (b *bells) read(ctx context.Context, cursor string) ([]string, string, error) {
+	starting := cursor == ""
+	var recipients []string
+	seen := make(map[string]struct{})
+	for range maxBellPages {
+		opts := &azcosmos.ChangeFeedOptions{MaxItemCount: bellPage}
+		if cursor == "" {
+			opts.FeedRange = &azcosmos.FeedRange{MinInclusive: "", MaxExclusive: "FF"}
+		} else {
+			opts.Continuation = &cursor
+		}
+		resp, err := b.feed.ReadChangeFeed(ctx, opts)
+		if err != nil {
+			return recipients, cursor, fmt.Errorf("cosmos: read the bells: %w", err)
+		}
+		if resp.ContinuationToken != "" {
+			cursor = resp.ContinuationToken
+		}
+		if len(resp.Items) == 0 {
+			break // every partition key range is at the present
+		}
+		if starting {
+			continue
+		}
+		for _, item := range resp.Items {
+			var bell bellDoc
+			if err := json.Unmarshal(item, &bell); err != nil || bell.By == b.instance {
+				continue
+			}
+			for _, r := range bell.R {
+				if _, ok := seen[r]; !ok {
+					seen[r] = struct{}{}
+					recipients = append(recipients, r)
+				}
+			}
+		}
+	}
+	return recipients, cursor, nil
+}
