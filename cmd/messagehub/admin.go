@@ -24,6 +24,8 @@ import (
 
 const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowledge> --recipient UUID [flags]
        messagehub admin backup --to DIR [flags]
+       messagehub admin recipients [--order oldest|size] [--page-size N] [--page-token T]
+       messagehub admin history [--minutes N]
 
   backlog      the recipient's cabinets with notifications waiting, and its pending bundles
   next         what the recipient's next Peek would return, without creating it (--group)
@@ -35,9 +37,12 @@ const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowle
                told of the bundles dequeued, as for the actor's own Dequeue
   backup       a consistent copy of the embedded store, written while the hub runs into DIR
                on the hub's host (a new directory; a relative one is beside the data directory)
+  recipients   the recipients with a backlog, oldest waiting notification or most waiting
+               first (from the backlog figures, updated minutes apart)
+  history      the backlog per domain over the last minutes (from the same figures)
 
-backlog, next, trace and backup change nothing an actor sees. release and acknowledge do,
-at once (no confirmation): they need a reason, which the audit log records. The answer is
+backlog, next, trace, recipients, history and backup change nothing an actor sees. release and
+acknowledge do, at once (no confirmation): they need a reason, which the audit log records. The answer is
 printed as JSON, after a line that says what was done.
 `
 
@@ -64,10 +69,14 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt)")
 	useTLS := fs.Bool("tls", false, "connect with TLS (the system's roots)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long the call may take")
+	order := fs.String("order", "oldest", "recipients: oldest (oldest waiting notification first) or size (most waiting first)")
+	pageSize := fs.Int("page-size", 0, "recipients: at most this many (0: 100)")
+	pageToken := fs.String("page-token", "", "recipients: the next_page_token of the previous page")
+	minutes := fs.Int("minutes", 0, "history: the last this many minutes (0: 180)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *recipient == "" && call != "backup" {
+	if *recipient == "" && call != "backup" && call != "recipients" && call != "history" {
 		return errors.New("--recipient is required")
 	}
 	creds := insecure.NewCredentials()
@@ -107,6 +116,20 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 			return errors.New("trace needs --id")
 		}
 		answer, err = client.TraceNotification(ctx, &adminv1.TraceNotificationRequest{Recipient: *recipient, NotificationId: *id})
+	case "recipients":
+		o, ok := recipientOrders[*order]
+		if !ok {
+			return fmt.Errorf("--order %q: oldest or size", *order)
+		}
+		if *pageSize < 0 || *pageSize > 1000 {
+			return fmt.Errorf("--page-size %d: from 1 to 1000 (0: 100)", *pageSize)
+		}
+		answer, err = client.ListRecipients(ctx, &adminv1.ListRecipientsRequest{Order: o, PageSize: int32(*pageSize), PageToken: *pageToken}) //nolint:gosec // bounded just now
+	case "history":
+		if *minutes < 0 || *minutes > 1440 {
+			return fmt.Errorf("--minutes %d: from 1 to 1440 (0: 180)", *minutes)
+		}
+		answer, err = client.GetBacklogHistory(ctx, &adminv1.GetBacklogHistoryRequest{Minutes: int32(*minutes)}) //nolint:gosec // bounded just now
 	case "release":
 		if *bundleID == "" || *reason == "" {
 			return errors.New("release needs --bundle and --reason")
@@ -154,6 +177,12 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	_, err = fmt.Fprintln(out, string(text))
 	return err
+}
+
+// recipientOrders are the --order values of "admin recipients".
+var recipientOrders = map[string]adminv1.RecipientOrder{
+	"oldest": adminv1.RecipientOrder_RECIPIENT_ORDER_OLDEST,
+	"size":   adminv1.RecipientOrder_RECIPIENT_ORDER_SIZE,
 }
 
 // parseDomain reads a domain by its API name, with or without the DOMAIN_

@@ -99,6 +99,32 @@ func TestTheAdminCommandInspectsARunningHub(t *testing.T) {
 	if err := runAdmin(ctx, []string{"trace", "--addr", a.GRPCAddr(), "--recipient", recipient}, io.Discard, &errOut); err == nil {
 		t.Fatal("trace without --id: no error")
 	}
+	if err := runAdmin(ctx, []string{"recipients", "--addr", a.GRPCAddr(), "--order", "newest"}, io.Discard, &errOut); err == nil {
+		t.Fatal("recipients --order newest: no error")
+	}
+	// The recipient is listed once the figures are recounted (at start and
+	// every 15 s on the embedded store), by either order, without --recipient.
+	for _, order := range []string{"oldest", "size"} {
+		for {
+			var out bytes.Buffer
+			if err := runAdmin(ctx, []string{"recipients", "--addr", a.GRPCAddr(), "--order", order}, &out, &errOut); err != nil {
+				t.Fatalf("admin recipients --order %s: %v\n%s", order, err, errOut.String())
+			}
+			if strings.Contains(out.String(), recipient) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("admin recipients --order %s never listed %s: %s", order, recipient, out.String())
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	var history bytes.Buffer
+	if err := runAdmin(ctx, []string{"history", "--addr", a.GRPCAddr(), "--minutes", "60"}, &history, &errOut); err != nil ||
+		!strings.Contains(history.String(), "DOMAIN_TIME_SERIES") {
+		t.Fatalf("admin history: %v\n%s%s", err, history.String(), errOut.String())
+	}
 }
 
 // "messagehub admin backup --to DIR" writes a copy of a running hub's

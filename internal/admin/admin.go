@@ -28,6 +28,7 @@ type Hub interface {
 	Backlog(ctx context.Context, recipient string) (hub.RecipientBacklog, error)
 	PreviewNextBundle(ctx context.Context, recipient string, group domain.PeekGroup) (*hub.Preview, error)
 	TraceNotification(ctx context.Context, recipient, id string) (hub.Trace, error)
+	Figures
 	Remedies
 }
 

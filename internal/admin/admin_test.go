@@ -3,17 +3,13 @@ package admin_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
@@ -38,17 +34,7 @@ func serve(t *testing.T, opts ...server.Option) (adminv1.AdminClient, *hub.Hub) 
 	t.Cleanup(func() { h.Close(); _ = st.Close() })
 	srv, _ := server.NewGRPCServer(h, slog.New(slog.DiscardHandler), opts...)
 	admin.Register(srv, h)
-	lis := bufconn.Listen(1 << 20)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return adminv1.NewAdminClient(conn), h
+	return dialAdmin(t, srv), h
 }
 
 func ctxT(t *testing.T) context.Context {

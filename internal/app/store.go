@@ -8,6 +8,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/figures"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
 	"github.com/energydatahub/messagehub/internal/store"
@@ -80,11 +81,9 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	// instances' notices, rarely when there are none.
 	bell := content.NewBell()
 	repoOpts.Announced = bell.Ring
-	stopBacklog, err := a.tel.WatchBacklog(measured.Backlog, telemetry.DefaultBacklogInterval, a.logger)
-	if err != nil {
+	if err := a.keepFigures(measured, documents != nil); err != nil {
 		return nil, nil, err
 	}
-	a.onClose("backlog watcher", func() error { stopBacklog(); return nil })
 	repo := hub.New(measured, repoOpts, a.logger)
 	a.stopWaits, a.waiting = repo.StopWaits, repo.Waiting
 	// Queued saves commit here; a store that does not answer holds this
@@ -93,11 +92,6 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	if documents == nil {
 		return repo, nil, nil
 	}
-	stopOutbox, err := a.tel.WatchOutbox(measured.NoticeBacklog, telemetry.DefaultBacklogInterval, a.logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	a.onClose("outbox watcher", func() error { stopOutbox(); return nil })
 	var grace time.Duration
 	if a.cfg.Store == StoreCosmos {
 		// Instances share the outbox: each tells its own dequeues, and
@@ -129,6 +123,29 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	// Closed before the hub: builds ask it whether bundles are pending.
 	a.onClose("documents service", func() error { closeDocs(); return nil })
 	return repo, docs, nil
+}
+
+// keepFigures recounts the backlog figures when they are due and this
+// instance holds their lease, and shows them (with the outbox's when there
+// is one) in the gauges. The embedded store is local: its figures are
+// recounted as often as the gauges are read.
+func (a *App) keepFigures(s store.Store, outbox bool) error {
+	opts := figures.Options{Logger: a.logger}
+	if a.cfg.Store == StoreEmbedded {
+		opts.Every = telemetry.DefaultBacklogInterval
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); figures.New(s, opts).Run(ctx) }()
+	a.onClose("figures keeper", func() error { cancel(); <-done; return nil })
+	stop, err := a.tel.WatchBacklog(func(ctx context.Context) (store.BacklogFigures, error) {
+		return s.ReadFigures(ctx, store.FigureTotals)
+	}, telemetry.DefaultBacklogInterval, outbox, a.logger)
+	if err != nil {
+		return err
+	}
+	a.onClose("backlog watcher", func() error { stop(); return nil })
+	return nil
 }
 
 // openStore opens the configured store chain (backend.Open), the embedded

@@ -31,6 +31,9 @@ var requiredRole = map[string]string{
 	adminv1.Admin_GetBacklog_FullMethodName:        RoleAdmin,
 	adminv1.Admin_PreviewNextBundle_FullMethodName: RoleAdmin,
 	adminv1.Admin_TraceNotification_FullMethodName: RoleAdmin,
+	// The backlog over every recipient, from the backlog figures.
+	adminv1.Admin_ListRecipients_FullMethodName:    RoleAdmin,
+	adminv1.Admin_GetBacklogHistory_FullMethodName: RoleAdmin,
 	// The remedies, which change any recipient's queue.
 	adminv1.Admin_ReleaseBundle_FullMethodName:       RoleAdmin,
 	adminv1.Admin_AcknowledgeOnBehalf_FullMethodName: RoleAdmin,

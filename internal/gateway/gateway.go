@@ -189,6 +189,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/backlog", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/next-bundle", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/notifications/{notificationId}", api},
+		{http.MethodGet, "/admin/v1/recipients", api},
+		{http.MethodGet, "/admin/v1/backlog-history", api},
 		// The remedies (the admin role; a reason in the body).
 		{http.MethodPost, "/admin/v1/recipients/{recipient}/bundles/{bundleId}:release", api},
 		{http.MethodPost, "/admin/v1/recipients/{recipient}:acknowledge", api},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -15,14 +16,21 @@ import (
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
-// sweepSpread is the part of the interval a pass is spread over: a pass
-// paces its recipients instead of bursting, and ends before the next.
-const sweepSpread = 3 // quarters
+// sweepParallel bounds the recipients a pass sweeps at once.
+const sweepParallel = 8
+
+// sweepSkew is the margin on "dequeued since the last pass": instances'
+// clocks, which stamp dequeues, need only agree to well within it.
+const sweepSkew = time.Minute
 
 func (r *Hub) sweepLoop(ctx context.Context) {
 	holder := uuid.NewString()
 	timer := time.NewTimer(jittered(r.opts.SweepInterval))
 	defer timer.Stop()
+	// The start of this holder's last pass: the next visits the recipients
+	// that dequeued since. A new holder looks back two intervals, as far as
+	// a holder that stopped can have left undone.
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -35,8 +43,17 @@ func (r *Hub) sweepLoop(ctx context.Context) {
 			cancel()
 			return
 		case <-timer.C:
-			if err := r.sweepTurn(ctx, holder); err != nil && ctx.Err() == nil {
+			started := r.opts.Now()
+			since := last
+			if since.IsZero() {
+				since = started.Add(-2 * r.opts.SweepInterval)
+			}
+			swept, err := r.sweepTurn(ctx, holder, since.Add(-sweepSkew))
+			switch {
+			case err != nil && ctx.Err() == nil:
 				r.logger.Error("retention sweep failed", "err", err)
+			case err == nil && swept:
+				last = started
 			}
 			timer.Reset(jittered(r.opts.SweepInterval))
 		}
@@ -52,63 +69,69 @@ func jittered(d time.Duration) time.Duration {
 // sweepTurn runs one pass if this instance may: on a shared store only the
 // holder of the lease sweeps, at low priority. The lease outlasts the pass
 // and is extended as the pass goes on; a holder that dies frees it after two
-// intervals.
-func (r *Hub) sweepTurn(ctx context.Context, holder string) error {
+// intervals. It reports whether it swept.
+func (r *Hub) sweepTurn(ctx context.Context, holder string, since time.Time) (bool, error) {
 	interval := r.opts.SweepInterval
 	hold := func(ctx context.Context) (bool, error) { return r.store.HoldSweepLease(ctx, holder, 2*interval) }
 	ctx = r.store.LowPriority(ctx)
 	if held, err := hold(ctx); err != nil || !held {
-		return err
+		return false, err
 	}
-	return r.sweepPaced(ctx, interval*sweepSpread/4, hold)
+	return true, r.sweepPass(ctx, since, interval/2, hold)
 }
 
 // SweepNow runs one retention pass at once, without waiting for the
-// sweeper's turn (tests; operators who want the space back).
+// sweeper's turn (tests; operators who want the space back): it visits
+// every recipient that retains a dequeued bundle.
 func (r *Hub) SweepNow(ctx context.Context) error { return r.sweep(ctx) }
 
-// sweep removes what retention allows for every recipient at once.
-func (r *Hub) sweep(ctx context.Context) error { return r.sweepPaced(ctx, 0, nil) }
+// sweep is a pass that visits every recipient retaining a dequeued bundle
+// (since the cutoff: every retained one is dequeued before or after it).
+func (r *Hub) sweep(ctx context.Context) error {
+	return r.sweepPass(ctx, r.opts.Now().Add(-r.opts.Retention), 0, nil)
+}
 
-// sweepPaced removes what retention allows for every recipient: dequeued
-// and released bundles older than the retention, and fully acknowledged
-// drawers that no retained bundle covers. Nothing unacknowledged is ever
-// removed. The recipients are spread evenly over spread; hold, when set, is
-// asked again every half of it and ends the pass when the lease is lost.
-func (r *Hub) sweepPaced(ctx context.Context, spread time.Duration, hold func(context.Context) (bool, error)) error {
-	var recipients []string
-	if err := r.store.Recipients(ctx, func(recipient string) error {
-		recipients = append(recipients, recipient)
+// sweepPass removes what retention allows: dequeued and released bundles
+// older than the retention, and fully acknowledged drawers that no retained
+// bundle covers.
+// Nothing unacknowledged is ever removed. It visits only the recipients the
+// store's index of dequeue times names (Retention.DueRecipients): those
+// with a bundle due, and those that dequeued since since (their catalog
+// may hold drawers to let go); a recipient with neither costs nothing. Up
+// to sweepParallel recipients are swept at once; hold, when set, is asked
+// again every renew and ends the pass when the lease is lost.
+func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duration, hold func(context.Context) (bool, error)) error {
+	cutoff := r.opts.Now().Add(-r.opts.Retention)
+	var due []string
+	if err := r.store.DueRecipients(ctx, cutoff, since, func(recipient string) error {
+		due = append(due, recipient)
 		return nil
 	}); err != nil {
 		return err
 	}
-	cutoff := r.opts.Now().Add(-r.opts.Retention)
-	var pause time.Duration
-	if len(recipients) > 0 {
-		pause = spread / time.Duration(len(recipients))
-	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(sweepParallel)
 	held := time.Now()
-	for i, recipient := range recipients {
-		if i > 0 && pause > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(pause):
-			}
+	for _, recipient := range due {
+		if gctx.Err() != nil {
+			break
 		}
-		if hold != nil && time.Since(held) > spread/2 {
-			if ok, err := hold(ctx); err != nil || !ok {
+		if hold != nil && time.Since(held) > renew {
+			if ok, err := hold(gctx); err != nil || !ok {
+				_ = g.Wait()
 				return err // another instance sweeps now
 			}
 			held = time.Now()
 		}
-		err := r.sweepRecipient(ctx, recipient, cutoff)
-		if err != nil && !errors.Is(err, store.ErrConflict) { // a conflict: someone wrote meanwhile; the next pass looks again
+		g.Go(func() error {
+			err := r.sweepRecipient(gctx, recipient, cutoff)
+			if errors.Is(err, store.ErrConflict) {
+				return nil // someone wrote meanwhile; the next pass looks again
+			}
 			return err
-		}
+		})
 	}
-	return nil
+	return g.Wait()
 }
 
 func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff time.Time) error {

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ type fakeLease struct {
 
 type sweepLowKey struct{}
 
-func (s *sweptStore) Recipients(_ context.Context, fn func(string) error) error {
+func (s *sweptStore) DueRecipients(_ context.Context, _, _ time.Time, fn func(string) error) error {
 	for _, r := range s.recipients {
 		if err := fn(r); err != nil {
 			return err
@@ -111,9 +112,8 @@ func (s leasedStore) LowPriority(ctx context.Context) context.Context {
 	return context.WithValue(ctx, sweepLowKey{}, true)
 }
 
-// On a shared store one instance sweeps at a time, at low priority, and a
-// pass is spread over most of the interval rather than done in a burst.
-func TestOneInstanceSweepsAtATimeSpreadOverTheInterval(t *testing.T) {
+// On a shared store one instance sweeps at a time, at low priority.
+func TestOneInstanceSweepsAtATimeAtLowPriority(t *testing.T) {
 	lease := &fakeLease{}
 	const interval = 400 * time.Millisecond
 	stores := []*sweptStore{
@@ -135,12 +135,6 @@ func TestOneInstanceSweepsAtATimeSpreadOverTheInterval(t *testing.T) {
 		for _, l := range loads {
 			if !l.low {
 				t.Fatalf("instance %d swept at normal priority", i)
-			}
-		}
-		// Five recipients over three quarters of the interval: 60 ms apart.
-		if len(loads) >= 5 {
-			if took := loads[4].at.Sub(loads[0].at); took < interval/2 {
-				t.Fatalf("a pass of five recipients took %v: a burst, not spread over %v", took, interval)
 			}
 		}
 	}
@@ -175,5 +169,61 @@ func TestAClosingInstanceHandsTheSweepLeaseOver(t *testing.T) {
 	held, err := leasedStore{first}.HoldSweepLease(context.Background(), "another", interval)
 	if err != nil || !held {
 		t.Fatalf("after the holder closed, another instance could not take the lease: %v %v", held, err)
+	}
+}
+
+// dueCall is one DueRecipients call of a pass.
+type dueCall struct{ dueBefore, since time.Time }
+
+// dueStore answers DueRecipients with nothing, or fails the calls listed,
+// and reports every call.
+type dueStore struct {
+	*sweptStore
+	calls chan dueCall
+	fail  map[int]bool
+	n     int
+	now   time.Time // an hour later after every call
+}
+
+func (s *dueStore) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.now
+}
+
+func (s *dueStore) DueRecipients(_ context.Context, dueBefore, since time.Time, _ func(string) error) error {
+	s.mu.Lock()
+	n := s.n
+	s.n++
+	s.now = s.now.Add(time.Hour)
+	s.mu.Unlock()
+	select {
+	case s.calls <- dueCall{dueBefore, since}: // the first calls always fit
+	default: // the test has read what it needs: never block the sweeper
+	}
+	if s.fail[n] {
+		return errors.New("store down")
+	}
+	return nil
+}
+
+// A pass asks for the recipients due and for those that dequeued since the
+// start of the last pass that succeeded (less a margin for clocks); the
+// first looks back two intervals.
+func TestAPassVisitsWhatDequeuedSinceTheLastPass(t *testing.T) {
+	at := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
+	const interval, retention = 20 * time.Millisecond, 24 * time.Hour
+	s := &dueStore{sweptStore: &sweptStore{}, calls: make(chan dueCall, 10), fail: map[int]bool{1: true}, now: at}
+	repo := New(s, Options{SweepInterval: interval, Retention: retention, Now: s.Now}, nil)
+	t.Cleanup(repo.Close)
+	first, second, third := <-s.calls, <-s.calls, <-s.calls
+	if !first.dueBefore.Equal(at.Add(-retention)) || !first.since.Equal(at.Add(-2*interval-sweepSkew)) {
+		t.Fatalf("first pass asked %+v; want due before %v, since %v", first, at.Add(-retention), at.Add(-2*interval-sweepSkew))
+	}
+	if !second.since.Equal(at.Add(-sweepSkew)) {
+		t.Fatalf("second pass asked since %v, want the first's start less the margin, %v", second.since, at.Add(-sweepSkew))
+	}
+	if !third.since.Equal(second.since) || !third.dueBefore.Equal(at.Add(2*time.Hour-retention)) {
+		t.Fatalf("after a failed pass the next asked %+v, want since %v again", third, second.since)
 	}
 }

@@ -142,9 +142,6 @@ type Store interface {
 	// ApplySweep removes what retention found, conditionally: when an entry
 	// or cursor it names changed, it is ErrConflict and removes nothing.
 	ApplySweep(ctx context.Context, sweep Sweep) error
-	// Backlog sums what every recipient has saved and not yet dequeued, from
-	// the catalog entries and cursors the store keeps.
-	Backlog(ctx context.Context) (Backlog, error)
 	// Close releases the store.
 	Close() error
 
@@ -152,6 +149,54 @@ type Store interface {
 
 	Outbox
 	Coordination
+	Retention
+	Figures
+}
+
+// Retention is the part of a Store that tells retention where to look, so
+// that a pass costs what is due or changed, not what is stored.
+type Retention interface {
+	// DueRecipients calls fn once for every recipient with a dequeued
+	// bundle dequeued before dueBefore (its retention ran out) or, when
+	// since is not zero, at or after since (dequeued since the last pass:
+	// its catalog may hold acknowledged drawers to let go), and with a
+	// released bundle released before dueBefore unless the store removes
+	// those by itself when their retention runs out (they keep no drawer).
+	// It reads an index of those times: a recipient with nothing in either
+	// range costs nothing, however much it retains.
+	DueRecipients(ctx context.Context, dueBefore, since time.Time, fn func(recipient string) error) error
+}
+
+// Figures is the part of a Store that keeps the backlog figures: computed
+// by one instance at a time from a recount of every recipient
+// (ScanBacklog, under the figures lease), stored, and read by every
+// instance and by the admin calls in one read each (ReadFigures).
+type Figures interface {
+	// ScanBacklog calls fn once for every recipient with catalog entries,
+	// cursors or pending bundles, with what it has: a recount of
+	// everything, for the figures' holder only. Cost is what it cost the
+	// store in its own unit (request units on Cosmos DB; 0 where reading
+	// is local), so that the holder can pace recounts by it.
+	ScanBacklog(ctx context.Context, fn func(RecipientRecords) error) (cost float64, err error)
+	// ChangedBacklog returns the recipients whose catalog entries, cursors
+	// or bundles changed since cursor, each with its records as they are
+	// now (none when it has nothing left), and the cursor to go on from. A
+	// store may name more recipients than changed; with All set it names
+	// every recipient with records, and the others have none. The empty
+	// cursor is the present: the answer holds its cursor and nothing else.
+	ChangedBacklog(ctx context.Context, cursor string) (BacklogChanges, error)
+	// WriteFigures stores the figures' totals and the parts named,
+	// replacing the last; the other parts stay as they were.
+	WriteFigures(ctx context.Context, f BacklogFigures, parts FigureParts) error
+	// ReadFigures returns the figures last written, with the parts asked
+	// for (the totals always); zero figures when none were written.
+	ReadFigures(ctx context.Context, parts FigureParts) (BacklogFigures, error)
+	// HoldFiguresLease takes the figures lease for holder until d from
+	// now, or extends it when holder has it; false when another holder's
+	// lease has not run out.
+	HoldFiguresLease(ctx context.Context, holder string, d time.Duration) (bool, error)
+	// ReleaseFiguresLease gives the figures lease up if holder has it.
+	ReleaseFiguresLease(ctx context.Context, holder string) error
 }
 
 // Backup is the part of a Store that copies it while it runs.
@@ -259,3 +304,9 @@ func (Solo) RingBell(context.Context, []string) error { return nil }
 func (Solo) ReadBells(_ context.Context, cursor string) ([]string, string, error) {
 	return nil, cursor, nil
 }
+
+// HoldFiguresLease implements Figures: always held.
+func (Solo) HoldFiguresLease(context.Context, string, time.Duration) (bool, error) { return true, nil }
+
+// ReleaseFiguresLease implements Figures.
+func (Solo) ReleaseFiguresLease(context.Context, string) error { return nil }

@@ -13,22 +13,26 @@ import (
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
-// DefaultBacklogInterval is how often the backlog is read: its gauges are
-// never older than this, and a scrape never reads the store.
+// DefaultBacklogInterval is how often the backlog figures are read: the
+// gauges are never older than the figures plus this, and a scrape never
+// reads the store.
 const DefaultBacklogInterval = 15 * time.Second
 
-// backlogCollector exposes the last backlog read; the age of the oldest
-// notification is computed at scrape time, so it keeps growing between reads.
+// backlogCollector exposes the last figures read: the backlog (and, when
+// asked, the outbox). Ages are computed at scrape time, so they keep
+// growing between reads and recounts.
 type backlogCollector struct {
-	notifications, oldestAge, recipients *prometheus.Desc
-	pending, pendingAge                  *prometheus.Desc
-	now                                  func() time.Time
+	notifications, oldestAge, recipients, figuresAge *prometheus.Desc
+	pending, pendingAge                              *prometheus.Desc
+	outboxNotices, outboxAge                         *prometheus.Desc
+	outbox                                           bool
+	now                                              func() time.Time
 
 	mu   sync.Mutex
-	last *store.Backlog // nil until the first read
+	last *store.BacklogFigures // nil until the first figures are read
 }
 
-func newBacklogCollector(now func() time.Time) *backlogCollector {
+func newBacklogCollector(now func() time.Time, outbox bool) *backlogCollector {
 	return &backlogCollector{
 		notifications: prometheus.NewDesc("messagehub_backlog_notifications",
 			"Notifications saved and not yet dequeued, by origin domain.", []string{"origin"}, nil),
@@ -40,7 +44,14 @@ func newBacklogCollector(now func() time.Time) *backlogCollector {
 			"Bundles peeked and not yet dequeued, by origin domain.", []string{"origin"}, nil),
 		pendingAge: prometheus.NewDesc("messagehub_backlog_pending_oldest_age_seconds",
 			"Age of the oldest bundle peeked and not yet dequeued, by origin domain (0 without one).", []string{"origin"}, nil),
-		now: now,
+		figuresAge: prometheus.NewDesc("messagehub_backlog_figures_age_seconds",
+			"Age of the backlog figures the backlog and outbox gauges show (they are recounted minutes apart).", nil, nil),
+		outboxNotices: prometheus.NewDesc("messagehub_outbox_notices",
+			"Dequeues not yet told to their domains (BundleDequeued).", nil, nil),
+		outboxAge: prometheus.NewDesc("messagehub_outbox_oldest_age_seconds",
+			"Age of the oldest dequeue not yet told to its domain (0 without one).", nil, nil),
+		outbox: outbox,
+		now:    now,
 	}
 }
 
@@ -50,6 +61,11 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.recipients
 	ch <- c.pending
 	ch <- c.pendingAge
+	ch <- c.figuresAge
+	if c.outbox {
+		ch <- c.outboxNotices
+		ch <- c.outboxAge
+	}
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
@@ -60,86 +76,53 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		return // not read yet: no numbers rather than false zeros
 	}
 	now := c.now()
+	age := func(t time.Time, n int64) float64 {
+		if t.IsZero() || n == 0 {
+			return 0
+		}
+		return max(now.Sub(t).Seconds(), 0)
+	}
 	for _, o := range domain.Origins {
-		b := last.ByOrigin[o]
+		b := last.Backlog.ByOrigin[o]
 		name := messagehubv1.Domain(o).String()
 		ch <- prometheus.MustNewConstMetric(c.notifications, prometheus.GaugeValue, float64(b.Notifications), name)
-		ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, ageOf(now, b.Oldest, b.Notifications), name)
+		ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, age(b.Oldest, b.Notifications), name)
 		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(b.PendingBundles), name)
-		ch <- prometheus.MustNewConstMetric(c.pendingAge, prometheus.GaugeValue, ageOf(now, b.OldestPending, b.PendingBundles), name)
+		ch <- prometheus.MustNewConstMetric(c.pendingAge, prometheus.GaugeValue, age(b.OldestPending, b.PendingBundles), name)
 	}
-	ch <- prometheus.MustNewConstMetric(c.recipients, prometheus.GaugeValue, float64(last.Recipients))
+	ch <- prometheus.MustNewConstMetric(c.recipients, prometheus.GaugeValue, float64(last.Backlog.Recipients))
+	ch <- prometheus.MustNewConstMetric(c.figuresAge, prometheus.GaugeValue, age(last.ComputedAt, 1))
+	if c.outbox {
+		ch <- prometheus.MustNewConstMetric(c.outboxNotices, prometheus.GaugeValue, float64(last.Notices))
+		ch <- prometheus.MustNewConstMetric(c.outboxAge, prometheus.GaugeValue, age(last.OldestNotice, int64(last.Notices)))
+	}
 }
 
-// ageOf is how old the oldest of n things, made at oldest, is at now: 0
-// without one, or when unknown.
-func ageOf(now, oldest time.Time, n int64) float64 {
-	if oldest.IsZero() || n <= 0 {
-		return 0
-	}
-	return max(now.Sub(oldest).Seconds(), 0)
-}
-
-func (c *backlogCollector) set(b store.Backlog) {
+func (c *backlogCollector) set(f store.BacklogFigures) {
 	c.mu.Lock()
-	c.last = &b
+	c.last = &f
 	c.mu.Unlock()
 }
 
-// WatchBacklog reads the backlog with read now and every interval, and
-// exposes it as the messagehub_backlog_* gauges (notifications and pending
-// bundles), until stop is called; stop
+// WatchBacklog reads the backlog figures (their totals: store.Figures
+// keeps them, recounted by one instance at a time) with read now and every
+// interval, and exposes them as the messagehub_backlog_* gauges, and as the
+// messagehub_outbox_* gauges when outbox is set, until stop is called; stop
 // waits for a read in progress, so the store can be closed after it. A
-// failed read keeps the last numbers and is logged.
-func (t *Telemetry) WatchBacklog(read func(context.Context) (store.Backlog, error), interval time.Duration, logger *slog.Logger) (stop func(), err error) {
-	c := newBacklogCollector(time.Now)
+// failed read keeps the last numbers and is logged; until the first
+// recount there are no numbers.
+func (t *Telemetry) WatchBacklog(read func(context.Context) (store.BacklogFigures, error), interval time.Duration, outbox bool, logger *slog.Logger) (stop func(), err error) {
+	c := newBacklogCollector(time.Now, outbox)
 	if err := t.registry.Register(c); err != nil {
 		return nil, err
 	}
 	return watch(func(ctx context.Context) error {
-		b, err := read(ctx)
-		if err == nil {
-			c.set(b)
+		f, err := read(ctx)
+		if err == nil && !f.ComputedAt.IsZero() {
+			c.set(f)
 		}
 		return err
-	}, interval, logger, "the backlog"), nil
-}
-
-// WatchOutbox exposes the notices of dequeues not yet told to their domains
-// (messagehub_outbox_notices, messagehub_outbox_oldest_age_seconds), read
-// with read every interval until stop is called.
-func (t *Telemetry) WatchOutbox(read func(context.Context) (int, time.Time, error), interval time.Duration, logger *slog.Logger) (stop func(), err error) {
-	var mu sync.Mutex
-	var n int
-	var oldest time.Time
-	known := false
-	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "messagehub_outbox_notices", Help: "Dequeues not yet told to their domains (BundleDequeued).",
-	}, func() float64 { mu.Lock(); defer mu.Unlock(); return float64(n) })
-	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "messagehub_outbox_oldest_age_seconds", Help: "Age of the oldest dequeue not yet told to its domain (0 without one).",
-	}, func() float64 {
-		mu.Lock()
-		defer mu.Unlock()
-		if !known || n == 0 {
-			return 0
-		}
-		return max(time.Since(oldest).Seconds(), 0)
-	})
-	for _, c := range []prometheus.Collector{depth, age} {
-		if err := t.registry.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return watch(func(ctx context.Context) error {
-		count, first, err := read(ctx)
-		if err == nil {
-			mu.Lock()
-			n, oldest, known = count, first, true
-			mu.Unlock()
-		}
-		return err
-	}, interval, logger, "the outbox"), nil
+	}, interval, logger, "the backlog figures"), nil
 }
 
 // watch runs refresh now and every interval until the returned stop is

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/figures"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
@@ -71,10 +72,13 @@ func TestTheBacklogGaugesFollowTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := make(chan struct{}, 10)
-	stop, err := tel.WatchBacklog(func(ctx context.Context) (store.Backlog, error) {
+	if err := figures.New(st, figures.Options{}).Recount(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := tel.WatchBacklog(func(ctx context.Context) (store.BacklogFigures, error) {
 		defer func() { read <- struct{}{} }()
-		return st.Backlog(ctx)
-	}, time.Hour, slog.New(slog.DiscardHandler))
+		return st.ReadFigures(ctx, store.FigureTotals)
+	}, time.Hour, false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +102,9 @@ func TestTheBacklogGaugesFollowTheStore(t *testing.T) {
 	}
 	if v, ok := scrape(t, tel, `messagehub_backlog_recipients`); !ok || v != 2 {
 		t.Errorf("recipients with a backlog %v (%v), want 2", v, ok)
+	}
+	if _, ok := scrape(t, tel, "messagehub_outbox_notices"); ok {
+		t.Error("the outbox gauges are shown without an outbox")
 	}
 	age, ok := scrape(t, tel, `messagehub_backlog_oldest_age_seconds{origin="DOMAIN_CHARGES"}`)
 	if !ok || age < 0 || age > 60 {
@@ -151,10 +158,13 @@ func TestTheOutboxGaugesCountUntoldDequeues(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := make(chan struct{}, 10)
-	stop, err := tel.WatchOutbox(func(ctx context.Context) (int, time.Time, error) {
+	if err := figures.New(st, figures.Options{}).Recount(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := tel.WatchBacklog(func(ctx context.Context) (store.BacklogFigures, error) {
 		defer func() { read <- struct{}{} }()
-		return st.NoticeBacklog(ctx)
-	}, time.Hour, slog.New(slog.DiscardHandler))
+		return st.ReadFigures(ctx, store.FigureTotals)
+	}, time.Hour, true, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,5 +175,27 @@ func TestTheOutboxGaugesCountUntoldDequeues(t *testing.T) {
 	}
 	if v, ok := scrape(t, tel, "messagehub_outbox_oldest_age_seconds"); !ok || v <= 0 || v > 60 {
 		t.Errorf("outbox oldest age %v (%v), want a fresh one", v, ok)
+	}
+}
+
+func TestNoGaugesBeforeTheFirstRecount(t *testing.T) {
+	tel, err := telemetry.Setup(context.Background(), "test", envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{}, 10)
+	stop, err := tel.WatchBacklog(func(context.Context) (store.BacklogFigures, error) {
+		defer func() { read <- struct{}{} }()
+		return store.BacklogFigures{}, nil // never recounted
+	}, time.Hour, true, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-read
+	stop()
+	for _, series := range []string{`messagehub_backlog_recipients`, `messagehub_outbox_notices`, `messagehub_backlog_figures_age_seconds`} {
+		if v, ok := scrape(t, tel, series); ok {
+			t.Errorf("%s = %v before any recount, want no number", series, v)
+		}
 	}
 }

@@ -3,72 +3,224 @@ package cosmos
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
-	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
-// backlogQuery reads every recipient's catalog entries, cursors and pending
-// bundles in one cross-partition query: a filter on the indexed type and a
-// projection, which the gateway serves without a client-side query engine. It is run by the
-// metrics refresher (every 15 s, not per scrape) and costs about one RU per
-// 1,000 documents read, plus a request per page and partition range.
-const backlogQuery = "SELECT c.pk, c.t, c.o, c.ct, c.tot, c.dr, c.ack, c.ca FROM c WHERE c.t = @entry OR c.t = @cursor OR c.t = @pending"
+// The backlog figures (store.Figures). A recount reads every recipient's
+// catalog entries, cursors and pending bundles in one cross-partition query
+// (a filter on the indexed t and a projection, which the gateway serves
+// without a client-side query engine). Cosmos DB charges a query by the
+// documents it loads, not by the bytes it returns, so a recount costs in
+// proportion to every recipient's cabinets: only the holder of the figures
+// lease runs it, with a low-priority context, and paces the next by what
+// this one cost (internal/figures). The result is three documents in a
+// partition of their own, each replaced whole: the totals (under a KB: what
+// every instance's gauges read, one point read each), the lists of
+// recipients and the history (read by the admin calls only).
 
-// backlog sums what every recipient has saved and not yet dequeued.
-func (s *Store) backlog(ctx context.Context) (store.Backlog, error) {
-	type state struct {
-		entries []catalog.Entry
-		cursors []catalog.Cursor
-	}
-	byRecipient := map[string]*state{}
-	params := []azcosmos.QueryParameter{{Name: "@entry", Value: typeEntry}, {Name: "@cursor", Value: typeCursor}, {Name: "@pending", Value: typePending}}
-	var b store.Backlog
-	// With this instance's tokens the gauges include its own writes; other
-	// instances' may lag by the replica lag.
-	pager := s.recipients.NewQueryItemsPager(backlogQuery, azcosmos.NewPartitionKey(),
-		&azcosmos.QueryOptions{QueryParameters: params, SessionToken: s.tokens.get(s.recipients.ID())})
-	for pager.More() {
-		page, err := pager.NextPage(ctx)
+// figuresPartition holds the figures' documents and their lease.
+const figuresPartition = "_figures"
+
+// The figures' documents and lease.
+const (
+	figuresTotalsID  = "totals"
+	figuresListsID   = "lists"
+	figuresHistoryID = "history"
+	figuresLeaseID   = "lease"
+	typeFigures      = "figures"
+)
+
+// backlogQuery reads what a recount needs of every recipient (the same
+// query as backlogOfQuery, across partitions).
+const backlogQuery = backlogOfQuery
+
+// figuresDoc is one part of the figures.
+type figuresDoc struct {
+	ID string `json:"id"`
+	PK string `json:"pk"`
+	T  string `json:"t"`
+	store.BacklogFigures
+}
+
+// scanBacklog reads every recipient's entries, cursors and pending bundles
+// and calls fn once per recipient; it returns the request units the query
+// cost.
+func (s *Store) scanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
+	byRecipient := map[string]*store.RecipientRecords{}
+	var order []string
+	// With this instance's tokens the recount includes its own writes;
+	// other instances' may lag by the replica lag.
+	cost, err := s.queryCharged(ctx, azcosmos.NewPartitionKey(), backlogQuery, func(raw []byte) error {
+		pk, err := recipientOf(raw)
 		if err != nil {
-			return store.Backlog{}, err
+			return err
 		}
-		for _, raw := range page.Items {
-			var d struct {
-				PK      string       `json:"pk"`
-				T       string       `json:"t"`
-				Origin  int32        `json:"o"`
-				CT      string       `json:"ct"`
-				Total   int64        `json:"tot"`
-				Drawers []drawerMeta `json:"dr"`
-				Acked   int64        `json:"ack"`
-				Created int64        `json:"ca"` // a pending bundle's, unix microseconds
-			}
-			if err := json.Unmarshal(raw, &d); err != nil {
-				return store.Backlog{}, err
-			}
-			if d.T == typePending {
-				b.AddPending(domain.Origin(d.Origin), time.UnixMicro(d.Created))
-				continue
-			}
-			st := byRecipient[d.PK]
-			if st == nil {
-				st = &state{}
-				byRecipient[d.PK] = st
-			}
-			if d.T == typeEntry {
-				st.entries = append(st.entries, toEntry(entryDoc{Origin: d.Origin, CT: d.CT, Total: d.Total, Drawers: d.Drawers}))
-			} else {
-				st.cursors = append(st.cursors, toCursor(cursorDoc{Origin: d.Origin, CT: d.CT, Acked: d.Acked}))
-			}
+		r := byRecipient[pk]
+		if r == nil {
+			r = &store.RecipientRecords{Recipient: pk}
+			byRecipient[pk] = r
+			order = append(order, pk)
+		}
+		return addBacklogDoc(r, raw)
+	})
+	if err != nil {
+		return cost, err
+	}
+	for _, pk := range order {
+		if err := fn(*byRecipient[pk]); err != nil {
+			return cost, err
 		}
 	}
-	for _, st := range byRecipient {
-		b.Add(st.entries, st.cursors)
+	return cost, nil
+}
+
+// backlogDoc is what a recount reads of an entry, a cursor or a pending
+// bundle.
+type backlogDoc struct {
+	PK      string       `json:"pk"`
+	T       string       `json:"t"`
+	Origin  int32        `json:"o"`
+	CT      string       `json:"ct"`
+	Total   int64        `json:"tot"`
+	Drawers []drawerMeta `json:"dr"`
+	Acked   int64        `json:"ack"`
+	Created int64        `json:"ca"` // a pending bundle's, unix microseconds
+}
+
+func recipientOf(raw []byte) (string, error) {
+	var d struct {
+		PK string `json:"pk"`
 	}
-	return b, nil
+	err := json.Unmarshal(raw, &d)
+	return d.PK, err
+}
+
+// addBacklogDoc adds one document of the backlog query to r.
+func addBacklogDoc(r *store.RecipientRecords, raw []byte) error {
+	var d backlogDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return err
+	}
+	switch d.T {
+	case typeEntry:
+		r.Entries = append(r.Entries, toEntry(entryDoc{Origin: d.Origin, CT: d.CT, Total: d.Total, Drawers: d.Drawers}))
+	case typeCursor:
+		r.Cursors = append(r.Cursors, toCursor(cursorDoc{Origin: d.Origin, CT: d.CT, Acked: d.Acked}))
+	case typePending:
+		r.Pending = append(r.Pending, store.PendingBundle{Origin: domain.Origin(d.Origin), Created: time.UnixMicro(d.Created)})
+	}
+	return nil
+}
+
+// writeFigures replaces the totals and the parts named, the totals last: a
+// reader that sees new totals finds the other parts at least as new.
+func (s *Store) writeFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
+	var docs []figuresDoc
+	if parts&store.FigureLists != 0 {
+		docs = append(docs, figuresDoc{ID: figuresListsID, BacklogFigures: store.BacklogFigures{ComputedAt: f.ComputedAt, Oldest: f.Oldest, Largest: f.Largest}})
+	}
+	if parts&store.FigureHistory != 0 {
+		docs = append(docs, figuresDoc{ID: figuresHistoryID, BacklogFigures: store.BacklogFigures{ComputedAt: f.ComputedAt, History: f.History}})
+	}
+	f.Oldest, f.Largest, f.History = nil, nil, nil
+	docs = append(docs, figuresDoc{ID: figuresTotalsID, BacklogFigures: f})
+	key := azcosmos.NewPartitionKeyString(figuresPartition)
+	for _, d := range docs {
+		d.PK, d.T = figuresPartition, typeFigures
+		raw, err := json.Marshal(d)
+		if err != nil {
+			return err
+		}
+		resp, err := s.recipients.UpsertItem(ctx, key, raw, nil)
+		if err != nil {
+			return err
+		}
+		s.noteItem(resp)
+	}
+	return nil
+}
+
+// readFigures reads the totals and the parts asked for, one point read
+// each; figures never written are zero.
+func (s *Store) readFigures(ctx context.Context, parts store.FigureParts) (store.BacklogFigures, error) {
+	f, err := s.readFiguresDoc(ctx, figuresTotalsID)
+	if err != nil {
+		return f, err
+	}
+	if parts&store.FigureLists != 0 {
+		l, err := s.readFiguresDoc(ctx, figuresListsID)
+		if err != nil {
+			return f, err
+		}
+		f.Oldest, f.Largest = l.Oldest, l.Largest
+	}
+	if parts&store.FigureHistory != 0 {
+		h, err := s.readFiguresDoc(ctx, figuresHistoryID)
+		if err != nil {
+			return f, err
+		}
+		f.History = h.History
+	}
+	return f, nil
+}
+
+func (s *Store) readFiguresDoc(ctx context.Context, id string) (store.BacklogFigures, error) {
+	resp, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(figuresPartition), id, "")
+	if isStatus(err, http.StatusNotFound) {
+		// None yet, or a replica behind the first write: figures are
+		// approximate, and the next read finds them.
+		return store.BacklogFigures{}, nil
+	}
+	if err != nil {
+		return store.BacklogFigures{}, err
+	}
+	var d figuresDoc
+	err = json.Unmarshal(resp.Value, &d)
+	return d.BacklogFigures, err
+}
+
+// holdFiguresLease takes the figures lease for holder until d from now, or
+// extends it when holder has it (takeLease).
+func (s *Store) holdFiguresLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
+	cur, err := s.takeLease(ctx, figuresPartition, figuresLeaseID, holder, d, 0)
+	return err == nil && cur.Holder == holder, err
+}
+
+// releaseFiguresLease ends holder's figures lease, if it still has it.
+func (s *Store) releaseFiguresLease(ctx context.Context, holder string) error {
+	return s.dropLease(ctx, figuresPartition, figuresLeaseID, holder)
+}
+
+// ScanBacklog is scanBacklog, its errors mapped.
+func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
+	v, err := s.scanBacklog(ctx, fn)
+	return v, storeError(err)
+}
+
+// WriteFigures is writeFigures, its errors mapped.
+func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
+	return storeError(s.writeFigures(ctx, f, parts))
+}
+
+// ReadFigures is readFigures, its errors mapped.
+func (s *Store) ReadFigures(ctx context.Context, parts store.FigureParts) (store.BacklogFigures, error) {
+	v, err := s.readFigures(ctx, parts)
+	return v, storeError(err)
+}
+
+// HoldFiguresLease is holdFiguresLease, its errors mapped.
+func (s *Store) HoldFiguresLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
+	v, err := s.holdFiguresLease(ctx, holder, d)
+	return v, storeError(err)
+}
+
+// ReleaseFiguresLease is releaseFiguresLease, its errors mapped.
+func (s *Store) ReleaseFiguresLease(ctx context.Context, holder string) error {
+	return storeError(s.releaseFiguresLease(ctx, holder))
 }

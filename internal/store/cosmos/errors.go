@@ -192,12 +192,6 @@ func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64,
 	return v, storeError(err)
 }
 
-// Backlog is backlog, its errors mapped.
-func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
-	v, err := s.backlog(ctx)
-	return v, storeError(err)
-}
-
 // ApplySweep is applySweep, its errors mapped.
 func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 	return storeError(s.applySweep(ctx, sw))

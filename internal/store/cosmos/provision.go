@@ -35,7 +35,7 @@ type container struct {
 func ptr[T any](v T) *T { return &v }
 
 var containers = []container{
-	{name: containerRecipients, indexed: []string{"/t/?"}, defaultTTL: ptr[int32](-1)},
+	{name: containerRecipients, indexed: []string{"/t/?", "/da/?"}, defaultTTL: ptr[int32](-1)},
 	{name: containerDrawers, indexed: []string{"/s/?", "/e/?"}},
 	{name: containerIDs, indexed: []string{"/i/*", "/s/?"}},
 	{name: containerSaves, indexed: nil, defaultTTL: ptr[int32](-1)},

@@ -40,7 +40,9 @@ func TestOpenRefusesContainersThatDriftedAndWarnsOfHarmlessDrift(t *testing.T) {
 		{name: "every path indexed", warning: "indexes every path",
 			props: azcosmos.ContainerProperties{ID: "drawers", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: everything}},
 		{name: "no default TTL where bundles carry one", warning: "has no default TTL",
-			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?")}},
+			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?", "/da/?")}},
+		{name: "no index of the dequeue times retention queries", refused: "container recipients does not index /da/?",
+			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?"), DefaultTimeToLive: ttlOf(-1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

@@ -403,7 +403,7 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 	}
 	doc := fromBundle(recipient, rec)
 	if len(rec.Drawers) == 0 {
-		doc.TTL = ptr(int32(s.cfg.Retention / time.Second))
+		doc.TTL = ptr(dequeuedTTL(s.cfg.Retention))
 	} // else only the sweeper removes it: it alone knows when its drawers go, which no entry names
 	if err := batchWrite(&b, doc, rec.Version); err != nil {
 		return err

@@ -65,6 +65,11 @@ func TestBackupContract(t *testing.T) {
 	storetest.RunBackup(t, openChain, nil)
 }
 
+// Retention's index and the backlog figures keep their promises.
+func TestFiguresContract(t *testing.T) {
+	storetest.RunFigures(t, openChain)
+}
+
 // openChain provisions a fresh database, as open does, behind the chain.
 func openChain(t *testing.T) store.Store {
 	t.Helper()

@@ -52,5 +52,24 @@ func (p prioritized) Do(req *http.Request) (*http.Response, error) {
 	if low, _ := req.Context().Value(lowPriorityKey{}).(bool); low && req.Header.Get(priorityHeader) == "" {
 		req.Header.Set(priorityHeader, string(azcosmos.PriorityLevelLow))
 	}
+	if token, _ := req.Context().Value(sessionTokenKey{}).(string); token != "" && req.Header.Get(sessionTokenHeader) == "" {
+		req.Header.Set(sessionTokenHeader, token)
+	}
 	return p.next.Do(req)
+}
+
+// sessionTokenKey marks a context with a session token for requests whose
+// options have none (azcosmos v1.5.0's change feed): under Session
+// consistency a read with the token sees every write the token covers, so
+// that the figures' holder reads the changes its own instance made and
+// those whose tokens it learnt.
+type sessionTokenKey struct{}
+
+const sessionTokenHeader = "x-ms-session-token" //nolint:gosec // a header name, not a credential
+
+func withSessionToken(ctx context.Context, token *string) context.Context {
+	if token == nil || *token == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, sessionTokenKey{}, *token)
 }

@@ -30,7 +30,11 @@ const (
 	OpRecipients      = "recipients"
 	OpDequeuedBundles = "dequeued_bundles"
 	OpApplySweep      = "apply_sweep"
-	OpBacklog         = "backlog"
+	OpScanBacklog     = "scan_backlog"
+	OpChangedBacklog  = "changed_backlog"
+	OpReadFigures     = "read_figures"
+	OpWriteFigures    = "write_figures"
+	OpDueRecipients   = "due_recipients"
 	OpNotices         = "notices"
 	OpRemoveNotices   = "remove_notices"
 	OpDequeuedBundle  = "dequeued_bundle"
@@ -155,14 +159,21 @@ func (s *Store) ReleaseBundle(ctx context.Context, recipient string, rec bundle.
 // work per recipient, itself made of store operations) is not counted, nor is
 // an error fn returned.
 func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error) error {
+	return visit(ctx, s, OpRecipients, func(fn func(string) error) error { return s.next.Recipients(ctx, fn) }, fn)
+}
+
+// visit records one operation of a backend that calls fn for many items
+// (run): the time spent in fn, itself made of store operations, is not
+// counted, nor is an error fn returned.
+func visit[T any](ctx context.Context, s *Store, op string, run func(func(T) error) error, fn func(T) error) error {
 	start := s.now()
 	var (
 		inFn  time.Duration
 		fnErr error
 	)
-	err := s.next.Recipients(ctx, func(recipient string) error {
+	err := run(func(v T) error {
 		t := s.now()
-		fnErr = fn(recipient)
+		fnErr = fn(v)
 		inFn += s.now().Sub(t)
 		return fnErr
 	})
@@ -170,7 +181,7 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 	if fnErr != nil && errors.Is(err, fnErr) {
 		storeErr = nil // fn's own failure, already recorded by the operation that failed
 	}
-	s.observe(ctx, OpRecipients, start.Add(inFn), storeErr)
+	s.observe(ctx, op, start.Add(inFn), storeErr)
 	return err
 }
 
@@ -190,12 +201,57 @@ func (s *Store) ApplySweep(ctx context.Context, sweep store.Sweep) error {
 	return err
 }
 
-// Backlog implements store.Store.
-func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
+// ScanBacklog implements store.Figures. The time spent in fn is not
+// counted.
+func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
+	var cost float64
+	err := visit(ctx, s, OpScanBacklog, func(fn func(store.RecipientRecords) error) (err error) {
+		cost, err = s.next.ScanBacklog(ctx, fn)
+		return err
+	}, fn)
+	return cost, err
+}
+
+// ChangedBacklog implements store.Figures.
+func (s *Store) ChangedBacklog(ctx context.Context, cursor string) (store.BacklogChanges, error) {
 	start := s.now()
-	b, err := s.next.Backlog(ctx)
-	s.observe(ctx, OpBacklog, start, err)
-	return b, err
+	c, err := s.next.ChangedBacklog(ctx, cursor)
+	s.observe(ctx, OpChangedBacklog, start, err)
+	return c, err
+}
+
+// ReadFigures implements store.Figures.
+func (s *Store) ReadFigures(ctx context.Context, parts store.FigureParts) (store.BacklogFigures, error) {
+	start := s.now()
+	f, err := s.next.ReadFigures(ctx, parts)
+	s.observe(ctx, OpReadFigures, start, err)
+	return f, err
+}
+
+// WriteFigures implements store.Figures.
+func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
+	start := s.now()
+	err := s.next.WriteFigures(ctx, f, parts)
+	s.observe(ctx, OpWriteFigures, start, err)
+	return err
+}
+
+// HoldFiguresLease implements store.Figures.
+func (s *Store) HoldFiguresLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
+	return s.next.HoldFiguresLease(ctx, holder, d)
+}
+
+// ReleaseFiguresLease implements store.Figures.
+func (s *Store) ReleaseFiguresLease(ctx context.Context, holder string) error {
+	return s.next.ReleaseFiguresLease(ctx, holder)
+}
+
+// DueRecipients implements store.Retention. The time spent in fn is not
+// counted.
+func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, fn func(recipient string) error) error {
+	return visit(ctx, s, OpDueRecipients, func(fn func(string) error) error {
+		return s.next.DueRecipients(ctx, dueBefore, since, fn)
+	}, fn)
 }
 
 // Notices implements store.Outbox.

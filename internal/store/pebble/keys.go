@@ -24,6 +24,7 @@ import (
 //	j <group> <notification id>            id record (idindex.go)
 //	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
 //	f                                      token of the saved id index (idindex_file.go)
+//	g <part>                               backlog figures (figures.go)
 //	v                                      format version (format.go)
 const (
 	prefixRecipient   = 'r'

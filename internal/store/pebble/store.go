@@ -330,6 +330,13 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 	if err != nil {
 		return err
 	}
+	return each(ctx, recipients, fn)
+}
+
+// each calls fn for every recipient until one fails or ctx ends: the
+// visits of recipients run after the scan that listed them, so that fn may
+// write.
+func each(ctx context.Context, recipients []string, fn func(recipient string) error) error {
 	for _, r := range recipients {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -339,33 +346,6 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 		}
 	}
 	return nil
-}
-
-// Backlog sums every recipient's catalog entries, cursors and pending
-// bundles: from memory
-// where they are cached, else read (and not cached, so that metrics do not
-// keep idle recipients in memory).
-func (s *Store) Backlog(ctx context.Context) (store.Backlog, error) {
-	var b store.Backlog
-	err := s.Recipients(ctx, func(recipient string) error {
-		r, err := uuidBytes(recipient)
-		if err != nil {
-			return err
-		}
-		rec := s.cached(r)
-		if rec == nil {
-			if rec, err = s.readRecords(r); err != nil {
-				return err
-			}
-		}
-		st := rec.state()
-		b.Add(st.Entries, st.Cursors)
-		for _, p := range st.Pending {
-			b.AddPending(p.Origin, p.CreatedAt)
-		}
-		return nil
-	})
-	return b, err
 }
 
 // DequeuedBundles lists the recipient's dequeued and released bundles.

@@ -26,6 +26,11 @@ func TestStoreContract(t *testing.T) {
 	storetest.RunStore(t, openChain)
 }
 
+// Retention's index and the backlog figures keep their promises.
+func TestFiguresContract(t *testing.T) {
+	storetest.RunFigures(t, openChain)
+}
+
 func openChain(t *testing.T) store.Store {
 	s, err := backend.Open(context.Background(), backend.Config{Kind: backend.Pebble, DataDir: t.TempDir()})
 	if err != nil {

@@ -2,7 +2,11 @@ package pebble
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/bundle"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/store"
@@ -117,4 +121,32 @@ func (s *Store) drawerDeletions(drawerID string) (puts []put, gone []uint64, err
 		return pr.err
 	})
 	return puts, gone, err
+}
+
+// DueRecipients implements store.Retention. The store is local, so it reads
+// every dequeued bundle's record rather than keep an index of their times.
+func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, fn func(recipient string) error) error {
+	var due []string
+	err := s.scan([]byte{prefixDequeued}, func(key, value []byte) error {
+		recipient := uuidString(key[1:17])
+		if n := len(due); n > 0 && due[n-1] == recipient {
+			return nil // listed already: keys are ordered by recipient
+		}
+		var rec bundle.Record
+		if err := json.Unmarshal(value, &rec); err != nil {
+			return err
+		}
+		at := rec.DequeuedAt
+		if rec.State == bundle.Released {
+			at = rec.ReleasedAt
+		}
+		if at.Before(dueBefore) || (!since.IsZero() && !at.Before(since)) {
+			due = append(due, recipient)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return each(ctx, due, fn)
 }

@@ -751,7 +751,7 @@ func sweepRefusesChangedCatalog(t *testing.T, s *storeEnv) {
 }
 
 func backlogSums(t *testing.T, s *storeEnv) {
-	empty, err := s.store.Backlog(ctx(t))
+	empty, err := store.SumBacklog(ctx(t), s.store)
 	if err != nil || empty.Recipients != 0 || len(empty.ByOrigin) != 0 {
 		t.Fatalf("an empty store has a backlog %+v (%v)", empty, err)
 	}
@@ -766,7 +766,7 @@ func backlogSums(t *testing.T, s *storeEnv) {
 		st := s.load(r)
 		want.Add(st.Entries, st.Cursors)
 	}
-	got, err := s.store.Backlog(ctx(t))
+	got, err := store.SumBacklog(ctx(t), s.store)
 	if err != nil {
 		t.Fatal(err)
 	}

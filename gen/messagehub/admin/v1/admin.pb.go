@@ -988,7 +988,10 @@ func (x *ListRecipientsRequest) GetPageToken() string {
 	return ""
 }
 
-// ListRecipientsResponse is one page.
+// ListRecipientsResponse is one page. The figures keep, of the recipients
+// with a backlog, the 1,000 with the oldest waiting notifications and the
+// 1,000 with the most: the list of an order ends there. A page token given
+// before the figures were recounted goes on from its place in the new list.
 type ListRecipientsResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Recipients []*RecipientBacklog    `protobuf:"bytes,1,rep,name=recipients,proto3" json:"recipients,omitempty"`
@@ -1170,7 +1173,9 @@ func (x *GetBacklogHistoryRequest) GetMinutes() int32 {
 	return 0
 }
 
-// GetBacklogHistoryResponse holds the samples, oldest first.
+// GetBacklogHistoryResponse holds the samples, oldest first: one per
+// recount of the backlog figures at most every 5 minutes, kept for 24 hours;
+// the window ends at the last sample.
 type GetBacklogHistoryResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Samples       []*BacklogSample       `protobuf:"bytes,1,rep,name=samples,proto3" json:"samples,omitempty"`

@@ -1,0 +1,219 @@
+// Package figures keeps the backlog figures of a store (store.Figures): one
+// instance of those sharing the store at a time, the holder of the store's
+// figures lease, keeps a tally of every recipient's backlog in memory and
+// stores the figures from it, which every instance's gauges and the admin
+// calls then read in one read each. The holder counts every recipient when
+// it takes the lease and once a day; in between it reads only the
+// recipients that changed (store.Figures.ChangedBacklog), so that an idle
+// recipient costs nothing. Both kinds of update are paced by what they
+// cost, with a low-priority context.
+package figures
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// Defaults of Options.
+const (
+	// DefaultEvery is the least time between two updates of the figures.
+	DefaultEvery = time.Minute
+	// DefaultFullEvery is the least time between two recounts of every
+	// recipient, which correct what following the changes may have missed
+	// (documents a store deletes without a trace in its change feed).
+	DefaultFullEvery = 24 * time.Hour
+	// DefaultBudget is what each kind of update (following the changes,
+	// recounting everything) may cost per second on average, in the
+	// store's unit of cost (request units on Cosmos DB): with the reads of
+	// the totals (one point read per instance per gauge interval) the
+	// figures of a whole cluster stay within 50 RU/s.
+	DefaultBudget = 20.0
+)
+
+// Options shape a Keeper.
+type Options struct {
+	// Every is the least time between two updates (default DefaultEvery):
+	// Run looks whether one is due this often.
+	Every time.Duration
+	// FullEvery is the least time between two recounts of every recipient
+	// (default DefaultFullEvery).
+	FullEvery time.Duration
+	// Budget is what each kind of update may cost per second on average
+	// (default DefaultBudget): an update that cost c waits at least
+	// c/Budget seconds for the next of its kind.
+	Budget float64
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Keeper keeps the figures of a store while it holds their lease.
+type Keeper struct {
+	store  store.Store
+	opts   Options
+	holder string
+
+	// What the holder keeps between updates; cursor is empty when it
+	// holds nothing (not the holder, or not yet counted).
+	tally   store.Tally
+	cursor  string
+	history []store.BacklogSample
+	written store.BacklogFigures // the lists and history last written
+	fullAt  time.Time
+	full    float64 // the last recount's cost
+}
+
+// New returns a Keeper of s's figures.
+func New(s store.Store, opts Options) *Keeper {
+	if opts.Every <= 0 {
+		opts.Every = DefaultEvery
+	}
+	if opts.FullEvery <= 0 {
+		opts.FullEvery = DefaultFullEvery
+	}
+	if opts.Budget <= 0 {
+		opts.Budget = DefaultBudget
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Keeper{store: s, opts: opts, holder: uuid.NewString()}
+}
+
+// paced is when an update of its kind that cost cost at at may follow.
+func (k *Keeper) paced(at time.Time, least time.Duration, cost float64) time.Time {
+	return at.Add(max(least, time.Duration(cost/k.opts.Budget*float64(time.Second))))
+}
+
+// Turn updates the figures if they are due and this instance holds (or
+// takes) the figures lease; it reports whether it updated them.
+func (k *Keeper) Turn(ctx context.Context) (bool, error) {
+	ctx = k.store.LowPriority(ctx)
+	last, err := k.store.ReadFigures(ctx, store.FigureTotals)
+	if err != nil {
+		return false, err
+	}
+	now := k.opts.Now()
+	if !last.ComputedAt.IsZero() && now.Before(k.paced(last.ComputedAt, k.opts.Every, last.Cost)) {
+		return false, nil
+	}
+	// The lease outlasts a few turns: another instance takes over only
+	// from a holder that stopped.
+	held, err := k.store.HoldFiguresLease(ctx, k.holder, 5*k.opts.Every)
+	if err != nil || !held {
+		k.forget() // another holder's changes are not in this tally
+		return false, err
+	}
+	if k.cursor == "" || !now.Before(k.paced(k.fullAt, k.opts.FullEvery, k.full)) {
+		return true, k.Recount(ctx)
+	}
+	changes, err := k.store.ChangedBacklog(ctx, k.cursor)
+	if err != nil {
+		if !errors.Is(err, domain.ErrUnavailable) && ctx.Err() == nil {
+			// Not a passing refusal (a cursor the store no longer takes,
+			// say): count again rather than fail on every turn.
+			k.forget()
+		}
+		return false, err
+	}
+	if changes.All {
+		k.tally.Reset()
+	}
+	for _, r := range changes.Recipients {
+		k.tally.Set(r)
+	}
+	k.cursor = changes.Cursor
+	return true, k.write(ctx, changes.Cost)
+}
+
+// forget drops what the keeper holds: the next update it makes recounts.
+func (k *Keeper) forget() {
+	k.tally.Reset()
+	k.cursor, k.history, k.written = "", nil, store.BacklogFigures{}
+}
+
+// Recount counts every recipient now and stores the figures. The cursor of
+// the changes is taken first, so that a change during the recount is read
+// again after it rather than missed.
+func (k *Keeper) Recount(ctx context.Context) error {
+	if k.cursor == "" { // taking over: the history goes on from the last holder's
+		h, err := k.store.ReadFigures(ctx, store.FigureHistory)
+		if err != nil {
+			return err
+		}
+		k.history = h.History
+	}
+	start, err := k.store.ChangedBacklog(ctx, "")
+	if err != nil {
+		return err
+	}
+	k.tally.Reset()
+	cost, err := k.store.ScanBacklog(ctx, func(r store.RecipientRecords) error {
+		k.tally.Set(r)
+		return nil
+	})
+	if err != nil {
+		k.forget()
+		return err
+	}
+	k.cursor, k.fullAt, k.full = start.Cursor, k.opts.Now(), start.Cost+cost
+	return k.write(ctx, 0)
+}
+
+// write stores the figures of the tally; the lists and the history only
+// when they changed.
+func (k *Keeper) write(ctx context.Context, cost float64) error {
+	notices, oldest, err := k.store.NoticeBacklog(ctx)
+	if err != nil {
+		return err
+	}
+	f := k.tally.Figures(k.opts.Now(), k.history)
+	f.Cost, f.FullAt, f.FullCost = cost, k.fullAt, k.full
+	f.Notices, f.OldestNotice = notices, oldest
+	var parts store.FigureParts
+	if !slices.Equal(f.Oldest, k.written.Oldest) || !slices.Equal(f.Largest, k.written.Largest) {
+		parts |= store.FigureLists
+	}
+	if len(f.History) != len(k.history) || (len(f.History) > 0 && !f.History[len(f.History)-1].At.Equal(k.history[len(k.history)-1].At)) {
+		parts |= store.FigureHistory
+	}
+	if err := k.store.WriteFigures(ctx, f, parts); err != nil {
+		return err
+	}
+	k.history, k.written.Oldest, k.written.Largest = f.History, f.Oldest, f.Largest
+	return nil
+}
+
+// Run takes a turn now and every Every until ctx ends, then gives the lease
+// up.
+func (k *Keeper) Run(ctx context.Context) {
+	defer func() {
+		release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := k.store.ReleaseFiguresLease(release, k.holder); err != nil {
+			k.opts.Logger.Warn("releasing the figures lease failed; it runs out by itself", "err", err)
+		}
+	}()
+	tick := time.NewTicker(k.opts.Every)
+	defer tick.Stop()
+	for {
+		if _, err := k.Turn(ctx); err != nil && ctx.Err() == nil {
+			k.opts.Logger.Warn("updating the backlog figures failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}

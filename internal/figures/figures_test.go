@@ -1,0 +1,146 @@
+package figures_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/figures"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
+)
+
+// costly is a real store whose reads of changes cost what the test says,
+// or fail with the error it says, and which counts the recounts.
+type costly struct {
+	store.Store
+	mu      sync.Mutex
+	cost    float64
+	fail    error
+	recount int
+}
+
+func (s *costly) ChangedBacklog(ctx context.Context, cursor string) (store.BacklogChanges, error) {
+	s.mu.Lock()
+	cost, fail := s.cost, s.fail
+	s.mu.Unlock()
+	if cursor != "" && fail != nil {
+		return store.BacklogChanges{}, fail
+	}
+	c, err := s.Store.ChangedBacklog(ctx, cursor)
+	c.Cost = cost
+	return c, err
+}
+
+func (s *costly) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
+	s.mu.Lock()
+	s.recount++
+	s.mu.Unlock()
+	return s.Store.ScanBacklog(ctx, fn)
+}
+
+func (s *costly) set(cost float64, fail error) {
+	s.mu.Lock()
+	s.cost, s.fail = cost, fail
+	s.mu.Unlock()
+}
+
+func (s *costly) recounts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recount
+}
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func setup(t *testing.T) (*costly, *figures.Keeper, *clock) {
+	t.Helper()
+	st, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	s := &costly{Store: st}
+	c := &clock{now: time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)}
+	return s, figures.New(s, figures.Options{Now: c.Now}), c
+}
+
+func turn(t *testing.T, k *figures.Keeper) (bool, error) {
+	t.Helper()
+	return k.Turn(context.Background())
+}
+
+// An update that cost c waits c/Budget before the next, longer than Every
+// when c is large.
+func TestUpdatesArePacedByWhatTheyCost(t *testing.T) {
+	s, k, c := setup(t)
+	if done, err := turn(t, k); err != nil || !done {
+		t.Fatalf("the first turn: %v (%v), want a count", done, err)
+	}
+	s.set(6*60*figures.DefaultBudget, nil) // six minutes' worth
+	c.advance(figures.DefaultEvery)
+	if done, err := turn(t, k); err != nil || !done {
+		t.Fatalf("a turn a minute on: %v (%v), want an update", done, err)
+	}
+	s.set(0, nil)
+	for _, wait := range []time.Duration{figures.DefaultEvery, 4 * figures.DefaultEvery} {
+		c.advance(wait)
+		if done, err := turn(t, k); err != nil || done {
+			t.Fatalf("an update within six minutes of one that cost six minutes' budget: %v (%v)", done, err)
+		}
+	}
+	c.advance(figures.DefaultEvery)
+	if done, err := turn(t, k); err != nil || !done {
+		t.Fatalf("six minutes on: %v (%v), want an update", done, err)
+	}
+	if n := s.recounts(); n != 1 {
+		t.Fatalf("%d recounts, want the first only", n)
+	}
+}
+
+// A store that refuses for a while is asked again from the same place; one
+// that fails otherwise (a cursor it no longer takes) makes the keeper count
+// again.
+func TestAFailedReadOfTheChangesRecountsUnlessItPasses(t *testing.T) {
+	s, k, c := setup(t)
+	if _, err := turn(t, k); err != nil {
+		t.Fatal(err)
+	}
+	s.set(0, fmt.Errorf("%w: throttled", domain.ErrUnavailable))
+	c.advance(figures.DefaultEvery)
+	if _, err := turn(t, k); !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("turn: %v, want the refusal", err)
+	}
+	s.set(0, nil)
+	if done, err := turn(t, k); err != nil || !done || s.recounts() != 1 {
+		t.Fatalf("after a refusal: %v (%v), %d recounts; want an update from the same place", done, err, s.recounts())
+	}
+	s.set(0, errors.New("continuation of another container"))
+	c.advance(figures.DefaultEvery)
+	if _, err := turn(t, k); err == nil {
+		t.Fatal("turn: no error")
+	}
+	s.set(0, nil)
+	if done, err := turn(t, k); err != nil || !done || s.recounts() != 2 {
+		t.Fatalf("after a failure: %v (%v), %d recounts; want a second count", done, err, s.recounts())
+	}
+}
