@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
 
-const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowledge> --recipient UUID [flags]
+const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowledge|audit> --recipient UUID [flags]
        messagehub admin backup --to DIR [flags]
        messagehub admin recipients [--order oldest|size] [--page-size N] [--page-token T]
        messagehub admin history [--minutes N]
@@ -40,10 +41,12 @@ const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowle
   recipients   the recipients with a backlog, oldest waiting notification or most waiting
                first (from the backlog figures, updated minutes apart)
   history      the backlog per domain over the last minutes (from the same figures)
+  audit        the recipient's audit log, oldest first, one line per event
+               (--since 2h, or --from/--to as RFC 3339 times; default: all that is kept)
 
-backlog, next, trace, recipients, history and backup change nothing an actor sees. release and
+backlog, next, trace, recipients, history, backup and audit change nothing an actor sees. release and
 acknowledge do, at once (no confirmation): they need a reason, which the audit log records. The answer is
-printed as JSON, after a line that says what was done.
+printed as JSON, after a line that says what was done (audit: one line per event).
 `
 
 // runAdmin is "messagehub admin …": it calls the Admin service of a running
@@ -65,7 +68,7 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	domainName := fs.String("domain", "", "acknowledge: the cabinet's domain (e.g. DOMAIN_TIME_SERIES or TIME_SERIES)")
 	contentType := fs.String("content-type", "", "acknowledge: the cabinet's content type")
 	upTo := fs.String("up-to", "", "acknowledge: the last notification id to dequeue")
-	to := fs.String("to", "", "backup: the new directory to write, on the hub's host")
+	to := fs.String("to", "", "backup: the new directory to write, on the hub's host; audit: the events before this time (RFC 3339)")
 	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt)")
 	useTLS := fs.Bool("tls", false, "connect with TLS (the system's roots)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long the call may take")
@@ -73,6 +76,8 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	pageSize := fs.Int("page-size", 0, "recipients: at most this many (0: 100)")
 	pageToken := fs.String("page-token", "", "recipients: the next_page_token of the previous page")
 	minutes := fs.Int("minutes", 0, "history: the last this many minutes (0: 180)")
+	since := fs.Duration("since", 0, "audit: the events of this long ago until now (e.g. 2h)")
+	from := fs.String("from", "", "audit: the events at or after this time (RFC 3339)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -159,6 +164,12 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 			return errors.New("backup needs --to DIR, a directory on the hub's host that does not exist yet")
 		}
 		answer, err = client.Backup(ctx, &adminv1.BackupRequest{Directory: *to})
+	case "audit":
+		req, err := auditRequest(*recipient, *since, *from, *to, time.Now())
+		if err != nil {
+			return err
+		}
+		return printAudit(ctx, client, req, out)
 	default:
 		fmt.Fprint(errOut, adminUsage)
 		return fmt.Errorf("unknown admin call %q", call)
@@ -194,4 +205,66 @@ func parseDomain(name string) (messagehubv1.Domain, bool) {
 	}
 	v, ok := messagehubv1.Domain_value[name]
 	return messagehubv1.Domain(v), ok && v != 0
+}
+
+// auditRequest is the first page's request of "admin audit": --since, or
+// --from and --to, or everything kept.
+func auditRequest(recipient string, since time.Duration, from, to string, now time.Time) (*adminv1.ListAuditEventsRequest, error) {
+	req := &adminv1.ListAuditEventsRequest{Recipient: recipient, PageSize: 1000}
+	if since != 0 && (from != "" || to != "") {
+		return nil, errors.New("audit: give --since or --from/--to, not both")
+	}
+	if since < 0 {
+		return nil, fmt.Errorf("audit: --since %s is negative", since)
+	}
+	if since > 0 {
+		req.FromMs = now.Add(-since).UnixMilli()
+	}
+	for _, b := range []struct {
+		flag, value string
+		into        *int64
+	}{{"--from", from, &req.FromMs}, {"--to", to, &req.ToMs}} {
+		if b.value == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, b.value)
+		if err != nil {
+			return nil, fmt.Errorf("audit: %s %q is not an RFC 3339 time (e.g. 2026-11-26T10:00:00Z)", b.flag, b.value)
+		}
+		*b.into = t.UnixMilli()
+	}
+	return req, nil
+}
+
+// printAudit pages through the audit log and prints one line per event:
+// time (UTC), action, subject, bundle (- for none) and detail (quoted).
+func printAudit(ctx context.Context, client adminv1.AdminClient, req *adminv1.ListAuditEventsRequest, out io.Writer) error {
+	for {
+		resp, err := client.ListAuditEvents(ctx, req)
+		if err != nil {
+			return err
+		}
+		for _, e := range resp.GetEvents() {
+			if _, err := fmt.Fprintln(out, auditLine(e)); err != nil {
+				return err
+			}
+		}
+		if resp.GetNextPageToken() == "" {
+			return nil
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+}
+
+func auditLine(e *adminv1.AuditEvent) string {
+	bundle := e.GetBundleId()
+	if bundle == "" {
+		bundle = "-"
+	}
+	line := fmt.Sprintf("%s  %-21s  %-36s  %-36s", time.UnixMilli(e.GetAtMs()).UTC().Format("2006-01-02T15:04:05.000Z"),
+		strings.TrimPrefix(e.GetAction().String(), "AUDIT_ACTION_"), e.GetSubject(), bundle)
+	if e.GetDetail() != "" {
+		line += "  " + strconv.Quote(e.GetDetail())
+	}
+	return line
 }

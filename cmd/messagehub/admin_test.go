@@ -125,6 +125,43 @@ func TestTheAdminCommandInspectsARunningHub(t *testing.T) {
 		!strings.Contains(history.String(), "DOMAIN_TIME_SERIES") {
 		t.Fatalf("admin history: %v\n%s%s", err, history.String(), errOut.String())
 	}
+
+	// The audit log shows the three looks and the actor's Peek, one line
+	// each, by "local" (no authentication), once the buffer is flushed.
+	var lines []string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		lines = strings.Split(strings.TrimSpace(admin("audit", "--since", "1h")), "\n")
+		if len(lines) >= 4 {
+			break
+		}
+	}
+	text := strings.Join(lines, "\n")
+	t.Logf("admin audit:\n%s", text)
+	if len(lines) != 4 || strings.Count(text, "INSPECT ") != 3 || !strings.Contains(text, "PEEK ") ||
+		!strings.Contains(text, bundleID) || strings.Count(text, " local ") != 4 || !strings.Contains(text, `"backlog"`) {
+		t.Fatalf("admin audit:\n%s\nwant three INSPECT lines and the PEEK of %s, by local", text, bundleID)
+	}
+}
+
+// "admin audit" takes --since or --from/--to, as times it can read.
+func TestTheAdminAuditFlags(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	req, err := auditRequest("r", 2*time.Hour, "", "", now)
+	if err != nil || req.GetFromMs() != now.Add(-2*time.Hour).UnixMilli() || req.GetToMs() != 0 {
+		t.Fatalf("--since 2h: %v %v", req, err)
+	}
+	req, err = auditRequest("r", 0, "2026-11-26T08:00:00Z", "2026-11-26T09:30:00+01:00", now)
+	if err != nil || req.GetFromMs() != now.Add(-4*time.Hour).UnixMilli() || req.GetToMs() != now.Add(-3*time.Hour-30*time.Minute).UnixMilli() {
+		t.Fatalf("--from/--to: %v %v", req, err)
+	}
+	for _, bad := range []struct {
+		since    time.Duration
+		from, to string
+	}{{time.Hour, "2026-11-26T08:00:00Z", ""}, {-time.Hour, "", ""}, {0, "yesterday", ""}, {0, "", "12:00"}} {
+		if _, err := auditRequest("r", bad.since, bad.from, bad.to, now); err == nil {
+			t.Errorf("--since %s --from %q --to %q accepted", bad.since, bad.from, bad.to)
+		}
+	}
 }
 
 // "messagehub admin backup --to DIR" writes a copy of a running hub's

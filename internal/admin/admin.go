@@ -30,6 +30,7 @@ type Hub interface {
 	TraceNotification(ctx context.Context, recipient, id string) (hub.Trace, error)
 	Figures
 	Remedies
+	AuditLog
 }
 
 // Service implements adminv1.AdminServer over a Hub.

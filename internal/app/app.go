@@ -158,6 +158,11 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if docs != nil {
 		opts = append(opts, server.WithDocuments(docs, cfg.ContentTimeout))
 	}
+	auditLog, err := a.openAudit(core)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, server.WithAudit(auditLog, auth.Subject))
 	if cfg.Store == StoreEmbedded {
 		// Every Save of an embedded store goes through this instance and
 		// wakes the Peeks waiting for it: no re-check is needed.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/energydatahub/messagehub/internal/audit"
 	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -55,6 +56,8 @@ type Config struct {
 	// wrapStore, when set, wraps the store under everything else: tests use
 	// it to make the store misbehave.
 	wrapStore storeWrapper
+	// auditOptions, when set, replace the audit log's defaults (tests).
+	auditOptions audit.Options
 }
 
 // Build is what the binary knows about how it was built.

@@ -1,6 +1,9 @@
 package app
 
-import "github.com/energydatahub/messagehub/internal/store"
+import (
+	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/store"
+)
 
 // WrapStore makes New wrap the store chain it opens with wrap, under the
 // hub.
@@ -12,3 +15,6 @@ func Released(a *App) <-chan struct{} { return a.released }
 
 // Waiting is how many Peeks of a wait.
 func Waiting(a *App) int { return a.waiting() }
+
+// SetAuditOptions replaces the audit log's defaults.
+func SetAuditOptions(cfg *Config, o audit.Options) { cfg.auditOptions = o }

@@ -39,6 +39,8 @@ var requiredRole = map[string]string{
 	adminv1.Admin_AcknowledgeOnBehalf_FullMethodName: RoleAdmin,
 	// A copy of the hub's data, written on its host.
 	adminv1.Admin_Backup_FullMethodName: RoleAdmin,
+	// The audit log of any recipient.
+	adminv1.Admin_ListAuditEvents_FullMethodName: RoleAdmin,
 }
 
 // Authorizer checks the bearer token of every MessageHub call.

@@ -198,6 +198,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, console.Path, console.Handler()}, {http.MethodGet, console.Path + "/", console.Handler()},
 		// Backup (the admin role): a copy of the hub's data on its host.
 		{http.MethodPost, "/admin/v1/backup", api},
+		// The audit log of a recipient (the admin role).
+		{http.MethodGet, "/admin/v1/recipients/{recipient}/audit", api},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})

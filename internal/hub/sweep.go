@@ -109,6 +109,7 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 	}); err != nil {
 		return err
 	}
+	r.pruneAudit(ctx, cutoff)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sweepParallel)
 	held := time.Now()

@@ -57,6 +57,9 @@ func (s *sweptStore) DequeuedBundles(context.Context, string) ([]bundle.Record, 
 
 func (s *sweptStore) Close() error { return nil }
 
+// PruneAudit keeps no audit log: the sweep's recipients are what is watched.
+func (s *sweptStore) PruneAudit(context.Context, time.Time) error { return nil }
+
 // A sweptStore alone is a store of one instance.
 func (s *sweptStore) HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
 	return store.Solo{}.HoldSweepLease(ctx, holder, d)

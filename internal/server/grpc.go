@@ -61,6 +61,8 @@ type options struct {
 	waitRecheck    time.Duration
 	// forwardedClient: the gateway's in-process server (WithForwardedClient).
 	forwardedClient bool
+	auditor         Auditor                          // nil: no audit log (audit.go)
+	subject         func(ctx context.Context) string // the caller, for the audit log
 }
 
 // Limits bound what clients can make the server hold. The defaults suit a
@@ -183,6 +185,11 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		// A stream's caller is checked when it opens, before the handler
 		// reads its request.
 		stream = append(stream, streamAuthInterceptor(o.authorizer))
+	}
+	if o.auditor != nil {
+		// Last: after the authorizer, whose context names the caller.
+		unary = append(unary, unaryAuditInterceptor(&o))
+		stream = append(stream, streamAuditInterceptor(&o))
 	}
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/energydatahub/messagehub/internal/audit"
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -151,6 +152,7 @@ type Store interface {
 	Coordination
 	Retention
 	Figures
+	AuditLog
 }
 
 // Retention is the part of a Store that tells retention where to look, so
@@ -209,6 +211,24 @@ type Backup interface {
 	// covers) returns an error wrapping domain.ErrNotSupported and writes
 	// nothing.
 	Backup(ctx context.Context, dir string) error
+}
+
+// AuditLog is the part of a Store that keeps the audit log: each
+// recipient's events in key order (audit.Event.Key, which orders them by
+// time), for the retention period.
+type AuditLog interface {
+	// AppendAudit stores events of any recipients, durably when it returns
+	// nil; an event whose key is stored already is stored once. Events
+	// arrive grouped by recipient (audit.Log sorts them), which a store may
+	// write as one write per recipient.
+	AppendAudit(ctx context.Context, events []audit.Event) error
+	// AuditEvents returns up to q.Limit of the recipient's events that
+	// q.Contains, in key order, and the key to continue after when more are
+	// left. Events before the last PruneAudit are never returned.
+	AuditEvents(ctx context.Context, q audit.Query) (audit.Page, error)
+	// PruneAudit removes (or, where the store expires them by itself,
+	// hides at once) every event before the time.
+	PruneAudit(ctx context.Context, before time.Time) error
 }
 
 // Notice says that a dequeued bundle's domain is still to be told of it.

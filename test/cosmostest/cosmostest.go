@@ -89,13 +89,18 @@ type Options struct {
 	Seed uint32
 	// Consistency is the account's default consistency level ("" = "Session").
 	Consistency string
+	// Ranges is the number of partition key ranges (physical partitions) a new container
+	// starts with (0 = 1). Each has its own LSN, session-token segment and share of the
+	// container's throughput (at most 10,000 RU/s); Split splits one while clients run.
+	Ranges int
 }
 
-// Faithful is everything real Cosmos enforces: limits, charges, 400 RU/s per container (the
-// smallest manual throughput; a container created with throughput of its own gets that),
+// Faithful is everything real Cosmos enforces: limits, charges by Microsoft's published rules,
+// 400 RU/s per container (the smallest manual throughput; a container created with throughput
+// of its own gets that) spread over two partition key ranges that each throttle on their own,
 // TTL and up to 200 ms of replica lag. Every Cosmos test runs against it by default.
 func Faithful() Options {
-	return Options{Limits: true, Charges: true, RUPerSecond: 400, TTL: true, Lag: 200 * time.Millisecond}
+	return Options{Limits: true, Charges: true, RUPerSecond: 400, TTL: true, Lag: 200 * time.Millisecond, Ranges: 2}
 }
 
 // Default is what Start and StartMain enforce: everything Faithful does (see README.md),
@@ -114,7 +119,7 @@ func Default() Options {
 }
 
 // ParseOptions reads a comma-separated option list: faithful, none, limits, charges, ttl,
-// ru=<RU/s>, lag=<duration>, lagfixed, seed=<n>, consistency=<level>.
+// ru=<RU/s>, lag=<duration>, lagfixed, seed=<n>, consistency=<level>, ranges=<n>.
 func ParseOptions(list string) (Options, error) {
 	var o Options
 	for _, f := range strings.Split(list, ",") {
@@ -142,6 +147,8 @@ func ParseOptions(list string) (Options, error) {
 			o.Seed = uint32(n)
 		case "consistency":
 			o.Consistency = v
+		case "ranges":
+			o.Ranges, err = strconv.Atoi(v)
 		default:
 			err = errors.New("unknown option")
 		}
@@ -155,7 +162,7 @@ func ParseOptions(list string) (Options, error) {
 func (o Options) arg() string {
 	m := map[string]any{
 		"limits": o.Limits, "charges": o.Charges, "ruPerSecond": o.RUPerSecond, "ttl": o.TTL,
-		"lagMs": o.Lag.Milliseconds(), "lagFixed": o.LagFixed, "seed": o.Seed,
+		"lagMs": o.Lag.Milliseconds(), "lagFixed": o.LagFixed, "seed": o.Seed, "ranges": max(1, o.Ranges),
 	}
 	if o.Consistency != "" {
 		m["consistency"] = o.Consistency
@@ -247,7 +254,44 @@ func (s *Server) AdvanceClock(d time.Duration) error {
 	return s.control("clock", map[string]any{"advanceMs": d.Milliseconds()})
 }
 
+// Range is one live partition key range of a container, as the server holds it.
+type Range struct {
+	ID      string   `json:"id"`
+	Min     string   `json:"min"`
+	Max     string   `json:"max"`
+	Parents []string `json:"parents"`
+	LSN     int64    `json:"lsn"`
+	// RUPerSecond is the range's share of the container's throughput (0 = unlimited).
+	RUPerSecond float64 `json:"ruPerSecond"`
+}
+
+// Split splits a live partition key range of the container in two, as Cosmos DB does when a
+// physical partition grows (rangeID "" picks the range holding the most documents), and
+// returns the children's ids. Clients keep running: a request that addresses the parent
+// range by id afterwards gets 410 with substatus 1002 (PartitionKeyRangeGone), and
+// the pkranges feed lists the children with their parent.
+func (s *Server) Split(db, container, rangeID string) ([]string, error) {
+	var out struct {
+		Children []string `json:"children"`
+	}
+	err := s.controlInto("split", map[string]any{"db": db, "coll": container, "range": rangeID}, &out)
+	return out.Children, err
+}
+
+// Ranges returns the container's live partition key ranges.
+func (s *Server) Ranges(db, container string) ([]Range, error) {
+	var out struct {
+		Ranges []Range `json:"ranges"`
+	}
+	err := s.controlInto("ranges", map[string]any{"db": db, "coll": container}, &out)
+	return out.Ranges, err
+}
+
 func (s *Server) control(name string, body any) error {
+	return s.controlInto(name, body, nil)
+}
+
+func (s *Server) controlInto(name string, body, answer any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return err
@@ -260,6 +304,11 @@ func (s *Server) control(name string, body any) error {
 	out, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("cosmostest: %s: %s: %s", name, resp.Status, out)
+	}
+	if answer != nil {
+		if err := json.Unmarshal(out, answer); err != nil {
+			return fmt.Errorf("cosmostest: %s: %w", name, err)
+		}
 	}
 	return nil
 }

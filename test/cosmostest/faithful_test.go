@@ -20,9 +20,17 @@ import (
 // faithfulContainer is a fresh container (/pk) on its own server started with opts.
 func faithfulContainer(t *testing.T, opts cosmostest.Options, props azcosmos.ContainerProperties) (*cosmostest.Server, *azcosmos.ContainerClient, string) {
 	t.Helper()
+	s, c, dbID, _ := countedContainer(t, opts, props)
+	return s, c, dbID
+}
+
+// countedContainer is faithfulContainer with the transport that records its client's requests.
+func countedContainer(t *testing.T, opts cosmostest.Options, props azcosmos.ContainerProperties) (*cosmostest.Server, *azcosmos.ContainerClient, string, *cosmostest.CountingTransport) {
+	t.Helper()
 	s := cosmostest.StartWith(t, opts)
 	ctx := ctxT(t)
-	co := cosmostest.ClientOptions(nil)
+	ct := cosmostest.NewCountingTransport(nil)
+	co := cosmostest.ClientOptions(ct)
 	co.Retry.MaxRetries = -1 // see every 429 and error as it is
 	client := cosmostest.NewClientWithOptions(t, s, co)
 	dbID := cosmostest.UniqueID("db")
@@ -42,7 +50,7 @@ func faithfulContainer(t *testing.T, opts cosmostest.Options, props azcosmos.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, c, dbID
+	return s, c, dbID, ct
 }
 
 func TestFaithfulLimits(t *testing.T) {
@@ -136,8 +144,6 @@ func termsOf(v any, top bool, under string) int {
 	}
 }
 
-func kb(n int) float64 { return math.Max(1, math.Ceil(float64(n)/1024)) }
-
 func near(a, b float64) bool { return math.Abs(a-b) < 0.011 }
 
 func TestFaithfulCharges(t *testing.T) {
@@ -163,7 +169,7 @@ func TestFaithfulCharges(t *testing.T) {
 		if err := json.Unmarshal(resp.Value, &back); err != nil {
 			t.Fatal(err)
 		}
-		want := 5*kb(len(resp.Value)) + 0.1*float64(termsOf(back, true, ""))
+		want := bySize(publishedWriteRU, len(resp.Value)) + 0.2*float64(termsOf(back, true, ""))
 		if !near(float64(resp.RequestCharge), want) {
 			t.Errorf("create %d: %v RU, want %v (%d bytes)", i, resp.RequestCharge, want, len(resp.Value))
 		}
@@ -173,7 +179,7 @@ func TestFaithfulCharges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := kb(len(r.Value)); !near(float64(r.RequestCharge), want) {
+	if want := bySize(publishedReadRU, len(r.Value)); !near(float64(r.RequestCharge), want) {
 		t.Errorf("read: %v RU, want %v", r.RequestCharge, want)
 	}
 	if _, err := c.ReadItem(ctx, pk, "missing", nil); statusOf(err) != 404 {
@@ -195,13 +201,14 @@ func TestFaithfulCharges(t *testing.T) {
 		}
 		return float64(page.RequestCharge), len(page.Items), bytes
 	}
-	// Indexed filter: only the one match is loaded. Unindexed filter: all 10 are.
+	// Indexed filter: only the one match is loaded. Unindexed filter: all 10 are. Each loaded
+	// document costs its point read on top of the page's 2.3 RU.
 	got, n, size := query("SELECT * FROM c WHERE c.n = 3")
-	if want := 2.5 + 0.1*float64(n) + math.Ceil(float64(size)/1024); n != 1 || !near(got, want) {
+	if want := 2.3 + bySize(publishedReadRU, size-2); n != 1 || !near(got, want) {
 		t.Errorf("indexed query: %v RU for %d items, want %v", got, n, want)
 	}
 	got, n, size = query("SELECT * FROM c WHERE c.payload.a = 3")
-	if want := 2.5 + 0.1*10 + math.Ceil(float64(size)/1024); n != 1 || !near(got, want) {
+	if want := 2.3 + 10*bySize(publishedReadRU, size-2); n != 1 || !near(got, want) {
 		t.Errorf("unindexed query: %v RU for %d items, want %v", got, n, want)
 	}
 
@@ -211,7 +218,7 @@ func TestFaithfulCharges(t *testing.T) {
 	}
 	var back map[string]any
 	_ = json.Unmarshal(stored, &back)
-	if want := 5*kb(len(stored)) + 0.1*float64(termsOf(back, true, "")); !near(float64(d.RequestCharge), want) {
+	if want := bySize(publishedWriteRU, len(stored)) + 0.2*float64(termsOf(back, true, "")); !near(float64(d.RequestCharge), want) {
 		t.Errorf("delete: %v RU, want %v", d.RequestCharge, want)
 	}
 

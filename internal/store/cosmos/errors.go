@@ -16,6 +16,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
+	"github.com/energydatahub/messagehub/internal/audit"
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
@@ -240,6 +241,24 @@ func (s *Store) HoldSweepLease(ctx context.Context, holder string, d time.Durati
 // ReleaseSweepLease is releaseSweepLease, its errors mapped.
 func (s *Store) ReleaseSweepLease(ctx context.Context, holder string) error {
 	return storeError(s.releaseSweepLease(ctx, holder))
+}
+
+// AppendAudit is appendAudit, its errors mapped.
+func (s *Store) AppendAudit(ctx context.Context, events []audit.Event) error {
+	return storeError(s.appendAudit(ctx, events))
+}
+
+// AuditEvents is auditEvents, its errors mapped.
+func (s *Store) AuditEvents(ctx context.Context, q audit.Query) (audit.Page, error) {
+	v, err := s.auditEvents(ctx, q)
+	return v, storeError(err)
+}
+
+// PruneAudit implements store.AuditLog: the documents' ttl removes the
+// events, and this process stops returning them at once.
+func (s *Store) PruneAudit(_ context.Context, before time.Time) error {
+	s.pruneAudit(before)
+	return nil
 }
 
 // noAnswer reports whether err says a request got no answer: the transport

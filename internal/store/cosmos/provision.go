@@ -40,6 +40,7 @@ var containers = []container{
 	{name: containerIDs, indexed: []string{"/i/*", "/s/?"}},
 	{name: containerSaves, indexed: nil, defaultTTL: ptr[int32](-1)},
 	{name: containerBells, indexed: nil, defaultTTL: ptr[int32](-1)},
+	{name: containerAudit, indexed: []string{"/s/?", "/e/?"}, defaultTTL: ptr[int32](-1)},
 }
 
 func (c container) properties() azcosmos.ContainerProperties {

@@ -280,7 +280,13 @@ func (s *Store) reserveBatch(ctx context.Context, recipient string, head headDoc
 // register records a new recipient in the registry partition.
 func (s *Store) register(ctx context.Context, recipient string) error {
 	doc := map[string]string{"id": recipient, "pk": registryPartition, "t": typeRegistry}
-	_, err := s.recipients.CreateItem(ctx, azcosmos.NewPartitionKeyString(registryPartition), mustJSON(doc), nil)
+	resp, err := s.recipients.CreateItem(ctx, azcosmos.NewPartitionKeyString(registryPartition), mustJSON(doc), nil)
+	if err == nil && resp.SessionToken != nil {
+		// The registry's partition may be in another partition key range
+		// than anything else this instance wrote: without its token, a
+		// look at the registry here may not see the recipient yet.
+		s.tokens.note(containerRecipients, *resp.SessionToken)
+	}
 	if err != nil && !isStatus(err, http.StatusConflict) {
 		return err
 	}

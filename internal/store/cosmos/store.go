@@ -86,6 +86,8 @@ type Store struct {
 	drawers    *azcosmos.ContainerClient
 	ids        *azcosmos.ContainerClient
 	saves      *azcosmos.ContainerClient
+	audit      *azcosmos.ContainerClient
+	auditFloor auditFloor // see PruneAudit
 
 	tokens *sessionTokens
 	// anchored: reads of a recipient's state first read its head on the
@@ -190,7 +192,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	for _, c := range []struct {
 		name string
 		dst  **azcosmos.ContainerClient
-	}{{containerRecipients, &s.recipients}, {containerDrawers, &s.drawers}, {containerIDs, &s.ids}, {containerSaves, &s.saves}} {
+	}{{containerRecipients, &s.recipients}, {containerDrawers, &s.drawers}, {containerIDs, &s.ids}, {containerSaves, &s.saves}, {containerAudit, &s.audit}} {
 		if *c.dst, err = client.NewContainer(cfg.Database, c.name); err != nil {
 			return nil, err
 		}

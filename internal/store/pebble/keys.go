@@ -23,6 +23,7 @@ import (
 //	d <drawer> <start position>            page of a drawer
 //	j <group> <notification id>            id record (idindex.go)
 //	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
+//	a <recipient> <event key>              audit event (audit.go)
 //	f                                      token of the saved id index (idindex_file.go)
 //	g <part>                               backlog figures (figures.go)
 //	v                                      format version (format.go)

@@ -1,0 +1,47 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/server"
+)
+
+// auditFlushTimeout bounds the audit log's last flush at shutdown: what it
+// has not written by then is dropped, counted and logged. It gets at most
+// half of what shutdown has left, the rest being the hub's and the store's.
+const auditFlushTimeout = 5 * time.Second
+
+func (a *App) auditFlushTime() time.Duration {
+	if a.stopStarted.IsZero() { // New failed: nothing was recorded
+		return auditFlushTimeout
+	}
+	left := time.Until(a.stopStarted.Add(a.shutdownTimeout()))
+	return max(min(auditFlushTimeout, left/2), 0)
+}
+
+// openAudit starts the audit log over the hub. It is closed (its buffer
+// written) after the servers stopped and before the hub closes.
+func (a *App) openAudit(core server.Hub) (*audit.Log, error) {
+	w, ok := core.(audit.Writer)
+	if !ok {
+		return nil, fmt.Errorf("the hub (%T) does not keep an audit log", core)
+	}
+	opts := a.cfg.auditOptions
+	opts.Logger = a.logger
+	log := audit.NewLog(w, opts)
+	a.onClose("audit log", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), a.auditFlushTime())
+		defer cancel()
+		if err := log.Close(ctx); err != nil {
+			a.logger.Warn("audit log: events buffered at shutdown were not all written", "dropped_total", log.Dropped(), "error", err)
+		}
+		return nil
+	})
+	if err := a.tel.ObserveAuditLog(log.Dropped, log.Buffered); err != nil {
+		return nil, err
+	}
+	return log, nil
+}

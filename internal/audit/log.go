@@ -1,0 +1,240 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Writer stores events durably (store.Store's AppendAudit): all of them or,
+// on error, possibly some. Writing an event twice stores it once.
+type Writer interface {
+	AppendAudit(ctx context.Context, events []Event) error
+}
+
+// Defaults of Options.
+const (
+	DefaultFlushInterval = time.Second
+	DefaultFlushEvents   = 1000
+	DefaultMaxBuffered   = 20000
+	// flushTimeout bounds one flush's write.
+	flushTimeout = 30 * time.Second
+)
+
+// Options configure a Log; zero fields take the defaults.
+type Options struct {
+	// FlushInterval is how often buffered events are written.
+	FlushInterval time.Duration
+	// FlushEvents starts a flush before the interval is up once this many
+	// events are buffered.
+	FlushEvents int
+	// MaxBuffered is the most events held for writing; more are dropped
+	// (and counted) rather than hold up the calls that make them.
+	MaxBuffered int
+	Logger      *slog.Logger
+}
+
+// Log writes audit events: Write at once (remedies, whose answer waits for
+// it), Record in batches, so that an actor's call never waits for the audit
+// log nor fails because of it. A flush hands every buffered event to the
+// Writer in one call, ordered by recipient, which a store writes as one
+// write per recipient. Close flushes what is left.
+type Log struct {
+	w    Writer
+	opts Options
+
+	mu        sync.Mutex
+	buf       []Event
+	closed    bool
+	kick      chan struct{} // a flush is due before the interval
+	stop      chan struct{}
+	stopped   chan struct{}
+	flushMu   sync.Mutex // one flush at a time
+	closeOnce sync.Once
+	// runCtx is the periodic flushes'; Close cancels it when its own
+	// context ends, so that a flush the store holds up does not hold Close.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+
+	dropped   atomic.Int64
+	buffered  atomic.Int64
+	warnedAt  atomic.Int64 // unix ns of the last warning about drops
+	droppedAt atomic.Int64 // drops counted when it was logged
+}
+
+// NewLog starts a Log over w; Close stops it.
+func NewLog(w Writer, opts Options) *Log {
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = DefaultFlushInterval
+	}
+	if opts.FlushEvents <= 0 {
+		opts.FlushEvents = DefaultFlushEvents
+	}
+	if opts.MaxBuffered <= 0 {
+		opts.MaxBuffered = DefaultMaxBuffered
+	}
+	opts.FlushEvents = min(opts.FlushEvents, opts.MaxBuffered)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Log{w: w, opts: opts, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	l.runCtx, l.cancelRun = context.WithCancel(context.Background())
+	go l.run()
+	return l
+}
+
+// Write stores events before it returns: for a remedy, whose answer says
+// it is recorded. Their keys are made here where they have none.
+func (l *Log) Write(ctx context.Context, events ...Event) error {
+	keyed := make([]Event, len(events))
+	for i, e := range events {
+		keyed[i] = withKey(e)
+	}
+	return l.w.AppendAudit(ctx, keyed)
+}
+
+// Record buffers e for the next flush and returns at once. A full buffer
+// (MaxBuffered) or a closed log drops it: it is counted (Dropped) and a
+// warning is logged at most once per flush interval.
+func (l *Log) Record(e Event) {
+	e = withKey(e)
+	l.mu.Lock()
+	if l.closed || len(l.buf) >= l.opts.MaxBuffered {
+		l.mu.Unlock()
+		l.drop(1)
+		return
+	}
+	l.buf = append(l.buf, e)
+	n := len(l.buf)
+	l.mu.Unlock()
+	l.buffered.Store(int64(n))
+	if n >= l.opts.FlushEvents {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Dropped is how many events were dropped since the log started.
+func (l *Log) Dropped() int64 { return l.dropped.Load() }
+
+// Buffered is how many events wait for the next flush.
+func (l *Log) Buffered() int64 { return l.buffered.Load() }
+
+func (l *Log) drop(n int) {
+	total := l.dropped.Add(int64(n))
+	now := time.Now().UnixNano()
+	last := l.warnedAt.Load()
+	if now-last < int64(l.opts.FlushInterval) || !l.warnedAt.CompareAndSwap(last, now) {
+		return
+	}
+	since := total - l.droppedAt.Swap(total)
+	l.opts.Logger.Warn("audit log: events dropped: the buffer is full or the store does not take them",
+		"dropped", since, "dropped_total", total, "max_buffered", l.opts.MaxBuffered)
+}
+
+func (l *Log) run() {
+	defer close(l.stopped)
+	tick := time.NewTicker(l.opts.FlushInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-tick.C:
+		case <-l.kick:
+		}
+		_ = l.flush(l.runCtx) // a failure is logged; its events wait for the next
+
+	}
+}
+
+// Flush writes every buffered event now. Events a failed write did not
+// store go back to the buffer while it has room, for the next flush.
+func (l *Log) Flush(ctx context.Context) error {
+	return l.flush(ctx)
+}
+
+func (l *Log) flush(ctx context.Context) error {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	l.mu.Lock()
+	batch := l.buf
+	l.buf = nil
+	l.mu.Unlock()
+	l.buffered.Store(0)
+	if len(batch) == 0 {
+		return nil
+	}
+	// A recipient's events side by side: a store writes them together.
+	slices.SortStableFunc(batch, func(a, b Event) int {
+		return strings.Compare(a.Recipient+a.Key, b.Recipient+b.Key)
+	})
+	wctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	err := l.w.AppendAudit(wctx, batch)
+	cancel()
+	if err == nil {
+		return nil
+	}
+	l.mu.Lock()
+	room := 0
+	if !l.closed {
+		room = max(l.opts.MaxBuffered-len(l.buf), 0)
+	}
+	kept := batch[:min(room, len(batch))]
+	l.buf = append(kept, l.buf...)
+	n := len(l.buf)
+	l.mu.Unlock()
+	l.buffered.Store(int64(n))
+	if lost := len(batch) - len(kept); lost > 0 {
+		l.drop(lost)
+	}
+	l.opts.Logger.Warn("audit log: writing buffered events failed; kept for the next flush while there is room",
+		"events", len(batch), "kept", len(kept), "error", err)
+	return err
+}
+
+// Close stops the periodic flushes and writes what is buffered, within ctx
+// (a flush under way is cut off when ctx ends). What is not written by then,
+// and events recorded afterwards, are dropped.
+func (l *Log) Close(ctx context.Context) error {
+	first := false
+	l.closeOnce.Do(func() { first = true })
+	if !first {
+		return nil
+	}
+	defer l.cancelRun()
+	stopCutting := context.AfterFunc(ctx, l.cancelRun)
+	defer stopCutting()
+	close(l.stop)
+	<-l.stopped
+	err := l.flush(ctx)
+	l.mu.Lock()
+	l.closed = true
+	lost := len(l.buf)
+	l.buf = nil
+	l.mu.Unlock()
+	if lost > 0 {
+		l.drop(lost)
+	}
+	if err != nil {
+		return errors.Join(errors.New("audit log: the last flush failed"), err)
+	}
+	return nil
+}
+
+func withKey(e Event) Event {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	if e.Key == "" {
+		e.Key = NewKey(e.At)
+	}
+	return e
+}

@@ -1,0 +1,256 @@
+package audit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/audit"
+)
+
+// sink is a Writer that keeps what it is given, can hold a write until the
+// test lets it go, and fails while told to.
+type sink struct {
+	mu      sync.Mutex
+	writes  [][]audit.Event
+	fail    error
+	entered chan struct{} // told of every write that starts
+	hold    chan struct{} // when set, writes wait for it to close
+}
+
+func newSink() *sink { return &sink{entered: make(chan struct{}, 100)} }
+
+func (s *sink) AppendAudit(ctx context.Context, events []audit.Event) error {
+	s.entered <- struct{}{}
+	s.mu.Lock()
+	hold, fail := s.hold, s.fail
+	s.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done(): // as a store's request does
+			return ctx.Err()
+		}
+	}
+	if fail != nil {
+		return fail
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes = append(s.writes, slices.Clone(events))
+	return nil
+}
+
+func (s *sink) events() []audit.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Concat(s.writes...)
+}
+
+func event(recipient string) audit.Event {
+	return audit.Event{Action: audit.ActionPeek, Subject: recipient, Recipient: recipient, BundleID: uuid.NewString()}
+}
+
+// never is a flush interval no test waits for.
+const never = time.Hour
+
+// A flush writes every buffered event in one call, a recipient's events
+// side by side, once FlushEvents are buffered.
+func TestAFlushWritesTheBufferInOneCallGroupedByRecipient(t *testing.T) {
+	s := newSink()
+	l := audit.NewLog(s, audit.Options{FlushInterval: never, FlushEvents: 6})
+	defer func() { _ = l.Close(context.Background()) }()
+	a, b := uuid.NewString(), uuid.NewString()
+	for _, r := range []string{a, b, a, b, a, b} {
+		l.Record(event(r))
+	}
+	<-s.entered
+	if err := l.Flush(context.Background()); err != nil { // waits for the flush under way
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	writes := s.writes
+	s.mu.Unlock()
+	if len(writes) != 1 || len(writes[0]) != 6 {
+		t.Fatalf("writes %v; want one of 6 events", writes)
+	}
+	var order []string
+	for _, e := range writes[0] {
+		if e.Key == "" || e.At.IsZero() {
+			t.Fatalf("an event written without key or time: %+v", e)
+		}
+		if len(order) == 0 || order[len(order)-1] != e.Recipient {
+			order = append(order, e.Recipient)
+		}
+	}
+	if len(order) != 2 {
+		t.Fatalf("recipients in the order %v; want each one's events side by side", order)
+	}
+}
+
+// The buffer is bounded: while the store holds a flush up, Record neither
+// blocks nor grows the buffer beyond MaxBuffered; what does not fit is
+// dropped, counted and warned about once per interval.
+func TestAFullBufferDropsAndCountsWithoutBlocking(t *testing.T) {
+	s := newSink()
+	hold := make(chan struct{})
+	s.hold = hold
+	var logs bytes.Buffer
+	l := audit.NewLog(s, audit.Options{FlushInterval: never, MaxBuffered: 5,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	r := uuid.NewString()
+	for range 5 {
+		l.Record(event(r)) // the fifth starts a flush, which the store holds
+	}
+	<-s.entered
+	for range 5 + 3 {
+		l.Record(event(r))
+	}
+	if got := l.Dropped(); got != 3 {
+		t.Errorf("dropped %d; want 3", got)
+	}
+	if got := l.Buffered(); got != 5 {
+		t.Errorf("buffered %d; want 5", got)
+	}
+	if n := strings.Count(logs.String(), "events dropped"); n != 1 {
+		t.Errorf("%d warnings about drops; want one per interval:\n%s", n, logs.String())
+	}
+	close(hold)
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.events()); got != 10 {
+		t.Errorf("%d events written; want the 10 that fitted", got)
+	}
+}
+
+// Close writes what is buffered; what is recorded afterwards is dropped.
+func TestCloseFlushesTheBuffer(t *testing.T) {
+	s := newSink()
+	l := audit.NewLog(s, audit.Options{FlushInterval: never})
+	for range 3 {
+		l.Record(event(uuid.NewString()))
+	}
+	if len(s.events()) != 0 {
+		t.Fatal("written before the interval or Close")
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.events()); got != 3 {
+		t.Fatalf("%d events written at Close; want 3", got)
+	}
+	l.Record(event(uuid.NewString()))
+	if l.Dropped() != 1 || len(s.events()) != 3 {
+		t.Fatalf("a Record after Close: dropped %d, written %d; want it dropped", l.Dropped(), len(s.events()))
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatalf("a second Close: %v", err)
+	}
+}
+
+// Events a failed flush did not store wait for the next one.
+func TestAFailedFlushKeepsItsEventsForTheNext(t *testing.T) {
+	s := newSink()
+	s.fail = errors.New("store unavailable")
+	l := audit.NewLog(s, audit.Options{FlushInterval: never})
+	defer func() { _ = l.Close(context.Background()) }()
+	first := event(uuid.NewString())
+	l.Record(first)
+	if err := l.Flush(context.Background()); err == nil {
+		t.Fatal("a flush the store refused succeeded")
+	}
+	s.mu.Lock()
+	s.fail = nil
+	s.mu.Unlock()
+	l.Record(event(uuid.NewString()))
+	if err := l.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := s.events()
+	if len(got) != 2 || !slices.ContainsFunc(got, func(e audit.Event) bool { return e.BundleID == first.BundleID }) {
+		t.Fatalf("written %v; want both events, the first one kept from the failed flush", got)
+	}
+	if l.Dropped() != 0 {
+		t.Fatalf("dropped %d", l.Dropped())
+	}
+}
+
+// Write stores at once, with keys made for the events, whatever is
+// buffered.
+func TestWriteStoresBeforeItReturns(t *testing.T) {
+	s := newSink()
+	l := audit.NewLog(s, audit.Options{FlushInterval: never})
+	defer func() { _ = l.Close(context.Background()) }()
+	l.Record(event(uuid.NewString()))
+	r := uuid.NewString()
+	if err := l.Write(context.Background(), event(r), event(r)); err != nil {
+		t.Fatal(err)
+	}
+	got := s.events()
+	if len(got) != 2 || got[0].Key == "" || got[0].Key == got[1].Key {
+		t.Fatalf("written %+v; want the two events, each with its own key", got)
+	}
+	if l.Buffered() != 1 {
+		t.Fatalf("buffered %d; the recorded event waits for its flush", l.Buffered())
+	}
+}
+
+// Keys sort as their times do, and a page cursor is checked.
+func TestKeysSortByTime(t *testing.T) {
+	base := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	var keys []string
+	for i := range 50 {
+		keys = append(keys, audit.NewKey(base.Add(time.Duration(i)*time.Millisecond)))
+	}
+	if !slices.IsSorted(keys) {
+		t.Fatalf("keys out of order: %v", keys)
+	}
+	at, err := audit.ParseKey(keys[7])
+	if err != nil || !at.Equal(base.Add(7*time.Millisecond)) {
+		t.Fatalf("ParseKey: %v %v", at, err)
+	}
+	for _, bad := range []string{"", "x", keys[0][:10], strings.Replace(keys[0], "-", "+", 1), keys[0][:len(keys[0])-1] + "g"} {
+		if _, err := audit.ParseKey(bad); err == nil {
+			t.Errorf("ParseKey(%q) accepted", bad)
+		}
+	}
+	q := audit.Range("r", base.Add(time.Millisecond), base.Add(3*time.Millisecond), "", 10)
+	for i, want := range []bool{false, true, true, false} {
+		if q.Contains(keys[i]) != want {
+			t.Errorf("[1ms, 3ms) contains the key at %d ms: %v", i, !want)
+		}
+	}
+}
+
+// A store that does not answer holds neither Record nor Close beyond its
+// context: Close cuts the flush under way off, and what it could not write
+// is counted as dropped.
+func TestCloseIsBoundedByItsContextWhenTheStoreHangs(t *testing.T) {
+	s := newSink()
+	s.hold = make(chan struct{}) // never closed: the store does not answer
+	l := audit.NewLog(s, audit.Options{FlushInterval: never, FlushEvents: 2})
+	r := uuid.NewString()
+	l.Record(event(r))
+	l.Record(event(r)) // starts a flush that hangs
+	<-s.entered
+	l.Record(event(r))
+	ctx, cancel := context.WithCancel(context.Background())
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(ctx) }()
+	cancel() // the shutdown's deadline
+	if err := <-closed; err == nil {
+		t.Fatal("Close wrote nothing and said nothing")
+	}
+	if got := l.Dropped(); got != 3 {
+		t.Fatalf("dropped %d; want the 3 events never written", got)
+	}
+}

@@ -1,0 +1,224 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// The audit log is recorded here, in one place for every call: after a call
+// succeeded, its event is made from the request and the answer (their
+// recipient, bundle id and reason) and the caller's subject. The HTTP
+// gateway's calls pass the same interceptors (they reach a gRPC server of
+// the same options), so they are recorded alike. What is recorded:
+//
+//   - an actor's Peek that returned a bundle, PeekContent that sent one,
+//     and Dequeue; an empty Peek fetched nothing and is not recorded;
+//   - an operator's remedies (ReleaseBundle, AcknowledgeOnBehalf: one
+//     event per bundle dequeued), written before the call answers;
+//   - an operator's look at a recipient's queue (GetBacklog,
+//     PreviewNextBundle, TraceNotification) as INSPECT.
+//
+// Actors' events and inspections are buffered (Auditor.Record): the call
+// never waits for the audit log nor fails because of it.
+
+// Auditor keeps the audit log (audit.Log).
+type Auditor interface {
+	// Record buffers events for writing, without waiting.
+	Record(e audit.Event)
+	// Write stores events before it returns.
+	Write(ctx context.Context, events ...audit.Event) error
+}
+
+// WithAudit records the audit log of every call in a; subject names a
+// call's caller (the token's subject).
+func WithAudit(a Auditor, subject func(context.Context) string) Option {
+	return func(o *options) { o.auditor, o.subject = a, subject }
+}
+
+// auditCall says what a method records: its action and what the detail
+// says beyond a remedy's reason.
+type auditCall struct {
+	action audit.Action
+	detail func(req, resp any) string
+}
+
+var auditCalls = map[string]auditCall{
+	messagehubv1.MessageHub_Peek_FullMethodName:        {action: audit.ActionPeek},
+	messagehubv1.MessageHub_PeekContent_FullMethodName: {action: audit.ActionPeekContent},
+	messagehubv1.MessageHub_Dequeue_FullMethodName:     {action: audit.ActionDequeue},
+	adminv1.Admin_ReleaseBundle_FullMethodName:         {action: audit.ActionReleaseBundle},
+	adminv1.Admin_AcknowledgeOnBehalf_FullMethodName: {action: audit.ActionAcknowledgeOnBehalf, detail: func(req, _ any) string {
+		r, _ := req.(*adminv1.AcknowledgeOnBehalfRequest)
+		return fmt.Sprintf("up to notification %s of %s/%s", strings.ToLower(r.GetUpToNotificationId()), r.GetDomain(), r.GetContentType())
+	}},
+	adminv1.Admin_GetBacklog_FullMethodName: {action: audit.ActionInspect, detail: func(any, any) string { return "backlog" }},
+	adminv1.Admin_PreviewNextBundle_FullMethodName: {action: audit.ActionInspect, detail: func(req, _ any) string {
+		r, _ := req.(*adminv1.PreviewNextBundleRequest)
+		return "next bundle of " + r.GetGroup().String()
+	}},
+	adminv1.Admin_TraceNotification_FullMethodName: {action: audit.ActionInspect, detail: func(req, _ any) string {
+		r, _ := req.(*adminv1.TraceNotificationRequest)
+		return "notification " + strings.ToLower(r.GetNotificationId())
+	}},
+}
+
+// auditEvents returns the events a successful call of method records (none
+// for a method that records nothing, or a Peek that found nothing). at and
+// subject are when and by whom.
+func auditEvents(method string, req, resp any, subject string, at time.Time) []audit.Event {
+	call, ok := auditCalls[method]
+	if !ok {
+		return nil
+	}
+	e := audit.Event{At: at, Action: call.action, Subject: subject, Recipient: recipientOf(req)}
+	var bundles []string
+	switch r := resp.(type) {
+	case *messagehubv1.PeekResponse: // Peek
+		if r.GetBundle() == nil {
+			return nil
+		}
+		bundles = []string{r.GetBundle().GetId()}
+		e.Recipient = r.GetBundle().GetRecipient()
+	case *messagehubv1.Bundle: // PeekContent's bundle
+		bundles = []string{r.GetId()}
+		e.Recipient = r.GetRecipient()
+	case *adminv1.PreviewNextBundleResponse:
+		bundles = []string{r.GetBundle().GetBundleId()}
+	case interface{ GetBundleIds() []string }: // AcknowledgeOnBehalf
+		bundles = r.GetBundleIds()
+	case interface{ GetBundleId() string }: // inspections naming a bundle
+		bundles = []string{r.GetBundleId()}
+	}
+	if r, ok := req.(interface{ GetBundleId() string }); ok && len(bundles) == 0 {
+		bundles = []string{r.GetBundleId()} // Dequeue, ReleaseBundle
+	}
+	if r, ok := req.(interface{ GetReason() string }); ok {
+		e.Detail = r.GetReason()
+	}
+	if call.detail != nil {
+		extra := call.detail(req, resp)
+		if e.Detail != "" {
+			extra = e.Detail + " (" + extra + ")"
+		}
+		e.Detail = extra
+	}
+	e.Detail = truncate(e.Detail, audit.MaxDetail)
+	if e.Recipient == "" {
+		return nil
+	}
+	if len(bundles) == 0 {
+		bundles = []string{""}
+	}
+	events := make([]audit.Event, 0, len(bundles))
+	for _, b := range bundles {
+		e.BundleID = strings.ToLower(b)
+		events = append(events, e)
+	}
+	return events
+}
+
+// recipientOf is the request's recipient as the handler read it: valid,
+// since the call succeeded, in any letter case.
+func recipientOf(req any) string {
+	r, _ := req.(interface{ GetRecipient() string })
+	if r == nil {
+		return ""
+	}
+	return strings.ToLower(r.GetRecipient())
+}
+
+// truncate cuts s to at most n bytes, at a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !isRuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// record keeps the events of a successful call: a remedy's before it
+// answers (a failure to write it fails the call, saying the remedy took
+// effect), the others buffered.
+func (o *options) record(ctx context.Context, method string, req, resp any) error {
+	events := auditEvents(method, req, resp, o.subject(ctx), time.Now())
+	if len(events) == 0 {
+		return nil
+	}
+	if !events[0].Action.Remedy() {
+		for _, e := range events {
+			o.auditor.Record(e)
+		}
+		return nil
+	}
+	if err := o.auditor.Write(ctx, events...); err != nil {
+		return fmt.Errorf("%w: %s took effect, but its audit record could not be written: %w",
+			domain.ErrUnavailable, method[strings.LastIndex(method, "/")+1:], err)
+	}
+	return nil
+}
+
+// unaryAuditInterceptor records what a successful unary call did. It comes
+// after the authorizer, whose context names the caller and which may have
+// filled in the request's recipient.
+func unaryAuditInterceptor(o *options) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err != nil {
+			return resp, err
+		}
+		if err := o.record(ctx, info.FullMethod, req, resp); err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
+}
+
+// streamAuditInterceptor records a PeekContent that sent a bundle: the
+// request as read and the bundle of the first message sent.
+func streamAuditInterceptor(o *options) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if _, ok := auditCalls[info.FullMethod]; !ok {
+			return handler(srv, ss)
+		}
+		as := &auditedStream{ServerStream: ss}
+		if err := handler(srv, as); err != nil || as.bundle == nil {
+			return err
+		}
+		return o.record(ss.Context(), info.FullMethod, as.req, as.bundle)
+	}
+}
+
+// auditedStream keeps a streaming call's request and the bundle it sent.
+type auditedStream struct {
+	grpc.ServerStream
+	req    any
+	bundle *messagehubv1.Bundle
+}
+
+func (s *auditedStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil && s.req == nil {
+		s.req = m
+	}
+	return err
+}
+
+func (s *auditedStream) SendMsg(m any) error {
+	if c, ok := m.(*messagehubv1.PeekContentChunk); ok && s.bundle == nil && c.GetBundle() != nil {
+		s.bundle = c.GetBundle()
+	}
+	return s.ServerStream.SendMsg(m)
+}

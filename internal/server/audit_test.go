@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/domain"
+)
+
+// Each recorded call makes its event from its request and answer: the
+// recipient, the bundle (or bundles) and the reason, in lower case where
+// they are ids.
+func TestAuditEventsOfEachCall(t *testing.T) {
+	r, b, b2, n := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	at := time.Now()
+	type want struct {
+		action audit.Action
+		bundle string
+		detail string
+		remedy bool
+	}
+	for _, tc := range []struct {
+		name      string
+		method    string
+		req, resp any
+		want      []want
+	}{
+		{"a peek that returned a bundle", messagehubv1.MessageHub_Peek_FullMethodName,
+			&messagehubv1.PeekRequest{Recipient: strings.ToUpper(r)}, &messagehubv1.PeekResponse{Bundle: &messagehubv1.Bundle{Id: b, Recipient: r}},
+			[]want{{action: audit.ActionPeek, bundle: b}}},
+		{"an empty peek fetched nothing", messagehubv1.MessageHub_Peek_FullMethodName,
+			&messagehubv1.PeekRequest{Recipient: r}, &messagehubv1.PeekResponse{}, nil},
+		{"a content peek", messagehubv1.MessageHub_PeekContent_FullMethodName,
+			&messagehubv1.PeekRequest{Recipient: r}, &messagehubv1.Bundle{Id: b, Recipient: r},
+			[]want{{action: audit.ActionPeekContent, bundle: b}}},
+		{"a dequeue", messagehubv1.MessageHub_Dequeue_FullMethodName,
+			&messagehubv1.DequeueRequest{Recipient: strings.ToUpper(r), BundleId: strings.ToUpper(b)}, &messagehubv1.DequeueResponse{},
+			[]want{{action: audit.ActionDequeue, bundle: b}}},
+		{"a release", adminv1.Admin_ReleaseBundle_FullMethodName,
+			&adminv1.ReleaseBundleRequest{Recipient: r, BundleId: b, Reason: "stuck since Friday"},
+			&adminv1.ReleaseBundleResponse{Released: &adminv1.PendingBundle{BundleId: b}},
+			[]want{{action: audit.ActionReleaseBundle, bundle: b, detail: "stuck since Friday", remedy: true}}},
+		{"an acknowledgement on the actor's behalf: one event per bundle", adminv1.Admin_AcknowledgeOnBehalf_FullMethodName,
+			&adminv1.AcknowledgeOnBehalfRequest{Recipient: r, Domain: messagehubv1.Domain_DOMAIN_CHARGES, ContentType: "ct",
+				UpToNotificationId: n, Reason: "actor confirmed by phone"},
+			&adminv1.AcknowledgeOnBehalfResponse{BundleIds: []string{b, b2}, Notifications: 7},
+			[]want{
+				{action: audit.ActionAcknowledgeOnBehalf, bundle: b, remedy: true,
+					detail: "actor confirmed by phone (up to notification " + n + " of DOMAIN_CHARGES/ct)"},
+				{action: audit.ActionAcknowledgeOnBehalf, bundle: b2, remedy: true,
+					detail: "actor confirmed by phone (up to notification " + n + " of DOMAIN_CHARGES/ct)"},
+			}},
+		{"a look at the backlog", adminv1.Admin_GetBacklog_FullMethodName,
+			&adminv1.GetBacklogRequest{Recipient: r}, &adminv1.GetBacklogResponse{},
+			[]want{{action: audit.ActionInspect, detail: "backlog"}}},
+		{"a preview", adminv1.Admin_PreviewNextBundle_FullMethodName,
+			&adminv1.PreviewNextBundleRequest{Recipient: r, Group: messagehubv1.PeekGroup_PEEK_GROUP_MASTER_DATA},
+			&adminv1.PreviewNextBundleResponse{Bundle: &adminv1.BundlePreview{Pending: true, BundleId: b}},
+			[]want{{action: audit.ActionInspect, bundle: b, detail: "next bundle of PEEK_GROUP_MASTER_DATA"}}},
+		{"a trace", adminv1.Admin_TraceNotification_FullMethodName,
+			&adminv1.TraceNotificationRequest{Recipient: r, NotificationId: strings.ToUpper(n)},
+			&adminv1.TraceNotificationResponse{BundleId: b},
+			[]want{{action: audit.ActionInspect, bundle: b, detail: "notification " + n}}},
+		{"a save is no actor's fetch", messagehubv1.MessageHub_Save_FullMethodName,
+			&messagehubv1.SaveRequest{}, &messagehubv1.SaveResponse{}, nil},
+		{"the audit log's own reading", adminv1.Admin_ListAuditEvents_FullMethodName,
+			&adminv1.ListAuditEventsRequest{Recipient: r}, &adminv1.ListAuditEventsResponse{}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := auditEvents(tc.method, tc.req, tc.resp, "the-subject", at)
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d events %+v; want %d", len(got), got, len(tc.want))
+			}
+			for i, w := range tc.want {
+				e := got[i]
+				if e.Action != w.action || e.Recipient != r || e.BundleID != w.bundle || e.Detail != w.detail ||
+					e.Subject != "the-subject" || !e.At.Equal(at) || e.Action.Remedy() != w.remedy {
+					t.Errorf("event %d: %+v; want %+v for recipient %s", i, e, w, r)
+				}
+			}
+		})
+	}
+}
+
+// auditor keeps what is recorded and written, and fails writes when told.
+type auditor struct {
+	recorded, written []audit.Event
+	fail              error
+}
+
+func (a *auditor) Record(e audit.Event) { a.recorded = append(a.recorded, e) }
+
+func (a *auditor) Write(_ context.Context, events ...audit.Event) error {
+	if a.fail != nil {
+		return a.fail
+	}
+	a.written = append(a.written, events...)
+	return nil
+}
+
+// A remedy is written before the call answers, and a failure to write it
+// fails the call, saying that the remedy took effect; an actor's call is
+// only buffered.
+func TestRemediesAreWrittenAndActorsCallsBuffered(t *testing.T) {
+	a := &auditor{}
+	o := &options{auditor: a, subject: func(context.Context) string { return "op" }}
+	r, b := uuid.NewString(), uuid.NewString()
+	release := &adminv1.ReleaseBundleRequest{Recipient: r, BundleId: b, Reason: "why"}
+	if err := o.record(context.Background(), adminv1.Admin_ReleaseBundle_FullMethodName, release, &adminv1.ReleaseBundleResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	dequeue := &messagehubv1.DequeueRequest{Recipient: r, BundleId: b}
+	if err := o.record(context.Background(), messagehubv1.MessageHub_Dequeue_FullMethodName, dequeue, &messagehubv1.DequeueResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.written) != 1 || a.written[0].Action != audit.ActionReleaseBundle || len(a.recorded) != 1 || a.recorded[0].Action != audit.ActionDequeue {
+		t.Fatalf("written %+v, recorded %+v; want the release written, the dequeue recorded", a.written, a.recorded)
+	}
+	a.fail = errors.New("store down")
+	err := o.record(context.Background(), adminv1.Admin_ReleaseBundle_FullMethodName, release, &adminv1.ReleaseBundleResponse{})
+	if !errors.Is(err, domain.ErrUnavailable) || !strings.Contains(err.Error(), "ReleaseBundle took effect") {
+		t.Fatalf("a remedy whose record failed: %v; want UNAVAILABLE saying it took effect", err)
+	}
+}
