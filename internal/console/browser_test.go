@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,9 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/energydatahub/messagehub/client"
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
@@ -101,11 +100,10 @@ func startHub(t *testing.T, args ...string) *hub {
 }
 
 // listed waits until the hub's backlog figures, recounted in the
-// background, list the recipients; false when the hub does not implement
-// ListRecipients.
-func (h *hub) listed(ctx context.Context, t *testing.T, recipients ...string) bool {
+// background, list the recipients.
+func (h *hub) listed(ctx context.Context, t *testing.T, recipients ...string) {
 	t.Helper()
-	return eventually(ctx, t, fmt.Sprintf("the backlog figures list %v", recipients), func() (bool, error) {
+	eventually(ctx, t, fmt.Sprintf("the backlog figures list %v", recipients), func() (bool, error) {
 		resp, err := h.admin.ListRecipients(ctx, &adminv1.ListRecipientsRequest{})
 		return !slices.ContainsFunc(recipients, func(r string) bool {
 			return !slices.ContainsFunc(resp.GetRecipients(), func(b *adminv1.RecipientBacklog) bool { return b.GetRecipient() == r })
@@ -114,29 +112,26 @@ func (h *hub) listed(ctx context.Context, t *testing.T, recipients ...string) bo
 }
 
 // audited waits until the audit log, written in batches, holds an event
-// of the action about the recipient; false when the hub does not implement
-// ListAuditEvents.
-func (h *hub) audited(ctx context.Context, t *testing.T, recipient string, action adminv1.AuditAction) bool {
+// of the action about the recipient.
+func (h *hub) audited(ctx context.Context, t *testing.T, recipient string, action adminv1.AuditAction) {
 	t.Helper()
-	return eventually(ctx, t, fmt.Sprintf("the audit log holds a %s of %s", action, recipient), func() (bool, error) {
+	eventually(ctx, t, fmt.Sprintf("the audit log holds a %s of %s", action, recipient), func() (bool, error) {
 		resp, err := h.admin.ListAuditEvents(ctx, &adminv1.ListAuditEventsRequest{Recipient: recipient})
 		return slices.ContainsFunc(resp.GetEvents(), func(e *adminv1.AuditEvent) bool { return e.GetAction() == action }), err
 	})
 }
 
-// eventually asks check until it is true (true) or its call is not
-// implemented (false), failing the test on another error or when ctx ends.
-func eventually(ctx context.Context, t *testing.T, what string, check func() (bool, error)) bool {
+// eventually asks check until it is true, failing the test on an error or
+// when ctx ends.
+func eventually(ctx context.Context, t *testing.T, what string, check func() (bool, error)) {
 	t.Helper()
 	for {
 		done, err := check()
-		switch {
-		case !implemented(err):
-			return false
-		case err != nil:
+		if err != nil {
 			t.Fatalf("waiting until %s: %v", what, err)
-		case done:
-			return true
+		}
+		if done {
+			return
 		}
 		select {
 		case <-ctx.Done():
@@ -145,10 +140,6 @@ func eventually(ctx context.Context, t *testing.T, what string, check func() (bo
 		}
 	}
 }
-
-// implemented tells whether the hub implements an Admin method, from the
-// answer of a call of it.
-func implemented(err error) bool { return status.Code(err) != codes.Unimplemented }
 
 // browser is one tab of a headless Chromium, with what its console
 // reported: uncaught exceptions and blocked loads fail the test.
@@ -326,9 +317,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.do("load the console", chromedp.WaitVisible(chromedp.CSS("header")))
 	// The figures are recounted in the background: reload once they hold
 	// the seeded backlog.
-	if !h.listed(ctx, t, actor, other) {
-		t.Fatal("ListRecipients is not implemented")
-	}
+	h.listed(ctx, t, actor, other)
 	b.do("reload once the figures list them", chromedp.Reload())
 	b.waitText("#recipients-table", actor)
 	b.waitText("#recipients-table", other)
@@ -354,14 +343,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.choose("#preview-group", "PEEK_GROUP_AGGREGATIONS")
 	b.waitText("#preview-result", "the next Peek would cut this one now")
 	b.waitText("#preview-result", aggregation.GetId())
-	audit := h.audited(ctx, t, actor, adminv1.AuditAction_AUDIT_ACTION_PEEK)
-	if audit {
-		b.do("show the audit log", chromedp.Click(chromedp.CSS("#audit-form button")))
-		b.waitText("#audit-table", bundleID)
-		b.waitText("#audit-table", "peek")
-	} else {
-		b.waitText("#audit", "ListAuditEvents is not available on this hub: it is not implemented (501).")
-	}
+	// The actor's peek is in the audit log once its batch is written.
+	h.audited(ctx, t, actor, adminv1.AuditAction_AUDIT_ACTION_PEEK)
+	b.do("show the audit log", chromedp.Click(chromedp.CSS("#audit-form button")))
+	b.waitText("#audit-table", bundleID)
+	b.waitText("#audit-table", "peek")
 	b.screenshot("actor")
 
 	// The trace of a notification in the pending bundle.
@@ -433,9 +419,6 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The audit log on the actor's page names both remedies and their
 	// reasons.
-	if !audit {
-		t.Skip("ListAuditEvents is not implemented on this hub yet (UNIMPLEMENTED): the remedies' audit events are not checked")
-	}
 	b.do("back to the actor", chromedp.Navigate(page+"#/actor/"+actor))
 	b.waitText("#audit-table", "release bundle")
 	b.waitText("#audit-table", releaseReason)
@@ -478,11 +461,7 @@ func TestConsoleSendsTheAdminToken(t *testing.T) {
 // two charts, from the answer's shape (64-bit integers as strings), and
 // says so when there is nothing to draw.
 func TestThePlotDrawsEachDomain(t *testing.T) {
-	h := startHub(t)
-	ctx, cancel := context.WithTimeout(t.Context(), browserDeadline)
-	defer cancel()
-	b := startBrowser(ctx, t)
-	b.do("load the console", chromedp.Navigate("http://"+h.app.HTTPAddr()+"/console/"), chromedp.WaitVisible(chromedp.CSS("header")))
+	b := emptyConsole(t)
 	const draw = `(async () => {
 		const { historyPlot } = await import('/console/plot.js');
 		const now = Date.now();
@@ -527,4 +506,41 @@ func TestThePlotDrawsEachDomain(t *testing.T) {
 		t.Errorf("without samples: %q", got.Empty)
 	}
 	b.do("after drawing")
+}
+
+// A call the hub refuses, does not implement or does not answer shows
+// what to do about it, in place of its figures.
+func TestARefusedCallSaysWhy(t *testing.T) {
+	b := emptyConsole(t)
+	const describe = `(async () => {
+		const { APIError } = await import('/console/api.js');
+		return Object.fromEntries([0, 401, 403, 404, 501].map((status) =>
+			[status, new APIError('ListAuditEvents', status, 'what the hub said').describe()]));
+	})()`
+	got, err := chromedp.Run(b.ctx, chromedp.Evaluate[map[string]string](describe, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"0":   "ListAuditEvents: the hub did not answer (what the hub said).",
+		"401": "ListAuditEvents: the hub refused the token (401: what the hub said). Enter an admin token above.",
+		"403": "ListAuditEvents: the token may not call this (403: what the hub said); it needs the admin role.",
+		"404": "ListAuditEvents failed (404): what the hub said",
+		"501": "ListAuditEvents is not available on this hub: it is not implemented (501).",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("messages %q, want %q", got, want)
+	}
+}
+
+// emptyConsole is a browser showing the console of a hub with nothing
+// stored.
+func emptyConsole(t *testing.T) *browser {
+	t.Helper()
+	h := startHub(t)
+	ctx, cancel := context.WithTimeout(t.Context(), browserDeadline)
+	t.Cleanup(cancel)
+	b := startBrowser(ctx, t)
+	b.do("load the console", chromedp.Navigate("http://"+h.app.HTTPAddr()+"/console/"), chromedp.WaitVisible(chromedp.CSS("header")))
+	return b
 }

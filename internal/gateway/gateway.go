@@ -194,12 +194,12 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		// The remedies (the admin role; a reason in the body).
 		{http.MethodPost, "/admin/v1/recipients/{recipient}/bundles/{bundleId}:release", api},
 		{http.MethodPost, "/admin/v1/recipients/{recipient}:acknowledge", api},
-		// The operators' console: static pages that call the Admin routes.
-		{http.MethodGet, console.Path, console.Handler()}, {http.MethodGet, console.Path + "/", console.Handler()},
 		// Backup (the admin role): a copy of the hub's data on its host.
 		{http.MethodPost, "/admin/v1/backup", api},
 		// The audit log of a recipient (the admin role).
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/audit", api},
+		// The operators' console: static pages that call the Admin routes.
+		{http.MethodGet, console.Path, console.Handler()}, {http.MethodGet, console.Path + "/", console.Handler()},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})
