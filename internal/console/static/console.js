@@ -86,7 +86,7 @@ function actor(recipient) {
     const b = await admin.backlog(recipient);
     const cabinets = (b.cabinets || []).map((c) => [
       domainLabel(c.domain), el('span', { class: 'mono' }, c.contentType), count(c.waiting), count(c.inPendingBundle),
-      when(c.oldestWaitingSavedAtMs), `${count(c.acknowledgedPositions)} / ${count(c.totalPositions)}`,
+      c.weightPartial ? `≥ ${count(c.waitingWeight)}` : count(c.waitingWeight), when(c.oldestWaitingSavedAtMs), `${count(c.acknowledgedPositions)} / ${count(c.totalPositions)}`,
       el('button', {
         type: 'button', class: 'danger',
         onclick: () => acknowledge(recipient, c.domain, c.contentType, '', refresh),
@@ -100,7 +100,7 @@ function actor(recipient) {
     ]);
     return el('div', {},
       el('h3', {}, 'Cabinets'),
-      table('cabinets', ['Domain', 'Content type', '#Waiting', '#In a pending bundle', 'Oldest waiting since',
+      table('cabinets', ['Domain', 'Content type', '#Waiting', '#In a pending bundle', '#Weight', 'Oldest waiting since',
         'Acknowledged / handed out', ''], cabinets, 'Nothing waiting: the actor has no backlog.'),
       el('h3', {}, 'Pending bundles'),
       table('pending-bundles', ['Bundle', 'Peek group', 'Domain', 'Content type', '#Notifications', '#Weight',
