@@ -75,6 +75,8 @@ func (s *Service) GetBacklog(ctx context.Context, req *adminv1.GetBacklogRequest
 			OldestWaitingSavedAtMs: c.OldestSavedAt,
 			TotalPositions:         c.Total,
 			AcknowledgedPositions:  c.Acked,
+			WaitingWeight:          c.Weight,
+			WeightPartial:          c.WeightPartial,
 		})
 	}
 	for _, rec := range b.Pending {

@@ -81,12 +81,12 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	if documents != nil {
 		repoOpts.ForgetBundles = content.Forget(documents)
 		// Domains with a provider hear of their bundles' dequeues.
-		repoOpts.Announce = func(o domain.Origin) bool { _, ok := a.cfg.Content.Providers[o]; return ok }
+		repoOpts.Notices = func(o domain.Origin) bool { _, ok := a.cfg.Content.Providers[o]; return ok }
 	}
 	// This instance's dequeues wake its notifier; it polls only for other
 	// instances' notices, rarely when there are none.
-	bell := content.NewBell()
-	repoOpts.Announced = bell.Ring
+	signal := content.NewNoticeSignal()
+	repoOpts.OnNotice = signal.Send
 	if err := a.keepFigures(measured, documents != nil); err != nil {
 		return nil, nil, err
 	}
@@ -119,7 +119,7 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 		content.NotifierOptions{
 			Notices: measured,
 			Bundle:  repo.DequeuedBundle,
-			Bell:    bell,
+			Signal:  signal,
 			Grace:   grace,
 			Logger:  a.logger,
 		})

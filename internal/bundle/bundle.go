@@ -49,8 +49,8 @@ type Record struct {
 	CreatedAt  time.Time
 	DequeuedAt time.Time
 	ReleasedAt time.Time `json:",omitzero"`
-	// Announce: the bundle's domain is told of the dequeue (BundleDequeued),
-	// so Acknowledge records a notice in the same atomic write.
-	Announce bool `json:",omitempty"`
-	Version  string
+	// Notice: the bundle's domain is told of the dequeue (BundleDequeued),
+	// so Acknowledge puts a notice in the outbox in the same atomic write.
+	Notice  bool `json:",omitempty"`
+	Version string
 }

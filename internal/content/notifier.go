@@ -18,7 +18,7 @@ import (
 type NotifierOptions struct {
 	// Providers are the domains told of their bundles' dequeues.
 	Providers map[domain.Origin]messagehubv1.BundleContentProviderClient
-	// Notices is the store's outbox of dequeues to announce.
+	// Notices is the store's outbox: the notices of dequeues to tell.
 	Notices store.Outbox
 	// Bundle reads a dequeued bundle as it was dequeued
 	// (hub.Hub.DequeuedBundle).
@@ -27,16 +27,16 @@ type NotifierOptions struct {
 	// look that found some (default 1 s). Looks that find none wait longer
 	// and longer, doubling up to IdleMax (default 30 s): notices that other
 	// instances wrote are found within IdleMax, those of this instance at
-	// once through Bell (within Interval while the domain is busy). A domain
+	// once through Signal (within Interval while the domain is busy). A domain
 	// whose delivery failed is looked at again after a backoff of its own,
 	// doubling from Interval up to RetryMax (default 1 min); so is a domain
 	// whose look or removal failed in the store.
 	Interval, IdleMax, RetryMax time.Duration
-	// Bell, rung when this instance's dequeue wrote a notice, starts a look
+	// Signal, sent when this instance's dequeue wrote a notice, starts a look
 	// at once and tells the notifier which notices are its own; nil: none.
-	Bell *Bell
+	Signal *NoticeSignal
 	// Grace is how old a notice must be before this instance tells its
-	// domain of it, unless its own dequeue wrote it (Bell). Instances that
+	// domain of it, unless its own dequeue wrote it (Signal). Instances that
 	// share a store (Cosmos DB) each tell their own dequeues at once and
 	// leave the others' to them: one call per dequeue instead of one per
 	// instance, while a notice whose instance died or whose domain failed
@@ -53,14 +53,14 @@ type NotifierOptions struct {
 	Clock Clock
 }
 
-// Bell wakes a Notifier's worker of a domain when this instance's dequeue
+// NoticeSignal wakes a Notifier's worker of a domain when this instance's dequeue
 // wrote a notice of it, and remembers the notice as this instance's own
-// (which the notifier tells at once, before its Grace). Ringing never
-// blocks; rings while the worker is busy make one look after it.
-type Bell struct {
+// (which the notifier tells at once, before its Grace). Sending never
+// blocks; signals while the worker is busy make one look after it.
+type NoticeSignal struct {
 	mu   sync.Mutex
 	subs map[chan struct{}]domain.Origin // each listening worker and its domain
-	// own and older hold this instance's notices not yet told, rung since
+	// own and older hold this instance's notices not yet told, sent since
 	// since and in the Grace before: each is remembered for at least Grace
 	// after its dequeue, when it is due anyway.
 	own, older map[noticeID]bool
@@ -71,18 +71,18 @@ type Bell struct {
 // noticeID names a notice: bundle ids are unique per recipient.
 type noticeID struct{ recipient, bundleID string }
 
-// maxOwn bounds the notices a Bell remembers (about 150 bytes each); those
+// maxOwn bounds the notices a NoticeSignal remembers (about 150 bytes each); those
 // beyond it are told once overdue, as another instance's would be.
 const maxOwn = 100_000
 
-// NewBell returns a bell to give a Notifier and ring after dequeues that
-// wrote a notice (hub.Options.Announced).
-func NewBell() *Bell {
-	return &Bell{subs: map[chan struct{}]domain.Origin{}, own: map[noticeID]bool{}, older: map[noticeID]bool{}}
+// NewNoticeSignal returns a signal to give a Notifier and send after dequeues that
+// wrote a notice (hub.Options.OnNotice).
+func NewNoticeSignal() *NoticeSignal {
+	return &NoticeSignal{subs: map[chan struct{}]domain.Origin{}, own: map[noticeID]bool{}, older: map[noticeID]bool{}}
 }
 
-// Ring tells the notifier of a notice this instance's dequeue wrote.
-func (b *Bell) Ring(n store.Notice) {
+// Send tells the notifier of a notice this instance's dequeue wrote.
+func (b *NoticeSignal) Send(n store.Notice) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.grace > 0 {
@@ -103,8 +103,8 @@ func (b *Bell) Ring(n store.Notice) {
 	}
 }
 
-// remember makes the bell remember rung notices for grace (0: none).
-func (b *Bell) remember(grace time.Duration) {
+// remember makes the signal remember sent notices for grace (0: none).
+func (b *NoticeSignal) remember(grace time.Duration) {
 	if b == nil {
 		return
 	}
@@ -114,7 +114,7 @@ func (b *Bell) remember(grace time.Duration) {
 }
 
 // mine says whether this instance's dequeue wrote the notice.
-func (b *Bell) mine(n store.Notice) bool {
+func (b *NoticeSignal) mine(n store.Notice) bool {
 	if b == nil {
 		return false
 	}
@@ -125,7 +125,7 @@ func (b *Bell) mine(n store.Notice) bool {
 }
 
 // forget drops told notices.
-func (b *Bell) forget(notices []store.Notice) {
+func (b *NoticeSignal) forget(notices []store.Notice) {
 	if b == nil {
 		return
 	}
@@ -138,9 +138,9 @@ func (b *Bell) forget(notices []store.Notice) {
 	}
 }
 
-// listen returns a channel that hears the bell's rings of the domain until
-// stop is called; nil (which never hears anything) without a bell.
-func (b *Bell) listen(o domain.Origin) (c <-chan struct{}, stop func()) {
+// listen returns a channel that hears the signal's notices of the domain until
+// stop is called; nil (which never hears anything) without a signal.
+func (b *NoticeSignal) listen(o domain.Origin) (c <-chan struct{}, stop func()) {
 	if b == nil {
 		return nil, func() {}
 	}
@@ -209,7 +209,7 @@ func StartNotifier(opts NotifierOptions) *Notifier {
 	if opts.Clock == nil {
 		opts.Clock = realClock{}
 	}
-	opts.Bell.remember(opts.Grace)
+	opts.Signal.remember(opts.Grace)
 	n := &Notifier{opts: opts, stopping: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -227,7 +227,7 @@ func StartNotifier(opts NotifierOptions) *Notifier {
 	slices.Sort(origins)
 	var wg sync.WaitGroup
 	for _, o := range origins {
-		wake, stop := opts.Bell.listen(o)
+		wake, stop := opts.Signal.listen(o)
 		w := &worker{n: n, origin: o, wake: wake}
 		wg.Go(func() {
 			defer stop()
@@ -261,7 +261,7 @@ func (n *Notifier) stopped() bool {
 type worker struct {
 	n      *Notifier
 	origin domain.Origin
-	wake   <-chan struct{} // the bell; nil: none
+	wake   <-chan struct{} // the signal; nil: none
 }
 
 func (w *worker) loop(ctx context.Context) {
@@ -269,17 +269,17 @@ func (w *worker) loop(ctx context.Context) {
 	wait := time.Duration(0) // notices left by the last run go out at once
 	idle := n.opts.Interval
 	var retry, storeWait time.Duration // backoffs after the domain or the store failed
-	var listen bool                    // whether the bell cuts the wait short
+	var listen bool                    // whether the signal cuts the wait short
 	for {
 		if wait > 0 {
-			var bell <-chan struct{}
+			var signal <-chan struct{}
 			if listen {
-				bell = w.wake
+				signal = w.wake
 			}
 			select {
 			case <-n.stopping:
 				return
-			case <-bell:
+			case <-signal:
 			case <-n.opts.Clock.After(wait):
 			}
 		} else if n.stopped() {
@@ -308,7 +308,7 @@ func (w *worker) loop(ctx context.Context) {
 		case r.found == 0:
 			// Idle: each empty look costs a query (across partitions on
 			// Cosmos DB), so they thin out; this instance's own notices
-			// ring the bell. Another instance's notice that was left
+			// send the signal. Another instance's notice that was left
 			// for it is looked at again once it is due.
 			wait, idle = idle, min(2*idle, n.opts.IdleMax)
 			if r.dueIn > 0 {
@@ -395,7 +395,7 @@ func (w *worker) round(ctx context.Context) roundResult {
 			log.Warn("removing delivered notices failed", "error", err)
 			res.storeFailed = true
 		}
-		n.opts.Bell.forget(done)
+		n.opts.Signal.forget(done)
 	}
 	return res
 }
@@ -413,7 +413,7 @@ func (w *worker) due(notices []store.Notice) ([]store.Notice, time.Duration) {
 	var dueIn time.Duration
 	for _, notice := range notices {
 		left := notice.DequeuedAt.Add(grace).Sub(now)
-		if left <= 0 || w.n.opts.Bell.mine(notice) {
+		if left <= 0 || w.n.opts.Signal.mine(notice) {
 			out = append(out, notice)
 			continue
 		}

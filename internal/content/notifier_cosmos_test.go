@@ -65,15 +65,15 @@ func TestTwoInstancesTellEachDequeueOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		stores[i] = s
-		bell := content.NewBell()
-		repos[i] = hub.New(s, hub.Options{Announce: func(domain.Origin) bool { return true }, Announced: bell.Ring}, nil)
+		signal := content.NewNoticeSignal()
+		repos[i] = hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }, OnNotice: signal.Send}, nil)
 		t.Cleanup(func() { repos[i].Close(); _ = s.Close() })
 		clients[i] = &gatedProvider{BundleContentProviderClient: domainProvider.Client(t), gate: gate, started: make(chan struct{}), calls: map[string]int{}}
 		notifiers = append(notifiers, content.StartNotifier(content.NotifierOptions{
 			Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: clients[i]},
 			Notices:   s,
 			Bundle:    repos[i].DequeuedBundle,
-			Bell:      bell,
+			Signal:    signal,
 			Grace:     time.Hour, // nothing here is overdue
 		}))
 	}

@@ -26,7 +26,7 @@ import (
 func TestEveryDequeueIsToldToItsDomain(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
 	provider.FailDequeued(2)
-	store, repo := openAnnouncing(t, hub.Options{Announce: func(o domain.Origin) bool { return o == domain.OriginTimeSeries }})
+	store, repo := openWithNotices(t, hub.Options{Notices: func(o domain.Origin) bool { return o == domain.OriginTimeSeries }})
 	ctx := within(t, time.Minute)
 
 	recipient := uuid.NewString()
@@ -178,7 +178,7 @@ func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
 	down, up := contenttest.Start(t, answer), contenttest.Start(t, answer)
 	down.FailDequeued(1)
-	store, repo := openAnnouncing(t, hub.Options{Announce: func(domain.Origin) bool { return true }})
+	store, repo := openWithNotices(t, hub.Options{Notices: func(domain.Origin) bool { return true }})
 	ctx := within(t, time.Minute)
 	origins := slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, 12)
 	bundles := dequeueAll(ctx, t, repo, append(origins, domain.OriginCharges)...)
@@ -248,15 +248,15 @@ func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 
 // An idle outbox is looked at rarely: empty looks wait longer and longer,
 // up to IdleMax, so ten idle minutes cost some twenty-five looks instead of
-// six hundred. A dequeue of this instance rings the bell and is told at
-// once, with no wait fired; one of another instance (no bell) is found
+// six hundred. A dequeue of this instance sends the signal and is told at
+// once, with no wait fired; one of another instance (no signal) is found
 // within IdleMax.
 func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
-	bell := content.NewBell()
-	announce := func(domain.Origin) bool { return true }
-	store, repo := openAnnouncing(t, hub.Options{Announce: announce, Announced: bell.Ring})
-	other := hub.New(store, hub.Options{Announce: announce}, nil) // another instance: rings nothing here
+	signal := content.NewNoticeSignal()
+	everyDomain := func(domain.Origin) bool { return true }
+	store, repo := openWithNotices(t, hub.Options{Notices: everyDomain, OnNotice: signal.Send})
+	other := hub.New(store, hub.Options{Notices: everyDomain}, nil) // another instance: signals nothing here
 	defer other.Close()
 	ctx := within(t, time.Minute)
 	notices := &countingNotices{Outbox: store}
@@ -265,7 +265,7 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: provider.Client(t)},
 		Notices:   notices,
 		Bundle:    repo.DequeuedBundle,
-		Bell:      bell,
+		Signal:    signal,
 		Clock:     clock,
 	})
 	defer notifier.Close()
@@ -309,7 +309,7 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 		t.Fatal("this instance's dequeue was not told without a wait fired")
 	}
 	if looks := notices.looks.Load() - before; looks != 1 {
-		t.Fatalf("%d looks for a dequeue that rang the bell, want 1", looks)
+		t.Fatalf("%d looks for a dequeue that sent the signal, want 1", looks)
 	}
 	// That look found a notice: the next is Interval away, and more
 	// dequeues (steady traffic) do not bring it forward.
@@ -326,7 +326,7 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 		}
 	}
 	if len(w.fire) != 0 {
-		t.Fatal("the bell woke a busy notifier before its wait was up")
+		t.Fatal("the signal woke a busy notifier before its wait was up")
 	}
 
 	for w = next(); w.d != idleMax; w = next() {
@@ -359,7 +359,7 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 func TestADomainWithNothingLeftIsNotRetried(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
 	provider.FailDequeued(1)
-	store, repo := openAnnouncing(t, hub.Options{Announce: func(domain.Origin) bool { return true }})
+	store, repo := openWithNotices(t, hub.Options{Notices: func(domain.Origin) bool { return true }})
 	ctx := within(t, time.Minute)
 	dequeueAll(ctx, t, repo, domain.OriginCharges)
 	clock := newFakeClock()
@@ -391,9 +391,9 @@ func TestADomainWithNothingLeftIsNotRetried(t *testing.T) {
 	}
 }
 
-// openAnnouncing opens an embedded store and a repository on it with opts
-// (which say what is announced), both closed when the test ends.
-func openAnnouncing(t *testing.T, opts hub.Options) (*pebble.Store, *hub.Hub) {
+// openWithNotices opens an embedded store and a repository on it with opts
+// (which say which domains get notices), both closed when the test ends.
+func openWithNotices(t *testing.T, opts hub.Options) (*pebble.Store, *hub.Hub) {
 	t.Helper()
 	store, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
@@ -434,7 +434,7 @@ func (h *hangingProvider) BundleDequeued(ctx context.Context, in *messagehubv1.B
 func TestAHangingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 	answer := func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} }
 	slow, healthy := contenttest.Start(t, answer), contenttest.Start(t, answer)
-	store, repo := openAnnouncing(t, hub.Options{Announce: func(domain.Origin) bool { return true }})
+	store, repo := openWithNotices(t, hub.Options{Notices: func(domain.Origin) bool { return true }})
 	ctx := within(t, time.Minute)
 	// Interleaved, so that every batch holds notices of both domains.
 	var origins []domain.Origin
@@ -509,10 +509,10 @@ func (c *clockedProvider) BundleDequeued(ctx context.Context, in *messagehubv1.B
 // here only once the grace has passed, as when its instance died.
 func TestAnotherInstancesNoticeIsToldOnlyOnceOverdue(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
-	bell := content.NewBell()
-	announce := func(domain.Origin) bool { return true }
-	store, repo := openAnnouncing(t, hub.Options{Announce: announce, Announced: bell.Ring})
-	other := hub.New(store, hub.Options{Announce: announce}, nil) // rings nothing here
+	signal := content.NewNoticeSignal()
+	everyDomain := func(domain.Origin) bool { return true }
+	store, repo := openWithNotices(t, hub.Options{Notices: everyDomain, OnNotice: signal.Send})
+	other := hub.New(store, hub.Options{Notices: everyDomain}, nil) // signals nothing here
 	defer other.Close()
 	ctx := within(t, time.Minute)
 	clock := newFakeClock()
@@ -524,7 +524,7 @@ func TestAnotherInstancesNoticeIsToldOnlyOnceOverdue(t *testing.T) {
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: client},
 		Notices:   store,
 		Bundle:    repo.DequeuedBundle,
-		Bell:      bell,
+		Signal:    signal,
 		Grace:     grace,
 		Clock:     clock,
 	})

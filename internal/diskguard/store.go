@@ -83,7 +83,7 @@ func bundleRecordBytes(rec bundle.Record, cursor catalog.Cursor) uint64 {
 		n += len(t)
 	}
 	n += recordBytes + len(cursor.ContentType)
-	if rec.Announce {
+	if rec.Notice {
 		n += recordBytes + len(rec.ID) // the notice
 	}
 	return uint64(n) * writeFactor //nolint:gosec // a sum of lengths is not negative

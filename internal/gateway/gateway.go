@@ -1,7 +1,8 @@
 // Package gateway is MessageHub's HTTP face for market actors: grpc-gateway
 // routes (generated from proto/messagehub/v1/messagehub_http.yaml) in front of
 // a connection to the gRPC server, plus /openapi.json, /healthz and /metrics,
-// and the operators' Admin routes under /admin/v1.
+// the operators' Admin routes under /admin/v1, and their console (static
+// pages calling those routes) under /console.
 //
 // The gateway checks nothing itself: it forwards the Authorization header,
 // and the gRPC server authenticates, authorizes and validates every call, so
@@ -35,6 +36,7 @@ import (
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/gen/openapi"
+	"github.com/energydatahub/messagehub/internal/console"
 	"github.com/energydatahub/messagehub/internal/server"
 )
 
@@ -196,6 +198,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodPost, "/admin/v1/backup", api},
 		// The audit log of a recipient (the admin role).
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/audit", api},
+		// The operators' console: static pages that call the Admin routes.
+		{http.MethodGet, console.Path, console.Handler()}, {http.MethodGet, console.Path + "/", console.Handler()},
 	}
 	if metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", metrics})

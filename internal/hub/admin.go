@@ -27,7 +27,16 @@ type CabinetBacklog struct {
 	// OldestSavedAt is when the first waiting notification was saved (unix
 	// milliseconds, drawer.Meta.SavedAt); 0 when unknown.
 	OldestSavedAt int64
+	// Weight is the total weight of the first MaxWeighed waiting
+	// notifications; WeightPartial says there are more.
+	Weight        int64
+	WeightPartial bool
 }
+
+// MaxWeighed bounds the waiting notifications of a cabinet whose weights
+// Backlog reads and sums: the catalog keeps no weights, and a cabinet may
+// hold millions.
+const MaxWeighed = 10_000
 
 // RecipientBacklog is a recipient's backlog: its cabinets with waiting
 // notifications (oldest first) and its pending bundles (oldest first).
@@ -37,7 +46,8 @@ type RecipientBacklog struct {
 }
 
 // Backlog reads the recipient's backlog: one read of its state
-// (LoadRecipient), nothing else.
+// (LoadRecipient), and the drawers of each cabinet's first MaxWeighed
+// waiting notifications, for their weight.
 func (r *Hub) Backlog(ctx context.Context, recipient string) (RecipientBacklog, error) {
 	if err := r.begin(); err != nil {
 		return RecipientBacklog{}, err
@@ -63,6 +73,9 @@ func (r *Hub) Backlog(ctx context.Context, recipient string) (RecipientBacklog, 
 				cb.InPending += int64(rec.Count)
 			}
 		}
+		if cb.Weight, cb.WeightPartial, err = r.waitingWeight(ctx, state.Head.Watermark, c); err != nil {
+			return RecipientBacklog{}, err
+		}
 		out.Cabinets = append(out.Cabinets, cb)
 	}
 	slices.SortFunc(out.Cabinets, func(a, b CabinetBacklog) int {
@@ -70,6 +83,28 @@ func (r *Hub) Backlog(ctx context.Context, recipient string) (RecipientBacklog, 
 	})
 	out.Pending = pendingIn(state, domain.GroupAll)
 	return out, nil
+}
+
+// waitingWeight sums the weights of the cabinet's first MaxWeighed waiting
+// notifications (saved: at or below the watermark), reading their drawers
+// as a Peek does, and says whether more were left out.
+func (r *Hub) waitingWeight(ctx context.Context, watermark int64, c catalog.Candidate) (weight int64, partial bool, err error) {
+	n := 0
+	need := func() int { return MaxWeighed + 1 - n } // one more tells whether any are left out
+	take := func(it drawer.Item) bool {
+		if it.Seq > watermark {
+			return false
+		}
+		if n == MaxWeighed {
+			partial = true
+			return false
+		}
+		weight += it.Weight
+		n++
+		return true
+	}
+	err = drawer.Scan(ctx, r.store.ReadDrawer, c.Entry.Drawers, c.Cursor.Acked, need, take)
+	return weight, partial, err
 }
 
 // runsOf returns the runs of drawer id, none when it has none.

@@ -136,8 +136,8 @@ func TestAdminBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []hub.CabinetBacklog{
-		{Origin: domain.OriginTimeSeries, ContentType: "rsm-014", Total: 10, Waiting: 10, OldestSavedAt: t0.UnixMilli()},
-		{Origin: domain.OriginAggregations, ContentType: "rsm-014", Total: 3, Waiting: 3, OldestSavedAt: t0.Add(time.Minute).UnixMilli()},
+		{Origin: domain.OriginTimeSeries, ContentType: "rsm-014", Total: 10, Waiting: 10, OldestSavedAt: t0.UnixMilli(), Weight: 10},
+		{Origin: domain.OriginAggregations, ContentType: "rsm-014", Total: 3, Waiting: 3, OldestSavedAt: t0.Add(time.Minute).UnixMilli(), Weight: 3},
 	}
 	if !reflect.DeepEqual(b.Cabinets, want) || len(b.Pending) != 0 {
 		t.Fatalf("backlog after saves:\n got %+v, %d pending\nwant %+v", b.Cabinets, len(b.Pending), want)
@@ -172,8 +172,42 @@ func TestAdminBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(b.Pending) != 0 || b.Cabinets[0].Origin != domain.OriginTimeSeries || b.Cabinets[0].Acked != 4 ||
-		b.Cabinets[0].Waiting != 6 || b.Cabinets[0].OldestSavedAt != t0.UnixMilli() {
+		b.Cabinets[0].Waiting != 6 || b.Cabinets[0].OldestSavedAt != t0.UnixMilli() || b.Cabinets[0].Weight != 6 {
 		t.Fatalf("backlog after the dequeue: %+v, %+v", b.Cabinets, b.Pending)
+	}
+}
+
+// A cabinet's waiting weight is the sum of its waiting notifications'
+// weights, read from its drawers up to hub.MaxWeighed of them; beyond that
+// the sum is of those and marked partial.
+func TestAdminBacklogSumsTheWaitingWeight(t *testing.T) {
+	ctx := context.Background()
+	env := newAdminEnv(t)
+	recipient := uuid.NewString()
+	notes := func(n int, weight func(i int) int64) []domain.Notification {
+		ns := make([]domain.Notification, n)
+		for i := range ns {
+			ns[i] = domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
+				ContentType: "c", DocumentType: "c", SupportsBundling: true, Weight: weight(i)}
+		}
+		return ns
+	}
+	if _, err := env.hub.Save(ctx, notes(50, func(i int) int64 { return int64(i%5 + 1) })); err != nil {
+		t.Fatal(err)
+	}
+	b, err := env.hub.Backlog(ctx, recipient)
+	if err != nil || len(b.Cabinets) != 1 || b.Cabinets[0].Weight != 150 || b.Cabinets[0].WeightPartial {
+		t.Fatalf("50 notifications of weights 1 to 5: %+v, %v; want weight 150, complete", b.Cabinets, err)
+	}
+	for range 2 {
+		if _, err := env.hub.Save(ctx, notes(hub.MaxWeighed/2, func(int) int64 { return 2 })); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err = env.hub.Backlog(ctx, recipient)
+	if err != nil || b.Cabinets[0].Waiting != int64(hub.MaxWeighed+50) || !b.Cabinets[0].WeightPartial ||
+		b.Cabinets[0].Weight != 150+2*int64(hub.MaxWeighed-50) {
+		t.Fatalf("%d notifications: %+v, %v; want the first %d weighed (%d) and partial", hub.MaxWeighed+50, b.Cabinets, err, hub.MaxWeighed, 150+2*(hub.MaxWeighed-50))
 	}
 }
 

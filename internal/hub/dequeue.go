@@ -40,7 +40,7 @@ func (r *Hub) dequeueOnce(ctx context.Context, recipient, bundleID string) error
 
 // acknowledge dequeues rec, a pending bundle of the recipient's state:
 // marks it dequeued and moves its cabinet's cursor past it in one
-// conditional write (with the notice of its domain when announced), and
+// conditional write (with the notice to its domain when it gets one), and
 // returns it as dequeued.
 func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.RecipientState, rec bundle.Record) (bundle.Record, error) {
 	cursor := catalog.Cursor{Origin: rec.Origin, ContentType: rec.ContentType}
@@ -53,14 +53,14 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 	rec.State = bundle.Dequeued
 	rec.DequeuedAt = r.opts.Now()
 	rec.Drawers = detach(state, rec)
-	rec.Announce = r.opts.Announce != nil && r.opts.Announce(rec.Origin)
+	rec.Notice = r.opts.Notices != nil && r.opts.Notices(rec.Origin)
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq
 	if err := r.store.Acknowledge(ctx, recipient, rec, cursor); err != nil {
 		return bundle.Record{}, err
 	}
-	if rec.Announce && r.opts.Announced != nil {
-		r.opts.Announced(store.Notice{Recipient: recipient, BundleID: rec.ID, Origin: rec.Origin, DequeuedAt: rec.DequeuedAt})
+	if rec.Notice && r.opts.OnNotice != nil {
+		r.opts.OnNotice(store.Notice{Recipient: recipient, BundleID: rec.ID, Origin: rec.Origin, DequeuedAt: rec.DequeuedAt})
 	}
 	return rec, nil
 }

@@ -22,13 +22,13 @@ type Options struct {
 	// that retention removes (their documents). It runs before their records
 	// go, so a failure leaves nothing behind that no record points to.
 	ForgetBundles func(ctx context.Context, recipient string, bundleIDs []string) error
-	// Announce, when set, says which domains hear of their bundles'
-	// dequeues: their Acknowledge records a notice in the store's outbox.
-	Announce func(domain.Origin) bool
-	// Announced, when set, is called with the notice a dequeue wrote, so
+	// Notices, when set, says which domains hear of their bundles'
+	// dequeues: their Acknowledge puts a notice in the store's outbox.
+	Notices func(domain.Origin) bool
+	// OnNotice, when set, is called with the notice a dequeue wrote, so
 	// that the notifier looks at once instead of at its next poll, and
 	// knows the notice for one of this instance's.
-	Announced func(store.Notice)
+	OnNotice func(store.Notice)
 	// PlanParallel is how many recipients of a save group are loaded and
 	// planned at once. 0 suits an embedded store, whose loads use the CPU:
 	// two from parallelPlanRecipients recipients on, else one. A store over

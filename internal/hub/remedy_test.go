@@ -17,7 +17,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
-// remedyEnv is a hub over a pebble store that announces every domain's
+// remedyEnv is a hub over a pebble store that writes notices for every domain's
 // dequeues, with bundles of at most 4 notifications of weight 1, a clock
 // the test moves and a record of the bundles retention forgot.
 type remedyEnv struct {
@@ -37,8 +37,8 @@ func newRemedyEnv(t *testing.T) *remedyEnv {
 	env := &remedyEnv{store: &writeCounter{Store: inner}, now: time.UnixMilli(1_700_000_000_000)}
 	env.hub = hub.New(env.store, hub.Options{
 		MaxBundleWeight: 4, Retention: time.Hour, SweepInterval: time.Hour,
-		Now:      func() time.Time { env.mu.Lock(); defer env.mu.Unlock(); return env.now },
-		Announce: func(domain.Origin) bool { return true },
+		Now:     func() time.Time { env.mu.Lock(); defer env.mu.Unlock(); return env.now },
+		Notices: func(domain.Origin) bool { return true },
 		ForgetBundles: func(_ context.Context, _ string, ids []string) error {
 			env.mu.Lock()
 			env.forgotten = append(env.forgotten, ids...)

@@ -240,7 +240,7 @@ type Notice struct {
 }
 
 // Outbox is the part of a Store that keeps notices: Acknowledge of a record
-// with Announce set writes one in the same atomic write, and they stay
+// with Notice set writes one in the same atomic write, and they stay
 // until removed, across crashes. They are found through an index of their
 // own, by domain, without scanning anything else.
 type Outbox interface {

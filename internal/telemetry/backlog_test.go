@@ -138,7 +138,7 @@ func TestTheOutboxGaugesCountUntoldDequeues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo := hub.New(st, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	repo := hub.New(st, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
 	defer func() { repo.Close(); _ = st.Close() }()
 	ctx := context.Background()
 	recipient := uuid.NewString()

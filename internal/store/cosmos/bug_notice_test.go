@@ -33,7 +33,7 @@ func TestBugARemovedNoticeIsNotListedAgainAfterALostDeleteAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo := hub.New(s, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
 	t.Cleanup(repo.Close)
 	ctx := context.Background()
 	r := uuid.NewString()

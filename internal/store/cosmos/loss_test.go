@@ -222,7 +222,7 @@ func TestAnIDLookupDoesNotTakeReadSessionNotAvailableForAnAbort(t *testing.T) {
 func TestADequeuedBundleIsNotMissedOnReadSessionNotAvailable(t *testing.T) {
 	db := cosmostest.UniqueID("db")
 	s := open(t, cosmos.Config{Database: db})
-	repo := hub.New(s, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
 	t.Cleanup(repo.Close)
 	r := uuid.NewString()
 	bid := cycleOne(t, repo, r, domain.OriginCharges)

@@ -349,7 +349,7 @@ func TestEveryNoticeWriteSurvivesALostOrRefusedAnswer(t *testing.T) {
 			t.Run(faultCase(w, f.kind, f.count), func(t *testing.T) {
 				db := cosmostest.UniqueID("db")
 				s := open(t, cosmos.Config{Database: db})
-				repo := hub.New(s, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+				repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
 				t.Cleanup(repo.Close)
 				ctx := context.Background()
 				r := uuid.NewString()

@@ -38,19 +38,19 @@ func cycleOne(t *testing.T, repo *hub.Hub, recipient string, origin domain.Origi
 	return b.ID
 }
 
-// A notice is written by its dequeue's batch only, for announced domains;
+// A notice is written by its dequeue's batch only, for the domains that get notices;
 // notices are read in batches across recipients, counted, and removed, a
 // notice already removed being no error.
 func TestNoticesAreWrittenWithTheirDequeueOnly(t *testing.T) {
 	s := open(t, cosmos.Config{})
-	repo := hub.New(s, hub.Options{Announce: func(o domain.Origin) bool { return o == domain.OriginCharges }}, nil)
+	repo := hub.New(s, hub.Options{Notices: func(o domain.Origin) bool { return o == domain.OriginCharges }}, nil)
 	t.Cleanup(repo.Close)
 	ctx := context.Background()
 	var want []string
 	for range 5 {
 		recipient := uuid.NewString()
 		want = append(want, cycleOne(t, repo, recipient, domain.OriginCharges))
-		cycleOne(t, repo, recipient, domain.OriginAggregations) // not announced
+		cycleOne(t, repo, recipient, domain.OriginAggregations) // gets no notices
 	}
 	n, oldest, err := s.NoticeBacklog(ctx)
 	if err != nil || n != 5 || oldest.IsZero() || time.Since(oldest) > time.Minute {
@@ -92,7 +92,7 @@ func TestNoticesAreWrittenWithTheirDequeueOnly(t *testing.T) {
 // is one point read, and a pending bundle's is not found.
 func TestNoticesAreReadByDomain(t *testing.T) {
 	s := open(t, cosmos.Config{})
-	repo := hub.New(s, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
 	t.Cleanup(repo.Close)
 	ctx := context.Background()
 	want := map[domain.Origin][]string{}
@@ -138,7 +138,7 @@ func TestNoticesAreReadByDomain(t *testing.T) {
 // domain that keeps failing, or ranges read first that never drain).
 func TestNoticesLooksTakeTurns(t *testing.T) {
 	s := open(t, cosmos.Config{})
-	repo := hub.New(s, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
 	t.Cleanup(repo.Close)
 	ctx := context.Background()
 	want := map[string]bool{}
@@ -178,7 +178,7 @@ func TestNoticesLooksTakeTurns(t *testing.T) {
 // within two looks.
 func TestEachDomainsLooksGoOnWhereTheirOwnStopped(t *testing.T) {
 	s := open(t, cosmos.Config{})
-	repo := hub.New(s, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
 	t.Cleanup(repo.Close)
 	ctx := context.Background()
 	want := map[domain.Origin]map[string]bool{}
@@ -224,7 +224,7 @@ func TestANoticesBundleIsFoundUnderLag(t *testing.T) {
 			t.Fatal(err)
 		}
 		stores[i] = s
-		repos[i] = hub.New(s, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+		repos[i] = hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
 		t.Cleanup(repos[i].Close)
 	}
 	ctx := context.Background()

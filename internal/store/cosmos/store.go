@@ -392,12 +392,12 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.R
 }
 
 // Acknowledge deletes the group's slot, marks the bundle dequeued (to expire
-// after the retention), writes its notice when it is announced and moves the
+// after the retention), writes its notice when it has one and moves the
 // cursor, in one transactional batch.
 func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
 	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
 	b.DeleteItem(slotID(rec.Group), nil)
-	if rec.Announce {
+	if rec.Notice {
 		// The notice of the dequeue commits with it or not at all (notices.go).
 		if err := batchCreate(&b, s.notice(recipient, rec)); err != nil {
 			return err

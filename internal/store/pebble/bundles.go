@@ -61,7 +61,7 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Re
 			return err
 		}
 		puts := []put{{key: pendingKey(r, id), del: true}, dq, cur}
-		if bun.Announce {
+		if bun.Notice {
 			puts = append(puts, put{key: noticeKey(bun.Origin, bun.DequeuedAt.UnixNano(), r, id), value: []byte{}})
 		}
 		tx.apply(puts)

@@ -34,7 +34,7 @@ func TestANoticesBundleIsOnePointRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := &listCounting{Store: s}
-	repo := hub.New(store, hub.Options{Announce: func(domain.Origin) bool { return true }}, nil)
+	repo := hub.New(store, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
 	defer func() { repo.Close(); _ = s.Close() }()
 	ctx := context.Background()
 	recipient := uuid.NewString()

@@ -40,13 +40,13 @@ func openChain(t *testing.T) store.Store {
 }
 
 // A notice is written with its dequeue, in the same atomic write: a dequeue
-// that fails writes none, and none is written for a domain not announced.
+// that fails writes none, and none is written for a domain that gets no notices.
 func TestNoticesAreWrittenWithTheirDequeueOnly(t *testing.T) {
 	s, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo := hub.New(s, hub.Options{Announce: func(o domain.Origin) bool { return o == domain.OriginCharges }}, nil)
+	repo := hub.New(s, hub.Options{Notices: func(o domain.Origin) bool { return o == domain.OriginCharges }}, nil)
 	defer func() { repo.Close(); _ = s.Close() }()
 	ctx := context.Background()
 	recipient := uuid.NewString()

@@ -33,7 +33,7 @@ func releaseFreesItsGroupAndKeepsItsID(t *testing.T, s *storeEnv) {
 	rec := s.create(r, s.record(domain.OriginCharges, "c", 0, 2))
 	cursorBefore := cursorOf(s.load(r), domain.OriginCharges, "c") // as the bundle left it
 	// A release tells no domain, whatever the record says.
-	rec.Announce = true
+	rec.Notice = true
 	gone := s.released(rec)
 	if err := s.store.ReleaseBundle(ctx(t), r, gone); err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func sweepRemovesAReleasedBundle(t *testing.T, s *storeEnv) {
 // id, the released id is refused, and the domain gets a notice of every
 // bundle the hub dequeued for the actor.
 func (h *harness) remedies(t *testing.T) {
-	e := h.env(t, hub.Options{MaxBundleWeight: 3, Announce: func(domain.Origin) bool { return true }})
+	e := h.env(t, hub.Options{MaxBundleWeight: 3, Notices: func(domain.Origin) bool { return true }})
 	r := newRecipient()
 	ns := notes(8, r, domain.OriginMeteringPoints, "mp")
 	e.save(ns...)

@@ -55,7 +55,7 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("ApplySweepRefusesWhenTheCatalogChanged", sweepRefusesChangedCatalog)
 	run("BacklogSumsEntriesAndCursors", backlogSums)
 	run("BacklogCountsPendingBundles", backlogCountsPending)
-	run("AnnouncerKeepsNoticesOfAnnouncedDequeues", announcerNotices)
+	run("OutboxKeepsTheNoticesOfDequeues", outboxNotices)
 	run("ReleaseBundleFreesItsGroupAndKeepsItsID", releaseFreesItsGroupAndKeepsItsID)
 	run("ReleaseBundleRefusesABundleNotPendingAtItsVersion", releaseRefusesABundleNotPendingAtItsVersion)
 	run("ReleasesAndDequeuesOfOneBundleAtOnceOneWins", releasesAndDequeuesOfOneBundleAtOnceOneWins)
@@ -778,16 +778,16 @@ func backlogSums(t *testing.T, s *storeEnv) {
 	}
 }
 
-// announcerNotices checks the notices of stores that keep them: written by
+// outboxNotices checks the notices of stores that keep them: written by
 // Acknowledge in the same atomic write, oldest first, until removed.
-func announcerNotices(t *testing.T, s *storeEnv) {
+func outboxNotices(t *testing.T, s *storeEnv) {
 	an := s.store
 	r := newRecipient()
 	s.commit(notes(4, r, domain.OriginCharges, "c")...)
-	ack := func(rec bundle.Record, announce bool) bundle.Record {
+	ack := func(rec bundle.Record, notice bool) bundle.Record {
 		t.Helper()
 		rec, cur := s.dequeued(r, rec)
-		rec.Announce = announce
+		rec.Notice = notice
 		if err := s.store.Acknowledge(ctx(t), r, rec, cur); err != nil {
 			t.Fatal(err)
 		}
@@ -798,7 +798,7 @@ func announcerNotices(t *testing.T, s *storeEnv) {
 	// A refused acknowledge writes no notice.
 	refused := s.create(r, s.record(domain.OriginCharges, "c", 2, 3))
 	rec, cur := s.dequeued(r, refused)
-	rec.Announce, cur.Version = true, "stale"
+	rec.Notice, cur.Version = true, "stale"
 	expectConflict(t, "cursor moved", s.store.Acknowledge(ctx(t), r, rec, cur))
 	s.clock.Advance(time.Second)
 	second := ack(refused, true)

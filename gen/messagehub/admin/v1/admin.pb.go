@@ -318,9 +318,7 @@ func (x *GetBacklogResponse) GetPendingBundles() []*PendingBundle {
 	return nil
 }
 
-// CabinetBacklog is one cabinet's part of the backlog. The total weight of
-// the waiting notifications is not given: the catalog does not keep it, and
-// summing it would read every waiting notification.
+// CabinetBacklog is one cabinet's part of the backlog.
 type CabinetBacklog struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Domain      v1.Domain              `protobuf:"varint,1,opt,name=domain,proto3,enum=messagehub.v1.Domain" json:"domain,omitempty"`
@@ -337,8 +335,13 @@ type CabinetBacklog struct {
 	// Positions handed out so far, and positions acknowledged (dequeued).
 	TotalPositions        int64 `protobuf:"varint,6,opt,name=total_positions,json=totalPositions,proto3" json:"total_positions,omitempty"`
 	AcknowledgedPositions int64 `protobuf:"varint,7,opt,name=acknowledged_positions,json=acknowledgedPositions,proto3" json:"acknowledged_positions,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The total weight of the waiting notifications, summed from the first
+	// 10,000 of them (the catalog keeps no weights: the call reads them, as a
+	// Peek reads a bundle's); weight_partial says there are more, not summed.
+	WaitingWeight int64 `protobuf:"varint,8,opt,name=waiting_weight,json=waitingWeight,proto3" json:"waiting_weight,omitempty"`
+	WeightPartial bool  `protobuf:"varint,9,opt,name=weight_partial,json=weightPartial,proto3" json:"weight_partial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CabinetBacklog) Reset() {
@@ -418,6 +421,20 @@ func (x *CabinetBacklog) GetAcknowledgedPositions() int64 {
 		return x.AcknowledgedPositions
 	}
 	return 0
+}
+
+func (x *CabinetBacklog) GetWaitingWeight() int64 {
+	if x != nil {
+		return x.WaitingWeight
+	}
+	return 0
+}
+
+func (x *CabinetBacklog) GetWeightPartial() bool {
+	if x != nil {
+		return x.WeightPartial
+	}
+	return false
 }
 
 // PendingBundle is a bundle peeked and not yet dequeued.
@@ -1923,7 +1940,7 @@ const file_messagehub_admin_v1_admin_proto_rawDesc = "" +
 	"\trecipient\x18\x01 \x01(\tR\trecipient\"\xa2\x01\n" +
 	"\x12GetBacklogResponse\x12?\n" +
 	"\bcabinets\x18\x01 \x03(\v2#.messagehub.admin.v1.CabinetBacklogR\bcabinets\x12K\n" +
-	"\x0fpending_bundles\x18\x02 \x03(\v2\".messagehub.admin.v1.PendingBundleR\x0ependingBundles\"\xc4\x02\n" +
+	"\x0fpending_bundles\x18\x02 \x03(\v2\".messagehub.admin.v1.PendingBundleR\x0ependingBundles\"\x92\x03\n" +
 	"\x0eCabinetBacklog\x12-\n" +
 	"\x06domain\x18\x01 \x01(\x0e2\x15.messagehub.v1.DomainR\x06domain\x12!\n" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x18\n" +
@@ -1931,7 +1948,9 @@ const file_messagehub_admin_v1_admin_proto_rawDesc = "" +
 	"\x11in_pending_bundle\x18\x04 \x01(\x03R\x0finPendingBundle\x12:\n" +
 	"\x1aoldest_waiting_saved_at_ms\x18\x05 \x01(\x03R\x16oldestWaitingSavedAtMs\x12'\n" +
 	"\x0ftotal_positions\x18\x06 \x01(\x03R\x0etotalPositions\x125\n" +
-	"\x16acknowledged_positions\x18\a \x01(\x03R\x15acknowledgedPositions\"\xe3\x02\n" +
+	"\x16acknowledged_positions\x18\a \x01(\x03R\x15acknowledgedPositions\x12%\n" +
+	"\x0ewaiting_weight\x18\b \x01(\x03R\rwaitingWeight\x12%\n" +
+	"\x0eweight_partial\x18\t \x01(\bR\rweightPartial\"\xe3\x02\n" +
 	"\rPendingBundle\x12\x1b\n" +
 	"\tbundle_id\x18\x01 \x01(\tR\bbundleId\x12.\n" +
 	"\x05group\x18\x02 \x01(\x0e2\x18.messagehub.v1.PeekGroupR\x05group\x12-\n" +

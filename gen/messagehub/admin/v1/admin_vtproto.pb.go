@@ -146,6 +146,21 @@ func (m *CabinetBacklog) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.WeightPartial {
+		i--
+		if m.WeightPartial {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x48
+	}
+	if m.WaitingWeight != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.WaitingWeight))
+		i--
+		dAtA[i] = 0x40
+	}
 	if m.AcknowledgedPositions != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.AcknowledgedPositions))
 		i--
@@ -1477,6 +1492,12 @@ func (m *CabinetBacklog) SizeVT() (n int) {
 	if m.AcknowledgedPositions != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.AcknowledgedPositions))
 	}
+	if m.WaitingWeight != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.WaitingWeight))
+	}
+	if m.WeightPartial {
+		n += 2
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2363,6 +2384,45 @@ func (m *CabinetBacklog) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field WaitingWeight", wireType)
+			}
+			m.WaitingWeight = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.WaitingWeight |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field WeightPartial", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.WeightPartial = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -1,0 +1,4 @@
+package console
+
+// Assets are the console's embedded files.
+var Assets = assets

@@ -1,0 +1,71 @@
+// The confirmation of a remedy: a dialog that says what will happen, asks
+// for the reason the audit log records (and any field the remedy needs),
+// and calls the hub only when confirmed. The dialog stays open with the
+// hub's answer when the call fails.
+
+import { APIError } from './api.js';
+import { el, say } from './dom.js';
+
+const dialog = document.getElementById('confirm');
+const reason = document.getElementById('confirm-reason');
+const ok = document.getElementById('confirm-ok');
+const failure = document.getElementById('confirm-error');
+const fieldsBox = document.getElementById('confirm-fields');
+const maxReason = 500;
+
+let current = null; // the remedy being confirmed
+
+function inputs() {
+  return [...fieldsBox.querySelectorAll('input')];
+}
+
+function complete() {
+  const r = reason.value.trim();
+  return r.length > 0 && r.length <= maxReason && inputs().every((i) => current.patterns[i.id].test(i.value.trim()));
+}
+
+function check() {
+  ok.disabled = !complete();
+}
+
+// confirmRemedy opens the dialog for a remedy: title, what (the
+// consequences), fields ([{id, label, value, pattern}]), action (the
+// button's words), run(reason, values) resolving to the message to show,
+// and done() called after it succeeded.
+export function confirmRemedy({ title, what, fields = [], action, run, done }) {
+  current = { run, done, patterns: {} };
+  document.getElementById('confirm-title').textContent = title;
+  document.getElementById('confirm-what').textContent = what;
+  fieldsBox.replaceChildren(...fields.flatMap((f) => {
+    current.patterns[f.id] = f.pattern;
+    return [el('label', { for: f.id }, f.label),
+      el('input', { id: f.id, value: f.value || '', size: 38, autocomplete: 'off', required: true, oninput: check })];
+  }));
+  reason.value = '';
+  failure.hidden = true;
+  ok.textContent = action;
+  check();
+  dialog.showModal();
+  (inputs().find((i) => !i.value) || reason).focus();
+}
+
+reason.addEventListener('input', check);
+document.getElementById('confirm-cancel').addEventListener('click', () => dialog.close());
+ok.addEventListener('click', async () => {
+  if (!complete()) {
+    return;
+  }
+  const values = Object.fromEntries(inputs().map((i) => [i.id, i.value.trim()]));
+  ok.disabled = true;
+  const { run, done } = current;
+  try {
+    const message = await run(reason.value.trim(), values);
+    dialog.close();
+    say(message);
+    done();
+  } catch (err) {
+    failure.textContent = err instanceof APIError ? err.describe() : err.message;
+    failure.hidden = false;
+    check();
+  }
+});
