@@ -28,11 +28,6 @@ const (
 	// maxBellRecipients bounds one bell document: 500 recipients of at most
 	// 64 characters are about 35 KB. A group with more rings several.
 	maxBellRecipients = 500
-	// bellPage is the most bells one change-feed request returns, and
-	// maxBellPages the most pages one ReadBells reads: the rest is read by
-	// the next one.
-	bellPage     = 1000
-	maxBellPages = 100
 )
 
 // bells writes and reads the bells container.
@@ -91,35 +86,15 @@ func (b *bells) ring(ctx context.Context, recipients []string) error {
 }
 
 // read returns the recipients of other instances' bells after cursor, at
-// most maxBellPages pages of them, and the cursor after them. The empty
+// most maxFeedPages pages of them, and the cursor after them. The empty
 // cursor reads the whole feed (the bells of the last bellTTL) to find the
 // present, and returns none of them. On an error it returns what it read
 // before it, with the cursor after that.
 func (b *bells) read(ctx context.Context, cursor string) ([]string, string, error) {
-	starting := cursor == ""
 	var recipients []string
 	seen := make(map[string]struct{})
-	for range maxBellPages {
-		opts := &azcosmos.ChangeFeedOptions{MaxItemCount: bellPage}
-		if cursor == "" {
-			opts.FeedRange = &azcosmos.FeedRange{MinInclusive: "", MaxExclusive: "FF"}
-		} else {
-			opts.Continuation = &cursor
-		}
-		resp, err := b.feed.ReadChangeFeed(ctx, opts)
-		if err != nil {
-			return recipients, cursor, fmt.Errorf("cosmos: read the bells: %w", err)
-		}
-		if resp.ContinuationToken != "" {
-			cursor = resp.ContinuationToken
-		}
-		if len(resp.Items) == 0 {
-			break // every partition key range is at the present
-		}
-		if starting {
-			continue
-		}
-		for _, item := range resp.Items {
+	cursor, _, err := followFeed(ctx, b.feed, cursor, nil, func(docs [][]byte) error {
+		for _, item := range docs {
 			var bell bellDoc
 			if err := json.Unmarshal(item, &bell); err != nil || bell.By == b.instance {
 				continue
@@ -131,6 +106,10 @@ func (b *bells) read(ctx context.Context, cursor string) ([]string, string, erro
 				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return recipients, cursor, fmt.Errorf("cosmos: read the bells: %w", err)
 	}
 	return recipients, cursor, nil
 }

@@ -23,11 +23,6 @@ import (
 // only the recipients' own partitions count.
 
 const (
-	// changesPage is the most documents one change-feed request returns,
-	// and maxChangesPages the most pages one ChangedBacklog reads: the rest
-	// is read by the next one.
-	changesPage     = 1000
-	maxChangesPages = 100
 	// changesParallel bounds the recipients read at once.
 	changesParallel = 8
 	// feedStartMargin is how far before now a new cursor starts: the
@@ -45,41 +40,29 @@ func (s *Store) changedBacklog(ctx context.Context, cursor string) (store.Backlo
 	var out store.BacklogChanges
 	changed := map[string]bool{}
 	var order []string
-	start := cursor == ""
-	for range maxChangesPages {
-		opts := &azcosmos.ChangeFeedOptions{MaxItemCount: changesPage}
-		if cursor == "" {
-			from := time.Now().Add(-feedStartMargin)
-			opts.FeedRange = &azcosmos.FeedRange{MinInclusive: "", MaxExclusive: "FF"}
-			opts.StartFrom = &from
-		} else {
-			opts.Continuation = &cursor
-		}
-		resp, err := s.recipients.ReadChangeFeed(withSessionToken(ctx, s.tokens.get(containerRecipients)), opts)
-		if err != nil {
-			return out, err
-		}
-		out.Cost += float64(resp.RequestCharge)
-		if resp.ContinuationToken != "" {
-			cursor = resp.ContinuationToken
-		}
-		if len(resp.Items) == 0 {
-			break // every partition key range is at the present
-		}
-		if start {
-			continue
-		}
-		for _, raw := range resp.Items {
+	var from *time.Time
+	if cursor == "" {
+		t := time.Now().Add(-feedStartMargin)
+		from = &t
+	}
+	next, cost, err := followFeed(withSessionToken(ctx, s.tokens.get(containerRecipients)), s.recipients, cursor, from, func(docs [][]byte) error {
+		for _, raw := range docs {
 			pk, err := recipientOf(raw)
 			if err != nil {
-				return out, err
+				return err
 			}
 			if !changed[pk] && !strings.HasPrefix(pk, "_") { // not the registry, leases, figures...
 				changed[pk] = true
 				order = append(order, pk)
 			}
 		}
+		return nil
+	})
+	out.Cost += cost
+	if err != nil {
+		return out, err
 	}
+	cursor = next
 	out.Cursor = cursor
 	var mu sync.Mutex
 	records := make([]store.RecipientRecords, len(order))

@@ -1,0 +1,56 @@
+package cosmos
+
+import (
+	"context"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+)
+
+// feedPage is the most documents one change-feed request returns, and
+// maxFeedPages the most pages one look at a feed reads: the rest is read by
+// the next look.
+const (
+	feedPage     = 1000
+	maxFeedPages = 100
+)
+
+// followFeed reads c's change feed (latest version, pull model) from
+// cursor on, page by page, and calls fn with each page's documents, until a
+// page comes back empty (every partition key range is at the present) or
+// maxFeedPages pages are read. The empty cursor starts the feed at from
+// (nil: the oldest change it keeps) and reads up to the present without
+// calling fn, to find where the present is. It returns the cursor after
+// the last page read, also with an error (what was read before it is
+// done), and the request units the reads cost.
+func followFeed(ctx context.Context, c *azcosmos.ContainerClient, cursor string, from *time.Time, fn func(docs [][]byte) error) (string, float64, error) {
+	starting := cursor == ""
+	var cost float64
+	for range maxFeedPages {
+		opts := &azcosmos.ChangeFeedOptions{MaxItemCount: feedPage}
+		if cursor == "" {
+			opts.FeedRange = &azcosmos.FeedRange{MinInclusive: "", MaxExclusive: "FF"}
+			opts.StartFrom = from
+		} else {
+			opts.Continuation = &cursor
+		}
+		resp, err := c.ReadChangeFeed(ctx, opts)
+		if err != nil {
+			return cursor, cost, err
+		}
+		cost += float64(resp.RequestCharge)
+		if resp.ContinuationToken != "" {
+			cursor = resp.ContinuationToken
+		}
+		if len(resp.Items) == 0 {
+			break
+		}
+		if starting {
+			continue
+		}
+		if err := fn(resp.Items); err != nil {
+			return cursor, cost, err
+		}
+	}
+	return cursor, cost, nil
+}
