@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/drawer"
@@ -55,13 +56,21 @@ func (m *idleMarks) seen(recipient string, state store.RecipientState) bool {
 	return false
 }
 
+// markTimeout bounds the idle mark a Peek writes before it answers. The
+// mark only saves later Peeks a read, so a store that cannot take it at
+// once (throttled, failing) is not waited for: the Peek answers without it.
+const markTimeout = time.Second
+
 // noteState lets a Peek's full state count towards the recipient's mark,
-// and writes the mark when it is due. A mark that fails changes nothing:
-// the next Peeks load in full, as this one did.
+// and writes the mark when it is due, at low priority, as the first
+// request to give way when the store is busy. A mark that fails changes
+// nothing: the next Peeks load in full, as this one did.
 func (r *Hub) noteState(ctx context.Context, recipient string, state store.RecipientState) {
 	if state.Idle || !r.idle.seen(recipient, state) {
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.store.LowPriority(ctx), markTimeout)
+	defer cancel()
 	_ = r.store.MarkIdle(ctx, recipient, state.Head)
 }
 
