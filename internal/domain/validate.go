@@ -70,25 +70,11 @@ func ParseOptionalUUID(field, s string) (string, error) {
 	return ParseUUID(field, s)
 }
 
-// NormalizeNotifications validates a Save request and returns its
-// notifications normalised: ids and recipients in lower case, a missing
-// document type set to the content type. The input is not modified.
-func NormalizeNotifications(in []Notification) ([]Notification, error) {
-	if err := checkSaveSize(len(in)); err != nil {
-		return nil, err
-	}
-	out := make([]Notification, len(in))
-	copy(out, in)
-	if err := NormalizeNotificationsInPlace(out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// NormalizeNotificationsInPlace is NormalizeNotifications for a slice the
-// caller owns: it normalises the notifications where they are, without a
-// copy (after an error, some of them may be normalised).
-func NormalizeNotificationsInPlace(ns []Notification) error {
+// NormalizeNotifications validates a Save request and normalises its
+// notifications where they are: ids and recipients in lower case, a missing
+// document type set to the content type (after an error, some of them may
+// be normalised).
+func NormalizeNotifications(ns []Notification) error {
 	if err := checkSaveSize(len(ns)); err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func (s *Service) Save(ctx context.Context, req *messagehubv1.SaveRequest) (*mes
 	for i, n := range req.GetNotifications() {
 		notifications[i] = apiconv.Notification(n)
 	}
-	if err := domain.NormalizeNotificationsInPlace(notifications); err != nil {
+	if err := domain.NormalizeNotifications(notifications); err != nil {
 		return nil, err
 	}
 	res, err := s.hub.Save(ctx, notifications)
