@@ -213,7 +213,7 @@ func (tx *txn) idRecords(saves []store.RecipientSave) ([]put, []uint64, error) {
 		}
 		if exists || i > 0 && all[i-1].hi == e.hi && all[i-1].lo == e.lo {
 			if stored == nil { // written earlier in this group or this save
-				if stored, err = encodeIDRecord(*e.rec); err != nil {
+				if stored, err = appendIDRecord(nil, *e.rec); err != nil {
 					return nil, nil, err
 				}
 			}
