@@ -10,7 +10,6 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/figures"
 	"github.com/energydatahub/messagehub/internal/hub"
-	"github.com/energydatahub/messagehub/internal/server"
 	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/backend"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
@@ -19,7 +18,7 @@ import (
 
 // This file is the one place in the package that names the hub and the
 // store: the store chain (backend.Open), the hub over it and the disk guard
-// are wired here, and the other files see a server.Hub.
+// are wired here.
 
 // The defaults and the check of the Cosmos DB settings, which are the
 // backend's own.
@@ -40,7 +39,7 @@ type storeWrapper = func(store.Store) store.Store
 // openHub opens the store, the documents next to it and the hub over both,
 // and returns the core the gRPC servers serve; the document service is nil
 // without a place for documents.
-func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error) {
+func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 	if a.cfg.Store == StoreEmbedded && a.cfg.MinFreeDisk > 0 {
 		a.guard = diskguard.New(a.cfg.DataDir, a.cfg.MinFreeDisk, nil, 0, a.logger)
 		a.onClose("disk guard", func() error { a.guard.Close(); return nil })
