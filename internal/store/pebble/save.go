@@ -13,12 +13,7 @@ import (
 // CommitSaves writes every recipient's save. All checks come first, so a
 // failing save group changes nothing.
 func (s *Store) CommitSaves(ctx context.Context, saves []store.RecipientSave) error {
-	return s.write(ctx, s.saveOp(saves))
-}
-
-// saveOp writes the saves.
-func (s *Store) saveOp(saves []store.RecipientSave) writeOp {
-	return func(tx *txn) error {
+	return s.write(ctx, func(tx *txn) error {
 		type recipientChange struct {
 			r       [16]byte
 			rec     *records
@@ -94,7 +89,7 @@ func (s *Store) saveOp(saves []store.RecipientSave) writeOp {
 			})
 		}
 		return nil
-	}
+	})
 }
 
 // idRecordsAsync runs idRecords while the caller checks and encodes the
