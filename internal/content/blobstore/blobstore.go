@@ -134,11 +134,7 @@ func (s *Store) Open(ctx context.Context, key content.Key) (*content.Document, e
 	// A broken connection resumes where it stopped, on the same etag; a body
 	// closed early (the client left) is not retried.
 	body := resp.NewRetryReader(stream, &blob.RetryReaderOptions{EarlyCloseAsError: true})
-	return &content.Document{
-		MediaType: deref(resp.ContentType),
-		Size:      deref(resp.ContentLength),
-		Body:      closer{ReadCloser: body, cancel: cancel},
-	}, nil
+	return &content.Document{MediaType: deref(resp.ContentType), Body: closer{ReadCloser: body, cancel: cancel}}, nil
 }
 
 // closer ends the download's context with the body.
