@@ -7,7 +7,7 @@
 // process.
 //
 // The files cut along the seams: config.go the settings, listen.go the
-// listeners and TLS, store.go the store and the repository over it,
+// listeners and TLS, store.go the store and the hub over it,
 // content.go the documents of bundles, shutdown.go the order and the bounds
 // of shutdown.
 package app

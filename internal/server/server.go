@@ -13,7 +13,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
-// Hub is what the transport needs from the core: the repository's three
+// Hub is what the transport needs from the core: the hub's three
 // operations. Inputs are already validated and normalised.
 type Hub interface {
 	Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error)
