@@ -150,7 +150,9 @@ func (s *Store) reserve(ctx context.Context, p *savePlan) (held bool, err error)
 	sv := p.save
 	res := p.res
 	head := headDoc{ID: headID, PK: sv.Recipient, T: typeHead}
-	if sv.Head.Version != "" {
+	if known, ok := s.heads.get(sv.Recipient, sv.Head.Version); ok && sv.Head.Version != "" {
+		head = known
+	} else if sv.Head.Version != "" {
 		item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sv.Recipient), headID, "")
 		if err != nil {
 			return false, err
@@ -170,6 +172,7 @@ func (s *Store) reserve(ctx context.Context, p *savePlan) (held bool, err error)
 	head.Reservations = append(head.Reservations, res)
 	p.res = res
 	head, err = s.reserveBatch(ctx, sv.Recipient, head, res.Save, p.chunks[0], 0)
+	p.head = head
 	if err != nil {
 		// Only a refusal (a changed head or entry: 404, 409, 412) says the
 		// batch did not apply; after any other failure the reservation may
@@ -181,6 +184,7 @@ func (s *Store) reserve(ctx context.Context, p *savePlan) (held bool, err error)
 		if head, err = s.reservePart(ctx, sv.Recipient, head, res.Save, p.chunks[k], k); err != nil {
 			return true, err
 		}
+		p.head = head
 	}
 	return true, nil
 }
@@ -325,22 +329,38 @@ func (s *Store) readHead(ctx context.Context, pk azcosmos.PartitionKey) (headDoc
 // concurrency, rereading after a lost race. change reports whether there is
 // anything to write.
 func (s *Store) updateHead(ctx context.Context, recipient string, change func(*headDoc) bool) error {
+	return s.updateHeadFrom(ctx, recipient, headDoc{}, change)
+}
+
+// updateHeadFrom is updateHead that first tries known, a head this process
+// wrote (with its etag), instead of reading it: a save's finalize usually
+// finds the head as its reserve left it, and then costs one replace, not a
+// read and a replace. Should known be stale (another save wrote the head
+// since, or this very change applied and its answer was lost), its replace
+// answers 412 and the head is read as usual.
+func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known headDoc, change func(*headDoc) bool) error {
 	pk := azcosmos.NewPartitionKeyString(recipient)
 	for attempt := 0; ; attempt++ {
-		h, err := s.readHead(ctx, pk)
-		if err != nil {
-			return err
+		h, guessed := known, known.ETag != ""
+		known = headDoc{}
+		if guessed {
+			h.Reservations = slices.Clone(h.Reservations)
+		} else {
+			var err error
+			if h, err = s.readHead(ctx, pk); err != nil {
+				return err
+			}
 		}
 		version := h.ETag
 		if !change(&h) {
 			return nil
 		}
 		h.ETag = ""
-		_, err = s.recipients.ReplaceItem(ctx, pk, headID, mustJSON(h), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+		_, err := s.recipients.ReplaceItem(ctx, pk, headID, mustJSON(h), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
 		if !isStatus(err, http.StatusPreconditionFailed) {
 			return err
 		}
-		if !pause(ctx, attempt) {
+		if !guessed && !pause(ctx, attempt) {
 			return ctx.Err()
 		}
 	}

@@ -103,6 +103,8 @@ type Store struct {
 	idSettings idSettings
 	// bells wakes other instances' waiting peeks (bells.go).
 	bells *bells
+	// heads: the heads recent loads read, for the saves planned on them.
+	heads knownHeads
 }
 
 var _ store.Store = (*Store)(nil)
@@ -284,6 +286,7 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.Reci
 					return err
 				}
 				st.Head = store.Head{NextSeq: head.Next, Watermark: head.Watermark, Version: head.ETag}
+				s.heads.keep(recipient, head)
 				// The pages below this watermark are read with their token.
 				s.tokens.note(containerDrawers, head.DrawersToken)
 			case typeEntry:
