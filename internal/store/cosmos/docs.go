@@ -1,6 +1,8 @@
 package cosmos
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 const (
 	typeHead     = "head"
 	typeEntry    = "entry"
+	typeClosed   = "closed"
 	typeCursor   = "cursor"
 	typePending  = "pending"
 	typeDequeued = "dequeued"
@@ -123,17 +126,38 @@ func (h *headDoc) watermark() int64 {
 	return wm
 }
 
+// entryDoc is a cabinet's catalog entry as stored: its total, its holes and
+// its last drawer, the only one saves still fill. The drawers before it
+// never change again and are closedDocs of their own, written once, so a
+// save to a cabinet of thousands of drawers rewrites a few hundred bytes,
+// not a list of them all.
 type entryDoc struct {
 	ID      string       `json:"id"`
 	PK      string       `json:"pk"`
 	T       string       `json:"t"`
 	Origin  int32        `json:"o"`
 	CT      string       `json:"ct"`
-	Drawers []drawerMeta `json:"dr"`
+	Drawers []drawerMeta `json:"dr"` // the last drawer (none for a cabinet without one)
 	Total   int64        `json:"tot"`
 	Holes   [][2]int64   `json:"h,omitempty"` // [start, end) of positions aborted saves left empty
 	ETag    string       `json:"_etag,omitempty"`
 }
+
+// closedDoc is a drawer of a cabinet that is no longer its last one. It is
+// created in the batch that replaces the entry with a later drawer (the
+// reserve batch of the save that opens it) and deleted in the batch that
+// takes the drawer out of the entry (a sweep's), so it exists exactly while
+// the entry, as of its etag, has the drawer before its last.
+type closedDoc struct {
+	ID     string     `json:"id"`
+	PK     string     `json:"pk"`
+	T      string     `json:"t"`
+	Origin int32      `json:"o"`
+	CT     string     `json:"ct"`
+	Drawer drawerMeta `json:"d"`
+}
+
+func closedID(drawerID string) string { return "d:" + drawerID }
 
 type drawerMeta struct {
 	ID       string `json:"id"`
@@ -210,14 +234,46 @@ func slotID(g domain.PeekGroup) string {
 	return "p:" + strconv.Itoa(int(g))
 }
 
-func toEntry(d entryDoc) catalog.Entry {
-	return catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Drawers: toRuns(d.Drawers, d.Holes), Total: d.Total, Version: d.ETag}
+// toEntry is the catalog entry of d and the closed drawers of its cabinet
+// (in any order).
+func toEntry(d entryDoc, closed []drawerMeta) catalog.Entry {
+	drawers := slices.Concat(closed, d.Drawers)
+	slices.SortStableFunc(drawers, func(a, b drawerMeta) int { return cmp.Compare(a.Start, b.Start) })
+	return catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Drawers: toRuns(drawers, d.Holes), Total: d.Total, Version: d.ETag}
 }
 
-func fromEntry(recipient string, e catalog.Entry) entryDoc {
+// fromEntry is e as stored: its entry document, with the last drawer, and
+// the closed documents of every drawer before it.
+func fromEntry(recipient string, e catalog.Entry) (entryDoc, []closedDoc) {
 	d := entryDoc{ID: entryID(e.Key()), PK: recipient, T: typeEntry, Origin: int32(e.Origin), CT: e.ContentType, Total: e.Total}
 	d.Drawers, d.Holes = fromRuns(e.Drawers)
-	return d
+	var closed []closedDoc
+	if n := len(d.Drawers); n > 1 {
+		for _, dm := range d.Drawers[:n-1] {
+			closed = append(closed, closedDoc{ID: closedID(dm.ID), PK: recipient, T: typeClosed, Origin: d.Origin, CT: d.CT, Drawer: dm})
+		}
+		d.Drawers = d.Drawers[n-1:]
+	}
+	return d, closed
+}
+
+// closedSince is the closed documents of an entry (as fromEntry stores it)
+// that a save writing from position from on must write: those of the
+// drawers that start at from or later, which the save opened, and of the
+// last drawer before them, which was the entry's last until now (it may end
+// before from: positions an aborted save gave back at its tail are holes).
+// Those before it were closed already. They are written as upserts, so one
+// written already changes nothing but the charge. A save that opened no
+// drawer (the entry's last starts before from) closes none.
+func closedSince(last entryDoc, closed []closedDoc, from int64) []closedDoc {
+	if len(last.Drawers) == 0 || last.Drawers[0].Start < from {
+		return nil
+	}
+	i := len(closed)
+	for i > 0 && closed[i-1].Drawer.Start >= from {
+		i--
+	}
+	return closed[max(i-1, 0):]
 }
 
 func toCursor(d cursorDoc) catalog.Cursor {

@@ -7,10 +7,21 @@ import (
 	"github.com/energydatahub/messagehub/internal/catalog"
 )
 
-// EntryDocument is the JSON the store writes for a catalog entry, so that
-// tests can measure the worst case and store it as it is.
-func EntryDocument(recipient string, e catalog.Entry) ([]byte, error) {
-	return json.Marshal(fromEntry(recipient, e))
+// EntryDocuments is the JSON the store writes for a catalog entry: its
+// entry document first, then the closed documents of its drawers before the
+// last, so that tests can measure the worst case and store it as it is.
+func EntryDocuments(recipient string, e catalog.Entry) ([][]byte, error) {
+	doc, closed := fromEntry(recipient, e)
+	raw, err := json.Marshal(doc)
+	out := [][]byte{raw}
+	for _, c := range closed {
+		if err != nil {
+			return nil, err
+		}
+		raw, err = json.Marshal(c)
+		out = append(out, raw)
+	}
+	return out, err
 }
 
 // SetFinalizeFor bounds how long a committed save's finalize is retried, so

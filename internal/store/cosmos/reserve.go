@@ -44,7 +44,8 @@ func takenRanges(sv store.RecipientSave) map[catalog.Key]posRange {
 }
 
 // A reserve batch holds the head, a part document and the entries of one
-// chunk: within Cosmos DB's 100 operations and far below its 2 MB. The
+// chunk with the closed documents they write (maxReserveEntries operations
+// in all): within Cosmos DB's 100 operations and far below its 2 MB. The
 // first chunk's detail lives in the head, which every reader loads, so it
 // is kept small; later chunks' details go into part documents.
 const (
@@ -55,10 +56,12 @@ const (
 	approxDetailItemBytes = 8 // separators and brackets per listed item
 )
 
-// resChunk is the entries one reserve batch writes and what the save takes
-// and writes in their cabinets.
+// resChunk is the entries one reserve batch writes, the closed documents
+// of the drawers the save closes in their cabinets, and what the save takes
+// and writes there.
 type resChunk struct {
 	entries []catalog.Entry
+	closed  []closedDoc
 	detail  resDetail
 }
 
@@ -78,28 +81,39 @@ func reserveChunks(sv store.RecipientSave, pages []pageDoc) []resChunk {
 		pagesOf[k] = append(pagesOf[k], pageRef{Drawer: pg.PK, ID: pg.ID})
 	}
 	chunks := []resChunk{{}}
-	entryBytes, detailBytes := 0, 0
+	ops, entryBytes, detailBytes := 0, 0, 0
 	for _, e := range sv.Entries {
 		k := e.Key()
 		var d resDetail
 		d.Pages = pagesOf[k]
+		doc, closed := fromEntry(sv.Recipient, e)
 		if r, ok := ranges[k]; ok {
 			d.Ranges = []posRange{r}
+			if e.Version != "" {
+				closed = closedSince(doc, closed, r.Start)
+			}
+		} else if e.Version != "" {
+			closed = nil // no position taken here: no drawer closes
 		}
-		eb := len(mustJSON(fromEntry(sv.Recipient, e)))
+		eb := len(mustJSON(doc))
+		for _, c := range closed {
+			eb += len(mustJSON(c))
+		}
 		db := len(mustJSON(d)) + approxDetailItemBytes
 		limit := maxPartDetailBytes
 		if len(chunks) == 1 {
 			limit = maxHeadDetailBytes
 		}
 		cur := &chunks[len(chunks)-1]
-		if len(cur.entries) > 0 && (len(cur.entries) >= maxReserveEntries ||
+		if len(cur.entries) > 0 && (ops+1+len(closed) > maxReserveEntries ||
 			entryBytes+eb > maxReserveEntryBytes || detailBytes+db > limit) {
 			chunks = append(chunks, resChunk{})
 			cur = &chunks[len(chunks)-1]
-			entryBytes, detailBytes = 0, 0
+			ops, entryBytes, detailBytes = 0, 0, 0
 		}
 		cur.entries = append(cur.entries, e)
+		cur.closed = append(cur.closed, closed...)
+		ops += 1 + len(closed)
 		cur.detail.Pages = append(cur.detail.Pages, d.Pages...)
 		cur.detail.Ranges = append(cur.detail.Ranges, d.Ranges...)
 		entryBytes += eb
@@ -246,9 +260,13 @@ func (s *Store) reserveBatch(ctx context.Context, recipient string, head headDoc
 		}
 	}
 	for _, e := range c.entries {
-		if err := batchWrite(&b, fromEntry(recipient, e), e.Version); err != nil {
+		doc, _ := fromEntry(recipient, e)
+		if err := batchWrite(&b, doc, e.Version); err != nil {
 			return head, err
 		}
+	}
+	for _, d := range c.closed {
+		b.UpsertItem(mustJSON(d), nil)
 	}
 	resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)
 	if err == nil {

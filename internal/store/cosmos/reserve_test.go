@@ -41,11 +41,15 @@ func TestReserveChunksStayWithinTheLimits(t *testing.T) {
 	for i, c := range p.chunks {
 		entryBytes := 0
 		for _, e := range c.entries {
-			entryBytes += len(mustJSON(fromEntry(r, e)))
+			doc, _ := fromEntry(r, e)
+			entryBytes += len(mustJSON(doc))
 			seen[e.Key()] = true
 		}
+		for _, d := range c.closed {
+			entryBytes += len(mustJSON(d))
+		}
 		detail := len(mustJSON(c.detail))
-		if len(c.entries)+2 > maxBatchOps || entryBytes > maxReserveEntryBytes {
+		if len(c.entries)+len(c.closed)+2 > maxBatchOps || entryBytes > maxReserveEntryBytes {
 			t.Fatalf("chunk %d: %d entries, %d bytes", i, len(c.entries), entryBytes)
 		}
 		limit := maxPartDetailBytes

@@ -19,8 +19,12 @@ import (
 // unless asked to migrate.
 
 // formatVersion is the layout of the documents this build writes and reads.
-// Until the layout is released, it changes in place and this stays 1.
-const formatVersion = 1
+// Version 2 keeps a cabinet's drawers before its last in closed documents
+// of their own (docs.go); a build of version 1 would take such a cabinet for
+// one of a single drawer, and this one would drop the drawers a version 1
+// entry lists before its last at the next save, so neither opens the other's
+// database.
+const formatVersion = 2
 
 // The settings document lives in a partition of its own in recipients: no
 // recipient id starts with "_", and no query of the store's filters on t

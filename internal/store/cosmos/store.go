@@ -273,8 +273,10 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.Reci
 	if err := s.anchor(ctx, recipient); err != nil {
 		return st, head, err
 	}
+	var entries []entryDoc
+	closed := map[catalog.Key][]drawerMeta{}
 	err := s.query(ctx, s.recipients, recipient,
-		"SELECT * FROM c WHERE c.t IN ('head', 'entry', 'cursor', 'pending')", nil,
+		"SELECT * FROM c WHERE c.t IN ('head', 'entry', 'closed', 'cursor', 'pending')", nil,
 		func(raw []byte) error {
 			var probe struct{ T string }
 			if err := json.Unmarshal(raw, &probe); err != nil {
@@ -294,7 +296,14 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.Reci
 				if err := json.Unmarshal(raw, &d); err != nil {
 					return err
 				}
-				st.Entries = append(st.Entries, toEntry(d))
+				entries = append(entries, d)
+			case typeClosed:
+				var d closedDoc
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				k := catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}
+				closed[k] = append(closed[k], d.Drawer)
 			case typeCursor:
 				var d cursorDoc
 				if err := json.Unmarshal(raw, &d); err != nil {
@@ -310,6 +319,9 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.Reci
 			}
 			return nil
 		})
+	for _, d := range entries {
+		st.Entries = append(st.Entries, toEntry(d, closed[catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}]))
+	}
 	return st, head, err
 }
 
@@ -583,10 +595,25 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		add   func(*azcosmos.TransactionalBatch) error
 	}
 	var units []unit
+	stored, err := s.closedDrawers(ctx, sw.Recipient, len(sw.Entries) > 0)
+	if err != nil {
+		return err
+	}
 	for _, e := range sw.Entries {
-		raw := mustJSON(fromEntry(sw.Recipient, e))
-		units = append(units, unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error {
-			return batchWrite(b, fromEntry(sw.Recipient, e), e.Version)
+		doc, closed := fromEntry(sw.Recipient, e)
+		gone, keep := closedChanges(stored[e.Key()], closed)
+		size := len(mustJSON(doc))
+		for _, c := range keep {
+			size += len(mustJSON(c))
+		}
+		units = append(units, unit{1 + len(gone) + len(keep), size, func(b *azcosmos.TransactionalBatch) error {
+			for _, id := range gone {
+				b.DeleteItem(id, nil)
+			}
+			for _, c := range keep {
+				b.UpsertItem(mustJSON(c), nil)
+			}
+			return batchWrite(b, doc, e.Version)
 		}})
 	}
 	cursors := map[catalog.Key]catalog.Cursor{}
@@ -599,7 +626,11 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	for _, e := range sw.DeleteEntries {
 		c, withCursor := cursors[e.Key()]
 		delete(cursors, e.Key())
-		units = append(units, unit{2, 0, func(b *azcosmos.TransactionalBatch) error {
+		_, closed := fromEntry(sw.Recipient, e)
+		units = append(units, unit{2 + len(closed), 0, func(b *azcosmos.TransactionalBatch) error {
+			for _, d := range closed {
+				b.DeleteItem(d.ID, nil)
+			}
 			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
 			if withCursor {
 				deleteCursor(b, c)
@@ -631,6 +662,46 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		units = units[n:]
 	}
 	return nil
+}
+
+// closedDrawers returns the ids of the recipient's closed documents by
+// cabinet, as of the state this process read last (the sweep's, whose entry
+// etags its batches are conditioned on), when needed; else nothing.
+func (s *Store) closedDrawers(ctx context.Context, recipient string, needed bool) (map[catalog.Key][]string, error) {
+	out := map[catalog.Key][]string{}
+	if !needed {
+		return out, nil
+	}
+	err := s.query(ctx, s.recipients, recipient, "SELECT c.id, c.o, c.ct FROM c WHERE c.t = 'closed'", nil, func(raw []byte) error {
+		var d closedDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		k := catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}
+		out[k] = append(out[k], d.ID)
+		return nil
+	})
+	return out, err
+}
+
+// closedChanges compares a cabinet's stored closed documents with those its
+// new entry needs: the ones to delete (drawers the sweep took out) and the
+// ones to write (never expected: a drawer that was the last and no longer
+// is without a save).
+func closedChanges(stored []string, want []closedDoc) (gone []string, keep []closedDoc) {
+	wanted := map[string]bool{}
+	for _, c := range want {
+		wanted[c.ID] = true
+		if !slices.Contains(stored, c.ID) {
+			keep = append(keep, c)
+		}
+	}
+	for _, id := range stored {
+		if !wanted[id] {
+			gone = append(gone, id)
+		}
+	}
+	return gone, keep
 }
 
 // deleteDrawer deletes the id documents nothing needs any more, then a
