@@ -92,7 +92,6 @@ type backlogDoc struct {
 	CT      string       `json:"ct"`
 	Total   int64        `json:"tot"`
 	Drawers []drawerMeta `json:"dr"`
-	Drawer  drawerMeta   `json:"d"` // a closed drawer's
 	Acked   int64        `json:"ack"`
 	Created int64        `json:"ca"` // a pending bundle's, unix microseconds
 }
@@ -114,8 +113,8 @@ func addBacklogDoc(r *store.RecipientRecords, raw []byte) error {
 	switch d.T {
 	case typeEntry:
 		addCabinet(r, entryDoc{Origin: d.Origin, CT: d.CT, Total: d.Total, Drawers: d.Drawers}, true)
-	case typeClosed:
-		addCabinet(r, entryDoc{Origin: d.Origin, CT: d.CT, Drawers: []drawerMeta{d.Drawer}}, false)
+	case typeShelf:
+		addCabinet(r, entryDoc{Origin: d.Origin, CT: d.CT, Drawers: d.Drawers}, false)
 	case typeCursor:
 		r.Cursors = append(r.Cursors, toCursor(cursorDoc{Origin: d.Origin, CT: d.CT, Acked: d.Acked}))
 	case typePending:
@@ -124,7 +123,7 @@ func addBacklogDoc(r *store.RecipientRecords, raw []byte) error {
 	return nil
 }
 
-// addCabinet adds an entry (isEntry) or one of its closed drawers to r's
+// addCabinet adds an entry (isEntry) or one of its shelves to r's
 // entries, merging it with what r has of the cabinet already: the query
 // returns them in no particular order.
 func addCabinet(r *store.RecipientRecords, d entryDoc, isEntry bool) {

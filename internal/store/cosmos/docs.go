@@ -11,6 +11,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
 )
 
 // Documents use short field names: every byte stored is paid for on write
@@ -20,7 +21,7 @@ import (
 const (
 	typeHead     = "head"
 	typeEntry    = "entry"
-	typeClosed   = "closed"
+	typeShelf    = "shelf"
 	typeCursor   = "cursor"
 	typePending  = "pending"
 	typeDequeued = "dequeued"
@@ -126,38 +127,51 @@ func (h *headDoc) watermark() int64 {
 	return wm
 }
 
-// entryDoc is a cabinet's catalog entry as stored: its total, its holes and
-// its last drawer, the only one saves still fill. The drawers before it
-// never change again and are closedDocs of their own, written once, so a
-// save to a cabinet of thousands of drawers rewrites a few hundred bytes,
-// not a list of them all.
+// entryDoc is a cabinet's catalog entry as stored: its total, its holes, its
+// last drawer (the one saves still fill) and the drawers before it that are
+// not on a shelf yet. Drawers go onto shelves (shelfDoc) a shelf at a time,
+// so the entry lists fewer than shelfDrawers drawers in the common case
+// however many the cabinet has: a save rewrites a few KB at most, not a
+// list of every drawer (up to 0.83 MB at catalog.MaxDrawers).
 type entryDoc struct {
 	ID      string       `json:"id"`
 	PK      string       `json:"pk"`
 	T       string       `json:"t"`
 	Origin  int32        `json:"o"`
 	CT      string       `json:"ct"`
-	Drawers []drawerMeta `json:"dr"` // the last drawer (none for a cabinet without one)
+	Drawers []drawerMeta `json:"dr"`
 	Total   int64        `json:"tot"`
 	Holes   [][2]int64   `json:"h,omitempty"` // [start, end) of positions aborted saves left empty
 	ETag    string       `json:"_etag,omitempty"`
 }
 
-// closedDoc is a drawer of a cabinet that is no longer its last one. It is
-// created in the batch that replaces the entry with a later drawer (the
-// reserve batch of the save that opens it) and deleted in the batch that
-// takes the drawer out of the entry (a sweep's), so it exists exactly while
-// the entry, as of its etag, has the drawer before its last.
-type closedDoc struct {
-	ID     string     `json:"id"`
-	PK     string     `json:"pk"`
-	T      string     `json:"t"`
-	Origin int32      `json:"o"`
-	CT     string     `json:"ct"`
-	Drawer drawerMeta `json:"d"`
+// shelfDoc lists the drawers of a cabinet that start in positions
+// [N*shelfPositions(), (N+1)*shelfPositions()), once its last drawer starts
+// past them: none of them is written to again, so the shelf is written once,
+// in the reserve batch of the save that opens a drawer past it, and changes
+// again only in the batches of the sweeps that take its drawers out of the
+// catalog (the last one deletes it). It exists, with exactly those drawers,
+// while the entry, as of its etag, has them.
+type shelfDoc struct {
+	ID      string       `json:"id"`
+	PK      string       `json:"pk"`
+	T       string       `json:"t"`
+	Origin  int32        `json:"o"`
+	CT      string       `json:"ct"`
+	N       int64        `json:"n"`
+	Drawers []drawerMeta `json:"dr"`
 }
 
-func closedID(drawerID string) string { return "d:" + drawerID }
+// shelfDrawers is how many full drawers' positions a shelf covers: about 5
+// KB of drawers, read as one document (1.2 RU) by every load of the cabinet.
+// It fixes which documents hold which drawers: a part of the format.
+var shelfDrawers = 32
+
+func shelfPositions() int64 { return int64(shelfDrawers) * drawer.Capacity }
+
+func shelfID(k catalog.Key, n int64) string {
+	return "s:" + strconv.Itoa(int(k.Origin)) + ":" + strconv.FormatInt(n, 10) + ":" + k.ContentType
+}
 
 type drawerMeta struct {
 	ID       string `json:"id"`
@@ -234,46 +248,70 @@ func slotID(g domain.PeekGroup) string {
 	return "p:" + strconv.Itoa(int(g))
 }
 
-// toEntry is the catalog entry of d and the closed drawers of its cabinet
-// (in any order).
-func toEntry(d entryDoc, closed []drawerMeta) catalog.Entry {
-	drawers := slices.Concat(closed, d.Drawers)
-	slices.SortStableFunc(drawers, func(a, b drawerMeta) int { return cmp.Compare(a.Start, b.Start) })
+// toEntry is the catalog entry of d and the drawers on its cabinet's
+// shelves (in any order).
+func toEntry(d entryDoc, shelved []drawerMeta) catalog.Entry {
+	drawers := d.Drawers
+	if len(shelved) > 0 {
+		drawers = slices.Concat(shelved, d.Drawers)
+		slices.SortStableFunc(drawers, func(a, b drawerMeta) int { return cmp.Compare(a.Start, b.Start) })
+		drawers = slices.CompactFunc(drawers, func(a, b drawerMeta) bool { return a.ID == b.ID })
+	}
 	return catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Drawers: toRuns(drawers, d.Holes), Total: d.Total, Version: d.ETag}
 }
 
-// fromEntry is e as stored: its entry document, with the last drawer, and
-// the closed documents of every drawer before it.
-func fromEntry(recipient string, e catalog.Entry) (entryDoc, []closedDoc) {
+// fromEntry is e as stored: its entry document and its shelves, in order.
+// A drawer is shelved when the shelf its start falls in lies wholly before
+// the start of the last drawer.
+func fromEntry(recipient string, e catalog.Entry) (entryDoc, []shelfDoc) {
 	d := entryDoc{ID: entryID(e.Key()), PK: recipient, T: typeEntry, Origin: int32(e.Origin), CT: e.ContentType, Total: e.Total}
 	d.Drawers, d.Holes = fromRuns(e.Drawers)
-	var closed []closedDoc
-	if n := len(d.Drawers); n > 1 {
-		for _, dm := range d.Drawers[:n-1] {
-			closed = append(closed, closedDoc{ID: closedID(dm.ID), PK: recipient, T: typeClosed, Origin: d.Origin, CT: d.CT, Drawer: dm})
-		}
-		d.Drawers = d.Drawers[n-1:]
+	n := len(d.Drawers)
+	if n < 2 {
+		return d, nil
 	}
-	return d, closed
+	open := d.Drawers[n-1].Start / shelfPositions()
+	var shelves []shelfDoc
+	i := 0
+	for ; i < n-1 && d.Drawers[i].Start/shelfPositions() < open; i++ {
+		dm := d.Drawers[i]
+		k := dm.Start / shelfPositions()
+		if len(shelves) == 0 || shelves[len(shelves)-1].N != k {
+			shelves = append(shelves, shelfDoc{ID: shelfID(e.Key(), k), PK: recipient, T: typeShelf, Origin: d.Origin, CT: d.CT, N: k})
+		}
+		last := &shelves[len(shelves)-1]
+		last.Drawers = append(last.Drawers, dm)
+	}
+	d.Drawers = d.Drawers[i:]
+	return d, shelves
 }
 
-// closedSince is the closed documents of an entry (as fromEntry stores it)
-// that a save writing from position from on must write: those of the
-// drawers that start at from or later, which the save opened, and of the
-// last drawer before them, which was the entry's last until now (it may end
-// before from: positions an aborted save gave back at its tail are holes).
-// Those before it were closed already. They are written as upserts, so one
-// written already changes nothing but the charge. A save that opened no
-// drawer (the entry's last starts before from) closes none.
-func closedSince(last entryDoc, closed []closedDoc, from int64) []closedDoc {
-	if len(last.Drawers) == 0 || last.Drawers[0].Start < from {
+// shelvesFilledFrom is the shelves of e (as fromEntry stores it) that a
+// save writing from position from on fills: none when it opens no drawer
+// (the entry's last starts before from), else those from the shelf of the
+// drawer that was last before it on (that one may end before from:
+// positions an aborted save gave back at its tail are holes). The ones
+// before were written already. They are written as upserts, so one that
+// exists changes nothing but the charge.
+func shelvesFilledFrom(e catalog.Entry, shelves []shelfDoc, from int64) []shelfDoc {
+	drawers, _ := fromRuns(e.Drawers)
+	n := len(drawers)
+	if n == 0 || drawers[n-1].Start < from {
 		return nil
 	}
-	i := len(closed)
-	for i > 0 && closed[i-1].Drawer.Start >= from {
+	i := n - 1
+	for i > 0 && drawers[i-1].Start >= from {
 		i--
 	}
-	return closed[max(i-1, 0):]
+	if i == 0 {
+		return shelves // every drawer is new
+	}
+	lo := drawers[i-1].Start / shelfPositions()
+	k := slices.IndexFunc(shelves, func(s shelfDoc) bool { return s.N >= lo })
+	if k < 0 {
+		return nil
+	}
+	return shelves[k:]
 }
 
 func toCursor(d cursorDoc) catalog.Cursor {

@@ -8,20 +8,28 @@ import (
 )
 
 // EntryDocuments is the JSON the store writes for a catalog entry: its
-// entry document first, then the closed documents of its drawers before the
-// last, so that tests can measure the worst case and store it as it is.
+// entry document first, then its shelves, so that tests can measure the
+// worst case and store it as it is.
 func EntryDocuments(recipient string, e catalog.Entry) ([][]byte, error) {
-	doc, closed := fromEntry(recipient, e)
+	doc, shelves := fromEntry(recipient, e)
 	raw, err := json.Marshal(doc)
 	out := [][]byte{raw}
-	for _, c := range closed {
+	for _, sh := range shelves {
 		if err != nil {
 			return nil, err
 		}
-		raw, err = json.Marshal(c)
+		raw, err = json.Marshal(sh)
 		out = append(out, raw)
 	}
 	return out, err
+}
+
+// SetShelfDrawers sets how many drawers' positions a shelf covers until the
+// test ends, so that a test fills shelves with a few drawers.
+func SetShelfDrawers(t interface{ Cleanup(func()) }, n int) {
+	was := shelfDrawers
+	shelfDrawers = n
+	t.Cleanup(func() { shelfDrawers = was })
 }
 
 // SetFinalizeFor bounds how long a committed save's finalize is retried, so

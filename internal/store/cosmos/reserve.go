@@ -44,7 +44,7 @@ func takenRanges(sv store.RecipientSave) map[catalog.Key]posRange {
 }
 
 // A reserve batch holds the head, a part document and the entries of one
-// chunk with the closed documents they write (maxReserveEntries operations
+// chunk with the shelves they fill (maxReserveEntries operations
 // in all): within Cosmos DB's 100 operations and far below its 2 MB. The
 // first chunk's detail lives in the head, which every reader loads, so it
 // is kept small; later chunks' details go into part documents.
@@ -56,12 +56,11 @@ const (
 	approxDetailItemBytes = 8 // separators and brackets per listed item
 )
 
-// resChunk is the entries one reserve batch writes, the closed documents
-// of the drawers the save closes in their cabinets, and what the save takes
-// and writes there.
+// resChunk is the entries one reserve batch writes, the shelves the save
+// fills in their cabinets, and what the save takes and writes there.
 type resChunk struct {
 	entries []catalog.Entry
-	closed  []closedDoc
+	shelves []shelfDoc
 	detail  resDetail
 }
 
@@ -86,18 +85,18 @@ func reserveChunks(sv store.RecipientSave, pages []pageDoc) []resChunk {
 		k := e.Key()
 		var d resDetail
 		d.Pages = pagesOf[k]
-		doc, closed := fromEntry(sv.Recipient, e)
+		doc, shelves := fromEntry(sv.Recipient, e)
 		if r, ok := ranges[k]; ok {
 			d.Ranges = []posRange{r}
 			if e.Version != "" {
-				closed = closedSince(doc, closed, r.Start)
+				shelves = shelvesFilledFrom(e, shelves, r.Start)
 			}
 		} else if e.Version != "" {
-			closed = nil // no position taken here: no drawer closes
+			shelves = nil // no position taken here: no drawer opens
 		}
 		eb := len(mustJSON(doc))
-		for _, c := range closed {
-			eb += len(mustJSON(c))
+		for _, sh := range shelves {
+			eb += len(mustJSON(sh))
 		}
 		db := len(mustJSON(d)) + approxDetailItemBytes
 		limit := maxPartDetailBytes
@@ -105,15 +104,15 @@ func reserveChunks(sv store.RecipientSave, pages []pageDoc) []resChunk {
 			limit = maxHeadDetailBytes
 		}
 		cur := &chunks[len(chunks)-1]
-		if len(cur.entries) > 0 && (ops+1+len(closed) > maxReserveEntries ||
+		if len(cur.entries) > 0 && (ops+1+len(shelves) > maxReserveEntries ||
 			entryBytes+eb > maxReserveEntryBytes || detailBytes+db > limit) {
 			chunks = append(chunks, resChunk{})
 			cur = &chunks[len(chunks)-1]
 			ops, entryBytes, detailBytes = 0, 0, 0
 		}
 		cur.entries = append(cur.entries, e)
-		cur.closed = append(cur.closed, closed...)
-		ops += 1 + len(closed)
+		cur.shelves = append(cur.shelves, shelves...)
+		ops += 1 + len(shelves)
 		cur.detail.Pages = append(cur.detail.Pages, d.Pages...)
 		cur.detail.Ranges = append(cur.detail.Ranges, d.Ranges...)
 		entryBytes += eb
@@ -265,7 +264,7 @@ func (s *Store) reserveBatch(ctx context.Context, recipient string, head headDoc
 			return head, err
 		}
 	}
-	for _, d := range c.closed {
+	for _, d := range c.shelves {
 		b.UpsertItem(mustJSON(d), nil)
 	}
 	resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)

@@ -45,11 +45,11 @@ func TestReserveChunksStayWithinTheLimits(t *testing.T) {
 			entryBytes += len(mustJSON(doc))
 			seen[e.Key()] = true
 		}
-		for _, d := range c.closed {
-			entryBytes += len(mustJSON(d))
+		for _, sh := range c.shelves {
+			entryBytes += len(mustJSON(sh))
 		}
 		detail := len(mustJSON(c.detail))
-		if len(c.entries)+len(c.closed)+2 > maxBatchOps || entryBytes > maxReserveEntryBytes {
+		if len(c.entries)+len(c.shelves)+2 > maxBatchOps || entryBytes > maxReserveEntryBytes {
 			t.Fatalf("chunk %d: %d entries, %d bytes", i, len(c.entries), entryBytes)
 		}
 		limit := maxPartDetailBytes

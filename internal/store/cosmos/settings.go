@@ -19,11 +19,9 @@ import (
 // unless asked to migrate.
 
 // formatVersion is the layout of the documents this build writes and reads.
-// Version 2 keeps a cabinet's drawers before its last in closed documents
-// of their own (docs.go); a build of version 1 would take such a cabinet for
-// one of a single drawer, and this one would drop the drawers a version 1
-// entry lists before its last at the next save, so neither opens the other's
-// database.
+// Version 2 keeps the drawers of a cabinet that fill a shelf on shelves of
+// their own (docs.go); a build of version 1 would not see them, so it does
+// not open a database of version 2.
 const formatVersion = 2
 
 // The settings document lives in a partition of its own in recipients: no

@@ -274,9 +274,9 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.Reci
 		return st, head, err
 	}
 	var entries []entryDoc
-	closed := map[catalog.Key][]drawerMeta{}
+	shelved := map[catalog.Key][]drawerMeta{}
 	err := s.query(ctx, s.recipients, recipient,
-		"SELECT * FROM c WHERE c.t IN ('head', 'entry', 'closed', 'cursor', 'pending')", nil,
+		"SELECT * FROM c WHERE c.t IN ('head', 'entry', 'shelf', 'cursor', 'pending')", nil,
 		func(raw []byte) error {
 			var probe struct{ T string }
 			if err := json.Unmarshal(raw, &probe); err != nil {
@@ -297,13 +297,13 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.Reci
 					return err
 				}
 				entries = append(entries, d)
-			case typeClosed:
-				var d closedDoc
+			case typeShelf:
+				var d shelfDoc
 				if err := json.Unmarshal(raw, &d); err != nil {
 					return err
 				}
 				k := catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}
-				closed[k] = append(closed[k], d.Drawer)
+				shelved[k] = append(shelved[k], d.Drawers...)
 			case typeCursor:
 				var d cursorDoc
 				if err := json.Unmarshal(raw, &d); err != nil {
@@ -320,7 +320,7 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.Reci
 			return nil
 		})
 	for _, d := range entries {
-		st.Entries = append(st.Entries, toEntry(d, closed[catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}]))
+		st.Entries = append(st.Entries, toEntry(d, shelved[catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}]))
 	}
 	return st, head, err
 }
@@ -595,23 +595,23 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		add   func(*azcosmos.TransactionalBatch) error
 	}
 	var units []unit
-	stored, err := s.closedDrawers(ctx, sw.Recipient, len(sw.Entries) > 0)
+	stored, err := s.storedShelves(ctx, sw.Recipient, slices.ContainsFunc(sw.Entries, mayBeShelved))
 	if err != nil {
 		return err
 	}
 	for _, e := range sw.Entries {
-		doc, closed := fromEntry(sw.Recipient, e)
-		gone, keep := closedChanges(stored[e.Key()], closed)
+		doc, shelves := fromEntry(sw.Recipient, e)
+		gone, write := shelfChanges(stored[e.Key()], shelves)
 		size := len(mustJSON(doc))
-		for _, c := range keep {
-			size += len(mustJSON(c))
+		for _, sh := range write {
+			size += len(mustJSON(sh))
 		}
-		units = append(units, unit{1 + len(gone) + len(keep), size, func(b *azcosmos.TransactionalBatch) error {
+		units = append(units, unit{1 + len(gone) + len(write), size, func(b *azcosmos.TransactionalBatch) error {
 			for _, id := range gone {
 				b.DeleteItem(id, nil)
 			}
-			for _, c := range keep {
-				b.UpsertItem(mustJSON(c), nil)
+			for _, sh := range write {
+				b.UpsertItem(mustJSON(sh), nil)
 			}
 			return batchWrite(b, doc, e.Version)
 		}})
@@ -626,10 +626,10 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	for _, e := range sw.DeleteEntries {
 		c, withCursor := cursors[e.Key()]
 		delete(cursors, e.Key())
-		_, closed := fromEntry(sw.Recipient, e)
-		units = append(units, unit{2 + len(closed), 0, func(b *azcosmos.TransactionalBatch) error {
-			for _, d := range closed {
-				b.DeleteItem(d.ID, nil)
+		_, shelves := fromEntry(sw.Recipient, e)
+		units = append(units, unit{2 + len(shelves), 0, func(b *azcosmos.TransactionalBatch) error {
+			for _, sh := range shelves {
+				b.DeleteItem(sh.ID, nil)
 			}
 			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
 			if withCursor {
@@ -664,44 +664,53 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	return nil
 }
 
-// closedDrawers returns the ids of the recipient's closed documents by
-// cabinet, as of the state this process read last (the sweep's, whose entry
-// etags its batches are conditioned on), when needed; else nothing.
-func (s *Store) closedDrawers(ctx context.Context, recipient string, needed bool) (map[catalog.Key][]string, error) {
-	out := map[catalog.Key][]string{}
+// storedShelves returns the recipient's shelves by cabinet, as of the state
+// this process read last (the sweep's, whose entry etags its batches are
+// conditioned on), when needed; else nothing. Only a sweep that takes
+// drawers out of a cabinet it keeps, and that may have shelves, needs them.
+func (s *Store) storedShelves(ctx context.Context, recipient string, needed bool) (map[catalog.Key][]shelfDoc, error) {
+	out := map[catalog.Key][]shelfDoc{}
 	if !needed {
 		return out, nil
 	}
-	err := s.query(ctx, s.recipients, recipient, "SELECT c.id, c.o, c.ct FROM c WHERE c.t = 'closed'", nil, func(raw []byte) error {
-		var d closedDoc
+	err := s.query(ctx, s.recipients, recipient, "SELECT * FROM c WHERE c.t = 'shelf'", nil, func(raw []byte) error {
+		var d shelfDoc
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return err
 		}
 		k := catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}
-		out[k] = append(out[k], d.ID)
+		out[k] = append(out[k], d)
 		return nil
 	})
 	return out, err
 }
 
-// closedChanges compares a cabinet's stored closed documents with those its
-// new entry needs: the ones to delete (drawers the sweep took out) and the
-// ones to write (never expected: a drawer that was the last and no longer
-// is without a save).
-func closedChanges(stored []string, want []closedDoc) (gone []string, keep []closedDoc) {
-	wanted := map[string]bool{}
-	for _, c := range want {
-		wanted[c.ID] = true
-		if !slices.Contains(stored, c.ID) {
-			keep = append(keep, c)
+// mayBeShelved says whether a cabinet may have shelves: only one whose last
+// drawer starts past the first shelf's positions.
+func mayBeShelved(e catalog.Entry) bool {
+	return len(e.Drawers) > 0 && e.Drawers[len(e.Drawers)-1].Start >= shelfPositions()
+}
+
+// shelfChanges compares a cabinet's stored shelves with those its new entry
+// needs: the ones to delete (all of their drawers taken out) and the ones to
+// write (some taken out, or, never expected, missing).
+func shelfChanges(stored, want []shelfDoc) (gone []string, write []shelfDoc) {
+	have := map[string]shelfDoc{}
+	for _, sh := range stored {
+		have[sh.ID] = sh
+	}
+	for _, sh := range want {
+		if old, ok := have[sh.ID]; !ok || !slices.Equal(old.Drawers, sh.Drawers) {
+			write = append(write, sh)
+		}
+		delete(have, sh.ID)
+	}
+	for _, sh := range stored {
+		if _, ok := have[sh.ID]; ok {
+			gone = append(gone, sh.ID)
 		}
 	}
-	for _, id := range stored {
-		if !wanted[id] {
-			gone = append(gone, id)
-		}
-	}
-	return gone, keep
+	return gone, write
 }
 
 // deleteDrawer deletes the id documents nothing needs any more, then a

@@ -17,15 +17,16 @@ import (
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
-// A cabinet's drawers before its last are closed documents of their own:
-// the save that opens a drawer writes the closed document of the one before
-// in its reserve batch. Under every fault of that batch the save is
-// delivered exactly once, and the stored closed documents are exactly the
-// catalog's drawers before its last.
-func TestASaveThatClosesADrawerSurvivesALostOrRefusedAnswer(t *testing.T) {
-	rule := cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "closed"}
+// A cabinet's drawers go onto shelves of their own once the cabinet's last
+// drawer starts past the shelf's positions: the save that opens that drawer
+// writes the shelf in its reserve batch. With shelves of one drawer, under
+// every fault of that batch the save is delivered exactly once, and the
+// stored shelves are exactly those the catalog's drawers fill.
+func TestASaveThatFillsAShelfSurvivesALostOrRefusedAnswer(t *testing.T) {
+	cosmos.SetShelfDrawers(t, 1)
+	rule := cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "shelf"}
 	for _, f := range writeFaults {
-		t.Run(faultCase("reserve batch closing a drawer", f.kind, f.count), func(t *testing.T) {
+		t.Run(faultCase("reserve batch filling a shelf", f.kind, f.count), func(t *testing.T) {
 			db := cosmostest.UniqueID("db")
 			s := open(t, cosmos.Config{Database: db})
 			repo := hub.New(s, hub.Options{}, nil)
@@ -36,7 +37,7 @@ func TestASaveThatClosesADrawerSurvivesALostOrRefusedAnswer(t *testing.T) {
 			if _, err := repo.Save(ctx, first); err != nil {
 				t.Fatal(err)
 			}
-			expectClosed(t, s, db, r)
+			expectShelves(t, s, db, r)
 			crossing := notifications(5, r, 1) // 2 fill the drawer, 3 open the next
 			rule.Kind, rule.Count = f.kind, f.count
 			inject(t, db, rule)
@@ -45,7 +46,7 @@ func TestASaveThatClosesADrawerSurvivesALostOrRefusedAnswer(t *testing.T) {
 				t.Fatal("the fault never fired; the test tested nothing")
 			}
 			saveAsTheHub(t, repo, db, crossing, err)
-			if e := expectClosed(t, s, db, r); len(e.Drawers) < 2 {
+			if e := expectShelves(t, s, db, r); len(e.Drawers) < 2 {
 				t.Fatalf("the cabinet has the runs %+v, want two drawers at least", e.Drawers)
 			}
 			drainExactly(t, repo, r, ids(slices.Concat(first, crossing)))
@@ -53,14 +54,15 @@ func TestASaveThatClosesADrawerSurvivesALostOrRefusedAnswer(t *testing.T) {
 	}
 }
 
-// A sweep that takes a cabinet's first drawer out of its entry deletes the
-// drawer's closed document in the batch that replaces the entry. Under every
-// fault of that batch, the next sweep finishes it: the cabinet keeps its
-// last drawer alone, no closed document is left, and delivery goes on.
-func TestASweepOfAClosedDrawerSurvivesALostOrRefusedAnswer(t *testing.T) {
-	rule := cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", ID: "^d:", Body: `"operationType":"Delete"`}
+// A sweep that takes a cabinet's first drawer out of its catalog deletes
+// the shelf it was alone on in the batch that replaces the entry. Under
+// every fault of that batch, the next sweep finishes it: the cabinet keeps
+// its last drawer alone, no shelf is left, and delivery goes on.
+func TestASweepOfAShelvedDrawerSurvivesALostOrRefusedAnswer(t *testing.T) {
+	cosmos.SetShelfDrawers(t, 1)
+	rule := cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", ID: "^s:", Body: `"operationType":"Delete"`}
 	for _, f := range writeFaults {
-		t.Run(faultCase("catalog batch deleting a closed drawer", f.kind, f.count), func(t *testing.T) {
+		t.Run(faultCase("catalog batch deleting a shelf", f.kind, f.count), func(t *testing.T) {
 			clock := &costClock{now: time.Now()}
 			db := cosmostest.UniqueID("db")
 			s := open(t, cosmos.Config{Database: db})
@@ -73,17 +75,17 @@ func TestASweepOfAClosedDrawerSurvivesALostOrRefusedAnswer(t *testing.T) {
 				t.Fatal(err)
 			}
 			drainExactly(t, repo, r, ids(full))
-			tail := notifications(2, r, 1) // the second drawer: the first is closed
+			tail := notifications(2, r, 1) // the second drawer: the first is shelved
 			if _, err := repo.Save(ctx, tail); err != nil {
 				t.Fatal(err)
 			}
-			if e := expectClosed(t, s, db, r); len(e.Drawers) != 2 {
+			if e := expectShelves(t, s, db, r); len(e.Drawers) != 2 {
 				t.Fatalf("the cabinet has the runs %+v, want two drawers", e.Drawers)
 			}
 			clock.advance(2 * time.Hour)
 			rule.Kind, rule.Count = f.kind, f.count
 			sweepThroughFault(t, repo, db, rule)
-			if e := expectClosed(t, s, db, r); len(e.Drawers) != 1 || e.Drawers[0].Start != drawer.Capacity {
+			if e := expectShelves(t, s, db, r); len(e.Drawers) != 1 || e.Drawers[0].Start != drawer.Capacity {
 				t.Fatalf("after the sweeps the cabinet has the runs %+v, want the second drawer alone", e.Drawers)
 			}
 			drainExactly(t, repo, r, ids(tail))
@@ -91,9 +93,9 @@ func TestASweepOfAClosedDrawerSurvivesALostOrRefusedAnswer(t *testing.T) {
 	}
 }
 
-// expectClosed fails unless the recipient's one cabinet has exactly one
-// closed document per drawer before its last, and returns its entry.
-func expectClosed(t *testing.T, s *cosmos.Store, db, recipient string) catalog.Entry {
+// expectShelves fails unless the recipient's one cabinet is stored with
+// exactly the shelves its drawers fill, and returns its entry.
+func expectShelves(t *testing.T, s *cosmos.Store, db, recipient string) catalog.Entry {
 	t.Helper()
 	ctx := context.Background()
 	state, err := s.LoadRecipient(ctx, recipient)
@@ -101,11 +103,17 @@ func expectClosed(t *testing.T, s *cosmos.Store, db, recipient string) catalog.E
 		t.Fatalf("load: %d entries, %v; want one", len(state.Entries), err)
 	}
 	e := state.Entries[0]
+	docs, err := cosmos.EntryDocuments(recipient, e)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var want []string
-	for _, d := range e.Drawers {
-		if id := "d:" + d.ID; d.ID != e.Drawers[len(e.Drawers)-1].ID && !slices.Contains(want, id) {
-			want = append(want, id)
+	for _, raw := range docs[1:] {
+		var d struct{ ID string }
+		if err := json.Unmarshal(raw, &d); err != nil {
+			t.Fatal(err)
 		}
+		want = append(want, d.ID)
 	}
 	c, err := cosmostest.NewClient(t, server).NewContainer(db, "recipients")
 	if err != nil {
@@ -113,7 +121,7 @@ func expectClosed(t *testing.T, s *cosmos.Store, db, recipient string) catalog.E
 	}
 	time.Sleep(server.Options.Lag) // read by another client: let the replicas catch up
 	var got []string
-	pager := c.NewQueryItemsPager("SELECT c.id FROM c WHERE c.t = 'closed'", azcosmos.NewPartitionKeyString(recipient), nil)
+	pager := c.NewQueryItemsPager("SELECT c.id FROM c WHERE c.t = 'shelf'", azcosmos.NewPartitionKeyString(recipient), nil)
 	for pager.More() {
 		page, err := pager.NextPage(ctx)
 		if err != nil {
@@ -130,7 +138,7 @@ func expectClosed(t *testing.T, s *cosmos.Store, db, recipient string) catalog.E
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		t.Fatalf("closed documents %v, want %v (the drawers before the last of %+v)", got, want, e.Drawers)
+		t.Fatalf("shelves %v, want %v (those the drawers %+v fill)", got, want, e.Drawers)
 	}
 	return e
 }
