@@ -542,9 +542,13 @@ func TestASaveOfTheMostCabinetsFinishes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
+	before := cosmos.Total(store.Meter().Snapshot())
 	res, err := repo.Save(ctx, ns)
 	if err != nil || res.Saved != len(ns) {
 		t.Fatalf("save = %+v, %v", res, err)
 	}
-	t.Logf("a Save of %d notifications in %d cabinets took %s", len(ns), cosmos.MaxCabinetsPerSave, time.Since(start).Round(time.Millisecond))
+	after := cosmos.Total(store.Meter().Snapshot())
+	t.Logf("a Save of %d notifications in %d cabinets took %s: %d requests, %.0f RU, %d bytes sent",
+		len(ns), cosmos.MaxCabinetsPerSave, time.Since(start).Round(time.Millisecond),
+		after.Requests-before.Requests, after.RequestCharge-before.RequestCharge, after.RequestBytes-before.RequestBytes)
 }
