@@ -1,9 +1,6 @@
 package cosmos
 
-import (
-	"slices"
-	"sync"
-)
+import "sync"
 
 // knownHeads keeps the heads the last loads of recipients read, so that a
 // save planned on a load reserves on the head that load saw instead of
@@ -19,11 +16,18 @@ type knownHeads struct {
 // recipient whose head was dropped is read again, which costs 1 RU.
 const maxKnownHeads = 4096
 
+// keep remembers h as the recipient's head. A head with reservations of
+// saves in flight (up to 32 KB of detail each) is not kept but forgotten:
+// the memory stays a few hundred bytes per head, and the save reads it.
 func (k *knownHeads) keep(recipient string, h headDoc) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
 		k.m = map[string]headDoc{}
+	}
+	if len(h.Reservations) > 0 {
+		delete(k.m, recipient)
+		return
 	}
 	if _, ok := k.m[recipient]; !ok && len(k.m) >= maxKnownHeads {
 		for r := range k.m { // any one: map order is random
@@ -43,6 +47,5 @@ func (k *knownHeads) get(recipient, version string) (headDoc, bool) {
 	if !ok || h.ETag != version {
 		return headDoc{}, false
 	}
-	h.Reservations = slices.Clone(h.Reservations)
 	return h, true
 }
