@@ -1,6 +1,8 @@
 package cosmos
 
 import (
+	"slices"
+
 	"context"
 	"encoding/json"
 	"net/http"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
+	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/store"
 )
@@ -109,13 +112,33 @@ func addBacklogDoc(r *store.RecipientRecords, raw []byte) error {
 	}
 	switch d.T {
 	case typeEntry:
-		r.Entries = append(r.Entries, toEntry(entryDoc{Origin: d.Origin, CT: d.CT, Total: d.Total, Drawers: d.Drawers}))
+		addCabinet(r, entryDoc{Origin: d.Origin, CT: d.CT, Total: d.Total, Drawers: d.Drawers}, true)
+	case typeShelf:
+		addCabinet(r, entryDoc{Origin: d.Origin, CT: d.CT, Drawers: d.Drawers}, false)
 	case typeCursor:
 		r.Cursors = append(r.Cursors, toCursor(cursorDoc{Origin: d.Origin, CT: d.CT, Acked: d.Acked}))
 	case typePending:
 		r.Pending = append(r.Pending, store.PendingBundle{Origin: domain.Origin(d.Origin), Created: time.UnixMicro(d.Created)})
 	}
 	return nil
+}
+
+// addCabinet adds an entry (isEntry) or one of its shelves to r's
+// entries, merging it with what r has of the cabinet already: the query
+// returns them in no particular order.
+func addCabinet(r *store.RecipientRecords, d entryDoc, isEntry bool) {
+	k := catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}
+	i := slices.IndexFunc(r.Entries, func(e catalog.Entry) bool { return e.Key() == k })
+	if i < 0 {
+		r.Entries = append(r.Entries, toEntry(d, nil))
+		return
+	}
+	e := &r.Entries[i]
+	if isEntry {
+		e.Total = d.Total
+	}
+	merged, _ := fromRuns(e.Drawers)
+	*e = toEntry(entryDoc{Origin: d.Origin, CT: d.CT, Total: e.Total, Drawers: d.Drawers}, merged)
 }
 
 // writeFigures replaces the totals and the parts named, the totals last: a

@@ -32,7 +32,7 @@ const (
 )
 
 // backlogOfQuery is the recount's query for one recipient.
-const backlogOfQuery = "SELECT c.pk, c.t, c.o, c.ct, c.tot, c.dr, c.ack, c.ca FROM c WHERE c.t IN ('entry', 'cursor', 'pending')"
+const backlogOfQuery = "SELECT c.pk, c.t, c.o, c.ct, c.tot, c.dr, c.ack, c.ca FROM c WHERE c.t IN ('entry', 'shelf', 'cursor', 'pending')"
 
 // changedBacklog reads the change feed from cursor on and each recipient
 // it names.

@@ -458,6 +458,21 @@ func TestCostOfASaveSpreadOverManyRecipients(t *testing.T) {
 	if idsSave/n > 0.5 || idsRetention/n > 0.5 {
 		t.Fatalf("the id index costs %.3f RU per notification to save and %.3f to remove, want ≤ 0.5 each", idsSave/n, idsRetention/n)
 	}
+
+	// The same recipients again, now known: no registry entry, and their
+	// heads as the hub's loads read them.
+	var again []domain.Notification
+	for i := 0; i < n; i += n / 100 {
+		again = append(again, notifications(n/100, ns[i].Recipient, 1)...)
+	}
+	resave, _ := e.measure(t, func() {
+		if _, err := e.repo.Save(ctx, again); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("save again   %8.1f RU; by operation (requests, RU): %s", charged(resave), byOpCharges(resave))
+	t.Logf("COST a save of 1,000 for the same 100 recipients again: %.3f RU per notification, %.1f RU per recipient",
+		charged(resave)/n, charged(resave)/100)
 }
 
 // drainRecipient peeks and dequeues everything the recipient has, and

@@ -1,6 +1,8 @@
 package cosmos
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
 )
 
 // Documents use short field names: every byte stored is paid for on write
@@ -18,6 +21,7 @@ import (
 const (
 	typeHead     = "head"
 	typeEntry    = "entry"
+	typeShelf    = "shelf"
 	typeCursor   = "cursor"
 	typePending  = "pending"
 	typeDequeued = "dequeued"
@@ -139,6 +143,12 @@ func (h *headDoc) watermark() int64 {
 	return wm
 }
 
+// entryDoc is a cabinet's catalog entry as stored: its total, its holes, its
+// last drawer (the one saves still fill) and the drawers before it that are
+// not on a shelf yet. Drawers go onto shelves (shelfDoc) a shelf at a time,
+// so the entry lists fewer than shelfDrawers drawers in the common case
+// however many the cabinet has: a save rewrites a few KB at most, not a
+// list of every drawer (up to 0.83 MB at catalog.MaxDrawers).
 type entryDoc struct {
 	ID      string       `json:"id"`
 	PK      string       `json:"pk"`
@@ -149,6 +159,34 @@ type entryDoc struct {
 	Total   int64        `json:"tot"`
 	Holes   [][2]int64   `json:"h,omitempty"` // [start, end) of positions aborted saves left empty
 	ETag    string       `json:"_etag,omitempty"`
+}
+
+// shelfDoc lists the drawers of a cabinet that start in positions
+// [N*shelfPositions(), (N+1)*shelfPositions()), once its last drawer starts
+// past them: none of them is written to again, so the shelf is written once,
+// in the reserve batch of the save that opens a drawer past it, and changes
+// again only in the batches of the sweeps that take its drawers out of the
+// catalog (the last one deletes it). It exists, with exactly those drawers,
+// while the entry, as of its etag, has them.
+type shelfDoc struct {
+	ID      string       `json:"id"`
+	PK      string       `json:"pk"`
+	T       string       `json:"t"`
+	Origin  int32        `json:"o"`
+	CT      string       `json:"ct"`
+	N       int64        `json:"n"`
+	Drawers []drawerMeta `json:"dr"`
+}
+
+// shelfDrawers is how many full drawers' positions a shelf covers: about 5
+// KB of drawers, read as one document (1.2 RU) by every load of the cabinet.
+// It fixes which documents hold which drawers: a part of the format.
+var shelfDrawers = 32
+
+func shelfPositions() int64 { return int64(shelfDrawers) * drawer.Capacity }
+
+func shelfID(k catalog.Key, n int64) string {
+	return "s:" + strconv.Itoa(int(k.Origin)) + ":" + strconv.FormatInt(n, 10) + ":" + k.ContentType
 }
 
 type drawerMeta struct {
@@ -226,14 +264,70 @@ func slotID(g domain.PeekGroup) string {
 	return "p:" + strconv.Itoa(int(g))
 }
 
-func toEntry(d entryDoc) catalog.Entry {
-	return catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Drawers: toRuns(d.Drawers, d.Holes), Total: d.Total, Version: d.ETag}
+// toEntry is the catalog entry of d and the drawers on its cabinet's
+// shelves (in any order).
+func toEntry(d entryDoc, shelved []drawerMeta) catalog.Entry {
+	drawers := d.Drawers
+	if len(shelved) > 0 {
+		drawers = slices.Concat(shelved, d.Drawers)
+		slices.SortStableFunc(drawers, func(a, b drawerMeta) int { return cmp.Compare(a.Start, b.Start) })
+		drawers = slices.CompactFunc(drawers, func(a, b drawerMeta) bool { return a.ID == b.ID })
+	}
+	return catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Drawers: toRuns(drawers, d.Holes), Total: d.Total, Version: d.ETag}
 }
 
-func fromEntry(recipient string, e catalog.Entry) entryDoc {
+// fromEntry is e as stored: its entry document and its shelves, in order.
+// A drawer is shelved when the shelf its start falls in lies wholly before
+// the start of the last drawer.
+func fromEntry(recipient string, e catalog.Entry) (entryDoc, []shelfDoc) {
 	d := entryDoc{ID: entryID(e.Key()), PK: recipient, T: typeEntry, Origin: int32(e.Origin), CT: e.ContentType, Total: e.Total}
 	d.Drawers, d.Holes = fromRuns(e.Drawers)
-	return d
+	n := len(d.Drawers)
+	if n < 2 {
+		return d, nil
+	}
+	open := d.Drawers[n-1].Start / shelfPositions()
+	var shelves []shelfDoc
+	i := 0
+	for ; i < n-1 && d.Drawers[i].Start/shelfPositions() < open; i++ {
+		dm := d.Drawers[i]
+		k := dm.Start / shelfPositions()
+		if len(shelves) == 0 || shelves[len(shelves)-1].N != k {
+			shelves = append(shelves, shelfDoc{ID: shelfID(e.Key(), k), PK: recipient, T: typeShelf, Origin: d.Origin, CT: d.CT, N: k})
+		}
+		last := &shelves[len(shelves)-1]
+		last.Drawers = append(last.Drawers, dm)
+	}
+	d.Drawers = d.Drawers[i:]
+	return d, shelves
+}
+
+// shelvesFilledFrom is the shelves of e (as fromEntry stores it) that a
+// save writing from position from on fills: none when it opens no drawer
+// (the entry's last starts before from), else those from the shelf of the
+// drawer that was last before it on (that one may end before from:
+// positions an aborted save gave back at its tail are holes). The ones
+// before were written already. They are written as upserts, so one that
+// exists changes nothing but the charge.
+func shelvesFilledFrom(e catalog.Entry, shelves []shelfDoc, from int64) []shelfDoc {
+	drawers, _ := fromRuns(e.Drawers)
+	n := len(drawers)
+	if n == 0 || drawers[n-1].Start < from {
+		return nil
+	}
+	i := n - 1
+	for i > 0 && drawers[i-1].Start >= from {
+		i--
+	}
+	if i == 0 {
+		return shelves // every drawer is new
+	}
+	lo := drawers[i-1].Start / shelfPositions()
+	k := slices.IndexFunc(shelves, func(s shelfDoc) bool { return s.N >= lo })
+	if k < 0 {
+		return nil
+	}
+	return shelves[k:]
 }
 
 func toCursor(d cursorDoc) catalog.Cursor {

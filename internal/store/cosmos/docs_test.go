@@ -3,10 +3,13 @@ package cosmos
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 )
 
@@ -67,5 +70,45 @@ func TestDequeuedBundleKeepsItsDrawers(t *testing.T) {
 	}
 	if back := toBundle(bundleDoc{T: typePending}); back.Drawers != nil {
 		t.Fatal("a pending bundle read back names drawers")
+	}
+}
+
+// A cabinet is stored as an entry holding the drawers that start in its last
+// drawer's shelf and a shelf per shelf of positions before it; a save writes
+// the shelves it fills (those from the shelf of the drawer that was last
+// before it), and none when it opens no drawer.
+func TestCabinetsAreStoredOnShelves(t *testing.T) {
+	const r = "recipient"
+	e := catalog.Entry{Origin: domain.OriginCharges, ContentType: "c"}
+	for i := range 2*shelfDrawers + 6 {
+		e.Drawers = append(e.Drawers, drawer.Meta{ID: strconv.Itoa(i), Start: int64(i) * drawer.Capacity, Count: drawer.Capacity})
+	}
+	e.Total = e.Drawers[len(e.Drawers)-1].End()
+	doc, shelves := fromEntry(r, e)
+	if len(shelves) != 2 || shelves[0].N != 0 || shelves[1].N != 1 || len(shelves[0].Drawers) != shelfDrawers ||
+		len(shelves[1].Drawers) != shelfDrawers || len(doc.Drawers) != 6 || doc.Drawers[0].ID != strconv.Itoa(2*shelfDrawers) {
+		t.Fatalf("stored as an entry of %d drawers and shelves %+v", len(doc.Drawers), shelves)
+	}
+	var shelved []drawerMeta
+	for _, sh := range shelves {
+		shelved = append(shelved, sh.Drawers...)
+	}
+	if back := toEntry(doc, shelved); !slices.Equal(back.Drawers, e.Drawers) {
+		t.Fatalf("read back as %+v", back.Drawers)
+	}
+	last := e.Drawers[len(e.Drawers)-1]
+	if got := shelvesFilledFrom(e, shelves, last.Start+1); got != nil {
+		t.Fatalf("a save into the last drawer writes the shelves %+v", got)
+	}
+	// The save that opened drawer 2*shelfDrawers filled shelf 1.
+	opened := e
+	opened.Drawers = e.Drawers[:2*shelfDrawers+1]
+	_, all := fromEntry(r, opened)
+	if got := shelvesFilledFrom(opened, all, opened.Drawers[2*shelfDrawers].Start); len(got) != 1 || got[0].N != 1 {
+		t.Fatalf("the save that opened the first drawer past shelf 1 writes the shelves %+v", got)
+	}
+	// A save whose drawers are all new writes every shelf.
+	if got := shelvesFilledFrom(e, shelves, 0); len(got) != 2 {
+		t.Fatalf("a new cabinet writes the shelves %+v", got)
 	}
 }

@@ -7,10 +7,29 @@ import (
 	"github.com/energydatahub/messagehub/internal/catalog"
 )
 
-// EntryDocument is the JSON the store writes for a catalog entry, so that
-// tests can measure the worst case and store it as it is.
-func EntryDocument(recipient string, e catalog.Entry) ([]byte, error) {
-	return json.Marshal(fromEntry(recipient, e))
+// EntryDocuments is the JSON the store writes for a catalog entry: its
+// entry document first, then its shelves, so that tests can measure the
+// worst case and store it as it is.
+func EntryDocuments(recipient string, e catalog.Entry) ([][]byte, error) {
+	doc, shelves := fromEntry(recipient, e)
+	raw, err := json.Marshal(doc)
+	out := [][]byte{raw}
+	for _, sh := range shelves {
+		if err != nil {
+			return nil, err
+		}
+		raw, err = json.Marshal(sh)
+		out = append(out, raw)
+	}
+	return out, err
+}
+
+// SetShelfDrawers sets how many drawers' positions a shelf covers until the
+// test ends, so that a test fills shelves with a few drawers.
+func SetShelfDrawers(t interface{ Cleanup(func()) }, n int) {
+	was := shelfDrawers
+	shelfDrawers = n
+	t.Cleanup(func() { shelfDrawers = was })
 }
 
 // SetFinalizeFor bounds how long a committed save's finalize is retried, so

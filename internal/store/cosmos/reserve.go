@@ -44,7 +44,8 @@ func takenRanges(sv store.RecipientSave) map[catalog.Key]posRange {
 }
 
 // A reserve batch holds the head, a part document and the entries of one
-// chunk: within Cosmos DB's 100 operations and far below its 2 MB. The
+// chunk with the shelves they fill (maxReserveEntries operations
+// in all): within Cosmos DB's 100 operations and far below its 2 MB. The
 // first chunk's detail lives in the head, which every reader loads, so it
 // is kept small; later chunks' details go into part documents.
 const (
@@ -55,10 +56,11 @@ const (
 	approxDetailItemBytes = 8 // separators and brackets per listed item
 )
 
-// resChunk is the entries one reserve batch writes and what the save takes
-// and writes in their cabinets.
+// resChunk is the entries one reserve batch writes, the shelves the save
+// fills in their cabinets, and what the save takes and writes there.
 type resChunk struct {
 	entries []catalog.Entry
+	shelves []shelfDoc
 	detail  resDetail
 }
 
@@ -78,28 +80,39 @@ func reserveChunks(sv store.RecipientSave, pages []pageDoc) []resChunk {
 		pagesOf[k] = append(pagesOf[k], pageRef{Drawer: pg.PK, ID: pg.ID})
 	}
 	chunks := []resChunk{{}}
-	entryBytes, detailBytes := 0, 0
+	ops, entryBytes, detailBytes := 0, 0, 0
 	for _, e := range sv.Entries {
 		k := e.Key()
 		var d resDetail
 		d.Pages = pagesOf[k]
+		doc, shelves := fromEntry(sv.Recipient, e)
 		if r, ok := ranges[k]; ok {
 			d.Ranges = []posRange{r}
+			if e.Version != "" {
+				shelves = shelvesFilledFrom(e, shelves, r.Start)
+			}
+		} else if e.Version != "" {
+			shelves = nil // no position taken here: no drawer opens
 		}
-		eb := len(mustJSON(fromEntry(sv.Recipient, e)))
+		eb := len(mustJSON(doc))
+		for _, sh := range shelves {
+			eb += len(mustJSON(sh))
+		}
 		db := len(mustJSON(d)) + approxDetailItemBytes
 		limit := maxPartDetailBytes
 		if len(chunks) == 1 {
 			limit = maxHeadDetailBytes
 		}
 		cur := &chunks[len(chunks)-1]
-		if len(cur.entries) > 0 && (len(cur.entries) >= maxReserveEntries ||
+		if len(cur.entries) > 0 && (ops+1+len(shelves) > maxReserveEntries ||
 			entryBytes+eb > maxReserveEntryBytes || detailBytes+db > limit) {
 			chunks = append(chunks, resChunk{})
 			cur = &chunks[len(chunks)-1]
-			entryBytes, detailBytes = 0, 0
+			ops, entryBytes, detailBytes = 0, 0, 0
 		}
 		cur.entries = append(cur.entries, e)
+		cur.shelves = append(cur.shelves, shelves...)
+		ops += 1 + len(shelves)
 		cur.detail.Pages = append(cur.detail.Pages, d.Pages...)
 		cur.detail.Ranges = append(cur.detail.Ranges, d.Ranges...)
 		entryBytes += eb
@@ -150,7 +163,9 @@ func (s *Store) reserve(ctx context.Context, p *savePlan) (held bool, err error)
 	sv := p.save
 	res := p.res
 	head := headDoc{ID: headID, PK: sv.Recipient, T: typeHead}
-	if sv.Head.Version != "" {
+	if known, ok := s.heads.get(sv.Recipient, sv.Head.Version); ok && sv.Head.Version != "" {
+		head = known
+	} else if sv.Head.Version != "" {
 		item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sv.Recipient), headID, "")
 		if err != nil {
 			return false, err
@@ -170,6 +185,7 @@ func (s *Store) reserve(ctx context.Context, p *savePlan) (held bool, err error)
 	head.Reservations = append(head.Reservations, res)
 	p.res = res
 	head, err = s.reserveBatch(ctx, sv.Recipient, head, res.Save, p.chunks[0], 0)
+	p.head = head
 	if err != nil {
 		// Only a refusal (a changed head or entry: 404, 409, 412) says the
 		// batch did not apply; after any other failure the reservation may
@@ -181,6 +197,7 @@ func (s *Store) reserve(ctx context.Context, p *savePlan) (held bool, err error)
 		if head, err = s.reservePart(ctx, sv.Recipient, head, res.Save, p.chunks[k], k); err != nil {
 			return true, err
 		}
+		p.head = head
 	}
 	return true, nil
 }
@@ -242,9 +259,13 @@ func (s *Store) reserveBatch(ctx context.Context, recipient string, head headDoc
 		}
 	}
 	for _, e := range c.entries {
-		if err := batchWrite(&b, fromEntry(recipient, e), e.Version); err != nil {
+		doc, _ := fromEntry(recipient, e)
+		if err := batchWrite(&b, doc, e.Version); err != nil {
 			return head, err
 		}
+	}
+	for _, d := range c.shelves {
+		b.UpsertItem(mustJSON(d), nil)
 	}
 	resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)
 	if err == nil {
@@ -325,22 +346,38 @@ func (s *Store) readHead(ctx context.Context, pk azcosmos.PartitionKey) (headDoc
 // concurrency, rereading after a lost race. change reports whether there is
 // anything to write.
 func (s *Store) updateHead(ctx context.Context, recipient string, change func(*headDoc) bool) error {
+	return s.updateHeadFrom(ctx, recipient, headDoc{}, change)
+}
+
+// updateHeadFrom is updateHead that first tries known, a head this process
+// wrote (with its etag), instead of reading it: a save's finalize usually
+// finds the head as its reserve left it, and then costs one replace, not a
+// read and a replace. Should known be stale (another save wrote the head
+// since, or this very change applied and its answer was lost), its replace
+// answers 412 and the head is read as usual.
+func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known headDoc, change func(*headDoc) bool) error {
 	pk := azcosmos.NewPartitionKeyString(recipient)
 	for attempt := 0; ; attempt++ {
-		h, err := s.readHead(ctx, pk)
-		if err != nil {
-			return err
+		h, guessed := known, known.ETag != ""
+		known = headDoc{}
+		if guessed {
+			h.Reservations = slices.Clone(h.Reservations)
+		} else {
+			var err error
+			if h, err = s.readHead(ctx, pk); err != nil {
+				return err
+			}
 		}
 		version := h.ETag
 		if !change(&h) {
 			return nil
 		}
 		h.ETag = ""
-		_, err = s.recipients.ReplaceItem(ctx, pk, headID, mustJSON(h), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+		_, err := s.recipients.ReplaceItem(ctx, pk, headID, mustJSON(h), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
 		if !isStatus(err, http.StatusPreconditionFailed) {
 			return err
 		}
-		if !pause(ctx, attempt) {
+		if !guessed && !pause(ctx, attempt) {
 			return ctx.Err()
 		}
 	}

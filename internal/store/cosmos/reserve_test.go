@@ -41,11 +41,15 @@ func TestReserveChunksStayWithinTheLimits(t *testing.T) {
 	for i, c := range p.chunks {
 		entryBytes := 0
 		for _, e := range c.entries {
-			entryBytes += len(mustJSON(fromEntry(r, e)))
+			doc, _ := fromEntry(r, e)
+			entryBytes += len(mustJSON(doc))
 			seen[e.Key()] = true
 		}
+		for _, sh := range c.shelves {
+			entryBytes += len(mustJSON(sh))
+		}
 		detail := len(mustJSON(c.detail))
-		if len(c.entries)+2 > maxBatchOps || entryBytes > maxReserveEntryBytes {
+		if len(c.entries)+len(c.shelves)+2 > maxBatchOps || entryBytes > maxReserveEntryBytes {
 			t.Fatalf("chunk %d: %d entries, %d bytes", i, len(c.entries), entryBytes)
 		}
 		limit := maxPartDetailBytes

@@ -177,6 +177,10 @@ type savePlan struct {
 	// chunks are the reserve batches: chunks[0]'s detail is res's own,
 	// later ones go into part documents.
 	chunks []resChunk
+	// head is the head as the last reserve batch wrote it (with its etag):
+	// finalize replaces it without reading it first, and reads it only when
+	// another save changed it meanwhile.
+	head headDoc
 }
 
 func (s *Store) plan(saveID string, expires int64, sv store.RecipientSave) (savePlan, error) {
@@ -330,7 +334,7 @@ func (s *Store) finalizeAll(ctx context.Context, saveID string, plans []savePlan
 	g, ctx := errgroup.WithContext(ctx)
 	for _, p := range plans {
 		g.Go(func() error {
-			err := s.updateHead(ctx, p.save.Recipient, func(h *headDoc) bool {
+			err := s.updateHeadFrom(ctx, p.save.Recipient, p.head, func(h *headDoc) bool {
 				if !dropReservation(h, saveID, p.save.Head.Watermark) {
 					return false
 				}

@@ -19,8 +19,10 @@ import (
 // unless asked to migrate.
 
 // formatVersion is the layout of the documents this build writes and reads.
-// Until the layout is released, it changes in place and this stays 1.
-const formatVersion = 1
+// Version 2 keeps the drawers of a cabinet that fill a shelf on shelves of
+// their own (docs.go); a build of version 1 would not see them, so it does
+// not open a database of version 2.
+const formatVersion = 2
 
 // The settings document lives in a partition of its own in recipients: no
 // recipient id starts with "_", and no query of the store's filters on t

@@ -61,7 +61,7 @@ func TestAFreshDatabaseGetsTheSettingsDocument(t *testing.T) {
 	db := cosmostest.UniqueID("db")
 	_ = open(t, cosmos.Config{Database: db, IDBuckets: 8})
 	got, found := readSettings(t, db)
-	if want := (settings{ID: "settings", PK: "_settings", Version: 1, IDBuckets: 8}); !found || got != want {
+	if want := (settings{ID: "settings", PK: "_settings", Version: 2, IDBuckets: 8}); !found || got != want {
 		t.Fatalf("settings %+v (found %v), want %+v", got, found, want)
 	}
 	s, err := openDB(db, cosmos.Config{IDBuckets: 8})
@@ -88,17 +88,18 @@ func TestOpenRefusesAnotherIDBucketCount(t *testing.T) {
 }
 
 // A database of a format version this build does not read is refused,
-// naming both versions.
+// naming both versions: version 1 kept every drawer of a cabinet in its
+// entry.
 func TestOpenRefusesAnUnknownFormatVersion(t *testing.T) {
 	db := cosmostest.UniqueID("db")
 	_ = open(t, cosmos.Config{Database: db})
-	raw, _ := json.Marshal(settings{ID: "settings", PK: "_settings", Version: 2, IDBuckets: 4})
+	raw, _ := json.Marshal(settings{ID: "settings", PK: "_settings", Version: 1, IDBuckets: 4})
 	c := containerOf(t, db, "recipients")
 	if _, err := c.ReplaceItem(context.Background(), azcosmos.NewPartitionKeyString("_settings"), "settings", raw, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err := openDB(db, cosmos.Config{})
-	if want := "format version 2, this build reads 1"; err == nil || !strings.Contains(err.Error(), want) {
+	if want := "format version 1, this build reads 2"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("open = %v, want a refusal saying %q", err, want)
 	}
 }

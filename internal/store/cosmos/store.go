@@ -103,6 +103,8 @@ type Store struct {
 	idSettings idSettings
 	// bells wakes other instances' waiting peeks (bells.go).
 	bells *bells
+	// heads: the heads recent loads read, for the saves planned on them.
+	heads knownHeads
 }
 
 var _ store.Store = (*Store)(nil)
@@ -273,8 +275,8 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string, opts ...sto
 // recipientTypes are the documents a load queries; the head too when it
 // was not read on the primary first.
 const (
-	recipientTypes         = "SELECT * FROM c WHERE c.t IN ('entry', 'cursor', 'pending')"
-	recipientTypesWithHead = "SELECT * FROM c WHERE c.t IN ('head', 'entry', 'cursor', 'pending')"
+	recipientTypes         = "SELECT * FROM c WHERE c.t IN ('entry', 'shelf', 'cursor', 'pending')"
+	recipientTypesWithHead = "SELECT * FROM c WHERE c.t IN ('head', 'entry', 'shelf', 'cursor', 'pending')"
 )
 
 func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, mayLag bool) (store.RecipientState, headDoc, error) {
@@ -298,6 +300,8 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 		// pay for.
 		sql = recipientTypes
 	}
+	var entries []entryDoc
+	shelved := map[catalog.Key][]drawerMeta{}
 	err := s.query(ctx, s.recipients, recipient, sql, nil,
 		func(raw []byte) error {
 			var probe struct{ T string }
@@ -317,7 +321,14 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 				if err := json.Unmarshal(raw, &d); err != nil {
 					return err
 				}
-				st.Entries = append(st.Entries, toEntry(d))
+				entries = append(entries, d)
+			case typeShelf:
+				var d shelfDoc
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				k := catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}
+				shelved[k] = append(shelved[k], d.Drawers...)
 			case typeCursor:
 				var d cursorDoc
 				if err := json.Unmarshal(raw, &d); err != nil {
@@ -333,6 +344,12 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 			}
 			return nil
 		})
+	for _, d := range entries {
+		st.Entries = append(st.Entries, toEntry(d, shelved[catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}]))
+	}
+	if err == nil && head.ETag != "" {
+		s.heads.keep(recipient, head)
+	}
 	return st, head, err
 }
 
@@ -630,10 +647,25 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		add   func(*azcosmos.TransactionalBatch) error
 	}
 	var units []unit
+	stored, err := s.storedShelves(ctx, sw.Recipient, slices.ContainsFunc(sw.Entries, mayBeShelved))
+	if err != nil {
+		return err
+	}
 	for _, e := range sw.Entries {
-		raw := mustJSON(fromEntry(sw.Recipient, e))
-		units = append(units, unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error {
-			return batchWrite(b, fromEntry(sw.Recipient, e), e.Version)
+		doc, shelves := fromEntry(sw.Recipient, e)
+		gone, write := shelfChanges(stored[e.Key()], shelves)
+		size := len(mustJSON(doc))
+		for _, sh := range write {
+			size += len(mustJSON(sh))
+		}
+		units = append(units, unit{1 + len(gone) + len(write), size, func(b *azcosmos.TransactionalBatch) error {
+			for _, id := range gone {
+				b.DeleteItem(id, nil)
+			}
+			for _, sh := range write {
+				b.UpsertItem(mustJSON(sh), nil)
+			}
+			return batchWrite(b, doc, e.Version)
 		}})
 	}
 	cursors := map[catalog.Key]catalog.Cursor{}
@@ -646,7 +678,11 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	for _, e := range sw.DeleteEntries {
 		c, withCursor := cursors[e.Key()]
 		delete(cursors, e.Key())
-		units = append(units, unit{2, 0, func(b *azcosmos.TransactionalBatch) error {
+		_, shelves := fromEntry(sw.Recipient, e)
+		units = append(units, unit{2 + len(shelves), 0, func(b *azcosmos.TransactionalBatch) error {
+			for _, sh := range shelves {
+				b.DeleteItem(sh.ID, nil)
+			}
 			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
 			if withCursor {
 				deleteCursor(b, c)
@@ -678,6 +714,55 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		units = units[n:]
 	}
 	return nil
+}
+
+// storedShelves returns the recipient's shelves by cabinet, as of the state
+// this process read last (the sweep's, whose entry etags its batches are
+// conditioned on), when needed; else nothing. Only a sweep that takes
+// drawers out of a cabinet it keeps, and that may have shelves, needs them.
+func (s *Store) storedShelves(ctx context.Context, recipient string, needed bool) (map[catalog.Key][]shelfDoc, error) {
+	out := map[catalog.Key][]shelfDoc{}
+	if !needed {
+		return out, nil
+	}
+	err := s.query(ctx, s.recipients, recipient, "SELECT * FROM c WHERE c.t = 'shelf'", nil, func(raw []byte) error {
+		var d shelfDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		k := catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}
+		out[k] = append(out[k], d)
+		return nil
+	})
+	return out, err
+}
+
+// mayBeShelved says whether a cabinet may have shelves: only one whose last
+// drawer starts past the first shelf's positions.
+func mayBeShelved(e catalog.Entry) bool {
+	return len(e.Drawers) > 0 && e.Drawers[len(e.Drawers)-1].Start >= shelfPositions()
+}
+
+// shelfChanges compares a cabinet's stored shelves with those its new entry
+// needs: the ones to delete (all of their drawers taken out) and the ones to
+// write (some taken out, or, never expected, missing).
+func shelfChanges(stored, want []shelfDoc) (gone []string, write []shelfDoc) {
+	have := map[string]shelfDoc{}
+	for _, sh := range stored {
+		have[sh.ID] = sh
+	}
+	for _, sh := range want {
+		if old, ok := have[sh.ID]; !ok || !slices.Equal(old.Drawers, sh.Drawers) {
+			write = append(write, sh)
+		}
+		delete(have, sh.ID)
+	}
+	for _, sh := range stored {
+		if _, ok := have[sh.ID]; ok {
+			gone = append(gone, sh.ID)
+		}
+	}
+	return gone, write
 }
 
 // deleteDrawer deletes the id documents nothing needs any more, then a
