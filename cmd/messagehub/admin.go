@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -257,10 +258,7 @@ func printAudit(ctx context.Context, client adminv1.AdminClient, req *adminv1.Li
 }
 
 func auditLine(e *adminv1.AuditEvent) string {
-	bundle := e.GetBundleId()
-	if bundle == "" {
-		bundle = "-"
-	}
+	bundle := cmp.Or(e.GetBundleId(), "-")
 	line := fmt.Sprintf("%s  %-21s  %-36s  %-36s", time.UnixMilli(e.GetAtMs()).UTC().Format("2006-01-02T15:04:05.000Z"),
 		strings.TrimPrefix(e.GetAction().String(), "AUDIT_ACTION_"), e.GetSubject(), bundle)
 	if e.GetDetail() != "" {

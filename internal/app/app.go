@@ -13,6 +13,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -306,11 +307,6 @@ func (a *App) describe() []any {
 
 // orDefaults fills what the build did not say.
 func (b Build) orDefaults() Build {
-	if b.Version == "" {
-		b.Version = "(devel)"
-	}
-	if b.Revision == "" {
-		b.Revision = "unknown"
-	}
+	b.Version, b.Revision = cmp.Or(b.Version, "(devel)"), cmp.Or(b.Revision, "unknown")
 	return b
 }

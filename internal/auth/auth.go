@@ -9,6 +9,7 @@
 package auth
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,9 +93,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.JWKSFile == "" || cfg.Issuer == "" || cfg.Audience == "" {
 		return nil, errors.New("auth: a JWKS file, an issuer and an audience are required")
 	}
-	if cfg.ActorClaim == "" {
-		cfg.ActorClaim = DefaultActorClaim
-	}
+	cfg.ActorClaim = cmp.Or(cfg.ActorClaim, DefaultActorClaim)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -342,9 +342,8 @@ func (w *worker) round(ctx context.Context) roundResult {
 	due, dueIn := w.due(notices)
 	res := roundResult{found: len(due), dueIn: dueIn}
 	var done []store.Notice
-	failed := map[domain.Origin]bool{} // not asked again this round
 	for _, notice := range due {
-		if n.stopped() || failed[notice.Origin] {
+		if n.stopped() {
 			break
 		}
 		b, err := n.opts.Bundle(ctx, notice.Recipient, notice.BundleID)
@@ -373,9 +372,8 @@ func (w *worker) round(ctx context.Context) roundResult {
 			if ctx.Err() == nil {
 				log.Warn("telling a domain of a dequeue failed; it is tried again", "bundle", b.ID, "origin", b.Origin, "error", err)
 			}
-			failed[b.Origin] = true
 			res.failed = true
-			continue
+			break
 		}
 		done = append(done, notice)
 	}

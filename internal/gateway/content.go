@@ -124,9 +124,7 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o opt
 		if !places.take(r.RemoteAddr, 1) {
 			// Cancelling the call (deferred) frees what it holds at once.
 			w.Header().Del(MessageIDHeader)
-			w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-			writeError(mux, w, r, http.StatusServiceUnavailable,
-				status.Error(codes.Unavailable, "too many documents being answered; try again shortly"))
+			refuseBusy(mux, w, r, "too many documents being answered; try again shortly")
 			return
 		}
 		defer places.give(r.RemoteAddr, 1)

@@ -63,9 +63,15 @@ const DefaultMaxBodyBytes = 33 << 20
 // size).
 const DefaultMaxBodyMemory = 128 << 20
 
-// busyRetryAfterSeconds is what a 503 for too many bodies in flight asks the
-// client to wait.
+// busyRetryAfterSeconds is what a 503 for too much in flight (bodies,
+// answers, documents) asks the client to wait.
 const busyRetryAfterSeconds = 1
+
+// refuseBusy answers 503 with Retry-After and msg.
+func refuseBusy(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, msg string) {
+	w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
+	writeError(mux, w, r, http.StatusServiceUnavailable, status.Error(codes.Unavailable, msg))
+}
 
 // Option configures New.
 type Option func(*options)
@@ -296,9 +302,7 @@ func guard(mux *runtime.ServeMux, next http.Handler, o options) http.Handler {
 		}
 		if weight := bodyWeight(r, o.maxBodyBytes); weight > 0 {
 			if !o.bodies.TryAcquire(weight) {
-				w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-				writeError(mux, w, r, http.StatusServiceUnavailable,
-					status.Error(codes.Unavailable, "too many request bodies in flight; try again shortly"))
+				refuseBusy(mux, w, r, "too many request bodies in flight; try again shortly")
 				return
 			}
 			defer o.bodies.Release(weight)

@@ -2,12 +2,9 @@ package gateway
 
 import (
 	"net/http"
-	"strconv"
 	"sync"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // A Peek's answer over HTTP is rendered whole before it is written: the
@@ -83,7 +80,7 @@ func (b *answersInFlight) give(conn string, n int64) {
 func budgetedPeeks(mux *runtime.ServeMux, next http.Handler, budget *answersInFlight, o options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if budget.crowded(r.RemoteAddr) {
-			refuseBusy(mux, w, r)
+			refuseBusy(mux, w, r, peekBusy)
 			return
 		}
 		bw := &budgetedWriter{ResponseWriter: w, mux: mux, r: r, budget: budget,
@@ -120,7 +117,7 @@ func (w *budgetedWriter) Write(p []byte) (int, error) {
 		if !w.budget.take(w.r.RemoteAddr, heldPerAnswerByte*int64(len(p))) {
 			w.refused = true
 			w.Header().Del(MessageIDHeader)
-			refuseBusy(w.mux, w.ResponseWriter, w.r)
+			refuseBusy(w.mux, w.ResponseWriter, w.r, peekBusy)
 			return len(p), nil
 		}
 		w.held = heldPerAnswerByte * int64(len(p))
@@ -134,13 +131,9 @@ func (w *budgetedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// refuseBusy answers 503 with Retry-After: the bundle, if one was cut,
+// peekBusy is refuseBusy's message for a peek: the bundle, if one was cut,
 // stays pending for the next peek.
-func refuseBusy(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfterSeconds))
-	writeError(mux, w, r, http.StatusServiceUnavailable,
-		status.Error(codes.Unavailable, "too many large answers being written; peek again shortly (a pending bundle stays pending)"))
-}
+const peekBusy = "too many large answers being written; peek again shortly (a pending bundle stays pending)"
 
 func (w *budgetedWriter) release() {
 	if w.held > 0 {

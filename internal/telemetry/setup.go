@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -122,10 +123,7 @@ func oldRPCSemconv(getenv func(string) string) bool {
 // newSpanExporter picks the OTLP transport from OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL:
 // grpc, or http/protobuf (the specification's default).
 func newSpanExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
-	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if protocol == "" {
-		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
+	protocol := cmp.Or(getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
 	var (
 		exp sdktrace.SpanExporter
 		err error

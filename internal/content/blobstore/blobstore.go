@@ -12,6 +12,7 @@ package blobstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -60,9 +61,7 @@ var _ content.Store = (*Store)(nil)
 
 // Open returns a Store on cfg's container, creating it when cfg.Provision.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	if cfg.Container == "" {
-		cfg.Container = DefaultContainer
-	}
+	cfg.Container = cmp.Or(cfg.Container, DefaultContainer)
 	if cfg.BlockSize <= 0 {
 		cfg.BlockSize = 4 << 20
 	}
