@@ -125,7 +125,7 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 			held = time.Now()
 		}
 		g.Go(func() error {
-			err := r.sweepRecipient(gctx, recipient, cutoff)
+			err := r.sweepRecipient(gctx, recipient, cutoff, since)
 			if errors.Is(err, store.ErrConflict) {
 				return nil // someone wrote meanwhile; the next pass looks again
 			}
@@ -135,52 +135,178 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 	return g.Wait()
 }
 
-func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff time.Time) error {
-	state, err := r.store.LoadRecipient(ctx, recipient)
+// sweepRecipient removes what retention allows of one recipient. It reads
+// the recipient's catalog and only the bundles that are due or new
+// (LoadRetention), and decides from them whenever it can: a fully
+// acknowledged drawer whose last bundle (the one covering its end; every
+// bundle covering it was dequeued before) is due goes at once. Only when a
+// drawer must leave the catalog while bundles may still read it, or a due
+// bundle names a drawer the catalog no longer holds, does it read every
+// retained bundle (DequeuedBundles) and decide on all of them.
+func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, since time.Time) error {
+	st, err := r.store.LoadRetention(ctx, recipient, cutoff, since)
 	if err != nil {
 		return err
 	}
-	dequeued, err := r.store.DequeuedBundles(ctx, recipient)
-	if err != nil {
-		return err
+	sw, settled := sweepOfDue(recipient, st, cutoff)
+	if !settled {
+		all, err := r.store.DequeuedBundles(ctx, recipient)
+		if err != nil {
+			return err
+		}
+		st.Bundles = all
+		sw = sweepOfAll(recipient, st, cutoff)
 	}
-	sw := store.Sweep{Recipient: recipient}
-	// Retained bundles that read back through the entry keep their drawers
-	// in it; those whose records name their drawers (dequeued since they
-	// do) only keep the drawers, out of the entry, so that it stays small.
-	var throughEntry []catalog.Span
-	detached := map[string]bool{}    // drawers retained records name
-	var expiredDrawers []drawer.Meta // drawers expired records name
-	for _, rec := range slices.Concat(state.Pending, dequeued) {
-		if rec.State == bundle.Released {
-			// It reads nothing back, so it keeps no drawer; its record
-			// only keeps its id used until the retention has passed.
-			if rec.ReleasedAt.Before(cutoff) {
-				sw.Bundles = append(sw.Bundles, rec.ID)
-			}
-			continue
+	if len(sw.Bundles) == 0 && len(sw.Drawers) == 0 && len(sw.DeleteEntries) == 0 && len(sw.Entries) == 0 {
+		return nil
+	}
+	if r.opts.ForgetBundles != nil && len(sw.Bundles) > 0 {
+		if err := r.opts.ForgetBundles(ctx, recipient, sw.Bundles); err != nil {
+			return err
 		}
-		if rec.State == bundle.Dequeued && rec.DequeuedAt.Before(cutoff) {
-			sw.Bundles = append(sw.Bundles, rec.ID)
-			expiredDrawers = append(expiredDrawers, rec.Drawers...)
-			continue
+	}
+	return r.store.ApplySweep(ctx, sw)
+}
+
+// expired lists the bundles past their retention.
+func expired(bundles []bundle.Record, cutoff time.Time) []string {
+	var out []string
+	for _, rec := range bundles {
+		if (rec.State == bundle.Released && rec.ReleasedAt.Before(cutoff)) ||
+			(rec.State == bundle.Dequeued && rec.DequeuedAt.Before(cutoff)) {
+			out = append(out, rec.ID)
 		}
-		if rec.Drawers != nil {
-			for _, d := range rec.Drawers {
-				detached[d.ID] = true
-			}
-			continue
-		}
-		throughEntry = append(throughEntry, catalog.Span{
-			Key: catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}, Start: rec.Start, End: rec.End,
+	}
+	return out
+}
+
+// sweepOfDue plans the sweep from the due and new bundles alone, which
+// settles it when every drawer it frees is due: a fully acknowledged
+// drawer of an entry goes when the bundle covering its last position is
+// among them and due with a margin for clocks (every other bundle covering
+// it was dequeued before that one, so it is due too), and a drawer already
+// out of every entry goes with a due bundle that covers its end while a
+// later drawer of the cabinet existed (nothing was appended to it after).
+// A drawer that should leave the entry while bundles may still read it, or
+// a due bundle naming a drawer it cannot settle, needs every retained
+// bundle: settled is false then.
+func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time) (sw store.Sweep, settled bool) {
+	sw = store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
+	settledBy := cutoff.Add(-sweepSkew)
+	covers := func(rec bundle.Record, key catalog.Key, d drawer.Meta) bool {
+		return rec.State == bundle.Dequeued && rec.Origin == key.Origin && rec.ContentType == key.ContentType &&
+			rec.Start < d.End() && d.End() <= rec.End && rec.DequeuedAt.Before(settledBy)
+	}
+	names := func(rec bundle.Record, id string) bool {
+		return slices.ContainsFunc(rec.Drawers, func(m drawer.Meta) bool { return m.ID == id })
+	}
+	// lastDue says whether a visible bundle covering the drawer's end is
+	// due: one that names it, or reads back through the entry.
+	lastDue := func(key catalog.Key, d drawer.Meta) bool {
+		return slices.ContainsFunc(st.Bundles, func(rec bundle.Record) bool {
+			return covers(rec, key, d) && (rec.Drawers == nil || names(rec, d.ID))
 		})
 	}
 	cursors := make(map[catalog.Key]catalog.Cursor)
-	for _, c := range state.Cursors {
+	for _, c := range st.Cursors {
 		cursors[c.Key()] = c
 	}
 	inEntries := map[string]bool{}
-	for _, e := range state.Entries {
+	for _, e := range st.Entries {
+		cur, ok := cursors[e.Key()]
+		if !ok {
+			cur = catalog.Cursor{Origin: e.Origin, ContentType: e.ContentType}
+		}
+		for _, d := range e.Drawers {
+			inEntries[d.ID] = true
+		}
+		out, drop := catalog.Removable(e, cur, nil)
+		for _, d := range out {
+			if !lastDue(e.Key(), lastRun(e.Drawers, d.ID)) {
+				return store.Sweep{}, false
+			}
+			sw.Drawers = append(sw.Drawers, d.ID)
+			if sw.DrawerEnds == nil {
+				sw.DrawerEnds = map[string]int64{}
+			}
+			sw.DrawerEnds[d.ID] = cur.Acked
+		}
+		switch {
+		case drop:
+			sw.DeleteEntries = append(sw.DeleteEntries, e)
+			if ok {
+				sw.DeleteCursors = append(sw.DeleteCursors, cur)
+			}
+		case len(out) > 0:
+			e.Drawers = slices.DeleteFunc(slices.Clone(e.Drawers), func(d drawer.Meta) bool {
+				return slices.ContainsFunc(out, func(g drawer.Meta) bool { return g.ID == d.ID })
+			})
+			sw.Entries = append(sw.Entries, e)
+		}
+	}
+	for _, rec := range st.Bundles {
+		if rec.State != bundle.Dequeued || !rec.DequeuedAt.Before(cutoff) {
+			continue
+		}
+		key := catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}
+		for _, d := range rec.Drawers {
+			if inEntries[d.ID] || slices.Contains(sw.Drawers, d.ID) {
+				continue
+			}
+			end := lastRun(rec.Drawers, d.ID)
+			closed := slices.ContainsFunc(rec.Drawers, func(m drawer.Meta) bool { return m.ID != d.ID && m.Start >= end.End() })
+			if !closed || !covers(rec, key, end) {
+				return store.Sweep{}, false
+			}
+			sw.Drawers = append(sw.Drawers, d.ID)
+		}
+	}
+	return sw, true
+}
+
+// lastRun is the last run of the drawer among runs.
+func lastRun(runs []drawer.Meta, id string) drawer.Meta {
+	var last drawer.Meta
+	for _, d := range runs {
+		if d.ID == id && d.End() >= last.End() {
+			last = d
+		}
+	}
+	return last
+}
+
+// sweepOfAll plans the sweep from every retained bundle of the recipient.
+// Retained bundles that read back through the entry keep their drawers in
+// it; those whose records name their drawers (dequeued since they do) only
+// keep the drawers, out of the entry, so that it stays small.
+func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time) store.Sweep {
+	sw := store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
+	var throughEntry []catalog.Span
+	detached := map[string]bool{}    // drawers retained records name
+	var expiredDrawers []drawer.Meta // drawers expired records name
+	for _, rec := range st.Bundles {
+		switch {
+		case rec.State == bundle.Released:
+			// It reads nothing back, so it keeps no drawer; its record
+			// only keeps its id used until the retention has passed.
+		case rec.DequeuedAt.Before(cutoff):
+			expiredDrawers = append(expiredDrawers, rec.Drawers...)
+		case rec.Drawers != nil:
+			for _, d := range rec.Drawers {
+				detached[d.ID] = true
+			}
+		default:
+			throughEntry = append(throughEntry, catalog.Span{
+				Key: catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}, Start: rec.Start, End: rec.End,
+			})
+		}
+	}
+	cursors := make(map[catalog.Key]catalog.Cursor)
+	for _, c := range st.Cursors {
+		cursors[c.Key()] = c
+	}
+	inEntries := map[string]bool{}
+	for _, e := range st.Entries {
 		cur, ok := cursors[e.Key()]
 		if !ok {
 			cur = catalog.Cursor{Origin: e.Origin, ContentType: e.ContentType}
@@ -192,6 +318,10 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff time.
 		for _, d := range out {
 			if !detached[d.ID] { // else it leaves the entry, kept for the records that name it
 				sw.Drawers = append(sw.Drawers, d.ID)
+				if sw.DrawerEnds == nil {
+					sw.DrawerEnds = map[string]int64{}
+				}
+				sw.DrawerEnds[d.ID] = cur.Acked
 			}
 		}
 		switch {
@@ -213,13 +343,5 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff time.
 			sw.Drawers = append(sw.Drawers, d.ID)
 		}
 	}
-	if len(sw.Bundles) == 0 && len(sw.Drawers) == 0 && len(sw.DeleteEntries) == 0 && len(sw.Entries) == 0 {
-		return nil
-	}
-	if r.opts.ForgetBundles != nil && len(sw.Bundles) > 0 {
-		if err := r.opts.ForgetBundles(ctx, recipient, sw.Bundles); err != nil {
-			return err
-		}
-	}
-	return r.store.ApplySweep(ctx, sw)
+	return sw
 }

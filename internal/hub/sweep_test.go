@@ -44,11 +44,11 @@ func (s *sweptStore) DueRecipients(_ context.Context, _, _ time.Time, fn func(st
 	return nil
 }
 
-func (s *sweptStore) LoadRecipient(ctx context.Context, _ string) (store.RecipientState, error) {
+func (s *sweptStore) LoadRetention(ctx context.Context, _ string, _, _ time.Time) (store.RetentionState, error) {
 	s.mu.Lock()
 	s.loads = append(s.loads, sweepLoad{at: time.Now(), low: ctx.Value(sweepLowKey{}) != nil})
 	s.mu.Unlock()
-	return store.RecipientState{}, nil
+	return store.RetentionState{}, nil
 }
 
 func (s *sweptStore) DequeuedBundles(context.Context, string) ([]bundle.Record, error) {

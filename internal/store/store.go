@@ -87,9 +87,14 @@ type RecipientSave struct {
 
 // Sweep is what retention removes for one recipient in one conditional write.
 type Sweep struct {
-	Recipient     string
-	Bundles       []string        // dequeued bundle ids to delete
-	Drawers       []string        // drawer ids whose pages and id records are deleted
+	Recipient string
+	Bundles   []string // dequeued bundle ids to delete
+	Drawers   []string // drawer ids whose pages and id records are deleted
+	// DrawerEnds holds, for those of Drawers the catalog named when the
+	// sweep read it, the end of their acknowledged positions: a store
+	// that deletes pages before its catalog write deletes only pages
+	// below it, so that what a save appends meanwhile stays.
+	DrawerEnds    map[string]int64
 	Entries       []catalog.Entry // entries to replace (Version = as read)
 	DeleteEntries []catalog.Entry // entries to delete with their cursors (Version = as read)
 	DeleteCursors []catalog.Cursor
@@ -167,6 +172,20 @@ type Retention interface {
 	// It reads an index of those times: a recipient with nothing in either
 	// range costs nothing, however much it retains.
 	DueRecipients(ctx context.Context, dueBefore, since time.Time, fn func(recipient string) error) error
+	// LoadRetention reads what retention's visit of a recipient decides on:
+	// its catalog entries and cursors, and the dequeued and released
+	// bundles DueRecipients names it for (dequeued or released before
+	// dueBefore, or at or after since when since is not zero), never those
+	// retained in between: a visit costs what is due or new, not what the
+	// recipient retains.
+	LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (RetentionState, error)
+}
+
+// RetentionState is what LoadRetention reads of a recipient.
+type RetentionState struct {
+	Entries []catalog.Entry
+	Cursors []catalog.Cursor
+	Bundles []bundle.Record // dequeued or released, due or new (State tells them apart)
 }
 
 // Figures is the part of a Store that keeps the backlog figures: computed

@@ -121,20 +121,17 @@ func TestEveryAbortWriteSurvivesALostOrRefusedAnswer(t *testing.T) {
 	}
 }
 
-// sweepWrites are the writes of ApplySweep: the trash record's create, the
-// catalog's batch (entry and cursor replaced or deleted), the id
-// documents' and the drawers' delete batches, the trash record's delete
-// and the expired bundle's.
+// sweepWrites are the writes of ApplySweep: the id documents' and the
+// drawers' delete batches, then the catalog's batch (entry and cursor
+// replaced or deleted, the expired bundle deleted).
 var sweepWrites = []struct {
 	name string
 	rule cosmostest.Fault
 }{
-	{"trash create", cosmostest.Fault{Ops: []string{"create"}, Coll: "recipients", Type: "trash"}},
-	{"catalog batch", cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", ID: "^[ec]:", Body: `"operationType":"(Replace|Delete)"`}},
 	{"id release", cosmostest.Fault{Ops: []string{"batch"}, Coll: "ids", Body: `"operationType":"Delete"`}},
 	{"page deletes", cosmostest.Fault{Ops: []string{"batch"}, Coll: "drawers", Body: `"operationType":"Delete"`}},
-	{"trash delete", cosmostest.Fault{Ops: []string{"delete"}, Coll: "recipients", ID: "^trash$"}},
-	{"bundle delete", cosmostest.Fault{Ops: []string{"delete"}, Coll: "recipients", ID: "^b:"}},
+	{"catalog batch", cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", ID: "^[ec]:", Body: `"operationType":"(Replace|Delete)"`}},
+	{"bundle delete", cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Body: `"id":"b:[^"]*","operationType":"Delete"|"operationType":"Delete","id":"b:`}},
 }
 
 // A recipient with an expired dequeued bundle (one cabinet, all

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // Retention finds what is due through the index of da, the time a dequeued
@@ -76,4 +78,71 @@ const dequeuedTTLMargin = 24 * time.Hour
 // dequeuedTTL is the ttl of a dequeued bundle's document, in seconds.
 func dequeuedTTL(retention time.Duration) int32 {
 	return int32((retention + dequeuedTTLMargin) / time.Second) //nolint:gosec // days, far below 2^31 s
+}
+
+// retentionQuery reads what a visit of retention decides on, in one query
+// of the recipient's partition: its entries and cursors, the dequeued
+// bundles in either range of the index of da (due, or new since the last
+// pass), and a trash record an earlier version of the store may have left.
+// Retained bundles in between are not loaded: Cosmos DB serves both
+// filters from the index (/t/? and the range index of /da/?) and charges
+// the documents they load.
+const (
+	retentionQuery      = "SELECT * FROM c WHERE c.t IN ('entry', 'cursor', 'trash') OR c.da < @due"
+	retentionSinceQuery = retentionQuery + " OR c.da >= @since"
+)
+
+// loadRetention reads the recipient's retention state. It is not anchored
+// on the primary: every sweep write is conditional on what it read, and a
+// read behind the primary only sees less acknowledged and less due, so the
+// sweep removes less, never more.
+func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
+	var st store.RetentionState
+	query := retentionQuery
+	params := []azcosmos.QueryParameter{{Name: "@due", Value: dueBefore.UnixMicro()}}
+	if !since.IsZero() {
+		query = retentionSinceQuery
+		params = append(params, azcosmos.QueryParameter{Name: "@since", Value: since.UnixMicro()})
+	}
+	trash := false
+	err := s.query(ctx, s.recipients, recipient, query, params, func(raw []byte) error {
+		var probe struct{ T string }
+		if err := json.Unmarshal(raw, &probe); err != nil {
+			return err
+		}
+		switch probe.T {
+		case typeEntry:
+			var d entryDoc
+			if err := json.Unmarshal(raw, &d); err != nil {
+				return err
+			}
+			st.Entries = append(st.Entries, toEntry(d))
+		case typeCursor:
+			var d cursorDoc
+			if err := json.Unmarshal(raw, &d); err != nil {
+				return err
+			}
+			st.Cursors = append(st.Cursors, toCursor(d))
+		case typeDequeued:
+			var d bundleDoc
+			if err := json.Unmarshal(raw, &d); err != nil {
+				return err
+			}
+			st.Bundles = append(st.Bundles, toBundle(d))
+		case typeTrash:
+			trash = true
+		}
+		return nil
+	})
+	if err != nil || !trash {
+		return st, err
+	}
+	// The trash's drawers are out of the catalog read: what was read holds.
+	return st, s.emptyTrash(ctx, recipient)
+}
+
+// LoadRetention is loadRetention, its errors mapped.
+func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
+	st, err := s.loadRetention(ctx, recipient, dueBefore, since)
+	return st, storeError(err)
 }

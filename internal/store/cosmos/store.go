@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -490,52 +491,37 @@ func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle
 	return out, storeError(err)
 }
 
-// applySweep records the drawers it frees as trash, takes them out of the
-// catalog on the entries' etags, and only then deletes what the catalog no
-// longer names: a refused sweep deletes nothing, and one that stops half-way
-// is finished by the next sweep of the recipient, on any instance.
+// applySweep deletes the freed drawers first (their id documents, then
+// their pages below the end the sweep read), then writes the catalog's
+// changes and deletes the expired bundles, in one transactional batch per
+// hundred operations. Nothing names a drawer's pages but the catalog and
+// the bundles, so deleting them last would leave them to nothing should
+// the sweep stop in between; deleted first, a sweep that stops leaves the
+// catalog naming acknowledged positions whose pages are gone, which no
+// reader reads (a Peek starts at the cursor), and the next sweep of the
+// recipient, on any instance, finds the same drawers freed and finishes.
+// A save that took positions in a freed drawer meanwhile wrote its pages
+// at or beyond that end, so they stay, and its entry's change makes the
+// batch fail: the drawer stays in the catalog.
 func (s *Store) applySweep(ctx context.Context, sw store.Sweep) error {
-	// A previous pass that stopped between its batch and its deletes left
-	// its trash behind: finish it first, so its record can be written anew.
-	if err := s.emptyTrash(ctx, sw.Recipient); err != nil {
-		return err
-	}
-	if len(sw.Drawers) > 0 {
-		// The drawers go only once the catalog no longer names them (a
-		// save may have taken positions in one since the sweep read the
-		// catalog: then its entry's batch fails and the drawer stays). The
-		// trash record, written first, outlives a crash before the deletes.
-		trash := trashDoc{ID: trashID, PK: sw.Recipient, T: typeTrash, Drawers: sw.Drawers}
-		_, err := s.recipients.CreateItem(ctx, azcosmos.NewPartitionKeyString(sw.Recipient), mustJSON(trash), nil)
-		if err != nil {
+	for _, d := range sw.Drawers {
+		below, named := sw.DrawerEnds[d]
+		if !named {
+			below = math.MaxInt64 // out of the catalog already: nothing appends to it
+		}
+		if err := s.deleteDrawer(ctx, d, below); err != nil {
 			return err
 		}
 	}
-	// A catalog batch that fails leaves its drawers named; those of the
-	// batches that succeeded are freed all the same.
-	err := s.sweepCatalog(ctx, sw)
-	if terr := s.emptyTrash(ctx, sw.Recipient); err == nil {
-		err = terr
-	}
-	if err != nil {
-		return err
-	}
-	// Dequeued bundles also carry a TTL; deleting them here keeps retention
-	// exact where the TTL would lag.
-	for _, id := range sw.Bundles {
-		err := s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sw.Recipient), bundleDocID(id))
-		if err != nil && !isStatus(err, http.StatusNotFound) {
-			return err
-		}
-	}
-	return nil
+	return s.sweepCatalog(ctx, sw)
 }
 
-// emptyTrash deletes the drawers a sweep of the recipient freed that the
-// catalog no longer names, then its trash record. Both reads are on the
-// primary (the record's, and the catalog's anchored on the head): a lagging
-// replica's 404 would leave the record to fail the next sweep's create, and
-// a stale catalog could name a drawer whose entry's batch failed as freed.
+// emptyTrash deletes the drawers a sweep of an earlier version of the
+// store freed that the catalog no longer names, then its trash record
+// (that version recorded them before its deletes; LoadRetention finds
+// what it left). Both reads are on the primary (the record's, and the
+// catalog's anchored on the head): a stale catalog could name a drawer
+// whose entry's batch failed as freed.
 func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 	var t trashDoc
 	found, err := s.readOnPrimary(ctx, s.recipients, recipient, trashID, &t)
@@ -556,7 +542,7 @@ func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 		if named[d] {
 			continue // its entry's batch failed: a later sweep frees it again
 		}
-		if err := s.deleteDrawer(ctx, d); err != nil {
+		if err := s.deleteDrawer(ctx, d, math.MaxInt64); err != nil {
 			return err
 		}
 	}
@@ -567,8 +553,9 @@ func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 	return nil
 }
 
-// sweepCatalog writes the sweep's entry replaces and deletes in batches
-// within Cosmos DB's limits (a recipient may have thousands of cabinets).
+// sweepCatalog writes the sweep's entry replaces and deletes and the
+// expired bundles' deletes in batches within Cosmos DB's limits (a
+// recipient may have thousands of cabinets and bundles due).
 // An entry and its cursor are deleted in one batch: a cursor left alone
 // would count a new entry's first positions as acknowledged. Cabinets are
 // independent, so a batch that fails leaves the others' done, for the next
@@ -609,6 +596,13 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 			units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { deleteCursor(b, c); return nil }})
 		}
 	}
+	// Expired bundles go in the same batches. Each is deleted once: a
+	// batch that meets one already gone (a replay, the TTL of one that
+	// names no drawer) fails whole and the next sweep, which no longer
+	// lists it, finishes.
+	for _, id := range sw.Bundles {
+		units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(bundleDocID(id), nil); return nil }})
+	}
 	for len(units) > 0 {
 		b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
 		ops, size, n := 0, 0, 0
@@ -630,14 +624,18 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	return nil
 }
 
-// deleteDrawer deletes the id documents nothing needs any more, then a
-// drawer's pages: those of the saves whose pages it holds once none of their
-// other drawers is left (releaseIDs). The drawer is out of the catalog already (ApplySweep's batches), so nothing of it
-// is delivered again; its pages go last because they name the saves, so a
-// pass that stops half-way is finished by the next from its trash record.
-func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
+// deleteDrawer deletes the id documents nothing needs any more, then the
+// drawer's pages that start below below: those of the saves whose pages
+// it holds once none of their other drawers is left (releaseIDs). Its
+// pages go last because they name the saves, so a pass that stops
+// half-way is finished by the next, which finds the same pages.
+func (s *Store) deleteDrawer(ctx context.Context, drawerID string, below int64) error {
+	sql, params := "SELECT c.id, c.sv FROM c", []azcosmos.QueryParameter(nil)
+	if below < math.MaxInt64 {
+		sql, params = "SELECT c.id, c.sv FROM c WHERE c.s < @below", []azcosmos.QueryParameter{{Name: "@below", Value: below}}
+	}
 	var pages, saves []string
-	err := s.query(ctx, s.drawers, drawerID, "SELECT c.id, c.sv FROM c", nil, func(raw []byte) error {
+	err := s.query(ctx, s.drawers, drawerID, sql, params, func(raw []byte) error {
 		var d struct{ ID, SV string }
 		err := json.Unmarshal(raw, &d)
 		pages = append(pages, d.ID)
@@ -646,7 +644,7 @@ func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 		}
 		return err
 	})
-	if err != nil {
+	if err != nil || len(pages) == 0 {
 		return err
 	}
 	if err := s.releaseIDs(ctx, drawerID, saves); err != nil {

@@ -136,11 +136,7 @@ func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, f
 		if err := json.Unmarshal(value, &rec); err != nil {
 			return err
 		}
-		at := rec.DequeuedAt
-		if rec.State == bundle.Released {
-			at = rec.ReleasedAt
-		}
-		if at.Before(dueBefore) || (!since.IsZero() && !at.Before(since)) {
+		if inRetentionRanges(rec, dueBefore, since) {
 			due = append(due, recipient)
 		}
 		return nil
@@ -149,4 +145,34 @@ func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, f
 		return err
 	}
 	return each(ctx, due, fn)
+}
+
+// LoadRetention implements store.Retention: the recipient's state and its
+// dequeued and released bundles in either of DueRecipients' ranges.
+func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
+	state, err := s.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return store.RetentionState{}, err
+	}
+	retained, err := s.DequeuedBundles(ctx, recipient)
+	if err != nil {
+		return store.RetentionState{}, err
+	}
+	out := store.RetentionState{Entries: state.Entries, Cursors: state.Cursors}
+	for _, rec := range retained {
+		if inRetentionRanges(rec, dueBefore, since) {
+			out.Bundles = append(out.Bundles, rec)
+		}
+	}
+	return out, nil
+}
+
+// inRetentionRanges says whether a dequeued or released bundle was so
+// before dueBefore or, when since is not zero, at or after since.
+func inRetentionRanges(rec bundle.Record, dueBefore, since time.Time) bool {
+	at := rec.DequeuedAt
+	if rec.State == bundle.Released {
+		at = rec.ReleasedAt
+	}
+	return at.Before(dueBefore) || (!since.IsZero() && !at.Before(since))
 }
