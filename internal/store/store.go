@@ -146,7 +146,9 @@ type Store interface {
 	// retention.
 	DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error)
 	// ApplySweep removes what retention found, conditionally: when an entry
-	// or cursor it names changed, it is ErrConflict and removes nothing.
+	// or cursor it names changed, it is ErrConflict and removes nothing
+	// but pages of Drawers below their DrawerEnds (acknowledged and due,
+	// deleted before the catalog write by a store that needs that order).
 	ApplySweep(ctx context.Context, sweep Sweep) error
 	// Close releases the store.
 	Close() error
