@@ -98,6 +98,13 @@ type Sweep struct {
 	Entries       []catalog.Entry // entries to replace (Version = as read)
 	DeleteEntries []catalog.Entry // entries to delete with their cursors (Version = as read)
 	DeleteCursors []catalog.Cursor
+	// Keep lists drawers that leave the catalog now while retained
+	// bundles may still read them: the store keeps their pages and names
+	// them in RetentionState.Kept once Until is past the retention.
+	Keep []Kept
+	// Done lists the IDs of due Kept records whose drawers (in Drawers)
+	// this sweep deletes; the records go in its catalog write.
+	Done []string
 }
 
 // Store is the persistence the algorithm needs. Writes are conditional on
@@ -188,6 +195,21 @@ type RetentionState struct {
 	Entries []catalog.Entry
 	Cursors []catalog.Cursor
 	Bundles []bundle.Record // dequeued or released, due or new (State tells them apart)
+	// Kept are the drawers out of the catalog whose retention is over:
+	// those a sweep kept (Sweep.Keep) until a time before dueBefore, or
+	// that only expired bundles name.
+	Kept []Kept
+}
+
+// Kept is a set of drawers out of the catalog kept for retained bundles
+// until the last of those is due.
+type Kept struct {
+	ID string // the store's; empty in a Sweep that keeps them
+	// Cabinet is the entry they leave, in a Sweep: the store records them
+	// in the write that changes that entry, never apart from it.
+	Cabinet catalog.Key
+	Until   time.Time // when the last bundle that reads from them was dequeued
+	Drawers []string
 }
 
 // Figures is the part of a Store that keeps the backlog figures: computed

@@ -334,3 +334,20 @@ const (
 	typeTrash = "trash"
 	trashID   = "trash"
 )
+
+// keptDoc lists drawers out of the catalog that retained bundles still
+// read from, until da (unix microseconds: the dequeue of the last of
+// them). Its da is in the index retention reads: once it is past the
+// retention, the recipient comes due and the sweep deletes the drawers,
+// then the record.
+type keptDoc struct {
+	ID      string   `json:"id"`
+	PK      string   `json:"pk"`
+	T       string   `json:"t"`
+	Until   int64    `json:"da"`
+	Drawers []string `json:"dr"`
+}
+
+const typeKept = "kept"
+
+func keptID(id string) string { return "k:" + id }

@@ -82,8 +82,9 @@ func dequeuedTTL(retention time.Duration) int32 {
 
 // retentionQuery reads what a visit of retention decides on, in one query
 // of the recipient's partition: its entries and cursors, the dequeued
-// bundles in either range of the index of da (due, or new since the last
-// pass), and a trash record an earlier version of the store may have left.
+// bundles and kept drawers' records in either range of the index of da
+// (due, or new since the last pass), and a trash record an earlier
+// version of the store may have left.
 // Retained bundles in between are not loaded: Cosmos DB serves both
 // filters from the index (/t/? and the range index of /da/?) and charges
 // the documents they load.
@@ -112,23 +113,19 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 		}
 		switch probe.T {
 		case typeEntry:
-			var d entryDoc
-			if err := json.Unmarshal(raw, &d); err != nil {
-				return err
-			}
-			st.Entries = append(st.Entries, toEntry(d))
+			return appendDecoded(&st.Entries, raw, toEntry)
 		case typeCursor:
-			var d cursorDoc
-			if err := json.Unmarshal(raw, &d); err != nil {
-				return err
-			}
-			st.Cursors = append(st.Cursors, toCursor(d))
+			return appendDecoded(&st.Cursors, raw, toCursor)
 		case typeDequeued:
-			var d bundleDoc
+			return appendDecoded(&st.Bundles, raw, toBundle)
+		case typeKept:
+			var d keptDoc
 			if err := json.Unmarshal(raw, &d); err != nil {
 				return err
 			}
-			st.Bundles = append(st.Bundles, toBundle(d))
+			if d.Until < dueBefore.UnixMicro() { // else new since: not due yet
+				st.Kept = append(st.Kept, store.Kept{ID: d.ID, Until: time.UnixMicro(d.Until), Drawers: d.Drawers})
+			}
 		case typeTrash:
 			trash = true
 		}
@@ -145,4 +142,14 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
 	st, err := s.loadRetention(ctx, recipient, dueBefore, since)
 	return st, storeError(err)
+}
+
+// appendDecoded decodes raw as a D and appends it, converted, to out.
+func appendDecoded[D, R any](out *[]R, raw []byte, conv func(D) R) error {
+	var d D
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return err
+	}
+	*out = append(*out, conv(d))
+	return nil
 }

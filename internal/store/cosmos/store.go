@@ -22,6 +22,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -567,11 +568,31 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		add   func(*azcosmos.TransactionalBatch) error
 	}
 	var units []unit
+	// Drawers that leave an entry for bundles that still read them are
+	// recorded in the batch that takes them out of it, so that no drawer is
+	// left to nothing, and none is deleted while an entry still names it.
+	kept := map[catalog.Key]unit{}
+	for _, k := range sw.Keep {
+		raw := mustJSON(keptDoc{ID: keptID(uuid.NewString()), PK: sw.Recipient, T: typeKept, Until: k.Until.UnixMicro(), Drawers: k.Drawers})
+		kept[k.Cabinet] = unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error { b.CreateItem(raw, nil); return nil }}
+	}
+	withKept := func(key catalog.Key, u unit) unit {
+		k, ok := kept[key]
+		if !ok {
+			return u
+		}
+		return unit{u.ops + k.ops, u.bytes + k.bytes, func(b *azcosmos.TransactionalBatch) error {
+			if err := u.add(b); err != nil {
+				return err
+			}
+			return k.add(b)
+		}}
+	}
 	for _, e := range sw.Entries {
 		raw := mustJSON(fromEntry(sw.Recipient, e))
-		units = append(units, unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error {
+		units = append(units, withKept(e.Key(), unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error {
 			return batchWrite(b, fromEntry(sw.Recipient, e), e.Version)
-		}})
+		}}))
 	}
 	cursors := map[catalog.Key]catalog.Cursor{}
 	for _, c := range sw.DeleteCursors {
@@ -583,18 +604,22 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	for _, e := range sw.DeleteEntries {
 		c, withCursor := cursors[e.Key()]
 		delete(cursors, e.Key())
-		units = append(units, unit{2, 0, func(b *azcosmos.TransactionalBatch) error {
+		units = append(units, withKept(e.Key(), unit{2, 0, func(b *azcosmos.TransactionalBatch) error {
 			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
 			if withCursor {
 				deleteCursor(b, c)
 			}
 			return nil
-		}})
+		}}))
 	}
 	for _, c := range sw.DeleteCursors {
 		if _, alone := cursors[c.Key()]; alone {
 			units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { deleteCursor(b, c); return nil }})
 		}
+	}
+	// Kept drawers deleted above lose their record.
+	for _, id := range sw.Done {
+		units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(id, nil); return nil }})
 	}
 	// Expired bundles go in the same batches. Each is deleted once: a
 	// batch that meets one already gone (a replay, the TTL of one that
