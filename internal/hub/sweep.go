@@ -156,6 +156,9 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, sinc
 	if err != nil {
 		return err
 	}
+	if st.DueBefore.After(cutoff) {
+		cutoff = st.DueBefore // the store's bound on what one recipient retains
+	}
 	sw, settled := sweepOfDue(recipient, st, cutoff)
 	if !settled {
 		all, err := r.store.DequeuedBundles(ctx, recipient)

@@ -195,6 +195,11 @@ type RetentionState struct {
 	Entries []catalog.Entry
 	Cursors []catalog.Cursor
 	Bundles []bundle.Record // dequeued or released, due or new (State tells them apart)
+	// DueBefore, when after the dueBefore asked, is the cutoff the store
+	// applied instead: the recipient's retained bundles would otherwise
+	// outgrow what the store holds for one recipient, so those dequeued
+	// before it go before their retention (Bundles and Kept include them).
+	DueBefore time.Time
 	// Kept are the drawers out of the catalog whose retention is over:
 	// those a sweep kept (Sweep.Keep) until a time before dueBefore, or
 	// that only expired bundles name.

@@ -106,10 +106,17 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 		params = append(params, azcosmos.QueryParameter{Name: "@since", Value: since.UnixMicro()})
 	}
 	trash := false
+	var newBytes int64 // of the bundles dequeued since
 	err := s.query(ctx, s.recipients, recipient, query, params, func(raw []byte) error {
-		var probe struct{ T string }
+		var probe struct {
+			T  string
+			DA int64 `json:"da"`
+		}
 		if err := json.Unmarshal(raw, &probe); err != nil {
 			return err
+		}
+		if probe.T == typeDequeued && !since.IsZero() && probe.DA >= since.UnixMicro() {
+			newBytes += int64(len(raw)) + docOverhead
 		}
 		switch probe.T {
 		case typeEntry:
@@ -119,23 +126,22 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 		case typeDequeued:
 			return appendDecoded(&st.Bundles, raw, toBundle)
 		case typeKept:
-			var d keptDoc
-			if err := json.Unmarshal(raw, &d); err != nil {
-				return err
-			}
-			if d.Until < dueBefore.UnixMicro() { // else new since: not due yet
-				st.Kept = append(st.Kept, store.Kept{ID: d.ID, Until: time.UnixMicro(d.Until), Drawers: d.Drawers})
+			if probe.DA < dueBefore.UnixMicro() { // else new since: not due yet
+				return appendDecoded(&st.Kept, raw, toKept)
 			}
 		case typeTrash:
 			trash = true
 		}
 		return nil
 	})
-	if err != nil || !trash {
+	if err == nil && trash {
+		// The trash's drawers are out of the catalog read: what was read holds.
+		err = s.emptyTrash(ctx, recipient)
+	}
+	if err != nil || since.IsZero() {
 		return st, err
 	}
-	// The trash's drawers are out of the catalog read: what was read holds.
-	return st, s.emptyTrash(ctx, recipient)
+	return st, s.boundRetained(ctx, recipient, &st, dueBefore, since, newBytes)
 }
 
 // LoadRetention is loadRetention, its errors mapped.
@@ -152,4 +158,90 @@ func appendDecoded[D, R any](out *[]R, raw []byte, conv func(D) R) error {
 	}
 	*out = append(*out, conv(d))
 	return nil
+}
+
+// A logical partition holds at most 20 GB, data and index together
+// (https://learn.microsoft.com/azure/cosmos-db/concepts-limits), and a
+// recipient's dequeued bundles are retained in its own. Dequeued one by
+// one at the highest rate the partition serves, they would fill it within
+// days (docs/cosmos.md, "Sizing"), so a recipient's retained bundles are
+// bounded by bytes: half the partition, the other half for its catalog,
+// pending bundles, notices and index. Visiting a recipient that dequeued
+// since the last pass, retention measures the bytes dequeued since; when
+// that rate kept for the whole retention would pass the bound, the
+// recipient's retention is shortened to what the bound holds at that rate,
+// and the bundles (and kept drawers) dequeued before the shortened cutoff
+// are due now, oldest first, at most maxTrim a visit.
+const (
+	defaultRetainedBudget = 10 << 30
+	// docOverhead is what a document costs beyond its JSON: the system
+	// properties (_rid, _self, _etag, _attachments, _ts) and its index
+	// terms.
+	docOverhead = 250
+	maxTrim     = 10_000
+)
+
+// boundRetained shortens the recipient's retention when its dequeues since
+// since, kept for the retention, would outgrow the budget: st.DueBefore
+// becomes the shortened cutoff, and the bundles and kept drawers dequeued
+// between dueBefore and it join st's.
+func (s *Store) boundRetained(ctx context.Context, recipient string, st *store.RetentionState, dueBefore, since time.Time, newBytes int64) error {
+	budget := s.retainedBudget
+	if budget <= 0 {
+		budget = defaultRetainedBudget
+	}
+	now := s.cfg.Now()
+	window := now.Sub(since)
+	if newBytes == 0 || window <= 0 {
+		return nil
+	}
+	retention := now.Sub(dueBefore)
+	if float64(newBytes)*retention.Seconds()/window.Seconds() <= float64(budget) {
+		return nil
+	}
+	kept := time.Duration(float64(window) * float64(budget) / float64(newBytes))
+	cutoff := now.Add(-kept)
+	if !cutoff.After(dueBefore) {
+		return nil
+	}
+	const trimQuery = "SELECT TOP @n * FROM c WHERE c.da >= @due AND c.da < @cutoff ORDER BY c.da"
+	params := []azcosmos.QueryParameter{
+		{Name: "@n", Value: maxTrim}, {Name: "@due", Value: dueBefore.UnixMicro()}, {Name: "@cutoff", Value: cutoff.UnixMicro()},
+	}
+	n := 0
+	last := dueBefore.UnixMicro()
+	err := s.query(ctx, s.recipients, recipient, trimQuery, params, func(raw []byte) error {
+		n++
+		var probe struct {
+			T  string
+			DA int64 `json:"da"`
+		}
+		if err := json.Unmarshal(raw, &probe); err != nil {
+			return err
+		}
+		last = probe.DA
+		switch probe.T {
+		case typeDequeued:
+			return appendDecoded(&st.Bundles, raw, toBundle)
+		case typeKept:
+			return appendDecoded(&st.Kept, raw, toKept)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	st.DueBefore = cutoff
+	if n >= maxTrim {
+		// The rest go at the next visit: no further than the last read
+		// (those dequeued at that very moment wait with them).
+		st.DueBefore = time.UnixMicro(last)
+	}
+	s.cfg.Logger.Warn("a recipient's retained bundles would outgrow its partition: its retention is shortened",
+		"recipient", recipient, "retention", kept.Round(time.Second), "due", n)
+	return nil
+}
+
+func toKept(d keptDoc) store.Kept {
+	return store.Kept{ID: d.ID, Until: time.UnixMicro(d.Until), Drawers: d.Drawers}
 }

@@ -105,6 +105,9 @@ type Store struct {
 	idSettings idSettings
 	// bells wakes other instances' waiting peeks (bells.go).
 	bells *bells
+	// retainedBudget bounds one recipient's retained dequeued bundles, in
+	// bytes (retention.go); 0: defaultRetainedBudget.
+	retainedBudget int64
 }
 
 var _ store.Store = (*Store)(nil)
