@@ -207,12 +207,16 @@ func expired(bundles []bundle.Record, cutoff time.Time) []string {
 func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time) (sw store.Sweep, settled bool) {
 	sw = store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
 	settledBy := cutoff.Add(-sweepSkew)
-	// last finds a dequeued bundle read that covers the drawer's end.
+	// last finds a dequeued bundle read that covers the drawer's end: one
+	// that names it, or one that names none and was dequeued after the
+	// drawer's last item was saved (not a bundle of the same positions
+	// before the cabinet restarted).
 	last := func(key catalog.Key, d drawer.Meta) (bundle.Record, bool) {
 		for _, rec := range st.Bundles {
 			if rec.State == bundle.Dequeued && rec.Origin == key.Origin && rec.ContentType == key.ContentType &&
 				rec.Start < d.End() && d.End() <= rec.End &&
-				(rec.Drawers == nil || slices.ContainsFunc(rec.Drawers, func(m drawer.Meta) bool { return m.ID == d.ID })) {
+				(slices.ContainsFunc(rec.Drawers, func(m drawer.Meta) bool { return m.ID == d.ID }) ||
+					(rec.Drawers == nil && rec.DequeuedAt.UnixMilli() >= d.LastAt)) {
 				return rec, true
 			}
 		}
