@@ -53,6 +53,8 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("DequeuedBundlesListsOnlyBundlesNoLongerPending", dequeuedBundles)
 	run("ApplySweepRemovesWhatItNames", sweepRemoves)
 	run("ApplySweepRefusesWhenTheCatalogChanged", sweepRefusesChangedCatalog)
+	run("LoadRetentionReadsOnlyWhatIsDueOrNew", loadRetentionReadsOnlyWhatIsDueOrNew)
+	run("ApplySweepKeepsDrawersUntilTheyAreDue", applySweepKeepsDrawersUntilTheyAreDue)
 	run("BacklogSumsEntriesAndCursors", backlogSums)
 	run("BacklogCountsPendingBundles", backlogCountsPending)
 	run("OutboxKeepsTheNoticesOfDequeues", outboxNotices)
