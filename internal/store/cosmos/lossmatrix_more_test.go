@@ -276,6 +276,9 @@ func TestEveryKeptDrawerWriteSurvivesALostOrRefusedAnswer(t *testing.T) {
 				if items, err := s.ReadDrawer(ctx, drawerID, 0, 1<<40, 100); err != nil || len(items) != 0 {
 					t.Fatalf("the kept drawer holds %d items past its retention (%v)", len(items), err)
 				}
+				if n := countDocs(t, db, "saves"); n != 1 {
+					t.Fatalf("%d commit records left, want the waiting save's alone", n)
+				}
 				drainExactly(t, repo, r, ids(kept))
 			})
 		}

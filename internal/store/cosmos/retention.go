@@ -11,8 +11,8 @@ import (
 )
 
 // Retention finds what is due through the index of da, the time a dequeued
-// bundle's document was dequeued (unix microseconds), which only those
-// documents have: one cross-partition query of a range of the index loads
+// bundle's document was dequeued (unix microseconds; a kept drawers' record
+// carries its last bundle's), which only those documents have: one cross-partition query of a range of the index loads
 // the documents in that range and no other, so a recipient with nothing due
 // and nothing dequeued lately costs the pass nothing. Cosmos DB serves a
 // range filter on a path with a range index (the default for /da/? in the
