@@ -134,6 +134,35 @@ var sweepWrites = []struct {
 	{"bundle delete", cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Body: `"id":"b:[^"]*","operationType":"Delete"|"operationType":"Delete","id":"b:`}},
 }
 
+// drainedAndWaiting makes a recipient that saved 3 notifications in one
+// drawer (its id returned) and dequeued them, and has 2 more waiting in a
+// cabinet of their own (returned), on a hub over s with a retention of an
+// hour.
+func drainedAndWaiting(t *testing.T, s *cosmos.Store, clock *costClock) (*hub.Hub, string, string, []domain.Notification) {
+	t.Helper()
+	repo := hub.New(s, hub.Options{Now: clock.Now, Retention: time.Hour, SweepInterval: time.Hour}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	acked := notifications(3, r, 1)
+	if _, err := repo.Save(ctx, acked); err != nil {
+		t.Fatal(err)
+	}
+	state, err := s.LoadRecipient(ctx, r)
+	if err != nil || len(state.Entries) != 1 {
+		t.Fatalf("state %+v, %v", state, err)
+	}
+	drainExactly(t, repo, r, ids(acked))
+	waiting := notifications(2, r, 1)
+	for i := range waiting {
+		waiting[i].Origin = domain.OriginCharges // a cabinet of their own
+	}
+	if _, err := repo.Save(ctx, waiting); err != nil {
+		t.Fatal(err)
+	}
+	return repo, r, state.Entries[0].Drawers[0].ID, waiting
+}
+
 // A recipient with an expired dequeued bundle (one cabinet, all
 // acknowledged) and unacknowledged notifications in another cabinet is
 // swept under every fault of every sweep write. A pass that fails is
@@ -147,22 +176,8 @@ func TestEverySweepWriteSurvivesALostOrRefusedAnswer(t *testing.T) {
 				clock := &costClock{now: time.Now()}
 				db := cosmostest.UniqueID("db")
 				s := open(t, cosmos.Config{Database: db})
-				repo := hub.New(s, hub.Options{Now: clock.Now, Retention: time.Hour, SweepInterval: time.Hour}, nil)
-				t.Cleanup(repo.Close)
+				repo, r, _, kept := drainedAndWaiting(t, s, clock)
 				ctx := context.Background()
-				r := uuid.NewString()
-				acked := notifications(3, r, 1)
-				if _, err := repo.Save(ctx, acked); err != nil {
-					t.Fatal(err)
-				}
-				drainExactly(t, repo, r, ids(acked))
-				kept := notifications(2, r, 1)
-				for i := range kept {
-					kept[i].Origin = domain.OriginCharges // a cabinet of their own
-				}
-				if _, err := repo.Save(ctx, kept); err != nil {
-					t.Fatal(err)
-				}
 				clock.advance(2 * time.Hour)
 				rule := w.rule
 				rule.Kind, rule.Count = f.kind, f.count
@@ -216,27 +231,8 @@ func TestEveryKeptDrawerWriteSurvivesALostOrRefusedAnswer(t *testing.T) {
 				clock := &costClock{now: time.Now()}
 				db := cosmostest.UniqueID("db")
 				s := open(t, cosmos.Config{Database: db, Now: clock.Now})
-				repo := hub.New(s, hub.Options{Now: clock.Now, Retention: time.Hour, SweepInterval: time.Hour}, nil)
-				t.Cleanup(repo.Close)
+				repo, r, drawerID, kept := drainedAndWaiting(t, s, clock)
 				ctx := context.Background()
-				r := uuid.NewString()
-				acked := notifications(3, r, 1)
-				if _, err := repo.Save(ctx, acked); err != nil {
-					t.Fatal(err)
-				}
-				state, err := s.LoadRecipient(ctx, r)
-				if err != nil || len(state.Entries) != 1 {
-					t.Fatalf("state %+v, %v", state, err)
-				}
-				drawerID := state.Entries[0].Drawers[0].ID
-				drainExactly(t, repo, r, ids(acked))
-				kept := notifications(2, r, 1)
-				for i := range kept {
-					kept[i].Origin = domain.OriginCharges // a cabinet of their own
-				}
-				if _, err := repo.Save(ctx, kept); err != nil {
-					t.Fatal(err)
-				}
 				since := clock.Now().Add(-time.Hour)
 				pass := func(under bool) {
 					t.Helper()
