@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"iter"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -85,6 +86,13 @@ func (r *Hub) sweepTurn(ctx context.Context, holder string, since time.Time) (bo
 // every recipient that retains a dequeued bundle.
 func (r *Hub) SweepNow(ctx context.Context) error { return r.sweep(ctx) }
 
+// SweepSince runs one retention pass as the sweeper's turn does, without
+// its lease: it visits the recipients with something due and those that
+// dequeued since since (the start of the previous pass, less a margin).
+func (r *Hub) SweepSince(ctx context.Context, since time.Time) error {
+	return r.sweepPass(ctx, since, 0, nil)
+}
+
 // sweep is a pass that visits every recipient retaining a dequeued bundle
 // (since the cutoff: every retained one is dequeued before or after it).
 func (r *Hub) sweep(ctx context.Context) error {
@@ -125,7 +133,7 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 			held = time.Now()
 		}
 		g.Go(func() error {
-			err := r.sweepRecipient(gctx, recipient, cutoff)
+			err := r.sweepRecipient(gctx, recipient, cutoff, since)
 			if errors.Is(err, store.ErrConflict) {
 				return nil // someone wrote meanwhile; the next pass looks again
 			}
@@ -135,85 +143,32 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 	return g.Wait()
 }
 
-func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff time.Time) error {
-	state, err := r.store.LoadRecipient(ctx, recipient)
+// sweepRecipient removes what retention allows of one recipient. It reads
+// the recipient's catalog and only the bundles that are due or new
+// (LoadRetention), and decides from them whenever it can: a fully
+// acknowledged drawer whose last bundle (the one covering its end; every
+// bundle covering it was dequeued before) is due goes at once. Only when a
+// drawer must leave the catalog while bundles may still read it, or a due
+// bundle names a drawer the catalog no longer holds, does it read every
+// retained bundle (DequeuedBundles) and decide on all of them.
+func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, since time.Time) error {
+	st, err := r.store.LoadRetention(ctx, recipient, cutoff, since)
 	if err != nil {
 		return err
 	}
-	dequeued, err := r.store.DequeuedBundles(ctx, recipient)
-	if err != nil {
-		return err
+	if st.DueBefore.After(cutoff) {
+		cutoff = st.DueBefore // the store's bound on what one recipient retains
 	}
-	sw := store.Sweep{Recipient: recipient}
-	// Retained bundles that read back through the entry keep their drawers
-	// in it; those whose records name their drawers (dequeued since they
-	// do) only keep the drawers, out of the entry, so that it stays small.
-	var throughEntry []catalog.Span
-	detached := map[string]bool{}    // drawers retained records name
-	var expiredDrawers []drawer.Meta // drawers expired records name
-	for _, rec := range slices.Concat(state.Pending, dequeued) {
-		if rec.State == bundle.Released {
-			// It reads nothing back, so it keeps no drawer; its record
-			// only keeps its id used until the retention has passed.
-			if rec.ReleasedAt.Before(cutoff) {
-				sw.Bundles = append(sw.Bundles, rec.ID)
-			}
-			continue
+	sw, settled := sweepOfDue(recipient, st, cutoff)
+	if !settled {
+		all, err := r.store.DequeuedBundles(ctx, recipient)
+		if err != nil {
+			return err
 		}
-		if rec.State == bundle.Dequeued && rec.DequeuedAt.Before(cutoff) {
-			sw.Bundles = append(sw.Bundles, rec.ID)
-			expiredDrawers = append(expiredDrawers, rec.Drawers...)
-			continue
-		}
-		if rec.Drawers != nil {
-			for _, d := range rec.Drawers {
-				detached[d.ID] = true
-			}
-			continue
-		}
-		throughEntry = append(throughEntry, catalog.Span{
-			Key: catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}, Start: rec.Start, End: rec.End,
-		})
+		st.Bundles = all
+		sw = sweepOfAll(recipient, st, cutoff)
 	}
-	cursors := make(map[catalog.Key]catalog.Cursor)
-	for _, c := range state.Cursors {
-		cursors[c.Key()] = c
-	}
-	inEntries := map[string]bool{}
-	for _, e := range state.Entries {
-		cur, ok := cursors[e.Key()]
-		if !ok {
-			cur = catalog.Cursor{Origin: e.Origin, ContentType: e.ContentType}
-		}
-		out, dropEntry := catalog.Removable(e, cur, throughEntry)
-		for _, d := range e.Drawers {
-			inEntries[d.ID] = true
-		}
-		for _, d := range out {
-			if !detached[d.ID] { // else it leaves the entry, kept for the records that name it
-				sw.Drawers = append(sw.Drawers, d.ID)
-			}
-		}
-		switch {
-		case dropEntry:
-			sw.DeleteEntries = append(sw.DeleteEntries, e)
-			if ok {
-				sw.DeleteCursors = append(sw.DeleteCursors, cur)
-			}
-		case len(out) > 0:
-			e.Drawers = slices.DeleteFunc(slices.Clone(e.Drawers), func(d drawer.Meta) bool {
-				return slices.ContainsFunc(out, func(g drawer.Meta) bool { return g.ID == d.ID })
-			})
-			sw.Entries = append(sw.Entries, e)
-		}
-	}
-	// A drawer out of the entry goes with the last retained record naming it.
-	for _, d := range expiredDrawers {
-		if !inEntries[d.ID] && !detached[d.ID] && !slices.Contains(sw.Drawers, d.ID) {
-			sw.Drawers = append(sw.Drawers, d.ID)
-		}
-	}
-	if len(sw.Bundles) == 0 && len(sw.Drawers) == 0 && len(sw.DeleteEntries) == 0 && len(sw.Entries) == 0 {
+	if len(sw.Bundles) == 0 && len(sw.Drawers) == 0 && len(sw.DeleteEntries) == 0 && len(sw.Entries) == 0 && len(sw.Done) == 0 {
 		return nil
 	}
 	if r.opts.ForgetBundles != nil && len(sw.Bundles) > 0 {
@@ -222,4 +177,215 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff time.
 		}
 	}
 	return r.store.ApplySweep(ctx, sw)
+}
+
+// expired lists the bundles past their retention.
+func expired(bundles []bundle.Record, cutoff time.Time) []string {
+	var out []string
+	for _, rec := range bundles {
+		if (rec.State == bundle.Released && rec.ReleasedAt.Before(cutoff)) ||
+			(rec.State == bundle.Dequeued && rec.DequeuedAt.Before(cutoff)) {
+			out = append(out, rec.ID)
+		}
+	}
+	return out
+}
+
+// sweepOfDue plans the sweep from the due and new bundles and the kept
+// drawers that are due. A fully acknowledged drawer of an entry goes at
+// once when the bundle covering its last position is due with a margin
+// for clocks (every other bundle covering it was dequeued before that
+// one, so it is due too); when that bundle is new, the drawer leaves the
+// entry and is kept until that bundle is due (Sweep.Keep), so that the
+// entry stays small while retained bundles still read from the drawer.
+// Bundles that read back through the entry (their records name no
+// drawers) keep theirs in it: the new ones are seen here; older ones span
+// more runs than a record names, so an entry of no more runs than that
+// holds none of them. Settled is false, and every retained bundle is
+// needed (sweepOfAll), when a drawer must leave an entry of more runs, or
+// the bundle covering its end is not among those read.
+func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time) (sw store.Sweep, settled bool) {
+	sw = store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
+	settledBy := cutoff.Add(-sweepSkew)
+	// last finds a dequeued bundle read that covers the drawer's end: one
+	// that names it, or one that names none and was dequeued after the
+	// drawer's last item was saved (not a bundle of the same positions
+	// before the cabinet restarted).
+	last := func(key catalog.Key, d drawer.Meta) (bundle.Record, bool) {
+		for _, rec := range st.Bundles {
+			if rec.State == bundle.Dequeued && rec.Origin == key.Origin && rec.ContentType == key.ContentType &&
+				rec.Start < d.End() && d.End() <= rec.End &&
+				(slices.ContainsFunc(rec.Drawers, func(m drawer.Meta) bool { return m.ID == d.ID }) ||
+					(rec.Drawers == nil && rec.DequeuedAt.UnixMilli() >= d.LastAt)) {
+				return rec, true
+			}
+		}
+		return bundle.Record{}, false
+	}
+	var throughEntry []catalog.Span
+	for _, rec := range st.Bundles {
+		if rec.State == bundle.Dequeued && rec.Drawers == nil && !rec.DequeuedAt.Before(cutoff) {
+			throughEntry = append(throughEntry, catalog.Span{
+				Key: catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}, Start: rec.Start, End: rec.End,
+			})
+		}
+	}
+	for e, cur := range cabinets(st) {
+		out, drop := catalog.Removable(e, cur, throughEntry)
+		keep := store.Kept{Cabinet: e.Key()}
+		for _, d := range out {
+			rec, found := last(e.Key(), lastRun(e.Drawers, d.ID))
+			switch {
+			case !found:
+				return store.Sweep{}, false
+			case rec.DequeuedAt.Before(settledBy):
+				free(&sw, d.ID, cur.Acked)
+			case len(e.Drawers) > maxDetachedDrawers:
+				return store.Sweep{}, false
+			default:
+				keep.Drawers = append(keep.Drawers, d.ID)
+				if until := rec.DequeuedAt.Add(sweepSkew); until.After(keep.Until) {
+					keep.Until = until // the others covering it, by other clocks
+				}
+			}
+		}
+		removeFromEntry(&sw, e, cur, out, drop, keep)
+	}
+	addKept(&sw, st.Kept)
+	return sw, true
+}
+
+// cabinets pairs each entry with its cabinet's cursor, a new one (no
+// Version) when none is stored.
+func cabinets(st store.RetentionState) iter.Seq2[catalog.Entry, catalog.Cursor] {
+	return func(yield func(catalog.Entry, catalog.Cursor) bool) {
+		cursors := make(map[catalog.Key]catalog.Cursor)
+		for _, c := range st.Cursors {
+			cursors[c.Key()] = c
+		}
+		for _, e := range st.Entries {
+			cur, ok := cursors[e.Key()]
+			if !ok {
+				cur = catalog.Cursor{Origin: e.Origin, ContentType: e.ContentType}
+			}
+			if !yield(e, cur) {
+				return
+			}
+		}
+	}
+}
+
+// free adds a drawer the catalog names to those the sweep deletes, with
+// the end of its acknowledged positions as read.
+func free(sw *store.Sweep, id string, end int64) {
+	sw.Drawers = append(sw.Drawers, id)
+	if sw.DrawerEnds == nil {
+		sw.DrawerEnds = map[string]int64{}
+	}
+	sw.DrawerEnds[id] = end
+}
+
+// removeFromEntry adds the change of one entry to the sweep: deleted with
+// its cursor when drop, else rewritten without the drawers in out; keep
+// holds those of them kept for retained bundles.
+func removeFromEntry(sw *store.Sweep, e catalog.Entry, cur catalog.Cursor, out []drawer.Meta, drop bool, keep store.Kept) {
+	switch {
+	case drop:
+		sw.DeleteEntries = append(sw.DeleteEntries, e)
+		if cur.Version != "" {
+			sw.DeleteCursors = append(sw.DeleteCursors, cur)
+		}
+	case len(out) > 0:
+		e.Drawers = slices.DeleteFunc(slices.Clone(e.Drawers), func(d drawer.Meta) bool {
+			return slices.ContainsFunc(out, func(g drawer.Meta) bool { return g.ID == d.ID })
+		})
+		sw.Entries = append(sw.Entries, e)
+	}
+	if len(keep.Drawers) > 0 {
+		sw.Keep = append(sw.Keep, keep)
+	}
+}
+
+// addKept adds the due kept drawers to the sweep.
+func addKept(sw *store.Sweep, kept []store.Kept) {
+	for _, k := range kept {
+		for _, d := range k.Drawers {
+			if !slices.Contains(sw.Drawers, d) {
+				sw.Drawers = append(sw.Drawers, d)
+			}
+		}
+		if k.ID != "" {
+			sw.Done = append(sw.Done, k.ID)
+		}
+	}
+}
+
+// lastRun is the last run of the drawer among runs.
+func lastRun(runs []drawer.Meta, id string) drawer.Meta {
+	var last drawer.Meta
+	for _, d := range runs {
+		if d.ID == id && d.End() >= last.End() {
+			last = d
+		}
+	}
+	return last
+}
+
+// sweepOfAll plans the sweep from every retained bundle of the recipient.
+// Retained bundles that read back through the entry keep their drawers in
+// it; those whose records name their drawers (dequeued since they do) only
+// keep the drawers, out of the entry, so that it stays small.
+func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time) store.Sweep {
+	sw := store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
+	var throughEntry []catalog.Span
+	detached := map[string]time.Time{} // drawers retained records name: the last one's dequeue
+	var expiredDrawers []drawer.Meta   // drawers expired records name
+	for _, rec := range st.Bundles {
+		switch {
+		case rec.State == bundle.Released:
+			// It reads nothing back, so it keeps no drawer; its record
+			// only keeps its id used until the retention has passed.
+		case rec.DequeuedAt.Before(cutoff):
+			expiredDrawers = append(expiredDrawers, rec.Drawers...)
+		case rec.Drawers != nil:
+			for _, d := range rec.Drawers {
+				if rec.DequeuedAt.After(detached[d.ID]) {
+					detached[d.ID] = rec.DequeuedAt
+				}
+			}
+		default:
+			throughEntry = append(throughEntry, catalog.Span{
+				Key: catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}, Start: rec.Start, End: rec.End,
+			})
+		}
+	}
+	inEntries := map[string]bool{}
+	for e, cur := range cabinets(st) {
+		out, dropEntry := catalog.Removable(e, cur, throughEntry)
+		keep := store.Kept{Cabinet: e.Key()}
+		for _, d := range e.Drawers {
+			inEntries[d.ID] = true
+		}
+		for _, d := range out {
+			if until, ok := detached[d.ID]; ok { // it leaves the entry, kept for the records that name it
+				keep.Drawers = append(keep.Drawers, d.ID)
+				if until.After(keep.Until) {
+					keep.Until = until
+				}
+				continue
+			}
+			free(&sw, d.ID, cur.Acked)
+		}
+		removeFromEntry(&sw, e, cur, out, dropEntry, keep)
+	}
+	// A drawer out of the entry goes with the last retained record naming
+	// it (drawers taken out of entries before kept drawers were recorded
+	// have no record of their own).
+	for _, d := range expiredDrawers {
+		if _, named := detached[d.ID]; !inEntries[d.ID] && !named && !slices.Contains(sw.Drawers, d.ID) {
+			sw.Drawers = append(sw.Drawers, d.ID)
+		}
+	}
+	addKept(&sw, st.Kept)
+	return sw
 }

@@ -3,11 +3,15 @@ package hub
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
@@ -44,11 +48,11 @@ func (s *sweptStore) DueRecipients(_ context.Context, _, _ time.Time, fn func(st
 	return nil
 }
 
-func (s *sweptStore) LoadRecipient(ctx context.Context, _ string, _ ...store.LoadOption) (store.RecipientState, error) {
+func (s *sweptStore) LoadRetention(ctx context.Context, _ string, _, _ time.Time) (store.RetentionState, error) {
 	s.mu.Lock()
 	s.loads = append(s.loads, sweepLoad{at: time.Now(), low: ctx.Value(sweepLowKey{}) != nil})
 	s.mu.Unlock()
-	return store.RecipientState{}, nil
+	return store.RetentionState{}, nil
 }
 
 func (s *sweptStore) DequeuedBundles(context.Context, string) ([]bundle.Record, error) {
@@ -229,4 +233,73 @@ func TestAPassVisitsWhatDequeuedSinceTheLastPass(t *testing.T) {
 	if !third.since.Equal(second.since) || !third.dueBefore.Equal(at.Add(2*time.Hour-retention)) {
 		t.Fatalf("after a failed pass the next asked %+v, want since %v again", third, second.since)
 	}
+}
+
+// sweepOfDue decides from the due and new bundles alone whenever every
+// drawer it frees is settled by them, and says so when it is not.
+func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	cutoff := now.Add(-24 * time.Hour)
+	key := catalog.Key{Origin: domain.OriginTimeSeries, ContentType: "t"}
+	savedAt := cutoff.Add(-48 * time.Hour).UnixMilli()
+	d1 := drawer.Meta{ID: "d1", Start: 0, Count: 10, LastAt: savedAt}
+	d2 := drawer.Meta{ID: "d2", Start: 10, Count: 10, LastAt: savedAt}
+	entry := catalog.Entry{Origin: key.Origin, ContentType: key.ContentType, Drawers: []drawer.Meta{d1, d2}, Total: 20, Version: "e"}
+	cursor := catalog.Cursor{Origin: key.Origin, ContentType: key.ContentType, Acked: 20, Version: "c"}
+	dequeued := func(id string, start, end int64, at time.Time, drawers ...drawer.Meta) bundle.Record {
+		return bundle.Record{ID: id, Origin: key.Origin, ContentType: key.ContentType, Start: start, End: end,
+			State: bundle.Dequeued, DequeuedAt: at, Drawers: drawers}
+	}
+	state := func(bundles ...bundle.Record) store.RetentionState {
+		return store.RetentionState{Entries: []catalog.Entry{entry}, Cursors: []catalog.Cursor{cursor}, Bundles: bundles}
+	}
+	due, fresh := cutoff.Add(-time.Hour), now.Add(-time.Minute)
+
+	t.Run("the bundles covering both ends are due: both drawers and the entry go", func(t *testing.T) {
+		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, due, d2)), cutoff)
+		if !settled || len(sw.Drawers) != 2 || len(sw.DeleteEntries) != 1 || len(sw.DeleteCursors) != 1 || len(sw.Bundles) != 2 || len(sw.Keep) != 0 {
+			t.Fatalf("sweep %+v, settled %v", sw, settled)
+		}
+		if sw.DrawerEnds["d2"] != 20 {
+			t.Fatalf("ends %v: the pages below the acknowledged end go, no others", sw.DrawerEnds)
+		}
+	})
+	t.Run("the last bundle is new: its drawer leaves the entry, kept until it is due", func(t *testing.T) {
+		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh, d2)), cutoff)
+		if !settled || !slices.Equal(sw.Drawers, []string{"d1"}) || len(sw.DeleteEntries) != 1 || len(sw.Keep) != 1 {
+			t.Fatalf("sweep %+v, settled %v", sw, settled)
+		}
+		if k := sw.Keep[0]; !slices.Equal(k.Drawers, []string{"d2"}) || k.Cabinet != key || !k.Until.Equal(fresh.Add(sweepSkew)) {
+			t.Fatalf("kept %+v; want d2 until the last bundle's dequeue and the clocks' margin", k)
+		}
+	})
+	t.Run("the bundle covering a drawer's end was not read: every bundle is needed", func(t *testing.T) {
+		if sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1)), cutoff); settled {
+			t.Fatalf("settled %+v without the bundle covering d2's end", sw)
+		}
+	})
+	t.Run("a new bundle read back through the entry keeps its drawers in it", func(t *testing.T) {
+		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh)), cutoff)
+		if !settled || !slices.Equal(sw.Drawers, []string{"d1"}) || len(sw.Entries) != 1 || len(sw.Keep) != 0 ||
+			!slices.Equal(sw.Entries[0].Drawers, []drawer.Meta{d2}) {
+			t.Fatalf("sweep %+v, settled %v", sw, settled)
+		}
+	})
+	t.Run("a bundle of the same positions before the cabinet restarted settles nothing", func(t *testing.T) {
+		before := time.UnixMilli(savedAt).Add(-time.Hour)
+		if sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("old", 10, 20, before)), cutoff); settled {
+			t.Fatalf("settled %+v on a bundle dequeued before the drawer's items were saved", sw)
+		}
+	})
+	t.Run("kept drawers that are due go, with their record", func(t *testing.T) {
+		st := state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, due, d2))
+		st.Kept = []store.Kept{{ID: "k:1", Drawers: []string{"d0"}}}
+		sw, settled := sweepOfDue("r", st, cutoff)
+		if !settled || !slices.Contains(sw.Drawers, "d0") || !slices.Equal(sw.Done, []string{"k:1"}) {
+			t.Fatalf("sweep %+v, settled %v", sw, settled)
+		}
+		if _, bounded := sw.DrawerEnds["d0"]; bounded {
+			t.Fatal("a kept drawer is out of the catalog: all its pages go")
+		}
+	})
 }

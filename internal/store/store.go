@@ -111,12 +111,24 @@ type RecipientSave struct {
 
 // Sweep is what retention removes for one recipient in one conditional write.
 type Sweep struct {
-	Recipient     string
-	Bundles       []string        // dequeued bundle ids to delete
-	Drawers       []string        // drawer ids whose pages and id records are deleted
+	Recipient string
+	Bundles   []string // dequeued bundle ids to delete
+	Drawers   []string // drawer ids whose pages and id records are deleted
+	// DrawerEnds holds, for those of Drawers the catalog named when the
+	// sweep read it, the end of their acknowledged positions: a store
+	// that deletes pages before its catalog write deletes only pages
+	// below it, so that what a save appends meanwhile stays.
+	DrawerEnds    map[string]int64
 	Entries       []catalog.Entry // entries to replace (Version = as read)
 	DeleteEntries []catalog.Entry // entries to delete with their cursors (Version = as read)
 	DeleteCursors []catalog.Cursor
+	// Keep lists drawers that leave the catalog now while retained
+	// bundles may still read them: the store keeps their pages and names
+	// them in RetentionState.Kept once Until is past the retention.
+	Keep []Kept
+	// Done lists the IDs of due Kept records whose drawers (in Drawers)
+	// this sweep deletes; the records go in its catalog write.
+	Done []string
 }
 
 // Store is the persistence the algorithm needs. Writes are conditional on
@@ -177,7 +189,9 @@ type Store interface {
 	// retention.
 	DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error)
 	// ApplySweep removes what retention found, conditionally: when an entry
-	// or cursor it names changed, it is ErrConflict and removes nothing.
+	// or cursor it names changed, it is ErrConflict and removes nothing
+	// but pages of Drawers below their DrawerEnds (acknowledged and due,
+	// deleted before the catalog write by a store that needs that order).
 	ApplySweep(ctx context.Context, sweep Sweep) error
 	// Close releases the store.
 	Close() error
@@ -203,6 +217,40 @@ type Retention interface {
 	// It reads an index of those times: a recipient with nothing in either
 	// range costs nothing, however much it retains.
 	DueRecipients(ctx context.Context, dueBefore, since time.Time, fn func(recipient string) error) error
+	// LoadRetention reads what retention's visit of a recipient decides on:
+	// its catalog entries and cursors, and the dequeued and released
+	// bundles DueRecipients names it for (dequeued or released before
+	// dueBefore, or at or after since when since is not zero), never those
+	// retained in between: a visit costs what is due or new, not what the
+	// recipient retains.
+	LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (RetentionState, error)
+}
+
+// RetentionState is what LoadRetention reads of a recipient.
+type RetentionState struct {
+	Entries []catalog.Entry
+	Cursors []catalog.Cursor
+	Bundles []bundle.Record // dequeued or released, due or new (State tells them apart)
+	// DueBefore, when after the dueBefore asked, is the cutoff the store
+	// applied instead: the recipient's retained bundles would otherwise
+	// outgrow what the store holds for one recipient, so those dequeued
+	// before it go before their retention (Bundles and Kept include them).
+	DueBefore time.Time
+	// Kept are the drawers out of the catalog whose retention is over:
+	// those a sweep kept (Sweep.Keep) until a time before dueBefore, or
+	// that only expired bundles name.
+	Kept []Kept
+}
+
+// Kept is a set of drawers out of the catalog kept for retained bundles
+// until the last of those is due.
+type Kept struct {
+	ID string // the store's; empty in a Sweep that keeps them
+	// Cabinet is the entry they leave, in a Sweep: the store records them
+	// in the write that changes that entry, never apart from it.
+	Cabinet catalog.Key
+	Until   time.Time // when the last bundle that reads from them was dequeued
+	Drawers []string
 }
 
 // Figures is the part of a Store that keeps the backlog figures: computed

@@ -2,6 +2,7 @@ package cosmos
 
 import (
 	"cmp"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"time"
@@ -276,6 +277,46 @@ func toEntry(d entryDoc, shelved []drawerMeta) catalog.Entry {
 	return catalog.Entry{Origin: domain.Origin(d.Origin), ContentType: d.CT, Drawers: toRuns(drawers, d.Holes), Total: d.Total, Version: d.ETag}
 }
 
+// catalogDocs gathers a recipient's entry and shelf documents, in the order
+// a query returns them, and gives the entries whole: each with the drawers
+// of its shelves.
+type catalogDocs struct {
+	entries []entryDoc
+	shelved map[catalog.Key][]drawerMeta
+}
+
+// add decodes raw, a document of type t: an entry or a shelf.
+func (c *catalogDocs) add(t string, raw []byte) error {
+	switch t {
+	case typeEntry:
+		var d entryDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		c.entries = append(c.entries, d)
+	case typeShelf:
+		var d shelfDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		if c.shelved == nil {
+			c.shelved = map[catalog.Key][]drawerMeta{}
+		}
+		k := catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}
+		c.shelved[k] = append(c.shelved[k], d.Drawers...)
+	}
+	return nil
+}
+
+// catalog returns the entries gathered.
+func (c *catalogDocs) catalog() []catalog.Entry {
+	var out []catalog.Entry
+	for _, d := range c.entries {
+		out = append(out, toEntry(d, c.shelved[catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}]))
+	}
+	return out
+}
+
 // fromEntry is e as stored: its entry document and its shelves, in order.
 // A drawer is shelved when the shelf its start falls in lies wholly before
 // the start of the last drawer.
@@ -444,3 +485,20 @@ const (
 	typeTrash = "trash"
 	trashID   = "trash"
 )
+
+// keptDoc lists drawers out of the catalog that retained bundles still
+// read from, until da (unix microseconds: the dequeue of the last of
+// them). Its da is in the index retention reads: once it is past the
+// retention, the recipient comes due and the sweep deletes the drawers,
+// then the record.
+type keptDoc struct {
+	ID      string   `json:"id"`
+	PK      string   `json:"pk"`
+	T       string   `json:"t"`
+	Until   int64    `json:"da"`
+	Drawers []string `json:"dr"`
+}
+
+const typeKept = "kept"
+
+func keptID(id string) string { return "k:" + id }

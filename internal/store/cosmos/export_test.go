@@ -35,3 +35,7 @@ func SetShelfDrawers(t interface{ Cleanup(func()) }, n int) {
 // SetFinalizeFor bounds how long a committed save's finalize is retried, so
 // that a test can have a process give up on it as if it died.
 func SetFinalizeFor(s *Store, d time.Duration) { s.finalizeFor = d }
+
+// SetRetainedBudget bounds the bytes of one recipient's retained dequeued
+// bundles, so that a test can reach the bound with a few hundred.
+func SetRetainedBudget(s *Store, bytes int64) { s.retainedBudget = bytes }

@@ -376,10 +376,11 @@ func TestTwoInstancesShareOneDatabase(t *testing.T) {
 	}
 }
 
-// A sweep takes fully acknowledged drawers out of the catalog before it
-// deletes them, recording them as trash in the same batch: when it stops
-// before the deletes, the next sweep of the recipient finishes them, so no
-// page is left behind that nothing points to.
+// A sweep deletes a freed drawer's pages before it takes the drawer out of
+// the catalog: when it stops before its catalog batch, the catalog still
+// names the drawer, fully acknowledged, and the next sweep of the
+// recipient frees it again, so no page is left behind that nothing points
+// to.
 func TestASweepStoppedBeforeItsDeletesIsFinishedByTheNext(t *testing.T) {
 	ctx := context.Background()
 	f := newFaulty()
@@ -405,8 +406,8 @@ func TestASweepStoppedBeforeItsDeletesIsFinishedByTheNext(t *testing.T) {
 	}
 	clock.advance(2 * time.Hour)
 
-	// The drawers container refuses every delete: the sweep's batch commits,
-	// its deletes do not.
+	// The drawers container refuses every delete: the sweep stops before
+	// its catalog batch.
 	f.set(func(req *http.Request) int {
 		if req.Method == http.MethodDelete || (toContainer(req, "drawers") && req.Header.Get("x-ms-cosmos-is-batch-request") != "") {
 			return http.StatusServiceUnavailable
@@ -416,8 +417,8 @@ func TestASweepStoppedBeforeItsDeletesIsFinishedByTheNext(t *testing.T) {
 	if err := repo.SweepNow(ctx); err == nil {
 		t.Fatal("a sweep whose deletes all failed reported success")
 	}
-	if state, err := store.LoadRecipient(ctx, r); err != nil || len(state.Entries) != 0 {
-		t.Fatalf("after the stopped sweep the catalog still has %+v (%v): its batch should have committed", state.Entries, err)
+	if state, err := store.LoadRecipient(ctx, r); err != nil || len(state.Entries) != 1 {
+		t.Fatalf("after the stopped sweep the catalog has %+v (%v): its batch should not have run", state.Entries, err)
 	}
 	items, err := store.ReadDrawer(ctx, drawerID, 0, 1<<40, 100)
 	if err != nil || len(items) != 30 {
@@ -430,5 +431,8 @@ func TestASweepStoppedBeforeItsDeletesIsFinishedByTheNext(t *testing.T) {
 	}
 	if items, err := store.ReadDrawer(ctx, drawerID, 0, 1<<40, 100); err != nil || len(items) != 0 {
 		t.Fatalf("the next sweep left %d items of the freed drawer (%v)", len(items), err)
+	}
+	if state, err := store.LoadRecipient(ctx, r); err != nil || len(state.Entries) != 0 {
+		t.Fatalf("after the next sweep the catalog still has %+v (%v)", state.Entries, err)
 	}
 }

@@ -121,20 +121,46 @@ func TestEveryAbortWriteSurvivesALostOrRefusedAnswer(t *testing.T) {
 	}
 }
 
-// sweepWrites are the writes of ApplySweep: the trash record's create, the
-// catalog's batch (entry and cursor replaced or deleted), the id
-// documents' and the drawers' delete batches, the trash record's delete
-// and the expired bundle's.
+// sweepWrites are the writes of ApplySweep: the id documents' and the
+// drawers' delete batches, then the catalog's batch (entry and cursor
+// replaced or deleted, the expired bundle deleted).
 var sweepWrites = []struct {
 	name string
 	rule cosmostest.Fault
 }{
-	{"trash create", cosmostest.Fault{Ops: []string{"create"}, Coll: "recipients", Type: "trash"}},
-	{"catalog batch", cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", ID: "^[ec]:", Body: `"operationType":"(Replace|Delete)"`}},
 	{"id release", cosmostest.Fault{Ops: []string{"batch"}, Coll: "ids", Body: `"operationType":"Delete"`}},
 	{"page deletes", cosmostest.Fault{Ops: []string{"batch"}, Coll: "drawers", Body: `"operationType":"Delete"`}},
-	{"trash delete", cosmostest.Fault{Ops: []string{"delete"}, Coll: "recipients", ID: "^trash$"}},
-	{"bundle delete", cosmostest.Fault{Ops: []string{"delete"}, Coll: "recipients", ID: "^b:"}},
+	{"catalog batch", cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", ID: "^[ec]:", Body: `"operationType":"(Replace|Delete)"`}},
+	{"bundle delete", cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Body: `"id":"b:[^"]*","operationType":"Delete"|"operationType":"Delete","id":"b:`}},
+}
+
+// drainedAndWaiting makes a recipient that saved 3 notifications in one
+// drawer (its id returned) and dequeued them, and has 2 more waiting in a
+// cabinet of their own (returned), on a hub over s with a retention of an
+// hour.
+func drainedAndWaiting(t *testing.T, s *cosmos.Store, clock *costClock) (*hub.Hub, string, string, []domain.Notification) {
+	t.Helper()
+	repo := hub.New(s, hub.Options{Now: clock.Now, Retention: time.Hour, SweepInterval: time.Hour}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	acked := notifications(3, r, 1)
+	if _, err := repo.Save(ctx, acked); err != nil {
+		t.Fatal(err)
+	}
+	state, err := s.LoadRecipient(ctx, r)
+	if err != nil || len(state.Entries) != 1 {
+		t.Fatalf("state %+v, %v", state, err)
+	}
+	drainExactly(t, repo, r, ids(acked))
+	waiting := notifications(2, r, 1)
+	for i := range waiting {
+		waiting[i].Origin = domain.OriginCharges // a cabinet of their own
+	}
+	if _, err := repo.Save(ctx, waiting); err != nil {
+		t.Fatal(err)
+	}
+	return repo, r, state.Entries[0].Drawers[0].ID, waiting
 }
 
 // A recipient with an expired dequeued bundle (one cabinet, all
@@ -150,22 +176,8 @@ func TestEverySweepWriteSurvivesALostOrRefusedAnswer(t *testing.T) {
 				clock := &costClock{now: time.Now()}
 				db := cosmostest.UniqueID("db")
 				s := open(t, cosmos.Config{Database: db})
-				repo := hub.New(s, hub.Options{Now: clock.Now, Retention: time.Hour, SweepInterval: time.Hour}, nil)
-				t.Cleanup(repo.Close)
+				repo, r, _, kept := drainedAndWaiting(t, s, clock)
 				ctx := context.Background()
-				r := uuid.NewString()
-				acked := notifications(3, r, 1)
-				if _, err := repo.Save(ctx, acked); err != nil {
-					t.Fatal(err)
-				}
-				drainExactly(t, repo, r, ids(acked))
-				kept := notifications(2, r, 1)
-				for i := range kept {
-					kept[i].Origin = domain.OriginCharges // a cabinet of their own
-				}
-				if _, err := repo.Save(ctx, kept); err != nil {
-					t.Fatal(err)
-				}
 				clock.advance(2 * time.Hour)
 				rule := w.rule
 				rule.Kind, rule.Count = f.kind, f.count
@@ -175,6 +187,82 @@ func TestEverySweepWriteSurvivesALostOrRefusedAnswer(t *testing.T) {
 				}
 				if left, err := s.DequeuedBundles(ctx, r); err != nil || len(left) != 0 {
 					t.Fatalf("dequeued bundles after the sweeps: %v, %v; want none (expired)", left, err)
+				}
+				drainExactly(t, repo, r, ids(kept))
+			})
+		}
+	}
+}
+
+// keptWrites are the sweep writes of drawers kept for retained bundles:
+// the catalog batch that takes a drawer out of its entry and records it
+// kept, then, once its bundle is due, the deletes of its pages and the
+// batch that deletes its record and the bundle.
+var keptWrites = []struct {
+	name string
+	due  bool // in the pass after the retention, not the one after the dequeue
+	rule cosmostest.Fault
+}{
+	{"kept record in the catalog batch", false, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "kept"}},
+	{"kept drawer's page deletes", true, cosmostest.Fault{Ops: []string{"batch"}, Coll: "drawers", Body: `"operationType":"Delete"`}},
+	{"kept record's delete", true, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", ID: "^k:"}},
+}
+
+// A recipient drains a cabinet; the pass after takes its drawer out of the
+// catalog and keeps it for the retained bundle, the pass after the
+// retention deletes both. Under every fault of each of those writes, the
+// passes that follow finish: the bundle and the drawer are gone, and the
+// notifications still waiting in another cabinet are delivered, exactly.
+func TestEveryKeptDrawerWriteSurvivesALostOrRefusedAnswer(t *testing.T) {
+	for _, w := range keptWrites {
+		for _, f := range writeFaults {
+			t.Run(faultCase(w.name, f.kind, f.count), func(t *testing.T) {
+				clock := &costClock{now: time.Now()}
+				db := cosmostest.UniqueID("db")
+				s := open(t, cosmos.Config{Database: db, Now: clock.Now})
+				repo, r, drawerID, kept := drainedAndWaiting(t, s, clock)
+				ctx := context.Background()
+				since := clock.Now().Add(-time.Hour)
+				pass := func(under bool) {
+					t.Helper()
+					if under {
+						rule := w.rule
+						rule.Kind, rule.Count = f.kind, f.count
+						inject(t, db, rule)
+					}
+					err := repo.SweepSince(ctx, since)
+					if under {
+						if fired(t, db) == 0 {
+							t.Fatal("the fault never fired; the test tested nothing")
+						}
+						clearFaults(t, db)
+					}
+					if err != nil {
+						t.Logf("the pass under the fault: %v", err)
+					}
+					if err := repo.SweepSince(ctx, since); err != nil { // the sweeper's next turn
+						t.Fatalf("the next pass: %v", err)
+					}
+				}
+				clock.advance(time.Minute)
+				pass(!w.due)
+				if state, err := s.LoadRecipient(ctx, r); err != nil || len(state.Entries) != 1 || state.Entries[0].Origin != domain.OriginCharges {
+					t.Fatalf("after the pass that keeps the drawer the catalog is %+v (%v)", state.Entries, err)
+				}
+				if items, err := s.ReadDrawer(ctx, drawerID, 0, 1<<40, 100); err != nil || len(items) != 3 {
+					t.Fatalf("the kept drawer holds %d items (%v), want 3", len(items), err)
+				}
+				clock.advance(2 * time.Hour)
+				since = clock.Now().Add(-time.Minute)
+				pass(w.due)
+				if left, err := s.DequeuedBundles(ctx, r); err != nil || len(left) != 0 {
+					t.Fatalf("dequeued bundles after the passes: %v, %v; want none (expired)", left, err)
+				}
+				if items, err := s.ReadDrawer(ctx, drawerID, 0, 1<<40, 100); err != nil || len(items) != 0 {
+					t.Fatalf("the kept drawer holds %d items past its retention (%v)", len(items), err)
+				}
+				if n := countDocs(t, db, "saves"); n != 1 {
+					t.Fatalf("%d commit records left, want the waiting save's alone", n)
 				}
 				drainExactly(t, repo, r, ids(kept))
 			})

@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // Retention finds what is due through the index of da, the time a dequeued
-// bundle's document was dequeued (unix microseconds), which only those
-// documents have: one cross-partition query of a range of the index loads
+// bundle's document was dequeued (unix microseconds; a kept drawers' record
+// carries its last bundle's), which only those documents have: one cross-partition query of a range of the index loads
 // the documents in that range and no other, so a recipient with nothing due
 // and nothing dequeued lately costs the pass nothing. Cosmos DB serves a
 // range filter on a path with a range index (the default for /da/? in the
@@ -76,4 +78,172 @@ const dequeuedTTLMargin = 24 * time.Hour
 // dequeuedTTL is the ttl of a dequeued bundle's document, in seconds.
 func dequeuedTTL(retention time.Duration) int32 {
 	return int32((retention + dequeuedTTLMargin) / time.Second) //nolint:gosec // days, far below 2^31 s
+}
+
+// retentionQuery reads what a visit of retention decides on, in one query
+// of the recipient's partition: its entries and cursors, the dequeued
+// bundles and kept drawers' records in either range of the index of da
+// (due, or new since the last pass), and a trash record an earlier
+// version of the store may have left.
+// Retained bundles in between are not loaded: Cosmos DB serves both
+// filters from the index (/t/? and the range index of /da/?) and charges
+// the documents they load.
+const (
+	retentionQuery      = "SELECT * FROM c WHERE c.t IN ('entry', 'shelf', 'cursor', 'trash') OR c.da < @due"
+	retentionSinceQuery = retentionQuery + " OR c.da >= @since"
+)
+
+// loadRetention reads the recipient's retention state. It is not anchored
+// on the primary: every sweep write is conditional on what it read, and a
+// read behind the primary only sees less acknowledged and less due, so the
+// sweep removes less, never more.
+func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
+	var st store.RetentionState
+	query := retentionQuery
+	params := []azcosmos.QueryParameter{{Name: "@due", Value: dueBefore.UnixMicro()}}
+	if !since.IsZero() {
+		query = retentionSinceQuery
+		params = append(params, azcosmos.QueryParameter{Name: "@since", Value: since.UnixMicro()})
+	}
+	trash := false
+	var newBytes int64 // of the bundles dequeued since
+	var cat catalogDocs
+	err := s.query(ctx, s.recipients, recipient, query, params, func(raw []byte) error {
+		var probe struct {
+			T  string
+			DA int64 `json:"da"`
+		}
+		if err := json.Unmarshal(raw, &probe); err != nil {
+			return err
+		}
+		if probe.T == typeDequeued && !since.IsZero() && probe.DA >= since.UnixMicro() {
+			newBytes += int64(len(raw)) + docOverhead
+		}
+		switch probe.T {
+		case typeEntry, typeShelf:
+			return cat.add(probe.T, raw)
+		case typeCursor:
+			return appendDecoded(&st.Cursors, raw, toCursor)
+		case typeDequeued:
+			return appendDecoded(&st.Bundles, raw, toBundle)
+		case typeKept:
+			if probe.DA < dueBefore.UnixMicro() { // else new since: not due yet
+				return appendDecoded(&st.Kept, raw, toKept)
+			}
+		case typeTrash:
+			trash = true
+		}
+		return nil
+	})
+	st.Entries = cat.catalog()
+	if err == nil && trash {
+		// The trash's drawers are out of the catalog read: what was read holds.
+		err = s.emptyTrash(ctx, recipient)
+	}
+	if err != nil || since.IsZero() {
+		return st, err
+	}
+	return st, s.boundRetained(ctx, recipient, &st, dueBefore, since, newBytes)
+}
+
+// LoadRetention is loadRetention, its errors mapped.
+func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
+	st, err := s.loadRetention(ctx, recipient, dueBefore, since)
+	return st, storeError(err)
+}
+
+// appendDecoded decodes raw as a D and appends it, converted, to out.
+func appendDecoded[D, R any](out *[]R, raw []byte, conv func(D) R) error {
+	var d D
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return err
+	}
+	*out = append(*out, conv(d))
+	return nil
+}
+
+// A logical partition holds at most 20 GB, data and index together
+// (https://learn.microsoft.com/azure/cosmos-db/concepts-limits), and a
+// recipient's dequeued bundles are retained in its own. Dequeued one by
+// one at the highest rate the partition serves, they would fill it within
+// days (docs/cosmos.md, "Sizing"), so a recipient's retained bundles are
+// bounded by bytes: half the partition, the other half for its catalog,
+// pending bundles, notices and index. Visiting a recipient that dequeued
+// since the last pass, retention measures the bytes dequeued since; when
+// that rate kept for the whole retention would pass the bound, the
+// recipient's retention is shortened to what the bound holds at that rate,
+// and the bundles (and kept drawers) dequeued before the shortened cutoff
+// are due now, oldest first, at most maxTrim a visit.
+const (
+	defaultRetainedBudget = 10 << 30
+	// docOverhead is what a document costs beyond its JSON: the system
+	// properties (_rid, _self, _etag, _attachments, _ts) and its index
+	// terms.
+	docOverhead = 250
+	maxTrim     = 10_000
+)
+
+// boundRetained shortens the recipient's retention when its dequeues since
+// since, kept for the retention, would outgrow the budget: st.DueBefore
+// becomes the shortened cutoff, and the bundles and kept drawers dequeued
+// between dueBefore and it join st's.
+func (s *Store) boundRetained(ctx context.Context, recipient string, st *store.RetentionState, dueBefore, since time.Time, newBytes int64) error {
+	budget := s.retainedBudget
+	if budget <= 0 {
+		budget = defaultRetainedBudget
+	}
+	now := s.cfg.Now()
+	window := now.Sub(since)
+	if newBytes == 0 || window <= 0 {
+		return nil
+	}
+	retention := now.Sub(dueBefore)
+	if float64(newBytes)*retention.Seconds()/window.Seconds() <= float64(budget) {
+		return nil
+	}
+	kept := time.Duration(float64(window) * float64(budget) / float64(newBytes))
+	cutoff := now.Add(-kept)
+	if !cutoff.After(dueBefore) {
+		return nil
+	}
+	const trimQuery = "SELECT TOP @n * FROM c WHERE c.da >= @due AND c.da < @cutoff ORDER BY c.da"
+	params := []azcosmos.QueryParameter{
+		{Name: "@n", Value: maxTrim}, {Name: "@due", Value: dueBefore.UnixMicro()}, {Name: "@cutoff", Value: cutoff.UnixMicro()},
+	}
+	n := 0
+	last := dueBefore.UnixMicro()
+	err := s.query(ctx, s.recipients, recipient, trimQuery, params, func(raw []byte) error {
+		n++
+		var probe struct {
+			T  string
+			DA int64 `json:"da"`
+		}
+		if err := json.Unmarshal(raw, &probe); err != nil {
+			return err
+		}
+		last = probe.DA
+		switch probe.T {
+		case typeDequeued:
+			return appendDecoded(&st.Bundles, raw, toBundle)
+		case typeKept:
+			return appendDecoded(&st.Kept, raw, toKept)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	st.DueBefore = cutoff
+	if n >= maxTrim {
+		// The rest go at the next visit: no further than the last read
+		// (those dequeued at that very moment wait with them).
+		st.DueBefore = time.UnixMicro(last)
+	}
+	s.cfg.Logger.Warn("a recipient's retained bundles would outgrow its partition: its retention is shortened",
+		"recipient", recipient, "retention", kept.Round(time.Second), "due", n)
+	return nil
+}
+
+func toKept(d keptDoc) store.Kept {
+	return store.Kept{ID: d.ID, Until: time.UnixMicro(d.Until), Drawers: d.Drawers}
 }

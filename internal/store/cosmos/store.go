@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -105,6 +107,9 @@ type Store struct {
 	bells *bells
 	// heads: the heads recent loads read, for the saves planned on them.
 	heads knownHeads
+	// retainedBudget bounds one recipient's retained dequeued bundles, in
+	// bytes (retention.go); 0: defaultRetainedBudget.
+	retainedBudget int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -300,8 +305,7 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 		// pay for.
 		sql = recipientTypes
 	}
-	var entries []entryDoc
-	shelved := map[catalog.Key][]drawerMeta{}
+	var cat catalogDocs
 	err := s.query(ctx, s.recipients, recipient, sql, nil,
 		func(raw []byte) error {
 			var probe struct{ T string }
@@ -316,19 +320,8 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 				st.Head = toHead(head)
 				// The pages below this watermark are read with their token.
 				s.tokens.note(containerDrawers, head.DrawersToken)
-			case typeEntry:
-				var d entryDoc
-				if err := json.Unmarshal(raw, &d); err != nil {
-					return err
-				}
-				entries = append(entries, d)
-			case typeShelf:
-				var d shelfDoc
-				if err := json.Unmarshal(raw, &d); err != nil {
-					return err
-				}
-				k := catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}
-				shelved[k] = append(shelved[k], d.Drawers...)
+			case typeEntry, typeShelf:
+				return cat.add(probe.T, raw)
 			case typeCursor:
 				var d cursorDoc
 				if err := json.Unmarshal(raw, &d); err != nil {
@@ -344,9 +337,7 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 			}
 			return nil
 		})
-	for _, d := range entries {
-		st.Entries = append(st.Entries, toEntry(d, shelved[catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}]))
-	}
+	st.Entries = cat.catalog()
 	if err == nil && head.ETag != "" {
 		s.heads.keep(recipient, head)
 	}
@@ -557,52 +548,37 @@ func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle
 	return out, storeError(err)
 }
 
-// applySweep records the drawers it frees as trash, takes them out of the
-// catalog on the entries' etags, and only then deletes what the catalog no
-// longer names: a refused sweep deletes nothing, and one that stops half-way
-// is finished by the next sweep of the recipient, on any instance.
+// applySweep deletes the freed drawers first (their id documents, then
+// their pages below the end the sweep read), then writes the catalog's
+// changes and deletes the expired bundles, in one transactional batch per
+// hundred operations. Nothing names a drawer's pages but the catalog and
+// the bundles, so deleting them last would leave them to nothing should
+// the sweep stop in between; deleted first, a sweep that stops leaves the
+// catalog naming acknowledged positions whose pages are gone, which no
+// reader reads (a Peek starts at the cursor), and the next sweep of the
+// recipient, on any instance, finds the same drawers freed and finishes.
+// A save that took positions in a freed drawer meanwhile wrote its pages
+// at or beyond that end, so they stay, and its entry's change makes the
+// batch fail: the drawer stays in the catalog.
 func (s *Store) applySweep(ctx context.Context, sw store.Sweep) error {
-	// A previous pass that stopped between its batch and its deletes left
-	// its trash behind: finish it first, so its record can be written anew.
-	if err := s.emptyTrash(ctx, sw.Recipient); err != nil {
-		return err
-	}
-	if len(sw.Drawers) > 0 {
-		// The drawers go only once the catalog no longer names them (a
-		// save may have taken positions in one since the sweep read the
-		// catalog: then its entry's batch fails and the drawer stays). The
-		// trash record, written first, outlives a crash before the deletes.
-		trash := trashDoc{ID: trashID, PK: sw.Recipient, T: typeTrash, Drawers: sw.Drawers}
-		_, err := s.recipients.CreateItem(ctx, azcosmos.NewPartitionKeyString(sw.Recipient), mustJSON(trash), nil)
-		if err != nil {
+	for _, d := range sw.Drawers {
+		below, named := sw.DrawerEnds[d]
+		if !named {
+			below = math.MaxInt64 // out of the catalog already: nothing appends to it
+		}
+		if err := s.deleteDrawer(ctx, d, below); err != nil {
 			return err
 		}
 	}
-	// A catalog batch that fails leaves its drawers named; those of the
-	// batches that succeeded are freed all the same.
-	err := s.sweepCatalog(ctx, sw)
-	if terr := s.emptyTrash(ctx, sw.Recipient); err == nil {
-		err = terr
-	}
-	if err != nil {
-		return err
-	}
-	// Dequeued bundles also carry a TTL; deleting them here keeps retention
-	// exact where the TTL would lag.
-	for _, id := range sw.Bundles {
-		err := s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sw.Recipient), bundleDocID(id))
-		if err != nil && !isStatus(err, http.StatusNotFound) {
-			return err
-		}
-	}
-	return nil
+	return s.sweepCatalog(ctx, sw)
 }
 
-// emptyTrash deletes the drawers a sweep of the recipient freed that the
-// catalog no longer names, then its trash record. Both reads are on the
-// primary (the record's, and the catalog's anchored on the head): a lagging
-// replica's 404 would leave the record to fail the next sweep's create, and
-// a stale catalog could name a drawer whose entry's batch failed as freed.
+// emptyTrash deletes the drawers a sweep of an earlier version of the
+// store freed that the catalog no longer names, then its trash record
+// (that version recorded them before its deletes; LoadRetention finds
+// what it left). Both reads are on the primary (the record's, and the
+// catalog's anchored on the head): a stale catalog could name a drawer
+// whose entry's batch failed as freed.
 func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 	var t trashDoc
 	found, err := s.readOnPrimary(ctx, s.recipients, recipient, trashID, &t)
@@ -623,7 +599,7 @@ func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 		if named[d] {
 			continue // its entry's batch failed: a later sweep frees it again
 		}
-		if err := s.deleteDrawer(ctx, d); err != nil {
+		if err := s.deleteDrawer(ctx, d, math.MaxInt64); err != nil {
 			return err
 		}
 	}
@@ -634,8 +610,9 @@ func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
 	return nil
 }
 
-// sweepCatalog writes the sweep's entry replaces and deletes in batches
-// within Cosmos DB's limits (a recipient may have thousands of cabinets).
+// sweepCatalog writes the sweep's entry replaces and deletes and the
+// expired bundles' deletes in batches within Cosmos DB's limits (a
+// recipient may have thousands of cabinets and bundles due).
 // An entry and its cursor are deleted in one batch: a cursor left alone
 // would count a new entry's first positions as acknowledged. Cabinets are
 // independent, so a batch that fails leaves the others' done, for the next
@@ -647,6 +624,26 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		add   func(*azcosmos.TransactionalBatch) error
 	}
 	var units []unit
+	// Drawers that leave an entry for bundles that still read them are
+	// recorded in the batch that takes them out of it, so that no drawer is
+	// left to nothing, and none is deleted while an entry still names it.
+	kept := map[catalog.Key]unit{}
+	for _, k := range sw.Keep {
+		raw := mustJSON(keptDoc{ID: keptID(uuid.NewString()), PK: sw.Recipient, T: typeKept, Until: k.Until.UnixMicro(), Drawers: k.Drawers})
+		kept[k.Cabinet] = unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error { b.CreateItem(raw, nil); return nil }}
+	}
+	withKept := func(key catalog.Key, u unit) unit {
+		k, ok := kept[key]
+		if !ok {
+			return u
+		}
+		return unit{u.ops + k.ops, u.bytes + k.bytes, func(b *azcosmos.TransactionalBatch) error {
+			if err := u.add(b); err != nil {
+				return err
+			}
+			return k.add(b)
+		}}
+	}
 	stored, err := s.storedShelves(ctx, sw.Recipient, slices.ContainsFunc(sw.Entries, mayBeShelved))
 	if err != nil {
 		return err
@@ -658,7 +655,7 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		for _, sh := range write {
 			size += len(mustJSON(sh))
 		}
-		units = append(units, unit{1 + len(gone) + len(write), size, func(b *azcosmos.TransactionalBatch) error {
+		units = append(units, withKept(e.Key(), unit{1 + len(gone) + len(write), size, func(b *azcosmos.TransactionalBatch) error {
 			for _, id := range gone {
 				b.DeleteItem(id, nil)
 			}
@@ -666,7 +663,7 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 				b.UpsertItem(mustJSON(sh), nil)
 			}
 			return batchWrite(b, doc, e.Version)
-		}})
+		}}))
 	}
 	cursors := map[catalog.Key]catalog.Cursor{}
 	for _, c := range sw.DeleteCursors {
@@ -679,7 +676,7 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		c, withCursor := cursors[e.Key()]
 		delete(cursors, e.Key())
 		_, shelves := fromEntry(sw.Recipient, e)
-		units = append(units, unit{2 + len(shelves), 0, func(b *azcosmos.TransactionalBatch) error {
+		units = append(units, withKept(e.Key(), unit{2 + len(shelves), 0, func(b *azcosmos.TransactionalBatch) error {
 			for _, sh := range shelves {
 				b.DeleteItem(sh.ID, nil)
 			}
@@ -688,12 +685,23 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 				deleteCursor(b, c)
 			}
 			return nil
-		}})
+		}}))
 	}
 	for _, c := range sw.DeleteCursors {
 		if _, alone := cursors[c.Key()]; alone {
 			units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { deleteCursor(b, c); return nil }})
 		}
+	}
+	// Kept drawers deleted above lose their record.
+	for _, id := range sw.Done {
+		units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(id, nil); return nil }})
+	}
+	// Expired bundles go in the same batches. Each is deleted once: a
+	// batch that meets one already gone (a replay, the TTL of one that
+	// names no drawer) fails whole and the next sweep, which no longer
+	// lists it, finishes.
+	for _, id := range sw.Bundles {
+		units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(bundleDocID(id), nil); return nil }})
 	}
 	for len(units) > 0 {
 		b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
@@ -765,14 +773,18 @@ func shelfChanges(stored, want []shelfDoc) (gone []string, write []shelfDoc) {
 	return gone, write
 }
 
-// deleteDrawer deletes the id documents nothing needs any more, then a
-// drawer's pages: those of the saves whose pages it holds once none of their
-// other drawers is left (releaseIDs). The drawer is out of the catalog already (ApplySweep's batches), so nothing of it
-// is delivered again; its pages go last because they name the saves, so a
-// pass that stops half-way is finished by the next from its trash record.
-func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
+// deleteDrawer deletes the id documents nothing needs any more, then the
+// drawer's pages that start below below: those of the saves whose pages
+// it holds once none of their other drawers is left (releaseIDs). Its
+// pages go last because they name the saves, so a pass that stops
+// half-way is finished by the next, which finds the same pages.
+func (s *Store) deleteDrawer(ctx context.Context, drawerID string, below int64) error {
+	sql, params := "SELECT c.id, c.sv FROM c", []azcosmos.QueryParameter(nil)
+	if below < math.MaxInt64 {
+		sql, params = "SELECT c.id, c.sv FROM c WHERE c.s < @below", []azcosmos.QueryParameter{{Name: "@below", Value: below}}
+	}
 	var pages, saves []string
-	err := s.query(ctx, s.drawers, drawerID, "SELECT c.id, c.sv FROM c", nil, func(raw []byte) error {
+	err := s.query(ctx, s.drawers, drawerID, sql, params, func(raw []byte) error {
 		var d struct{ ID, SV string }
 		err := json.Unmarshal(raw, &d)
 		pages = append(pages, d.ID)
@@ -781,7 +793,7 @@ func (s *Store) deleteDrawer(ctx context.Context, drawerID string) error {
 		}
 		return err
 	})
-	if err != nil {
+	if err != nil || len(pages) == 0 {
 		return err
 	}
 	if err := s.releaseIDs(ctx, drawerID, saves); err != nil {

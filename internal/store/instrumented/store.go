@@ -36,6 +36,7 @@ const (
 	OpReadFigures     = "read_figures"
 	OpWriteFigures    = "write_figures"
 	OpDueRecipients   = "due_recipients"
+	OpLoadRetention   = "load_retention"
 	OpNotices         = "notices"
 	OpRemoveNotices   = "remove_notices"
 	OpDequeuedBundle  = "dequeued_bundle"
@@ -254,6 +255,14 @@ func (s *Store) HoldFiguresLease(ctx context.Context, holder string, d time.Dura
 // ReleaseFiguresLease implements store.Figures.
 func (s *Store) ReleaseFiguresLease(ctx context.Context, holder string) error {
 	return s.next.ReleaseFiguresLease(ctx, holder)
+}
+
+// LoadRetention implements store.Retention.
+func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
+	start := s.now()
+	state, err := s.next.LoadRetention(ctx, recipient, dueBefore, since)
+	s.observe(ctx, OpLoadRetention, start, err)
+	return state, err
 }
 
 // DueRecipients implements store.Retention. The time spent in fn is not

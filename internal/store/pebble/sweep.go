@@ -136,11 +136,7 @@ func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, f
 		if err := json.Unmarshal(value, &rec); err != nil {
 			return err
 		}
-		at := rec.DequeuedAt
-		if rec.State == bundle.Released {
-			at = rec.ReleasedAt
-		}
-		if at.Before(dueBefore) || (!since.IsZero() && !at.Before(since)) {
+		if inRetentionRanges(rec, dueBefore, since) {
 			due = append(due, recipient)
 		}
 		return nil
@@ -149,4 +145,61 @@ func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, f
 		return err
 	}
 	return each(ctx, due, fn)
+}
+
+// LoadRetention implements store.Retention: the recipient's state, its
+// dequeued and released bundles in either of DueRecipients' ranges, and
+// as kept drawers whose retention is over those out of the catalog that
+// only expired bundles name. The store keeps no record of kept drawers
+// (ApplySweep ignores Keep): it reads every bundle's record, which is
+// local.
+func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
+	state, err := s.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return store.RetentionState{}, err
+	}
+	retained, err := s.DequeuedBundles(ctx, recipient)
+	if err != nil {
+		return store.RetentionState{}, err
+	}
+	out := store.RetentionState{Entries: state.Entries, Cursors: state.Cursors}
+	named := map[string]bool{} // by the catalog or a bundle not yet due
+	for _, e := range state.Entries {
+		for _, d := range e.Drawers {
+			named[d.ID] = true
+		}
+	}
+	var expired []string
+	for _, rec := range retained {
+		if inRetentionRanges(rec, dueBefore, since) {
+			out.Bundles = append(out.Bundles, rec)
+		}
+		for _, d := range rec.Drawers {
+			if rec.DequeuedAt.Before(dueBefore) {
+				expired = append(expired, d.ID)
+			} else {
+				named[d.ID] = true
+			}
+		}
+	}
+	var kept store.Kept
+	for _, d := range expired {
+		if !named[d] && !slices.Contains(kept.Drawers, d) {
+			kept.Drawers = append(kept.Drawers, d)
+		}
+	}
+	if len(kept.Drawers) > 0 {
+		out.Kept = []store.Kept{kept}
+	}
+	return out, nil
+}
+
+// inRetentionRanges says whether a dequeued or released bundle was so
+// before dueBefore or, when since is not zero, at or after since.
+func inRetentionRanges(rec bundle.Record, dueBefore, since time.Time) bool {
+	at := rec.DequeuedAt
+	if rec.State == bundle.Released {
+		at = rec.ReleasedAt
+	}
+	return at.Before(dueBefore) || (!since.IsZero() && !at.Before(since))
 }
