@@ -1,12 +1,15 @@
 package cosmos_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -86,4 +89,117 @@ func BenchmarkSaveOf1000Over100RecipientsAt5msPerRequest(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// bubbleTransport counts the round trips on a critical path without
+// timing anything: inside a synctest bubble every request first waits
+// delay on the bubble's fake clock, then a worker outside the bubble sends
+// it to the test server. The fake clock moves only while every goroutine
+// of the bubble is durably blocked, and a goroutine waiting for the worker
+// is not (its channels were made outside), so the fake time a Save takes
+// is delay times the number of sequential waves of requests it makes,
+// however fast or busy the machine is.
+type bubbleTransport struct {
+	delay time.Duration
+	work  chan bubbleCall
+	slots chan chan bubbleAnswer
+}
+
+type bubbleCall struct {
+	req    *http.Request
+	answer chan bubbleAnswer
+}
+
+type bubbleAnswer struct {
+	resp *http.Response
+	err  error
+}
+
+// newBubbleTransport starts its worker; call it outside the bubble.
+func newBubbleTransport(t *testing.T, delay time.Duration) *bubbleTransport {
+	const slots = 4096 // more than a save has in flight
+	b := &bubbleTransport{delay: delay, work: make(chan bubbleCall), slots: make(chan chan bubbleAnswer, slots)}
+	for range slots {
+		b.slots <- make(chan bubbleAnswer, 1)
+	}
+	client := cosmostest.NewHTTPClient()
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case c := <-b.work:
+				go func() { c.answer <- send(client, c.req) }()
+			case <-done:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done) })
+	return b
+}
+
+// send sends req with a context of the worker's own (a context made in the
+// bubble may not be used outside it) and reads the whole answer.
+func send(client *http.Client, req *http.Request) bubbleAnswer {
+	resp, err := client.Do(req.Clone(context.Background()))
+	if err != nil {
+		return bubbleAnswer{err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return bubbleAnswer{err: err}
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return bubbleAnswer{resp: resp}
+}
+
+func (b *bubbleTransport) Do(req *http.Request) (*http.Response, error) {
+	time.Sleep(b.delay)
+	answer := <-b.slots
+	defer func() { b.slots <- answer }()
+	b.work <- bubbleCall{req: req, answer: answer}
+	a := <-answer
+	return a.resp, a.err
+}
+
+// A Save of 1,000 notifications over 100 recipients makes few sequential
+// waves of requests, however many recipients: the hub loads them all at
+// once (a primary read of the head, then the query: 2), and the store
+// creates the commit record while it registers them or reads their heads
+// (1), reserves them all at once (1), writes the id documents (1) and looks
+// the ids up again (1) while the pages are written, commits (1) and
+// finalizes on the heads its reservations wrote (1).
+func TestASaveOf1000Over100RecipientsTakesFewRoundTrips(t *testing.T) {
+	const delay = 5 * time.Millisecond
+	const most = 8
+	transport := newBubbleTransport(t, delay)
+	synctest.Test(t, func(t *testing.T) {
+		s := open(t, cosmos.Config{Transport: transport, Throughput: "manual=1000000"})
+		repo := hub.New(s, hub.Options{PlanParallel: cosmos.Parallel}, nil) // as the binary composes it
+		defer repo.Close()
+		// New recipients (registered, heads created), then the same ones
+		// again (heads read and replaced).
+		first := spread(1_000, 100)
+		again := make([]domain.Notification, len(first))
+		for i, n := range first {
+			n.ID = uuid.NewString()
+			again[i] = n
+		}
+		for _, run := range []struct {
+			name string
+			ns   []domain.Notification
+		}{{"new recipients", first}, {"known recipients", again}} {
+			start := time.Now()
+			if _, err := repo.Save(context.Background(), run.ns); err != nil {
+				t.Fatal(err)
+			}
+			waves := time.Since(start) / delay
+			t.Logf("a save of 1,000 over 100 %s: %d sequential waves of requests (%v at %v per request)",
+				run.name, waves, time.Since(start), delay)
+			if waves > most {
+				t.Errorf("a save of 1,000 over 100 %s made %d sequential waves of requests; want at most %d", run.name, waves, most)
+			}
+		}
+	})
 }
