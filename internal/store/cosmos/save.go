@@ -31,6 +31,9 @@ import (
 //  6. finalize, per recipient: drop the reservation and move the watermark
 //     up to the first reservation still outstanding.
 //
+// Steps 1 to 4 overlap wherever nothing depends on the order (write): a
+// save's critical path is a few round trips however many recipients it has.
+//
 // A failure before 5 rolls back: the record is marked aborted, what was
 // written is deleted, the reservations are dropped, their numbers and
 // positions stay unused. A save that dies is found by whoever next loads the
