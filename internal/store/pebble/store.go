@@ -396,11 +396,7 @@ func (s *Store) scanRange(lo, hi []byte, fn func(key, value []byte) error) error
 			return err
 		}
 	}
-	if err := iter.Error(); err != nil {
-		iter.Close()
-		return err
-	}
-	return iter.Close()
+	return iter.Close() // and the iterator's error, if it met one
 }
 
 // cmpErr returns err when set, else the fallback: a lookup failure beats the
