@@ -131,8 +131,9 @@ func TestAFinalizeAfterAnotherSaveMovedTheHeadReadsItAgain(t *testing.T) {
 			other := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
 			t.Cleanup(other.Close)
 			var once sync.Once
-			var otherErr error
+			var otherErr, faultErr error
 			var refusedFinalize atomic.Int64
+			t.Cleanup(func() { _ = server.ClearFaults(db) })
 			transport := &hookTransport{
 				next: cosmostest.NewHTTPClient(),
 				before: func(req *http.Request) {
@@ -142,8 +143,8 @@ func TestAFinalizeAfterAnotherSaveMovedTheHeadReadsItAgain(t *testing.T) {
 					if toContainer(req, "saves") && req.Method == http.MethodPut {
 						once.Do(func() {
 							_, otherErr = other.Save(ctx, theirs)
-							inject(t, db, cosmostest.Fault{Kind: f.kind, Count: f.count, Ops: []string{"replace"},
-								Coll: "recipients", ID: "^head$"})
+							faultErr = server.AddFaults(cosmostest.Fault{Kind: f.kind, Count: f.count, DB: db,
+								Ops: []string{"replace"}, Coll: "recipients", ID: "^head$"})
 						})
 					}
 				},
@@ -156,8 +157,8 @@ func TestAFinalizeAfterAnotherSaveMovedTheHeadReadsItAgain(t *testing.T) {
 			repo := hub.New(open(t, cosmos.Config{Database: db, Transport: transport}), hub.Options{}, nil)
 			t.Cleanup(repo.Close)
 			_, err := repo.Save(ctx, mine)
-			if otherErr != nil {
-				t.Fatalf("the other instance's save: %v", otherErr)
+			if otherErr != nil || faultErr != nil {
+				t.Fatalf("the other instance's save: %v; the fault: %v", otherErr, faultErr)
 			}
 			if fired(t, db) == 0 {
 				t.Fatal("the fault never fired; the test tested nothing")
