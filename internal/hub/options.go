@@ -32,7 +32,9 @@ type Options struct {
 	// PlanParallel is how many recipients of a save group are loaded and
 	// planned at once. 0 suits an embedded store, whose loads use the CPU:
 	// two from parallelPlanRecipients recipients on, else one. A store over
-	// the network (Cosmos DB), whose loads wait for round trips, sets more.
+	// the network (Cosmos DB), whose loads wait for round trips, sets as
+	// many as a group it accepts may name (cosmos.Parallel), so that the
+	// loads of a group are one round trip, not one per few recipients.
 	PlanParallel int
 	// ConcurrentGroups is how many save groups may be written at once;
 	// groups in flight together share no recipient, and a Save for a

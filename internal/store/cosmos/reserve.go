@@ -11,7 +11,6 @@ import (
 	"slices"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/store"
@@ -121,64 +120,49 @@ func reserveChunks(sv store.RecipientSave, pages []pageDoc) []resChunk {
 	return chunks
 }
 
-// Parallel bounds the recipients a save reserves at once; a hub over this
-// store loads as many at once when it plans a save group
-// (hub.Options.PlanParallel), since each load waits for round trips.
-const Parallel = 16
+// Parallel bounds the recipients a hub over this store loads at once when
+// it plans a save group (hub.Options.PlanParallel): each load waits for
+// round trips, so a group's recipients are all loaded at once. A save
+// writes at most MaxCabinetsPerSave cabinets, so that many recipients, and
+// reserves them all at once: the SDK's HTTP client does not cap the
+// requests in flight (docs/cosmos.md, "Latency").
+const Parallel = MaxCabinetsPerSave
 
-// reserveAll reserves every recipient's part of the save, up to
-// Parallel at once: a save over many recipients takes about as long
-// as its slowest recipient, not the sum of them, and a throttled recipient
-// holds up only its own save. It returns the plans that may hold a
-// reservation (those whose reserve failed before writing do not), for the
-// abort. On a failure the others are cancelled; a reserve cancelled while
-// its batch was in flight may have applied and counts as held.
-func (s *Store) reserveAll(ctx context.Context, plans []savePlan) ([]savePlan, error) {
-	held := make([]bool, len(plans))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(Parallel)
-	for i := range plans {
-		g.Go(func() error {
-			var err error
-			held[i], err = s.reserve(gctx, &plans[i])
-			return err
-		})
+// headToReserve returns the head a recipient's reservation is written on:
+// the head the save was planned on, as the load kept it (knownHeads) or
+// read again whole (the plan knows only its version), or a new one for a recipient not seen before, which is
+// registered first so that every head is listed in the registry. It writes
+// nothing else, so it runs while the save's commit record is created.
+func (s *Store) headToReserve(ctx context.Context, sv store.RecipientSave) (headDoc, error) {
+	head := headDoc{ID: headID, PK: sv.Recipient, T: typeHead}
+	if sv.Head.Version == "" {
+		return head, s.register(ctx, sv.Recipient)
 	}
-	err := g.Wait()
-	var out []savePlan
-	for i, h := range held {
-		if h {
-			out = append(out, plans[i])
-		}
+	if known, ok := s.heads.get(sv.Recipient, sv.Head.Version); ok {
+		return known, nil // the head the plan's load read: no read again
 	}
-	return out, err
+	item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sv.Recipient), headID, "")
+	if err != nil {
+		return head, err
+	}
+	if err := json.Unmarshal(item.Value, &head); err != nil {
+		return head, err
+	}
+	if head.ETag != sv.Head.Version {
+		return head, fmt.Errorf("%w: head of %s changed", store.ErrConflict, sv.Recipient)
+	}
+	return head, nil
 }
 
-// reserve takes the save's sequence numbers on the head and its positions
-// in the catalog entries, chunk by chunk. The first batch writes the
-// reservation; each later one rewrites the head with one more part in the
-// same batch as the entries that part lists, so whoever rolls back finds
-// exactly the positions taken. held says a reservation may exist.
-func (s *Store) reserve(ctx context.Context, p *savePlan) (held bool, err error) {
+// reserve takes the save's sequence numbers on head (from headToReserve)
+// and its positions in the catalog entries, chunk by chunk. The first batch
+// writes the reservation; each later one rewrites the head with one more
+// part in the same batch as the entries that part lists, so whoever rolls
+// back finds exactly the positions taken. held says a reservation may
+// exist. p.head becomes the head as written, for the finalize.
+func (s *Store) reserve(ctx context.Context, p *savePlan, head headDoc) (held bool, err error) {
 	sv := p.save
 	res := p.res
-	head := headDoc{ID: headID, PK: sv.Recipient, T: typeHead}
-	if known, ok := s.heads.get(sv.Recipient, sv.Head.Version); ok && sv.Head.Version != "" {
-		head = known
-	} else if sv.Head.Version != "" {
-		item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(sv.Recipient), headID, "")
-		if err != nil {
-			return false, err
-		}
-		if err := json.Unmarshal(item.Value, &head); err != nil {
-			return false, err
-		}
-		if head.ETag != sv.Head.Version {
-			return false, fmt.Errorf("%w: head of %s changed", store.ErrConflict, sv.Recipient)
-		}
-	} else if err := s.register(ctx, sv.Recipient); err != nil {
-		return false, err
-	}
 	// The watermark stays where it is until the save is finalized.
 	res.From, res.To = max(head.Next, 1), sv.Head.NextSeq-1
 	head.Next = sv.Head.NextSeq
@@ -199,6 +183,7 @@ func (s *Store) reserve(ctx context.Context, p *savePlan) (held bool, err error)
 		}
 		p.head = head
 	}
+	p.head = head
 	return true, nil
 }
 
@@ -349,20 +334,17 @@ func (s *Store) updateHead(ctx context.Context, recipient string, change func(*h
 	return s.updateHeadFrom(ctx, recipient, headDoc{}, change)
 }
 
-// updateHeadFrom is updateHead that first tries known, a head this process
-// wrote (with its etag), instead of reading it: a save's finalize usually
-// finds the head as its reserve left it, and then costs one replace, not a
-// read and a replace. Should known be stale (another save wrote the head
-// since, or this very change applied and its answer was lost), its replace
-// answers 412 and the head is read as usual.
+// updateHeadFrom is updateHead starting from known, a version of the head
+// this process wrote (its ETag set), without reading it first: when no one
+// changed the head since, that saves a round trip; when someone did, the
+// replace on known's etag is refused and the head is read as usual.
 func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known headDoc, change func(*headDoc) bool) error {
 	pk := azcosmos.NewPartitionKeyString(recipient)
 	for attempt := 0; ; attempt++ {
-		h, guessed := known, known.ETag != ""
-		known = headDoc{}
-		if guessed {
-			h.Reservations = slices.Clone(h.Reservations)
-		} else {
+		h := known
+		// change may edit the reservations in place: known stays as it was.
+		h.Reservations = slices.Clone(known.Reservations)
+		if attempt > 0 || h.ETag == "" {
 			var err error
 			if h, err = s.readHead(ctx, pk); err != nil {
 				return err
@@ -377,7 +359,7 @@ func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known head
 		if !isStatus(err, http.StatusPreconditionFailed) {
 			return err
 		}
-		if !guessed && !pause(ctx, attempt) {
+		if (attempt > 0 || known.ETag == "") && !pause(ctx, attempt) {
 			return ctx.Err()
 		}
 	}

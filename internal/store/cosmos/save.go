@@ -31,6 +31,9 @@ import (
 //  6. finalize, per recipient: drop the reservation and move the watermark
 //     up to the first reservation still outstanding.
 //
+// Steps 1 to 4 overlap wherever nothing depends on the order (write): a
+// save's critical path is a few round trips however many recipients it has.
+//
 // A failure before 5 rolls back: the record is marked aborted, what was
 // written is deleted, the reservations are dropped, their numbers and
 // positions stay unused. A save that dies is found by whoever next loads the
@@ -75,36 +78,18 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 	}
 	ids := idWrites(saveID, layout, plans)
 	record := saveDoc{ID: saveID, PK: saveID, State: statePending, TTL: int32(s.cfg.Retention.Seconds())}
-	resp, err := s.saves.CreateItem(ctx, azcosmos.NewPartitionKeyString(saveID), mustJSON(record), nil)
-	if err != nil {
-		return err
-	}
-	version := string(resp.ETag)
-	// Whoever reads the record because of what this save wrote reads it
-	// with its token: a lagging replica's 404 is no abort.
-	if resp.SessionToken != nil {
-		s.tokens.note(containerSaves, *resp.SessionToken)
-		for i := range plans {
-			plans[i].res.Token = *resp.SessionToken
-		}
-		for j := range ids {
-			ids[j].doc.Token = *resp.SessionToken
-		}
-	}
 
 	// The save decides (commits or fails) within half its lease: the other
 	// half is the margin over the requests still in flight at the deadline
 	// and over the instances' clocks, which compare the lease's end.
 	wctx, cancel := context.WithTimeout(ctx, lease/2)
 	defer cancel()
-	reserved, err := s.reserveAll(wctx, plans)
-	var pagesToken string
-	if err == nil {
-		pagesToken, err = s.writeData(wctx, saveID, plans, ids)
+	w, err := s.write(wctx, record, plans, ids)
+	if w.version == "" {
+		// No commit record: nothing was reserved.
+		return err
 	}
-	if err == nil {
-		err = s.checkIDs(wctx, saveID, plans)
-	}
+	version, reserved, pagesToken := w.version, w.reserved, w.pagesToken
 	if err == nil {
 		// Committed records do not expire: they vouch for the ids as long as
 		// the data is kept, and retention deletes them with the last id
@@ -177,9 +162,8 @@ type savePlan struct {
 	// chunks are the reserve batches: chunks[0]'s detail is res's own,
 	// later ones go into part documents.
 	chunks []resChunk
-	// head is the head as the last reserve batch wrote it (with its etag):
-	// finalize replaces it without reading it first, and reads it only when
-	// another save changed it meanwhile.
+	// head is the recipient's head as the save's reservation left it: the
+	// finalize replaces it on its etag without reading it first.
 	head headDoc
 }
 
@@ -200,30 +184,139 @@ func (s *Store) plan(saveID string, expires int64, sv store.RecipientSave) (save
 	return p, nil
 }
 
-// writeData writes pages (batched per drawer) and id documents in parallel,
-// and returns the merged session token of the page batches.
-func (s *Store) writeData(ctx context.Context, saveID string, plans []savePlan, ids []idWrite) (string, error) {
+// written is what the steps before the commit wrote.
+type written struct {
+	version    string     // the commit record's etag; empty when it was not created
+	reserved   []savePlan // the plans that may hold a reservation, for the abort
+	pagesToken string     // the merged session token of the page batches
+}
+
+// write runs steps 1 to 4 with every step started as soon as what it
+// depends on is done, so that the critical path is a few round trips
+// however many recipients the save has:
+//
+//   - the commit record is created while each recipient's head is read
+//     again (or the recipient registered);
+//   - a recipient is reserved once the record exists (its reservation
+//     carries the record's session token), and its pages are written as
+//     soon as its own reservation holds: they go nowhere but to positions
+//     it took;
+//   - the id documents are written once every reservation holds (each
+//     reservation lists the documents holding its recipient's ids, so a
+//     rollback or a settler finds them all), and the ids are looked up
+//     again right after them, while pages are still being written.
+//
+// On the first failure the rest is cancelled. A write cancelled in flight
+// may have applied: its reservation counts as held, and the rollback reads
+// on the primary what exists.
+func (s *Store) write(ctx context.Context, record saveDoc, plans []savePlan, ids []idWrite) (written, error) {
+	var w written
+	g, gctx := errgroup.WithContext(ctx)
+	created := make(chan struct{})
+	g.Go(func() error {
+		resp, err := s.saves.CreateItem(gctx, azcosmos.NewPartitionKeyString(record.ID), mustJSON(record), nil)
+		if err != nil {
+			return err
+		}
+		w.version = string(resp.ETag)
+		// Whoever reads the record because of what this save wrote reads it
+		// with its token: a lagging replica's 404 is no abort.
+		if resp.SessionToken != nil {
+			s.tokens.note(containerSaves, *resp.SessionToken)
+			for i := range plans {
+				plans[i].res.Token = *resp.SessionToken
+			}
+			for j := range ids {
+				ids[j].doc.Token = *resp.SessionToken
+			}
+		}
+		close(created)
+		return nil
+	})
+	held := make([]bool, len(plans))
+	reserved := make([]chan struct{}, len(plans))
+	var mu sync.Mutex
+	var tokens []string
+	for i := range plans {
+		reserved[i] = make(chan struct{})
+		g.Go(func() error {
+			head, err := s.headToReserve(gctx, plans[i].save)
+			if err != nil {
+				return err
+			}
+			if !wait(gctx, created) {
+				return gctx.Err()
+			}
+			if held[i], err = s.reserve(gctx, &plans[i], head); err != nil {
+				return err
+			}
+			close(reserved[i])
+			pagesTokens, err := s.writePlanPages(gctx, plans[i])
+			mu.Lock()
+			tokens = append(tokens, pagesTokens...)
+			mu.Unlock()
+			return err
+		})
+	}
+	g.Go(func() error {
+		for _, r := range reserved {
+			if !wait(gctx, r) {
+				return gctx.Err()
+			}
+		}
+		if err := s.writeIDs(gctx, ids); err != nil {
+			return err
+		}
+		return s.checkIDs(gctx, record.ID, plans)
+	})
+	err := g.Wait()
+	for i, h := range held {
+		if h {
+			w.reserved = append(w.reserved, plans[i])
+		}
+	}
+	w.pagesToken = mergeTokens(tokens...)
+	return w, err
+}
+
+// wait waits for done to be closed; false when ctx ends first.
+func wait(ctx context.Context, done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// writePlanPages writes a recipient's pages, batched per drawer, all at
+// once, and returns the batches' session tokens.
+func (s *Store) writePlanPages(ctx context.Context, p savePlan) ([]string, error) {
+	byDrawer := map[string][]pageDoc{}
+	for _, pg := range p.pages {
+		byDrawer[pg.PK] = append(byDrawer[pg.PK], pg)
+	}
 	var mu sync.Mutex
 	var tokens []string
 	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for _, p := range plans {
-		byDrawer := map[string][]pageDoc{}
-		for _, pg := range p.pages {
-			byDrawer[pg.PK] = append(byDrawer[pg.PK], pg)
-		}
-		for drawerID, pages := range byDrawer {
-			for _, chunk := range pageBatches(pages) {
-				g.Go(func() error {
-					token, err := s.writePages(ctx, drawerID, chunk)
-					mu.Lock()
-					tokens = append(tokens, token)
-					mu.Unlock()
-					return err
-				})
-			}
+	for drawerID, pages := range byDrawer {
+		for _, chunk := range pageBatches(pages) {
+			g.Go(func() error {
+				token, err := s.writePages(ctx, drawerID, chunk)
+				mu.Lock()
+				tokens = append(tokens, token)
+				mu.Unlock()
+				return err
+			})
 		}
 	}
+	err := g.Wait()
+	return tokens, err
+}
+
+// writeIDs writes the save's id documents, all at once.
+func (s *Store) writeIDs(ctx context.Context, ids []idWrite) error {
+	g, ctx := errgroup.WithContext(ctx)
 	for _, w := range ids {
 		g.Go(func() error {
 			resp, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
@@ -238,8 +331,7 @@ func (s *Store) writeData(ctx context.Context, saveID string, plans []savePlan, 
 			return err
 		})
 	}
-	err := g.Wait()
-	return mergeTokens(tokens...), err
+	return g.Wait()
 }
 
 // writePages creates a batch of a drawer's pages. Only a 409 says a page
