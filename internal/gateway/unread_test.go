@@ -126,7 +126,13 @@ func TestUnreadContentPeeksHoldABoundedHeap(t *testing.T) {
 	base = heapInUse()
 	mu.Unlock()
 
+	// A stuck answer is cut after the stall, and its place taken by a later
+	// peek: on a slow machine the loop outlasts the stall. An answer's cut
+	// is logged before its place is given back, so the answers in flight
+	// when a status line arrives are at most the 200s so far less the cuts
+	// logged by then.
 	statuses := map[int]int{}
+	cut := 0
 	for range unread {
 		conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
 		if err != nil {
@@ -146,11 +152,22 @@ func TestUnreadContentPeeksHoldABoundedHeap(t *testing.T) {
 			t.Fatalf("status line %q: %v", line, err)
 		}
 		statuses[code]++
+		for drained := false; !drained; {
+			select {
+			case <-log.c:
+				cut++
+			default:
+				drained = true
+			}
+		}
+		if inFlight := statuses[http.StatusOK] - cut; inFlight > places {
+			t.Fatalf("%d content answers in flight at once, more than the %d places", inFlight, places)
+		}
 	}
-	if statuses[http.StatusOK] != places || statuses[http.StatusServiceUnavailable] != unread-places {
-		t.Fatalf("answers %v; want %d × 200 and the rest 503", statuses, places)
+	if statuses[http.StatusOK] < places || statuses[http.StatusOK]+statuses[http.StatusServiceUnavailable] != unread {
+		t.Fatalf("answers %v; want at least %d × 200 and the rest 503", statuses, places)
 	}
-	for range places {
+	for ; cut < statuses[http.StatusOK]; cut++ {
 		<-log.c
 	}
 	mu.Lock()
