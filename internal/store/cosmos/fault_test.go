@@ -119,7 +119,15 @@ func TestALongRetryAfterIsWaitedFor(t *testing.T) {
 	repo := hub.New(store, hub.Options{}, nil)
 	t.Cleanup(repo.Close)
 	var n atomic.Int64
-	f.set(func(*http.Request) int {
+	f.set(func(req *http.Request) int {
+		// The cycle's first request, not one of the hub's background
+		// readers (bells, figures, retention), which the cycle never waits
+		// for: the first to the recipients container in a recipient's own
+		// partition.
+		pk := req.Header.Get("x-ms-documentdb-partitionkey")
+		if !strings.Contains(req.URL.Path, "/colls/recipients/") || pk == "" || strings.HasPrefix(pk, `["_`) {
+			return 0
+		}
 		if n.Add(1) == 1 {
 			return http.StatusTooManyRequests
 		}
