@@ -13,6 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
 	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
@@ -272,8 +273,13 @@ func (s *Store) reserveBatch(ctx context.Context, recipient string, head headDoc
 		// A replay of our own batch after a lost answer finds its own
 		// effect: the head holds our reservation, with this part.
 		var now headDoc
-		if found, rerr := s.readOnPrimary(ctx, s.recipients, recipient, headID, &now); rerr == nil && found &&
-			slices.ContainsFunc(now.Reservations, func(r reservation) bool { return r.Save == saveID && r.Parts >= k }) {
+		ours, rerr := s.ownReplay(ctx, s.recipients, recipient, headID, &now, func() bool {
+			return slices.ContainsFunc(now.Reservations, func(r reservation) bool { return r.Save == saveID && r.Parts >= k })
+		})
+		switch {
+		case rerr != nil:
+			return head, rerr // may be held: the rollback reads the head
+		case ours:
 			return now, nil
 		}
 	}
@@ -781,6 +787,24 @@ func (s *Store) readOnPrimary(ctx context.Context, c *azcosmos.ContainerClient, 
 		return false, fmt.Errorf("cosmos: read of %s answered %d", id, op.StatusCode)
 	}
 	return true, json.Unmarshal(op.ResourceBody, into)
+}
+
+// errOutcomeUnknown is a write whose outcome no one knows: it was refused
+// as conflicting, which a resend meeting the first attempt's own effect
+// also is, and the read on the primary that tells the two apart failed.
+// It is unavailable, never a refusal: the write may have applied.
+var errOutcomeUnknown = fmt.Errorf("%w: the outcome of a write is unknown", domain.ErrUnavailable)
+
+// ownReplay reads id on the primary into into after a conditional write was
+// refused, and reports whether the document holds the caller's own write
+// (ours, looking at into): a resend after a lost answer refused by its
+// first attempt's effect. A read that fails is errOutcomeUnknown.
+func (s *Store) ownReplay(ctx context.Context, c *azcosmos.ContainerClient, pk, id string, into any, ours func() bool) (bool, error) {
+	found, err := s.readOnPrimary(ctx, c, pk, id, into)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", errOutcomeUnknown, err)
+	}
+	return found && ours(), nil
 }
 
 func (s *Store) readSaveOnPrimary(ctx context.Context, saveID string) (saveDoc, error) {

@@ -476,9 +476,11 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 		// A replay of our own batch after a lost answer: the bundle is
 		// dequeued, at the moment we dequeued it.
 		var now bundleDoc
-		if found, rerr := s.readOnPrimary(ctx, s.recipients, recipient, doc.ID, &now); rerr == nil && found &&
-			now.T == typeDequeued && now.DequeuedAt == doc.DequeuedAt {
-			return nil
+		ours, rerr := s.ownReplay(ctx, s.recipients, recipient, doc.ID, &now, func() bool {
+			return now.T == typeDequeued && now.DequeuedAt == doc.DequeuedAt
+		})
+		if rerr != nil || ours {
+			return rerr
 		}
 	}
 	return err
@@ -503,9 +505,11 @@ func (s *Store) ReleaseBundle(ctx context.Context, recipient string, rec bundle.
 		// A replay of our own batch after a lost answer: the primary says
 		// whether the bundle is released, at the moment we released it.
 		var now bundleDoc
-		if found, rerr := s.readOnPrimary(ctx, s.recipients, recipient, doc.ID, &now); rerr == nil && found &&
-			now.T == typeReleased && now.ReleasedAt == doc.ReleasedAt {
-			return nil
+		ours, rerr := s.ownReplay(ctx, s.recipients, recipient, doc.ID, &now, func() bool {
+			return now.T == typeReleased && now.ReleasedAt == doc.ReleasedAt
+		})
+		if rerr != nil || ours {
+			return rerr
 		}
 	}
 	return err
