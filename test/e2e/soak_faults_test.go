@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
@@ -64,6 +66,9 @@ const (
 	// soakDurationEnv names the variable that makes the savers save for a
 	// time instead of a number of Saves.
 	soakDurationEnv = "MESSAGEHUB_SOAK_DURATION"
+	// soakDiagnoseBundles bounds the bundles a failed soak's diagnosis
+	// takes out of one recipient.
+	soakDiagnoseBundles = 200
 )
 
 // soakWriteFaults are the faults injected into writes: a write that applied
@@ -214,8 +219,12 @@ func TestThreeProcessSoakWithFaultsOnCosmos(t *testing.T) {
 	for _, p := range l.problems {
 		t.Error(p)
 	}
-	for _, p := range verifySoak(l) {
+	problems := verifySoak(l)
+	for _, p := range problems {
 		t.Error(p)
+	}
+	if len(problems) > 0 {
+		diagnoseUndelivered(t, l, hubs)
 	}
 
 	// The soak means nothing unless it ran under what it is meant to run
@@ -301,4 +310,62 @@ func savingFor(n soakLength) string {
 		return fmt.Sprintf("%d Saves per saver", soakSavesPerSaver)
 	}
 	return n.saving.String()
+}
+
+// diagnoseUndelivered tells a lost notification from one a Peek did not
+// see: it logs the Save of every acknowledged notification no bundle
+// delivered, then peeks and dequeues its recipient on every instance until
+// each answers empty (at most soakDiagnoseBundles bundles), logging what
+// comes out.
+func diagnoseUndelivered(t *testing.T, l *soakLog, hubs []*hub) {
+	t.Helper()
+	delivered := map[string]bool{}
+	for id, b := range l.bundles {
+		if _, ok := l.dequeued[id]; ok || l.uncertain[id] {
+			for _, n := range b.GetNotificationIds() {
+				delivered[n] = true
+			}
+		}
+	}
+	missing := map[string]bool{}
+	recipients := map[string]bool{}
+	for i, s := range l.saves {
+		for _, n := range s.ns {
+			if !delivered[n.GetId()] {
+				missing[n.GetId()], recipients[n.GetRecipient()] = true, true
+				t.Logf("undelivered %s (recipient %s, %s/%s) of Save %d: sent %s, acknowledged %s",
+					n.GetId(), n.GetRecipient(), n.GetOrigin(), n.GetContentType(), i,
+					s.start.Format(time.RFC3339Nano), s.end.Format(time.RFC3339Nano))
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for r := range recipients {
+		for bundles, empty := 0, 0; bundles < soakDiagnoseBundles && empty < len(hubs); {
+			h := hubs[(bundles+empty)%len(hubs)]
+			resp, _, err := soakCall(ctx, l, func(ctx context.Context) (*messagehubv1.PeekResponse, error) {
+				return h.client.Peek(ctx, &messagehubv1.PeekRequest{Recipient: r, Group: messagehubv1.PeekGroup_PEEK_GROUP_ALL})
+			})
+			if err != nil {
+				t.Logf("diagnosis: Peek(%s): %v", r, err)
+				return
+			}
+			b := resp.GetBundle()
+			if b == nil {
+				empty++
+				continue
+			}
+			bundles, empty = bundles+1, 0
+			held := slices.DeleteFunc(slices.Clone(b.GetNotificationIds()), func(n string) bool { return !missing[n] })
+			t.Logf("diagnosis: Peek(%s) after the soak: bundle %s of %s/%s, %d notifications, %d of them undelivered %v",
+				r, b.GetId(), b.GetOrigin(), b.GetContentType(), len(b.GetNotificationIds()), len(held), held)
+			if _, _, err := soakCall(ctx, l, func(ctx context.Context) (*messagehubv1.DequeueResponse, error) {
+				return h.client.Dequeue(ctx, &messagehubv1.DequeueRequest{Recipient: r, BundleId: b.GetId()})
+			}); err != nil {
+				t.Logf("diagnosis: Dequeue(%s): %v", b.GetId(), err)
+				return
+			}
+		}
+	}
 }
