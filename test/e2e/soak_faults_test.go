@@ -336,16 +336,25 @@ func diagnoseUndelivered(t *testing.T, l *soakLog, hubs []*hub) {
 				t.Logf("undelivered %s (recipient %s, %s/%s) of Save %d: sent %s, acknowledged %s",
 					n.GetId(), n.GetRecipient(), n.GetOrigin(), n.GetContentType(), i,
 					s.start.Format(time.RFC3339Nano), s.end.Format(time.RFC3339Nano))
+				for _, p := range l.peeks {
+					if slices.Contains(p.bundle.GetNotificationIds(), n.GetId()) {
+						id := p.bundle.GetId()
+						t.Logf("  handed out in bundle %s by a Peek %s–%s; its Dequeue answered NOT_FOUND at first at %s",
+							id, p.start.Format(time.RFC3339Nano), p.end.Format(time.RFC3339Nano), l.notFound[id].Format(time.RFC3339Nano))
+					}
+				}
 			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	groups := []messagehubv1.PeekGroup{messagehubv1.PeekGroup_PEEK_GROUP_ALL, messagehubv1.PeekGroup_PEEK_GROUP_TIME_SERIES,
+		messagehubv1.PeekGroup_PEEK_GROUP_AGGREGATIONS, messagehubv1.PeekGroup_PEEK_GROUP_MASTER_DATA}
 	for r := range recipients {
-		for bundles, empty := 0, 0; bundles < soakDiagnoseBundles && empty < len(hubs); {
-			h := hubs[(bundles+empty)%len(hubs)]
+		for bundles, empty := 0, 0; bundles < soakDiagnoseBundles && empty < len(hubs)*len(groups); {
+			h, g := hubs[(bundles+empty)%len(hubs)], groups[empty%len(groups)]
 			resp, _, err := soakCall(ctx, l, func(ctx context.Context) (*messagehubv1.PeekResponse, error) {
-				return h.client.Peek(ctx, &messagehubv1.PeekRequest{Recipient: r, Group: messagehubv1.PeekGroup_PEEK_GROUP_ALL})
+				return h.client.Peek(ctx, &messagehubv1.PeekRequest{Recipient: r, Group: g})
 			})
 			if err != nil {
 				t.Logf("diagnosis: Peek(%s): %v", r, err)
@@ -358,8 +367,8 @@ func diagnoseUndelivered(t *testing.T, l *soakLog, hubs []*hub) {
 			}
 			bundles, empty = bundles+1, 0
 			held := slices.DeleteFunc(slices.Clone(b.GetNotificationIds()), func(n string) bool { return !missing[n] })
-			t.Logf("diagnosis: Peek(%s) after the soak: bundle %s of %s/%s, %d notifications, %d of them undelivered %v",
-				r, b.GetId(), b.GetOrigin(), b.GetContentType(), len(b.GetNotificationIds()), len(held), held)
+			t.Logf("diagnosis: Peek(%s, %s) after the soak: bundle %s of %s/%s, %d notifications, %d of them undelivered %v",
+				r, g, b.GetId(), b.GetOrigin(), b.GetContentType(), len(b.GetNotificationIds()), len(held), held)
 			if _, _, err := soakCall(ctx, l, func(ctx context.Context) (*messagehubv1.DequeueResponse, error) {
 				return h.client.Dequeue(ctx, &messagehubv1.DequeueRequest{Recipient: r, BundleId: b.GetId()})
 			}); err != nil {

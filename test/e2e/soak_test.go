@@ -78,9 +78,12 @@ type soakLog struct {
 	peeks     []soakPeek
 	dequeued  map[string]time.Time // bundle id → when its successful Dequeue returned
 	uncertain map[string]bool      // bundle ids whose Dequeue failed in transit, then was NOT_FOUND
-	bundles   map[string]*messagehubv1.Bundle
-	retries   map[string]int // gRPC code → attempts retried
-	problems  []string
+	// notFound are the bundles whose Dequeue was NOT_FOUND at its first
+	// attempt (the other consumer's, as a rule), when it answered.
+	notFound map[string]time.Time
+	bundles  map[string]*messagehubv1.Bundle
+	retries  map[string]int // gRPC code → attempts retried
+	problems []string
 	// progress is, per recipient, when a Dequeue of one of its bundles last
 	// returned (OK, or NOT_FOUND after a failed attempt).
 	progress map[string]time.Time
@@ -123,7 +126,7 @@ func (l *soakLog) savesReached(n int) <-chan struct{} {
 }
 
 func newSoakLog() *soakLog {
-	return &soakLog{dequeued: map[string]time.Time{}, uncertain: map[string]bool{},
+	return &soakLog{dequeued: map[string]time.Time{}, uncertain: map[string]bool{}, notFound: map[string]time.Time{},
 		bundles: map[string]*messagehubv1.Bundle{}, retries: map[string]int{}, progress: map[string]time.Time{}}
 }
 
@@ -444,6 +447,9 @@ func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string
 			l.mu.Unlock()
 		case status.Code(err) == codes.NotFound:
 			// The recipient's other consumer dequeued it first.
+			l.mu.Lock()
+			l.notFound[b.GetId()] = end
+			l.mu.Unlock()
 		default:
 			l.fail("consumer %d: Dequeue(%s): %v", ci, b.GetId(), err)
 			return
