@@ -8,7 +8,7 @@
 // in-flight calls finish (bounded by a timeout), then the store is closed.
 // The service itself is internal/app; this command parses the
 // configuration, sets up logging and runs it. "messagehub admin …" calls the
-// read-only Admin service of a running hub (admin.go).
+// Admin service of a running hub (admin.go).
 package main
 
 import (

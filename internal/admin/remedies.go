@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -26,17 +25,12 @@ const MaxReasonLength = 500
 // with one over MaxReasonLength characters: the audit log records it.
 func checkReason(reason string) error {
 	if strings.TrimSpace(reason) == "" {
-		return invalid("reason is required: say why (1..%d characters)", MaxReasonLength)
+		return domain.Invalid("reason is required: say why (1..%d characters)", MaxReasonLength)
 	}
 	if n := utf8.RuneCountInString(reason); n > MaxReasonLength {
-		return invalid("reason must be 1..%d characters, got %d", MaxReasonLength, n)
+		return domain.Invalid("reason must be 1..%d characters, got %d", MaxReasonLength, n)
 	}
 	return nil
-}
-
-// invalid is a refused request's error: it says what is wrong.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", domain.ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
 
 // ReleaseBundle gives up a pending bundle: the group's next Peek cuts
@@ -70,7 +64,7 @@ func (s *Service) AcknowledgeOnBehalf(ctx context.Context, req *adminv1.Acknowle
 	}
 	origin := domain.Origin(req.GetDomain())
 	if !origin.Valid() {
-		return nil, invalid("domain must be a defined domain, got %s", req.GetDomain())
+		return nil, domain.Invalid("domain must be a defined domain, got %s", req.GetDomain())
 	}
 	if err := domain.ValidateContentType(req.GetContentType()); err != nil {
 		return nil, err

@@ -7,7 +7,7 @@
 // process.
 //
 // The files cut along the seams: config.go the settings, listen.go the
-// listeners and TLS, store.go the store and the repository over it,
+// listeners and TLS, store.go the store and the hub over it,
 // content.go the documents of bundles, shutdown.go the order and the bounds
 // of shutdown.
 package app
@@ -174,14 +174,10 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		server.WithForwardedClient(),
 		// Its one connection carries every HTTP user's answers.
 		server.WithAnswerBudget(server.AnswerBudget{PerConnection: server.DefaultAnswerBudget.Total}))...)
-	// The read-only Admin service, on both servers (gRPC and the gateway's):
-	// the authorizer lets only the admin role call it.
-	inspector, ok := core.(admin.Hub)
-	if !ok {
-		return nil, fmt.Errorf("the hub (%T) does not serve the admin calls", core)
-	}
-	admin.Register(a.grpcSrv, inspector, admin.WithBackup(a.backup))
-	admin.Register(a.gatewaySrv, inspector, admin.WithBackup(a.backup))
+	// The Admin service, on both servers (gRPC and the gateway's): the
+	// authorizer lets only the admin role call it.
+	admin.Register(a.grpcSrv, core, admin.WithBackup(a.backup))
+	admin.Register(a.gatewaySrv, core, admin.WithBackup(a.backup))
 
 	if err := a.listen(); err != nil {
 		return nil, err

@@ -2,11 +2,9 @@ package app
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/audit"
-	"github.com/energydatahub/messagehub/internal/server"
 )
 
 // auditFlushTimeout bounds the audit log's last flush at shutdown: what it
@@ -24,11 +22,7 @@ func (a *App) auditFlushTime() time.Duration {
 
 // openAudit starts the audit log over the hub. It is closed (its buffer
 // written) after the servers stopped and before the hub closes.
-func (a *App) openAudit(core server.Hub) (*audit.Log, error) {
-	w, ok := core.(audit.Writer)
-	if !ok {
-		return nil, fmt.Errorf("the hub (%T) does not keep an audit log", core)
-	}
+func (a *App) openAudit(w audit.Writer) (*audit.Log, error) {
 	opts := a.cfg.auditOptions
 	opts.Logger = a.logger
 	log := audit.NewLog(w, opts)

@@ -119,21 +119,9 @@ var listFlags = map[string]bool{"content-provider": true}
 
 var settings = []setting{
 	{"grpc-addr", "MESSAGEHUB_GRPC_ADDR", "127.0.0.1:50051", "address the gRPC server listens on (port 0 picks a free one)",
-		func(c *Config, v string) error {
-			if v == "" {
-				return errors.New("must not be empty")
-			}
-			c.GRPCAddr = v
-			return nil
-		}},
+		func(c *Config, v string) error { return nonEmpty(v, &c.GRPCAddr) }},
 	{"http-addr", "MESSAGEHUB_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP gateway (/v1, /openapi.json, /healthz, /metrics) listens on (port 0 picks a free one)",
-		func(c *Config, v string) error {
-			if v == "" {
-				return errors.New("must not be empty")
-			}
-			c.HTTPAddr = v
-			return nil
-		}},
+		func(c *Config, v string) error { return nonEmpty(v, &c.HTTPAddr) }},
 	{"metrics-addr", "MESSAGEHUB_METRICS_ADDR", "", "address of a listener of its own for /metrics (e.g. an internal interface); empty: /metrics is on the HTTP gateway",
 		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
 	{"auth", "MESSAGEHUB_AUTH", AuthNone, "authentication: none (only when every listener is on loopback) or jwt",
@@ -151,13 +139,7 @@ var settings = []setting{
 	{"jwt-audience", "MESSAGEHUB_JWT_AUDIENCE", "", "with --auth jwt: the aud claim tokens must carry",
 		func(c *Config, v string) error { c.JWTAudience = v; return nil }},
 	{"jwt-actor-claim", "MESSAGEHUB_JWT_ACTOR_CLAIM", "sub", "with --auth jwt: the claim holding the caller's actor id (a UUID)",
-		func(c *Config, v string) error {
-			if v == "" {
-				return errors.New("must not be empty")
-			}
-			c.JWTActorClaim = v
-			return nil
-		}},
+		func(c *Config, v string) error { return nonEmpty(v, &c.JWTActorClaim) }},
 	{"tls-cert", "MESSAGEHUB_TLS_CERT", "", "PEM certificate of the gRPC and HTTP listeners (with --tls-key); empty: plaintext",
 		func(c *Config, v string) error { c.TLSCert = v; return nil }},
 	{"tls-key", "MESSAGEHUB_TLS_KEY", "", "PEM private key of --tls-cert",
@@ -194,22 +176,9 @@ var settings = []setting{
 			return nil
 		}},
 	{"cosmos-database", "MESSAGEHUB_COSMOS_DATABASE", "messagehub", "Cosmos DB database",
-		func(c *Config, v string) error {
-			if v == "" {
-				return errors.New("must not be empty")
-			}
-			c.Cosmos.Database = v
-			return nil
-		}},
+		func(c *Config, v string) error { return nonEmpty(v, &c.Cosmos.Database) }},
 	{"cosmos-provision", "MESSAGEHUB_COSMOS_PROVISION", "true", "create the Cosmos DB database and containers when missing",
-		func(c *Config, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("not a boolean: %q", v)
-			}
-			c.Cosmos.Provision = b
-			return nil
-		}},
+		func(c *Config, v string) error { return boolean(v, &c.Cosmos.Provision) }},
 	{"cosmos-id-buckets", "MESSAGEHUB_COSMOS_ID_BUCKETS", strconv.Itoa(defaultCosmosIDBuckets), "partitions of the Cosmos DB id index (1..256)",
 		func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
@@ -221,14 +190,7 @@ var settings = []setting{
 		}},
 	{"cosmos-id-buckets-migrate", "MESSAGEHUB_COSMOS_ID_BUCKETS_MIGRATE", "false",
 		"move a database whose Cosmos DB id index has another bucket count to --cosmos-id-buckets, keeping duplicates found",
-		func(c *Config, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("not a boolean: %q", v)
-			}
-			c.Cosmos.MigrateIDBuckets = b
-			return nil
-		}},
+		func(c *Config, v string) error { return boolean(v, &c.Cosmos.MigrateIDBuckets) }},
 	{"cosmos-throughput", "MESSAGEHUB_COSMOS_THROUGHPUT", defaultCosmosThroughput,
 		"request units of each Cosmos DB container created: autoscale=<max RU/s>, manual=<RU/s> or serverless",
 		func(c *Config, v string) error {
@@ -239,13 +201,7 @@ var settings = []setting{
 			return nil
 		}},
 	{"data-dir", "MESSAGEHUB_DATA_DIR", "./data", "folder of the embedded store (created if missing)",
-		func(c *Config, v string) error {
-			if v == "" {
-				return errors.New("must not be empty")
-			}
-			c.DataDir = v
-			return nil
-		}},
+		func(c *Config, v string) error { return nonEmpty(v, &c.DataDir) }},
 	{"min-free-disk", "MESSAGEHUB_MIN_FREE_DISK", "1GiB", "free space kept on the embedded store's volume: below it saves are refused (RESOURCE_EXHAUSTED) until space is freed; 0 turns the guard off",
 		func(c *Config, v string) error {
 			n, err := diskguard.ParseSize(v)
@@ -285,23 +241,9 @@ var settings = []setting{
 			return err
 		}},
 	{"content-timeout", "MESSAGEHUB_CONTENT_TIMEOUT", "25s", "how long a content peek waits for its document before answering UNAVAILABLE (the build goes on)",
-		func(c *Config, v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return fmt.Errorf("must be a positive duration, got %q", v)
-			}
-			c.ContentTimeout = d
-			return nil
-		}},
+		func(c *Config, v string) error { return positiveDuration(v, &c.ContentTimeout) }},
 	{"content-provider-tls", "MESSAGEHUB_CONTENT_PROVIDER_TLS", "false", "dial content providers with TLS",
-		func(c *Config, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("not a boolean: %q", v)
-			}
-			c.Content.TLS = b
-			return nil
-		}},
+		func(c *Config, v string) error { return boolean(v, &c.Content.TLS) }},
 	{"content-provider-ca", "MESSAGEHUB_CONTENT_PROVIDER_CA", "", "PEM roots that content providers' certificates must chain to; empty: the system's",
 		func(c *Config, v string) error { c.Content.CAFile = v; return nil }},
 	{"content-provider-cert", "MESSAGEHUB_CONTENT_PROVIDER_CERT", "", "PEM client certificate presented to content providers (mTLS), with --content-provider-key",
@@ -387,6 +329,26 @@ var settings = []setting{
 			c.LogLevel = l
 			return nil
 		}},
+}
+
+// The parsers several settings share: each checks v and stores it into the
+// field.
+
+func nonEmpty(v string, into *string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	*into = v
+	return nil
+}
+
+func boolean(v string, into *bool) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("not a boolean: %q", v)
+	}
+	*into = b
+	return nil
 }
 
 func positiveDuration(v string, into *time.Duration) error {

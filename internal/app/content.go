@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -120,12 +121,7 @@ func contentService(cfg ContentConfig, svc content.Options, notifier content.Not
 		}
 	}
 	providers := map[domain.Origin]messagehubv1.BundleContentProviderClient{}
-	origins := make([]domain.Origin, 0, len(cfg.Providers))
-	for origin := range cfg.Providers {
-		origins = append(origins, origin)
-	}
-	slices.Sort(origins)
-	for _, origin := range origins {
+	for _, origin := range slices.Sorted(maps.Keys(cfg.Providers)) {
 		conn, err := grpc.NewClient(cfg.Providers[origin], creds...)
 		if err != nil {
 			closeConns()

@@ -26,7 +26,7 @@ import (
 //     committed. Stopping does not wait for the handlers: one that waits
 //     for the store is left behind.
 //  2. Closing, until ShutdownTimeout: everything New opened is released in
-//     reverse order (the repository lets queued saves commit, then the store
+//     reverse order (the hub lets queued saves commit, then the store
 //     closes). A step still running at the deadline is left running and
 //     whatever was opened before it stays open, so the store is never
 //     closed under an operation; Close then returns ErrShutdownTimedOut and

@@ -10,7 +10,6 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/figures"
 	"github.com/energydatahub/messagehub/internal/hub"
-	"github.com/energydatahub/messagehub/internal/server"
 	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/backend"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
@@ -19,7 +18,7 @@ import (
 
 // This file is the one place in the package that names the hub and the
 // store: the store chain (backend.Open), the hub over it and the disk guard
-// are wired here, and the other files see a server.Hub.
+// are wired here.
 
 // The defaults and the check of the Cosmos DB settings, which are the
 // backend's own.
@@ -40,7 +39,7 @@ type storeWrapper = func(store.Store) store.Store
 // openHub opens the store, the documents next to it and the hub over both,
 // and returns the core the gRPC servers serve; the document service is nil
 // without a place for documents.
-func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error) {
+func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 	if a.cfg.Store == StoreEmbedded && a.cfg.MinFreeDisk > 0 {
 		a.guard = diskguard.New(a.cfg.DataDir, a.cfg.MinFreeDisk, nil, 0, a.logger)
 		a.onClose("disk guard", func() error { a.guard.Close(); return nil })
@@ -63,13 +62,13 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 		measured = a.cfg.wrapStore(measured)
 	}
 	a.backup = backup{dataDir: a.cfg.DataDir, store: measured}
-	repoOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention,
+	hubOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention,
 		BellErrors: func(op string) { a.tel.Metrics.RecordBellError(context.Background(), op) }}
 	if a.cfg.Store == StoreCosmos {
-		repoOpts.PlanParallel = cosmos.Parallel
+		hubOpts.PlanParallel = cosmos.Parallel
 		// A recipient whose partition is throttled holds up only the Saves
 		// that name it: the groups of other recipients commit meanwhile.
-		repoOpts.ConcurrentGroups = cosmosSaveGroups
+		hubOpts.ConcurrentGroups = cosmosSaveGroups
 	}
 	// Bundles' documents live next to the embedded store, or in Azure Blob
 	// Storage with Cosmos DB, and are served even for a domain whose
@@ -79,24 +78,24 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 		return nil, nil, err
 	}
 	if documents != nil {
-		repoOpts.ForgetBundles = content.Forget(documents)
+		hubOpts.ForgetBundles = content.Forget(documents)
 		// Domains with a provider hear of their bundles' dequeues.
-		repoOpts.Notices = func(o domain.Origin) bool { _, ok := a.cfg.Content.Providers[o]; return ok }
+		hubOpts.Notices = func(o domain.Origin) bool { _, ok := a.cfg.Content.Providers[o]; return ok }
 	}
 	// This instance's dequeues wake its notifier; it polls only for other
 	// instances' notices, rarely when there are none.
 	signal := content.NewNoticeSignal()
-	repoOpts.OnNotice = signal.Send
+	hubOpts.OnNotice = signal.Send
 	if err := a.keepFigures(measured, documents != nil); err != nil {
 		return nil, nil, err
 	}
-	repo := hub.New(measured, repoOpts, a.logger)
-	a.stopWaits, a.waiting = repo.StopWaits, repo.Waiting
+	core := hub.New(measured, hubOpts, a.logger)
+	a.stopWaits, a.waiting = core.StopWaits, core.Waiting
 	// Queued saves commit here; a store that does not answer holds this
 	// stage up until the shutdown deadline (shutdown.go).
-	a.onClose("hub", func() error { repo.Close(); return nil })
+	a.onClose("hub", func() error { core.Close(); return nil })
 	if documents == nil {
-		return repo, nil, nil
+		return core, nil, nil
 	}
 	var grace time.Duration
 	if a.cfg.Store == StoreCosmos {
@@ -112,13 +111,13 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 			Lease: measured,
 			// An instance that died holds a build up for this long at most.
 			LeaseDuration: a.cfg.Content.Lease,
-			Pending:       repo.IsPending,
+			Pending:       core.IsPending,
 			Logger:        a.logger,
 			Metrics:       a.tel.Metrics,
 		},
 		content.NotifierOptions{
 			Notices: measured,
-			Bundle:  repo.DequeuedBundle,
+			Bundle:  core.DequeuedBundle,
 			Signal:  signal,
 			Grace:   grace,
 			Logger:  a.logger,
@@ -128,7 +127,7 @@ func (a *App) openHub(ctx context.Context) (server.Hub, *content.Service, error)
 	}
 	// Closed before the hub: builds ask it whether bundles are pending.
 	a.onClose("documents service", func() error { closeDocs(); return nil })
-	return repo, docs, nil
+	return core, docs, nil
 }
 
 // keepFigures recounts the backlog figures when they are due and this

@@ -150,7 +150,7 @@ func (l *Log) run() {
 		case <-tick.C:
 		case <-l.kick:
 		}
-		_ = l.flush(l.runCtx) // a failure is logged; its events wait for the next
+		_ = l.Flush(l.runCtx) // a failure is logged; its events wait for the next
 
 	}
 }
@@ -158,10 +158,6 @@ func (l *Log) run() {
 // Flush writes every buffered event now. Events a failed write did not
 // store go back to the buffer while it has room, for the next flush.
 func (l *Log) Flush(ctx context.Context) error {
-	return l.flush(ctx)
-}
-
-func (l *Log) flush(ctx context.Context) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
 	l.mu.Lock()
@@ -214,7 +210,7 @@ func (l *Log) Close(ctx context.Context) error {
 	defer stopCutting()
 	close(l.stop)
 	<-l.stopped
-	err := l.flush(ctx)
+	err := l.Flush(ctx)
 	l.mu.Lock()
 	l.closed = true
 	lost := len(l.buf)

@@ -114,7 +114,8 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 			jwt.WithTimeFunc(cfg.Now),
 		),
 	}
-	if err := v.file.load(cfg.JWKSFile, cfg.Now()); err != nil {
+	// The first read: any content differs from none.
+	if _, _, err := v.file.reload(cfg.JWKSFile, cfg.Now()); err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	return v, nil

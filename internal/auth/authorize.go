@@ -64,7 +64,7 @@ func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (con
 	}
 	p, verified := PrincipalFromContext(ctx)
 	if !verified {
-		token, err := bearerToken(ctx)
+		token, err := parseBearer(metadata.ValueFromIncomingContext(ctx, "authorization"))
 		if err != nil {
 			return ctx, err
 		}
@@ -115,12 +115,6 @@ func actAs(p Principal, recipient *string) error {
 	}
 	*recipient = p.Actor
 	return nil
-}
-
-// bearerToken returns the token of the call's "authorization: Bearer ..."
-// metadata.
-func bearerToken(ctx context.Context) (string, error) {
-	return parseBearer(metadata.ValueFromIncomingContext(ctx, "authorization"))
 }
 
 // Authenticate checks the Authorization header of an HTTP request as

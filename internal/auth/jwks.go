@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"os"
 )
 
 // KeySet is the public keys of a JWKS document that can verify RS256 or
@@ -37,19 +36,6 @@ type rawJWK struct {
 	Crv string `json:"crv"`
 	X   string `json:"x"`
 	Y   string `json:"y"`
-}
-
-// LoadJWKS reads a JWKS file (`{"keys": [...]}`).
-func LoadJWKS(path string) (*KeySet, error) {
-	data, err := os.ReadFile(path) //nolint:gosec // the operator names the file
-	if err != nil {
-		return nil, fmt.Errorf("read JWKS: %w", err)
-	}
-	ks, err := ParseJWKS(data)
-	if err != nil {
-		return nil, fmt.Errorf("JWKS %s: %w", path, err)
-	}
-	return ks, nil
 }
 
 // ParseJWKS parses a JWKS document. Keys for encryption ("use": "enc") are

@@ -22,12 +22,6 @@ type jwksFile struct {
 	failed string
 }
 
-// load reads the file for the first time: any content differs from none.
-func (f *jwksFile) load(path string, now time.Time) error {
-	_, _, err := f.reload(path, now)
-	return err
-}
-
 // reload looks at the file and, if its content differs from the one the keys
 // came from, installs its keys and returns the old ones (nil when the
 // content is the same). The content is

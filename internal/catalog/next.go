@@ -78,12 +78,7 @@ type Span struct {
 // retained bundle covers any of it.
 func Removable(e Entry, c Cursor, retained []Span) (drawers []drawer.Meta, dropEntry bool) {
 	covered := func(d drawer.Meta) bool {
-		for _, s := range retained {
-			if s.Key == e.Key() && s.Start < d.End() && d.Start < s.End {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(retained, func(s Span) bool { return s.Key == e.Key() && s.Start < d.End() && d.Start < s.End })
 	}
 	kept := map[string]bool{}
 	for _, d := range e.Drawers {

@@ -33,7 +33,6 @@ type Key struct {
 // Document is a stored document, read through Body (the caller closes it).
 type Document struct {
 	MediaType string
-	Size      int64
 	Body      io.ReadCloser
 }
 

@@ -64,11 +64,6 @@ func (s *DirStore) Open(_ context.Context, key Key) (*Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := f.Stat()
-	if err != nil {
-		_ = f.Close()
-		return nil, err
-	}
 	r := bufio.NewReader(f)
 	magic, err := r.ReadString('\n')
 	if err != nil || magic != fileMagic {
@@ -80,12 +75,7 @@ func (s *DirStore) Open(_ context.Context, key Key) (*Document, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
 	}
-	header := int64(len(magic) + len(mediaType))
-	return &Document{
-		MediaType: strings.TrimSuffix(mediaType, "\n"),
-		Size:      info.Size() - header,
-		Body:      readCloser{Reader: r, Closer: f},
-	}, nil
+	return &Document{MediaType: strings.TrimSuffix(mediaType, "\n"), Body: readCloser{Reader: r, Closer: f}}, nil
 }
 
 type readCloser struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -220,13 +221,8 @@ func StartNotifier(opts NotifierOptions) *Notifier {
 		}
 		cancel()
 	}()
-	origins := make([]domain.Origin, 0, len(opts.Providers))
-	for o := range opts.Providers {
-		origins = append(origins, o)
-	}
-	slices.Sort(origins)
 	var wg sync.WaitGroup
-	for _, o := range origins {
+	for _, o := range slices.Sorted(maps.Keys(opts.Providers)) {
 		wake, stop := opts.Signal.listen(o)
 		w := &worker{n: n, origin: o, wake: wake}
 		wg.Go(func() {

@@ -358,7 +358,7 @@ func (s *Service) renew(ctx context.Context, cancel context.CancelFunc, key Key,
 	}
 }
 
-// Forget returns what retention calls (repository.Options.ForgetBundles) to
+// Forget returns what retention calls (hub.Options.ForgetBundles) to
 // remove the documents of the recipient's bundles it removes.
 func Forget(store Store) func(ctx context.Context, recipient string, bundleIDs []string) error {
 	return func(ctx context.Context, recipient string, bundleIDs []string) error {

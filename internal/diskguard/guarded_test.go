@@ -83,7 +83,7 @@ func (m *memStore) AcquireBuild(_ context.Context, _, _, holder string, _ time.D
 	return holder, time.Time{}, m.other()
 }
 func (m *memStore) ReleaseBuild(context.Context, string, string, string) error { return m.other() }
-func (m *memStore) LoadRecipient(context.Context, string) (store.RecipientState, error) {
+func (m *memStore) LoadRecipient(context.Context, string, ...store.LoadOption) (store.RecipientState, error) {
 	return store.RecipientState{}, nil
 }
 

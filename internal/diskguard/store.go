@@ -182,6 +182,12 @@ func (s *guardedStore) ReleaseBuild(ctx context.Context, recipient, bundleID, ho
 	return s.write(leaseBytes, s.g.Floor(), func() error { return s.Store.ReleaseBuild(ctx, recipient, bundleID, holder) })
 }
 
+// MarkIdle implements store.Store: it passes. The embedded store keeps no
+// mark and writes nothing for it, and a mark is only a hint.
+func (s *guardedStore) MarkIdle(ctx context.Context, recipient string, head store.Head) error {
+	return s.Store.MarkIdle(ctx, recipient, head)
+}
+
 // RingBell implements store.Coordination: it passes, as a read does. A bell
 // tells other instances about a save already stored; the store one process
 // opens writes nothing for it.

@@ -37,7 +37,7 @@ var (
 	ErrNotSupported = errors.New("not supported by this store")
 )
 
-// invalid wraps ErrInvalidArgument with a message that says what is wrong.
-func invalid(format string, args ...any) error {
+// Invalid wraps ErrInvalidArgument with a message that says what is wrong.
+func Invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 }

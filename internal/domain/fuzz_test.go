@@ -83,7 +83,7 @@ func FuzzNormalizeNotifications(f *testing.F) {
 		}
 		before := slices.Clone(in)
 
-		out, err := domain.NormalizeNotifications(in)
+		out, err := normalized(in)
 
 		if !slices.Equal(in, before) {
 			t.Fatalf("input modified: %+v, was %+v", in, before)
@@ -113,7 +113,7 @@ func FuzzNormalizeNotifications(f *testing.F) {
 		for i := range in {
 			checkNormalized(t, in[i], out[i])
 		}
-		again, err := domain.NormalizeNotifications(out)
+		again, err := normalized(out)
 		if err != nil {
 			t.Fatalf("normalising the output again failed: %v", err)
 		}

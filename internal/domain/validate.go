@@ -17,7 +17,7 @@ const (
 // and returns it in lower case. field names the value in the error.
 func ParseUUID(field, s string) (string, error) {
 	if len(s) != 36 {
-		return "", invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
+		return "", Invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
 	}
 	// One pass checks the form and notes upper case: ids are usually lower
 	// case already and are then returned as they are (two per notification).
@@ -26,7 +26,7 @@ func ParseUUID(field, s string) (string, error) {
 		c := s[i]
 		if i == 8 || i == 13 || i == 18 || i == 23 {
 			if c != '-' {
-				return "", invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
+				return "", Invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
 			}
 			continue
 		}
@@ -34,7 +34,7 @@ func ParseUUID(field, s string) (string, error) {
 		case hexUpper:
 			upper = true
 		case notHex:
-			return "", invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
+			return "", Invalid("%s must be a UUID in 8-4-4-4-12 form, got %q", field, truncate(s))
 		}
 	}
 	if upper {
@@ -70,31 +70,17 @@ func ParseOptionalUUID(field, s string) (string, error) {
 	return ParseUUID(field, s)
 }
 
-// NormalizeNotifications validates a Save request and returns its
-// notifications normalised: ids and recipients in lower case, a missing
-// document type set to the content type. The input is not modified.
-func NormalizeNotifications(in []Notification) ([]Notification, error) {
-	if err := checkSaveSize(len(in)); err != nil {
-		return nil, err
-	}
-	out := make([]Notification, len(in))
-	copy(out, in)
-	if err := NormalizeNotificationsInPlace(out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// NormalizeNotificationsInPlace is NormalizeNotifications for a slice the
-// caller owns: it normalises the notifications where they are, without a
-// copy (after an error, some of them may be normalised).
-func NormalizeNotificationsInPlace(ns []Notification) error {
+// NormalizeNotifications validates a Save request and normalises its
+// notifications where they are: ids and recipients in lower case, a missing
+// document type set to the content type (after an error, some of them may
+// be normalised).
+func NormalizeNotifications(ns []Notification) error {
 	if err := checkSaveSize(len(ns)); err != nil {
 		return err
 	}
 	for i := range ns {
 		if err := normalizeNotification(&ns[i]); err != nil {
-			return invalid("notification %d: %s", i, strings.TrimPrefix(err.Error(), ErrInvalidArgument.Error()+": "))
+			return Invalid("notification %d: %s", i, strings.TrimPrefix(err.Error(), ErrInvalidArgument.Error()+": "))
 		}
 	}
 	return nil
@@ -102,10 +88,10 @@ func NormalizeNotificationsInPlace(ns []Notification) error {
 
 func checkSaveSize(n int) error {
 	if n == 0 {
-		return invalid("a save needs at least one notification")
+		return Invalid("a save needs at least one notification")
 	}
 	if n > MaxNotificationsPerSave {
-		return invalid("a save holds at most %d notifications, got %d", MaxNotificationsPerSave, n)
+		return Invalid("a save holds at most %d notifications, got %d", MaxNotificationsPerSave, n)
 	}
 	return nil
 }
@@ -119,7 +105,7 @@ func normalizeNotification(n *Notification) error {
 		return err
 	}
 	if !n.Origin.Valid() {
-		return invalid("origin must be a defined domain, got %d", n.Origin)
+		return Invalid("origin must be a defined domain, got %d", n.Origin)
 	}
 	if err = checkTypeName("content_type", n.ContentType); err != nil {
 		return err
@@ -130,7 +116,7 @@ func normalizeNotification(n *Notification) error {
 		return err
 	}
 	if n.Weight < 1 || n.Weight > MaxWeight {
-		return invalid("weight must be 1..%d, got %d", MaxWeight, n.Weight)
+		return Invalid("weight must be 1..%d, got %d", MaxWeight, n.Weight)
 	}
 	return nil
 }
@@ -138,12 +124,12 @@ func normalizeNotification(n *Notification) error {
 // checkTypeName enforces 1..255 characters of [A-Za-z0-9._:-].
 func checkTypeName(field, s string) error {
 	if len(s) == 0 || len(s) > MaxContentTypeLength {
-		return invalid("%s must be 1..%d characters, got %d", field, MaxContentTypeLength, len(s))
+		return Invalid("%s must be 1..%d characters, got %d", field, MaxContentTypeLength, len(s))
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-') {
-			return invalid("%s may only hold [A-Za-z0-9._:-], got %q", field, truncate(s))
+			return Invalid("%s may only hold [A-Za-z0-9._:-], got %q", field, truncate(s))
 		}
 	}
 	return nil
@@ -156,7 +142,7 @@ func ValidateContentType(s string) error { return checkTypeName("content_type", 
 // ValidatePeekGroup rejects values outside the PeekGroup enum.
 func ValidatePeekGroup(g PeekGroup) error {
 	if !g.Valid() {
-		return invalid("group must be a defined peek group, got %d", g)
+		return Invalid("group must be a defined peek group, got %d", g)
 	}
 	return nil
 }

@@ -17,6 +17,15 @@ const (
 	typeCharset    = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
 )
 
+// normalized normalises a copy of in, leaving in as it is.
+func normalized(in []domain.Notification) ([]domain.Notification, error) {
+	out := slices.Clone(in)
+	if err := domain.NormalizeNotifications(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // validNotification is a notification that passes every rule.
 func validNotification() domain.Notification {
 	return domain.Notification{
@@ -206,7 +215,7 @@ func TestNormalizeNotificationsAcceptsEveryValidShape(t *testing.T) {
 			tt.modify(&in)
 			want := in
 			tt.want(&want)
-			out, err := domain.NormalizeNotifications([]domain.Notification{in})
+			out, err := normalized([]domain.Notification{in})
 			if err != nil {
 				t.Fatalf("NormalizeNotifications failed: %v", err)
 			}
@@ -249,7 +258,7 @@ func TestNormalizeNotificationsRejectsEveryBrokenRuleAndNamesTheNotificationAndF
 		t.Run(tt.name, func(t *testing.T) {
 			in := []domain.Notification{validNotification(), validNotification(), validNotification(), validNotification()}
 			tt.modify(&in[2])
-			out, err := domain.NormalizeNotifications(in)
+			out, err := normalized(in)
 			mustBeInvalid(t, err, "notification 2", tt.wantField)
 			if out != nil {
 				t.Errorf("NormalizeNotifications returned %d notifications alongside its error, want nil", len(out))
@@ -272,7 +281,7 @@ func TestEveryByteIsAcceptedInATypeNameExactlyWhenItIsInTheCharset(t *testing.T)
 			} else {
 				n.DocumentType = s
 			}
-			_, err := domain.NormalizeNotifications([]domain.Notification{n})
+			_, err := normalized([]domain.Notification{n})
 			if allowed && err != nil {
 				t.Errorf("%s with byte %#x rejected: %v", field, b, err)
 			}
@@ -309,7 +318,7 @@ func TestNormalizeNotificationsEnforcesOneToTenThousandPerSave(t *testing.T) {
 					in[i] = validNotification()
 				}
 			}
-			out, err := domain.NormalizeNotifications(in)
+			out, err := normalized(in)
 			if tt.wantErr {
 				mustBeInvalid(t, err)
 				if out != nil {
@@ -318,7 +327,7 @@ func TestNormalizeNotificationsEnforcesOneToTenThousandPerSave(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("NormalizeNotifications(%d) failed: %v", tt.count, err)
+				t.Fatalf("normalized(%d) failed: %v", tt.count, err)
 			}
 			if len(out) != tt.count {
 				t.Errorf("got %d notifications, want %d", len(out), tt.count)
@@ -334,7 +343,7 @@ func TestNormalizeNotificationsKeepsRequestOrder(t *testing.T) {
 		in[i].ID = fmt.Sprintf("%08X-0000-4000-8000-%012d", i, i)
 		in[i].Weight = int64(i + 1)
 	}
-	out, err := domain.NormalizeNotifications(in)
+	out, err := normalized(in)
 	if err != nil {
 		t.Fatalf("NormalizeNotifications failed: %v", err)
 	}
@@ -366,7 +375,7 @@ func TestNormalizeNotificationsNeverModifiesItsInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := slices.Clone(tt.in)
-			out, _ := domain.NormalizeNotifications(tt.in)
+			out, _ := normalized(tt.in)
 			if !slices.Equal(tt.in, before) {
 				t.Fatalf("input changed:\n got  %+v\n want %+v", tt.in, before)
 			}

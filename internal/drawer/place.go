@@ -1,5 +1,7 @@
 package drawer
 
+import "slices"
+
 // Append files items (already numbered with consecutive positions starting at
 // the cabinet's Total) into the cabinet's drawers: the last run is filled up
 // to its drawer's Capacity when it ends where the items start, then new
@@ -62,10 +64,5 @@ func Held(runs []Meta, from int64) int64 {
 
 // Containing returns the index of the drawer holding position pos, or -1.
 func Containing(drawers []Meta, pos int64) int {
-	for i, d := range drawers {
-		if pos >= d.Start && pos < d.End() {
-			return i
-		}
-	}
-	return -1
+	return slices.IndexFunc(drawers, func(d Meta) bool { return pos >= d.Start && pos < d.End() })
 }

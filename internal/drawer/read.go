@@ -2,6 +2,7 @@ package drawer
 
 import (
 	"context"
+	"slices"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -42,11 +43,7 @@ func ReadRange(ctx context.Context, read ReadFunc, drawers []Meta, from, to int6
 	if err != nil {
 		return nil, err
 	}
-	var items []Item
-	for _, p := range parts {
-		items = append(items, p...)
-	}
-	return items, nil
+	return slices.Concat(parts...), nil
 }
 
 func readSpans(ctx context.Context, read ReadFunc, ss []span) ([][]Item, error) {

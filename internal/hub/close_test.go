@@ -19,12 +19,12 @@ type stallingStore struct {
 	inside  atomic.Int32
 }
 
-func (s *stallingStore) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
+func (s *stallingStore) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
 	s.inside.Add(1)
 	defer s.inside.Add(-1)
 	s.entered <- struct{}{}
 	<-ctx.Done()
-	return s.Store.LoadRecipient(context.Background(), recipient)
+	return s.Store.LoadRecipient(context.Background(), recipient, opts...)
 }
 
 // A Peek whose caller has gone keeps running for the others that might share

@@ -22,7 +22,7 @@ type holdingStore struct {
 	release chan struct{}
 }
 
-func (s *holdingStore) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
+func (s *holdingStore) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
 	if recipient == s.hot {
 		select {
 		case s.held <- struct{}{}:
@@ -34,7 +34,7 @@ func (s *holdingStore) LoadRecipient(ctx context.Context, recipient string) (sto
 			return store.RecipientState{}, ctx.Err()
 		}
 	}
-	return s.Store.LoadRecipient(ctx, recipient)
+	return s.Store.LoadRecipient(ctx, recipient, opts...)
 }
 
 func notes(n int, recipient string) []domain.Notification {

@@ -19,18 +19,34 @@ func (r *Hub) Dequeue(ctx context.Context, recipient, bundleID string) error {
 		return err
 	}
 	defer r.ops.Done()
+	first := true
 	_, err := retry(ctx, func() (struct{}, error) {
-		return struct{}{}, r.dequeueOnce(ctx, recipient, bundleID)
+		err := r.dequeueOnce(ctx, recipient, bundleID, first)
+		first = false
+		return struct{}{}, err
 	})
 	return err
 }
 
-func (r *Hub) dequeueOnce(ctx context.Context, recipient, bundleID string) error {
-	state, err := r.store.LoadRecipient(ctx, recipient)
+// dequeueOnce acknowledges the bundle from one reading of the recipient's
+// state. The first attempt's reading may lag (store.MayLag, one request
+// less on a remote store): everything it leads to writing is conditional
+// on the bundle's and the cursor's versions, so a stale reading ends in
+// ErrConflict and the retry reads fresh. Only "no such pending bundle" is
+// taken from a fresh reading, as a lagging one may not have the bundle yet.
+func (r *Hub) dequeueOnce(ctx context.Context, recipient, bundleID string, mayLag bool) error {
+	var opts []store.LoadOption
+	if mayLag {
+		opts = append(opts, store.MayLag)
+	}
+	state, err := r.store.LoadRecipient(ctx, recipient, opts...)
 	if err != nil {
 		return err
 	}
 	i := slices.IndexFunc(state.Pending, func(rec bundle.Record) bool { return rec.ID == bundleID })
+	if i < 0 && mayLag {
+		return r.dequeueOnce(ctx, recipient, bundleID, false)
+	}
 	if i < 0 {
 		return fmt.Errorf("%w: no pending bundle %s", domain.ErrNotFound, bundleID)
 	}

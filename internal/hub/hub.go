@@ -45,6 +45,8 @@ type Hub struct {
 	// wakes wakes waiting peeks when a Save for their recipient commits
 	// (wake.go).
 	wakes *wakeups
+	// idle decides when a Peek marks its recipient idle (idle.go).
+	idle *idleMarks
 
 	// closeMu guards starting work against Close: once closed is set no
 	// operation starts, so Close can wait for every one that did.
@@ -91,6 +93,7 @@ func New(store store.Store, opts Options, logger *slog.Logger) *Hub {
 		store: store, opts: opts, logger: logger,
 		peeks: newSharer[*domain.Bundle](),
 		wakes: newWakeups(opts.MaxWaitersPerRecipient, opts.MaxWaiters),
+		idle:  newIdleMarks(),
 	}
 	r.saves = r.newSaver()
 	r.opsCtx, r.stopOps = context.WithCancel(context.Background())

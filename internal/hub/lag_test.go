@@ -151,8 +151,8 @@ type abortedStore struct {
 	from, to int64
 }
 
-func (s abortedStore) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
-	st, err := s.Store.LoadRecipient(ctx, recipient)
+func (s abortedStore) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
+	st, err := s.Store.LoadRecipient(ctx, recipient, opts...)
 	for i, e := range st.Entries {
 		var runs []drawer.Meta
 		for _, d := range e.Drawers {

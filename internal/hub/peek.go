@@ -36,11 +36,15 @@ func (r *Hub) Peek(ctx context.Context, recipient string, group domain.PeekGroup
 
 // peekOnce answers a Peek from one reading of the recipient's state. It
 // returns ErrConflict when another writer won a race; the caller retries.
+// An idle recipient's state (store.MayBeIdle) has nothing pending and
+// nothing to cut, so it takes the same path to its empty answer (or to
+// ErrBundleIDInUse for a bundle id that was used).
 func (r *Hub) peekOnce(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error) {
-	state, err := r.store.LoadRecipient(ctx, recipient)
+	state, err := r.store.LoadRecipient(ctx, recipient, store.MayBeIdle)
 	if err != nil {
 		return nil, err
 	}
+	r.noteState(ctx, recipient, state)
 	pending := pendingIn(state, group)
 	if bundleID != "" {
 		if i := slices.IndexFunc(pending, func(rec bundle.Record) bool { return rec.ID == bundleID }); i >= 0 {

@@ -22,14 +22,14 @@ type gatedStore struct {
 	open    chan struct{}
 }
 
-func (s *gatedStore) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
+func (s *gatedStore) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
 	s.arrived <- struct{}{}
 	select {
 	case <-s.open:
 	case <-ctx.Done():
 		return store.RecipientState{}, ctx.Err()
 	}
-	return s.Store.LoadRecipient(ctx, recipient)
+	return s.Store.LoadRecipient(ctx, recipient, opts...)
 }
 
 // With PlanParallel set, a save group loads that many recipients at once,

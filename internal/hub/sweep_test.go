@@ -44,7 +44,7 @@ func (s *sweptStore) DueRecipients(_ context.Context, _, _ time.Time, fn func(st
 	return nil
 }
 
-func (s *sweptStore) LoadRecipient(ctx context.Context, _ string) (store.RecipientState, error) {
+func (s *sweptStore) LoadRecipient(ctx context.Context, _ string, _ ...store.LoadOption) (store.RecipientState, error) {
 	s.mu.Lock()
 	s.loads = append(s.loads, sweepLoad{at: time.Now(), low: ctx.Value(sweepLowKey{}) != nil})
 	s.mu.Unlock()

@@ -51,15 +51,9 @@ const smallAnswer = 64 << 10
 // defaults.
 func WithAnswerBudget(b AnswerBudget) Option {
 	return func(o *options) {
-		if b.PerConnection > 0 {
-			o.answers.PerConnection = b.PerConnection
-		}
-		if b.Total > 0 {
-			o.answers.Total = b.Total
-		}
-		if b.Wait > 0 {
-			o.answers.Wait = b.Wait
-		}
+		setPositive(&o.answers.PerConnection, b.PerConnection)
+		setPositive(&o.answers.Total, b.Total)
+		setPositive(&o.answers.Wait, b.Wait)
 	}
 }
 

@@ -126,24 +126,20 @@ const (
 // WithLimits replaces DefaultLimits; zero fields keep their defaults.
 func WithLimits(l Limits) Option {
 	return func(o *options) {
-		if l.MaxConcurrentStreams > 0 {
-			o.limits.MaxConcurrentStreams = l.MaxConcurrentStreams
-		}
-		if l.MaxConnectionAge > 0 {
-			o.limits.MaxConnectionAge = l.MaxConnectionAge
-		}
-		if l.MaxConnectionAgeGrace > 0 {
-			o.limits.MaxConnectionAgeGrace = l.MaxConnectionAgeGrace
-		}
-		if l.MaxConnectionIdle > 0 {
-			o.limits.MaxConnectionIdle = l.MaxConnectionIdle
-		}
-		if l.HandshakeTimeout > 0 {
-			o.limits.HandshakeTimeout = l.HandshakeTimeout
-		}
-		if l.MaxHeaderListSize > 0 {
-			o.limits.MaxHeaderListSize = l.MaxHeaderListSize
-		}
+		setPositive(&o.limits.MaxConcurrentStreams, l.MaxConcurrentStreams)
+		setPositive(&o.limits.MaxConnectionAge, l.MaxConnectionAge)
+		setPositive(&o.limits.MaxConnectionAgeGrace, l.MaxConnectionAgeGrace)
+		setPositive(&o.limits.MaxConnectionIdle, l.MaxConnectionIdle)
+		setPositive(&o.limits.HandshakeTimeout, l.HandshakeTimeout)
+		setPositive(&o.limits.MaxHeaderListSize, l.MaxHeaderListSize)
+	}
+}
+
+// setPositive sets *into to v unless v is zero (an option's "keep the
+// default").
+func setPositive[T uint32 | int64 | time.Duration](into *T, v T) {
+	if v > 0 {
+		*into = v
 	}
 }
 
@@ -177,11 +173,11 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	unary := []grpc.UnaryServerInterceptor{access.unary(), UnaryErrorInterceptor(logger)}
 	stream := []grpc.StreamServerInterceptor{access.stream(), StreamErrorInterceptor(logger), decodeStream()}
 	if o.authorizer != nil {
-		unary = append(unary, unaryCallerInterceptor(o.authorizer))
+		unary = append(unary, unaryAuthInterceptor(o.authorizer, false))
 	}
 	unary = append(unary, decodeUnary())
 	if o.authorizer != nil {
-		unary = append(unary, unaryAuthInterceptor(o.authorizer))
+		unary = append(unary, unaryAuthInterceptor(o.authorizer, true))
 		// A stream's caller is checked when it opens, before the handler
 		// reads its request.
 		stream = append(stream, streamAuthInterceptor(o.authorizer))
@@ -232,23 +228,17 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	return srv, hs
 }
 
-// unaryCallerInterceptor authorizes a unary call before its request is
-// read (req is not decoded yet, so the authorizer gets nil): who calls, and
-// whether it may call the method. unaryAuthInterceptor then checks the
-// decoded request with the context this one returned.
-func unaryCallerInterceptor(a Authorizer) grpc.UnaryServerInterceptor {
+// unaryAuthInterceptor authorizes a unary call. Before its request is read
+// (decoded false: the authorizer gets nil) it checks who calls and whether
+// it may call the method; after decoding, the request, with the context the
+// first check returned.
+func unaryAuthInterceptor(a Authorizer, decoded bool) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := a.Authorize(ctx, info.FullMethod, nil)
-		if err != nil {
-			return nil, err
+		checked := req
+		if !decoded {
+			checked = nil
 		}
-		return handler(ctx, req)
-	}
-}
-
-func unaryAuthInterceptor(a Authorizer) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := a.Authorize(ctx, info.FullMethod, req)
+		ctx, err := a.Authorize(ctx, info.FullMethod, checked)
 		if err != nil {
 			return nil, err
 		}

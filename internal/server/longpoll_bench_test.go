@@ -35,9 +35,9 @@ func (s *countingStore) ReadBells(ctx context.Context, cursor string) ([]string,
 	return s.Store.ReadBells(ctx, cursor)
 }
 
-func (s *countingStore) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
+func (s *countingStore) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
 	s.calls.Add(1)
-	return s.Store.LoadRecipient(ctx, recipient)
+	return s.Store.LoadRecipient(ctx, recipient, opts...)
 }
 
 func (s *countingStore) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {

@@ -13,7 +13,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
-// Hub is what the transport needs from the core: the repository's three
+// Hub is what the transport needs from the core: the hub's three
 // operations. Inputs are already validated and normalised.
 type Hub interface {
 	Save(ctx context.Context, notifications []domain.Notification) (domain.SaveResult, error)
@@ -52,7 +52,7 @@ func (s *Service) Save(ctx context.Context, req *messagehubv1.SaveRequest) (*mes
 	for i, n := range req.GetNotifications() {
 		notifications[i] = apiconv.Notification(n)
 	}
-	if err := domain.NormalizeNotificationsInPlace(notifications); err != nil {
+	if err := domain.NormalizeNotifications(notifications); err != nil {
 		return nil, err
 	}
 	res, err := s.hub.Save(ctx, notifications)

@@ -55,13 +55,37 @@ type Head struct {
 }
 
 // RecipientState is everything that answers "what is pending or next for this
-// recipient?": it is read in one request.
+// recipient?".
 type RecipientState struct {
 	Head    Head
 	Entries []catalog.Entry
 	Cursors []catalog.Cursor
 	Pending []bundle.Record // bundles peeked and not yet dequeued
+	// Idle says the store answered a load with MayBeIdle from the mark
+	// MarkIdle left at the recipient's current head: nothing is pending
+	// and nothing waits, so Entries, Cursors and Pending were not read
+	// and are empty. Head is the head as stored.
+	Idle bool
 }
+
+// LoadOption lets a caller of LoadRecipient take a cheaper reading of the
+// recipient's state when it can do with less.
+type LoadOption int
+
+const (
+	// MayBeIdle lets the store answer with an Idle state when the
+	// recipient was marked idle at its current head (MarkIdle) or has no
+	// head at all. Such an answer is as fresh as any other: it reflects
+	// every write that succeeded before the load began.
+	MayBeIdle LoadOption = iota + 1
+	// MayLag lets the state miss writes of other instances sharing the
+	// store that succeeded before the load (this store's own writes are
+	// always seen). What it holds did exist, at the versions it gives, so
+	// a conditional write on them fails as ErrConflict when they are
+	// stale; the caller must not conclude from such a state that a record
+	// is absent.
+	MayLag
+)
 
 // Fingerprint identifies a notification's content, to tell a duplicate save
 // from a conflicting one.
@@ -103,8 +127,20 @@ type Sweep struct {
 // checks every promise.
 type Store interface {
 	// LoadRecipient returns the recipient's state; a recipient never seen has
-	// a zero Head and nothing else.
-	LoadRecipient(ctx context.Context, recipient string) (RecipientState, error)
+	// a zero Head and nothing else. Without options the state reflects
+	// every write that succeeded before the call, whichever instance made
+	// it; opts may ask for a cheaper one (MayBeIdle, MayLag).
+	LoadRecipient(ctx context.Context, recipient string, opts ...LoadOption) (RecipientState, error)
+	// MarkIdle records, at head's version, that a load without MayLag of
+	// the recipient found nothing pending and nothing waiting: no pending
+	// bundle, every cabinet's positions acknowledged, and a watermark of
+	// head.NextSeq-1 (no save under way). Later loads with MayBeIdle may
+	// then answer Idle until the head changes, which every save does when
+	// it reserves its sequence numbers; so a mark can never hide what a
+	// later save stores. The mark is a hint: it is written only while the
+	// head is still at head.Version, a store may keep none, and a caller
+	// ignores its failure (nothing changed, or the mark is there).
+	MarkIdle(ctx context.Context, recipient string, head Head) error
 	// ReadDrawer returns up to limit items of a drawer with from ≤ position <
 	// to, in position order (a drawer.ReadFunc); none of a drawer never
 	// written. The hub reads only positions its catalog's runs hold.

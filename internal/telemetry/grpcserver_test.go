@@ -147,3 +147,19 @@ func members(b baggage.Baggage) []string {
 	slices.Sort(out)
 	return out
 }
+
+// The status code names are otelgrpc's (its canonicalString): the
+// upper-case names of google.rpc.Code, and CODE(n) beyond them.
+func TestStatusCodesAreNamedAsOtelgrpcNamesThem(t *testing.T) {
+	want := []string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+		"ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+		"OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED", "CODE(17)"}
+	for c, name := range want {
+		if got := canonicalCode(codes.Code(c)); got != name {
+			t.Errorf("canonicalCode(%d) = %q, want %q", c, got, name)
+		}
+	}
+	if got := canonicalCode(codes.Code(1 << 31)); got != "CODE(2147483648)" {
+		t.Errorf("canonicalCode(1<<31) = %q, want CODE(2147483648)", got)
+	}
+}

@@ -179,21 +179,19 @@ func (t *Telemetry) GRPCServerHandler() stats.Handler {
 }
 
 func (t *Telemetry) otelGRPCServerHandler() stats.Handler {
-	return otelgrpc.NewServerHandler(
-		otelgrpc.WithMeterProvider(t.meterProvider),
-		otelgrpc.WithTracerProvider(t.tracerProvider),
-		otelgrpc.WithPropagators(t.propagator),
-	)
+	return otelgrpc.NewServerHandler(t.otelgrpcOptions()...)
 }
 
 // GRPCClientHandler is the otelgrpc stats handler for the gateway's
 // connection to the gRPC server, which carries the trace context across.
 func (t *Telemetry) GRPCClientHandler() stats.Handler {
-	return otelgrpc.NewClientHandler(
-		otelgrpc.WithMeterProvider(t.meterProvider),
-		otelgrpc.WithTracerProvider(t.tracerProvider),
-		otelgrpc.WithPropagators(t.propagator),
-	)
+	return otelgrpc.NewClientHandler(t.otelgrpcOptions()...)
+}
+
+func (t *Telemetry) otelgrpcOptions() []otelgrpc.Option {
+	return []otelgrpc.Option{
+		otelgrpc.WithMeterProvider(t.meterProvider), otelgrpc.WithTracerProvider(t.tracerProvider), otelgrpc.WithPropagators(t.propagator),
+	}
 }
 
 // HTTPHandler instruments the HTTP server. Scrapes and health probes are

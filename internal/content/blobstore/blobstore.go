@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
@@ -77,7 +78,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if cerr != nil {
 			return nil, fmt.Errorf("blob storage: no Azure AD credential: %w", cerr)
 		}
-		c, err = container.NewClient(fmt.Sprintf("%s/%s", trimSlash(cfg.ServiceURL), cfg.Container), cred, nil)
+		c, err = container.NewClient(fmt.Sprintf("%s/%s", strings.TrimRight(cfg.ServiceURL, "/"), cfg.Container), cred, nil)
 	default:
 		return nil, errors.New("blob storage: no connection string and no service URL")
 	}
@@ -92,21 +93,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("blob storage: container %s: %w", cfg.Container, err)
 	}
 	return &Store{c: c, blockSize: cfg.BlockSize}, nil
-}
-
-func trimSlash(s string) string {
-	for len(s) > 0 && s[len(s)-1] == '/' {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 func name(key content.Key) string { return key.Recipient + "/" + key.BundleID }
@@ -134,11 +120,11 @@ func (s *Store) Open(ctx context.Context, key content.Key) (*content.Document, e
 	// A broken connection resumes where it stopped, on the same etag; a body
 	// closed early (the client left) is not retried.
 	body := resp.NewRetryReader(stream, &blob.RetryReaderOptions{EarlyCloseAsError: true})
-	return &content.Document{
-		MediaType: deref(resp.ContentType),
-		Size:      deref(resp.ContentLength),
-		Body:      closer{ReadCloser: body, cancel: cancel},
-	}, nil
+	doc := &content.Document{Body: closer{ReadCloser: body, cancel: cancel}}
+	if resp.ContentType != nil {
+		doc.MediaType = *resp.ContentType
+	}
+	return doc, nil
 }
 
 // closer ends the download's context with the body.

@@ -48,7 +48,23 @@ type headDoc struct {
 	// DrawersToken is the session token of the drawer pages below the
 	// watermark (merged over saves): readers of the pages wait for it.
 	DrawersToken string `json:"dst,omitempty"`
-	ETag         string `json:"_etag,omitempty"`
+	// IdleAt is the Next at which a full load found nothing pending and
+	// nothing waiting (MarkIdle); see idle.
+	IdleAt int64  `json:"idle,omitempty"`
+	ETag   string `json:"_etag,omitempty"`
+}
+
+// idle says the head carries MarkIdle's mark at its present state: no save
+// has reserved sequence numbers since the mark (every reservation raises
+// Next, and a save's positions enter the catalog in the batch that writes
+// its reservation), none is under way, and every sequence number handed
+// out is below the watermark. What could make a notification wait after
+// the mark (a save) or be pending (a bundle cut from what a save stored)
+// therefore moves Next past IdleAt first, and a head that says idle hides
+// nothing. Writers that rewrite the whole head carry IdleAt along
+// unchanged, which is harmless: it no longer equals Next.
+func (h *headDoc) idle() bool {
+	return h.IdleAt > 0 && h.IdleAt == h.Next && len(h.Reservations) == 0 && h.Watermark == h.Next-1
 }
 
 // reservation is a range of sequence numbers a save has taken but not yet

@@ -143,7 +143,11 @@ func TestBackgroundCostOfIdleRecipients(t *testing.T) {
 	if pass.Requests > 2 {
 		t.Fatalf("a retention pass with nothing due made %d requests", pass.Requests)
 	}
-	if quiet > quiet1+1 {
+	// A quiet turn's charge moves by a few RU with what the hub's last
+	// writes (a head's finalize, a bell) left in the change feed when it
+	// ran; one that reads every recipient grows by b per recipient, as a
+	// recount does.
+	if quiet-quiet1 > b*(n2-n1)/2 {
 		t.Fatalf("an update with nothing changed cost %.1f RU at %d idle recipients, %.1f at %d: it grows with them", quiet, n2, quiet1, n1)
 	}
 }

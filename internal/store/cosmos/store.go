@@ -251,11 +251,16 @@ var errNoBackup = fmt.Errorf("%w: a Cosmos DB store is not copied by the hub; it
 // the data, so the hub copies nothing.
 func (s *Store) Backup(context.Context, string) error { return errNoBackup }
 
-// LoadRecipient reads the head, catalog, cursors and pending bundles in one
-// query. A head with expired reservations is repaired first.
-func (s *Store) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
+// LoadRecipient reads the head on the primary and then the catalog,
+// cursors and pending bundles in one query of the recipient's partition; a
+// head with expired reservations is repaired first. With store.MayBeIdle a
+// head that says idle (headDoc.idle), or no head at all, is the whole
+// answer: one request. With store.MayLag the primary read is left out and
+// the query reads the head too, as fresh as this instance's own writes.
+func (s *Store) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
+	mayBeIdle, mayLag := slices.Contains(opts, store.MayBeIdle), slices.Contains(opts, store.MayLag)
 	for attempt := 0; ; attempt++ {
-		st, head, err := s.loadRecipient(ctx, recipient)
+		st, head, err := s.loadRecipient(ctx, recipient, mayBeIdle, mayLag)
 		if err != nil || attempt > 0 || !s.hasExpired(head) {
 			return st, storeError(err)
 		}
@@ -265,14 +270,35 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string) (store.Reci
 	}
 }
 
-func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.RecipientState, headDoc, error) {
+// recipientTypes are the documents a load queries; the head too when it
+// was not read on the primary first.
+const (
+	recipientTypes         = "SELECT * FROM c WHERE c.t IN ('entry', 'cursor', 'pending')"
+	recipientTypesWithHead = "SELECT * FROM c WHERE c.t IN ('head', 'entry', 'cursor', 'pending')"
+)
+
+func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, mayLag bool) (store.RecipientState, headDoc, error) {
 	var st store.RecipientState
 	var head headDoc
-	if err := s.anchor(ctx, recipient); err != nil {
-		return st, head, err
+	// The head is read on the primary to anchor the query (Session
+	// consistency, see anchor) and whenever an idle answer may do.
+	primary := mayBeIdle || s.anchored && !mayLag
+	sql := recipientTypesWithHead
+	if primary {
+		found, err := s.anchor(ctx, recipient, &head)
+		if err != nil {
+			return st, head, err
+		}
+		st.Head = toHead(head)
+		if mayBeIdle && (!found || head.idle()) {
+			st.Idle = true
+			return st, head, nil
+		}
+		// The query need not load the head again: one document less to
+		// pay for.
+		sql = recipientTypes
 	}
-	err := s.query(ctx, s.recipients, recipient,
-		"SELECT * FROM c WHERE c.t IN ('head', 'entry', 'cursor', 'pending')", nil,
+	err := s.query(ctx, s.recipients, recipient, sql, nil,
 		func(raw []byte) error {
 			var probe struct{ T string }
 			if err := json.Unmarshal(raw, &probe); err != nil {
@@ -283,7 +309,7 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.Reci
 				if err := json.Unmarshal(raw, &head); err != nil {
 					return err
 				}
-				st.Head = store.Head{NextSeq: head.Next, Watermark: head.Watermark, Version: head.ETag}
+				st.Head = toHead(head)
 				// The pages below this watermark are read with their token.
 				s.tokens.note(containerDrawers, head.DrawersToken)
 			case typeEntry:
@@ -310,23 +336,47 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string) (store.Reci
 	return st, head, err
 }
 
+func toHead(d headDoc) store.Head {
+	return store.Head{NextSeq: d.Next, Watermark: d.Watermark, Version: d.ETag}
+}
+
 // anchor reads the recipient's head on the primary (a transactional batch
-// runs there) and keeps the answer's session token, so that the query of the
-// recipient's state that follows sees every write that succeeded before it,
-// whichever instance made it. A head that does not exist yet fails the batch
-// but still answers with a token.
-func (s *Store) anchor(ctx context.Context, recipient string) error {
-	if !s.anchored {
+// runs there) into head and keeps the answer's session token, so that the
+// query of the recipient's state that follows sees every write that
+// succeeded before it, whichever instance made it; found is false when
+// there is no head (a batch on the primary answers that for certain). The
+// state's head is this one, not the query's: the query's documents are
+// then at least as new as the head, so what the head's watermark shows was
+// in the catalog it read, and a mark of idleness (MarkIdle) made on this
+// head's version proves that nothing changed the head after the documents
+// were read. The pages below the head's watermark are read with its
+// drawers token.
+func (s *Store) anchor(ctx context.Context, recipient string, head *headDoc) (found bool, err error) {
+	found, err = s.readOnPrimary(ctx, s.recipients, recipient, headID, head)
+	if found && err == nil {
+		s.tokens.note(containerDrawers, head.DrawersToken)
+	}
+	return found, err
+}
+
+// MarkIdle implements store.Store: it patches the head's IdleAt to its Next,
+// on the etag the caller loaded, so that a Peek's load (store.MayBeIdle) is
+// answered by the primary read of the head alone until a save reserves
+// sequence numbers (headDoc.idle). A lost answer's resend meets its own
+// mark (412) and a refusal leaves the head as it was: both are only a
+// missed saving, never a hidden notification.
+func (s *Store) MarkIdle(ctx context.Context, recipient string, head store.Head) error {
+	if head.Version == "" || head.NextSeq <= 0 || head.Watermark != head.NextSeq-1 {
 		return nil
 	}
-	b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
-	b.ReadItem(headID, nil)
-	resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)
-	if err != nil {
-		return err
+	var ops azcosmos.PatchOperations
+	ops.AppendSet("/idle", head.NextSeq)
+	resp, err := s.recipients.PatchItem(ctx, azcosmos.NewPartitionKeyString(recipient), headID, ops,
+		&azcosmos.ItemOptions{IfMatchEtag: etag(head.Version)})
+	if err == nil && resp.SessionToken != nil {
+		s.tokens.note(containerRecipients, *resp.SessionToken)
 	}
-	s.tokens.note(containerRecipients, resp.SessionToken)
-	return nil
+	return storeError(err)
 }
 
 // readDrawer queries the drawer's pages overlapping [from, to), projected

@@ -20,6 +20,7 @@ import (
 // Operation names, the values of the "operation" attribute.
 const (
 	OpLoadRecipient   = "load_recipient"
+	OpMarkIdle        = "mark_idle"
 	OpReadDrawer      = "read_drawer"
 	OpLookupIDs       = "lookup_ids"
 	OpCommitSaves     = "commit_saves"
@@ -83,11 +84,20 @@ func ErrorKind(err error) string {
 }
 
 // LoadRecipient implements store.Store.
-func (s *Store) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
+func (s *Store) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
 	start := s.now()
-	st, err := s.next.LoadRecipient(ctx, recipient)
+	st, err := s.next.LoadRecipient(ctx, recipient, opts...)
 	s.observe(ctx, OpLoadRecipient, start, err)
 	return st, err
+}
+
+// MarkIdle implements store.Store. A refused mark is recorded like any
+// failure, though the hub ignores it (the mark is a hint).
+func (s *Store) MarkIdle(ctx context.Context, recipient string, head store.Head) error {
+	start := s.now()
+	err := s.next.MarkIdle(ctx, recipient, head)
+	s.observe(ctx, OpMarkIdle, start, err)
+	return err
 }
 
 // ReadDrawer implements store.Store.

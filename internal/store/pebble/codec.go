@@ -184,10 +184,6 @@ const (
 	idRecordLen  = 33
 )
 
-func encodeIDRecord(rec store.IDRecord) ([]byte, error) {
-	return appendIDRecord(nil, rec)
-}
-
 // appendIDRecord appends the encoded record to b.
 func appendIDRecord(b []byte, rec store.IDRecord) ([]byte, error) {
 	d, err := uuidBytes(rec.DrawerID)

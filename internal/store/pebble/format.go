@@ -55,9 +55,5 @@ func isEmpty(db *pebble.DB) (bool, error) {
 		return false, err
 	}
 	empty := !iter.First()
-	if err := iter.Error(); err != nil {
-		_ = iter.Close()
-		return false, err
-	}
-	return empty, iter.Close()
+	return empty, iter.Close() // and the iterator's error, if it met one
 }

@@ -125,11 +125,7 @@ func (s *Store) groupSpan() (first, last uint32, err error) {
 	if iter.Last() {
 		last, _, _ = idKeyParts(iter.Key())
 	}
-	if err := iter.Error(); err != nil {
-		_ = iter.Close()
-		return 0, 0, err
-	}
-	return first, last, iter.Close()
+	return first, last, iter.Close() // and the iterator's error, if it met one
 }
 
 // nextGroup numbers the next write group that brings ids: one after the

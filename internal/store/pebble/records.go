@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -63,16 +64,7 @@ func valuesByKey[K comparable, V any](m map[K]V, cmp func(a, b K) int) []V {
 }
 
 func compareKeys(a, b catalog.Key) int {
-	if a.Origin != b.Origin {
-		return int(a.Origin) - int(b.Origin)
-	}
-	switch {
-	case a.ContentType < b.ContentType:
-		return -1
-	case a.ContentType > b.ContentType:
-		return 1
-	}
-	return 0
+	return cmp.Or(cmp.Compare(a.Origin, b.Origin), strings.Compare(a.ContentType, b.ContentType))
 }
 
 func (r *records) entryVersion(k catalog.Key) string  { return r.entries[k].Version }

@@ -13,12 +13,7 @@ import (
 // CommitSaves writes every recipient's save. All checks come first, so a
 // failing save group changes nothing.
 func (s *Store) CommitSaves(ctx context.Context, saves []store.RecipientSave) error {
-	return s.write(ctx, s.saveOp(saves))
-}
-
-// saveOp writes the saves.
-func (s *Store) saveOp(saves []store.RecipientSave) writeOp {
-	return func(tx *txn) error {
+	return s.write(ctx, func(tx *txn) error {
 		type recipientChange struct {
 			r       [16]byte
 			rec     *records
@@ -94,7 +89,7 @@ func (s *Store) saveOp(saves []store.RecipientSave) writeOp {
 			})
 		}
 		return nil
-	}
+	})
 }
 
 // idRecordsAsync runs idRecords while the caller checks and encodes the
@@ -213,7 +208,7 @@ func (tx *txn) idRecords(saves []store.RecipientSave) ([]put, []uint64, error) {
 		}
 		if exists || i > 0 && all[i-1].hi == e.hi && all[i-1].lo == e.lo {
 			if stored == nil { // written earlier in this group or this save
-				if stored, err = encodeIDRecord(*e.rec); err != nil {
+				if stored, err = appendIDRecord(nil, *e.rec); err != nil {
 					return nil, nil, err
 				}
 			}

@@ -214,8 +214,10 @@ func (s *Store) roomForIDIndex() error {
 
 func (s *Store) nextVersion() string { return strconv.FormatUint(s.version.Add(1), 36) }
 
-// LoadRecipient returns the recipient's control records from memory.
-func (s *Store) LoadRecipient(ctx context.Context, recipient string) (store.RecipientState, error) {
+// LoadRecipient returns the recipient's control records from memory. The
+// options are for remote stores: reading here costs no request, so every
+// load is the whole, fresh state (never Idle).
+func (s *Store) LoadRecipient(ctx context.Context, recipient string, _ ...store.LoadOption) (store.RecipientState, error) {
 	r, err := uuidBytes(recipient)
 	if err != nil {
 		return store.RecipientState{}, err
@@ -247,6 +249,10 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string) (store.Reci
 	s.cacheMu.Unlock()
 	return rec.state(), nil
 }
+
+// MarkIdle implements store.Store: the embedded store keeps no mark, as its
+// loads are read from memory and cost nothing to spare.
+func (s *Store) MarkIdle(context.Context, string, store.Head) error { return nil }
 
 // ReadDrawer decodes the drawer's pages that overlap [from, to).
 func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
@@ -396,11 +402,7 @@ func (s *Store) scanRange(lo, hi []byte, fn func(key, value []byte) error) error
 			return err
 		}
 	}
-	if err := iter.Error(); err != nil {
-		iter.Close()
-		return err
-	}
-	return iter.Close()
+	return iter.Close() // and the iterator's error, if it met one
 }
 
 // cmpErr returns err when set, else the fallback: a lookup failure beats the

@@ -5,10 +5,6 @@ import (
 	"sync/atomic"
 )
 
-// settle forgets the unsynced records of groups that are now durable: the
-// published ones are the same.
-func (s *Store) settle() { s.unsynced.settle() }
-
 // unsyncedRecords are the control records of groups applied to pebble and
 // not yet known durable, newest per recipient. Only the writer goroutine
 // reads and changes them; durable is set by the finishing goroutine.
@@ -48,6 +44,8 @@ func (u *unsyncedRecords) get(r [16]byte) *records {
 	return nil
 }
 
+// settle forgets the records of groups that are now durable: the published
+// ones are the same.
 func (u *unsyncedRecords) settle() {
 	durable := u.durable.Load()
 	n := 0

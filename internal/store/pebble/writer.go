@@ -72,7 +72,7 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		answer(group, make([]error, len(group)), s.applyErr)
 		return nil
 	}
-	s.settle()
+	s.unsynced.settle()
 	tx := &txn{
 		s:        s,
 		batch:    s.db.NewBatch(),
