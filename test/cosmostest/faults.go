@@ -54,6 +54,10 @@ type Fault struct {
 	Body string `json:"body,omitempty"`
 	// Skip lets that many picked requests pass before the rule fires.
 	Skip int `json:"skip,omitempty"`
+	// Every > 1 makes the rule fire on the first picked request after
+	// Skip and then on every Every-th one (the others pass), so that its
+	// faults recur through a long run; 0 or 1 fires on each.
+	Every int `json:"every,omitempty"`
 	// Count is how many times the rule fires; 0 is for ever.
 	Count int `json:"count,omitempty"`
 }

@@ -78,17 +78,55 @@ type soakLog struct {
 	peeks     []soakPeek
 	dequeued  map[string]time.Time // bundle id → when its successful Dequeue returned
 	uncertain map[string]bool      // bundle ids whose Dequeue failed in transit, then was NOT_FOUND
-	bundles   map[string]*messagehubv1.Bundle
-	retries   map[string]int // gRPC code → attempts retried
-	problems  []string
+	// notFound are the bundles whose Dequeue was NOT_FOUND at its first
+	// attempt (the other consumer's, as a rule), when it answered.
+	notFound map[string]time.Time
+	bundles  map[string]*messagehubv1.Bundle
+	retries  map[string]int // gRPC code → attempts retried
+	problems []string
 	// progress is, per recipient, when a Dequeue of one of its bundles last
 	// returned (OK, or NOT_FOUND after a failed attempt).
 	progress map[string]time.Time
 	rejected int // Saves refused for good, as they were meant to be
+	// waiting are the channels savesReached handed out, closed once as
+	// many Saves are acknowledged as each asks for.
+	waiting []savesWaiter
+}
+
+type savesWaiter struct {
+	n  int
+	ch chan struct{}
+}
+
+// addSave records an acknowledged Save.
+func (l *soakLog) addSave(s soakSave) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.saves = append(l.saves, s)
+	l.waiting = slices.DeleteFunc(l.waiting, func(w savesWaiter) bool {
+		if len(l.saves) >= w.n {
+			close(w.ch)
+			return true
+		}
+		return false
+	})
+}
+
+// savesReached returns a channel closed once n Saves are acknowledged.
+func (l *soakLog) savesReached(n int) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch := make(chan struct{})
+	if len(l.saves) >= n {
+		close(ch)
+	} else {
+		l.waiting = append(l.waiting, savesWaiter{n: n, ch: ch})
+	}
+	return ch
 }
 
 func newSoakLog() *soakLog {
-	return &soakLog{dequeued: map[string]time.Time{}, uncertain: map[string]bool{},
+	return &soakLog{dequeued: map[string]time.Time{}, uncertain: map[string]bool{}, notFound: map[string]time.Time{},
 		bundles: map[string]*messagehubv1.Bundle{}, retries: map[string]int{}, progress: map[string]time.Time{}}
 }
 
@@ -154,7 +192,7 @@ func TestTwoProcessSoakOnCosmos(t *testing.T) {
 	l := newSoakLog()
 	var savers sync.WaitGroup
 	for w := range soakSavers {
-		savers.Go(func() { soakSaver(ctx, l, hubs, recipients, w, false) })
+		savers.Go(func() { soakSaver(ctx, l, hubs, recipients, w, false, soakCounted) })
 	}
 	savingDone := make(chan struct{})
 	go func() { savers.Wait(); close(savingDone) }()
@@ -163,7 +201,7 @@ func TestTwoProcessSoakOnCosmos(t *testing.T) {
 	// group in turn; each peeks on one instance and dequeues on the other.
 	var consumers sync.WaitGroup
 	for ci := range 2 * soakRecipients {
-		consumers.Go(func() { soakConsumer(ctx, l, hubs, recipients[ci/2], ci, savingDone, 0) })
+		consumers.Go(func() { soakConsumer(ctx, l, hubs, recipients[ci/2], ci, savingDone, 0, soakMaxSteps) })
 	}
 	consumers.Wait()
 	savers.Wait()
@@ -192,7 +230,12 @@ func TestTwoProcessSoakOnCosmos(t *testing.T) {
 		n, len(l.saves), len(l.dequeued)+len(l.uncertain), len(l.uncertain), took.Round(time.Millisecond), l.retries, throttled)
 }
 
-// soakSaver sends soakSavesPerSaver Saves, alternating the instances. Most
+// soakCounted is the savers' bound of a CI-sized soak: soakSavesPerSaver
+// Saves each.
+func soakCounted(i int) bool { return i < soakSavesPerSaver }
+
+// soakSaver sends Saves while more(i) says so for the i-th (counting from
+// 0), alternating the instances. Most
 // are new notifications spread over the recipients and cabinets; some carry
 // one notification twice; some are sent to both instances at once; some
 // repeat an acknowledged Save on the other instance, which must count every
@@ -202,13 +245,13 @@ func TestTwoProcessSoakOnCosmos(t *testing.T) {
 // only whole (saved + duplicates), not exact; and every fourth Save is
 // first sent with one invalid notification among valid new ones, which the
 // hub must refuse for good (INVALID_ARGUMENT) and never deliver any of.
-func soakSaver(ctx context.Context, l *soakLog, hubs []*hub, recipients []string, w int, faulty bool) {
+func soakSaver(ctx context.Context, l *soakLog, hubs []*hub, recipients []string, w int, faulty bool, more func(i int) bool) {
 	type acked struct {
 		ns []*messagehubv1.DataAvailable
 		on int // the instance that answered
 	}
 	var mine []acked // this saver's acknowledged Saves
-	for i := range soakSavesPerSaver {
+	for i := 0; more(i) && ctx.Err() == nil; i++ {
 		on := (w + i) % len(hubs)
 		h := hubs[on]
 		if i%4 == 3 && len(mine) > 0 {
@@ -308,27 +351,26 @@ func soakSaver(ctx context.Context, l *soakLog, hubs []*hub, recipients []string
 				w, len(req), dups, len(targets), saved, answers)
 		}
 		mine = append(mine, acked{ns: ns, on: on})
-		l.mu.Lock()
-		l.saves = append(l.saves, rec)
-		l.mu.Unlock()
+		l.addSave(rec)
 	}
 }
 
 // soakConsumer peeks and dequeues one recipient's bundles until saving has
-// ended and a Peek that began after it finds nothing. Consumer ci peeks on
+// ended and a Peek that began after it finds nothing, at most maxSteps
+// rounds. Consumer ci peeks on
 // one instance and dequeues on the other, changing sides every round.
 //
 // With stuckAfter > 0, once saving has ended a recipient must see a bundle
 // of its dequeued (by either of its consumers) at least every stuckAfter,
 // until it has none left.
-func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string, ci int, savingDone <-chan struct{}, stuckAfter time.Duration) {
+func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string, ci int, savingDone <-chan struct{}, stuckAfter time.Duration, maxSteps int) {
 	var drainFrom time.Time
 	groups := []messagehubv1.PeekGroup{messagehubv1.PeekGroup_PEEK_GROUP_ALL}
 	if ci%2 == 1 {
 		groups = []messagehubv1.PeekGroup{messagehubv1.PeekGroup_PEEK_GROUP_TIME_SERIES,
 			messagehubv1.PeekGroup_PEEK_GROUP_AGGREGATIONS, messagehubv1.PeekGroup_PEEK_GROUP_MASTER_DATA}
 	}
-	for step := range soakMaxSteps {
+	for step := range maxSteps {
 		if ctx.Err() != nil {
 			return
 		}
@@ -405,12 +447,15 @@ func soakConsumer(ctx context.Context, l *soakLog, hubs []*hub, recipient string
 			l.mu.Unlock()
 		case status.Code(err) == codes.NotFound:
 			// The recipient's other consumer dequeued it first.
+			l.mu.Lock()
+			l.notFound[b.GetId()] = end
+			l.mu.Unlock()
 		default:
 			l.fail("consumer %d: Dequeue(%s): %v", ci, b.GetId(), err)
 			return
 		}
 	}
-	l.fail("consumer %d: still consuming after %d rounds", ci, soakMaxSteps)
+	l.fail("consumer %d: still consuming after %d rounds", ci, maxSteps)
 }
 
 // verifySoak checks the deliveries against the Saves: every saved
