@@ -339,14 +339,13 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time) sto
 	sw := store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
 	var throughEntry []catalog.Span
 	detached := map[string]time.Time{} // drawers retained records name: the last one's dequeue
-	var expiredDrawers []drawer.Meta   // drawers expired records name
 	for _, rec := range st.Bundles {
 		switch {
-		case rec.State == bundle.Released:
-			// It reads nothing back, so it keeps no drawer; its record
-			// only keeps its id used until the retention has passed.
-		case rec.DequeuedAt.Before(cutoff):
-			expiredDrawers = append(expiredDrawers, rec.Drawers...)
+		case rec.State == bundle.Released, rec.DequeuedAt.Before(cutoff):
+			// It reads nothing back (any more), so it keeps no drawer: a
+			// released record only keeps its id used until the retention
+			// has passed, and the drawers an expired one named are in an
+			// entry or kept (Sweep.Keep), and go from there.
 		case rec.Drawers != nil:
 			for _, d := range rec.Drawers {
 				if rec.DequeuedAt.After(detached[d.ID]) {
@@ -359,13 +358,9 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time) sto
 			})
 		}
 	}
-	inEntries := map[string]bool{}
 	for e, cur := range cabinets(st) {
 		out, dropEntry := catalog.Removable(e, cur, throughEntry)
 		keep := store.Kept{Cabinet: e.Key()}
-		for _, d := range e.Drawers {
-			inEntries[d.ID] = true
-		}
 		for _, d := range out {
 			if until, ok := detached[d.ID]; ok { // it leaves the entry, kept for the records that name it
 				keep.Drawers = append(keep.Drawers, d.ID)
@@ -377,14 +372,6 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time) sto
 			free(&sw, d.ID, cur.Acked)
 		}
 		removeFromEntry(&sw, e, cur, out, dropEntry, keep)
-	}
-	// A drawer out of the entry goes with the last retained record naming
-	// it (drawers taken out of entries before kept drawers were recorded
-	// have no record of their own).
-	for _, d := range expiredDrawers {
-		if _, named := detached[d.ID]; !inEntries[d.ID] && !named && !slices.Contains(sw.Drawers, d.ID) {
-			sw.Drawers = append(sw.Drawers, d.ID)
-		}
 	}
 	addKept(&sw, st.Kept)
 	return sw

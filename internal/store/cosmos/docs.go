@@ -471,21 +471,6 @@ type leaseDoc struct {
 func noticeID(bundleID string) string { return "n:" + bundleID }
 func leaseID(bundleID string) string  { return "l:" + bundleID }
 
-// trashDoc lists the drawers a sweep freed: written in the batch that takes
-// them out of the catalog, deleted once their pages and id documents are
-// gone. One per recipient at a time.
-type trashDoc struct {
-	ID      string   `json:"id"`
-	PK      string   `json:"pk"`
-	T       string   `json:"t"`
-	Drawers []string `json:"dr"`
-}
-
-const (
-	typeTrash = "trash"
-	trashID   = "trash"
-)
-
 // keptDoc lists drawers out of the catalog that retained bundles still
 // read from, until da (unix microseconds: the dequeue of the last of
 // them). Its da is in the index retention reads: once it is past the

@@ -70,8 +70,8 @@ func TestIDsOfASaveLiveUntilItsLastDrawerIsSwept(t *testing.T) {
 	}
 }
 
-// A sweep that fails half-way through a freed drawer leaves its trash
-// record and the drawer's pages, which name the saves: the next pass, on
+// A sweep that fails half-way through a freed drawer leaves the drawer's
+// pages, which name the saves, and its catalog: the next pass, on
 // another instance that remembers nothing of the first, removes the
 // documents.
 func TestIDsAreRemovedByTheRetryOfASweepThatFailedHalfWay(t *testing.T) {

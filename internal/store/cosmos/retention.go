@@ -83,13 +83,12 @@ func dequeuedTTL(retention time.Duration) int32 {
 // retentionQuery reads what a visit of retention decides on, in one query
 // of the recipient's partition: its entries and cursors, the dequeued
 // bundles and kept drawers' records in either range of the index of da
-// (due, or new since the last pass), and a trash record an earlier
-// version of the store may have left.
+// (due, or new since the last pass).
 // Retained bundles in between are not loaded: Cosmos DB serves both
 // filters from the index (/t/? and the range index of /da/?) and charges
 // the documents they load.
 const (
-	retentionQuery      = "SELECT * FROM c WHERE c.t IN ('entry', 'shelf', 'cursor', 'trash') OR c.da < @due"
+	retentionQuery      = "SELECT * FROM c WHERE c.t IN ('entry', 'shelf', 'cursor') OR c.da < @due"
 	retentionSinceQuery = retentionQuery + " OR c.da >= @since"
 )
 
@@ -105,7 +104,6 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 		query = retentionSinceQuery
 		params = append(params, azcosmos.QueryParameter{Name: "@since", Value: since.UnixMicro()})
 	}
-	trash := false
 	var newBytes int64 // of the bundles dequeued since
 	var cat catalogDocs
 	err := s.query(ctx, s.recipients, recipient, query, params, func(raw []byte) error {
@@ -130,16 +128,10 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 			if probe.DA < dueBefore.UnixMicro() { // else new since: not due yet
 				return appendDecoded(&st.Kept, raw, toKept)
 			}
-		case typeTrash:
-			trash = true
 		}
 		return nil
 	})
 	st.Entries = cat.catalog()
-	if err == nil && trash {
-		// The trash's drawers are out of the catalog read: what was read holds.
-		err = s.emptyTrash(ctx, recipient)
-	}
 	if err != nil || since.IsZero() {
 		return st, err
 	}

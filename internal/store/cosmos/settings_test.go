@@ -155,7 +155,7 @@ func TestOpensAtOnceOnAnEmptyDatabaseAgree(t *testing.T) {
 	close(start)
 	wg.Wait()
 	got, found := readSettings(t, db)
-	if !found || got.Version != 1 || (got.IDBuckets != 4 && got.IDBuckets != 8) {
+	if !found || got.Version != 2 || (got.IDBuckets != 4 && got.IDBuckets != 8) {
 		t.Fatalf("settings %+v (found %v) after six opens at once", got, found)
 	}
 	for i, n := range counts {

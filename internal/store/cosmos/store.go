@@ -577,43 +577,6 @@ func (s *Store) applySweep(ctx context.Context, sw store.Sweep) error {
 	return s.sweepCatalog(ctx, sw)
 }
 
-// emptyTrash deletes the drawers a sweep of an earlier version of the
-// store freed that the catalog no longer names, then its trash record
-// (that version recorded them before its deletes; LoadRetention finds
-// what it left). Both reads are on the primary (the record's, and the
-// catalog's anchored on the head): a stale catalog could name a drawer
-// whose entry's batch failed as freed.
-func (s *Store) emptyTrash(ctx context.Context, recipient string) error {
-	var t trashDoc
-	found, err := s.readOnPrimary(ctx, s.recipients, recipient, trashID, &t)
-	if err != nil || !found {
-		return err
-	}
-	state, err := s.LoadRecipient(ctx, recipient)
-	if err != nil {
-		return err
-	}
-	named := map[string]bool{}
-	for _, e := range state.Entries {
-		for _, d := range e.Drawers {
-			named[d.ID] = true
-		}
-	}
-	for _, d := range t.Drawers {
-		if named[d] {
-			continue // its entry's batch failed: a later sweep frees it again
-		}
-		if err := s.deleteDrawer(ctx, d, math.MaxInt64); err != nil {
-			return err
-		}
-	}
-	err = s.deleteItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), trashID)
-	if err != nil && !isStatus(err, http.StatusNotFound) {
-		return err
-	}
-	return nil
-}
-
 // sweepCatalog writes the sweep's entry replaces and deletes and the
 // expired bundles' deletes in batches within Cosmos DB's limits (a
 // recipient may have thousands of cabinets and bundles due).
