@@ -225,9 +225,7 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time) (sw
 	var throughEntry []catalog.Span
 	for _, rec := range st.Bundles {
 		if rec.State == bundle.Dequeued && rec.Drawers == nil && !rec.DequeuedAt.Before(cutoff) {
-			throughEntry = append(throughEntry, catalog.Span{
-				Key: catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}, Start: rec.Start, End: rec.End,
-			})
+			throughEntry = append(throughEntry, spanOf(rec))
 		}
 	}
 	for e, cur := range cabinets(st) {
@@ -253,6 +251,11 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time) (sw
 	}
 	addKept(&sw, st.Kept)
 	return sw, true
+}
+
+// spanOf is the positions of a cabinet a bundle covers.
+func spanOf(rec bundle.Record) catalog.Span {
+	return catalog.Span{Key: catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}, Start: rec.Start, End: rec.End}
 }
 
 // cabinets pairs each entry with its cabinet's cursor, a new one (no
@@ -353,9 +356,7 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time) sto
 				}
 			}
 		default:
-			throughEntry = append(throughEntry, catalog.Span{
-				Key: catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}, Start: rec.Start, End: rec.End,
-			})
+			throughEntry = append(throughEntry, spanOf(rec))
 		}
 	}
 	for e, cur := range cabinets(st) {
