@@ -399,6 +399,7 @@ func TestCostOfASaveSpreadOverManyRecipients(t *testing.T) {
 		ns = append(ns, notifications(n/100, uuid.NewString(), 1)...)
 	}
 	before := e.audit.byContainer()
+	start := before
 	save, _ := e.measure(t, func() {
 		if _, err := e.repo.Save(ctx, ns); err != nil {
 			t.Fatal(err)
@@ -448,6 +449,13 @@ func TestCostOfASaveSpreadOverManyRecipients(t *testing.T) {
 	}
 	if found, err := e.store.LookupIDs(ctx, ids); err != nil || len(found) != 0 {
 		t.Fatalf("retention left %d ids, %v", len(found), err)
+	}
+	// By container, for the sizing of each (every part, the hub's
+	// background readers included).
+	for name, total := range e.audit.byContainer() {
+		if used := total - start[name]; used > 0 {
+			t.Logf("container %-10s %8.1f RU = %.3f RU per notification (save, peek, dequeue, retention)", name, used, used/n)
+		}
 	}
 	ru := logParts(t, n, save, drain, retention)
 	t.Logf("COST a save of 1,000 for 100 recipients: save %.3f RU per notification (id index %.3f), peek + dequeue in bundles of 10 %.3f, retention %.3f (id index %.3f); %.3f in all",
