@@ -153,8 +153,14 @@ func (r *Hub) commitGroup(ctx context.Context, live []*saveCall, write func([]st
 	// those that exist so that the next attempt counts them as duplicates or
 	// rejects their saves. New ids, the common case, cost one lookup each.
 	stored := make(map[string]store.IDRecord)
+	// The first plan may rest on loads that lag other instances' writes
+	// (store.MayLag): every write of a save is conditional on the versions
+	// it was planned on, so a stale plan is a conflict, and the next plan
+	// loads fresh.
+	load := []store.LoadOption{store.MayLag}
 	return retry(ctx, func() ([]saveOutcome, error) {
-		outcomes, saves, err := r.planGroup(ctx, live, stored)
+		outcomes, saves, err := r.planGroup(ctx, live, stored, load...)
+		load = nil
 		if err != nil || len(saves) == 0 {
 			return outcomes, err
 		}
@@ -170,7 +176,7 @@ func (r *Hub) commitGroup(ctx context.Context, live []*saveCall, write func([]st
 // planGroup sorts each call's notifications into duplicates (of stored ids
 // known so far, or of earlier ones in the group), conflicts and new ones,
 // then plans the store write of every recipient involved.
-func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[string]store.IDRecord) ([]saveOutcome, []store.RecipientSave, error) {
+func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[string]store.IDRecord, load ...store.LoadOption) ([]saveOutcome, []store.RecipientSave, error) {
 	outcomes := make([]saveOutcome, len(calls))
 	n := 0
 	for _, c := range calls {
@@ -210,7 +216,7 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 	errs := make([]error, len(recipients))
 	at := r.opts.Now().UnixMilli()
 	plan := func(i int) {
-		state, err := r.store.LoadRecipient(ctx, recipients[i])
+		state, err := r.store.LoadRecipient(ctx, recipients[i], load...)
 		if err == nil {
 			saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at)
 			err = checkCabinets(state, saves[i], r.opts.MaxCabinetDrawers)

@@ -361,7 +361,11 @@ func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known head
 			return nil
 		}
 		h.ETag = ""
-		_, err := s.recipients.ReplaceItem(ctx, pk, headID, mustJSON(h), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+		resp, err := s.recipients.ReplaceItem(ctx, pk, headID, mustJSON(h), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+		if err == nil && resp.SessionToken != nil {
+			// This instance's loads see its own writes (store.MayLag).
+			s.tokens.note(containerRecipients, *resp.SessionToken)
+		}
 		if !isStatus(err, http.StatusPreconditionFailed) {
 			return err
 		}
@@ -377,8 +381,11 @@ func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known head
 // must be finalized, never rolled back.
 func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans []savePlan) (committed bool) {
 	record.State = stateAborted
-	_, err := s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(record.ID), record.ID, mustJSON(record),
+	resp, err := s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(record.ID), record.ID, mustJSON(record),
 		&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+	if err == nil && resp.SessionToken != nil {
+		s.tokens.note(containerSaves, *resp.SessionToken)
+	}
 	if err != nil {
 		// A 412 says the record changed since the save created it: its
 		// commit applied, or a settler aborted it. Any other failure
@@ -751,9 +758,12 @@ func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
 		}
 		version := d.ETag
 		d.State, d.ETag = stateAborted, ""
-		_, err = s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(d),
+		resp, err := s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(d),
 			&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
 		if err == nil {
+			if resp.SessionToken != nil {
+				s.tokens.note(containerSaves, *resp.SessionToken)
+			}
 			return stateAborted, nil
 		}
 		// A 412: it committed or was aborted meanwhile; read again. Any
