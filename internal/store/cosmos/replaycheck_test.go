@@ -40,9 +40,9 @@ func TestAReserveWhoseReplayCheckFailsLeavesNoReservation(t *testing.T) {
 		// meets the reservation (412).
 		cosmostest.Fault{Kind: cosmostest.LostUnavailable, Count: 1, Ops: []string{"batch"}, Coll: "recipients", Type: "head"},
 		// The read of the head on the primary after that 412 fails on every
-		// attempt; the one before it (the plan's load) passes, and so does
-		// the rollback's after it.
-		cosmostest.Fault{Kind: cosmostest.Refuse503, Skip: 1, Count: replayCheckAttempts, Ops: []string{"batch"},
+		// attempt (the plan's load is a query, and the reservation is made
+		// on the head it read), and the rollback's after it passes.
+		cosmostest.Fault{Kind: cosmostest.Refuse503, Count: replayCheckAttempts, Ops: []string{"batch"},
 			Coll: "recipients", ID: "^head$", Body: `"operationType":"Read"`},
 	)
 	more := notifications(3, r, 1)
