@@ -26,7 +26,8 @@ const (
 	defaultCosmosIDBuckets  = cosmos.DefaultIDBuckets
 	defaultCosmosThroughput = string(cosmos.DefaultThroughput)
 	// cosmosSaveGroups is how many save groups an instance writes at once on
-	// Cosmos DB, each with up to cosmos.Parallel requests in flight.
+	// Cosmos DB, each with a request per recipient in flight at a time (up
+	// to cosmos.Parallel) and its page batches.
 	cosmosSaveGroups = 8
 )
 
