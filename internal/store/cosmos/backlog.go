@@ -1,8 +1,6 @@
 package cosmos
 
 import (
-	"slices"
-
 	"context"
 	"encoding/json"
 	"net/http"
@@ -10,7 +8,6 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
-	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/store"
 )
@@ -55,7 +52,7 @@ type figuresDoc struct {
 // and calls fn once per recipient; it returns the request units the query
 // cost.
 func (s *Store) scanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
-	byRecipient := map[string]*store.RecipientRecords{}
+	byRecipient := map[string]*backlogOf{}
 	var order []string
 	// With this instance's tokens the recount includes its own writes;
 	// other instances' may lag by the replica lag.
@@ -66,17 +63,17 @@ func (s *Store) scanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 		}
 		r := byRecipient[pk]
 		if r == nil {
-			r = &store.RecipientRecords{Recipient: pk}
+			r = &backlogOf{records: store.RecipientRecords{Recipient: pk}}
 			byRecipient[pk] = r
 			order = append(order, pk)
 		}
-		return addBacklogDoc(r, raw)
+		return r.add(raw)
 	})
 	if err != nil {
 		return cost, err
 	}
 	for _, pk := range order {
-		if err := fn(*byRecipient[pk]); err != nil {
+		if err := fn(byRecipient[pk].done()); err != nil {
 			return cost, err
 		}
 	}
@@ -104,41 +101,35 @@ func recipientOf(raw []byte) (string, error) {
 	return d.PK, err
 }
 
-// addBacklogDoc adds one document of the backlog query to r.
-func addBacklogDoc(r *store.RecipientRecords, raw []byte) error {
+// backlogOf gathers one recipient's documents of the backlog query, in
+// the order the query returns them.
+type backlogOf struct {
+	records store.RecipientRecords
+	cat     catalogDocs
+}
+
+// add adds one document of the backlog query.
+func (b *backlogOf) add(raw []byte) error {
 	var d backlogDoc
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return err
 	}
 	switch d.T {
-	case typeEntry:
-		addCabinet(r, entryDoc{Origin: d.Origin, CT: d.CT, Total: d.Total, Drawers: d.Drawers}, true)
-	case typeShelf:
-		addCabinet(r, entryDoc{Origin: d.Origin, CT: d.CT, Drawers: d.Drawers}, false)
+	case typeEntry, typeShelf:
+		return b.cat.add(d.T, raw)
 	case typeCursor:
-		r.Cursors = append(r.Cursors, toCursor(cursorDoc{Origin: d.Origin, CT: d.CT, Acked: d.Acked}))
+		b.records.Cursors = append(b.records.Cursors, toCursor(cursorDoc{Origin: d.Origin, CT: d.CT, Acked: d.Acked}))
 	case typePending:
-		r.Pending = append(r.Pending, store.PendingBundle{Origin: domain.Origin(d.Origin), Created: time.UnixMicro(d.Created)})
+		b.records.Pending = append(b.records.Pending, store.PendingBundle{Origin: domain.Origin(d.Origin), Created: time.UnixMicro(d.Created)})
 	}
 	return nil
 }
 
-// addCabinet adds an entry (isEntry) or one of its shelves to r's
-// entries, merging it with what r has of the cabinet already: the query
-// returns them in no particular order.
-func addCabinet(r *store.RecipientRecords, d entryDoc, isEntry bool) {
-	k := catalog.Key{Origin: domain.Origin(d.Origin), ContentType: d.CT}
-	i := slices.IndexFunc(r.Entries, func(e catalog.Entry) bool { return e.Key() == k })
-	if i < 0 {
-		r.Entries = append(r.Entries, toEntry(d, nil))
-		return
-	}
-	e := &r.Entries[i]
-	if isEntry {
-		e.Total = d.Total
-	}
-	merged, _ := fromRuns(e.Drawers)
-	*e = toEntry(entryDoc{Origin: d.Origin, CT: d.CT, Total: e.Total, Drawers: d.Drawers}, merged)
+// done returns the recipient's records, each entry with its shelves'
+// drawers.
+func (b *backlogOf) done() store.RecipientRecords {
+	b.records.Entries = b.cat.catalog()
+	return b.records
 }
 
 // writeFigures replaces the totals and the parts named, the totals last: a

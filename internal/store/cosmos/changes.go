@@ -70,12 +70,12 @@ func (s *Store) changedBacklog(ctx context.Context, cursor string) (store.Backlo
 	g.SetLimit(changesParallel)
 	for i, pk := range order {
 		g.Go(func() error {
-			r := store.RecipientRecords{Recipient: pk}
-			cost, err := s.queryCharged(gctx, azcosmos.NewPartitionKeyString(pk), backlogOfQuery, func(raw []byte) error { return addBacklogDoc(&r, raw) })
+			r := backlogOf{records: store.RecipientRecords{Recipient: pk}}
+			cost, err := s.queryCharged(gctx, azcosmos.NewPartitionKeyString(pk), backlogOfQuery, r.add)
 			mu.Lock()
 			out.Cost += cost
 			mu.Unlock()
-			records[i] = r
+			records[i] = r.done()
 			return err
 		})
 	}

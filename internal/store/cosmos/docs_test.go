@@ -11,6 +11,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // Times in bundle documents are JSON numbers, which Cosmos DB keeps exactly
@@ -110,5 +111,28 @@ func TestCabinetsAreStoredOnShelves(t *testing.T) {
 	// A save whose drawers are all new writes every shelf.
 	if got := shelvesFilledFrom(e, shelves, 0); len(got) != 2 {
 		t.Fatalf("a new cabinet writes the shelves %+v", got)
+	}
+}
+
+// The backlog's readers get a cabinet's drawers from its entry and its
+// shelves, whatever order the query returns them in, as a load does.
+func TestTheBacklogReadsACabinetWithItsShelves(t *testing.T) {
+	const r = "recipient"
+	e := catalog.Entry{Origin: domain.OriginCharges, ContentType: "c"}
+	for i := range 2*shelfDrawers + 3 {
+		e.Drawers = append(e.Drawers, drawer.Meta{ID: strconv.Itoa(i), Start: int64(i) * drawer.Capacity, Count: drawer.Capacity})
+	}
+	e.Total = e.Drawers[len(e.Drawers)-1].End()
+	doc, shelves := fromEntry(r, e)
+	raws := [][]byte{mustJSON(shelves[1]), mustJSON(doc), mustJSON(shelves[0])}
+	b := backlogOf{records: store.RecipientRecords{Recipient: r}}
+	for _, raw := range raws {
+		if err := b.add(raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := b.done()
+	if len(got.Entries) != 1 || got.Entries[0].Total != e.Total || !slices.Equal(got.Entries[0].Drawers, e.Drawers) {
+		t.Fatalf("the backlog read %+v, want the cabinet's %d drawers", got.Entries, len(e.Drawers))
 	}
 }
