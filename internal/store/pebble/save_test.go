@@ -29,24 +29,9 @@ func TestAnIDSavedTwiceInOneGroupIsAnsweredWithTheFirstRecord(t *testing.T) {
 			IDs:   []store.IDRecord{{ID: id, Fingerprint: store.Fingerprint{fp}, DrawerID: d}},
 		}
 	}
-	// The writer's pipeline is swapped for one that only hands the queued
-	// writes over, so that both land in the one group applied below.
-	real := s.writer
-	queued := make(chan writeReq, 2)
-	s.writer = groupcommit.New(2, groupcommit.Options[writeReq]{Prepare: func(g []writeReq) func() {
-		for _, req := range g {
-			queued <- req
-		}
-		return nil
-	}})
-	errs := []chan error{make(chan error, 1), make(chan error, 1)}
-	var group []writeReq
-	for i, fp := range []byte{1, 2} {
-		go func() { errs[i] <- s.CommitSaves(context.Background(), []store.RecipientSave{save(fp)}) }()
-		group = append(group, <-queued)
-	}
-	s.writer.Close()
-	s.writer = real
+	group, errs := queueWrites(s,
+		func() error { return s.CommitSaves(context.Background(), []store.RecipientSave{save(1)}) },
+		func() error { return s.CommitSaves(context.Background(), []store.RecipientSave{save(2)}) })
 	s.applyGroup(group)()
 	first, second := <-errs[0], <-errs[1]
 	if first != nil {
@@ -59,4 +44,29 @@ func TestAnIDSavedTwiceInOneGroupIsAnsweredWithTheFirstRecord(t *testing.T) {
 	if got := exist.Records[id].Fingerprint; got != (store.Fingerprint{1}) {
 		t.Fatalf("the second save is told the id's fingerprint is %x, want the first save's", got)
 	}
+}
+
+// queueWrites calls each of calls on a goroutine of its own, one after the
+// other, with the writer swapped for one that only takes what they queue:
+// it returns their writes, for the test to apply as one group
+// (applyGroup) and to finish when it chooses, and their answers.
+func queueWrites(s *Store, calls ...func() error) ([]writeReq, []chan error) {
+	real := s.writer
+	queued := make(chan writeReq, len(calls))
+	s.writer = groupcommit.New(len(calls), groupcommit.Options[writeReq]{Prepare: func(g []writeReq) func() {
+		for _, req := range g {
+			queued <- req
+		}
+		return nil
+	}})
+	var group []writeReq
+	errs := make([]chan error, len(calls))
+	for i, call := range calls {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- call() }()
+		group = append(group, <-queued)
+	}
+	s.writer.Close()
+	s.writer = real
+	return group, errs
 }
