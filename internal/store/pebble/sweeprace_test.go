@@ -15,14 +15,15 @@ import (
 
 // Retention sweeps run between Saves, Peeks and Dequeues of the same
 // recipients, each sweep with every dequeued bundle past its retention, so
-// that drawers leave the catalog and are deleted while the cabinets are
-// written and read: every notification is delivered exactly once.
+// that drawers (some saves fill more than one) leave the catalog and are
+// deleted, and cabinets are dropped, while the cabinets are written and
+// read: every notification is delivered exactly once.
 func TestSweepsAmidSavesPeeksAndDequeuesLoseNothing(t *testing.T) {
 	s := openTemp(t)
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Add(int64(time.Millisecond))) }
-	repo := hub.New(s, hub.Options{Now: clock, SweepInterval: time.Hour, MaxBundleWeight: 7}, nil)
+	repo := hub.New(s, hub.Options{Now: clock, SweepInterval: time.Hour, MaxBundleWeight: 50}, nil)
 	defer func() { repo.Close(); _ = s.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -44,17 +45,24 @@ func TestSweepsAmidSavesPeeksAndDequeuesLoseNothing(t *testing.T) {
 		default:
 		}
 	}
-	savingDone := make(chan struct{})
-	var wg sync.WaitGroup
+	savingDone, readersDone := make(chan struct{}), make(chan struct{})
+	var wg, readers sync.WaitGroup
 	wg.Go(func() {
 		defer close(savingDone)
 		for i := range saves {
 			r := recipients[i%len(recipients)]
+			n := 1 + i%5
+			if i%50 == 0 {
+				n = 6_000 // two of them fill a cabinet's first drawer
+			}
 			var ns []domain.Notification
-			for j := range 1 + i%5 {
-				ct := []string{"a", "b"}[j%2]
+			for j := range n {
+				ct, w := []string{"a", "b"}[j%2], int64(1+j%3)
+				if n == 6_000 {
+					ct, w = "a", 1
+				}
 				ns = append(ns, domain.Notification{ID: uuid.NewString(), Recipient: r, Origin: domain.OriginCharges,
-					ContentType: ct, DocumentType: ct, SupportsBundling: true, Weight: int64(1 + j%3)})
+					ContentType: ct, DocumentType: ct, SupportsBundling: true, Weight: w})
 			}
 			if _, err := repo.Save(ctx, ns); err != nil {
 				t.Error(err)
@@ -70,7 +78,7 @@ func TestSweepsAmidSavesPeeksAndDequeuesLoseNothing(t *testing.T) {
 		}
 	})
 	for _, r := range recipients {
-		wg.Go(func() {
+		readers.Go(func() {
 			for range 10 * saves * 5 { // more than the bundles of every save and the looks between
 				b, err := repo.Peek(ctx, r, domain.GroupAll, "")
 				if err != nil {
@@ -97,15 +105,17 @@ func TestSweepsAmidSavesPeeksAndDequeuesLoseNothing(t *testing.T) {
 				mu.Lock()
 				delivered[r] = append(delivered[r], b.NotificationIDs...)
 				mu.Unlock()
+				signal(sweep)
 			}
 			t.Error("reading does not end")
 		})
 	}
+	wg.Go(func() { readers.Wait(); close(readersDone) })
 	wg.Go(func() {
-		for range saves {
+		for range 10 * saves * 5 {
 			select {
 			case <-sweep:
-			case <-savingDone:
+			case <-readersDone:
 				return
 			}
 			now.Add(int64(8 * 24 * time.Hour)) // past the retention of every bundle dequeued so far
