@@ -145,7 +145,9 @@ func (r *Hub) cutWithin(ctx context.Context, state store.RecipientState, group d
 	need := func() int {
 		// Every weight is at least 1, plus one look-ahead item. A first
 		// notification over the limit leaves room for the look-ahead only.
-		return int(min(max(r.opts.MaxBundleWeight-cutter.Weight(), 0)+1, 1<<30))
+		// Capped before the look-ahead is added: the room of the largest
+		// limit, math.MaxInt64, would overflow.
+		return int(min(max(r.opts.MaxBundleWeight-cutter.Weight(), 0), 1<<30-1) + 1)
 	}
 	take := func(it drawer.Item) bool {
 		if it.Seq > watermark {

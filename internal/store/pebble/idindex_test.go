@@ -241,7 +241,7 @@ func BenchmarkIDRecordsOfASave10M(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := range b.N {
-		tx := &txn{s: s, ids: map[[16]byte]struct{}{}}
+		tx := &txn{s: s, ids: map[[16]byte][]byte{}}
 		if _, _, err := tx.idRecords(pool[i%len(pool)]); err != nil {
 			b.Fatal(err)
 		}

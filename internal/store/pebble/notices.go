@@ -19,8 +19,10 @@ var errEnough = errors.New("enough")
 
 // Notices returns up to limit notices of the domains, oldest first: a scan
 // of each domain's own prefix, which holds only its notices not yet
-// delivered.
-func (s *Store) Notices(_ context.Context, origins []domain.Origin, limit int) ([]store.Notice, error) {
+// delivered. Pebble shows a dequeue's write group before it is synced, so
+// a notice whose bundle the published records still show pending is left
+// out: its dequeue is not durable yet.
+func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]store.Notice, error) {
 	var out []store.Notice
 	for _, o := range origins {
 		n := 0
@@ -30,6 +32,9 @@ func (s *Store) Notices(_ context.Context, origins []domain.Origin, limit int) (
 			}
 			notice, err := parseNotice(key)
 			if err != nil {
+				return err
+			}
+			if pending, err := s.pendingNow(ctx, notice.Recipient, notice.BundleID); err != nil || pending {
 				return err
 			}
 			out = append(out, notice)
@@ -42,6 +47,24 @@ func (s *Store) Notices(_ context.Context, origins []domain.Origin, limit int) (
 	}
 	slices.SortStableFunc(out, func(a, b store.Notice) int { return a.DequeuedAt.Compare(b.DequeuedAt) })
 	return out[:min(len(out), limit)], nil
+}
+
+// pendingNow says whether the published records show the recipient's
+// bundle pending.
+func (s *Store) pendingNow(ctx context.Context, recipient, bundleID string) (bool, error) {
+	r, err := uuidBytes(recipient)
+	if err != nil {
+		return false, err
+	}
+	if rec := s.cached(r); rec != nil {
+		_, ok := rec.pending[bundleID]
+		return ok, nil
+	}
+	st, err := s.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(st.Pending, func(b bundle.Record) bool { return b.ID == bundleID }), nil
 }
 
 // NoticeBacklog counts the notices and says when the oldest was made.

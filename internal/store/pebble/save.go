@@ -77,7 +77,7 @@ func (s *Store) CommitSaves(ctx context.Context, saves []store.RecipientSave) er
 		tx.write(idPuts)
 		for _, p := range idPuts {
 			_, id, _ := idKeyParts(p.key)
-			tx.ids[id] = struct{}{}
+			tx.ids[id] = p.value
 		}
 		tx.newIDs = append(tx.newIDs, entries...)
 		for _, c := range changes {
@@ -207,7 +207,7 @@ func (tx *txn) idRecords(saves []store.RecipientSave) ([]put, []uint64, error) {
 			return nil, nil, err
 		}
 		if exists || i > 0 && all[i-1].hi == e.hi && all[i-1].lo == e.lo {
-			if stored == nil { // written earlier in this group or this save
+			if stored == nil { // given twice in this save
 				if stored, err = appendIDRecord(nil, *e.rec); err != nil {
 					return nil, nil, err
 				}

@@ -17,12 +17,12 @@ type txn struct {
 	s        *Store
 	batch    *pebble.Batch
 	touched  map[[16]byte]*records
-	ids      map[[16]byte]struct{} // notification ids written in this group
-	dequeued map[string]bool       // dequeued-bundle keys written in this group
-	group    uint32                // the group number of its ids (nextGroup), once it has any
-	newIDs   []uint64              // id index entries to add once the batch is applied
-	goneIDs  []uint64              // and to remove
-	puts     []put                 // changes for the batch, written by writeBatch
+	ids      map[[16]byte][]byte // notification ids written in this group, with their records
+	dequeued map[string]bool     // dequeued-bundle keys written in this group
+	group    uint32              // the group number of its ids (nextGroup), once it has any
+	newIDs   []uint64            // id index entries to add once the batch is applied
+	goneIDs  []uint64            // and to remove
+	puts     []put               // changes for the batch, written by writeBatch
 }
 
 // records returns the recipient's records as this group sees them: as
@@ -84,8 +84,8 @@ func (tx *txn) change(r [16]byte, rec *records, changes recordMaps, fn func(*rec
 // idExists looks an id (with h, its idHash) up in this group, then in the
 // database.
 func (tx *txn) idExists(id *[16]byte, h uint64) ([]byte, bool, error) {
-	if _, ok := tx.ids[*id]; ok {
-		return nil, true, nil
+	if v, ok := tx.ids[*id]; ok {
+		return v, true, nil
 	}
 	// The index changes only on the writer, between groups: never while a
 	// group's operations run, so they read it without the lock.

@@ -77,7 +77,7 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		s:        s,
 		batch:    s.db.NewBatch(),
 		touched:  map[[16]byte]*records{},
-		ids:      map[[16]byte]struct{}{},
+		ids:      map[[16]byte][]byte{},
 		dequeued: map[string]bool{},
 	}
 	errs := make([]error, len(group))
