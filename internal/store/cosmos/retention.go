@@ -216,6 +216,13 @@ func (s *Store) boundRetained(ctx context.Context, recipient string, st *store.R
 		last = probe.DA
 		switch probe.T {
 		case typeDequeued:
+			if probe.DA >= since.UnixMicro() {
+				// New since the last pass: the visit's query read it
+				// already (the cutoff is past since when more than the
+				// budget was dequeued since), and a bundle listed twice
+				// is deleted twice, which fails the catalog batch.
+				return nil
+			}
 			return appendDecoded(&st.Bundles, raw, toBundle)
 		case typeKept:
 			return appendDecoded(&st.Kept, raw, toKept)
