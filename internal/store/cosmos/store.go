@@ -615,21 +615,59 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	if err != nil {
 		return err
 	}
+	// ahead writes the shelf changes of one cabinet that its own batch
+	// cannot hold (more than a hundred shelves: a cabinet of thousands of
+	// drawers) in batches before it, each rewriting the entry document
+	// as the cabinet's batch writes it, on the etag the last one left, and
+	// the first creating the kept record. The catalog loads as the
+	// entry's drawers and those of the shelves still stored, so each
+	// batch leaves it naming fewer of the drawers that leave, and a save
+	// to the cabinet meanwhile fails the next; the cabinet's batch writes
+	// the rest.
+	ahead := func(key catalog.Key, doc entryDoc, version string, ops []shelfOp) (string, []shelfOp, error) {
+		k, first := kept[key]
+		for len(ops) > maxShelfOps {
+			b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
+			if err := batchWrite(&b, doc, version); err != nil {
+				return "", nil, err
+			}
+			if first {
+				if err := k.add(&b); err != nil {
+					return "", nil, err
+				}
+				delete(kept, key)
+				first = false
+			}
+			for _, op := range ops[:maxShelfOps] {
+				op.add(&b)
+			}
+			resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)
+			if err == nil {
+				s.tokens.note(containerRecipients, resp.SessionToken)
+			}
+			if err := batchError(resp, err); err != nil {
+				return "", nil, err
+			}
+			version, ops = string(resp.OperationResults[0].ETag), ops[maxShelfOps:]
+		}
+		return version, ops, nil
+	}
 	for _, e := range sw.Entries {
 		doc, shelves := fromEntry(sw.Recipient, e)
 		gone, write := shelfChanges(stored[e.Key()], shelves)
-		size := len(mustJSON(doc))
-		for _, sh := range write {
-			size += len(mustJSON(sh))
+		version, ops, err := ahead(e.Key(), doc, e.Version, shelfOps(gone, write))
+		if err != nil {
+			return err
 		}
-		units = append(units, withKept(e.Key(), unit{1 + len(gone) + len(write), size, func(b *azcosmos.TransactionalBatch) error {
-			for _, id := range gone {
-				b.DeleteItem(id, nil)
+		size := len(mustJSON(doc))
+		for _, op := range ops {
+			size += op.bytes
+		}
+		units = append(units, withKept(e.Key(), unit{1 + len(ops), size, func(b *azcosmos.TransactionalBatch) error {
+			for _, op := range ops {
+				op.add(b)
 			}
-			for _, sh := range write {
-				b.UpsertItem(mustJSON(sh), nil)
-			}
-			return batchWrite(b, doc, e.Version)
+			return batchWrite(b, doc, version)
 		}}))
 	}
 	cursors := map[catalog.Key]catalog.Cursor{}
@@ -642,12 +680,20 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	for _, e := range sw.DeleteEntries {
 		c, withCursor := cursors[e.Key()]
 		delete(cursors, e.Key())
-		_, shelves := fromEntry(sw.Recipient, e)
-		units = append(units, withKept(e.Key(), unit{2 + len(shelves), 0, func(b *azcosmos.TransactionalBatch) error {
-			for _, sh := range shelves {
-				b.DeleteItem(sh.ID, nil)
+		doc, shelves := fromEntry(sw.Recipient, e)
+		var ids []string
+		for _, sh := range shelves {
+			ids = append(ids, sh.ID)
+		}
+		version, ops, err := ahead(e.Key(), doc, e.Version, shelfOps(ids, nil))
+		if err != nil {
+			return err
+		}
+		units = append(units, withKept(e.Key(), unit{2 + len(ops), 0, func(b *azcosmos.TransactionalBatch) error {
+			for _, op := range ops {
+				op.add(b)
 			}
-			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
+			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(version)})
 			if withCursor {
 				deleteCursor(b, c)
 			}
@@ -689,6 +735,31 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		units = units[n:]
 	}
 	return nil
+}
+
+// shelfOp is one shelf's delete or write in a sweep's catalog batch.
+type shelfOp struct {
+	bytes int
+	add   func(*azcosmos.TransactionalBatch)
+}
+
+// maxShelfOps is the most shelf operations a batch of a cabinet's change
+// holds: the rest of its hundred are its entry's and its cursor's or kept
+// record's.
+const maxShelfOps = maxBatchOps - 2
+
+// shelfOps are the deletes of the shelves gone and the writes of those
+// written.
+func shelfOps(gone []string, write []shelfDoc) []shelfOp {
+	var ops []shelfOp
+	for _, id := range gone {
+		ops = append(ops, shelfOp{0, func(b *azcosmos.TransactionalBatch) { b.DeleteItem(id, nil) }})
+	}
+	for _, sh := range write {
+		raw := mustJSON(sh)
+		ops = append(ops, shelfOp{len(raw), func(b *azcosmos.TransactionalBatch) { b.UpsertItem(raw, nil) }})
+	}
+	return ops
 }
 
 // storedShelves returns the recipient's shelves by cabinet, as of the state
