@@ -31,13 +31,31 @@ func TestTheSweepOfTheWidestCabinetFitsItsBatches(t *testing.T) {
 	s := open(t, cosmos.Config{Database: db, Throughput: "manual=1000000"})
 	c := containerOf(t, db, "recipients")
 	ctx := context.Background()
-	for _, drop := range []bool{true, false} {
-		r, _ := storeWidestCabinet(t, c, drop)
-		sw, left := planWidestSweep(t, s, r, drop)
-		if err := s.ApplySweep(ctx, sw); err != nil {
-			t.Fatalf("drop %v: the sweep of the widest cabinet: %v", drop, err)
+	// Also the widest cabinet of 98 shelves: its entry, cursor, kept
+	// record and shelves are 101 operations.
+	at98 := 0
+	for n := 32 * 98; n < 32*100 && at98 == 0; n++ {
+		docs, err := cosmos.EntryDocuments("r", widestEntry(n))
+		if err != nil {
+			t.Fatal(err)
 		}
-		expectWidestSwept(t, s, c, r, drop, left)
+		if len(docs)-1 == 98 {
+			at98 = n
+		}
+	}
+	if at98 == 0 {
+		t.Fatal("no cabinet of 98 shelves")
+	}
+	for _, size := range []struct {
+		drawers int
+		drop    bool
+	}{{catalog.MaxDrawers, true}, {catalog.MaxDrawers, false}, {at98, true}} {
+		r, _ := storeWidestCabinet(t, c, size.drawers, size.drop)
+		sw, left := planWidestSweep(t, s, r, size.drop)
+		if err := s.ApplySweep(ctx, sw); err != nil {
+			t.Fatalf("%+v: the sweep of the widest cabinet: %v", size, err)
+		}
+		expectWidestSwept(t, s, c, r, size.drop, left)
 	}
 }
 
@@ -55,7 +73,7 @@ func TestAWideCabinetsSweepStoppedHalfWayIsFinishedByTheNext(t *testing.T) {
 				s := open(t, cosmos.Config{Database: db, Throughput: "manual=1000000"})
 				c := containerOf(t, db, "recipients")
 				ctx := context.Background()
-				r, whole := storeWidestCabinet(t, c, drop)
+				r, whole := storeWidestCabinet(t, c, catalog.MaxDrawers, drop)
 				sw, left := planWidestSweep(t, s, r, drop)
 				rule.Kind, rule.Count = f.kind, f.count
 				inject(t, db, rule)
@@ -95,13 +113,13 @@ func TestAWideCabinetsSweepStoppedHalfWayIsFinishedByTheNext(t *testing.T) {
 	}
 }
 
-// storeWidestCabinet stores a new recipient's cabinet at the drawer bound,
+// storeWidestCabinet stores a new recipient's cabinet of the widest drawers,
 // acknowledged up to its end (drop) or up to its last drawer, and returns
 // the recipient and the cabinet's entry.
-func storeWidestCabinet(t *testing.T, c *azcosmos.ContainerClient, drop bool) (string, catalog.Entry) {
+func storeWidestCabinet(t *testing.T, c *azcosmos.ContainerClient, drawers int, drop bool) (string, catalog.Entry) {
 	t.Helper()
 	r := uuid.NewString()
-	e := widestEntry(catalog.MaxDrawers)
+	e := widestEntry(drawers)
 	docs, err := cosmos.EntryDocuments(r, e)
 	if err != nil {
 		t.Fatal(err)

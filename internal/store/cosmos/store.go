@@ -744,9 +744,9 @@ type shelfOp struct {
 }
 
 // maxShelfOps is the most shelf operations a batch of a cabinet's change
-// holds: the rest of its hundred are its entry's and its cursor's or kept
+// holds: the rest of its hundred are its entry's, its cursor's and its kept
 // record's.
-const maxShelfOps = maxBatchOps - 2
+const maxShelfOps = maxBatchOps - 3
 
 // shelfOps are the deletes of the shelves gone and the writes of those
 // written.
