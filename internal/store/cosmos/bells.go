@@ -93,7 +93,7 @@ func (b *bells) ring(ctx context.Context, recipients []string) error {
 func (b *bells) read(ctx context.Context, cursor string) ([]string, string, error) {
 	var recipients []string
 	seen := make(map[string]struct{})
-	cursor, _, err := followFeed(ctx, b.feed, cursor, nil, func(docs [][]byte) error {
+	cursor, _, err := followFeed(ctx, b.feed, cursor, nil, func(docs [][]byte, _ string) error {
 		for _, item := range docs {
 			var bell bellDoc
 			if err := json.Unmarshal(item, &bell); err != nil || bell.By == b.instance {

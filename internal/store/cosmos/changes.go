@@ -45,7 +45,12 @@ func (s *Store) changedBacklog(ctx context.Context, cursor string) (store.Backlo
 		t := time.Now().Add(-feedStartMargin)
 		from = &t
 	}
-	next, cost, err := followFeed(withSessionToken(ctx, s.tokens.get(containerRecipients)), s.recipients, cursor, from, func(docs [][]byte) error {
+	next, cost, err := followFeed(withSessionToken(ctx, s.tokens.get(containerRecipients)), s.recipients, cursor, from, func(docs [][]byte, token string) error {
+		// The recipients named are read next with this store's tokens:
+		// without the page's, a replica behind it could serve them their
+		// state before the change, which the feed, gone on past it, would
+		// not name again.
+		s.tokens.note(containerRecipients, token)
 		for _, raw := range docs {
 			pk, err := recipientOf(raw)
 			if err != nil {

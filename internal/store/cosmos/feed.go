@@ -20,10 +20,12 @@ const (
 // page comes back empty (every partition key range is at the present) or
 // maxFeedPages pages are read. The empty cursor starts the feed at from
 // (nil: the oldest change it keeps) and reads up to the present without
-// calling fn, to find where the present is. It returns the cursor after
-// the last page read, also with an error (what was read before it is
-// done), and the request units the reads cost.
-func followFeed(ctx context.Context, c *azcosmos.ContainerClient, cursor string, from *time.Time, fn func(docs [][]byte) error) (string, float64, error) {
+// calling fn, to find where the present is. fn also gets the page's
+// session token (of the range it was read from), for reads that must see
+// what the page showed. It returns the cursor after the last page read,
+// also with an error (what was read before it is done), and the request
+// units the reads cost.
+func followFeed(ctx context.Context, c *azcosmos.ContainerClient, cursor string, from *time.Time, fn func(docs [][]byte, token string) error) (string, float64, error) {
 	starting := cursor == ""
 	var cost float64
 	for range maxFeedPages {
@@ -48,7 +50,11 @@ func followFeed(ctx context.Context, c *azcosmos.ContainerClient, cursor string,
 		if starting {
 			continue
 		}
-		if err := fn(resp.Items); err != nil {
+		token := ""
+		if resp.RawResponse != nil {
+			token = resp.RawResponse.Header.Get(sessionTokenHeader)
+		}
+		if err := fn(resp.Items, token); err != nil {
 			return cursor, cost, err
 		}
 	}

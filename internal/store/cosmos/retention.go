@@ -95,7 +95,8 @@ const (
 // loadRetention reads the recipient's retention state. It is not anchored
 // on the primary: every sweep write is conditional on what it read, and a
 // read behind the primary only sees less acknowledged and less due, so the
-// sweep removes less, never more.
+// sweep removes less, never more. Its answer's token is kept (queryNoting),
+// so that the visit's later reads are not further behind.
 func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
 	var st store.RetentionState
 	query := retentionQuery
@@ -106,7 +107,7 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 	}
 	var newBytes int64 // of the bundles dequeued since
 	var cat catalogDocs
-	err := s.query(ctx, s.recipients, recipient, query, params, func(raw []byte) error {
+	err := s.queryNoting(ctx, recipient, query, params, func(raw []byte) error {
 		var probe struct {
 			T  string
 			DA int64 `json:"da"`
@@ -136,6 +137,34 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 		return st, err
 	}
 	return st, s.boundRetained(ctx, recipient, &st, dueBefore, since, newBytes)
+}
+
+// queryNoting is query in the recipient's partition of the recipients
+// container that keeps its answers' session tokens: the visit's later reads
+// (every retained bundle, the stored shelves) must see at least what it
+// saw. They are sent with this process's tokens only, which need not hold
+// other instances' dequeues, so a replica further behind could serve them:
+// one that has not the dequeue of a bundle whose cursor the visit read
+// moved would leave the bundle's drawers named by no retained bundle, and
+// the sweep would free them while the bundle still reads from them.
+func (s *Store) queryNoting(ctx context.Context, recipient, sql string, params []azcosmos.QueryParameter, fn func([]byte) error) error {
+	pager := s.recipients.NewQueryItemsPager(sql, azcosmos.NewPartitionKeyString(recipient),
+		&azcosmos.QueryOptions{QueryParameters: params, SessionToken: s.tokens.get(containerRecipients)})
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		if page.RawResponse != nil {
+			s.tokens.note(containerRecipients, page.RawResponse.Header.Get("x-ms-session-token"))
+		}
+		for _, raw := range page.Items {
+			if err := fn(raw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // LoadRetention is loadRetention, its errors mapped.
@@ -216,6 +245,13 @@ func (s *Store) boundRetained(ctx context.Context, recipient string, st *store.R
 		last = probe.DA
 		switch probe.T {
 		case typeDequeued:
+			if probe.DA >= since.UnixMicro() {
+				// New since the last pass: the visit's query read it
+				// already (the cutoff is past since when more than the
+				// budget was dequeued since), and a bundle listed twice
+				// is deleted twice, which fails the catalog batch.
+				return nil
+			}
 			return appendDecoded(&st.Bundles, raw, toBundle)
 		case typeKept:
 			return appendDecoded(&st.Kept, raw, toKept)

@@ -594,42 +594,100 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	// Drawers that leave an entry for bundles that still read them are
 	// recorded in the batch that takes them out of it, so that no drawer is
 	// left to nothing, and none is deleted while an entry still names it.
-	kept := map[catalog.Key]unit{}
+	kept := map[catalog.Key]store.Kept{}
 	for _, k := range sw.Keep {
-		raw := mustJSON(keptDoc{ID: keptID(uuid.NewString()), PK: sw.Recipient, T: typeKept, Until: k.Until.UnixMicro(), Drawers: k.Drawers})
-		kept[k.Cabinet] = unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error { b.CreateItem(raw, nil); return nil }}
+		kept[k.Cabinet] = k
+	}
+	keptRecord := func(k store.Kept, drawers []string) unit {
+		raw := mustJSON(keptDoc{ID: keptID(uuid.NewString()), PK: sw.Recipient, T: typeKept, Until: k.Until.UnixMicro(), Drawers: drawers})
+		return unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error { b.CreateItem(raw, nil); return nil }}
 	}
 	withKept := func(key catalog.Key, u unit) unit {
 		k, ok := kept[key]
-		if !ok {
+		if !ok || len(k.Drawers) == 0 {
 			return u
 		}
-		return unit{u.ops + k.ops, u.bytes + k.bytes, func(b *azcosmos.TransactionalBatch) error {
+		r := keptRecord(k, k.Drawers)
+		return unit{u.ops + r.ops, u.bytes + r.bytes, func(b *azcosmos.TransactionalBatch) error {
 			if err := u.add(b); err != nil {
 				return err
 			}
-			return k.add(b)
+			return r.add(b)
 		}}
 	}
 	stored, err := s.storedShelves(ctx, sw.Recipient, slices.ContainsFunc(sw.Entries, mayBeShelved))
 	if err != nil {
 		return err
 	}
+	// ahead writes the shelf changes of one cabinet that its own batch
+	// cannot hold (more than a hundred shelves: a cabinet of thousands of
+	// drawers) in batches before it, each rewriting the entry document
+	// as the cabinet's batch writes it, on the etag the last one left, with
+	// a kept record of the kept drawers it takes out of the catalog (first
+	// leave the first batch's, besides its shelves'). The catalog loads as
+	// the entry's drawers and those of the shelves still stored, so each
+	// batch leaves it naming fewer of the drawers that leave, and a save to
+	// the cabinet meanwhile fails the next; the cabinet's batch writes the
+	// rest, and the kept record of the rest (a cabinet's last drawer, which
+	// saves fill, is only kept once its entry is gone).
+	ahead := func(key catalog.Key, doc entryDoc, version string, ops []shelfOp, first []string) (string, []shelfOp, error) {
+		for len(ops) > maxShelfOps {
+			b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
+			if err := batchWrite(&b, doc, version); err != nil {
+				return "", nil, err
+			}
+			leaving := first
+			first = nil
+			for _, op := range ops[:maxShelfOps] {
+				op.add(&b)
+				leaving = append(leaving, op.leaves...)
+			}
+			if k, ok := kept[key]; ok {
+				now := slices.DeleteFunc(slices.Clone(k.Drawers), func(d string) bool { return !slices.Contains(leaving, d) })
+				if len(now) > 0 {
+					if err := keptRecord(k, now).add(&b); err != nil {
+						return "", nil, err
+					}
+					k.Drawers = slices.DeleteFunc(slices.Clone(k.Drawers), func(d string) bool { return slices.Contains(now, d) })
+					kept[key] = k
+				}
+			}
+			resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)
+			if err == nil {
+				s.tokens.note(containerRecipients, resp.SessionToken)
+			}
+			if err := batchError(resp, err); err != nil {
+				return "", nil, err
+			}
+			version, ops = string(resp.OperationResults[0].ETag), ops[maxShelfOps:]
+		}
+		return version, ops, nil
+	}
 	for _, e := range sw.Entries {
 		doc, shelves := fromEntry(sw.Recipient, e)
 		gone, write := shelfChanges(stored[e.Key()], shelves)
-		size := len(mustJSON(doc))
-		for _, sh := range write {
-			size += len(mustJSON(sh))
+		// The entry document's drawers that leave go with the first batch.
+		var first []string
+		if k, ok := kept[e.Key()]; ok {
+			first = slices.DeleteFunc(slices.Clone(k.Drawers), func(d string) bool {
+				return slices.ContainsFunc(stored[e.Key()], func(sh shelfDoc) bool {
+					return slices.ContainsFunc(sh.Drawers, func(m drawerMeta) bool { return m.ID == d })
+				})
+			})
 		}
-		units = append(units, withKept(e.Key(), unit{1 + len(gone) + len(write), size, func(b *azcosmos.TransactionalBatch) error {
-			for _, id := range gone {
-				b.DeleteItem(id, nil)
+		version, ops, err := ahead(e.Key(), doc, e.Version, shelfOps(stored[e.Key()], gone, write), first)
+		if err != nil {
+			return err
+		}
+		size := len(mustJSON(doc))
+		for _, op := range ops {
+			size += op.bytes
+		}
+		units = append(units, withKept(e.Key(), unit{1 + len(ops), size, func(b *azcosmos.TransactionalBatch) error {
+			for _, op := range ops {
+				op.add(b)
 			}
-			for _, sh := range write {
-				b.UpsertItem(mustJSON(sh), nil)
-			}
-			return batchWrite(b, doc, e.Version)
+			return batchWrite(b, doc, version)
 		}}))
 	}
 	cursors := map[catalog.Key]catalog.Cursor{}
@@ -642,12 +700,20 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	for _, e := range sw.DeleteEntries {
 		c, withCursor := cursors[e.Key()]
 		delete(cursors, e.Key())
-		_, shelves := fromEntry(sw.Recipient, e)
-		units = append(units, withKept(e.Key(), unit{2 + len(shelves), 0, func(b *azcosmos.TransactionalBatch) error {
-			for _, sh := range shelves {
-				b.DeleteItem(sh.ID, nil)
+		doc, shelves := fromEntry(sw.Recipient, e)
+		var ids []string
+		for _, sh := range shelves {
+			ids = append(ids, sh.ID)
+		}
+		version, ops, err := ahead(e.Key(), doc, e.Version, shelfOps(shelves, ids, nil), nil)
+		if err != nil {
+			return err
+		}
+		units = append(units, withKept(e.Key(), unit{2 + len(ops), 0, func(b *azcosmos.TransactionalBatch) error {
+			for _, op := range ops {
+				op.add(b)
 			}
-			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(e.Version)})
+			b.DeleteItem(entryID(e.Key()), &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(version)})
 			if withCursor {
 				deleteCursor(b, c)
 			}
@@ -689,6 +755,49 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		units = units[n:]
 	}
 	return nil
+}
+
+// shelfOp is one shelf's delete or write in a sweep's catalog batch, and
+// the drawers it takes out of the catalog.
+type shelfOp struct {
+	bytes  int
+	add    func(*azcosmos.TransactionalBatch)
+	leaves []string
+}
+
+// maxShelfOps is the most shelf operations a batch of a cabinet's change
+// holds: the rest of its hundred are its entry's, its cursor's and its kept
+// record's.
+const maxShelfOps = maxBatchOps - 3
+
+// shelfOps are the deletes of the shelves gone and the writes of those
+// written, of a cabinet whose shelves are stored.
+func shelfOps(stored []shelfDoc, gone []string, write []shelfDoc) []shelfOp {
+	// leaves is the drawers of stored shelf id that sh, its new content,
+	// has not.
+	leaves := func(id string, sh shelfDoc) []string {
+		var out []string
+		for _, old := range stored {
+			if old.ID != id {
+				continue
+			}
+			for _, m := range old.Drawers {
+				if !slices.ContainsFunc(sh.Drawers, func(n drawerMeta) bool { return n.ID == m.ID }) {
+					out = append(out, m.ID)
+				}
+			}
+		}
+		return out
+	}
+	var ops []shelfOp
+	for _, id := range gone {
+		ops = append(ops, shelfOp{0, func(b *azcosmos.TransactionalBatch) { b.DeleteItem(id, nil) }, leaves(id, shelfDoc{})})
+	}
+	for _, sh := range write {
+		raw := mustJSON(sh)
+		ops = append(ops, shelfOp{len(raw), func(b *azcosmos.TransactionalBatch) { b.UpsertItem(raw, nil) }, leaves(sh.ID, sh)})
+	}
+	return ops
 }
 
 // storedShelves returns the recipient's shelves by cabinet, as of the state
