@@ -321,7 +321,13 @@ func (s *Store) writeIDs(ctx context.Context, ids []idWrite) error {
 		g.Go(func() error {
 			resp, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
 			if isStatus(err, http.StatusConflict) {
-				return nil // its id is this save's: our own, from a replay
+				// Its id is this save's: our own, from a replay whose first
+				// answer was lost, and with it the token the look-up must
+				// read with (else a lagging replica may miss an id document
+				// another save wrote before ours). A read on the primary
+				// gives it.
+				_, err = s.readOnPrimary(ctx, s.ids, w.bucket, w.doc.ID, &idDoc{})
+				return err
 			}
 			if err == nil && resp.SessionToken != nil {
 				// The lookup after writing must see every id document
