@@ -2,10 +2,18 @@ package cosmos_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
@@ -62,4 +70,64 @@ func TestAnIDDocumentsResendKeepsItsTokenForTheLookUp(t *testing.T) {
 		}
 	}
 	drainExactly(t, b, r, ids(ns))
+}
+
+// A save's process dies right after its commit applied: its reservation
+// stays in the recipient's head, holding the watermark below its
+// notifications, until its lease ends and a load settles it. The
+// producer, told nothing, resends the Save to another instance within the
+// lease. Its ids are the committed save's, but the resend must not answer
+// them as duplicates while they are not visible: a Save that returned is
+// visible. It is told to try again (the save is in flight), and once the
+// lease has ended the resend answers them as duplicates, visible.
+func TestAResendOfASaveCommittedByADeadProcessIsVisibleOnceAnswered(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) } // the lease never ends
+	db := cosmostest.UniqueID("db")
+	f := newFaulty()
+	dying := open(t, cosmos.Config{Database: db, Transport: f, Now: clock, Lease: time.Minute})
+	cosmos.SetFinalizeFor(dying, 0)
+	repo := hub.New(dying, hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	// The process is gone from the moment its commit applied.
+	var committed atomic.Bool
+	f.set(func(req *http.Request) int {
+		if committed.Load() {
+			return http.StatusForbidden
+		}
+		if toContainer(req, "saves") && req.Method == http.MethodPut {
+			committed.Store(true)
+		}
+		return 0
+	})
+	ns := notifications(3, r, 1)
+	_, _ = repo.Save(ctx, ns) // its answer never reaches the producer
+	if !committed.Load() {
+		t.Fatal("the save never committed; the test tested nothing")
+	}
+	survivor := hub.New(open(t, cosmos.Config{Database: db, Now: clock, Lease: time.Minute}), hub.Options{}, nil)
+	t.Cleanup(survivor.Close)
+	if b, err := survivor.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
+		t.Fatalf("peek before the resend = %v, %v; want nothing (the dead save is not finalized)", b, err)
+	}
+	res, err := survivor.Save(ctx, ns)
+	if err != nil {
+		if !errors.Is(err, domain.ErrUnavailable) {
+			t.Fatalf("the resend within the lease: %v; want success or unavailable", err)
+		}
+		t.Logf("the resend within the lease: %v", err)
+		now.Add(int64(2 * time.Minute)) // the lease ends
+		res, err = survivor.Save(ctx, ns)
+	}
+	if err != nil || res.Duplicates != len(ns) {
+		t.Fatalf("the resend = %+v, %v; want %d duplicates", res, err, len(ns))
+	}
+	b, err := survivor.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || b == nil || !slices.Equal(b.NotificationIDs, ids(ns)) {
+		t.Fatalf("peek after the resend answered %+v = %v, %v; want its %d notifications", res, b, err, len(ns))
+	}
+	drainExactly(t, survivor, r, ids(ns))
 }
