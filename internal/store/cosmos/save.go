@@ -104,9 +104,15 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 		if isStatus(err, http.StatusPreconditionFailed) {
 			// A replay of our own commit after a lost answer, or our lease
 			// ran out and someone aborted the save: the record says which.
-			if d, rerr := s.readSaveOnPrimary(ctx, saveID); rerr == nil && d.State == stateCommitted {
+			// A read that fails says neither: the outcome is unknown, never
+			// a refusal the hub would replan as if nothing was written (the
+			// abort below asks the primary again).
+			switch d, rerr := s.readSaveOnPrimary(ctx, saveID); {
+			case rerr != nil:
+				err = fmt.Errorf("%w: %w", errOutcomeUnknown, rerr)
+			case d.State == stateCommitted:
 				err = nil
-			} else {
+			default:
 				err = fmt.Errorf("%w: save %s was aborted", store.ErrConflict, saveID)
 			}
 		}

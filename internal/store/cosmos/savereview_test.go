@@ -131,3 +131,48 @@ func TestAResendOfASaveCommittedByADeadProcessIsVisibleOnceAnswered(t *testing.T
 	}
 	drainExactly(t, survivor, r, ids(ns))
 }
+
+// A save's commit applies and its answer is lost: the resend meets the
+// committed record (412), and the read on the primary that would tell a
+// replay from a settler's abort fails, as does the abort's own read after
+// it. The save is committed but not finalized: its reservation holds the
+// watermark below its notifications until its lease ends. The Save must
+// not answer success (by a retry that finds its ids stored) while they are
+// not visible: it answers unavailable, or success with them visible. Nor
+// is it replanned as if its commit had been refused: that would write
+// save after save, each aborted, before answering.
+func TestACommitWhoseReplayCheckFailsIsNotAnsweredAsStoredBeforeVisible(t *testing.T) {
+	clock := &costClock{now: time.Now()}
+	db := cosmostest.UniqueID("db")
+	repo := hub.New(open(t, cosmos.Config{Database: db, Now: clock.Now, Lease: time.Minute}), hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	ns := notifications(3, r, 1)
+	inject(t, db,
+		cosmostest.Fault{Kind: cosmostest.LostUnavailable, Count: 1, Ops: []string{"replace"}, Coll: "saves", Body: `"state":"committed"`},
+		// Every read of the record on the primary (the commit's check, the
+		// abort's) fails until the Save has answered.
+		cosmostest.Fault{Kind: cosmostest.Refuse503, Ops: []string{"batch"}, Coll: "saves"},
+	)
+	res, err := repo.Save(ctx, ns)
+	if n := firedEach(t, db); len(n) != 2 || n[0] != 1 || n[1] < 2 {
+		t.Fatalf("faults fired %v (the commit's answer lost, the reads refused); the test tested something else", n)
+	}
+	clearFaults(t, db)
+	if n := countDocs(t, db, "saves"); n != 1 {
+		t.Fatalf("%d commit records; want the save's one (it was replanned as refused)", n)
+	}
+	if err == nil {
+		b, perr := repo.Peek(ctx, r, domain.GroupAll, "")
+		if perr != nil || b == nil || !slices.Equal(b.NotificationIDs, ids(ns)) {
+			t.Fatalf("peek after the save answered %+v = %v, %v; want its %d notifications", res, b, perr, len(ns))
+		}
+	} else if !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("a save whose commit's outcome is unknown answered %v; want unavailable", err)
+	}
+	t.Logf("the save answered %+v, %v", res, err)
+	clock.advance(2 * time.Minute) // the lease ends: a load settles the save
+	saveAsTheHub(t, repo, db, ns, err)
+	drainExactly(t, repo, r, ids(ns))
+}
