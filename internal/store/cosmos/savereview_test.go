@@ -176,3 +176,40 @@ func TestACommitWhoseReplayCheckFailsIsNotAnsweredAsStoredBeforeVisible(t *testi
 	saveAsTheHub(t, repo, db, ns, err)
 	drainExactly(t, repo, r, ids(ns))
 }
+
+// A save's finalize applies and its answer is lost: the resend is refused
+// (412) by its own effect, and the head is read again to see. That read
+// must see the finalize, this instance's own write: from a replica behind
+// it the head still holds the reservation, the replace on that version is
+// refused again, and the finalize goes round until the replica catches up
+// (here an hour), holding the Save, and every later Save of the recipient
+// on this instance, though the save is done.
+func TestAFinalizeWhoseAnswerIsLostReadsItsOwnWrite(t *testing.T) {
+	srv := laggingServer(t)
+	stores, repos := twoInstances(t, srv)
+	// Long enough for many rounds, short enough for the test to end.
+	cosmos.SetFinalizeFor(stores[0], 3*time.Second)
+	ctx := context.Background()
+	r := uuid.NewString()
+	ns := notifications(2, r, 1)
+	if err := srv.AddFaults(cosmostest.Fault{Kind: cosmostest.LostUnavailable, Count: 1, Ops: []string{"replace"}, Coll: "recipients", ID: "^head$"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.ClearFaults("") })
+	byOp, _ := (&costEnv{store: stores[0]}).measure(t, func() {
+		if res, err := repos[0].Save(ctx, ns); err != nil || res.Saved != len(ns) {
+			t.Fatalf("save = %+v, %v", res, err)
+		}
+	})
+	if firedOn(t, srv) != 1 {
+		t.Fatal("the finalize's answer was not lost; the test tested nothing")
+	}
+	// The commit record's replace, the finalize's and the transport's
+	// resend of it, then one read of the head that shows it done: three
+	// (four would be one round more).
+	t.Logf("the save's requests: %v", byOpCharges(byOp))
+	if n := byOp[cosmos.OpReplace].Requests; n > 4 {
+		t.Fatalf("the save made %d replaces: its finalize went round on a head read behind its own write", n)
+	}
+	drainExactly(t, repos[0], r, ids(ns))
+}
