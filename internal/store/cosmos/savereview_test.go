@@ -3,6 +3,7 @@ package cosmos_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync/atomic"
@@ -212,4 +213,47 @@ func TestAFinalizeWhoseAnswerIsLostReadsItsOwnWrite(t *testing.T) {
 		t.Fatalf("the save made %d replaces: its finalize went round on a head read behind its own write", n)
 	}
 	drainExactly(t, repos[0], r, ids(ns))
+}
+
+// A save of more cabinets than one reserve batch takes writes the rest of
+// its reservation in part batches (a part document, the head and the
+// entries it lists). The first reserve batch meets every fault in
+// TestEveryWriteSurvivesALostOrRefusedAnswer; here the part batch does.
+// A lost answer's resend finds its own part; a failure the save cannot
+// see through aborts it, and the rollback gives back the positions of
+// both batches (the part's was written); either way the notifications
+// are delivered exactly once after the hub's resend, and the recipient
+// is not held up. Three of writeFaults' cases, one per outcome (each
+// drains a hundred bundles): its answer lost once, lost on every attempt
+// (applied, the outcome unknown), refused on every attempt.
+func TestAReservePartBatchSurvivesALostOrRefusedAnswer(t *testing.T) {
+	const cabinets = 100 // > maxReserveEntries: two reserve batches
+	for _, f := range []struct {
+		kind  cosmostest.FaultKind
+		count int
+	}{{cosmostest.LostUnavailable, 1}, {cosmostest.LostUnavailable, 6}, {cosmostest.RefuseRetryWith, 6}} {
+		t.Run(faultCase("reserve part", f.kind, f.count), func(t *testing.T) {
+			db := cosmostest.UniqueID("db")
+			repo := hub.New(openLarge(t, cosmos.Config{Database: db}), hub.Options{}, nil)
+			t.Cleanup(repo.Close)
+			r := uuid.NewString()
+			ns := notifications(cabinets, r, 1)
+			for i := range ns {
+				ns[i].ContentType = fmt.Sprintf("ct-%03d", i)
+			}
+			inject(t, db, cosmostest.Fault{Kind: f.kind, Count: f.count, Ops: []string{"batch"}, Coll: "recipients", Type: "respart"})
+			_, err := repo.Save(context.Background(), ns)
+			if fired(t, db) == 0 {
+				t.Fatal("the part batch met no fault; the test tested nothing")
+			}
+			clearFaults(t, db)
+			if err != nil && refused(f.kind) {
+				if b, perr := repo.Peek(context.Background(), r, domain.GroupAll, ""); perr != nil || b != nil {
+					t.Fatalf("peek after a refused save (%v) = %v, %v; want nothing", err, b, perr)
+				}
+			}
+			saveAsTheHub(t, repo, db, ns, err)
+			drainExactly(t, repo, r, ids(ns))
+		})
+	}
 }
