@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -256,4 +257,74 @@ func TestAReservePartBatchSurvivesALostOrRefusedAnswer(t *testing.T) {
 			drainExactly(t, repo, r, ids(ns))
 		})
 	}
+}
+
+// Instance A's save of some ids is held just before its commit; instance
+// B saves the same ids meanwhile. B's look-up finds A's ids in a save
+// still pending: B gives way, and must neither store them a second time
+// nor answer them as duplicates of a save that may yet fail. It is told to
+// try again; once A has committed, B's resend counts them as duplicates,
+// and they are delivered once.
+func TestASaveMeetingTheSameIDsPendingOnAnotherInstanceGivesWay(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	holding, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var heldTooLong atomic.Bool
+	transport := &hookTransport{
+		next: cosmostest.NewHTTPClient(),
+		before: func(req *http.Request) {
+			if !toContainer(req, "saves") || req.Method != http.MethodPut {
+				return
+			}
+			once.Do(func() { close(holding) })
+			select {
+			case <-release:
+			case <-req.Context().Done():
+				heldTooLong.Store(true)
+			}
+		},
+	}
+	a := hub.New(open(t, cosmos.Config{Database: db, Transport: transport}), hub.Options{}, nil)
+	t.Cleanup(a.Close)
+	b := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
+	t.Cleanup(b.Close)
+	r := uuid.NewString()
+	ns := notifications(3, r, 1)
+	// A's save may take its hub's longest time: B's attempts run meanwhile.
+	actx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type answer struct {
+		res domain.SaveResult
+		err error
+	}
+	fromA := make(chan answer, 1)
+	go func() {
+		res, err := a.Save(actx, ns)
+		fromA <- answer{res, err}
+	}()
+	select {
+	case <-holding:
+	case got := <-fromA:
+		t.Fatalf("A's save answered %+v, %v before its commit", got.res, got.err)
+	}
+	ctx := context.Background()
+	res, err := b.Save(ctx, ns)
+	close(release)
+	got := <-fromA
+	if heldTooLong.Load() {
+		t.Fatal("A's commit was held past its deadline: the test tested something else")
+	}
+	if err == nil {
+		t.Fatalf("B's save of ids A's pending save holds answered %+v; want to be told to try again", res)
+	}
+	if !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("B's save of ids A's pending save holds: %v; want unavailable", err)
+	}
+	if got.err != nil || got.res.Saved != len(ns) {
+		t.Fatalf("A's save = %+v, %v; want %d saved", got.res, got.err, len(ns))
+	}
+	if res, err := b.Save(ctx, ns); err != nil || res.Duplicates != len(ns) {
+		t.Fatalf("B's resend after A's commit = %+v, %v; want %d duplicates", res, err, len(ns))
+	}
+	drainExactly(t, b, r, ids(ns))
 }
