@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -327,4 +328,108 @@ func TestASaveMeetingTheSameIDsPendingOnAnotherInstanceGivesWay(t *testing.T) {
 		t.Fatalf("B's resend after A's commit = %+v, %v; want %d duplicates", res, err, len(ns))
 	}
 	drainExactly(t, b, r, ids(ns))
+}
+
+// A save is slow, not dead: its page batch is held until its lease has
+// ended (by the instances' clocks), and another instance's load settles
+// the save meanwhile: aborted, its positions recorded as holes, its
+// reservation dropped. Then the saver carries on. Its commit must be
+// refused (the record says aborted), its late pages must never show, and
+// the hub's retry stores the notifications once.
+func TestASaverStillWritingAfterASettlerAbortedItStoresItsNotificationsOnce(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	db := cosmostest.UniqueID("db")
+	holding, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var armed, heldTooLong atomic.Bool
+	transport := &hookTransport{
+		next: cosmostest.NewHTTPClient(),
+		before: func(req *http.Request) {
+			if !armed.Load() || !isBatch(req, "drawers", "") {
+				return
+			}
+			first := false
+			once.Do(func() { first = true; close(holding) })
+			if !first {
+				return
+			}
+			select {
+			case <-release:
+			case <-req.Context().Done():
+				heldTooLong.Store(true)
+			}
+		},
+	}
+	slow := hub.New(open(t, cosmos.Config{Database: db, Transport: transport, Now: clock, Lease: time.Minute}), hub.Options{}, nil)
+	t.Cleanup(slow.Close)
+	settler := hub.New(open(t, cosmos.Config{Database: db, Now: clock, Lease: time.Minute}), hub.Options{}, nil)
+	t.Cleanup(settler.Close)
+	r := uuid.NewString()
+	before := notifications(2, r, 1)
+	ctx := context.Background()
+	if _, err := slow.Save(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	ns := notifications(3, r, 1)
+	armed.Store(true)
+	// The save may take its hub's longest time, in real time: the lease
+	// ends by the clock the stores are given.
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	type answer struct {
+		res domain.SaveResult
+		err error
+	}
+	fromSlow := make(chan answer, 1)
+	go func() {
+		res, err := slow.Save(sctx, ns)
+		fromSlow <- answer{res, err}
+	}()
+	select {
+	case <-holding:
+	case got := <-fromSlow:
+		t.Fatalf("the save answered %+v, %v before its pages were written", got.res, got.err)
+	}
+	now.Add(int64(10 * time.Minute)) // past the lease: twice the deadline the save was given
+	// The settler's Peek loads the recipient: the expired reservation is
+	// settled, and only what was saved before shows.
+	b, err := settler.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || b == nil || !slices.Equal(b.NotificationIDs, ids(before)) {
+		t.Fatalf("peek while the save is settled = %v, %v; want the %d saved before", b, err, len(before))
+	}
+	if err := settler.Dequeue(ctx, r, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := savesIn(t, db, stateAborted); n != 1 {
+		t.Fatalf("%d aborted saves; the settler did not abort the slow one", n)
+	}
+	close(release)
+	got := <-fromSlow
+	if heldTooLong.Load() {
+		t.Fatal("the page batch was held past the save's deadline: the test tested something else")
+	}
+	t.Logf("the slow save answered %+v, %v", got.res, got.err)
+	saveAsTheHub(t, slow, db, ns, got.err)
+	drainExactly(t, settler, r, ids(ns))
+}
+
+const stateAborted = "aborted"
+
+// savesIn counts the commit records of db in a state.
+func savesIn(t *testing.T, db, state string) int {
+	t.Helper()
+	waitOutLag() // the query carries no session token
+	pager := containerOf(t, db, "saves").NewQueryItemsPager("SELECT c.id FROM c WHERE c.state = @state",
+		azcosmos.NewPartitionKey(), &azcosmos.QueryOptions{QueryParameters: []azcosmos.QueryParameter{{Name: "@state", Value: state}}})
+	n := 0
+	for pager.More() {
+		page, err := pager.NextPage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(page.Items)
+	}
+	return n
 }
