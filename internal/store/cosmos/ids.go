@@ -40,14 +40,24 @@ func (s *Store) checkIDs(ctx context.Context, saveID string, plans []savePlan) e
 	if err != nil {
 		return err
 	}
-	existing, inFlight, err := s.settledHits(ctx, hits)
+	existing, states, inFlight, err := s.settledHits(ctx, hits)
 	if err != nil {
 		return err
 	}
-	if len(existing) > 0 {
+	// A committed save whose reservation is still in a head this save
+	// reserved on is not finalized yet (its process may have died after
+	// its commit): its notifications are not visible, so its ids are not
+	// yet duplicates the caller may be told of. It is in flight until its
+	// own finalize, or the settler after its lease, drops the reservation.
+	unfinalized := slices.ContainsFunc(plans, func(p savePlan) bool {
+		return slices.ContainsFunc(p.head.Reservations, func(r reservation) bool {
+			return r.Save != saveID && states[r.Save] == stateCommitted
+		})
+	})
+	if len(existing) > 0 && !unfinalized {
 		return &store.IDsExistError{Records: existing}
 	}
-	if inFlight {
+	if inFlight || unfinalized {
 		return fmt.Errorf("%w: another save of the same ids is in flight", store.ErrConflict)
 	}
 	return nil
@@ -59,34 +69,34 @@ func (s *Store) lookupIDs(ctx context.Context, ids []string) (map[string]store.I
 	if err != nil {
 		return nil, err
 	}
-	found, _, err := s.settledHits(ctx, hits)
+	found, _, _, err := s.settledHits(ctx, hits)
 	return found, err
 }
 
-// settledHits returns the hits whose save is committed, and whether any
-// belongs to a save still in flight. Each save's record is read once, however
-// many of its ids were hit.
-func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[string]store.IDRecord, inFlight bool, err error) {
+// settledHits returns the hits whose save is committed, the state of each
+// save hit, and whether any belongs to a save still in flight. Each save's
+// record is read once, however many of its ids were hit.
+func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[string]store.IDRecord, states map[string]string, inFlight bool, err error) {
 	committed = make(map[string]store.IDRecord)
-	states := make(map[string]string)
+	states = make(map[string]string)
 	for _, h := range hits {
 		state, ok := states[h.Save]
 		if !ok {
 			if state, err = s.saveState(ctx, h.Save, h.Token); err != nil {
-				return nil, false, err
+				return nil, nil, false, err
 			}
 			states[h.Save] = state
 		}
 		switch state {
 		case stateCommitted:
 			if committed[h.ID], err = h.record(); err != nil {
-				return nil, false, err
+				return nil, nil, false, err
 			}
 		case statePending:
 			inFlight = true
 		}
 	}
-	return committed, inFlight, nil
+	return committed, states, inFlight, nil
 }
 
 // lookup queries each bucket the ids fall in, in parallel, leaving out the

@@ -322,14 +322,17 @@ func dropReservation(h *headDoc, saveID string, limit int64) bool {
 	return true
 }
 
-// readHead reads the recipient's head; its ETag is the version read.
-func (s *Store) readHead(ctx context.Context, pk azcosmos.PartitionKey) (headDoc, error) {
-	item, err := s.readItem(ctx, s.recipients, pk, headID, "")
-	if err != nil {
-		return headDoc{}, err
-	}
+// readHead reads the recipient's head on the primary; its ETag is the
+// version read. A replace of the head refused with 412 may be this
+// process's own resend meeting its first attempt's effect, whose answer
+// (and session token) was lost: a replica may not have that write yet, and
+// a head read there would be refused again, round after round.
+func (s *Store) readHead(ctx context.Context, recipient string) (headDoc, error) {
 	var h headDoc
-	err = json.Unmarshal(item.Value, &h)
+	found, err := s.readOnPrimary(ctx, s.recipients, recipient, headID, &h)
+	if err == nil && !found {
+		err = fmt.Errorf("%w: head of %s is gone", store.ErrConflict, recipient)
+	}
 	return h, err
 }
 
@@ -352,7 +355,7 @@ func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known head
 		h.Reservations = slices.Clone(known.Reservations)
 		if attempt > 0 || h.ETag == "" {
 			var err error
-			if h, err = s.readHead(ctx, pk); err != nil {
+			if h, err = s.readHead(ctx, recipient); err != nil {
 				return err
 			}
 		}

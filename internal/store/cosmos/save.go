@@ -104,9 +104,15 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 		if isStatus(err, http.StatusPreconditionFailed) {
 			// A replay of our own commit after a lost answer, or our lease
 			// ran out and someone aborted the save: the record says which.
-			if d, rerr := s.readSaveOnPrimary(ctx, saveID); rerr == nil && d.State == stateCommitted {
+			// A read that fails says neither: the outcome is unknown, never
+			// a refusal the hub would replan as if nothing was written (the
+			// abort below asks the primary again).
+			switch d, rerr := s.readSaveOnPrimary(ctx, saveID); {
+			case rerr != nil:
+				err = fmt.Errorf("%w: %w", errOutcomeUnknown, rerr)
+			case d.State == stateCommitted:
 				err = nil
-			} else {
+			default:
 				err = fmt.Errorf("%w: save %s was aborted", store.ErrConflict, saveID)
 			}
 		}
@@ -321,7 +327,13 @@ func (s *Store) writeIDs(ctx context.Context, ids []idWrite) error {
 		g.Go(func() error {
 			resp, err := s.ids.CreateItem(ctx, azcosmos.NewPartitionKeyString(w.bucket), mustJSON(w.doc), nil)
 			if isStatus(err, http.StatusConflict) {
-				return nil // its id is this save's: our own, from a replay
+				// Its id is this save's: our own, from a replay whose first
+				// answer was lost, and with it the token the look-up must
+				// read with (else a lagging replica may miss an id document
+				// another save wrote before ours). A read on the primary
+				// gives it.
+				_, err = s.readOnPrimary(ctx, s.ids, w.bucket, w.doc.ID, &idDoc{})
+				return err
 			}
 			if err == nil && resp.SessionToken != nil {
 				// The lookup after writing must see every id document
