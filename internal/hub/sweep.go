@@ -3,9 +3,11 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -107,7 +109,8 @@ func (r *Hub) sweep(ctx context.Context) error {
 // with a bundle due, and those that dequeued since since (their catalog
 // may hold drawers to let go); a recipient with neither costs nothing. Up
 // to sweepParallel recipients are swept at once; hold, when set, is asked
-// again every renew and ends the pass when the lease is lost.
+// again every renew and ends the pass when the lease is lost. A recipient
+// whose sweep fails is reported once the others are swept.
 func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duration, hold func(context.Context) (bool, error)) error {
 	cutoff := r.opts.Now().Add(-r.opts.Retention)
 	var due []string
@@ -120,6 +123,11 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 	r.pruneAudit(ctx, cutoff)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sweepParallel)
+	var (
+		mu     sync.Mutex
+		failed []string
+		first  error
+	)
 	held := time.Now()
 	for _, recipient := range due {
 		if gctx.Err() != nil {
@@ -134,13 +142,30 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 		}
 		g.Go(func() error {
 			err := r.sweepRecipient(gctx, recipient, cutoff, since)
-			if errors.Is(err, store.ErrConflict) {
-				return nil // someone wrote meanwhile; the next pass looks again
+			switch {
+			case err == nil, errors.Is(err, store.ErrConflict): // someone wrote meanwhile; the next pass looks again
+				return nil
+			case gctx.Err() != nil:
+				return err
 			}
-			return err
+			// One recipient the store keeps failing (a full partition, a
+			// record it cannot read) must not hold up everyone else's
+			// retention: the pass goes on and reports it at the end.
+			mu.Lock()
+			if failed = append(failed, recipient); first == nil {
+				first = err
+			}
+			mu.Unlock()
+			return nil
 		})
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("retention of %d recipients failed (%s first): %w", len(failed), failed[0], first)
+	}
+	return nil
 }
 
 // sweepRecipient removes what retention allows of one recipient. It reads

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -356,5 +357,34 @@ func TestASweepOfEveryBundleKeepsADrainedCabinetForAppending(t *testing.T) {
 		if len(sw.DeleteEntries) != 1 || len(sw.Keep) != 1 || !slices.Equal(sw.Keep[0].Drawers, []string{"d"}) {
 			t.Fatalf("%s: sweep %+v; want the cabinet gone and its drawer kept", name, sw)
 		}
+	}
+}
+
+// failingSweepStore fails the retention load of one recipient.
+type failingSweepStore struct {
+	*sweptStore
+	bad string
+}
+
+func (s *failingSweepStore) LoadRetention(ctx context.Context, recipient string, due, since time.Time) (store.RetentionState, error) {
+	if recipient == s.bad {
+		return store.RetentionState{}, errors.New("partition full")
+	}
+	return s.sweptStore.LoadRetention(ctx, recipient, due, since)
+}
+
+// A recipient whose sweep keeps failing does not hold up the others': the
+// pass visits every one and then reports the failure, naming it.
+func TestARecipientWhoseSweepFailsDoesNotStopThePass(t *testing.T) {
+	recipients := []string{"a", "b", "bad", "c", "d", "e", "f", "g", "h", "i", "j"}
+	s := &failingSweepStore{sweptStore: &sweptStore{recipients: recipients}, bad: "bad"}
+	repo := New(s, Options{SweepInterval: time.Hour, Retention: time.Hour}, nil)
+	t.Cleanup(repo.Close)
+	err := repo.SweepSince(context.Background(), time.Now().Add(-time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "bad") || !strings.Contains(err.Error(), "partition full") {
+		t.Fatalf("pass error %v; want the failing recipient named with its error", err)
+	}
+	if got := len(s.swept()); got != len(recipients)-1 {
+		t.Fatalf("%d recipients swept, want every one but the failing one (%d)", got, len(recipients)-1)
 	}
 }
