@@ -3,9 +3,11 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -107,7 +109,8 @@ func (r *Hub) sweep(ctx context.Context) error {
 // with a bundle due, and those that dequeued since since (their catalog
 // may hold drawers to let go); a recipient with neither costs nothing. Up
 // to sweepParallel recipients are swept at once; hold, when set, is asked
-// again every renew and ends the pass when the lease is lost.
+// again every renew and ends the pass when the lease is lost. A recipient
+// whose sweep fails is reported once the others are swept.
 func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duration, hold func(context.Context) (bool, error)) error {
 	cutoff := r.opts.Now().Add(-r.opts.Retention)
 	var due []string
@@ -120,6 +123,11 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 	r.pruneAudit(ctx, cutoff)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sweepParallel)
+	var (
+		mu     sync.Mutex
+		failed []string
+		first  error
+	)
 	held := time.Now()
 	for _, recipient := range due {
 		if gctx.Err() != nil {
@@ -134,13 +142,30 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 		}
 		g.Go(func() error {
 			err := r.sweepRecipient(gctx, recipient, cutoff, since)
-			if errors.Is(err, store.ErrConflict) {
-				return nil // someone wrote meanwhile; the next pass looks again
+			switch {
+			case err == nil, errors.Is(err, store.ErrConflict): // someone wrote meanwhile; the next pass looks again
+				return nil
+			case gctx.Err() != nil:
+				return err
 			}
-			return err
+			// One recipient the store keeps failing (a full partition, a
+			// record it cannot read) must not hold up everyone else's
+			// retention: the pass goes on and reports it at the end.
+			mu.Lock()
+			if failed = append(failed, recipient); first == nil {
+				first = err
+			}
+			mu.Unlock()
+			return nil
 		})
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("retention of %d recipients failed (%s first): %w", len(failed), failed[0], first)
+	}
+	return nil
 }
 
 // sweepRecipient removes what retention allows of one recipient. It reads
@@ -159,14 +184,17 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, sinc
 	if st.DueBefore.After(cutoff) {
 		cutoff = st.DueBefore // the store's bound on what one recipient retains
 	}
-	sw, settled := sweepOfDue(recipient, st, cutoff)
+	// A cabinet bounded to one drawer starts afresh once drained: its last
+	// drawer kept would leave no room for a save that needs a new one.
+	keepDrained := r.opts.MaxCabinetDrawers > 1
+	sw, settled := sweepOfDue(recipient, st, cutoff, keepDrained)
 	if !settled {
 		all, err := r.store.DequeuedBundles(ctx, recipient)
 		if err != nil {
 			return err
 		}
 		st.Bundles = all
-		sw = sweepOfAll(recipient, st, cutoff)
+		sw = sweepOfAll(recipient, st, cutoff, keepDrained)
 	}
 	if len(sw.Bundles) == 0 && len(sw.Drawers) == 0 && len(sw.DeleteEntries) == 0 && len(sw.Entries) == 0 && len(sw.Done) == 0 {
 		return nil
@@ -204,7 +232,7 @@ func expired(bundles []bundle.Record, cutoff time.Time) []string {
 // holds none of them. Settled is false, and every retained bundle is
 // needed (sweepOfAll), when a drawer must leave an entry of more runs, or
 // the bundle covering its end is not among those read.
-func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time) (sw store.Sweep, settled bool) {
+func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, keepDrained bool) (sw store.Sweep, settled bool) {
 	sw = store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
 	settledBy := cutoff.Add(-sweepSkew)
 	// last finds a dequeued bundle read that covers the drawer's end: one
@@ -230,6 +258,12 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time) (sw
 	}
 	for e, cur := range cabinets(st) {
 		out, drop := catalog.Removable(e, cur, throughEntry)
+		if drop && keepDrained && lastDrawerOpenedSince(e, cutoff) {
+			d := e.Drawers[len(e.Drawers)-1]
+			if rec, found := last(e.Key(), lastRun(e.Drawers, d.ID)); found && !rec.DequeuedAt.Before(settledBy) {
+				out, drop = keepDrainedCabinet(e, out)
+			}
+		}
 		keep := store.Kept{Cabinet: e.Key()}
 		for _, d := range out {
 			rec, found := last(e.Key(), lastRun(e.Drawers, d.ID))
@@ -251,6 +285,35 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time) (sw
 	}
 	addKept(&sw, st.Kept)
 	return sw, true
+}
+
+// keepDrainedCabinet keeps a cabinet whose positions are all acknowledged
+// while a retained bundle still reads its last drawer: its entry and cursor
+// stay and its last drawer stays in the entry, to be appended to; only its
+// other drawers (out, less the last) leave. A recipient that drains its
+// cabinets between saves would otherwise have each entry and cursor
+// deleted by the pass after every Dequeue and created again by the next
+// Save and Peek, with a kept record and a new drawer for every Save
+// (TestSteadyStateCostOfSavesSpreadOverManyRecipients). The cabinet goes
+// whole once that bundle is due.
+func keepDrainedCabinet(e catalog.Entry, out []drawer.Meta) ([]drawer.Meta, bool) {
+	lastID := e.Drawers[len(e.Drawers)-1].ID
+	return slices.DeleteFunc(slices.Clone(out), func(d drawer.Meta) bool { return d.ID == lastID }), false
+}
+
+// lastDrawerOpenedSince says whether the entry's last drawer received its
+// first notification at or after cutoff. Only such a drawer is kept for
+// appending in a drained cabinet (keepDrainedCabinet): one opened before
+// leaves with the rest, so that no acknowledged notification outlives its
+// retention by more than the retention again, however slowly its drawer
+// fills.
+func lastDrawerOpenedSince(e catalog.Entry, cutoff time.Time) bool {
+	if len(e.Drawers) == 0 {
+		return false
+	}
+	lastID := e.Drawers[len(e.Drawers)-1].ID
+	i := slices.IndexFunc(e.Drawers, func(d drawer.Meta) bool { return d.ID == lastID }) // its first run
+	return e.Drawers[i].FirstAt >= cutoff.UnixMilli()
 }
 
 // spanOf is the positions of a cabinet a bundle covers.
@@ -338,7 +401,7 @@ func lastRun(runs []drawer.Meta, id string) drawer.Meta {
 // Retained bundles that read back through the entry keep their drawers in
 // it; those whose records name their drawers (dequeued since they do) only
 // keep the drawers, out of the entry, so that it stays small.
-func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time) store.Sweep {
+func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, keepDrained bool) store.Sweep {
 	sw := store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
 	var throughEntry []catalog.Span
 	detached := map[string]time.Time{} // drawers retained records name: the last one's dequeue
@@ -361,6 +424,11 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time) sto
 	}
 	for e, cur := range cabinets(st) {
 		out, dropEntry := catalog.Removable(e, cur, throughEntry)
+		if dropEntry && keepDrained && lastDrawerOpenedSince(e, cutoff) {
+			if _, ok := detached[e.Drawers[len(e.Drawers)-1].ID]; ok {
+				out, dropEntry = keepDrainedCabinet(e, out)
+			}
+		}
 		keep := store.Kept{Cabinet: e.Key()}
 		for _, d := range out {
 			if until, ok := detached[d.ID]; ok { // it leaves the entry, kept for the records that name it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -256,7 +257,7 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 	due, fresh := cutoff.Add(-time.Hour), now.Add(-time.Minute)
 
 	t.Run("the bundles covering both ends are due: both drawers and the entry go", func(t *testing.T) {
-		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, due, d2)), cutoff)
+		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, due, d2)), cutoff, true)
 		if !settled || len(sw.Drawers) != 2 || len(sw.DeleteEntries) != 1 || len(sw.DeleteCursors) != 1 || len(sw.Bundles) != 2 || len(sw.Keep) != 0 {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
 		}
@@ -264,8 +265,22 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 			t.Fatalf("ends %v: the pages below the acknowledged end go, no others", sw.DrawerEnds)
 		}
 	})
-	t.Run("the last bundle is new: its drawer leaves the entry, kept until it is due", func(t *testing.T) {
-		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh, d2)), cutoff)
+	t.Run("the last bundle is new: the drained cabinet stays with its last drawer, to be appended to", func(t *testing.T) {
+		young := drawer.Meta{ID: "d2", Start: 10, Count: 10, FirstAt: now.Add(-2 * time.Hour).UnixMilli(), LastAt: now.Add(-2 * time.Hour).UnixMilli()}
+		st := state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh, young))
+		st.Entries = []catalog.Entry{{Origin: key.Origin, ContentType: key.ContentType, Drawers: []drawer.Meta{d1, young}, Total: 20, Version: "e"}}
+		sw, settled := sweepOfDue("r", st, cutoff, true)
+		if !settled || !slices.Equal(sw.Drawers, []string{"d1"}) || len(sw.DeleteEntries) != 0 || len(sw.DeleteCursors) != 0 ||
+			len(sw.Keep) != 0 || len(sw.Entries) != 1 || !slices.Equal(sw.Entries[0].Drawers, []drawer.Meta{young}) {
+			t.Fatalf("sweep %+v, settled %v", sw, settled)
+		}
+		// A cabinet bounded to one drawer starts afresh instead.
+		if sw, _ := sweepOfDue("r", st, cutoff, false); len(sw.DeleteEntries) != 1 || len(sw.Keep) != 1 {
+			t.Fatalf("sweep %+v of a cabinet bounded to one drawer, want it gone and its drawer kept", sw)
+		}
+	})
+	t.Run("the last bundle is new but its drawer was opened before the retention: the cabinet goes, the drawer kept until it is due", func(t *testing.T) {
+		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh, d2)), cutoff, true)
 		if !settled || !slices.Equal(sw.Drawers, []string{"d1"}) || len(sw.DeleteEntries) != 1 || len(sw.Keep) != 1 {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
 		}
@@ -273,13 +288,25 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 			t.Fatalf("kept %+v; want d2 until the last bundle's dequeue and the clocks' margin", k)
 		}
 	})
+	t.Run("a drawer before the last whose bundle is new leaves the entry, kept until it is due", func(t *testing.T) {
+		st := state(dequeued("b1", 0, 10, fresh, d1))
+		st.Cursors = []catalog.Cursor{{Origin: key.Origin, ContentType: key.ContentType, Acked: 10, Version: "c"}}
+		sw, settled := sweepOfDue("r", st, cutoff, true)
+		if !settled || len(sw.Drawers) != 0 || len(sw.DeleteEntries) != 0 || len(sw.Keep) != 1 ||
+			len(sw.Entries) != 1 || !slices.Equal(sw.Entries[0].Drawers, []drawer.Meta{d2}) {
+			t.Fatalf("sweep %+v, settled %v", sw, settled)
+		}
+		if k := sw.Keep[0]; !slices.Equal(k.Drawers, []string{"d1"}) || k.Cabinet != key || !k.Until.Equal(fresh.Add(sweepSkew)) {
+			t.Fatalf("kept %+v; want d1 until the last bundle's dequeue and the clocks' margin", k)
+		}
+	})
 	t.Run("the bundle covering a drawer's end was not read: every bundle is needed", func(t *testing.T) {
-		if sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1)), cutoff); settled {
+		if sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1)), cutoff, true); settled {
 			t.Fatalf("settled %+v without the bundle covering d2's end", sw)
 		}
 	})
 	t.Run("a new bundle read back through the entry keeps its drawers in it", func(t *testing.T) {
-		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh)), cutoff)
+		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh)), cutoff, true)
 		if !settled || !slices.Equal(sw.Drawers, []string{"d1"}) || len(sw.Entries) != 1 || len(sw.Keep) != 0 ||
 			!slices.Equal(sw.Entries[0].Drawers, []drawer.Meta{d2}) {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
@@ -287,14 +314,14 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 	})
 	t.Run("a bundle of the same positions before the cabinet restarted settles nothing", func(t *testing.T) {
 		before := time.UnixMilli(savedAt).Add(-time.Hour)
-		if sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("old", 10, 20, before)), cutoff); settled {
+		if sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("old", 10, 20, before)), cutoff, true); settled {
 			t.Fatalf("settled %+v on a bundle dequeued before the drawer's items were saved", sw)
 		}
 	})
 	t.Run("kept drawers that are due go, with their record", func(t *testing.T) {
 		st := state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, due, d2))
 		st.Kept = []store.Kept{{ID: "k:1", Drawers: []string{"d0"}}}
-		sw, settled := sweepOfDue("r", st, cutoff)
+		sw, settled := sweepOfDue("r", st, cutoff, true)
 		if !settled || !slices.Contains(sw.Drawers, "d0") || !slices.Equal(sw.Done, []string{"k:1"}) {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
 		}
@@ -302,4 +329,62 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 			t.Fatal("a kept drawer is out of the catalog: all its pages go")
 		}
 	})
+}
+
+// sweepOfAll keeps a drained cabinet as sweepOfDue does: its last drawer,
+// opened within the retention and read by a retained bundle, stays in the
+// entry to be appended to.
+func TestASweepOfEveryBundleKeepsADrainedCabinetForAppending(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	cutoff := now.Add(-24 * time.Hour)
+	key := catalog.Key{Origin: domain.OriginTimeSeries, ContentType: "t"}
+	opened := func(at time.Time) store.RetentionState {
+		d := drawer.Meta{ID: "d", Start: 0, Count: 10, FirstAt: at.UnixMilli(), LastAt: at.UnixMilli()}
+		return store.RetentionState{
+			Entries: []catalog.Entry{{Origin: key.Origin, ContentType: key.ContentType, Drawers: []drawer.Meta{d}, Total: 10, Version: "e"}},
+			Cursors: []catalog.Cursor{{Origin: key.Origin, ContentType: key.ContentType, Acked: 10, Version: "c"}},
+			Bundles: []bundle.Record{{ID: "b", Origin: key.Origin, ContentType: key.ContentType, Start: 0, End: 10,
+				State: bundle.Dequeued, DequeuedAt: now.Add(-time.Minute), Drawers: []drawer.Meta{d}}},
+		}
+	}
+	if sw := sweepOfAll("r", opened(now.Add(-time.Hour)), cutoff, true); len(sw.DeleteEntries)+len(sw.Entries)+len(sw.Keep)+len(sw.Drawers) != 0 {
+		t.Fatalf("sweep %+v; want the drained cabinet kept as it is", sw)
+	}
+	for name, sw := range map[string]store.Sweep{
+		"bounded to one drawer":              sweepOfAll("r", opened(now.Add(-time.Hour)), cutoff, false),
+		"drawer opened before the retention": sweepOfAll("r", opened(cutoff.Add(-time.Hour)), cutoff, true),
+	} {
+		if len(sw.DeleteEntries) != 1 || len(sw.Keep) != 1 || !slices.Equal(sw.Keep[0].Drawers, []string{"d"}) {
+			t.Fatalf("%s: sweep %+v; want the cabinet gone and its drawer kept", name, sw)
+		}
+	}
+}
+
+// failingSweepStore fails the retention load of one recipient.
+type failingSweepStore struct {
+	*sweptStore
+	bad string
+}
+
+func (s *failingSweepStore) LoadRetention(ctx context.Context, recipient string, due, since time.Time) (store.RetentionState, error) {
+	if recipient == s.bad {
+		return store.RetentionState{}, errors.New("partition full")
+	}
+	return s.sweptStore.LoadRetention(ctx, recipient, due, since)
+}
+
+// A recipient whose sweep keeps failing does not hold up the others': the
+// pass visits every one and then reports the failure, naming it.
+func TestARecipientWhoseSweepFailsDoesNotStopThePass(t *testing.T) {
+	recipients := []string{"a", "b", "bad", "c", "d", "e", "f", "g", "h", "i", "j"}
+	s := &failingSweepStore{sweptStore: &sweptStore{recipients: recipients}, bad: "bad"}
+	repo := New(s, Options{SweepInterval: time.Hour, Retention: time.Hour}, nil)
+	t.Cleanup(repo.Close)
+	err := repo.SweepSince(context.Background(), time.Now().Add(-time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "bad") || !strings.Contains(err.Error(), "partition full") {
+		t.Fatalf("pass error %v; want the failing recipient named with its error", err)
+	}
+	if got := len(s.swept()); got != len(recipients)-1 {
+		t.Fatalf("%d recipients swept, want every one but the failing one (%d)", got, len(recipients)-1)
+	}
 }

@@ -152,6 +152,10 @@ func drainedAndWaiting(t *testing.T, s *cosmos.Store, clock *costClock) (*hub.Hu
 	if err != nil || len(state.Entries) != 1 {
 		t.Fatalf("state %+v, %v", state, err)
 	}
+	// Drained once its drawer is older than the retention, the cabinet
+	// goes at the next pass and the drawer is kept for the bundle (a
+	// younger drawer would stay in the entry, to be appended to).
+	clock.advance(2 * time.Hour)
 	drainExactly(t, repo, r, ids(acked))
 	waiting := notifications(2, r, 1)
 	for i := range waiting {

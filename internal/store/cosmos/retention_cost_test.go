@@ -11,7 +11,7 @@ import (
 )
 
 // A recipient that saves and drains a bundle of 10 every sweep interval
-// for a day, under 7-day retention, is visited by every pass (it dequeued
+// for six hours, under 7-day retention, is visited by every pass (it dequeued
 // since the last) and by every pass once its bundles come due: each visit
 // reads what is due or new, not the bundles it retains, so a pass costs the
 // same on the first day and the last, and retention removes everything in
@@ -52,17 +52,26 @@ func TestRetentionOfAnActiveRecipientCostsWhatIsDueOrNew(t *testing.T) {
 		}
 		piling = append(piling, pass())
 	}
-	// The bundles of the first rounds come due one per pass, and their
-	// drawers, out of the catalog since the pass after their dequeue, go
-	// with them.
+	// Every round appended to the first round's drawer, which the drained
+	// cabinet keeps while it is younger than the retention. The bundles of
+	// the first rounds come due one per pass.
+	if d := onlyDrawer(t, e, r); d != first {
+		t.Fatalf("the rounds wrote to drawer %s, not to the first round's %s", d, first)
+	}
 	clock.advance(retention - rounds*interval)
 	var due []float64
 	for range rounds {
 		round()
 		due = append(due, pass())
 	}
-	if items, err := e.store.ReadDrawer(ctx, first, 0, 1<<40, 100); err != nil || len(items) != 0 {
-		t.Fatalf("the first round's drawer holds %d items past its retention (%v)", len(items), err)
+	// Older than the retention now: the pass after the last drain took the
+	// cabinet out of the catalog (the drawer kept for the bundles that read
+	// it), so the next Save starts another drawer.
+	clock.advance(interval)
+	round()
+	pass()
+	if d := onlyDrawer(t, e, r); d == first {
+		t.Fatalf("a Save appended to drawer %s, older than the retention", first)
 	}
 	t.Logf("COST retention pass of a recipient draining 10 a pass: %.1f RU at the first pass, %.1f at the %dth (%d bundles retained); once they come due: %.1f and %.1f RU",
 		piling[1], piling[rounds-1], rounds, rounds, due[1], due[rounds-1])
@@ -81,6 +90,9 @@ func TestRetentionOfAnActiveRecipientCostsWhatIsDueOrNew(t *testing.T) {
 	state, err := e.store.LoadRecipient(ctx, r)
 	if err != nil || len(state.Entries) != 0 {
 		t.Fatalf("entries left: %+v (%v)", state.Entries, err)
+	}
+	if items, err := e.store.ReadDrawer(ctx, first, 0, 1<<40, 100); err != nil || len(items) != 0 {
+		t.Fatalf("the first round's drawer holds %d items past its retention (%v)", len(items), err)
 	}
 }
 

@@ -52,7 +52,10 @@ func TestASweepReadsTheRetainedBundlesAtLeastAsFreshAsTheCatalog(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
-		repos[i] = hub.New(withoutBells{s}, hub.Options{Now: clock.Now, Retention: 7 * 24 * time.Hour, SweepInterval: time.Hour}, nil)
+		// Cabinets of one drawer leave the catalog once drained (others
+		// keep their last drawer to append to), so that the visits decide
+		// on every drawer.
+		repos[i] = hub.New(withoutBells{s}, hub.Options{Now: clock.Now, Retention: 7 * 24 * time.Hour, SweepInterval: time.Hour, MaxCabinetDrawers: 1}, nil)
 		t.Cleanup(repos[i].Close)
 	}
 	a, b := repos[0], repos[1]
