@@ -142,16 +142,7 @@ func TestADocumentCutShortIsABrokenAnswer(t *testing.T) {
 		t.Fatalf("peek: %v %v", b, err)
 	}
 	data := bytes.Repeat([]byte("<doc/>"), 500_000) // 3 MB
-	staged, err := direct.Create(t.Context(), content.Key{Recipient: recipient, BundleID: bundleID}, "application/xml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := staged.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := staged.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	contenttest.Put(t, direct, content.Key{Recipient: recipient, BundleID: bundleID}, "application/xml", data)
 
 	resp, err := http.DefaultClient.Do(newRequest(t, http.MethodGet, s.url+"/v1/peek/content?recipient="+recipient, nil))
 	if err != nil {

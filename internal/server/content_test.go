@@ -254,16 +254,7 @@ func TestPeekContentOfADocumentWhoseDownloadBreaksEndsInAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	staged, err := direct.Create(t.Context(), content.Key{Recipient: recipient, BundleID: bundleID}, "application/xml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := staged.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := staged.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	contenttest.Put(t, direct, content.Key{Recipient: recipient, BundleID: bundleID}, "application/xml", data)
 	// Every answer is cut after 256 KiB: the document's download and each
 	// of its resumptions break, and far less than the document comes back.
 	cut, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: azurite.CutAnswers(t, 256<<10), Container: container})
