@@ -132,7 +132,9 @@ func sendDocument(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChun
 			return nil
 		}
 		if err != nil {
-			return err
+			// The stored document could not be read to its end (a blob's
+			// download broken off): the actor peeks again.
+			return fmt.Errorf("%w: reading the bundle's document broke off; peek again: %w", domain.ErrUnavailable, err)
 		}
 		msg, room = &messagehubv1.PeekContentChunk{}, len(buf)
 	}

@@ -275,4 +275,7 @@ func TestPeekContentOfADocumentWhoseDownloadBreaksEndsInAnError(t *testing.T) {
 	if err == nil {
 		t.Fatal("the whole document came through a proxy that cuts every answer after 256 KiB")
 	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("got %v; want UNAVAILABLE, so that the actor peeks again", err)
+	}
 }
