@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/energydatahub/messagehub/internal/admin"
 	"github.com/energydatahub/messagehub/internal/content"
@@ -19,6 +20,22 @@ type backup struct {
 	dataDir string
 	store   store.Store
 	docs    *content.DirStore // nil: no documents kept beside the store
+	// copying is held by a backup from the copy of the documents to the
+	// end of the store's checkpoint, and shared by every removal of
+	// documents (forget): retention removes a bundle's document before its
+	// record, and one that did so in between would leave in the copy a
+	// document of a bundle the checkpoint no longer holds.
+	copying *sync.RWMutex
+}
+
+// forget is remove (content.Forget) made to wait for a backup copying the
+// documents.
+func (b backup) forget(remove func(ctx context.Context, recipient string, bundleIDs []string) error) func(ctx context.Context, recipient string, bundleIDs []string) error {
+	return func(ctx context.Context, recipient string, bundleIDs []string) error {
+		b.copying.RLock()
+		defer b.copying.RUnlock()
+		return remove(ctx, recipient, bundleIDs)
+	}
 }
 
 // documentsFolder is the documents' folder in the data directory.
@@ -29,7 +46,7 @@ const documentsFolder = "content"
 // before the store: each belongs to a bundle that exists at the store's
 // checkpoint, which is what a document in the copy must do (an actor may
 // peek with its own bundle id again, and must not get a document of another
-// bundle). A document built in between is built again, from its domain, at
+// bundle); removals of documents wait meanwhile (copying). A document built in between is built again, from its domain, at
 // the bundle's next content peek.
 func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error) {
 	if !filepath.IsAbs(dir) {
@@ -51,6 +68,8 @@ func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error
 		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)
 	}
 	defer func() { _ = os.RemoveAll(staging) }()
+	b.copying.Lock()
+	defer b.copying.Unlock()
 	docs := filepath.Join(staging, documentsFolder)
 	if _, err := b.docs.CopyTo(docs); err != nil {
 		return admin.BackupInfo{}, err

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/content"
@@ -62,7 +63,7 @@ func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 	if a.cfg.wrapStore != nil {
 		measured = a.cfg.wrapStore(measured)
 	}
-	a.backup = backup{dataDir: a.cfg.DataDir, store: measured}
+	a.backup = backup{dataDir: a.cfg.DataDir, store: measured, copying: &sync.RWMutex{}}
 	hubOpts := hub.Options{MaxBundleWeight: a.cfg.MaxBundleWeight, Retention: a.cfg.Retention,
 		BellErrors: func(op string) { a.tel.Metrics.RecordBellError(context.Background(), op) }}
 	if a.cfg.Store == StoreCosmos {
@@ -79,7 +80,7 @@ func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 		return nil, nil, err
 	}
 	if documents != nil {
-		hubOpts.ForgetBundles = content.Forget(documents)
+		hubOpts.ForgetBundles = a.backup.forget(content.Forget(documents))
 		// Domains with a provider hear of their bundles' dequeues.
 		hubOpts.Notices = func(o domain.Origin) bool { _, ok := a.cfg.Content.Providers[o]; return ok }
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -64,5 +65,44 @@ func TestCopyToCopiesStoredDocumentsOnly(t *testing.T) {
 	}
 	if _, err := docs.CopyTo(dir); !errors.Is(err, os.ErrExist) {
 		t.Fatalf("CopyTo into an existing folder: %v", err)
+	}
+}
+
+// Keys come from validated bundles (UUIDs), but the folder does not rely on
+// it: a key that names a path out of the folder reaches nothing there.
+func TestDirStoreKeysCannotLeaveTheFolder(t *testing.T) {
+	parent := t.TempDir()
+	store, err := content.OpenDirStore(filepath.Join(parent, "content"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	victim := filepath.Join(parent, "victim")
+	if err := os.WriteFile(victim, []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []content.Key{
+		{Recipient: "..", BundleID: "victim"},
+		{Recipient: "../outside", BundleID: "b"},
+		{Recipient: "r", BundleID: "../../victim"},
+		{Recipient: parent, BundleID: "victim"},
+	} {
+		if staged, err := store.Create(t.Context(), key, "text/plain"); err == nil {
+			_, _ = staged.Write([]byte("written"))
+			if err := staged.Commit(); err == nil {
+				t.Errorf("%+v: a document was stored", key)
+			}
+		}
+		if doc, err := store.Open(t.Context(), key); err == nil {
+			_ = doc.Body.Close()
+			t.Errorf("%+v: a document was opened", key)
+		}
+		_ = store.Delete(t.Context(), key)
+	}
+	if data, err := os.ReadFile(victim); err != nil || string(data) != "kept" {
+		t.Fatalf("the file beside the folder: %q %v; want it untouched", data, err)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "outside")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a folder was made beside the content folder: %v", err)
 	}
 }

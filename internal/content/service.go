@@ -226,7 +226,7 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 				if failures > 0 {
 					log.Info("bundle document built after failed attempts", "attempts", failures+1)
 				}
-				return nil
+				return s.keep(key, log)
 			}
 		}
 		if s.ctx.Err() != nil {
@@ -274,6 +274,25 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 			return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
 		}
 	}
+}
+
+// keep checks that the bundle whose document was just stored is still
+// pending. An operator's release removes the document before the bundle is
+// released, so one stored after that (the domain answered late) is removed
+// here: nothing serves the document of a bundle that is not pending, and a
+// released record may leave by the store's own expiry (Cosmos DB's ttl),
+// unseen by retention, freeing the id for a later bundle.
+func (s *Service) keep(key Key, log *slog.Logger) error {
+	pending, err := s.opts.Pending(s.ctx, key.Recipient, key.BundleID)
+	if err != nil || pending {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
+	defer cancel()
+	if err := s.opts.Store.Delete(ctx, key); err != nil {
+		log.Warn("removing the document of a bundle no longer pending failed", "error", err)
+	}
+	return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
 }
 
 // acquire takes the bundle's lease and returns who holds it and until when;

@@ -282,6 +282,46 @@ func TestTheBuildStopsOnceTheBundleIsNoLongerPending(t *testing.T) {
 	}
 }
 
+// A bundle released by an operator while its domain builds its document:
+// the release removed the document before there was one, and on Cosmos DB
+// nothing removes it later (the released record leaves by its ttl, which no
+// sweep sees), so a document stored after the release would wait for a
+// later bundle under the freed id. The build removes what it stored for a
+// bundle no longer pending.
+func TestADocumentStoredAfterItsBundleWasReleasedIsRemoved(t *testing.T) {
+	hold := make(chan struct{})
+	f := newFixture(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		a := contenttest.Document("text/plain", []byte("document"), 1024)
+		a.Hold = hold
+		return a
+	})
+	var released atomic.Bool
+	f.pending = func(string, string) bool { return !released.Load() }
+	b := newBundle()
+	if _, err := f.service.Document(within(t, 20*time.Millisecond), b); !errors.Is(err, content.ErrNotReady) {
+		t.Fatalf("got %v, want not ready while the domain holds its answer", err)
+	}
+	released.Store(true)
+	close(hold)
+	// Joins the build (or, if it ended, starts another): either ends once
+	// the domain answered.
+	doc, err := f.service.Document(within(t, time.Minute), b)
+	if err == nil {
+		_ = doc.Body.Close()
+	}
+	store, err := content.OpenDirStore(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	if doc, err := store.Open(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id}); !errors.Is(err, content.ErrNotStored) {
+		if err == nil {
+			_ = doc.Body.Close()
+		}
+		t.Fatalf("the document of the released bundle: %v; want it not stored", err)
+	}
+}
+
 func TestDirStoreLeavesNothingOfADocumentThatWasNotCommitted(t *testing.T) {
 	dir := t.TempDir()
 	store, err := content.OpenDirStore(dir)

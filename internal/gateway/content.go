@@ -130,7 +130,10 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o opt
 		defer places.give(r.RemoteAddr, 1)
 		w.Header().Set("Content-Type", first.GetMediaType())
 		// The document streams as it comes; an error half-way can only cut
-		// the response short, which the client sees as a broken body.
+		// the response short, which the client must see as a broken body:
+		// a handler that returns finishes the chunked answer as if the
+		// document were whole, so it aborts instead (http.ErrAbortHandler:
+		// the connection is closed, or the HTTP/2 stream reset).
 		out := stallingWriter{w: w, rc: http.NewResponseController(w), stall: o.contentStall}
 		for msg := first; ; {
 			if err := out.write(msg.GetData()); err != nil {
@@ -140,8 +143,13 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o opt
 				}
 				return
 			}
-			if msg, err = stream.Recv(); err != nil {
+			if msg, err = stream.Recv(); errors.Is(err, io.EOF) {
 				return
+			} else if err != nil {
+				if o.accessLog != nil {
+					o.accessLog.Debug("content answer cut: its document broke off", "path", r.URL.Path, "client", r.RemoteAddr, "error", err)
+				}
+				panic(http.ErrAbortHandler)
 			}
 		}
 	})

@@ -11,10 +11,13 @@ import (
 	"github.com/google/uuid"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/gateway"
 	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/test/azuritetest"
 )
 
 // contentStack is the gateway over a hub whose time series domain answers
@@ -111,5 +114,46 @@ func TestADocumentCannotRunInABrowser(t *testing.T) {
 	resp, _ := get(t, s.url+"/v1/peek/content?recipient="+recipient)
 	if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Content-Security-Policy") == "" {
 		t.Fatalf("an HTML document is served without nosniff and a sandbox: %v", resp.Header)
+	}
+}
+
+// A document whose stream breaks half-way (here: its download from Azure
+// Blob Storage, cut after 256 KiB and at every resumption) must reach the
+// HTTP client as a broken answer. Ending the handler as if the document had
+// been sent finishes the chunked answer cleanly: the client reads a 200
+// whose body is a cut document, and takes it for the whole.
+func TestADocumentCutShortIsABrokenAnswer(t *testing.T) {
+	azurite := azuritetest.Start(t)
+	container := azuritetest.UniqueContainer("cut")
+	direct, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: azurite.ConnectionString(), Container: container, Provision: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: azurite.CutAnswers(t, 256<<10), Container: container})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := content.NewService(content.Options{Store: cut})
+	t.Cleanup(docs.Close)
+	s := newStackWith(t, []server.Option{server.WithDocuments(docs, time.Minute)})
+	recipient, bundleID := uuid.NewString(), uuid.NewString()
+	s.saveOne(t, recipient, domain.OriginTimeSeries)
+	if b, err := s.repo.Peek(t.Context(), recipient, domain.GroupAll, bundleID); err != nil || b == nil {
+		t.Fatalf("peek: %v %v", b, err)
+	}
+	data := bytes.Repeat([]byte("<doc/>"), 500_000) // 3 MB
+	contenttest.Put(t, direct, content.Key{Recipient: recipient, BundleID: bundleID}, "application/xml", data)
+
+	resp, err := http.DefaultClient.Do(newRequest(t, http.MethodGet, s.url+"/v1/peek/content?recipient="+recipient, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && !bytes.Equal(body, data) {
+		t.Fatalf("%d with a clean body of %d bytes of the %d-byte document; want a broken body", resp.StatusCode, len(body), len(data))
+	}
+	if err == nil {
+		t.Fatal("the whole document came through a proxy that cuts every answer after 256 KiB")
 	}
 }

@@ -38,6 +38,17 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 		if i < 0 {
 			return bundle.Record{}, r.notPending(ctx, recipient, bundleID)
 		}
+		// Its document is never served again, and goes first: a released
+		// record may leave by the store's own expiry (Cosmos DB's ttl), which
+		// no sweep sees, freeing the id for a later bundle that must not be
+		// served this one's document. A failure changes nothing; a release
+		// that fails after it leaves the bundle pending, its document built
+		// again by its next content peek.
+		if r.opts.ForgetBundles != nil {
+			if err := r.opts.ForgetBundles(ctx, recipient, []string{bundleID}); err != nil {
+				return bundle.Record{}, fmt.Errorf("%w: nothing was released: %w", domain.ErrUnavailable, err)
+			}
+		}
 		released := state.Pending[i]
 		released.State, released.ReleasedAt = bundle.Released, r.opts.Now()
 		if err := r.store.ReleaseBundle(ctx, recipient, released); err != nil {

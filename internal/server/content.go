@@ -117,7 +117,7 @@ func sendDocument(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChun
 	room := max(len(buf)-proto.Size(first), 0)
 	msg := first
 	for {
-		n, err := io.ReadFull(body, buf[:room])
+		n, err := fill(body, buf[:room])
 		if n > 0 || msg == first {
 			msg.Data = buf[:n]
 			release, rerr := reserve(ctx, int64(proto.Size(msg)))
@@ -128,12 +128,32 @@ func sendDocument(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChun
 				return serr
 			}
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return err
+			// The stored document could not be read to its end (a blob's
+			// download broken off): the actor peeks again.
+			return fmt.Errorf("%w: reading the bundle's document broke off; peek again: %w", domain.ErrUnavailable, err)
 		}
 		msg, room = &messagehubv1.PeekContentChunk{}, len(buf)
 	}
+}
+
+// fill reads body into buf until buf is full or body ends (io.EOF), and
+// returns any other error as it is. Unlike io.ReadFull, which answers
+// io.ErrUnexpectedEOF for a short last read, it never makes an error of the
+// end: so a body that itself fails with io.ErrUnexpectedEOF (a blob's
+// download broken half-way, its retries spent) is a failure, not the end of
+// the document.
+func fill(body io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := body.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }

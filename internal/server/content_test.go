@@ -18,8 +18,10 @@ import (
 	"github.com/energydatahub/messagehub/internal/auth"
 	"github.com/energydatahub/messagehub/internal/auth/authtest"
 	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/test/azuritetest"
 )
 
 // contentClient serves hub with documents built by a test provider of the
@@ -235,5 +237,45 @@ func TestPeekContentActsForTheCaller(t *testing.T) {
 	}
 	if len(hub.peeks) != 1 {
 		t.Fatalf("a refused peek reached the hub: %+v", hub.peeks)
+	}
+}
+
+// A stored document whose download from Azure Blob Storage keeps breaking
+// half-way must not be streamed as if it had ended there: the blob store's
+// reader, its retries spent, ends with io.ErrUnexpectedEOF, which a content
+// peek that stops at an io.ReadFull's short read would take for the end of
+// the document and answer OK, the actor then dequeuing a bundle whose data it
+// got only part of.
+func TestPeekContentOfADocumentWhoseDownloadBreaksEndsInAnError(t *testing.T) {
+	azurite := azuritetest.Start(t)
+	container := azuritetest.UniqueContainer("cut")
+	data := bytes.Repeat([]byte("0123456789abcdef"), 200_000) // 3.2 MB
+	direct, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: azurite.ConnectionString(), Container: container, Provision: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	contenttest.Put(t, direct, content.Key{Recipient: recipient, BundleID: bundleID}, "application/xml", data)
+	// Every answer is cut after 256 KiB: the document's download and each
+	// of its resumptions break, and far less than the document comes back.
+	cut, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: azurite.CutAnswers(t, 256<<10), Container: container})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := content.NewService(content.Options{Store: cut})
+	t.Cleanup(docs.Close)
+	conn, _ := testConn(t, &recordingHub{bundle: timeSeriesBundle(1)}, WithDocuments(docs, time.Minute))
+	msgs, err := receiveAll(t, messagehubv1.NewMessageHubClient(conn), &messagehubv1.PeekRequest{Recipient: recipient})
+	var got []byte
+	for _, m := range msgs {
+		got = append(got, m.GetData()...)
+	}
+	if err == nil && !bytes.Equal(got, data) {
+		t.Fatalf("the content peek ended OK with %d bytes of the %d-byte document; want an error", len(got), len(data))
+	}
+	if err == nil {
+		t.Fatal("the whole document came through a proxy that cuts every answer after 256 KiB")
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("got %v; want UNAVAILABLE, so that the actor peeks again", err)
 	}
 }

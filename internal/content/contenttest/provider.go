@@ -161,3 +161,18 @@ func (p *Provider) Documents(t testing.TB) *content.Service {
 	t.Cleanup(func() { docs.Close(); _ = store.Close() })
 	return docs
 }
+
+// Put stores data as the document of key in store, as a build would.
+func Put(t testing.TB, store content.Store, key content.Key, mediaType string, data []byte) {
+	t.Helper()
+	staged, err := store.Create(t.Context(), key, mediaType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := staged.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := staged.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}

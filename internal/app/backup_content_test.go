@@ -1,0 +1,133 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/app"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/store"
+)
+
+// sweptBeforeCheckpoint is a store whose Backup (the checkpoint, which the
+// hub takes after copying the documents) first waits, for at most bound, for
+// retention to remove the dequeued bundle it is armed with.
+type sweptBeforeCheckpoint struct {
+	store.Store
+	recipient, bundleID string
+	bound               time.Duration
+}
+
+func (s *sweptBeforeCheckpoint) Backup(ctx context.Context, dir string) error {
+	deadline := time.Now().Add(s.bound)
+	for time.Now().Before(deadline) {
+		if _, err := s.DequeuedBundle(ctx, s.recipient, s.bundleID); errors.Is(err, domain.ErrNotFound) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s.Store.Backup(ctx, dir)
+}
+
+// peekContent reads a whole content peek: its bundle and document.
+func peekContent(ctx context.Context, client messagehubv1.MessageHubClient, req *messagehubv1.PeekRequest) (*messagehubv1.Bundle, string, error) {
+	stream, err := client.PeekContent(ctx, req)
+	if err != nil {
+		return nil, "", err
+	}
+	var bundle *messagehubv1.Bundle
+	var data []byte
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return bundle, string(data), nil
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		if msg.GetBundle() != nil {
+			bundle = msg.GetBundle()
+		}
+		data = append(data, msg.GetData()...)
+	}
+}
+
+// A backup's documents are copied before the store's checkpoint, so that
+// each belongs to a bundle the checkpoint holds. Retention removing a
+// bundle in between (its document, then its record) broke that: the copy
+// kept the document of a bundle the restored hub does not know, whose id is
+// then free, and a later bundle under that id was served it.
+func TestABackupHoldsNoDocumentOfABundleRetentionRemovedDuringIt(t *testing.T) {
+	provider := contenttest.Start(t, func(b *messagehubv1.Bundle, _ int) contenttest.Answer {
+		return contenttest.Document("text/plain", []byte(strings.Join(b.GetNotificationIds(), ",")), 1024)
+	})
+	parent := t.TempDir()
+	actor, bundleID := uuid.NewString(), uuid.NewString()
+	config := func(dir string) app.Config {
+		cfg := testConfig(t)
+		cfg.DataDir = dir
+		cfg.Retention = time.Second // the sweeper looks every 250 ms
+		cfg.Content.Providers = map[domain.Origin]string{domain.OriginTimeSeries: provider.Address}
+		return cfg
+	}
+	cfg := config(filepath.Join(parent, "data"))
+	app.WrapStore(&cfg, func(s store.Store) store.Store {
+		return &sweptBeforeCheckpoint{Store: s, recipient: actor, bundleID: bundleID, bound: 5 * time.Second}
+	})
+	r := start(t, cfg)
+	ctx := callContext(t)
+
+	first := notification(actor)
+	if _, err := r.client.Save(ctx, &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{first}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, doc, err := peekContent(ctx, r.client, &messagehubv1.PeekRequest{Recipient: actor, BundleId: bundleID}); err != nil || b.GetId() != bundleID || doc != first.GetId() {
+		t.Fatalf("content peek: %v %q %v", b, doc, err)
+	}
+	if _, err := r.client.Dequeue(ctx, &messagehubv1.DequeueRequest{Recipient: actor, BundleId: bundleID}); err != nil {
+		t.Fatal(err)
+	}
+	// The bundle is due a second after its dequeue; the backup's checkpoint
+	// waits for the sweeper to remove it (or for as long as it cannot).
+	if _, err := adminClient(t, r).Backup(ctx, &adminv1.BackupRequest{Directory: "backup-1"}); err != nil {
+		t.Fatalf("Backup: %v", err)
+	}
+	if err := r.closeWithin(t); err != nil {
+		t.Fatal(err)
+	}
+
+	nr := start(t, config(filepath.Join(parent, "backup-1")))
+	second := notification(actor)
+	if _, err := nr.client.Save(ctx, &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{second}}); err != nil {
+		t.Fatal(err)
+	}
+	// The actor peeks with the id it kept: refused while the restored hub
+	// retains the dequeued bundle, then a bundle of the new notification.
+	for range 200 {
+		b, doc, err := peekContent(ctx, nr.client, &messagehubv1.PeekRequest{Recipient: actor, BundleId: bundleID})
+		if status.Code(err) == codes.AlreadyExists {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil || b.GetId() != bundleID || len(b.GetNotificationIds()) != 1 || b.GetNotificationIds()[0] != second.GetId() {
+			t.Fatalf("content peek after the restore: %v %v; want a bundle %s of %s", b, err, bundleID, second.GetId())
+		}
+		if doc != second.GetId() {
+			t.Fatalf("the bundle %s of %s was served the document %q, of the bundle of that id retention removed during the backup", bundleID, second.GetId(), doc)
+		}
+		return
+	}
+	t.Fatal("the restored hub still refuses the id after 200 peeks")
+}
