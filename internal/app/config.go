@@ -208,14 +208,14 @@ var settings = []setting{
 			c.MinFreeDisk = n
 			return err
 		}},
-	{"max-bundle-weight", "MESSAGEHUB_MAX_BUNDLE_WEIGHT", strconv.Itoa(domain.DefaultMaxBundleWeight), "largest total weight of a bundle (at least 1)",
+	{"max-bundle-weight", "MESSAGEHUB_MAX_BUNDLE_WEIGHT", strconv.Itoa(domain.DefaultMaxBundleWeight), "largest total weight of a bundle (1 to 200000)",
 		func(c *Config, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				return fmt.Errorf("not an integer: %q", v)
 			}
-			if n < 1 {
-				return fmt.Errorf("must be at least 1, got %d", n)
+			if n < 1 || n > domain.HighestMaxBundleWeight {
+				return fmt.Errorf("must be between 1 and %d (the largest bundle a Peek's answer holds), got %d", domain.HighestMaxBundleWeight, n)
 			}
 			c.MaxBundleWeight = n
 			return nil

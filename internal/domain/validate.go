@@ -11,6 +11,11 @@ const (
 	MaxContentTypeLength    = 255
 	MaxWeight               = math.MaxInt32
 	DefaultMaxBundleWeight  = 51_200
+	// HighestMaxBundleWeight bounds the bundle weight limit an operator
+	// may set: a bundle of that many notifications, each with an id and a
+	// document type of its own of the longest length, is about 59 MB in a
+	// Peek's answer, under the 64 MiB the server sends at most.
+	HighestMaxBundleWeight = 200_000
 )
 
 // ParseUUID checks that s is a UUID in canonical 8-4-4-4-12 hex form (any case)
