@@ -216,7 +216,13 @@ func (s *auditedStream) RecvMsg(m any) error {
 }
 
 func (s *auditedStream) SendMsg(m any) error {
-	if c, ok := m.(*messagehubv1.PeekContentChunk); ok && s.bundle == nil && c.GetBundle() != nil {
+	sent := m
+	if h, ok := m.(*heldAnswer); ok {
+		// A message held for the answers' budget (answers.go): the
+		// document's first message, which carries the bundle.
+		sent = h.msg
+	}
+	if c, ok := sent.(*messagehubv1.PeekContentChunk); ok && s.bundle == nil && c.GetBundle() != nil {
 		s.bundle = c.GetBundle()
 	}
 	return s.ServerStream.SendMsg(m)
