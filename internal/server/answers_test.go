@@ -74,3 +74,50 @@ func TestUnreadPeekAnswersHoldAtMostTheConnectionsBudget(t *testing.T) {
 	}
 
 }
+
+// A content peek of a bundle without a document (no provider for its
+// domain, or none configured) sends the bundle alone, as large as a Peek's
+// answer: unread, it holds the same budget as one, and those beyond it are
+// refused.
+func TestUnreadContentPeeksOfABundleAloneHoldAtMostTheConnectionsBudget(t *testing.T) {
+	const (
+		calls   = 40
+		perConn = 8 << 20
+	)
+	bundle := timeSeriesBundle(50_000)
+	size := proto.Size(&messagehubv1.PeekContentChunk{Bundle: apiconv.Bundle(bundle)})
+	budget := WithAnswerBudget(AnswerBudget{PerConnection: perConn, Total: 1 << 30, Wait: 200 * time.Millisecond})
+	base := heapInUse()
+	c := newRawClientOver(t, &recordingHub{bundle: bundle}, []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}},
+		WithLimits(Limits{MaxConcurrentStreams: calls}), budget)
+	req, err := proto.Marshal(&messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range calls {
+		c.callPath(uint32(2*i+1), "/messagehub.v1.MessageHub/PeekContent", req)
+	}
+	answered, ended := 0, 0
+	for answered+ended < calls {
+		_, ev := c.next(nil)
+		switch {
+		case ev.answered:
+			answered++
+		case ev.ended:
+			ended++
+		default:
+			t.Fatalf("a stream was reset: %+v", ev)
+		}
+	}
+	held := int64(heapInUse()) - int64(base)
+	fit := perConn / size
+	const slack = 4 << 20
+	t.Logf("%d unread content peeks of a %.1f MiB bundle on one connection: %d held, %d refused, heap %.1f MiB (budget %d MiB)",
+		calls, float64(size)/(1<<20), answered, ended, float64(held)/(1<<20), perConn>>20)
+	if answered != fit || ended != calls-fit {
+		t.Fatalf("%d answers held and %d refused; want %d held in a budget of %d bytes for answers of %d", answered, ended, fit, perConn, size)
+	}
+	if held > perConn+slack {
+		t.Fatalf("unread answers hold %d bytes of heap, over the connection's budget %d and %d slack", held, perConn, slack)
+	}
+}
