@@ -3,13 +3,18 @@ package admin_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
@@ -187,5 +192,70 @@ func TestAdminAnswersWithoutAuthentication(t *testing.T) {
 	}
 	if _, err := client.PreviewNextBundle(ctx, &adminv1.PreviewNextBundleRequest{Recipient: recipient, Group: 99}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("an unknown group: %v", err)
+	}
+}
+
+// rawBytes is a request sent exactly as the test wrote it (rawCodec).
+type rawBytes []byte
+
+// rawCodec puts rawBytes on the wire as a call's request and reads nothing
+// of the answer.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.(rawBytes))}, nil
+}
+func (rawCodec) Unmarshal(mem.BufferSlice, any) error { return nil }
+func (rawCodec) Name() string                         { return "proto" }
+
+// An Admin call's request is read as MessageHub's are: after its token and
+// role are checked, so that a refused caller's request is never read
+// (whatever it would cost to decode), and bytes that are not the method's
+// message are INVALID_ARGUMENT, the client's error, not INTERNAL.
+func TestAnAdminRequestIsReadOnlyAfterItsTokenIsChecked(t *testing.T) {
+	const issuer, audience = "https://issuer.test/", "messagehub"
+	is := authtest.NewIssuer(t, issuer, audience)
+	verifier, err := auth.NewVerifier(auth.Config{JWKSFile: is.WriteJWKS(t), Issuer: issuer, Audience: audience})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hub.New(st, hub.Options{}, nil)
+	t.Cleanup(func() { h.Close(); _ = st.Close() })
+	srv, _ := server.NewGRPCServer(h, slog.New(slog.DiscardHandler), server.WithAuthorizer(auth.NewAuthorizer(verifier)))
+	admin.Register(srv, h)
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	as := func(token string) context.Context {
+		return metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer "+token)
+	}
+	garbage := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	for _, tc := range []struct {
+		who  string
+		ctx  context.Context
+		want codes.Code
+	}{
+		{"no token", ctxT(t), codes.Unauthenticated},
+		{"an actor", as(is.RS256(t, is.Claims(uuid.NewString(), auth.RoleActor))), codes.PermissionDenied},
+		{"an admin", as(is.RS256(t, is.Claims(uuid.NewString(), auth.RoleAdmin))), codes.InvalidArgument},
+	} {
+		for _, method := range []string{adminv1.Admin_GetBacklog_FullMethodName, adminv1.Admin_ReleaseBundle_FullMethodName} {
+			var reply rawBytes
+			err := conn.Invoke(tc.ctx, method, rawBytes(garbage), &reply, grpc.ForceCodecV2(rawCodec{}))
+			if status.Code(err) != tc.want {
+				t.Errorf("%s by %s, a request that is no message: %v; want %v", method, tc.who, err, tc.want)
+			}
+		}
 	}
 }
