@@ -77,8 +77,9 @@ func InProcessDialOptions() []grpc.DialOption {
 // A document's answer is bounded in memory and in time: it takes one of the
 // places of o.contentPeeks (503 with Retry-After when there is none) once
 // its document is ready, and is cut when its client reads nothing for
-// o.contentStall.
-func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o options) http.Handler {
+// o.contentStall. A bundle without a document is answered as a Peek is,
+// under the Peek answers' budget (peekAnswers).
+func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, peekAnswers *answersInFlight, o options) http.Handler {
 	places := newAnswersInFlight(int64(o.contentPeeks), int64(o.contentPeeksPerConn)) // a place per document
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := peekRequestOf(r)
@@ -118,7 +119,11 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o opt
 				return
 			}
 			w.Header().Set("Content-Type", BundleMediaType)
-			_, _ = w.Write(body) //nolint:gosec // JSON of our own, sandboxed above
+			// As large as a Peek's answer (the largest bundle is about 15
+			// MiB of JSON): it shares their budget and their stall.
+			bw := newBudgetedWriter(mux, w, r, peekAnswers, o)
+			defer bw.release()
+			_, _ = bw.Write(body)
 			return
 		}
 		if !places.take(r.RemoteAddr, 1) {

@@ -69,7 +69,9 @@ func newStackServing(t *testing.T, serverOpts []server.Option, configure func(*h
 	conn, err := grpc.NewClient("passthrough:///in-process", append(gateway.InProcessDialOptions(),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize)),
+		// As the hub dials it (internal/app): the largest bundle is over
+		// gRPC's default of 4 MiB.
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize), grpc.MaxCallRecvMsgSize(server.MaxSendMsgSize)),
 	)...)
 	if err != nil {
 		t.Fatal(err)

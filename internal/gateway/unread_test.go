@@ -255,3 +255,55 @@ func TestASlowButSteadyReaderGetsTheWholeDocument(t *testing.T) {
 		t.Fatalf("read in %v, not past the WriteTimeout %v: the test shows nothing", took, whole)
 	}
 }
+
+// A content peek of a bundle whose domain has no document provider answers
+// the bundle itself as JSON, as large as a Peek's answer (about 15 MiB for
+// the largest bundle of 255-character document types): unread, such
+// answers share the Peek answers' budget, so that one is let through and
+// those beyond the budget are refused with 503 and Retry-After, its bundle
+// staying pending. (They were written outside any budget: every unread one
+// held its bundle twice over, as a Peek's answer does.)
+func TestUnreadContentPeeksOfABundleAloneShareThePeekAnswersBudget(t *testing.T) {
+	const unread = 4
+	s := newStackServing(t, nil, smallBuffers, gateway.WithContentStall(time.Hour))
+	recipient := uuid.NewString()
+	// The largest bundle: 51,200 notifications, each of its own
+	// 255-character document type.
+	for first := 0; first < domain.DefaultMaxBundleWeight; first += domain.MaxNotificationsPerSave {
+		var ns []domain.Notification
+		for i := first; i < min(first+domain.MaxNotificationsPerSave, domain.DefaultMaxBundleWeight); i++ {
+			ns = append(ns, domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
+				ContentType: "c", DocumentType: fmt.Sprintf("%0255d", i), SupportsBundling: true, Weight: 1})
+		}
+		if _, err := s.repo.Save(t.Context(), ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := heapInUse()
+	statuses := map[int]int{}
+	for range unread {
+		conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		if _, err := fmt.Fprintf(conn, "GET /v1/peek/content?recipient=%s HTTP/1.1\r\nHost: hub\r\n\r\n", recipient); err != nil {
+			t.Fatal(err)
+		}
+		// The status line, and not a byte of the body read on purpose.
+		line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var code int
+		if _, err := fmt.Sscanf(line, "HTTP/1.1 %d", &code); err != nil {
+			t.Fatalf("status line %q: %v", line, err)
+		}
+		statuses[code]++
+	}
+	t.Logf("%d unread content peeks of the largest bundle without a document: %v, heap %.1f MiB over the start",
+		unread, statuses, float64(int64(heapInUse())-int64(base))/(1<<20))
+	if statuses[http.StatusOK] != 1 || statuses[http.StatusServiceUnavailable] != unread-1 {
+		t.Fatalf("answers %v; want one 200 and the rest 503: each answer holds over half of the budget", statuses)
+	}
+}
