@@ -3,13 +3,13 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -178,26 +178,19 @@ func (s stallingWriter) write(p []byte) error {
 	return nil
 }
 
-// peekRequestOf reads the query of a content peek as /v1/peek takes it.
+// peekRequestOf reads the query of a content peek as /v1/peek takes it:
+// with the same parser, so that both refuse and take the same queries.
 func peekRequestOf(r *http.Request) (*messagehubv1.PeekRequest, error) {
 	q := r.URL.Query()
 	wait, err := takeWait(q)
 	if err != nil {
 		return nil, err
 	}
-	for key := range q {
-		if key != "recipient" && key != "bundleId" && key != "group" {
-			return nil, fmt.Errorf("unknown query parameter %q: a content peek takes recipient, group, bundleId, wait", key)
-		}
+	req := &messagehubv1.PeekRequest{}
+	if err := (&strictQuery{}).Parse(req, q, utilities.NewDoubleArray(nil)); err != nil {
+		return nil, err
 	}
-	req := &messagehubv1.PeekRequest{Recipient: q.Get("recipient"), BundleId: q.Get("bundleId"), WaitMs: wait}
-	if g := q.Get("group"); g != "" {
-		n, ok := messagehubv1.PeekGroup_value[g]
-		if !ok {
-			return nil, errors.New("group " + strconv.Quote(g) + " is not a peek group (e.g. PEEK_GROUP_TIME_SERIES)")
-		}
-		req.Group = messagehubv1.PeekGroup(n)
-	}
+	req.WaitMs = wait
 	return req, nil
 }
 

@@ -194,6 +194,33 @@ func TestUnknownQueryParametersAreRefusedByName(t *testing.T) {
 	}
 }
 
+// GET /v1/peek/content takes the same query as GET /v1/peek: what one
+// refuses (a field given twice, under one name or both) the other refuses,
+// and what one takes (either spelling of a field, a group by its number)
+// the other takes.
+func TestAContentPeekTakesTheQueryOfAPeek(t *testing.T) {
+	s := newStack(t)
+	r, other, id := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	for _, query := range []string{
+		"recipient=" + r,
+		"recipient=" + r + "&bundleId=" + id,
+		"recipient=" + r + "&bundle_id=" + id,
+		"recipient=" + r + "&group=PEEK_GROUP_TIME_SERIES",
+		"recipient=" + r + "&group=2",
+		"recipient=" + r + "&recipient=" + other,
+		"recipient=" + r + "&bundleId=" + id + "&bundleId=" + uuid.NewString(),
+		"recipient=" + r + "&bundleId=" + id + "&bundle_id=" + uuid.NewString(),
+		"recipient=" + r + "&group=PEEK_GROUP_WEATHER",
+		"recipient=" + r + "&wait=1ms",
+	} {
+		peek, _ := call(t, newRequest(t, http.MethodGet, s.url+"/v1/peek?"+query, nil))
+		content, e := call(t, newRequest(t, http.MethodGet, s.url+"/v1/peek/content?"+query, nil))
+		if peek.StatusCode != content.StatusCode {
+			t.Errorf("%s: /v1/peek %d, /v1/peek/content %d %q; want the same", query, peek.StatusCode, content.StatusCode, e.Message)
+		}
+	}
+}
+
 func TestAWrongMethodOnAKnownRouteIs405(t *testing.T) {
 	s := newStack(t)
 	for _, tc := range []struct{ method, path, allow string }{
