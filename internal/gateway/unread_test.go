@@ -150,24 +150,7 @@ func unreadContentPeeks(t *testing.T, stall time.Duration) bool {
 	statuses := map[int]int{}
 	cut := 0
 	for range unread {
-		conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: hub\r\n\r\n", strings.TrimPrefix(url, s.url)); err != nil {
-			t.Fatal(err)
-		}
-		// The status line, and not a byte of the body read on purpose.
-		line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		var code int
-		if _, err := fmt.Sscanf(line, "HTTP/1.1 %d", &code); err != nil {
-			t.Fatalf("status line %q: %v", line, err)
-		}
-		statuses[code]++
+		statuses[getUnread(t, s, strings.TrimPrefix(url, s.url))]++
 		for drained := false; !drained; {
 			select {
 			case <-log.c:
@@ -205,6 +188,31 @@ func unreadContentPeeks(t *testing.T, stall time.Duration) bool {
 		t.Fatalf("a peek after the unread ones were cut: %d with %d bytes", resp.StatusCode, len(body))
 	}
 	return true
+}
+
+// getUnread sends GET path on a connection of its own and returns the
+// answer's status, reading nothing of its body: the connection stays open
+// until the test ends, its answer unread.
+func getUnread(t *testing.T, s *stack, path string) int {
+	t.Helper()
+	conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: hub\r\n\r\n", path); err != nil {
+		t.Fatal(err)
+	}
+	// The status line, and not a byte of the body read on purpose.
+	line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code int
+	if _, err := fmt.Sscanf(line, "HTTP/1.1 %d", &code); err != nil {
+		t.Fatalf("status line %q: %v", line, err)
+	}
+	return code
 }
 
 // A client that reads a document slowly but steadily gets all of it, for
@@ -282,24 +290,7 @@ func TestUnreadContentPeeksOfABundleAloneShareThePeekAnswersBudget(t *testing.T)
 	base := heapInUse()
 	statuses := map[int]int{}
 	for range unread {
-		conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		if _, err := fmt.Fprintf(conn, "GET /v1/peek/content?recipient=%s HTTP/1.1\r\nHost: hub\r\n\r\n", recipient); err != nil {
-			t.Fatal(err)
-		}
-		// The status line, and not a byte of the body read on purpose.
-		line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		var code int
-		if _, err := fmt.Sscanf(line, "HTTP/1.1 %d", &code); err != nil {
-			t.Fatalf("status line %q: %v", line, err)
-		}
-		statuses[code]++
+		statuses[getUnread(t, s, "/v1/peek/content?recipient="+recipient)]++
 	}
 	t.Logf("%d unread content peeks of the largest bundle without a document: %v, heap %.1f MiB over the start",
 		unread, statuses, float64(int64(heapInUse())-int64(base))/(1<<20))

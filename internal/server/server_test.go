@@ -86,13 +86,7 @@ func testServer(t *testing.T, hub Hub) (messagehubv1.MessageHubClient, healthpb.
 // testConn serves hub over an in-process connection and returns a client connection.
 func testConn(t *testing.T, hub Hub, opts ...Option) (*grpc.ClientConn, *health.Server) {
 	t.Helper()
-	return testConnLogging(t, hub, slog.New(slog.DiscardHandler), opts...)
-}
-
-// testConnLogging is testConn of a server logging on logger.
-func testConnLogging(t *testing.T, hub Hub, logger *slog.Logger, opts ...Option) (*grpc.ClientConn, *health.Server) {
-	t.Helper()
-	srv, hs := NewGRPCServer(hub, logger, opts...)
+	srv, hs := NewGRPCServer(hub, slog.New(slog.DiscardHandler), opts...)
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
