@@ -20,6 +20,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/server"
 )
 
 // Hub is what the service needs from the hub: its read-only calls and the
@@ -49,9 +50,11 @@ func NewService(h Hub, opts ...Option) *Service {
 	return s
 }
 
-// Register registers the Admin service over h on srv.
+// Register registers the Admin service over h on srv, a server of
+// server.NewGRPCServer: its requests are read after the caller's token and
+// role are checked, as MessageHub's are.
 func Register(srv grpc.ServiceRegistrar, h Hub, opts ...Option) {
-	adminv1.RegisterAdminServer(srv, NewService(h, opts...))
+	server.RegisterService(srv, &adminv1.Admin_ServiceDesc, NewService(h, opts...))
 }
 
 // GetBacklog lists the recipient's cabinets with waiting notifications and

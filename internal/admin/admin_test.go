@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -26,6 +27,13 @@ import (
 // pebble store in a temp dir and returns an Admin client and the hub.
 func serve(t *testing.T, opts ...server.Option) (adminv1.AdminClient, *hub.Hub) {
 	t.Helper()
+	conn, h := serveConn(t, opts...)
+	return adminv1.NewAdminClient(conn), h
+}
+
+// serveConn is serve with a connection to the server.
+func serveConn(t *testing.T, opts ...server.Option) (*grpc.ClientConn, *hub.Hub) {
+	t.Helper()
 	st, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +42,24 @@ func serve(t *testing.T, opts ...server.Option) (adminv1.AdminClient, *hub.Hub) 
 	t.Cleanup(func() { h.Close(); _ = st.Close() })
 	srv, _ := server.NewGRPCServer(h, slog.New(slog.DiscardHandler), opts...)
 	admin.Register(srv, h)
-	return dialAdmin(t, srv), h
+	return dial(t, srv), h
+}
+
+// serveWithTokens is serveConn of a server that checks tokens, with as,
+// which makes a call's context carrying a token of subject with roles.
+func serveWithTokens(t *testing.T) (*grpc.ClientConn, *hub.Hub, func(subject string, roles ...string) context.Context) {
+	t.Helper()
+	const issuer, audience = "https://issuer.test/", "messagehub"
+	is := authtest.NewIssuer(t, issuer, audience)
+	verifier, err := auth.NewVerifier(auth.Config{JWKSFile: is.WriteJWKS(t), Issuer: issuer, Audience: audience})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, h := serveConn(t, server.WithAuthorizer(auth.NewAuthorizer(verifier)))
+	as := func(subject string, roles ...string) context.Context {
+		return metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer "+is.RS256(t, is.Claims(subject, roles...)))
+	}
+	return conn, h, as
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -70,18 +95,10 @@ func notFoundIsOK(err error) error {
 // Only a token with the admin role may call Admin: an actor (even about
 // itself) and a domain are PERMISSION_DENIED, no token UNAUTHENTICATED.
 func TestAdminNeedsTheAdminRole(t *testing.T) {
-	const issuer, audience = "https://issuer.test/", "messagehub"
-	is := authtest.NewIssuer(t, issuer, audience)
-	verifier, err := auth.NewVerifier(auth.Config{JWKSFile: is.WriteJWKS(t), Issuer: issuer, Audience: audience})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, h := serve(t, server.WithAuthorizer(auth.NewAuthorizer(verifier)))
+	conn, h, as := serveWithTokens(t)
+	client := adminv1.NewAdminClient(conn)
 	recipient := uuid.NewString()
 	ids := save(t, h, recipient, 3)
-	as := func(token string) context.Context {
-		return metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer "+token)
-	}
 	calls := map[string]func(ctx context.Context) error{
 		"GetBacklog": func(ctx context.Context) error {
 			_, err := client.GetBacklog(ctx, &adminv1.GetBacklogRequest{Recipient: recipient})
@@ -116,9 +133,9 @@ func TestAdminNeedsTheAdminRole(t *testing.T) {
 			want codes.Code
 		}{
 			{"no token", ctxT(t), codes.Unauthenticated},
-			{"the actor itself", as(is.RS256(t, is.Claims(recipient, auth.RoleActor))), codes.PermissionDenied},
-			{"a domain", as(is.RS256(t, is.Claims(uuid.NewString(), auth.RoleDomain))), codes.PermissionDenied},
-			{"an admin", as(is.RS256(t, is.Claims(uuid.NewString(), auth.RoleAdmin))), codes.OK},
+			{"the actor itself", as(recipient, auth.RoleActor), codes.PermissionDenied},
+			{"a domain", as(uuid.NewString(), auth.RoleDomain), codes.PermissionDenied},
+			{"an admin", as(uuid.NewString(), auth.RoleAdmin), codes.OK},
 		} {
 			if err := call(tc.ctx); status.Code(err) != tc.want {
 				t.Errorf("%s by %s: %v; want %v", name, tc.who, err, tc.want)
@@ -187,5 +204,32 @@ func TestAdminAnswersWithoutAuthentication(t *testing.T) {
 	}
 	if _, err := client.PreviewNextBundle(ctx, &adminv1.PreviewNextBundleRequest{Recipient: recipient, Group: 99}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("an unknown group: %v", err)
+	}
+}
+
+// An Admin call's request is read as MessageHub's are: after its token and
+// role are checked, so that a refused caller's request is never read
+// (whatever it would cost to decode), and bytes that are not the method's
+// message are INVALID_ARGUMENT, the client's error, not INTERNAL.
+func TestAnAdminRequestIsReadOnlyAfterItsTokenIsChecked(t *testing.T) {
+	conn, _, as := serveWithTokens(t)
+	// Another message: its field 1 is a number, where each of these
+	// requests has a string.
+	notTheRequest := &messagehubv1.SaveResponse{Saved: 1}
+	for _, tc := range []struct {
+		who  string
+		ctx  context.Context
+		want codes.Code
+	}{
+		{"no token", ctxT(t), codes.Unauthenticated},
+		{"an actor", as(uuid.NewString(), auth.RoleActor), codes.PermissionDenied},
+		{"an admin", as(uuid.NewString(), auth.RoleAdmin), codes.InvalidArgument},
+	} {
+		for _, method := range []string{adminv1.Admin_GetBacklog_FullMethodName, adminv1.Admin_ReleaseBundle_FullMethodName} {
+			err := conn.Invoke(tc.ctx, method, notTheRequest, &adminv1.GetBacklogResponse{})
+			if status.Code(err) != tc.want {
+				t.Errorf("%s by %s, a request that is no message of its own: %v; want %v", method, tc.who, err, tc.want)
+			}
+		}
 	}
 }

@@ -72,3 +72,31 @@ func TestListAuditEventsRefusesBadRequests(t *testing.T) {
 		}
 	}
 }
+
+// Times are any non-negative unix milliseconds: one past the keys' 13
+// digits (from the year 2286) still bounds the range as a time does, so a
+// far end holds today's events and a far start none of them.
+func TestListAuditEventsTakesTimesPastTheKeysDigits(t *testing.T) {
+	client, h := serve(t)
+	r := uuid.NewString()
+	at := time.Now().Truncate(time.Millisecond)
+	if err := h.AppendAudit(ctxT(t), []audit.Event{{Key: audit.NewKey(at), At: at, Action: audit.ActionReleaseBundle,
+		Subject: uuid.NewString(), Recipient: r, BundleID: uuid.NewString(), Detail: "reason"}}); err != nil {
+		t.Fatal(err)
+	}
+	const far = 10_000_000_000_000 // 2286-11-20, the first time of 14 digits
+	for name, tc := range map[string]struct {
+		req  *adminv1.ListAuditEventsRequest
+		want int
+	}{
+		"to far ahead":   {&adminv1.ListAuditEventsRequest{Recipient: r, ToMs: far}, 1},
+		"from far ahead": {&adminv1.ListAuditEventsRequest{Recipient: r, FromMs: far}, 0},
+		"both far ahead": {&adminv1.ListAuditEventsRequest{Recipient: r, FromMs: far, ToMs: 2 * far}, 0},
+		"to at the end":  {&adminv1.ListAuditEventsRequest{Recipient: r, ToMs: 1<<63 - 1}, 1},
+	} {
+		resp, err := client.ListAuditEvents(ctxT(t), tc.req)
+		if err != nil || len(resp.GetEvents()) != tc.want {
+			t.Errorf("%s: %d events, %v; want %d", name, len(resp.GetEvents()), err, tc.want)
+		}
+	}
+}

@@ -71,6 +71,12 @@ func serveFigures(t *testing.T) *figuresEnv {
 // dialAdmin serves srv in memory and returns an Admin client of it.
 func dialAdmin(t *testing.T, srv *grpc.Server) adminv1.AdminClient {
 	t.Helper()
+	return adminv1.NewAdminClient(dial(t, srv))
+}
+
+// dial serves srv in memory and returns a connection to it.
+func dial(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -81,7 +87,7 @@ func dialAdmin(t *testing.T, srv *grpc.Server) adminv1.AdminClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return adminv1.NewAdminClient(conn)
+	return conn
 }
 
 func (e *figuresEnv) save(t *testing.T, recipient string, n int) {

@@ -9,6 +9,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/server"
 )
 
 // Remedies are the hub's calls that change a recipient's queue on an
@@ -77,12 +78,16 @@ func (s *Service) AcknowledgeOnBehalf(ctx context.Context, req *adminv1.Acknowle
 		return nil, err
 	}
 	done, err := s.hub.AcknowledgeOnBehalf(ctx, recipient, origin, req.GetContentType(), upTo)
-	if err != nil {
-		return nil, err
-	}
 	resp := &adminv1.AcknowledgeOnBehalfResponse{Notifications: done.Notifications}
 	for _, b := range done.Bundles {
 		resp.BundleIds = append(resp.BundleIds, b.ID)
+	}
+	if err != nil && len(resp.BundleIds) > 0 {
+		// Cut short: the bundles dequeued stay dequeued, and are audited.
+		return nil, &server.PartialAnswer{Err: err, Answer: resp}
+	}
+	if err != nil {
+		return nil, err
 	}
 	return resp, nil
 }

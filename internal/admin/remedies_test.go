@@ -1,10 +1,15 @@
 package admin_test
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -12,7 +17,15 @@ import (
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/admin"
+	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
 const timeSeries = messagehubv1.Domain_DOMAIN_TIME_SERIES
@@ -149,5 +162,86 @@ func TestDomainNamesAreTheAPIs(t *testing.T) {
 		if got, want := o.Name(), messagehubv1.Domain(o).String(); got != want {
 			t.Errorf("origin %d is named %s, the API says %s", o, got, want)
 		}
+	}
+}
+
+// stopAfterAcknowledge is the store of a hub whose caller goes away once the
+// first bundle is acknowledged: acknowledged is closed then, and the
+// store's next look at a recipient waits for the end of the call it serves
+// (later looks pass).
+type stopAfterAcknowledge struct {
+	store.Store
+	once         sync.Once
+	acknowledged chan struct{}
+	stopped      atomic.Bool
+}
+
+func (s *stopAfterAcknowledge) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
+	err := s.Store.Acknowledge(ctx, recipient, rec, cursor)
+	if err == nil {
+		s.once.Do(func() { close(s.acknowledged) })
+	}
+	return err
+}
+
+func (s *stopAfterAcknowledge) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
+	select {
+	case <-s.acknowledged:
+		if s.stopped.CompareAndSwap(false, true) {
+			<-ctx.Done()
+			return store.RecipientState{}, ctx.Err()
+		}
+	default:
+	}
+	return s.Store.LoadRecipient(ctx, recipient, opts...)
+}
+
+// An acknowledgement on the actor's behalf cut short keeps the bundles it
+// dequeued (docs/operations.md), and those are in the audit log as any
+// remedy's: a remedy that took effect is recorded, whether or not its
+// caller waits for the answer.
+func TestAnAcknowledgementCutShortRecordsWhatItDequeued(t *testing.T) {
+	st, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopping := &stopAfterAcknowledge{Store: st, acknowledged: make(chan struct{})}
+	h := hub.New(stopping, hub.Options{MaxBundleWeight: 2}, nil)
+	t.Cleanup(func() { h.Close(); _ = st.Close() })
+	log := audit.NewLog(h, audit.Options{})
+	t.Cleanup(func() { _ = log.Close(context.Background()) })
+	srv, _ := server.NewGRPCServer(h, slog.New(slog.DiscardHandler), server.WithAudit(log, func(context.Context) string { return "op" }))
+	admin.Register(srv, h)
+	client := dialAdmin(t, srv)
+	recipient := uuid.NewString()
+	ids := save(t, h, recipient, 6) // three bundles of two
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	go func() { <-stopping.acknowledged; cancel() }()
+	_, err = client.AcknowledgeOnBehalf(ctx, &adminv1.AcknowledgeOnBehalfRequest{
+		Recipient: recipient, Domain: timeSeries, ContentType: "rsm-014", UpToNotificationId: ids[5], Reason: "ticket 4713",
+	})
+	if status.Code(err) != codes.Canceled {
+		t.Fatalf("an acknowledgement whose caller left: %v; want CANCELED", err)
+	}
+	trace, err := h.TraceNotification(ctxT(t), recipient, ids[0])
+	if err != nil || trace.State != hub.TraceDequeued {
+		t.Fatalf("the first notification after the call: %+v, %v; want it dequeued", trace, err)
+	}
+	// The event is written before the call ends; the server may still be
+	// finishing the call the client left.
+	var events []*adminv1.AuditEvent
+	deadline := time.Now().Add(20 * time.Second)
+	for len(events) == 0 && time.Now().Before(deadline) {
+		page, err := client.ListAuditEvents(ctxT(t), &adminv1.ListAuditEventsRequest{Recipient: recipient})
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = page.GetEvents()
+		time.Sleep(time.Millisecond)
+	}
+	if len(events) != 1 || events[0].GetAction() != adminv1.AuditAction_AUDIT_ACTION_ACKNOWLEDGE_ON_BEHALF ||
+		events[0].GetBundleId() != trace.Bundle.ID || !strings.Contains(events[0].GetDetail(), "ticket 4713") {
+		t.Fatalf("audit events %v; want the acknowledgement of bundle %s", events, trace.Bundle.ID)
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/server"
@@ -119,5 +121,37 @@ func TestTheAccessLogNamesTheClientRecipientAndBundle(t *testing.T) {
 	save := logs.calls(t, messagehubv1.MessageHub_Save_FullMethodName)
 	if len(save) != 1 || save[0]["notifications"] != float64(1) {
 		t.Errorf("Save's line %v; want one, with its 1 notification", save)
+	}
+}
+
+// The access log names a call's recipient and bundle id as its request
+// gives them, which may be anything up to the message limit: a line holds a
+// bounded piece of each, so that one call cannot make the hub format and
+// write a line of tens of MiB (six times its bytes once JSON-escaped).
+func TestTheAccessLogHoldsABoundedPieceOfARequestsValues(t *testing.T) {
+	var logs logLines
+	cfg := testConfig(t)
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r := start(t, cfg)
+	huge := strings.Repeat("\x01", 1<<20)
+	if _, err := r.client.Peek(callContext(t), &messagehubv1.PeekRequest{Recipient: huge}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a peek of a 1 MiB recipient: %v", err)
+	}
+	if _, err := r.client.Dequeue(callContext(t), &messagehubv1.DequeueRequest{Recipient: uuid.NewString(), BundleId: huge}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a dequeue of a 1 MiB bundle id: %v", err)
+	}
+	if err := r.closeWithin(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, method := range []string{messagehubv1.MessageHub_Peek_FullMethodName, messagehubv1.MessageHub_Dequeue_FullMethodName} {
+		lines := logs.calls(t, method)
+		if len(lines) != 1 {
+			t.Fatalf("%d access log lines of %s; want 1", len(lines), method)
+		}
+		for _, key := range []string{"recipient", "bundle_id"} {
+			if v, _ := lines[0][key].(string); len(v) > 100 {
+				t.Errorf("%s logged with a %s of %d bytes, for a request's value of %d", method, key, len(v), len(huge))
+			}
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
 // backup copies what the hub keeps (the Admin service's Backup): the
@@ -59,6 +60,12 @@ func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error
 	dir = filepath.Clean(dir)
 	if b.docs == nil {
 		return b.written(b.store.Backup(ctx, dir), dir)
+	}
+	// Refused before the documents are written beside it: a directory
+	// inside the data directory would leave folders there (in the
+	// documents' own folder, a copy of the copy as it is made).
+	if err := pebble.CheckBackupDir(b.dataDir, dir); err != nil {
+		return admin.BackupInfo{}, err
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
 		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)

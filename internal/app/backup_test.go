@@ -182,3 +182,39 @@ func ids(ns []*messagehubv1.DataAvailable) []string {
 	}
 	return out
 }
+
+// A backup the hub refuses (a directory inside the data directory, or one
+// that exists) is refused before anything is written: no folder is made on
+// its way, in the data directory or its documents' folder.
+func TestARefusedBackupWritesNothing(t *testing.T) {
+	cfg := testConfig(t)
+	r := start(t, cfg)
+	existing := t.TempDir()
+	tree := func() []string {
+		var names []string
+		for _, root := range []string{cfg.DataDir, existing} {
+			if err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					names = append(names, p)
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return names
+	}
+	before := tree()
+	for _, dir := range []string{
+		filepath.Join(cfg.DataDir, "x", "backup"),
+		filepath.Join(cfg.DataDir, "content", "x", "backup"),
+		existing,
+	} {
+		if _, err := adminClient(t, r).Backup(callContext(t), &adminv1.BackupRequest{Directory: dir}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("a backup into %s: %v; want INVALID_ARGUMENT", dir, err)
+		}
+	}
+	if after := tree(); !slices.Equal(before, after) {
+		t.Fatalf("refused backups left folders: before %v, after %v", before, after)
+	}
+}

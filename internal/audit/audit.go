@@ -75,9 +75,14 @@ func NewKey(t time.Time) string {
 // an event at t or later sorts after it (or starts with it), every key of an
 // earlier event before it.
 func TimeBound(t time.Time) string {
-	ms := max(t.UnixMilli(), 0)
+	// A later time is held at the last of keyTimeDigits digits: a wider
+	// number would sort by its digits, not its value, among the keys.
+	ms := min(max(t.UnixMilli(), 0), maxKeyMillis)
 	return fmt.Sprintf("%0*d", keyTimeDigits, ms)
 }
+
+// maxKeyMillis is the latest time a key holds, 2286-11-20.
+const maxKeyMillis = 9_999_999_999_999
 
 // ParseKey checks that key is an event key (as a page cursor comes back
 // from a client) and returns its time.

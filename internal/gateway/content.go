@@ -3,13 +3,13 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -77,8 +77,9 @@ func InProcessDialOptions() []grpc.DialOption {
 // A document's answer is bounded in memory and in time: it takes one of the
 // places of o.contentPeeks (503 with Retry-After when there is none) once
 // its document is ready, and is cut when its client reads nothing for
-// o.contentStall.
-func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o options) http.Handler {
+// o.contentStall. A bundle without a document is answered as a Peek is,
+// under the Peek answers' budget (peekAnswers).
+func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, peekAnswers *answersInFlight, o options) http.Handler {
 	places := newAnswersInFlight(int64(o.contentPeeks), int64(o.contentPeeksPerConn)) // a place per document
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := peekRequestOf(r)
@@ -118,7 +119,11 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, o opt
 				return
 			}
 			w.Header().Set("Content-Type", BundleMediaType)
-			_, _ = w.Write(body) //nolint:gosec // JSON of our own, sandboxed above
+			// As large as a Peek's answer (the largest bundle is about 15
+			// MiB of JSON): it shares their budget and their stall.
+			bw := newBudgetedWriter(mux, w, r, peekAnswers, o)
+			defer bw.release()
+			_, _ = bw.Write(body)
 			return
 		}
 		if !places.take(r.RemoteAddr, 1) {
@@ -181,26 +186,19 @@ func (s stallingWriter) write(p []byte) error {
 	return nil
 }
 
-// peekRequestOf reads the query of a content peek as /v1/peek takes it.
+// peekRequestOf reads the query of a content peek as /v1/peek takes it:
+// with the same parser, so that both refuse and take the same queries.
 func peekRequestOf(r *http.Request) (*messagehubv1.PeekRequest, error) {
 	q := r.URL.Query()
 	wait, err := takeWait(q)
 	if err != nil {
 		return nil, err
 	}
-	for key := range q {
-		if key != "recipient" && key != "bundleId" && key != "group" {
-			return nil, fmt.Errorf("unknown query parameter %q: a content peek takes recipient, group, bundleId, wait", key)
-		}
+	req := &messagehubv1.PeekRequest{}
+	if err := (&strictQuery{}).Parse(req, q, utilities.NewDoubleArray(nil)); err != nil {
+		return nil, err
 	}
-	req := &messagehubv1.PeekRequest{Recipient: q.Get("recipient"), BundleId: q.Get("bundleId"), WaitMs: wait}
-	if g := q.Get("group"); g != "" {
-		n, ok := messagehubv1.PeekGroup_value[g]
-		if !ok {
-			return nil, errors.New("group " + strconv.Quote(g) + " is not a peek group (e.g. PEEK_GROUP_TIME_SERIES)")
-		}
-		req.Group = messagehubv1.PeekGroup(n)
-	}
+	req.WaitMs = wait
 	return req, nil
 }
 

@@ -178,7 +178,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		return nil, fmt.Errorf("register admin routes: %w", err)
 	}
 	api := guard(mux, mux, o)
-	peeks := budgetedPeeks(mux, api, newAnswersInFlight(DefaultPeekAnswerBytes, DefaultPeekAnswerBytesPerConn), o)
+	peekAnswers := newAnswersInFlight(DefaultPeekAnswerBytes, DefaultPeekAnswerBytesPerConn)
+	peeks := budgetedPeeks(mux, api, peekAnswers, o)
 	type route struct {
 		method, path string
 		handler      http.Handler
@@ -190,7 +191,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodPost, "/v1/notifications", api},
 		{http.MethodGet, "/v1/peek", peekWait(mux, peeks)},
 		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
-		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn), o), o)},
+		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn), peekAnswers, o), o)},
 		// The Admin service's inspection (the admin role).
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/backlog", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/next-bundle", api},

@@ -69,7 +69,9 @@ func newStackServing(t *testing.T, serverOpts []server.Option, configure func(*h
 	conn, err := grpc.NewClient("passthrough:///in-process", append(gateway.InProcessDialOptions(),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize)),
+		// As the hub dials it (internal/app): the largest bundle is over
+		// gRPC's default of 4 MiB.
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize), grpc.MaxCallRecvMsgSize(server.MaxSendMsgSize)),
 	)...)
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +190,33 @@ func TestUnknownQueryParametersAreRefusedByName(t *testing.T) {
 		path := "/v1/peek?recipient=" + recipient + "&group=PEEK_GROUP_TIME_SERIES&" + param + "=" + uuid.NewString()
 		if resp, e := call(t, newRequest(t, http.MethodGet, s.url+path, nil)); resp.StatusCode != http.StatusNoContent {
 			t.Errorf("%s: %d %q, want 204", path, resp.StatusCode, e.Message)
+		}
+	}
+}
+
+// GET /v1/peek/content takes the same query as GET /v1/peek: what one
+// refuses (a field given twice, under one name or both) the other refuses,
+// and what one takes (either spelling of a field, a group by its number)
+// the other takes.
+func TestAContentPeekTakesTheQueryOfAPeek(t *testing.T) {
+	s := newStack(t)
+	r, other, id := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	for _, query := range []string{
+		"recipient=" + r,
+		"recipient=" + r + "&bundleId=" + id,
+		"recipient=" + r + "&bundle_id=" + id,
+		"recipient=" + r + "&group=PEEK_GROUP_TIME_SERIES",
+		"recipient=" + r + "&group=2",
+		"recipient=" + r + "&recipient=" + other,
+		"recipient=" + r + "&bundleId=" + id + "&bundleId=" + uuid.NewString(),
+		"recipient=" + r + "&bundleId=" + id + "&bundle_id=" + uuid.NewString(),
+		"recipient=" + r + "&group=PEEK_GROUP_WEATHER",
+		"recipient=" + r + "&wait=1ms",
+	} {
+		peek, _ := call(t, newRequest(t, http.MethodGet, s.url+"/v1/peek?"+query, nil))
+		content, e := call(t, newRequest(t, http.MethodGet, s.url+"/v1/peek/content?"+query, nil))
+		if peek.StatusCode != content.StatusCode {
+			t.Errorf("%s: /v1/peek %d, /v1/peek/content %d %q; want the same", query, peek.StatusCode, content.StatusCode, e.Message)
 		}
 	}
 }

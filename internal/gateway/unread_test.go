@@ -150,24 +150,7 @@ func unreadContentPeeks(t *testing.T, stall time.Duration) bool {
 	statuses := map[int]int{}
 	cut := 0
 	for range unread {
-		conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: hub\r\n\r\n", strings.TrimPrefix(url, s.url)); err != nil {
-			t.Fatal(err)
-		}
-		// The status line, and not a byte of the body read on purpose.
-		line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		var code int
-		if _, err := fmt.Sscanf(line, "HTTP/1.1 %d", &code); err != nil {
-			t.Fatalf("status line %q: %v", line, err)
-		}
-		statuses[code]++
+		statuses[getUnread(t, s, strings.TrimPrefix(url, s.url))]++
 		for drained := false; !drained; {
 			select {
 			case <-log.c:
@@ -205,6 +188,31 @@ func unreadContentPeeks(t *testing.T, stall time.Duration) bool {
 		t.Fatalf("a peek after the unread ones were cut: %d with %d bytes", resp.StatusCode, len(body))
 	}
 	return true
+}
+
+// getUnread sends GET path on a connection of its own and returns the
+// answer's status, reading nothing of its body: the connection stays open
+// until the test ends, its answer unread.
+func getUnread(t *testing.T, s *stack, path string) int {
+	t.Helper()
+	conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: hub\r\n\r\n", path); err != nil {
+		t.Fatal(err)
+	}
+	// The status line, and not a byte of the body read on purpose.
+	line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code int
+	if _, err := fmt.Sscanf(line, "HTTP/1.1 %d", &code); err != nil {
+		t.Fatalf("status line %q: %v", line, err)
+	}
+	return code
 }
 
 // A client that reads a document slowly but steadily gets all of it, for
@@ -253,5 +261,40 @@ func TestASlowButSteadyReaderGetsTheWholeDocument(t *testing.T) {
 	}
 	if took := time.Since(start); took < whole {
 		t.Fatalf("read in %v, not past the WriteTimeout %v: the test shows nothing", took, whole)
+	}
+}
+
+// A content peek of a bundle whose domain has no document provider answers
+// the bundle itself as JSON, as large as a Peek's answer (about 15 MiB for
+// the largest bundle of 255-character document types): unread, such
+// answers share the Peek answers' budget, so that one is let through and
+// those beyond the budget are refused with 503 and Retry-After, its bundle
+// staying pending. (They were written outside any budget: every unread one
+// held its bundle twice over, as a Peek's answer does.)
+func TestUnreadContentPeeksOfABundleAloneShareThePeekAnswersBudget(t *testing.T) {
+	const unread = 4
+	s := newStackServing(t, nil, smallBuffers, gateway.WithContentStall(time.Hour))
+	recipient := uuid.NewString()
+	// The largest bundle: 51,200 notifications, each of its own
+	// 255-character document type.
+	for first := 0; first < domain.DefaultMaxBundleWeight; first += domain.MaxNotificationsPerSave {
+		var ns []domain.Notification
+		for i := first; i < min(first+domain.MaxNotificationsPerSave, domain.DefaultMaxBundleWeight); i++ {
+			ns = append(ns, domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
+				ContentType: "c", DocumentType: fmt.Sprintf("%0255d", i), SupportsBundling: true, Weight: 1})
+		}
+		if _, err := s.repo.Save(t.Context(), ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := heapInUse()
+	statuses := map[int]int{}
+	for range unread {
+		statuses[getUnread(t, s, "/v1/peek/content?recipient="+recipient)]++
+	}
+	t.Logf("%d unread content peeks of the largest bundle without a document: %v, heap %.1f MiB over the start",
+		unread, statuses, float64(int64(heapInUse())-int64(base))/(1<<20))
+	if statuses[http.StatusOK] != 1 || statuses[http.StatusServiceUnavailable] != unread-1 {
+		t.Fatalf("answers %v; want one 200 and the rest 503: each answer holds over half of the budget", statuses)
 	}
 }

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -108,6 +109,32 @@ func TestTheOpenAPIDocumentsNameTheWait(t *testing.T) {
 			if !slices.Contains(names, "wait") || slices.Contains(names, "waitMs") {
 				t.Errorf("%s GET %s takes %v, want wait and no waitMs", doc, route, names)
 			}
+		}
+	}
+}
+
+// A client that goes away while its peek waits takes the wait with it, on
+// every peek route: the hub no longer holds its waiter (nor the call's
+// goroutines), rather than until the wait would have ended.
+func TestAPeekWhoseClientLeavesStopsWaiting(t *testing.T) {
+	s := newStack(t)
+	for _, route := range []string{"/v1/peek", "/v1/peek/timeseries", "/v1/peek/content"} {
+		conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprintf(conn, "GET %s?recipient=%s&wait=30s HTTP/1.1\r\nHost: hub\r\n\r\n", route, uuid.NewString()); err != nil {
+			t.Fatal(err)
+		}
+		s.waitForWaiter(t)
+		_ = conn.Close()
+		// Well before the 30 s wait is over: the leaving client ends it.
+		deadline := time.Now().Add(20 * time.Second)
+		for s.repo.Waiting() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the hub still holds the peek of a client gone 20 s ago", route)
+			}
+			time.Sleep(time.Millisecond)
 		}
 	}
 }

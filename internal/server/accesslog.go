@@ -91,12 +91,25 @@ func (a *accessLog) client(ctx context.Context) string {
 	return ""
 }
 
+// maxLoggedValue bounds a request's value in an access log line: a request
+// may give any string up to the message limit, and a valid id (36 bytes)
+// fits whole.
+const maxLoggedValue = 64
+
+// loggedValue is s cut to maxLoggedValue bytes.
+func loggedValue(s string) string {
+	if len(s) <= maxLoggedValue {
+		return s
+	}
+	return truncate(s, maxLoggedValue) + "..."
+}
+
 // attrs are the recipient and bundle id of the call's request, else of its
 // answer (Peek's bundle), and the notifications of a Save.
 func (c call) attrs() []any {
 	var attrs []any
 	if r, ok := c.req.(interface{ GetRecipient() string }); ok && r.GetRecipient() != "" {
-		attrs = append(attrs, "recipient", r.GetRecipient())
+		attrs = append(attrs, "recipient", loggedValue(r.GetRecipient()))
 	}
 	bundle := ""
 	if r, ok := c.req.(interface{ GetBundleId() string }); ok {
@@ -106,7 +119,7 @@ func (c call) attrs() []any {
 		bundle = r.GetBundle().GetId()
 	}
 	if bundle != "" {
-		attrs = append(attrs, "bundle_id", bundle)
+		attrs = append(attrs, "bundle_id", loggedValue(bundle))
 	}
 	if s, ok := c.req.(*messagehubv1.SaveRequest); ok {
 		attrs = append(attrs, "notifications", len(s.GetNotifications()))

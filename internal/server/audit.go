@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -148,6 +149,24 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
+// PartialAnswer is the error of a call that failed part-way after it
+// changed something (an acknowledgement on an actor's behalf cut short,
+// which keeps the bundles it dequeued): Answer is what it did, as an answer
+// of its method, which the audit log records as it records a successful
+// call's. The client gets Err.
+type PartialAnswer struct {
+	Err    error
+	Answer any
+}
+
+func (p *PartialAnswer) Error() string { return p.Err.Error() }
+func (p *PartialAnswer) Unwrap() error { return p.Err }
+
+// remedyRecordTime bounds the write of a remedy's audit record, which does
+// not end with its caller's call: the remedy took effect whether or not the
+// caller still waits.
+const remedyRecordTime = 5 * time.Second
+
 // record keeps the events of a successful call: a remedy's before it
 // answers (a failure to write it fails the call, saying the remedy took
 // effect), the others buffered.
@@ -162,20 +181,29 @@ func (o *options) record(ctx context.Context, method string, req, resp any) erro
 		}
 		return nil
 	}
-	if err := o.auditor.Write(ctx, events...); err != nil {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), remedyRecordTime)
+	defer cancel()
+	if err := o.auditor.Write(wctx, events...); err != nil {
 		return fmt.Errorf("%w: %s took effect, but its audit record could not be written: %w",
 			domain.ErrUnavailable, method[strings.LastIndex(method, "/")+1:], err)
 	}
 	return nil
 }
 
-// unaryAuditInterceptor records what a successful unary call did. It comes
-// after the authorizer, whose context names the caller and which may have
-// filled in the request's recipient.
+// unaryAuditInterceptor records what a successful unary call did, and what
+// a call that failed part-way did (PartialAnswer). It comes after the
+// authorizer, whose context names the caller and which may have filled in
+// the request's recipient.
 func unaryAuditInterceptor(o *options) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
 		if err != nil {
+			var partial *PartialAnswer
+			if errors.As(err, &partial) {
+				if rerr := o.record(ctx, info.FullMethod, req, partial.Answer); rerr != nil {
+					return nil, fmt.Errorf("%w (%s)", rerr, err.Error())
+				}
+			}
 			return resp, err
 		}
 		if err := o.record(ctx, info.FullMethod, req, resp); err != nil {
@@ -216,7 +244,13 @@ func (s *auditedStream) RecvMsg(m any) error {
 }
 
 func (s *auditedStream) SendMsg(m any) error {
-	if c, ok := m.(*messagehubv1.PeekContentChunk); ok && s.bundle == nil && c.GetBundle() != nil {
+	sent := m
+	if h, ok := m.(*heldAnswer); ok {
+		// A message held for the answers' budget (answers.go): the
+		// document's first message, which carries the bundle.
+		sent = h.msg
+	}
+	if c, ok := sent.(*messagehubv1.PeekContentChunk); ok && s.bundle == nil && c.GetBundle() != nil {
 		s.bundle = c.GetBundle()
 	}
 	return s.ServerStream.SendMsg(m)

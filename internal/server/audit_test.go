@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
 	"github.com/energydatahub/messagehub/internal/domain"
 )
 
@@ -128,5 +131,57 @@ func TestRemediesAreWrittenAndActorsCallsBuffered(t *testing.T) {
 	err := o.record(context.Background(), adminv1.Admin_ReleaseBundle_FullMethodName, release, &adminv1.ReleaseBundleResponse{})
 	if !errors.Is(err, domain.ErrUnavailable) || !strings.Contains(err.Error(), "ReleaseBundle took effect") {
 		t.Fatalf("a remedy whose record failed: %v; want UNAVAILABLE saying it took effect", err)
+	}
+}
+
+// lockedAuditor is auditor for calls served by a running server: the
+// server records from its goroutines.
+type lockedAuditor struct {
+	mu sync.Mutex
+	auditor
+}
+
+func (a *lockedAuditor) Record(e audit.Event) { a.mu.Lock(); defer a.mu.Unlock(); a.auditor.Record(e) }
+
+func (a *lockedAuditor) Write(ctx context.Context, events ...audit.Event) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.auditor.Write(ctx, events...)
+}
+
+func (a *lockedAuditor) events() []audit.Event {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Concat(a.recorded, a.written)
+}
+
+// A PeekContent is recorded whether its bundle comes with a document or
+// without one: the stream's messages that carry the bundle reach the
+// audit's stream held for the answers' budget (answers.go), and must still
+// be seen as the bundle sent.
+func TestAPeekContentIsAuditedWithAndWithoutADocument(t *testing.T) {
+	for name, origin := range map[string]domain.Origin{
+		"a document of its domain":    domain.OriginTimeSeries,
+		"a domain without a provider": domain.OriginCharges,
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := timeSeriesBundle(3)
+			b.Origin = origin
+			a := &lockedAuditor{}
+			provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+				return contenttest.Document("application/xml", []byte("<doc/>"), 1024)
+			})
+			conn, _ := testConn(t, &recordingHub{bundle: b}, WithDocuments(provider.Documents(t), time.Minute),
+				WithAudit(a, func(context.Context) string { return "the-actor" }))
+			msgs, err := receiveAll(t, messagehubv1.NewMessageHubClient(conn), &messagehubv1.PeekRequest{Recipient: recipient})
+			if err != nil || len(msgs) == 0 || msgs[0].GetBundle().GetId() != bundleID {
+				t.Fatalf("PeekContent: %d messages, %v; want the bundle", len(msgs), err)
+			}
+			got := a.events()
+			if len(got) != 1 || got[0].Action != audit.ActionPeekContent || got[0].BundleID != bundleID ||
+				got[0].Recipient != recipient || got[0].Subject != "the-actor" {
+				t.Fatalf("audit events %+v; want one PEEK_CONTENT of bundle %s by the-actor", got, bundleID)
+			}
+		})
 	}
 }

@@ -64,7 +64,7 @@ func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 	}
 	first := &messagehubv1.PeekContentChunk{Bundle: peeked.GetBundle()}
 	if s.documents == nil {
-		return stream.Send(first)
+		return sendHeld(stream, first)
 	}
 	doc, err := s.documents.Document(ctx, first.Bundle)
 	if errors.Is(err, content.ErrNotReady) && stream.Context().Err() == nil {
@@ -75,7 +75,7 @@ func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 		return outOfTime(ctx, stream.Context(), err)
 	}
 	if doc == nil {
-		return stream.Send(first)
+		return sendHeld(stream, first)
 	}
 	defer func() { _ = doc.Body.Close() }()
 	first.MediaType = doc.MediaType
@@ -96,6 +96,18 @@ func outOfTime(ctx, call context.Context, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: the content peek ran out of time; peek again: %w", domain.ErrUnavailable, err)
+}
+
+// sendHeld sends msg holding its encoded size of the answers' budget until
+// gRPC has written it (answers.go): a bundle sent alone is as large as a
+// Peek's answer, up to about 16 MiB, and a client that does not read it
+// must not make the server hold more than the budget allows.
+func sendHeld(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChunk], msg *messagehubv1.PeekContentChunk) error {
+	release, err := reserve(stream.Context(), int64(proto.Size(msg)))
+	if err != nil {
+		return err
+	}
+	return stream.SendMsg(&heldAnswer{msg: msg, release: release})
 }
 
 // messageOverhead is room left in each message for the data field's tag and
@@ -120,11 +132,7 @@ func sendDocument(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChun
 		n, err := fill(body, buf[:room])
 		if n > 0 || msg == first {
 			msg.Data = buf[:n]
-			release, rerr := reserve(ctx, int64(proto.Size(msg)))
-			if rerr != nil {
-				return rerr
-			}
-			if serr := stream.SendMsg(&heldAnswer{msg: msg, release: release}); serr != nil {
+			if serr := sendHeld(stream, msg); serr != nil {
 				return serr
 			}
 		}

@@ -211,10 +211,19 @@ func isMessageHub(fullMethod string) bool {
 // registerMessageHub registers svc on srv with deferDecoding around every
 // unary handler.
 func registerMessageHub(srv *grpc.Server, svc messagehubv1.MessageHubServer) {
-	desc := messagehubv1.MessageHub_ServiceDesc
-	desc.Methods = make([]grpc.MethodDesc, len(messagehubv1.MessageHub_ServiceDesc.Methods))
-	for i, m := range messagehubv1.MessageHub_ServiceDesc.Methods {
-		desc.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: deferDecoding(m.Handler)}
+	RegisterService(srv, &messagehubv1.MessageHub_ServiceDesc, svc)
+}
+
+// RegisterService registers impl for desc on srv (a server of
+// NewGRPCServer) with deferDecoding around every unary handler, as
+// MessageHub is: a service registered otherwise (the Admin service) would
+// have its requests read and decoded by gRPC before the caller's token is
+// checked, and a malformed one answered INTERNAL.
+func RegisterService(srv grpc.ServiceRegistrar, desc *grpc.ServiceDesc, impl any) {
+	d := *desc
+	d.Methods = make([]grpc.MethodDesc, len(desc.Methods))
+	for i, m := range desc.Methods {
+		d.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: deferDecoding(m.Handler)}
 	}
-	srv.RegisterService(&desc, svc)
+	srv.RegisterService(&d, impl)
 }

@@ -63,7 +63,9 @@ type MessageHubClient interface {
 	// bundle's domain (see BundleContentProvider) and stored by the hub: every
 	// repeated PeekContent of the bundle streams the same bytes. The first
 	// message carries the bundle and the media type, later ones data only;
-	// each message is at most 1 MiB. No bundle: the stream ends with no
+	// each message is at most 1 MiB, but for a first message whose bundle
+	// alone is larger (up to about 16 MiB): it is sent without data then.
+	// No bundle: the stream ends with no
 	// message. When the bundle's domain has no provider, the first message
 	// carries the bundle with an empty media type and no data follows (use the
 	// notification ids). UNAVAILABLE when the document is not ready within the
@@ -170,7 +172,9 @@ type MessageHubServer interface {
 	// bundle's domain (see BundleContentProvider) and stored by the hub: every
 	// repeated PeekContent of the bundle streams the same bytes. The first
 	// message carries the bundle and the media type, later ones data only;
-	// each message is at most 1 MiB. No bundle: the stream ends with no
+	// each message is at most 1 MiB, but for a first message whose bundle
+	// alone is larger (up to about 16 MiB): it is sent without data then.
+	// No bundle: the stream ends with no
 	// message. When the bundle's domain has no provider, the first message
 	// carries the bundle with an empty media type and no data follows (use the
 	// notification ids). UNAVAILABLE when the document is not ready within the

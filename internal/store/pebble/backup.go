@@ -97,7 +97,13 @@ func copyFiles(src, dst string) (err error) {
 
 // checkBackupDir refuses a dir that is relative, exists, or lies inside
 // the store's own directory (the copy would be part of what it copies).
-func (s *Store) checkBackupDir(dir string) error {
+func (s *Store) checkBackupDir(dir string) error { return CheckBackupDir(s.dir, dir) }
+
+// CheckBackupDir refuses a backup directory dir of the store in dataDir
+// that is relative, exists, or lies inside dataDir, as Backup does: for a
+// caller that writes beside the store's backup (the documents) and must
+// refuse before it writes anything.
+func CheckBackupDir(dataDir, dir string) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("%w: backup directory %q is not an absolute path", domain.ErrInvalidArgument, dir)
 	}
@@ -106,7 +112,7 @@ func (s *Store) checkBackupDir(dir string) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("backup directory %s: %w", dir, err)
 	}
-	own, err := filepath.Abs(s.dir)
+	own, err := filepath.Abs(dataDir)
 	if err != nil {
 		return err
 	}
