@@ -2,9 +2,15 @@ package cosmos_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -83,5 +89,95 @@ func TestADequeueOfAReusedIDWhoseOldNoticeIsStillKeptSucceeds(t *testing.T) {
 	}
 	if again, err := repo.Peek(ctx, r, domain.GroupTimeSeries, ""); err != nil || again != nil {
 		t.Fatalf("peek after the dequeue = %+v, %v; want nothing", again, err)
+	}
+}
+
+// pagedLoads is the network of an instance whose queries of one
+// recipient's partition are answered in pages of size documents, as Cosmos
+// DB answers any query in pages (100 documents by default; size scales that
+// down to the few documents a test writes), and which holds the first
+// request for a next page until release is closed, so that another
+// instance writes between the pages.
+type pagedLoads struct {
+	next      policy.Transporter
+	recipient string
+	size      int
+	held      chan struct{} // closed when a next page is asked for
+	release   chan struct{}
+	once      sync.Once
+}
+
+func (p *pagedLoads) Do(req *http.Request) (*http.Response, error) {
+	if req.Header.Get("x-ms-documentdb-query") != "" && strings.Contains(req.URL.Path, "/colls/recipients/") &&
+		strings.Contains(req.Header.Get("x-ms-documentdb-partitionkey"), p.recipient) {
+		req.Header.Set("x-ms-max-item-count", strconv.Itoa(p.size))
+		if req.Header.Get("x-ms-continuation") != "" {
+			p.once.Do(func() {
+				close(p.held)
+				<-p.release
+			})
+		}
+	}
+	return p.next.Do(req)
+}
+
+// A recipient's load is one query, answered in pages, and each page may
+// come from another replica, at another moment: the state of a Dequeue can
+// hold a bundle as pending from one page and its cabinet's cursor as moved
+// past it, by another instance's Dequeue of that bundle, from a later
+// page. Every write a Dequeue makes is conditional on what it read, so such
+// a state is a stale read like any other; it was answered INTERNAL ("bundle
+// starts at 0 but its cabinet is acknowledged up to 3") instead of being
+// read again, which finds the bundle dequeued: NOT_FOUND.
+func TestADequeueWhoseLoadSpansAnotherInstancesDequeueIsNotFound(t *testing.T) {
+	opts := cosmostest.Default()
+	opts.Lag = 0 // each page shows every write before it: the one the test makes between them
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	r := uuid.NewString()
+	paged := &pagedLoads{next: cosmostest.NewHTTPClient(), recipient: r, size: 3,
+		held: make(chan struct{}), release: make(chan struct{})}
+	repos := make([]*hub.Hub, 2)
+	for i, transport := range []policy.Transporter{paged, cosmostest.NewHTTPClient()} {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport,
+			Throughput: "manual=100000",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		repos[i] = hub.New(withoutBells{s}, hub.Options{}, nil)
+		t.Cleanup(repos[i].Close)
+	}
+	a, b := repos[0], repos[1]
+	ctx := context.Background()
+	ns := notifications(3, r, 1)
+	if _, err := b.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := b.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || bundle == nil {
+		t.Fatalf("peek: %v, %v", bundle, err)
+	}
+	// A's Dequeue reads the head, the entry and the pending bundle in its
+	// first page, and the cursor (created after the bundle, in its batch)
+	// in the next, which waits for B's Dequeue.
+	done := make(chan error, 1)
+	go func() { done <- a.Dequeue(ctx, r, bundle.ID) }()
+	select {
+	case <-paged.held:
+	case err := <-done:
+		t.Fatalf("A's dequeue answered %v without asking for a second page; the test tested nothing", err)
+	}
+	if err := b.Dequeue(ctx, r, bundle.ID); err != nil {
+		t.Fatal(err)
+	}
+	close(paged.release)
+	if err := <-done; !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("A's dequeue of a bundle B dequeued meanwhile: %v; want NOT_FOUND", err)
+	}
+	if again, err := a.Peek(ctx, r, domain.GroupAll, ""); err != nil || again != nil {
+		t.Fatalf("peek after the dequeue = %v, %v; want nothing", again, err)
 	}
 }
