@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,5 +180,89 @@ func TestADequeueWhoseLoadSpansAnotherInstancesDequeueIsNotFound(t *testing.T) {
 	}
 	if again, err := a.Peek(ctx, r, domain.GroupAll, ""); err != nil || again != nil {
 		t.Fatalf("peek after the dequeue = %v, %v; want nothing", again, err)
+	}
+}
+
+// pagedPair is two instances on one database of a server without replica
+// lag (each page of a load shows every write made before it), the first
+// answered in pages of one document of the recipient's partition and held
+// before its first next page.
+func pagedPair(t *testing.T, recipient string) (a, b *hub.Hub, paged *pagedLoads) {
+	t.Helper()
+	opts := cosmostest.Default()
+	opts.Lag = 0
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	paged = &pagedLoads{next: cosmostest.NewHTTPClient(), recipient: recipient, size: 1,
+		held: make(chan struct{}), release: make(chan struct{})}
+	repos := make([]*hub.Hub, 2)
+	for i, transport := range []policy.Transporter{paged, cosmostest.NewHTTPClient()} {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport,
+			Throughput: "manual=100000",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		repos[i] = hub.New(withoutBells{s}, hub.Options{}, nil)
+		t.Cleanup(repos[i].Close)
+	}
+	return repos[0], repos[1], paged
+}
+
+// A drained cabinet's entry and cursor leave the catalog at the next
+// retention pass, which keeps its drawer for the retained bundle, and the
+// next save creates the entry again, its positions from 0 in a new drawer.
+// A Peek whose load read the old entry in one page and, in later pages,
+// the new entry and a bundle another instance cut from it, read that
+// bundle back through the first entry of its cabinet it found: the kept
+// drawer's notifications at the bundle's positions, dequeued long ago,
+// under the new bundle's id; its Dequeue then acknowledged the new
+// notifications, never delivered. A load that holds two versions of one
+// document is a stale read: it is read again.
+func TestAPeekWhoseLoadSpansARecreatedEntryReadsTheNewOne(t *testing.T) {
+	r := uuid.NewString()
+	a, b, paged := pagedPair(t, r)
+	ctx := context.Background()
+	old := notifications(3, r, 1)
+	if _, err := b.Save(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, b, r, ids(old))
+	type answer struct {
+		b   *domain.Bundle
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		got, err := a.Peek(ctx, r, domain.GroupAll, "")
+		done <- answer{got, err}
+	}()
+	select {
+	case <-paged.held: // A's load read the old entry, its first document
+	case got := <-done:
+		t.Fatalf("A's peek answered %+v, %v without asking for a second page; the test tested nothing", got.b, got.err)
+	}
+	// Meanwhile: the pass after the drain, a save and a Peek through B.
+	if err := b.SweepSince(ctx, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	fresh := notifications(3, r, 1)
+	if _, err := b.Save(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	cut, err := b.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || cut == nil || !slices.Equal(cut.NotificationIDs, ids(fresh)) {
+		t.Fatalf("peek through B = %+v, %v; want the fresh notifications", cut, err)
+	}
+	close(paged.release)
+	got := <-done
+	if got.err != nil || got.b != nil && (got.b.ID != cut.ID || !slices.Equal(got.b.NotificationIDs, ids(fresh))) {
+		t.Fatalf("A's peek = %+v, %v; want nothing or bundle %s of the fresh notifications %v, never the dequeued %v",
+			got.b, got.err, cut.ID, ids(fresh), ids(old))
+	}
+	if err := b.Dequeue(ctx, r, cut.ID); err != nil {
+		t.Fatal(err)
 	}
 }

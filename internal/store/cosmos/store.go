@@ -306,12 +306,23 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 		sql = recipientTypes
 	}
 	var cat catalogDocs
+	// A query is answered in pages, each from a replica as of its own
+	// moment: a document deleted and created again in between (an entry or
+	// cursor retention took out of the catalog, created again by a save or
+	// a bundle) comes twice, as of both moments, and the state would mix
+	// the two (a bundle of the new entry read back through the old one's
+	// drawers). Such a load is a stale read: the caller reads again.
+	seen := map[string]bool{}
 	err := s.query(ctx, s.recipients, recipient, sql, nil,
 		func(raw []byte) error {
-			var probe struct{ T string }
+			var probe struct{ T, ID string }
 			if err := json.Unmarshal(raw, &probe); err != nil {
 				return err
 			}
+			if seen[probe.ID] {
+				return fmt.Errorf("%w: the load of recipient %s read document %s twice, from pages of two moments", store.ErrConflict, recipient, probe.ID)
+			}
+			seen[probe.ID] = true
 			switch probe.T {
 			case typeHead:
 				if err := json.Unmarshal(raw, &head); err != nil {
