@@ -266,3 +266,52 @@ func TestAPeekWhoseLoadSpansARecreatedEntryReadsTheNewOne(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The same pass between the pages of a Peek's load, with nothing saved
+// since: the load read the drained cabinet's entry in its first page and
+// found no cursor in the next (retention deleted both between them). A
+// cabinet without a cursor is acknowledged up to position 0, so the Peek
+// cut the entry's notifications, dequeued long ago, from its kept drawer,
+// and stored the bundle with a cursor created anew at 0 (nothing stopped
+// the create: the cursor was gone); the next save's first notifications,
+// in the entry created again from position 0, were then acknowledged by
+// that bundle's dequeue, never delivered.
+func TestAPeekWhoseLoadSpansTheRemovalOfADrainedEntryCutsNothingOfIt(t *testing.T) {
+	r := uuid.NewString()
+	a, b, paged := pagedPair(t, r)
+	ctx := context.Background()
+	old := notifications(3, r, 1)
+	if _, err := b.Save(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, b, r, ids(old))
+	type answer struct {
+		b   *domain.Bundle
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		got, err := a.Peek(ctx, r, domain.GroupAll, "")
+		done <- answer{got, err}
+	}()
+	select {
+	case <-paged.held: // A's load read the drained entry, its first document
+	case got := <-done:
+		t.Fatalf("A's peek answered %+v, %v without asking for a second page; the test tested nothing", got.b, got.err)
+	}
+	if err := b.SweepSince(ctx, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	close(paged.release)
+	if got := <-done; got.err != nil || got.b != nil {
+		t.Fatalf("A's peek = %+v, %v; want nothing (the dequeued %v again?)", got.b, got.err, ids(old))
+	}
+	fresh := notifications(3, r, 1)
+	fresh[2].ContentType = "rsm-012" // a second cabinet: A's next load holds two entries, in two pages
+	if _, err := b.Save(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	// A's loads still come in pages: the entries created anew, with no
+	// cursor yet, are found as loaded and delivered.
+	drainExactly(t, a, r, ids(fresh))
+}
