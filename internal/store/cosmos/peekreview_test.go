@@ -3,11 +3,13 @@ package cosmos_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,4 +316,97 @@ func TestAPeekWhoseLoadSpansTheRemovalOfADrainedEntryCutsNothingOfIt(t *testing.
 	// A's loads still come in pages: the entries created anew, with no
 	// cursor yet, are found as loaded and delivered.
 	drainExactly(t, a, r, ids(fresh))
+}
+
+// holdBatch is the network of an instance that, once armed, holds its
+// first transactional batch whose body holds body until release is closed.
+type holdBatch struct {
+	next    policy.Transporter
+	body    string
+	armed   atomic.Bool
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *holdBatch) Do(req *http.Request) (*http.Response, error) {
+	if h.armed.Load() && req.Header.Get("x-ms-cosmos-is-batch-request") != "" && req.GetBody != nil {
+		if rc, err := req.GetBody(); err == nil {
+			raw, _ := io.ReadAll(rc)
+			// The request's body is the same reader, read to its end now.
+			if again, err := req.GetBody(); err == nil {
+				req.Body = again
+			}
+			if strings.Contains(string(raw), h.body) {
+				h.once.Do(func() {
+					close(h.held)
+					<-h.release
+				})
+			}
+		}
+	}
+	return h.next.Do(req)
+}
+
+// Two Peeks naming one bundle id for two groups, on two instances, both
+// cut before either stores its bundle: the one whose create comes second
+// meets the other's bundle document (409), reads again and answers
+// ALREADY_EXISTS (the id is pending in another group); one bundle has the
+// id, and the other group's notifications stay for a Peek with another id.
+func TestTwoPeeksNamingOneIDForTwoGroupsStoreOneBundle(t *testing.T) {
+	srv := cosmostest.StartWith(t, cosmostest.Default())
+	db := cosmostest.UniqueID("db")
+	hold := &holdBatch{next: cosmostest.NewHTTPClient(), body: `"t":"slot"`, held: make(chan struct{}), release: make(chan struct{})}
+	repos := make([]*hub.Hub, 2)
+	for i, transport := range []policy.Transporter{hold, cosmostest.NewHTTPClient()} {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport,
+			Throughput: "manual=100000",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		repos[i] = hub.New(withoutBells{s}, hub.Options{}, nil)
+		t.Cleanup(repos[i].Close)
+	}
+	a, b := repos[0], repos[1]
+	ctx := context.Background()
+	r := uuid.NewString()
+	ts := notifications(2, r, 1)
+	md := notifications(2, r, 1)
+	for i := range md {
+		md[i].Origin = domain.OriginCharges
+	}
+	if _, err := b.Save(ctx, append(slices.Clone(ts), md...)); err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.NewString()
+	type answer struct {
+		b   *domain.Bundle
+		err error
+	}
+	done := make(chan answer, 1)
+	hold.armed.Store(true)
+	go func() {
+		got, err := a.Peek(ctx, r, domain.GroupTimeSeries, id)
+		done <- answer{got, err}
+	}()
+	select {
+	case <-hold.held: // A cut its bundle and is about to store it
+	case got := <-done:
+		t.Fatalf("A's peek answered %+v, %v without storing a bundle; the test tested nothing", got.b, got.err)
+	}
+	got, err := b.Peek(ctx, r, domain.GroupMasterData, id)
+	if err != nil || got == nil || got.ID != id || !slices.Equal(got.NotificationIDs, ids(md)) {
+		t.Fatalf("B's peek = %+v, %v; want bundle %s of %v", got, err, id, ids(md))
+	}
+	close(hold.release)
+	if ans := <-done; !errors.Is(ans.err, domain.ErrBundleIDInUse) {
+		t.Fatalf("A's peek = %+v, %v; want ALREADY_EXISTS", ans.b, ans.err)
+	}
+	if err := b.Dequeue(ctx, r, id); err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, a, r, ids(ts))
 }
