@@ -18,6 +18,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
@@ -409,4 +410,65 @@ func TestTwoPeeksNamingOneIDForTwoGroupsStoreOneBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	drainExactly(t, a, r, ids(ts))
+}
+
+// A Dequeue on one instance and an operator's release of the same bundle
+// on another, the release first: the dequeue's batch meets the released
+// bundle (412), the primary shows it released, not dequeued by this
+// Dequeue, and the Dequeue answers NOT_FOUND, with no notice written and
+// none told; the notifications come again under a new id.
+func TestADequeueRacingAReleaseOfItsBundleIsNotFound(t *testing.T) {
+	srv := cosmostest.StartWith(t, cosmostest.Default())
+	db := cosmostest.UniqueID("db")
+	hold := &holdBatch{next: cosmostest.NewHTTPClient(), body: `"t":"dequeued"`, held: make(chan struct{}), release: make(chan struct{})}
+	repos := make([]*hub.Hub, 2)
+	stores := make([]*cosmos.Store, 2)
+	var told atomic.Int32
+	for i, transport := range []policy.Transporter{hold, cosmostest.NewHTTPClient()} {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport,
+			Throughput: "manual=100000",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		stores[i] = s
+		repos[i] = hub.New(withoutBells{s}, hub.Options{Notices: func(domain.Origin) bool { return true },
+			OnNotice: func(store.Notice) { told.Add(1) }}, nil)
+		t.Cleanup(repos[i].Close)
+	}
+	a, b := repos[0], repos[1]
+	ctx := context.Background()
+	r := uuid.NewString()
+	ns := notifications(3, r, 1)
+	if _, err := b.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := b.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || bundle == nil {
+		t.Fatalf("peek: %v, %v", bundle, err)
+	}
+	hold.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- a.Dequeue(ctx, r, bundle.ID) }()
+	select {
+	case <-hold.held: // A's dequeue batch is on its way
+	case err := <-done:
+		t.Fatalf("A's dequeue answered %v without its batch; the test tested nothing", err)
+	}
+	if _, err := b.ReleaseBundle(ctx, r, bundle.ID); err != nil {
+		t.Fatal(err)
+	}
+	close(hold.release)
+	if err := <-done; !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("A's dequeue of a bundle released meanwhile: %v; want NOT_FOUND", err)
+	}
+	if n, _, err := stores[1].NoticeBacklog(ctx); err != nil || n != 0 || told.Load() != 0 {
+		t.Fatalf("notices written %d (%v), told %d; want none", n, err, told.Load())
+	}
+	if _, err := a.Peek(ctx, r, domain.GroupAll, bundle.ID); !errors.Is(err, domain.ErrBundleIDInUse) {
+		t.Fatalf("peek naming the released id: %v", err)
+	}
+	drainExactly(t, a, r, ids(ns))
 }
