@@ -472,3 +472,54 @@ func TestADequeueRacingAReleaseOfItsBundleIsNotFound(t *testing.T) {
 	}
 	drainExactly(t, a, r, ids(ns))
 }
+
+// Acknowledging on a recipient's behalf makes the actor's writes, bundle
+// after bundle: each of them under every fault a write may meet. Asked
+// again after an error, as an operator would (NOT_FOUND "dequeued
+// already" says the first call got there), every notification up to the
+// one named ends acknowledged, none after it, none is left pending, and the
+// cabinet serves the next save.
+func TestAcknowledgingOnBehalfSurvivesALostOrRefusedAnswer(t *testing.T) {
+	writes := []storeWrite{storeWrites[7], storeWrites[8]} // create bundle, acknowledge
+	for _, w := range writes {
+		for _, f := range writeFaults {
+			t.Run(faultCase(w.name, f.kind, f.count), func(t *testing.T) {
+				db := cosmostest.UniqueID("db")
+				repo := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
+				t.Cleanup(repo.Close)
+				ctx := context.Background()
+				r := uuid.NewString()
+				ns := notifications(3, r, 1)
+				for i := range ns {
+					ns[i].SupportsBundling = false // a bundle each
+				}
+				if _, err := repo.Save(ctx, ns); err != nil {
+					t.Fatal(err)
+				}
+				rule := w.rule
+				rule.Kind, rule.Count = f.kind, f.count
+				inject(t, db, rule)
+				upTo := ns[1]
+				_, err := repo.AcknowledgeOnBehalf(ctx, r, upTo.Origin, upTo.ContentType, upTo.ID)
+				if fired(t, db) == 0 {
+					t.Fatal("the fault never fired; the test tested nothing")
+				}
+				clearFaults(t, db)
+				if err != nil {
+					_, err = repo.AcknowledgeOnBehalf(ctx, r, upTo.Origin, upTo.ContentType, upTo.ID)
+					if errors.Is(err, domain.ErrNotFound) && strings.Contains(err.Error(), "dequeued already") {
+						err = nil
+					}
+				}
+				if err != nil {
+					t.Fatalf("acknowledge on behalf, asked again: %v", err)
+				}
+				more := notifications(2, r, 1)
+				if _, err := repo.Save(ctx, more); err != nil {
+					t.Fatal(err)
+				}
+				drainExactly(t, repo, r, append(ids(ns[2:]), ids(more)...))
+			})
+		}
+	}
+}
