@@ -324,6 +324,7 @@ func TestAPeekWhoseLoadSpansTheRemovalOfADrainedEntryCutsNothingOfIt(t *testing.
 type holdBatch struct {
 	next    policy.Transporter
 	body    string
+	skip    atomic.Int32 // matching batches let through before the one held
 	armed   atomic.Bool
 	held    chan struct{}
 	release chan struct{}
@@ -338,7 +339,7 @@ func (h *holdBatch) Do(req *http.Request) (*http.Response, error) {
 			if again, err := req.GetBody(); err == nil {
 				req.Body = again
 			}
-			if strings.Contains(string(raw), h.body) {
+			if strings.Contains(string(raw), h.body) && h.skip.Add(-1) < 0 {
 				h.once.Do(func() {
 					close(h.held)
 					<-h.release
@@ -522,4 +523,71 @@ func TestAcknowledgingOnBehalfSurvivesALostOrRefusedAnswer(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A Peek's bundle batch applies and its answer is lost; before the
+// transport's resend, another instance's Peek returns that bundle and its
+// Dequeue acknowledges it. The resend meets the dequeued bundle's document
+// (409) and the Peek reads again: it answers the next bundle, never the one
+// dequeued before it answered.
+func TestAPeekWhoseBundleIsDequeuedElsewhereBeforeItsResendAnswersTheNext(t *testing.T) {
+	srv := cosmostest.StartWith(t, cosmostest.Default())
+	db := cosmostest.UniqueID("db")
+	hold := &holdBatch{next: cosmostest.NewHTTPClient(), body: `"t":"slot"`, held: make(chan struct{}), release: make(chan struct{})}
+	hold.skip.Store(1) // the first attempt applies; its resend waits
+	repos := make([]*hub.Hub, 2)
+	for i, transport := range []policy.Transporter{hold, cosmostest.NewHTTPClient()} {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport,
+			Throughput: "manual=100000",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		repos[i] = hub.New(withoutBells{s}, hub.Options{MaxBundleWeight: 2}, nil)
+		t.Cleanup(repos[i].Close)
+	}
+	a, b := repos[0], repos[1]
+	ctx := context.Background()
+	r := uuid.NewString()
+	ns := notifications(4, r, 1) // two bundles of two
+	if _, err := b.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddFaults(cosmostest.Fault{DB: db, Kind: cosmostest.LostUnavailable, Count: 1, Ops: []string{"batch"}, Coll: "recipients", Type: "slot"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.ClearFaults(db) })
+	hold.armed.Store(true)
+	type answer struct {
+		b   *domain.Bundle
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		got, err := a.Peek(ctx, r, domain.GroupAll, "")
+		done <- answer{got, err}
+	}()
+	select {
+	case <-hold.held: // A's bundle is stored, its answer lost, the resend waits
+	case got := <-done:
+		t.Fatalf("A's peek answered %+v, %v without resending its batch; the test tested nothing", got.b, got.err)
+	}
+	first, err := b.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || first == nil || !slices.Equal(first.NotificationIDs, ids(ns[:2])) {
+		t.Fatalf("B's peek = %+v, %v; want the first two", first, err)
+	}
+	if err := b.Dequeue(ctx, r, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	close(hold.release)
+	got := <-done
+	if got.err != nil || got.b == nil || got.b.ID == first.ID || !slices.Equal(got.b.NotificationIDs, ids(ns[2:])) {
+		t.Fatalf("A's peek = %+v, %v; want the last two under a new id, never bundle %s dequeued before it answered", got.b, got.err, first.ID)
+	}
+	if err := a.Dequeue(ctx, r, got.b.ID); err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, b, r, nil)
 }
