@@ -64,7 +64,11 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 		cursor = state.Cursors[j]
 	}
 	if cursor.Acked != rec.Start {
-		return bundle.Record{}, fmt.Errorf("bundle %s starts at %d but its cabinet is acknowledged up to %d", rec.ID, rec.Start, cursor.Acked)
+		// While rec is pending its cursor is at its start, and only rec's
+		// dequeue moves it: the state holds rec and its cursor as of two
+		// moments (a store that answers a load in pages, each from another
+		// replica), a stale read, which the retry reads again.
+		return bundle.Record{}, fmt.Errorf("%w: bundle %s starts at %d but its cabinet is acknowledged up to %d", store.ErrConflict, rec.ID, rec.Start, cursor.Acked)
 	}
 	rec.State = bundle.Dequeued
 	rec.DequeuedAt = r.opts.Now()

@@ -445,7 +445,7 @@ const (
 )
 
 // noticeDoc says a dequeued bundle's domain is still to be told of it. It is
-// created in the dequeue's own batch; its t is the only indexed term no other
+// written in the dequeue's own batch; its t is the only indexed term no other
 // document has, so a query on it reads notices and nothing else.
 type noticeDoc struct {
 	ID     string `json:"id"`

@@ -20,14 +20,15 @@ import (
 )
 
 // The outbox of dequeues (issue 10). A transactional batch stays within one
-// partition, so a notice lives in its recipient's partition, created by the
+// partition, so a notice lives in its recipient's partition, written by the
 // dequeue's own batch: the dequeue and its notice commit together or not at
 // all. Notices are found across partitions through the index of t, where
 // "notice:<domain>" is a term only a domain's notices have: the query reads
 // the notices of the domains asked for and no other document (a sparse
 // index, without a policy change), one page per physical partition that
 // holds any. A delivered notice is deleted; one never delivered expires
-// with its bundle.
+// with its bundle, or is replaced by the notice of a later bundle of its id
+// (an upsert) once retention removed its bundle early.
 
 // noticeType is the t of a domain's notices.
 func noticeType(o domain.Origin) string {

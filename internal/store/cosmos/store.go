@@ -306,12 +306,24 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 		sql = recipientTypes
 	}
 	var cat catalogDocs
-	err := s.query(ctx, s.recipients, recipient, sql, nil,
+	// A query is answered in pages, each from a replica as of its own
+	// moment: a document deleted and created again in between (an entry or
+	// cursor retention took out of the catalog, created again by a save or
+	// a bundle) comes twice, as of both moments, and the state would mix
+	// the two (a bundle of the new entry read back through the old one's
+	// drawers). Such a load is a stale read: the caller reads again.
+	seen := map[string]bool{}
+	pages := 0
+	err := queryPaged(ctx, s.recipients, recipient, sql, &azcosmos.QueryOptions{SessionToken: s.tokens.get(containerRecipients)}, &pages,
 		func(raw []byte) error {
-			var probe struct{ T string }
+			var probe struct{ T, ID string }
 			if err := json.Unmarshal(raw, &probe); err != nil {
 				return err
 			}
+			if seen[probe.ID] {
+				return fmt.Errorf("%w: the load of recipient %s read document %s twice, from pages of two moments", store.ErrConflict, recipient, probe.ID)
+			}
+			seen[probe.ID] = true
 			switch probe.T {
 			case typeHead:
 				if err := json.Unmarshal(raw, &head); err != nil {
@@ -338,10 +350,72 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 			return nil
 		})
 	st.Entries = cat.catalog()
+	if err == nil && pages > 1 && !mayLag {
+		err = s.checkCursorless(ctx, recipient, st)
+	}
 	if err == nil && head.ETag != "" {
 		s.heads.keep(recipient, head)
 	}
 	return st, head, err
+}
+
+// checkCursorless reads on the primary the entries of a load answered in
+// several pages that came without a cursor, and finds each as loaded. A
+// cabinet without a cursor is acknowledged up to position 0, and a bundle
+// cut from it creates its cursor, which nothing stops when the cursor is
+// gone: retention deletes a drained entry and its cursor in one batch, and
+// a load whose page of the entry came before that batch and whose page of
+// the cursor after it would cut the drained notifications again (from the
+// drawer kept for their retained bundles), then acknowledge the positions
+// of the entry a save creates anew. Such a batch came before the load's
+// last page, so before this read: an entry gone or changed is a stale
+// read, which the caller reads again.
+func (s *Store) checkCursorless(ctx context.Context, recipient string, st store.RecipientState) error {
+	var check []catalog.Entry
+	for _, e := range st.Entries {
+		if !slices.ContainsFunc(st.Cursors, func(c catalog.Cursor) bool { return c.Key() == e.Key() }) {
+			check = append(check, e)
+		}
+	}
+	for chunk := range slices.Chunk(check, maxBatchOps) {
+		b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+		for _, e := range chunk {
+			b.ReadItem(entryID(e.Key()), nil)
+		}
+		resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)
+		if err != nil {
+			return err
+		}
+		s.tokens.note(containerRecipients, resp.SessionToken)
+		if !resp.Success || len(resp.OperationResults) != len(chunk) {
+			return fmt.Errorf("%w: the load of recipient %s read an entry its later pages show gone", store.ErrConflict, recipient)
+		}
+		for i, op := range resp.OperationResults {
+			if op.StatusCode >= 300 || string(op.ETag) != chunk[i].Version {
+				return fmt.Errorf("%w: the load of recipient %s read entry %s as of before a change its later pages show",
+					store.ErrConflict, recipient, entryID(chunk[i].Key()))
+			}
+		}
+	}
+	return nil
+}
+
+// queryPaged is queryWith that counts the pages of the answer into pages.
+func queryPaged(ctx context.Context, c *azcosmos.ContainerClient, pk, sql string, opts *azcosmos.QueryOptions, pages *int, fn func([]byte) error) error {
+	pager := c.NewQueryItemsPager(sql, azcosmos.NewPartitionKeyString(pk), opts)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		*pages++
+		for _, raw := range page.Items {
+			if err := fn(raw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func toHead(d headDoc) store.Head {
@@ -457,9 +531,17 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 	b.DeleteItem(slotID(rec.Group), nil)
 	if rec.Notice {
 		// The notice of the dequeue commits with it or not at all (notices.go).
-		if err := batchCreate(&b, s.notice(recipient, rec)); err != nil {
+		// An upsert: a notice of an earlier bundle of this id may outlive that
+		// bundle's record (the retained-bytes bound removes records before the
+		// notices' ttl), and its id is free again; that bundle can no longer
+		// be built for its domain, and a create meeting its notice would fail
+		// this dequeue every time. The bundle's replace on its etag still
+		// refuses a second dequeue, notice and all.
+		raw, err := json.Marshal(s.notice(recipient, rec))
+		if err != nil {
 			return err
 		}
+		b.UpsertItem(raw, nil)
 	}
 	doc := fromBundle(recipient, rec)
 	if len(rec.Drawers) == 0 {
