@@ -12,7 +12,7 @@ import (
 // and checked at every Open. A directory whose data is in a format this build
 // does not read is refused before anything in it is read or written, rather
 // than misread. A change to any record's layout raises formatVersion.
-const formatVersion = 2
+const formatVersion = 3
 
 // formatVersionKey holds the format version as a uvarint (a prefix of its own).
 var formatVersionKey = []byte{prefixFormat}

@@ -3,9 +3,11 @@ package pebble
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 )
@@ -20,6 +22,7 @@ import (
 //	r <recipient> c <origin> <contentType> cursor
 //	r <recipient> p <bundle>               pending bundle
 //	x <recipient> <bundle>                 dequeued (or released) bundle
+//	y <at> <recipient> <bundle>            retention index: that bundle by when it was dequeued (or released), unix µs
 //	d <drawer> <start position>            page of a drawer
 //	j <group> <notification id>            id record (idindex.go)
 //	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
@@ -30,6 +33,7 @@ import (
 const (
 	prefixRecipient   = 'r'
 	prefixDequeued    = 'x'
+	prefixRetained    = 'y'
 	prefixDrawer      = 'd'
 	prefixIDByGroup   = 'j'
 	prefixNotice      = 'o'
@@ -69,6 +73,22 @@ func pendingKey(r, b [16]byte) []byte { return append(pendingPrefix(r), b[:]...)
 func dequeuedPrefix(r [16]byte) []byte { return append([]byte{prefixDequeued}, r[:]...) }
 
 func dequeuedKey(r, b [16]byte) []byte { return append(dequeuedPrefix(r), b[:]...) }
+
+// retainedKey indexes a dequeued or released bundle by when it left the
+// pending ones (rec.DequeuedAt or rec.ReleasedAt), for DueRecipients.
+func retainedKey(rec bundle.Record, r, b [16]byte) []byte {
+	at := rec.DequeuedAt
+	if rec.State == bundle.Released {
+		at = rec.ReleasedAt
+	}
+	return append(append(retainedAt(at), r[:]...), b[:]...)
+}
+
+// retainedAt is where the retention index reaches at (the times before it
+// sort below). Times before 1970 are at its start.
+func retainedAt(at time.Time) []byte {
+	return binary.BigEndian.AppendUint64([]byte{prefixRetained}, uint64(max(at.UnixMicro(), 0)))
+}
 
 func drawerPrefix(d [16]byte) []byte { return append([]byte{prefixDrawer}, d[:]...) }
 
