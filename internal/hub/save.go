@@ -160,6 +160,13 @@ func (r *Hub) commitGroup(ctx context.Context, live []*saveCall, write func([]st
 	load := []store.LoadOption{store.MayLag}
 	return retry(ctx, func() ([]saveOutcome, error) {
 		outcomes, saves, err := r.planGroup(ctx, live, stored, load...)
+		if errors.Is(err, domain.ErrCabinetFull) && len(load) > 0 {
+			// A lagging load may still show drawers that another
+			// instance's sweep took out of the entry; a refusal is no
+			// conflict, so nothing would read again: only a fresh load
+			// refuses.
+			outcomes, saves, err = r.planGroup(ctx, live, stored)
+		}
 		load = nil
 		if err != nil || len(saves) == 0 {
 			return outcomes, err

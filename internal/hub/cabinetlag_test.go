@@ -1,0 +1,95 @@
+package hub_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
+)
+
+// behindStore answers the loads that may lag (store.MayLag) of a recipient
+// with a state read earlier, as this instance's replica would while it has
+// not yet received another instance's writes; every other load is fresh.
+type behindStore struct {
+	store.Store
+	mu     sync.Mutex
+	behind map[string]store.RecipientState
+}
+
+func (s *behindStore) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
+	s.mu.Lock()
+	state, ok := s.behind[recipient]
+	s.mu.Unlock()
+	if ok && slices.Contains(opts, store.MayLag) {
+		return state, nil
+	}
+	return s.Store.LoadRecipient(ctx, recipient, opts...)
+}
+
+// A cabinet at its bound of drawers whose acknowledged drawer another
+// instance's sweep took out of the entry has room again: a Save through an
+// instance whose first, lagging load still shows the drawer must not be
+// refused as RESOURCE_EXHAUSTED on that view, which nothing re-reads (the
+// refusal, unlike a stale write, is no conflict).
+func TestACabinetFullOnlyInALaggingLoadTakesTheSave(t *testing.T) {
+	inner, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagging := &behindStore{Store: inner, behind: map[string]store.RecipientState{}}
+	opts := hub.Options{MaxCabinetDrawers: 1, Retention: 24 * time.Hour, SweepInterval: time.Hour}
+	saver := hub.New(lagging, opts, nil)
+	sweeper := hub.New(inner, opts, nil) // another instance sharing the store
+	t.Cleanup(func() {
+		saver.Close()
+		sweeper.Close()
+		_ = inner.Close()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	r := "6a1f3c2a-2222-4c39-9f0a-3f5c5f8f0a01"
+	if _, err := saver.Save(ctx, notes(3, r)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := saver.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v, %v", b, err)
+	}
+	if err := saver.Dequeue(ctx, r, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	before, err := inner.LoadRecipient(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sweeper.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := inner.LoadRecipient(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before.Entries) != 1 || len(after.Entries) != 0 {
+		t.Fatalf("the sweep left %d of %d entries, want the acknowledged cabinet gone", len(after.Entries), len(before.Entries))
+	}
+	lagging.mu.Lock()
+	lagging.behind[r] = before
+	lagging.mu.Unlock()
+
+	big := notes(drawer.Capacity, r) // with the 3 still shown: a second drawer
+	res, err := saver.Save(ctx, big)
+	if err != nil {
+		t.Fatalf("a Save with room in the cabinet, planned first on a load from before the sweep: %v", err)
+	}
+	if res.Saved != len(big) {
+		t.Fatalf("saved %d, want %d", res.Saved, len(big))
+	}
+}
