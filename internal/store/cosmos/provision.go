@@ -168,7 +168,14 @@ func (c container) drift(p azcosmos.ContainerProperties) (problems, warnings []s
 	policy := p.IndexingPolicy
 	none := policy != nil && strings.EqualFold(string(policy.IndexingMode), string(azcosmos.IndexingModeNone))
 	for _, path := range c.indexed {
-		if none || !policyIndexes(policy, path) {
+		// A path ending in /* is an array the queries look into (ids' /i:
+		// ARRAY_CONTAINS over its elements): the policy must index its
+		// elements, /i/[]/?, which /i/? alone does not.
+		need := path
+		if strings.HasSuffix(path, "/*") {
+			need = strings.TrimSuffix(path, "*") + "[]/?"
+		}
+		if none || !policyIndexes(policy, need) {
 			problems = append(problems, fmt.Sprintf("container %s does not index %s, which its queries filter or sort on", c.name, path))
 		}
 	}
