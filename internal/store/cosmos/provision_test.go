@@ -37,6 +37,8 @@ func TestOpenRefusesContainersThatDriftedAndWarnsOfHarmlessDrift(t *testing.T) {
 			props: azcosmos.ContainerProperties{ID: "ids", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/s/?")}},
 		{name: "the id array indexed but not its elements", refused: "container ids does not index /i/*",
 			props: azcosmos.ContainerProperties{ID: "ids", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/i/?", "/s/?")}},
+		{name: "lazy indexing", refused: "container recipients indexes lazily",
+			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: lazy(only("/t/?", "/da/?")), DefaultTimeToLive: ttlOf(-1)}},
 		{name: "a default TTL that expires heads", refused: "container recipients expires documents after 3600 s",
 			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?"), DefaultTimeToLive: ttlOf(3600)}},
 		{name: "every path indexed", warning: "indexes every path",
@@ -92,6 +94,11 @@ func TestOpenOfAProvisionedDatabaseWarnsOfNothing(t *testing.T) {
 }
 
 func ttlOf(s int32) *int32 { return &s }
+
+func lazy(p *azcosmos.IndexingPolicy) *azcosmos.IndexingPolicy {
+	p.IndexingMode = azcosmos.IndexingMode("lazy") // Cosmos DB's older mode; azcosmos names no constant for it
+	return p
+}
 
 // The id lookup reads the elements of the array c.i (ARRAY_CONTAINS): an
 // ids container that indexes exactly those (/i/[]/?) serves it as well as
