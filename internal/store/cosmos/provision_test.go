@@ -142,3 +142,15 @@ func TestOpenWithoutProvisioningNamesAMissingContainer(t *testing.T) {
 		t.Fatalf("open = %v, want the missing containers named", err)
 	}
 }
+
+// Without provisioning, a database that is missing is named at start-up,
+// with what to do, as a missing container is.
+func TestOpenWithoutProvisioningNamesAMissingDatabase(t *testing.T) {
+	dbID := cosmostest.UniqueID("db")
+	_, err := cosmos.Open(context.Background(), cosmos.Config{
+		Endpoint: server.Endpoint, Key: server.Key, Database: dbID, Transport: cosmostest.NewHTTPClient(),
+	})
+	if err == nil || !strings.Contains(err.Error(), "database "+dbID+" does not exist (run with --cosmos-provision") {
+		t.Fatalf("open = %v, want the missing database named", err)
+	}
+}

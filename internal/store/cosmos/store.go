@@ -183,7 +183,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := db.Read(ctx, nil); err != nil && !cfg.Provision {
+	switch _, err := db.Read(ctx, nil); {
+	case err == nil, cfg.Provision:
+	case isStatus(err, http.StatusNotFound):
+		return nil, fmt.Errorf("cosmos: database %s does not exist (run with --cosmos-provision, or create it as docs/cosmos.md says)", cfg.Database)
+	default:
 		return nil, fmt.Errorf("cosmos: database %s: %w", cfg.Database, err)
 	}
 	level := account.consistency()
