@@ -45,11 +45,9 @@ type auditDocEvent struct {
 
 // Bounds of what one flush writes.
 const (
-	// auditDocBytes bounds a document's events (Cosmos DB takes 2 MB): a
-	// recipient with more in one flush gets several documents.
+	// auditDocBytes bounds a document's events as JSON (Cosmos DB takes
+	// 2 MB): a recipient with more in one flush gets several documents.
 	auditDocBytes = 512 << 10
-	// auditEventBytes is an event's share beyond its strings.
-	auditEventBytes = 96
 	// auditWriters is how many documents one flush writes at once: at a
 	// few milliseconds a create, a flush of 10,000 recipients takes about
 	// a second. A flush that takes longer leaves more events per recipient
@@ -97,7 +95,9 @@ func (s *Store) auditDocs(events []audit.Event) ([]auditDoc, error) {
 			return nil, err
 		}
 		ev := auditDocEvent{K: e.Key, At: e.At.UnixMilli(), Action: int32(e.Action), Subject: e.Subject, Bundle: e.BundleID, Detail: e.Detail}
-		n := auditEventBytes + len(ev.K) + len(ev.Subject) + len(ev.Bundle) + len(ev.Detail)
+		// Its size as stored: JSON escapes some characters in six bytes
+		// ("<" is \u003c), so its strings' lengths do not bound it.
+		n := len(mustJSON(ev)) + 1
 		i, ok := index[e.Recipient]
 		if !ok || size[e.Recipient]+n > auditDocBytes {
 			docs = append(docs, auditDoc{PK: e.Recipient, TTL: ttl})

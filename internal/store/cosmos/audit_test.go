@@ -53,3 +53,42 @@ func TestAnExistingDatabaseGetsTheAuditContainer(t *testing.T) {
 		t.Fatalf("read back %+v, %v", page, err)
 	}
 }
+
+// An acknowledgement on an actor's behalf records one event per bundle it
+// dequeued, all with its reason, in one write: a reason of characters
+// that JSON escapes (here "<", six bytes each as \u003c) makes the
+// documents far larger than their events' bytes, and each must still
+// stay within the 2 MB Cosmos DB takes. 1,000 events with such a reason
+// are stored and read back whole.
+func TestAuditEventsWhoseDetailJSONEscapesFitTheirDocuments(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, cosmos.Config{})
+	defer func() { _ = s.Close() }()
+	r := uuid.NewString()
+	at := time.Now()
+	detail := strings.Repeat("<", 500) + " (up to notification " + uuid.NewString() + " of time_series/rsm-014)"
+	events := make([]audit.Event, 1000)
+	for i := range events {
+		events[i] = audit.Event{Key: audit.NewKey(at), At: at, Action: audit.ActionAcknowledgeOnBehalf, Subject: "operator",
+			Recipient: r, BundleID: uuid.NewString(), Detail: detail}
+	}
+	if err := s.AppendAudit(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	q := audit.Range(r, time.Time{}, time.Time{}, "", 400)
+	read := 0
+	for range 10 {
+		page, err := s.AuditEvents(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += len(page.Events)
+		if page.Next == "" {
+			break
+		}
+		q = audit.Range(r, time.Time{}, time.Time{}, page.Next, 400)
+	}
+	if read != len(events) {
+		t.Fatalf("read back %d events of %d", read, len(events))
+	}
+}

@@ -49,7 +49,9 @@ const (
 //     exists already or changed: the repository reloads and retries.
 //
 //   - 404 with substatus 1002 (a session read no replica could serve yet),
-//     449 (a write refused, not applied), 429, 408, 500, 502, 503, 504:
+//     449 (a write refused, not applied), 410 (a partition key range gone
+//     in a split or a move, past the SDK's few retries of it), 429, 408,
+//     500, 502, 503, 504:
 //     still unavailable after the transport's and the SDK's retries; the
 //     caller may try again later. None of them says anything about what
 //     exists: a 408 or 503 may even answer a write that applied.
@@ -75,7 +77,7 @@ func statusError(status, substatus int) error {
 		return domain.ErrStorageFull
 	case status == http.StatusForbidden:
 		return domain.ErrStoreRefuses
-	case status == http.StatusTooManyRequests, status == http.StatusRequestTimeout, status == http.StatusInternalServerError,
+	case status == http.StatusTooManyRequests, status == http.StatusRequestTimeout, status == http.StatusGone, status == http.StatusInternalServerError,
 		status == http.StatusBadGateway, status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout:
 		return domain.ErrUnavailable
 	}

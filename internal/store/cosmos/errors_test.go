@@ -78,6 +78,10 @@ func TestStoreErrorMapsStatuses(t *testing.T) {
 		{http.StatusBadGateway, 0, unavailable},
 		{http.StatusServiceUnavailable, 0, unavailable},
 		{http.StatusGatewayTimeout, 0, unavailable},
+		// 410 after a split or a partition's move (1002 range gone, 1007
+		// and 1008 completing them): the SDK retries it a few times only.
+		{http.StatusGone, 1002, unavailable},
+		{http.StatusGone, 1007, unavailable},
 		{http.StatusBadRequest, 0, plain},
 		{http.StatusUnauthorized, 0, plain},
 		{http.StatusForbidden, substatusPartitionFull, storageFull},

@@ -49,10 +49,19 @@ type idDocDrawers struct {
 // (which is out of the catalog, so counted as gone): of saves, those that
 // have pages in it, every id document listing the drawer is deleted once no
 // other drawer it lists holds the save's pages.
-func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string) error {
+func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string) (err error) {
 	r := &s.released
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer func() {
+		if err != nil {
+			// The cache already leaves out documents this call meant to
+			// delete, which may still exist: the next call reads them again.
+			for _, saveID := range saves {
+				delete(r.saves, saveID)
+			}
+		}
+	}()
 	if err := s.loadSavedIDs(ctx, saves); err != nil {
 		return err
 	}

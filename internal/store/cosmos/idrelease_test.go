@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/google/uuid"
+	"github.com/zeebo/xxh3"
 
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
@@ -152,4 +153,67 @@ func countDocs(t *testing.T, db, container string) int {
 // writers' session tokens, waits as long as the server may lag instead.
 func waitOutLag() {
 	time.Sleep(cosmostest.Default().Lag + 50*time.Millisecond)
+}
+
+// An id document whose delete failed is deleted by the next sweep of the
+// same instance: a save's documents in two buckets list one drawer each,
+// and the sweep of the first drawer fails at the delete of its document.
+// The instance remembers the save's documents between sweeps (a cache of
+// reads), and must not remember that one as gone: left behind, it would
+// keep the ids of a drawer long removed, and its bucket would never empty
+// (an id index migration waits for that).
+func TestAnIDDocumentWhoseDeleteFailedIsDeletedByTheNextSweep(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	clock := &costClock{now: time.Now()}
+	opts := hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now}
+	ctx := context.Background()
+	s := open(t, cosmos.Config{Database: db, IDBuckets: 4})
+	repo := hub.New(s, opts, nil)
+	t.Cleanup(repo.Close)
+	a, b := inBucket(t, 4, 0, uuid.NewString()), inBucket(t, 4, 1, uuid.NewString())
+	if _, err := repo.Save(ctx, append(append([]domain.Notification{}, a...), b...)); err != nil {
+		t.Fatal(err)
+	}
+	drainRecipient(t, repo, a[0].Recipient)
+	clock.advance(2 * time.Hour)
+	// Refused, never applied (449 is not retried past the transport's
+	// attempts): the only batch of ids in this sweep is that delete.
+	if err := server.AddFaults(cosmostest.Fault{Kind: cosmostest.RefuseRetryWith, Ops: []string{"batch"}, DB: db, Coll: "ids"}); err != nil {
+		t.Fatal(err)
+	}
+	err := repo.SweepNow(ctx)
+	if cerr := server.ClearFaults(db); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err == nil {
+		t.Fatal("sweep with the id documents' delete refused succeeded")
+	}
+	if err := repo.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := s.LookupIDs(ctx, idsOf(a)); err != nil || len(found) != 0 {
+		t.Fatalf("ids of the swept drawer still found: %v, %v", found, err)
+	}
+	drainRecipient(t, repo, b[0].Recipient)
+	clock.advance(2 * time.Hour)
+	if err := repo.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countIDDocs(t, db); n != 0 {
+		t.Fatalf("retention left %d id documents", n)
+	}
+}
+
+// inBucket returns a notification for recipient whose id falls in bucket n
+// of count (the store's xxh3 of the id modulo the count).
+func inBucket(t *testing.T, count, n uint64, recipient string) []domain.Notification {
+	t.Helper()
+	for range 10_000 {
+		ns := notifications(1, recipient, 1)
+		if xxh3.HashString(ns[0].ID)%count == n {
+			return ns
+		}
+	}
+	t.Fatalf("no id in bucket %d of %d", n, count)
+	return nil
 }

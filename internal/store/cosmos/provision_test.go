@@ -35,6 +35,10 @@ func TestOpenRefusesContainersThatDriftedAndWarnsOfHarmlessDrift(t *testing.T) {
 			props: azcosmos.ContainerProperties{ID: "drawers", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/id"}}, IndexingPolicy: only("/s/?", "/e/?")}},
 		{name: "a queried path not indexed", refused: "container ids does not index /i/*",
 			props: azcosmos.ContainerProperties{ID: "ids", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/s/?")}},
+		{name: "the id array indexed but not its elements", refused: "container ids does not index /i/*",
+			props: azcosmos.ContainerProperties{ID: "ids", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/i/?", "/s/?")}},
+		{name: "lazy indexing", refused: "container recipients indexes lazily",
+			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: lazy(only("/t/?", "/da/?")), DefaultTimeToLive: ttlOf(-1)}},
 		{name: "a default TTL that expires heads", refused: "container recipients expires documents after 3600 s",
 			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?"), DefaultTimeToLive: ttlOf(3600)}},
 		{name: "every path indexed", warning: "indexes every path",
@@ -91,6 +95,38 @@ func TestOpenOfAProvisionedDatabaseWarnsOfNothing(t *testing.T) {
 
 func ttlOf(s int32) *int32 { return &s }
 
+func lazy(p *azcosmos.IndexingPolicy) *azcosmos.IndexingPolicy {
+	p.IndexingMode = azcosmos.IndexingMode("lazy") // Cosmos DB's older mode; azcosmos names no constant for it
+	return p
+}
+
+// The id lookup reads the elements of the array c.i (ARRAY_CONTAINS): an
+// ids container that indexes exactly those (/i/[]/?) serves it as well as
+// the /i/* the store provisions, and opens.
+func TestOpenAcceptsAnIDIndexOfTheArraysElements(t *testing.T) {
+	ctx := context.Background()
+	dbID := cosmostest.UniqueID("db")
+	client := cosmostest.NewClient(t, server)
+	if _, err := client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: dbID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	db, _ := client.NewDatabase(dbID)
+	policy := &azcosmos.IndexingPolicy{Automatic: true, IndexingMode: azcosmos.IndexingModeConsistent,
+		IncludedPaths: []azcosmos.IncludedPath{{Path: "/i/[]/?"}, {Path: "/s/?"}}, ExcludedPaths: []azcosmos.ExcludedPath{{Path: "/*"}}}
+	if _, err := db.CreateContainer(ctx, azcosmos.ContainerProperties{ID: "ids",
+		PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: policy}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := cosmos.Open(ctx, cosmos.Config{
+		Endpoint: server.Endpoint, Key: server.Key, Provision: true, Database: dbID, Throughput: "serverless",
+		Transport: cosmostest.NewHTTPClient(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+}
+
 // Without provisioning, a container that is missing is named at start-up.
 func TestOpenWithoutProvisioningNamesAMissingContainer(t *testing.T) {
 	ctx := context.Background()
@@ -104,5 +140,17 @@ func TestOpenWithoutProvisioningNamesAMissingContainer(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "container recipients does not exist (run with --cosmos-provision") {
 		t.Fatalf("open = %v, want the missing containers named", err)
+	}
+}
+
+// Without provisioning, a database that is missing is named at start-up,
+// with what to do, as a missing container is.
+func TestOpenWithoutProvisioningNamesAMissingDatabase(t *testing.T) {
+	dbID := cosmostest.UniqueID("db")
+	_, err := cosmos.Open(context.Background(), cosmos.Config{
+		Endpoint: server.Endpoint, Key: server.Key, Database: dbID, Transport: cosmostest.NewHTTPClient(),
+	})
+	if err == nil || !strings.Contains(err.Error(), "database "+dbID+" does not exist (run with --cosmos-provision") {
+		t.Fatalf("open = %v, want the missing database named", err)
 	}
 }

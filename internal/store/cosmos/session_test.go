@@ -3,6 +3,7 @@ package cosmos_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -219,4 +221,31 @@ func TestOpenRefusesAnAccountWithMultipleWriteRegions(t *testing.T) {
 	if !strings.Contains(err.Error(), "enableMultipleWriteLocations") {
 		t.Fatalf("refusal %q does not name the setting", err)
 	}
+}
+
+// An account the store refuses is refused before provisioning creates
+// anything on it: a database and six containers with throughput, billed,
+// for a service that does not start.
+func TestARefusedAccountGetsNoDatabase(t *testing.T) {
+	ctx := context.Background()
+	dbID := cosmostest.UniqueID("db")
+	_, err := cosmos.Open(ctx, cosmos.Config{
+		Endpoint: server.Endpoint, Key: server.Key, Provision: true, Database: dbID,
+		Transport: accountAs{next: cosmostest.NewHTTPClient(), level: "Eventual"},
+	})
+	if err == nil || !strings.Contains(err.Error(), "Eventual") {
+		t.Fatalf("Open under Eventual = %v, want a refusal naming it", err)
+	}
+	db, err := cosmostest.NewClient(t, server).NewDatabase(dbID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Read(ctx, nil); !absent(err) {
+		t.Fatalf("the refused account's database: %v, want none", err)
+	}
+}
+
+func absent(err error) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound
 }

@@ -174,24 +174,35 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cosmos client: %w", err)
 	}
-	if cfg.Provision {
-		if err := provision(ctx, client, cfg.Database, cfg.Throughput); err != nil {
-			return nil, err
-		}
-	} else if db, err := client.NewDatabase(cfg.Database); err != nil {
+	// A read of the database first: the SDK reads the account's properties
+	// before its first request, and an account the store refuses is
+	// refused before provisioning creates anything on it (a database and
+	// containers with throughput, billed). Provisioning creates a database
+	// that is missing.
+	db, err := client.NewDatabase(cfg.Database)
+	if err != nil {
 		return nil, err
-	} else if _, err := db.Read(ctx, nil); err != nil {
+	}
+	switch _, err := db.Read(ctx, nil); {
+	case err == nil, cfg.Provision:
+	case isStatus(err, http.StatusNotFound):
+		return nil, fmt.Errorf("cosmos: database %s does not exist (run with --cosmos-provision, or create it as docs/cosmos.md says)", cfg.Database)
+	default:
 		return nil, fmt.Errorf("cosmos: database %s: %w", cfg.Database, err)
 	}
-	if err := checkContainers(ctx, client, cfg.Database, cfg.Logger); err != nil {
-		return nil, err
-	}
-	// The SDK read the account's properties before its first request.
 	level := account.consistency()
 	if err := checkConsistency(level); err != nil {
 		return nil, err
 	}
 	if err := account.checkWriteRegions(); err != nil {
+		return nil, err
+	}
+	if cfg.Provision {
+		if err := provision(ctx, client, cfg.Database, cfg.Throughput); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkContainers(ctx, client, cfg.Database, cfg.Logger); err != nil {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, client: client, meter: meter, tokens: newSessionTokens(), anchored: strings.EqualFold(level, "Session"),

@@ -147,3 +147,47 @@ func TestTheSweeperRunsAtLowPriority(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A take or a renewal of the sweep lease whose write applied but whose
+// answer was lost (the transport sends it again, which meets the first
+// attempt's own effect) still holds the lease, and the other instance is
+// refused: never two holders, never none.
+func TestASweepLeaseWhoseAnswerIsLostIsHeld(t *testing.T) {
+	ctx := context.Background()
+	db := cosmostest.UniqueID("db")
+	a := open(t, cosmos.Config{Database: db})
+	b := open(t, cosmos.Config{Database: db})
+	hold := func(s *cosmos.Store, holder string, want bool) {
+		t.Helper()
+		if held, err := s.HoldSweepLease(ctx, holder, time.Hour); err != nil || held != want {
+			t.Fatalf("%s holds the sweep lease: %v, %v; want %v", holder, held, err, want)
+		}
+	}
+	for _, f := range []cosmostest.Fault{
+		{Kind: cosmostest.LostTimeout, Ops: []string{"create"}, DB: db, Coll: "recipients", ID: "^sweep$", Count: 1},
+		{Kind: cosmostest.LostUnavailable, Ops: []string{"replace"}, DB: db, Coll: "recipients", ID: "^sweep$", Count: 1},
+		{Kind: cosmostest.LostReset, Ops: []string{"replace"}, DB: db, Coll: "recipients", ID: "^sweep$", Count: 1},
+	} {
+		if err := server.AddFaults(f); err != nil {
+			t.Fatal(err)
+		}
+		hold(a, "a", true) // taken, then renewed twice
+		hold(b, "b", false)
+	}
+	rules, err := server.Faults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := 0
+	for _, r := range rules {
+		if r.DB == db {
+			fired += r.Fired
+		}
+	}
+	if err := server.ClearFaults(db); err != nil {
+		t.Fatal(err)
+	}
+	if fired != 3 {
+		t.Fatalf("%d lost answers, want 3", fired)
+	}
+}
