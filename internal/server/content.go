@@ -103,6 +103,12 @@ func outOfTime(ctx, call context.Context, err error) error {
 // Peek's answer, up to about 16 MiB, and a client that does not read it
 // must not make the server hold more than the budget allows.
 func sendHeld(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChunk], msg *messagehubv1.PeekContentChunk) error {
+	if _, ok := stream.Context().Value(connAnswersKey{}).(*connAnswers); !ok {
+		// A gRPC server not built by this package (a bare grpc.NewServer
+		// with the Service registered) has neither the budget nor the
+		// codec that encodes a heldAnswer.
+		return stream.Send(msg)
+	}
 	release, err := reserve(stream.Context(), int64(proto.Size(msg)))
 	if err != nil {
 		return err
