@@ -213,7 +213,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a.httpSrv = a.newHTTPServer(a.tel.HTTPHandler(handler))
+	a.httpSrv = a.newHTTPServer(a.tel.HTTPHandler(handler, a.HTTPAddr()))
 	return a, nil
 }
 

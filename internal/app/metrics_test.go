@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -42,4 +43,39 @@ func send(t *testing.T, method, url, body string) (int, []byte) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, data
+}
+
+// The HTTP metrics' series are bounded whatever clients send: the Host
+// header is the client's, and naming the server by it made every host
+// name (and port) a client sent a series of its own, without end.
+func TestHTTPMetricsAreNotLabelledByTheClientsHostHeader(t *testing.T) {
+	r := start(t, testConfig(t))
+	url := "http://" + r.app.HTTPAddr() + "/openapi.json"
+	const hosts = 20
+	for i := range hosts {
+		req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = fmt.Sprintf("host-%d.example:%d", i, 1000+i)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	_, body := send(t, http.MethodGet, "http://"+r.app.HTTPAddr()+"/metrics", "")
+	var series []string
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if strings.HasPrefix(line, "http_server_request_duration_seconds_count{") {
+			series = append(series, line)
+		}
+	}
+	if len(series) == 0 {
+		t.Fatal("/metrics has no http_server_request_duration_seconds")
+	}
+	if len(series) > 1 || strings.Contains(series[0], "host-") {
+		t.Fatalf("%d requests with as many Host headers made %d series:\n%s", hosts, len(series), strings.Join(series, "\n"))
+	}
 }
