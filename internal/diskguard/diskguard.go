@@ -56,6 +56,9 @@ type Guard struct {
 	acct struct {
 		sync.Mutex
 		measured uint64
+		// looked: a look has measured the volume. Until one does, writes
+		// pass: a guard that cannot see the disk does not stop them.
+		looked   bool
 		written  uint64
 		inflight uint64
 		// A refusal for what was written since the last look is logged
@@ -131,7 +134,7 @@ func (g *Guard) Refresh() {
 	g.acct.Lock()
 	g.acct.written -= before
 	if err == nil {
-		g.acct.measured = avail
+		g.acct.measured, g.acct.looked = avail, true
 	}
 	if !g.acct.refusedSinceLook {
 		g.acct.logged = false
@@ -229,7 +232,7 @@ func (g *Guard) take(n, limit uint64) error {
 	g.acct.Lock()
 	defer g.acct.Unlock()
 	avail := g.available()
-	if avail >= limit && avail-limit >= n {
+	if !g.acct.looked || avail >= limit && avail-limit >= n {
 		g.acct.inflight += n
 		return nil
 	}
