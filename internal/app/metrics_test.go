@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 )
 
 // A hub whose disk guard is on exposes its gauges on /metrics.
@@ -77,5 +80,42 @@ func TestHTTPMetricsAreNotLabelledByTheClientsHostHeader(t *testing.T) {
 	}
 	if len(series) > 1 || strings.Contains(series[0], "host-") {
 		t.Fatalf("%d requests with as many Host headers made %d series:\n%s", hosts, len(series), strings.Join(series, "\n"))
+	}
+}
+
+// A web page the operator's browser shows, from any site, cannot make the
+// hub's browser-reachable routes change anything: with --auth none (on
+// loopback) nothing else stops it, and a cross-site "simple" POST (a
+// text/plain body, which needs no CORS preflight) was decoded as JSON and
+// served: here a backup written on the hub's host, or saves.
+func TestACrossSiteRequestFromABrowserChangesNothing(t *testing.T) {
+	r := start(t, testConfig(t))
+	parent := t.TempDir()
+	for _, c := range []struct{ path, body string }{
+		{"/admin/v1/backup", `{"directory": "` + parent + `/from-another-site"}`},
+		{"/v1/notifications", `{"notifications": [{"id": "` + uuid.NewString() + `", "recipient": "` + uuid.NewString() +
+			`", "origin": "DOMAIN_TIME_SERIES", "contentType": "c", "weight": 1}]}`},
+	} {
+		req, err := http.NewRequestWithContext(callContext(t), http.MethodPost, "http://"+r.app.HTTPAddr()+c.path, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What a browser sends with fetch(url, {method: "POST", mode: "no-cors", body}).
+		req.Header.Set("Content-Type", "text/plain;charset=UTF-8")
+		req.Header.Set("Origin", "https://elsewhere.example")
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		req.Header.Set("Sec-Fetch-Mode", "no-cors")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("a cross-site POST %s: %d %s; want 403", c.path, resp.StatusCode, body)
+		}
+	}
+	if _, err := os.Stat(parent + "/from-another-site"); err == nil {
+		t.Error("a cross-site request wrote a backup")
 	}
 }
