@@ -218,7 +218,11 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	// (a POST of a text/plain body, which the gateway decodes as JSON):
 	// cross-origin requests that are not reads are refused (403).
 	// Non-browser clients send no Origin nor Sec-Fetch-Site and pass.
-	a.httpSrv = a.newHTTPServer(a.tel.HTTPHandler(http.NewCrossOriginProtection().Handler(handler), a.HTTPAddr()))
+	handler = http.NewCrossOriginProtection().Handler(handler)
+	if cfg.Auth == AuthNone {
+		handler = loopbackHost(handler)
+	}
+	a.httpSrv = a.newHTTPServer(a.tel.HTTPHandler(handler, a.HTTPAddr()))
 	return a, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -130,4 +131,24 @@ func serveHTTP(srv *http.Server, lis net.Listener, tlsConfig *tls.Config) error 
 		return fmt.Errorf("serve HTTP on %s: %w", lis.Addr(), err)
 	}
 	return nil
+}
+
+// loopbackHost refuses (421) a request that names the hub by anything but
+// a loopback address or "localhost": with --auth none nothing else stops a
+// site whose name a browser was made to resolve to 127.0.0.1 (DNS
+// rebinding), whose pages are then same-origin with the hub.
+func loopbackHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "--auth none: the hub answers requests for a loopback address or localhost only, not "+
+				strconv.Quote(r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

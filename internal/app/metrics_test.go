@@ -119,3 +119,55 @@ func TestACrossSiteRequestFromABrowserChangesNothing(t *testing.T) {
 		t.Error("a cross-site request wrote a backup")
 	}
 }
+
+// With --auth none a request must name the hub by a loopback address: a
+// site whose name a browser was made to resolve to 127.0.0.1 (DNS
+// rebinding) is same-origin with its own pages, and reached every route,
+// the remedies and backups included, through the operator's browser.
+func TestWithAuthNoneARequestNamingAnotherHostIsRefused(t *testing.T) {
+	r := start(t, testConfig(t))
+	parent := t.TempDir()
+	req, err := http.NewRequestWithContext(callContext(t), http.MethodPost, "http://"+r.app.HTTPAddr()+"/admin/v1/backup",
+		strings.NewReader(`{"directory": "`+parent+`/rebound"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := strings.Cut(r.app.HTTPAddr(), ":")
+	req.Host = "rebound.example:" + port
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("a request for rebound.example: %d %s; want 421", resp.StatusCode, body)
+	}
+	if _, err := os.Stat(parent + "/rebound"); err == nil {
+		t.Error("a request for another host wrote a backup")
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port} { // what a client on the host names
+		status, _ := sendHost(t, "http://"+r.app.HTTPAddr()+"/healthz", host)
+		if status != http.StatusOK {
+			t.Errorf("GET /healthz for %s: %d, want 200", host, status)
+		}
+	}
+}
+
+func sendHost(t *testing.T, url, host string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, data
+}
