@@ -100,8 +100,11 @@ func parsePageToken(token string, order adminv1.RecipientOrder) (int, error) {
 	if len(parts) != 3 || parts[0] != "r1" || parts[1] != strconv.Itoa(int(order)) {
 		return 0, bad
 	}
+	// A list holds at most store.MaxListed: a place beyond it was never
+	// given, and a place near the largest int would overflow with the page
+	// size added.
 	from, err := strconv.Atoi(parts[2])
-	if err != nil || from < 0 {
+	if err != nil || from < 0 || from > store.MaxListed {
 		return 0, bad
 	}
 	return from, nil

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/base64"
 	"log/slog"
 	"net"
 	"sync"
@@ -160,6 +161,8 @@ func TestListRecipientsPagesTheFiguresInEitherOrder(t *testing.T) {
 		"an order that does not exist": {Order: 7},
 		"a token of the other order":   {Order: adminv1.RecipientOrder_RECIPIENT_ORDER_SIZE, PageToken: byAge.GetNextPageToken()},
 		"a token never given":          {PageToken: "not-a-token"},
+		// Its place plus the page size overflowed: a panic (INTERNAL).
+		"a token past every list": {PageToken: base64.RawURLEncoding.EncodeToString([]byte("r1:0:9223372036854775807"))},
 	} {
 		if _, err := e.client.ListRecipients(ctx, req); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT", name, err)

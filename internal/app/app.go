@@ -213,7 +213,16 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a.httpSrv = a.newHTTPServer(a.tel.HTTPHandler(handler))
+	// A page of another site in a browser (the operator's, on the hub's
+	// host with --auth none) may send requests that need no CORS preflight
+	// (a POST of a text/plain body, which the gateway decodes as JSON):
+	// cross-origin requests that are not reads are refused (403).
+	// Non-browser clients send no Origin nor Sec-Fetch-Site and pass.
+	handler = http.NewCrossOriginProtection().Handler(handler)
+	if cfg.Auth == AuthNone {
+		handler = loopbackHost(handler)
+	}
+	a.httpSrv = a.newHTTPServer(a.tel.HTTPHandler(handler, a.HTTPAddr()))
 	return a, nil
 }
 

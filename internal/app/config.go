@@ -17,6 +17,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/server"
 )
 
 // Config is everything the hub is configured with. ParseConfig fills the
@@ -282,7 +283,7 @@ var settings = []setting{
 		func(c *Config, v string) error { return positiveDuration(v, &c.Content.NoticeGrace) }},
 	{"http-read-timeout", "MESSAGEHUB_HTTP_READ_TIMEOUT", "60s", "longest time to read an HTTP request, body included",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPReadTimeout) }},
-	{"http-write-timeout", "MESSAGEHUB_HTTP_WRITE_TIMEOUT", "2m", "longest time to write an HTTP response",
+	{"http-write-timeout", "MESSAGEHUB_HTTP_WRITE_TIMEOUT", "2m", "longest time to write an HTTP response, counted from the request (longer than a Peek's longest wait, 30s, and --content-timeout)",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPWriteTimeout) }},
 	{"http-idle-timeout", "MESSAGEHUB_HTTP_IDLE_TIMEOUT", "2m", "how long an idle kept-alive HTTP connection stays open",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPIdleTimeout) }},
@@ -421,6 +422,17 @@ func ParseConfig(args []string, getenv func(string) string, output io.Writer) (C
 func (c Config) validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("--tls-cert and --tls-key go together: give both or neither")
+	}
+	// An HTTP answer is written by the write timeout, counted from the
+	// request: a Peek's answer after its wait (at most server.MaxWait) and
+	// a content peek's after --content-timeout must come before it, or
+	// their clients get a broken connection instead.
+	if c.Limits.HTTPWriteTimeout <= server.MaxWait {
+		return fmt.Errorf("--http-write-timeout (%s) must be longer than the longest a Peek may wait (%s)", c.Limits.HTTPWriteTimeout, server.MaxWait)
+	}
+	if c.ContentTimeout >= c.Limits.HTTPWriteTimeout {
+		return fmt.Errorf("--content-timeout (%s) must be shorter than --http-write-timeout (%s): a content peek answers when it is over",
+			c.ContentTimeout, c.Limits.HTTPWriteTimeout)
 	}
 	if c.Store == StoreCosmos && c.Cosmos.Endpoint == "" {
 		return errors.New("--store cosmos needs --cosmos-endpoint")

@@ -215,6 +215,11 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "blob storage with the embedded store", args: []string{"--content-blob-url", "https://b/"}, wantErr: "for --store cosmos"},
 		{name: "a content lease under a second", args: []string{"--content-lease", "500ms"}, wantErr: "at least 1s"},
 		{name: "a blob container name too short", args: []string{"--content-blob-container", "ab"}, wantErr: "3 to 63"},
+		// The answer of a Peek that waited, or of a content peek that
+		// waited for its document, came after the write timeout: the
+		// client got a broken connection instead.
+		{name: "a write timeout shorter than a Peek's wait", args: []string{"--http-write-timeout", "10s"}, wantErr: "--http-write-timeout"},
+		{name: "a content timeout as long as the write timeout", args: []string{"--content-timeout", "2m"}, wantErr: "--content-timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,11 +4,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/energydatahub/messagehub/internal/lograte"
 	"github.com/energydatahub/messagehub/internal/server"
 )
 
@@ -92,8 +96,28 @@ func (a *App) newHTTPServer(handler http.Handler) *http.Server {
 		WriteTimeout:      a.cfg.Limits.HTTPWriteTimeout,
 		IdleTimeout:       a.cfg.Limits.HTTPIdleTimeout,
 		MaxHeaderBytes:    httpMaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
+		ErrorLog:          log.New(&httpErrorLog{logger: a.logger, limit: lograte.Limiter{Max: httpErrorsPerSecond}}, "", 0),
 	}
+}
+
+// httpErrorsPerSecond bounds the HTTP server's own error lines: any client
+// that connects can make one (a failed TLS handshake: a port scan, a load
+// balancer's TCP probe of a TLS port), so they are limited like the lines
+// of refused credentials.
+const httpErrorsPerSecond = 10
+
+// httpErrorLog writes the HTTP server's own error lines at warn, at most
+// httpErrorsPerSecond a second, each with how many were left out before it.
+type httpErrorLog struct {
+	logger *slog.Logger
+	limit  lograte.Limiter
+}
+
+func (l *httpErrorLog) Write(p []byte) (int, error) {
+	if ok, suppressed := l.limit.Allow(time.Now()); ok {
+		l.logger.Warn(strings.TrimSuffix(string(p), "\n"), "suppressed_since_last", suppressed)
+	}
+	return len(p), nil
 }
 
 func serveHTTP(srv *http.Server, lis net.Listener, tlsConfig *tls.Config) error {
@@ -107,4 +131,24 @@ func serveHTTP(srv *http.Server, lis net.Listener, tlsConfig *tls.Config) error 
 		return fmt.Errorf("serve HTTP on %s: %w", lis.Addr(), err)
 	}
 	return nil
+}
+
+// loopbackHost refuses (421) a request that names the hub by anything but
+// a loopback address or "localhost": with --auth none nothing else stops a
+// site whose name a browser was made to resolve to 127.0.0.1 (DNS
+// rebinding), whose pages are then same-origin with the hub.
+func loopbackHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "--auth none: the hub answers requests for a loopback address or localhost only, not "+
+				strconv.Quote(r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -1,10 +1,14 @@
 package app_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 )
 
 // A hub whose disk guard is on exposes its gauges on /metrics.
@@ -41,5 +45,129 @@ func send(t *testing.T, method, url, body string) (int, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp.StatusCode, data
+}
+
+// The HTTP metrics' series are bounded whatever clients send: the Host
+// header is the client's, and naming the server by it made every host
+// name (and port) a client sent a series of its own, without end.
+func TestHTTPMetricsAreNotLabelledByTheClientsHostHeader(t *testing.T) {
+	r := start(t, testConfig(t))
+	url := "http://" + r.app.HTTPAddr() + "/openapi.json"
+	const hosts = 20
+	for i := range hosts {
+		req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = fmt.Sprintf("host-%d.example:%d", i, 1000+i)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	_, body := send(t, http.MethodGet, "http://"+r.app.HTTPAddr()+"/metrics", "")
+	var series []string
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if strings.HasPrefix(line, "http_server_request_duration_seconds_count{") {
+			series = append(series, line)
+		}
+	}
+	if len(series) == 0 {
+		t.Fatal("/metrics has no http_server_request_duration_seconds")
+	}
+	if len(series) > 1 || strings.Contains(series[0], "host-") {
+		t.Fatalf("%d requests with as many Host headers made %d series:\n%s", hosts, len(series), strings.Join(series, "\n"))
+	}
+}
+
+// A web page the operator's browser shows, from any site, cannot make the
+// hub's browser-reachable routes change anything: with --auth none (on
+// loopback) nothing else stops it, and a cross-site "simple" POST (a
+// text/plain body, which needs no CORS preflight) was decoded as JSON and
+// served: here a backup written on the hub's host, or saves.
+func TestACrossSiteRequestFromABrowserChangesNothing(t *testing.T) {
+	r := start(t, testConfig(t))
+	parent := t.TempDir()
+	for _, c := range []struct{ path, body string }{
+		{"/admin/v1/backup", `{"directory": "` + parent + `/from-another-site"}`},
+		{"/v1/notifications", `{"notifications": [{"id": "` + uuid.NewString() + `", "recipient": "` + uuid.NewString() +
+			`", "origin": "DOMAIN_TIME_SERIES", "contentType": "c", "weight": 1}]}`},
+	} {
+		req, err := http.NewRequestWithContext(callContext(t), http.MethodPost, "http://"+r.app.HTTPAddr()+c.path, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What a browser sends with fetch(url, {method: "POST", mode: "no-cors", body}).
+		req.Header.Set("Content-Type", "text/plain;charset=UTF-8")
+		req.Header.Set("Origin", "https://elsewhere.example")
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		req.Header.Set("Sec-Fetch-Mode", "no-cors")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("a cross-site POST %s: %d %s; want 403", c.path, resp.StatusCode, body)
+		}
+	}
+	if _, err := os.Stat(parent + "/from-another-site"); err == nil {
+		t.Error("a cross-site request wrote a backup")
+	}
+}
+
+// With --auth none a request must name the hub by a loopback address: a
+// site whose name a browser was made to resolve to 127.0.0.1 (DNS
+// rebinding) is same-origin with its own pages, and reached every route,
+// the remedies and backups included, through the operator's browser.
+func TestWithAuthNoneARequestNamingAnotherHostIsRefused(t *testing.T) {
+	r := start(t, testConfig(t))
+	parent := t.TempDir()
+	req, err := http.NewRequestWithContext(callContext(t), http.MethodPost, "http://"+r.app.HTTPAddr()+"/admin/v1/backup",
+		strings.NewReader(`{"directory": "`+parent+`/rebound"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := strings.Cut(r.app.HTTPAddr(), ":")
+	req.Host = "rebound.example:" + port
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("a request for rebound.example: %d %s; want 421", resp.StatusCode, body)
+	}
+	if _, err := os.Stat(parent + "/rebound"); err == nil {
+		t.Error("a request for another host wrote a backup")
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port} { // what a client on the host names
+		status, _ := sendHost(t, "http://"+r.app.HTTPAddr()+"/healthz", host)
+		if status != http.StatusOK {
+			t.Errorf("GET /healthz for %s: %d, want 200", host, status)
+		}
+	}
+}
+
+func sendHost(t *testing.T, url, host string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
 	return resp.StatusCode, data
 }

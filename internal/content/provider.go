@@ -12,6 +12,10 @@ import (
 // errProvider marks an answer the hub will not store: retried, never served.
 var errProvider = errors.New("provider error")
 
+// errNotStored marks an answer the hub could not store (the disk guard's
+// reserve, the store failing): the provider answered, and is not to blame.
+var errNotStored = errors.New("the document could not be stored")
+
 // ValidateMediaType accepts any non-empty media type, parameters included,
 // that is safe to send as an HTTP header value: printable ASCII only.
 func ValidateMediaType(mediaType string) error {
@@ -52,7 +56,7 @@ func fetch(ctx context.Context, provider messagehubv1.BundleContentProviderClien
 	}
 	staged, err := store.Create(ctx, key, first.GetMediaType())
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", errNotStored, err)
 	}
 	defer staged.Abort()
 	for chunk := first; ; {
@@ -61,7 +65,7 @@ func fetch(ctx context.Context, provider messagehubv1.BundleContentProviderClien
 			return 0, fmt.Errorf("%w: document over %d bytes", errProvider, MaxDocumentBytes)
 		}
 		if _, err := staged.Write(chunk.GetData()); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("%w: %w", errNotStored, err)
 		}
 		chunk, err = stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -72,7 +76,7 @@ func fetch(ctx context.Context, provider messagehubv1.BundleContentProviderClien
 		}
 	}
 	if err := staged.Commit(); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", errNotStored, err)
 	}
 	return size, nil
 }

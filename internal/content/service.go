@@ -67,7 +67,8 @@ type Lease interface {
 }
 
 // ProviderMetrics records provider calls: the domain, the outcome ("ok",
-// "error", "invalid"), the duration and the bytes stored; and the builds
+// "error", "invalid", or "not_stored" when the hub could not store the
+// answer), the duration and the bytes stored; and the builds
 // waiting out a backoff after a failed call (+1 as one starts, -1 as it
 // ends).
 type ProviderMetrics interface {
@@ -348,6 +349,8 @@ func (s *Service) attempt(key Key, bundle *messagehubv1.Bundle, provider message
 		switch {
 		case errors.Is(err, errProvider):
 			outcome = "invalid"
+		case errors.Is(err, errNotStored):
+			outcome = "not_stored"
 		case err != nil:
 			outcome = "error"
 		}

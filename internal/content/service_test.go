@@ -20,6 +20,7 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
+	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
 )
 
@@ -453,6 +454,46 @@ func TestEveryProviderCallIsCounted(t *testing.T) {
 	want := []string{"DOMAIN_TIME_SERIES:error", "DOMAIN_TIME_SERIES:invalid", "DOMAIN_TIME_SERIES:ok"}
 	if strings.Join(metrics.outcomes, " ") != strings.Join(want, " ") || metrics.bytes != 5 {
 		t.Fatalf("recorded %v and %d bytes; want %v and 5", metrics.outcomes, metrics.bytes, want)
+	}
+}
+
+// A document the hub could not store (here the disk guard's reserve) is
+// not a failure of the domain's provider, which answered: it was counted as
+// outcome "error", the runbook's sign of a provider that is down, and sent
+// operators after a domain while the data volume was full.
+func TestADocumentTheHubCannotStoreIsNotCountedAsAProviderError(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("text/plain", []byte("hello"), 1)
+	})
+	dir := t.TempDir()
+	docs, err := content.OpenDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = docs.Close() }()
+	guard := diskguard.New(dir, 1<<30, func(string) (uint64, error) { return 1 << 20, nil }, time.Hour, nil)
+	defer guard.Close()
+	metrics := &recorded{}
+	s := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     diskguard.Documents(docs, guard), Metrics: metrics,
+		Pending:  func(context.Context, string, string) (bool, error) { return true, nil },
+		RetryMin: time.Hour, RetryMax: time.Hour,
+	})
+	defer s.Close()
+	b := newBundle()
+	if _, err := s.Document(within(t, 100*time.Millisecond), b); !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("a document on a full volume: %v, want unavailable", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); metrics.inBackoff() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused build is not in backoff after 10 s")
+		}
+	}
+	metrics.mu.Lock()
+	defer metrics.mu.Unlock()
+	if want := "DOMAIN_TIME_SERIES:not_stored"; len(metrics.outcomes) != 1 || metrics.outcomes[0] != want {
+		t.Fatalf("recorded %v; want [%s]", metrics.outcomes, want)
 	}
 }
 

@@ -46,6 +46,9 @@ type Guard struct {
 	mu     sync.Mutex   // serialises looks, so state changes are logged once
 	unread bool         // the last look failed (logged once, not every look)
 	level  atomic.Int32 // levelOK, levelSavesRefused or levelWritesRefused, as the last look measured
+	// readOnly: the store was opened read-only (ReadOnlyAtStart), and every
+	// write fails until a restart, whatever space the volume has.
+	readOnly atomic.Bool
 
 	// acct is the estimate of free space between looks: measured by the
 	// last look, less written since (and not yet seen by a look) and less
@@ -53,6 +56,9 @@ type Guard struct {
 	acct struct {
 		sync.Mutex
 		measured uint64
+		// looked: a look has measured the volume. Until one does, writes
+		// pass: a guard that cannot see the disk does not stop them.
+		looked   bool
 		written  uint64
 		inflight uint64
 		// A refusal for what was written since the last look is logged
@@ -128,7 +134,7 @@ func (g *Guard) Refresh() {
 	g.acct.Lock()
 	g.acct.written -= before
 	if err == nil {
-		g.acct.measured = avail
+		g.acct.measured, g.acct.looked = avail, true
 	}
 	if !g.acct.refusedSinceLook {
 		g.acct.logged = false
@@ -155,11 +161,14 @@ func (g *Guard) Refresh() {
 		return
 	}
 	attrs := []any{"dir", g.dir, "free_bytes", avail, "min_free_bytes", g.reserve}
-	switch level {
-	case levelWritesRefused:
+	switch {
+	case level == levelWritesRefused:
 		g.logger.Error("every write is refused, peeks of new bundles and dequeues too: the data volume is almost full; "+
 			"free space (saves are refused below --min-free-disk, every write below half of it)", attrs...)
-	case levelSavesRefused:
+	case g.readOnly.Load():
+		g.logger.Error("every write is still refused: the data volume has more space now, but the store was opened "+
+			"read-only as the volume was almost full at start; restart the hub", attrs...)
+	case level == levelSavesRefused:
 		g.logger.Error("saves are refused: the data volume is nearly full; free space, or lower --min-free-disk; "+
 			"peeks and dequeues go on", attrs...)
 	default:
@@ -175,8 +184,14 @@ const (
 )
 
 // Level is what the last look found: LevelOK, LevelSavesRefused or
-// LevelWritesRefused.
-func (g *Guard) Level() int { return int(g.level.Load()) }
+// LevelWritesRefused; always LevelWritesRefused once the store was opened
+// read-only, which refuses every write until a restart.
+func (g *Guard) Level() int {
+	if g.readOnly.Load() {
+		return LevelWritesRefused
+	}
+	return int(g.level.Load())
+}
 
 // Reserve is the free space the guard keeps (--min-free-disk).
 func (g *Guard) Reserve() uint64 { return g.reserve }
@@ -217,7 +232,7 @@ func (g *Guard) take(n, limit uint64) error {
 	g.acct.Lock()
 	defer g.acct.Unlock()
 	avail := g.available()
-	if avail >= limit && avail-limit >= n {
+	if !g.acct.looked || avail >= limit && avail-limit >= n {
 		g.acct.inflight += n
 		return nil
 	}
@@ -272,7 +287,9 @@ func (g *Guard) refusal(measured, avail, pending, n, limit uint64) error {
 // domain.ErrStorageFull) for every write, for a store's start-up writes
 // would meet the full disk. Space freed later needs a restart to be used.
 func (g *Guard) ReadOnlyAtStart() error {
-	if err := g.CheckWrite(); err != nil {
+	err := g.CheckWrite()
+	g.readOnly.Store(err != nil)
+	if err != nil {
 		return fmt.Errorf("%w; the store was opened read-only, as the data volume was almost full at start: "+
 			"restart the hub once space is freed", err)
 	}

@@ -69,6 +69,32 @@ func TestSavesAreRefusedBelowTheReserveAndResumeOnTheirOwn(t *testing.T) {
 	}
 }
 
+// A guard that cannot read the volume does not stop saves, also when it
+// never could: its first look failing left it measuring 0 bytes free, and
+// every save and write was refused while its level said they pass.
+func TestAGuardThatNeverReadTheVolumeDoesNotStopWrites(t *testing.T) {
+	var logs bytes.Buffer
+	v := &volume{}
+	v.fail.Store(true)
+	g := New("/data", 1<<30, v.read, time.Hour, slog.New(slog.NewJSONHandler(&logs, nil)))
+	defer g.Close()
+	if err := g.Check(); err != nil {
+		t.Fatalf("a save with the volume never read: %v", err)
+	}
+	if err := g.CheckWrite(); err != nil {
+		t.Fatalf("a write with the volume never read: %v", err)
+	}
+	if g.Level() != LevelOK || !strings.Contains(logs.String(), "cannot read the free space") {
+		t.Fatalf("level %d, log %s; want %d and the failed look", g.Level(), logs.String(), LevelOK)
+	}
+	v.free.Store(100 << 20) // once it reads the volume, it keeps the reserve
+	v.fail.Store(false)
+	g.Refresh()
+	if err := g.Check(); !errors.Is(err, domain.ErrStorageFull) {
+		t.Fatalf("a save with 100 MiB free of a 1 GiB reserve: %v", err)
+	}
+}
+
 func TestBelowHalfTheReserveEveryWriteIsRefused(t *testing.T) {
 	var logs bytes.Buffer
 	v := &volume{}

@@ -1,6 +1,7 @@
 package diskguard_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -188,6 +189,40 @@ func TestAFullVolumeRefusesWritesWithoutAPanic(t *testing.T) {
 	next, err := h.repo.Peek(ctx, waiting, domain.GroupAll, "")
 	if err != nil || next == nil || len(next.NotificationIDs) != 2 {
 		t.Fatalf("peek once space was freed: %+v, %v; want both saves of the recipient", next, err)
+	}
+}
+
+// A store opened read-only (the volume below the floor at start) refuses
+// every write until a restart, whatever space is freed: the guard's level
+// says so, and its log asks for the restart. It said level 0 ("every write
+// passes") and "saves resume" once space was freed, while every write was
+// still refused.
+func TestAStoreOpenedReadOnlyIsShownAsRefusingWritesUntilARestart(t *testing.T) {
+	v := smallVolume(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var logs bytes.Buffer
+	g := diskguard.New(v.dir, 8<<20, v.free, time.Hour, slog.New(slog.NewJSONHandler(&logs, nil)))
+	defer g.Close()
+	if err := os.MkdirAll(v.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	h := openHub(t, v.dir, g)
+	h.close(t)
+	v.fill(t)
+	g.Refresh()
+	h = openHub(t, v.dir, g) // a start on the full volume: read-only
+	defer h.close(t)
+	v.drop(t)
+	g.Refresh()
+	if err := h.save(ctx, g, uuid.NewString()); !errors.Is(err, domain.ErrStorageFull) {
+		t.Fatalf("a save once space was freed, on a store opened read-only: %v; want ErrStorageFull", err)
+	}
+	if level := g.Level(); level != diskguard.LevelWritesRefused {
+		t.Fatalf("level %d once space was freed, on a store opened read-only that refuses every write; want %d", level, diskguard.LevelWritesRefused)
+	}
+	if strings.Contains(logs.String(), "saves resume") || !strings.Contains(logs.String(), "restart the hub") {
+		t.Fatalf("the log once space was freed, on a store opened read-only, does not ask for a restart:\n%s", logs.String())
 	}
 }
 

@@ -40,8 +40,8 @@ const (
 
 // Options shape a Keeper.
 type Options struct {
-	// Every is the least time between two updates (default DefaultEvery):
-	// Run looks whether one is due this often.
+	// Every is how often Run looks whether an update is due (default
+	// DefaultEvery), and so the least time between two of its updates.
 	Every time.Duration
 	// FullEvery is the least time between two recounts of every recipient
 	// (default DefaultFullEvery).
@@ -104,7 +104,10 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	now := k.opts.Now()
-	if !last.ComputedAt.IsZero() && now.Before(k.paced(last.ComputedAt, k.opts.Every, last.Cost)) {
+	// The last update ended some time into its turn, and this turn came
+	// Every after that turn began: half an Every of slack lets it update,
+	// where pacing from the end by a whole Every skipped every other turn.
+	if !last.ComputedAt.IsZero() && now.Before(k.paced(last.ComputedAt, k.opts.Every-k.opts.Every/2, last.Cost)) {
 		return false, nil
 	}
 	// The lease outlasts a few turns: another instance takes over only

@@ -144,3 +144,43 @@ func TestAFailedReadOfTheChangesRecountsUnlessItPasses(t *testing.T) {
 		t.Fatalf("after a failure: %v (%v), %d recounts; want a second count", done, err, s.recounts())
 	}
 }
+
+// slow is a real store whose reads of the backlog take time on the clock:
+// an update ends some time into its turn.
+type slow struct {
+	store.Store
+	clock *clock
+	takes time.Duration
+}
+
+func (s *slow) ChangedBacklog(ctx context.Context, cursor string) (store.BacklogChanges, error) {
+	s.clock.advance(s.takes)
+	return s.Store.ChangedBacklog(ctx, cursor)
+}
+
+func (s *slow) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
+	s.clock.advance(s.takes)
+	return s.Store.ScanBacklog(ctx, fn)
+}
+
+// Run's turns come every Every, and each updates the figures: the last
+// update ended some time into its turn, and pacing the next from that end
+// made the next turn skip, so that the figures were updated every other
+// turn (twice as old as Every says: 30 s on the embedded store).
+func TestEveryTurnOfRunUpdatesTheFigures(t *testing.T) {
+	st, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	c := &clock{now: time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)}
+	const every = 15 * time.Second
+	k := figures.New(&slow{Store: st, clock: c, takes: time.Second}, figures.Options{Every: every, Now: c.Now})
+	start := c.Now()
+	for i := range 4 {
+		c.advance(start.Add(time.Duration(i) * every).Sub(c.Now())) // the i-th tick of Run's ticker
+		if done, err := turn(t, k); err != nil || !done {
+			t.Fatalf("the turn at tick %d: %v (%v), want an update", i, done, err)
+		}
+	}
+}

@@ -6,7 +6,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // each scrape: its state in memory, not the volume.
 type DiskGuard interface {
 	// Level is 0 while every write passes, 1 while saves are refused
-	// (below the reserve), 2 while every write is (below half of it).
+	// (below the reserve), 2 while every write is (below half of it, or
+	// the store opened read-only, until a restart).
 	Level() int
 	// Available is the estimated free space of the data volume: the last
 	// look's measure less what was written since.
@@ -21,7 +22,7 @@ func (t *Telemetry) WatchDiskGuard(g DiskGuard) error {
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "messagehub_disk_guard_level",
-			Help: "The disk guard's level: 0 every write passes, 1 saves are refused (free space below --min-free-disk), 2 every write is refused (below half of it).",
+			Help: "The disk guard's level: 0 every write passes, 1 saves are refused (free space below --min-free-disk), 2 every write is refused (below half of it, or the store opened read-only until a restart).",
 		}, func() float64 { return float64(g.Level()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "messagehub_disk_free_bytes",

@@ -116,7 +116,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.requests = counter("messagehub.store.requests", "{request}",
 		"Requests sent to a remote store backend (Cosmos DB), by operation and status code.")
 	m.providerCalls = counter("messagehub.content.provider.calls", "{call}",
-		"CreateBundleContent calls to domains' providers, by origin and outcome (ok, error, invalid).")
+		"CreateBundleContent calls to domains' providers, by origin and outcome (ok, error, invalid, or not_stored: the hub could not store the answer).")
 	m.contentBytes = counter("messagehub.content.stored", "By",
 		"Bytes of bundle documents stored, by origin.")
 	m.jwksReloads = counter("messagehub.jwks.reloads", "{reload}",
@@ -229,8 +229,8 @@ func (m *Metrics) RecordRequest(ctx context.Context, operation string, requestCh
 var _ RequestRecorder = (*Metrics)(nil)
 
 // RecordProviderCall records one call for a bundle's document: its domain,
-// its outcome ("ok", "error", or "invalid" for an answer the hub refuses)
-// and how long it took; bytes is what was stored (0 unless ok).
+// its outcome ("ok", "error", "invalid" for an answer the hub refuses, or
+// "not_stored" for one it could not store) and how long it took; bytes is what was stored (0 unless ok).
 func (m *Metrics) RecordProviderCall(ctx context.Context, origin, outcome string, d time.Duration, bytes int64) {
 	o := attrOrigin.String(origin)
 	m.providerCalls.Add(ctx, 1, metric.WithAttributes(o, attrOutcome.String(outcome)))

@@ -192,10 +192,14 @@ func (t *Telemetry) otelgrpcOptions() []otelgrpc.Option {
 	}
 }
 
-// HTTPHandler instruments the HTTP server. Scrapes and health probes are
-// left out: they are frequent and say nothing about the service's load.
-func (t *Telemetry) HTTPHandler(h http.Handler) http.Handler {
+// HTTPHandler instruments the HTTP server listening on addr. Scrapes and
+// health probes are left out: they are frequent and say nothing about the
+// service's load. The server is named by addr, not by each request's Host
+// header, which is the client's to choose: every host and port a client
+// sent would be a series of the HTTP metrics of its own, without bound.
+func (t *Telemetry) HTTPHandler(h http.Handler, addr string) http.Handler {
 	return otelhttp.NewHandler(h, "http",
+		otelhttp.WithServerName(addr),
 		otelhttp.WithMeterProvider(t.meterProvider),
 		otelhttp.WithTracerProvider(t.tracerProvider),
 		otelhttp.WithPropagators(t.propagator),

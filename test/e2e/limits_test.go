@@ -141,7 +141,7 @@ func TestSlowHTTPCallsDoNotHoldUpOthers(t *testing.T) {
 		}
 		return contenttest.Answer{Hold: release}
 	})
-	h := startHTTPHub(t, "--grpc-max-streams", "1", "--content-timeout", "10m",
+	h := startHTTPHub(t, "--grpc-max-streams", "1", "--content-timeout", "10m", "--http-write-timeout", "11m",
 		"--content-provider", "DOMAIN_TIME_SERIES="+provider.Address)
 	waiting := newID()
 	n := notification(waiting, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
