@@ -225,7 +225,9 @@ func expired(bundles []bundle.Record, cutoff time.Time) []string {
 // for clocks (every other bundle covering it was dequeued before that
 // one, so it is due too); when that bundle is new, the drawer leaves the
 // entry and is kept until that bundle is due (Sweep.Keep), so that the
-// entry stays small while retained bundles still read from the drawer.
+// entry stays small while retained bundles still read from the drawer;
+// but a drained cabinet's last drawer stays in its entry, to be appended
+// to, while it is younger than the retention (keepDrainedCabinet).
 // Bundles that read back through the entry (their records name no
 // drawers) keep theirs in it: the new ones are seen here; older ones span
 // more runs than a record names, so an entry of no more runs than that
