@@ -90,7 +90,7 @@ const httpMaxHeaderBytes = 64 << 10
 func (a *App) newHTTPServer(handler http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           handler,
-		TLSConfig:         a.tlsConfig,
+		TLSConfig:         a.tlsConfig.Clone(), // its own: serving HTTP/2 sets its NextProtos while the gRPC listener clones a.tlsConfig
 		ReadHeaderTimeout: min(10*time.Second, a.cfg.Limits.HTTPReadTimeout),
 		ReadTimeout:       a.cfg.Limits.HTTPReadTimeout,
 		WriteTimeout:      a.cfg.Limits.HTTPWriteTimeout,

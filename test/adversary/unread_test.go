@@ -199,7 +199,7 @@ func getUnread(t *testing.T, addr, path string) (net.Conn, int) {
 	if err := conn.SetDeadline(time.Now().Add(callTimeout)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: hub\r\n\r\n", path); err != nil {
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path); err != nil {
 		t.Fatal(err)
 	}
 	line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')

@@ -371,7 +371,7 @@ func TestASlowBodyIsCutOffByTheReadTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = conn.Close() }()
-	_, err = fmt.Fprintf(conn, "POST /v1/notifications HTTP/1.1\r\nHost: hub\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"notif")
+	_, err = fmt.Fprintf(conn, "POST /v1/notifications HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"notif")
 	if err != nil {
 		t.Fatal(err)
 	}

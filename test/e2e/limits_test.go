@@ -54,7 +54,7 @@ func headersOnly(t *testing.T, h *httpHub, extraHeaders string, size int) int {
 	if err := conn.SetDeadline(time.Now().Add(callTimeout)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = fmt.Fprintf(conn, "POST /v1/notifications HTTP/1.1\r\nHost: hub\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n",
+	_, err = fmt.Fprintf(conn, "POST /v1/notifications HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n",
 		extraHeaders, size)
 	if err != nil {
 		t.Fatal(err)
