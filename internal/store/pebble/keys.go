@@ -77,11 +77,16 @@ func dequeuedKey(r, b [16]byte) []byte { return append(dequeuedPrefix(r), b[:]..
 // retainedKey indexes a dequeued or released bundle by when it left the
 // pending ones (rec.DequeuedAt or rec.ReleasedAt), for DueRecipients.
 func retainedKey(rec bundle.Record, r, b [16]byte) []byte {
-	at := rec.DequeuedAt
+	return append(append(retainedAt(leftPendingAt(rec)), r[:]...), b[:]...)
+}
+
+// leftPendingAt is when a dequeued or released bundle stopped being
+// pending: the time its retention counts from.
+func leftPendingAt(rec bundle.Record) time.Time {
 	if rec.State == bundle.Released {
-		at = rec.ReleasedAt
+		return rec.ReleasedAt
 	}
-	return append(append(retainedAt(at), r[:]...), b[:]...)
+	return rec.DequeuedAt
 }
 
 // retainedAt is where the retention index reaches at (the times before it

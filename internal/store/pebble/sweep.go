@@ -207,9 +207,6 @@ func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, 
 // inRetentionRanges says whether a dequeued or released bundle was so
 // before dueBefore or, when since is not zero, at or after since.
 func inRetentionRanges(rec bundle.Record, dueBefore, since time.Time) bool {
-	at := rec.DequeuedAt
-	if rec.State == bundle.Released {
-		at = rec.ReleasedAt
-	}
+	at := leftPendingAt(rec)
 	return at.Before(dueBefore) || (!since.IsZero() && !at.Before(since))
 }
