@@ -260,11 +260,11 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, kee
 	}
 	for e, cur := range cabinets(st) {
 		out, drop := catalog.Removable(e, cur, throughEntry)
-		if drop && keepDrained && lastDrawerOpenedSince(e, cutoff) {
-			d := e.Drawers[len(e.Drawers)-1]
-			if rec, found := last(e.Key(), lastRun(e.Drawers, d.ID)); found && !rec.DequeuedAt.Before(settledBy) {
-				out, drop = keepDrainedCabinet(e, out)
-			}
+		if drop && keepDrained {
+			out, drop = keepDrainedCabinet(e, out, cutoff, func(id string) bool {
+				rec, found := last(e.Key(), lastRun(e.Drawers, id))
+				return found && !rec.DequeuedAt.Before(settledBy)
+			})
 		}
 		keep := store.Kept{Cabinet: e.Key()}
 		for _, d := range out {
@@ -289,33 +289,30 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, kee
 	return sw, true
 }
 
-// keepDrainedCabinet keeps a cabinet whose positions are all acknowledged
-// while a retained bundle still reads its last drawer: its entry and cursor
-// stay and its last drawer stays in the entry, to be appended to; only its
-// other drawers (out, less the last) leave. A recipient that drains its
-// cabinets between saves would otherwise have each entry and cursor
-// deleted by the pass after every Dequeue and created again by the next
-// Save and Peek, with a kept record and a new drawer for every Save
-// (TestSteadyStateCostOfSavesSpreadOverManyRecipients). The cabinet goes
-// whole once that bundle is due.
-func keepDrainedCabinet(e catalog.Entry, out []drawer.Meta) ([]drawer.Meta, bool) {
-	lastID := e.Drawers[len(e.Drawers)-1].ID
-	return slices.DeleteFunc(slices.Clone(out), func(d drawer.Meta) bool { return d.ID == lastID }), false
-}
-
-// lastDrawerOpenedSince says whether the entry's last drawer received its
-// first notification at or after cutoff. Only such a drawer is kept for
-// appending in a drained cabinet (keepDrainedCabinet): one opened before
-// leaves with the rest, so that no acknowledged notification outlives its
-// retention by more than the retention again, however slowly its drawer
-// fills.
-func lastDrawerOpenedSince(e catalog.Entry, cutoff time.Time) bool {
+// keepDrainedCabinet decides on a cabinet whose positions are all
+// acknowledged (out its drawers to remove, the entry to drop): when its last
+// drawer was opened at or after cutoff and a retained bundle still reads it
+// (retained, asked of that drawer's id), the cabinet stays, its entry and
+// cursor with it, and its last drawer stays in the entry, to be appended
+// to; only its other drawers leave. It returns out and whether the entry
+// goes. A recipient that drains its cabinets between saves would otherwise
+// have each entry and cursor deleted by the pass after every Dequeue and
+// created again by the next Save and Peek, with a kept record and a new
+// drawer for every Save (TestSteadyStateCostOfSavesSpreadOverManyRecipients).
+// A drawer opened before cutoff leaves with the rest, so that no
+// acknowledged notification outlives its retention by more than the
+// retention again, however slowly its drawer fills; the cabinet goes whole
+// once the bundle reading its last drawer is due.
+func keepDrainedCabinet(e catalog.Entry, out []drawer.Meta, cutoff time.Time, retained func(drawerID string) bool) ([]drawer.Meta, bool) {
 	if len(e.Drawers) == 0 {
-		return false
+		return out, true
 	}
 	lastID := e.Drawers[len(e.Drawers)-1].ID
-	i := slices.IndexFunc(e.Drawers, func(d drawer.Meta) bool { return d.ID == lastID }) // its first run
-	return e.Drawers[i].FirstAt >= cutoff.UnixMilli()
+	first := e.Drawers[slices.IndexFunc(e.Drawers, func(d drawer.Meta) bool { return d.ID == lastID })] // its first run
+	if first.FirstAt < cutoff.UnixMilli() || !retained(lastID) {
+		return out, true
+	}
+	return slices.DeleteFunc(slices.Clone(out), func(d drawer.Meta) bool { return d.ID == lastID }), false
 }
 
 // spanOf is the positions of a cabinet a bundle covers.
@@ -426,10 +423,11 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, kee
 	}
 	for e, cur := range cabinets(st) {
 		out, dropEntry := catalog.Removable(e, cur, throughEntry)
-		if dropEntry && keepDrained && lastDrawerOpenedSince(e, cutoff) {
-			if _, ok := detached[e.Drawers[len(e.Drawers)-1].ID]; ok {
-				out, dropEntry = keepDrainedCabinet(e, out)
-			}
+		if dropEntry && keepDrained {
+			out, dropEntry = keepDrainedCabinet(e, out, cutoff, func(id string) bool {
+				_, ok := detached[id]
+				return ok
+			})
 		}
 		keep := store.Kept{Cabinet: e.Key()}
 		for _, d := range out {
