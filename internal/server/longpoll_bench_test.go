@@ -55,7 +55,7 @@ func (s *countingStore) CreateBundle(ctx context.Context, recipient string, rec 
 	return s.Store.CreateBundle(ctx, recipient, rec, cursor)
 }
 
-// idleActors are the 1,000 actors with nothing to deliver, over one
+// idleActors are 1,000 actors with nothing to deliver, over one
 // simulated minute compressed by timeScale (5 s of the actors' time is
 // 5 s / timeScale of the benchmark's).
 const (

@@ -437,7 +437,7 @@ func etag(v string) *azcore.ETag {
 	return &e
 }
 
-// Bundle content (issue 10): notices of dequeues and leases of document
+// Bundle content (internal/content): notices of dequeues and leases of document
 // builds, both in the recipient's partition of the recipients container.
 const (
 	typeNotice = "notice"

@@ -10,7 +10,7 @@ import (
 )
 
 // Leases: a document naming its holder and until when (leaseDoc). Document
-// builds (issue 10) and the sweep (sweeplease.go) use them.
+// builds (internal/content) and the sweep (sweeplease.go) use them.
 //
 // Leases of document builds: instances that peek the same bundle
 // at once must ask its domain once. The first to create the bundle's lease

@@ -19,7 +19,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
-// The outbox of dequeues (issue 10). A transactional batch stays within one
+// The outbox of dequeues. A transactional batch stays within one
 // partition, so a notice lives in its recipient's partition, written by the
 // dequeue's own batch: the dequeue and its notice commit together or not at
 // all. Notices are found across partitions through the index of t, where
