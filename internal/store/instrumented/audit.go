@@ -16,24 +16,15 @@ const (
 
 // AppendAudit implements store.AuditLog.
 func (s *Store) AppendAudit(ctx context.Context, events []audit.Event) error {
-	start := s.now()
-	err := s.next.AppendAudit(ctx, events)
-	s.observe(ctx, OpAppendAudit, start, err)
-	return err
+	return s.timed(ctx, OpAppendAudit, func() error { return s.Store.AppendAudit(ctx, events) })
 }
 
 // AuditEvents implements store.AuditLog.
 func (s *Store) AuditEvents(ctx context.Context, q audit.Query) (audit.Page, error) {
-	start := s.now()
-	p, err := s.next.AuditEvents(ctx, q)
-	s.observe(ctx, OpAuditEvents, start, err)
-	return p, err
+	return timedResult(ctx, s, OpAuditEvents, func() (audit.Page, error) { return s.Store.AuditEvents(ctx, q) })
 }
 
 // PruneAudit implements store.AuditLog.
 func (s *Store) PruneAudit(ctx context.Context, before time.Time) error {
-	start := s.now()
-	err := s.next.PruneAudit(ctx, before)
-	s.observe(ctx, OpPruneAudit, start, err)
-	return err
+	return s.timed(ctx, OpPruneAudit, func() error { return s.Store.PruneAudit(ctx, before) })
 }

@@ -45,21 +45,40 @@ const (
 	OpBackup          = "backup"
 )
 
-// Store wraps a store.Store with metrics.
+// Store wraps a store.Store with metrics. What it does not measure (the
+// leases, Close) the embedded store answers itself: a method added to the
+// contract is forwarded, unmeasured, never dropped.
 type Store struct {
-	next    store.Store
+	store.Store
 	metrics *telemetry.Metrics
 	now     func() time.Time
 }
 
 // New returns next instrumented with m.
 func New(next store.Store, m *telemetry.Metrics) *Store {
-	return &Store{next: next, metrics: m, now: time.Now}
+	return &Store{Store: next, metrics: m, now: time.Now}
 }
 
 // observe records one operation that started at start and ended with err.
 func (s *Store) observe(ctx context.Context, op string, start time.Time, err error) {
 	s.metrics.RecordStoreOperation(ctx, op, s.now().Sub(start), ErrorKind(err))
+}
+
+// timed runs one operation of the backend and records it.
+func (s *Store) timed(ctx context.Context, op string, run func() error) error {
+	start := s.now()
+	err := run()
+	s.observe(ctx, op, start, err)
+	return err
+}
+
+// timedResult runs one operation of the backend that returns a value and
+// records it.
+func timedResult[T any](ctx context.Context, s *Store, op string, run func() (T, error)) (T, error) {
+	start := s.now()
+	v, err := run()
+	s.observe(ctx, op, start, err)
+	return v, err
 }
 
 // ErrorKind names the kind of a store error for the "error" attribute, ""
@@ -86,61 +105,41 @@ func ErrorKind(err error) string {
 
 // LoadRecipient implements store.Store.
 func (s *Store) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
-	start := s.now()
-	st, err := s.next.LoadRecipient(ctx, recipient, opts...)
-	s.observe(ctx, OpLoadRecipient, start, err)
-	return st, err
+	return timedResult(ctx, s, OpLoadRecipient, func() (store.RecipientState, error) { return s.Store.LoadRecipient(ctx, recipient, opts...) })
 }
 
 // MarkIdle implements store.Store. A refused mark is recorded like any
 // failure, though the hub ignores it (the mark is a hint).
 func (s *Store) MarkIdle(ctx context.Context, recipient string, head store.Head) error {
-	start := s.now()
-	err := s.next.MarkIdle(ctx, recipient, head)
-	s.observe(ctx, OpMarkIdle, start, err)
-	return err
+	return s.timed(ctx, OpMarkIdle, func() error { return s.Store.MarkIdle(ctx, recipient, head) })
 }
 
 // ReadDrawer implements store.Store.
 func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
-	start := s.now()
-	items, err := s.next.ReadDrawer(ctx, drawerID, from, to, limit)
-	s.observe(ctx, OpReadDrawer, start, err)
-	return items, err
+	return timedResult(ctx, s, OpReadDrawer, func() ([]drawer.Item, error) { return s.Store.ReadDrawer(ctx, drawerID, from, to, limit) })
 }
 
 // LookupIDs implements store.Store.
 func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]store.IDRecord, error) {
-	start := s.now()
-	recs, err := s.next.LookupIDs(ctx, ids)
-	s.observe(ctx, OpLookupIDs, start, err)
-	return recs, err
+	return timedResult(ctx, s, OpLookupIDs, func() (map[string]store.IDRecord, error) { return s.Store.LookupIDs(ctx, ids) })
 }
 
 // CommitSaves implements store.Store. Saved notifications are counted by
 // the transport from the Save's result, which also knows the duplicates.
 func (s *Store) CommitSaves(ctx context.Context, saves []store.RecipientSave) error {
-	start := s.now()
-	err := s.next.CommitSaves(ctx, saves)
-	s.observe(ctx, OpCommitSaves, start, err)
-	return err
+	return s.timed(ctx, OpCommitSaves, func() error { return s.Store.CommitSaves(ctx, saves) })
 }
 
 // BundleExists implements store.Store.
 func (s *Store) BundleExists(ctx context.Context, recipient, bundleID string) (bool, error) {
-	start := s.now()
-	ok, err := s.next.BundleExists(ctx, recipient, bundleID)
-	s.observe(ctx, OpBundleExists, start, err)
-	return ok, err
+	return timedResult(ctx, s, OpBundleExists, func() (bool, error) { return s.Store.BundleExists(ctx, recipient, bundleID) })
 }
 
 // CreateBundle implements store.Store; a stored bundle is a new bundle
 // cut by Peek. Concurrent peeks that lose the race get a conflict and are not
 // counted, so each bundle counts once.
 func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
-	start := s.now()
-	err := s.next.CreateBundle(ctx, recipient, rec, cursor)
-	s.observe(ctx, OpCreateBundle, start, err)
+	err := s.timed(ctx, OpCreateBundle, func() error { return s.Store.CreateBundle(ctx, recipient, rec, cursor) })
 	if err == nil {
 		s.metrics.RecordBundleCreated(ctx, rec.Count, rec.Weight)
 	}
@@ -149,9 +148,7 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.R
 
 // Acknowledge implements store.Store; success is a dequeued bundle.
 func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
-	start := s.now()
-	err := s.next.Acknowledge(ctx, recipient, rec, cursor)
-	s.observe(ctx, OpAcknowledge, start, err)
+	err := s.timed(ctx, OpAcknowledge, func() error { return s.Store.Acknowledge(ctx, recipient, rec, cursor) })
 	if err == nil {
 		s.metrics.RecordBundleDequeued(ctx, rec.Count)
 	}
@@ -160,17 +157,14 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 
 // ReleaseBundle implements store.Store.
 func (s *Store) ReleaseBundle(ctx context.Context, recipient string, rec bundle.Record) error {
-	start := s.now()
-	err := s.next.ReleaseBundle(ctx, recipient, rec)
-	s.observe(ctx, OpReleaseBundle, start, err)
-	return err
+	return s.timed(ctx, OpReleaseBundle, func() error { return s.Store.ReleaseBundle(ctx, recipient, rec) })
 }
 
 // Recipients implements store.Store. The time spent in fn (retention's
 // work per recipient, itself made of store operations) is not counted, nor is
 // an error fn returned.
 func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error) error {
-	return visit(ctx, s, OpRecipients, func(fn func(string) error) error { return s.next.Recipients(ctx, fn) }, fn)
+	return visit(ctx, s, OpRecipients, func(fn func(string) error) error { return s.Store.Recipients(ctx, fn) }, fn)
 }
 
 // visit records one operation of a backend that calls fn for many items
@@ -198,18 +192,12 @@ func visit[T any](ctx context.Context, s *Store, op string, run func(func(T) err
 
 // DequeuedBundles implements store.Store.
 func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error) {
-	start := s.now()
-	recs, err := s.next.DequeuedBundles(ctx, recipient)
-	s.observe(ctx, OpDequeuedBundles, start, err)
-	return recs, err
+	return timedResult(ctx, s, OpDequeuedBundles, func() ([]bundle.Record, error) { return s.Store.DequeuedBundles(ctx, recipient) })
 }
 
 // ApplySweep implements store.Store.
 func (s *Store) ApplySweep(ctx context.Context, sweep store.Sweep) error {
-	start := s.now()
-	err := s.next.ApplySweep(ctx, sweep)
-	s.observe(ctx, OpApplySweep, start, err)
-	return err
+	return s.timed(ctx, OpApplySweep, func() error { return s.Store.ApplySweep(ctx, sweep) })
 }
 
 // ScanBacklog implements store.Figures. The time spent in fn is not
@@ -217,7 +205,7 @@ func (s *Store) ApplySweep(ctx context.Context, sweep store.Sweep) error {
 func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
 	var cost float64
 	err := visit(ctx, s, OpScanBacklog, func(fn func(store.RecipientRecords) error) (err error) {
-		cost, err = s.next.ScanBacklog(ctx, fn)
+		cost, err = s.Store.ScanBacklog(ctx, fn)
 		return err
 	}, fn)
 	return cost, err
@@ -225,131 +213,63 @@ func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 
 // ChangedBacklog implements store.Figures.
 func (s *Store) ChangedBacklog(ctx context.Context, cursor string) (store.BacklogChanges, error) {
-	start := s.now()
-	c, err := s.next.ChangedBacklog(ctx, cursor)
-	s.observe(ctx, OpChangedBacklog, start, err)
-	return c, err
+	return timedResult(ctx, s, OpChangedBacklog, func() (store.BacklogChanges, error) { return s.Store.ChangedBacklog(ctx, cursor) })
 }
 
 // ReadFigures implements store.Figures.
 func (s *Store) ReadFigures(ctx context.Context, parts store.FigureParts) (store.BacklogFigures, error) {
-	start := s.now()
-	f, err := s.next.ReadFigures(ctx, parts)
-	s.observe(ctx, OpReadFigures, start, err)
-	return f, err
+	return timedResult(ctx, s, OpReadFigures, func() (store.BacklogFigures, error) { return s.Store.ReadFigures(ctx, parts) })
 }
 
 // WriteFigures implements store.Figures.
 func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
-	start := s.now()
-	err := s.next.WriteFigures(ctx, f, parts)
-	s.observe(ctx, OpWriteFigures, start, err)
-	return err
-}
-
-// HoldFiguresLease implements store.Figures.
-func (s *Store) HoldFiguresLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
-	return s.next.HoldFiguresLease(ctx, holder, d)
-}
-
-// ReleaseFiguresLease implements store.Figures.
-func (s *Store) ReleaseFiguresLease(ctx context.Context, holder string) error {
-	return s.next.ReleaseFiguresLease(ctx, holder)
+	return s.timed(ctx, OpWriteFigures, func() error { return s.Store.WriteFigures(ctx, f, parts) })
 }
 
 // LoadRetention implements store.Retention.
 func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
-	start := s.now()
-	state, err := s.next.LoadRetention(ctx, recipient, dueBefore, since)
-	s.observe(ctx, OpLoadRetention, start, err)
-	return state, err
+	return timedResult(ctx, s, OpLoadRetention, func() (store.RetentionState, error) { return s.Store.LoadRetention(ctx, recipient, dueBefore, since) })
 }
 
 // DueRecipients implements store.Retention. The time spent in fn is not
 // counted.
 func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, fn func(recipient string) error) error {
 	return visit(ctx, s, OpDueRecipients, func(fn func(string) error) error {
-		return s.next.DueRecipients(ctx, dueBefore, since, fn)
+		return s.Store.DueRecipients(ctx, dueBefore, since, fn)
 	}, fn)
 }
 
 // Notices implements store.Outbox.
 func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]store.Notice, error) {
-	start := s.now()
-	n, err := s.next.Notices(ctx, origins, limit)
-	s.observe(ctx, OpNotices, start, err)
-	return n, err
+	return timedResult(ctx, s, OpNotices, func() ([]store.Notice, error) { return s.Store.Notices(ctx, origins, limit) })
 }
 
 // RemoveNotices implements store.Outbox.
 func (s *Store) RemoveNotices(ctx context.Context, notices []store.Notice) error {
-	start := s.now()
-	err := s.next.RemoveNotices(ctx, notices)
-	s.observe(ctx, OpRemoveNotices, start, err)
-	return err
-}
-
-// NoticeBacklog implements store.Outbox.
-func (s *Store) NoticeBacklog(ctx context.Context) (int, time.Time, error) {
-	return s.next.NoticeBacklog(ctx)
+	return s.timed(ctx, OpRemoveNotices, func() error { return s.Store.RemoveNotices(ctx, notices) })
 }
 
 // DequeuedBundle implements store.Outbox.
 func (s *Store) DequeuedBundle(ctx context.Context, recipient, bundleID string) (bundle.Record, error) {
-	start := s.now()
-	rec, err := s.next.DequeuedBundle(ctx, recipient, bundleID)
-	s.observe(ctx, OpDequeuedBundle, start, err)
-	return rec, err
+	return timedResult(ctx, s, OpDequeuedBundle, func() (bundle.Record, error) { return s.Store.DequeuedBundle(ctx, recipient, bundleID) })
 }
-
-// Close implements store.Store.
-func (s *Store) Close() error { return s.next.Close() }
 
 // Backup implements store.Store.
 func (s *Store) Backup(ctx context.Context, dir string) error {
-	start := s.now()
-	err := s.next.Backup(ctx, dir)
-	s.observe(ctx, OpBackup, start, err)
-	return err
+	return s.timed(ctx, OpBackup, func() error { return s.Store.Backup(ctx, dir) })
 }
 
 var _ store.Store = (*Store)(nil)
 
-// HoldSweepLease implements store.Coordination.
-func (s *Store) HoldSweepLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
-	return s.next.HoldSweepLease(ctx, holder, d)
-}
-
-// ReleaseSweepLease implements store.Coordination.
-func (s *Store) ReleaseSweepLease(ctx context.Context, holder string) error {
-	return s.next.ReleaseSweepLease(ctx, holder)
-}
-
-// LowPriority implements store.Coordination.
-func (s *Store) LowPriority(ctx context.Context) context.Context { return s.next.LowPriority(ctx) }
-
-// AcquireBuild implements store.Coordination.
-func (s *Store) AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (string, time.Time, error) {
-	return s.next.AcquireBuild(ctx, recipient, bundleID, holder, d)
-}
-
-// ReleaseBuild implements store.Coordination.
-func (s *Store) ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error {
-	return s.next.ReleaseBuild(ctx, recipient, bundleID, holder)
-}
-
 // RingBell implements store.Coordination.
 func (s *Store) RingBell(ctx context.Context, recipients []string) error {
-	start := s.now()
-	err := s.next.RingBell(ctx, recipients)
-	s.observe(ctx, OpRingBell, start, err)
-	return err
+	return s.timed(ctx, OpRingBell, func() error { return s.Store.RingBell(ctx, recipients) })
 }
 
 // ReadBells implements store.Coordination.
 func (s *Store) ReadBells(ctx context.Context, cursor string) ([]string, string, error) {
 	start := s.now()
-	recipients, next, err := s.next.ReadBells(ctx, cursor)
+	recipients, next, err := s.Store.ReadBells(ctx, cursor)
 	s.observe(ctx, OpReadBells, start, err)
 	return recipients, next, err
 }
