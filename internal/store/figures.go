@@ -2,7 +2,6 @@ package store
 
 import (
 	"cmp"
-	"context"
 	"slices"
 	"time"
 
@@ -203,18 +202,4 @@ func nextHistory(history []BacklogSample, sample BacklogSample) []BacklogSample 
 		out = append(out, sample)
 	}
 	return out
-}
-
-// SumBacklog recounts the backlog of every recipient of s at once (tests,
-// and the figures of a store only one process opens).
-func SumBacklog(ctx context.Context, s Figures) (Backlog, error) {
-	var b Backlog
-	_, err := s.ScanBacklog(ctx, func(r RecipientRecords) error {
-		b.Add(r.Entries, r.Cursors)
-		for _, p := range r.Pending {
-			b.AddPending(p.Origin, p.Created)
-		}
-		return nil
-	})
-	return b, err
 }

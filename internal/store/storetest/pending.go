@@ -4,10 +4,9 @@ import (
 	"testing"
 
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/store"
 )
 
-// backlogCountsPending checks that a recount (SumBacklog) counts the bundles peeked and
+// backlogCountsPending checks that a recount (sumBacklog) counts the bundles peeked and
 // not yet dequeued, per domain, with when the oldest was cut; a dequeued
 // bundle is not counted.
 func backlogCountsPending(t *testing.T, s *storeEnv) {
@@ -18,7 +17,7 @@ func backlogCountsPending(t *testing.T, s *storeEnv) {
 	oldest := s.create(a, s.record(domain.OriginCharges, "c", 0, 2))
 	s.create(b, s.record(domain.OriginCharges, "c", 0, 1))
 	s.acknowledge(b, s.create(b, s.record(domain.OriginTimeSeries, "t", 0, 2)))
-	got, err := store.SumBacklog(ctx(t), s.store)
+	got, err := sumBacklog(ctx(t), s.store)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,7 +177,7 @@ func (h *harness) backlog(t *testing.T) {
 	e := h.env(t, hub.Options{})
 	read := func() store.Backlog {
 		t.Helper()
-		b, err := store.SumBacklog(ctx(t), e.store)
+		b, err := sumBacklog(ctx(t), e.store)
 		if err != nil {
 			t.Fatal(err)
 		}

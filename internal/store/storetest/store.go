@@ -756,7 +756,7 @@ func sweepRefusesChangedCatalog(t *testing.T, s *storeEnv) {
 }
 
 func backlogSums(t *testing.T, s *storeEnv) {
-	empty, err := store.SumBacklog(ctx(t), s.store)
+	empty, err := sumBacklog(ctx(t), s.store)
 	if err != nil || empty.Recipients != 0 || len(empty.ByOrigin) != 0 {
 		t.Fatalf("an empty store has a backlog %+v (%v)", empty, err)
 	}
@@ -771,7 +771,7 @@ func backlogSums(t *testing.T, s *storeEnv) {
 		st := s.load(r)
 		want.Add(st.Entries, st.Cursors)
 	}
-	got, err := store.SumBacklog(ctx(t), s.store)
+	got, err := sumBacklog(ctx(t), s.store)
 	if err != nil {
 		t.Fatal(err)
 	}
