@@ -191,27 +191,20 @@ func (s *Store) anyDrawerHolds(ctx context.Context, doc idDocDrawers, gone, aliv
 		if err != nil {
 			return false, err
 		}
-		_, err = s.readItem(ctx, s.drawers, azcosmos.NewPartitionKeyString(drawerID), pageID(doc.Markers[i]), "")
-		if isStatus(err, http.StatusNotFound) {
-			// Releasing the ids early lets a duplicate in: a 404 (1002: no
-			// replica caught up) is confirmed on the primary.
-			var page struct{}
-			found, perr := s.readOnPrimary(ctx, s.drawers, drawerID, pageID(doc.Markers[i]), &page)
-			if perr != nil {
-				return false, perr
-			}
-			if found {
-				err = nil
-			}
-		}
+		// On the primary, both ways: a replica behind a delete would keep
+		// ids no later sweep comes back for (another instance may have
+		// deleted the drawer, and its session token is not ours), and one
+		// behind the page's create (a 404/1002) would let a duplicate in.
+		var page struct{}
+		found, err := s.readOnPrimary(ctx, s.drawers, drawerID, pageID(doc.Markers[i]), &page)
 		switch {
-		case err == nil:
+		case err != nil:
+			return false, err
+		case found:
 			alive[d] = true
 			return true, nil
-		case isStatus(err, http.StatusNotFound):
-			gone[d] = true
 		default:
-			return false, err
+			gone[d] = true
 		}
 	}
 	return false, nil

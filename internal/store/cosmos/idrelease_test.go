@@ -217,3 +217,54 @@ func inBucket(t *testing.T, count, n uint64, recipient string) []domain.Notifica
 	t.Fatalf("no id in bucket %d of %d", n, count)
 	return nil
 }
+
+// Two instances sweep the two drawers of one save, the second while its
+// replicas are behind the first's delete of the other drawer: a replica
+// that still shows a page of a drawer another instance deleted must not
+// keep the save's id documents, which no later sweep would come back to
+// (their drawers are all gone), so that they kept its ids duplicates
+// forever. Replicas here are an hour behind on the server's clock.
+func TestIDsOfASaveSweptByTwoInstancesBehindEachOtherAreAllRemoved(t *testing.T) {
+	opts := cosmostest.Default()
+	opts.Lag, opts.LagFixed = time.Hour, true
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	clock := &costClock{now: time.Now()}
+	ctx := context.Background()
+	instance := func() (*cosmos.Store, *hub.Hub) {
+		s, err := cosmos.Open(ctx, cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
+			Throughput: "manual=100000",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		repo := hub.New(withoutBells{s}, hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now}, nil)
+		t.Cleanup(repo.Close)
+		return s, repo
+	}
+	_, first := instance()
+	second, secondRepo := instance()
+	a, b := notifications(5, uuid.NewString(), 1), notifications(5, uuid.NewString(), 1)
+	if _, err := first.Save(ctx, append(append([]domain.Notification{}, a...), b...)); err != nil {
+		t.Fatal(err)
+	}
+	// Replicas now hold the save: reads an hour behind show its pages.
+	if err := srv.AdvanceClock(2 * time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	drainRecipient(t, first, a[0].Recipient)
+	clock.advance(2 * time.Hour)
+	if err := first.SweepNow(ctx); err != nil { // a's drawer goes; b's holds the ids
+		t.Fatal(err)
+	}
+	drainRecipient(t, secondRepo, b[0].Recipient)
+	clock.advance(2 * time.Hour)
+	if err := secondRepo.SweepNow(ctx); err != nil { // b's drawer goes, a's still shown by replicas
+		t.Fatal(err)
+	}
+	if found, err := second.LookupIDs(ctx, append(idsOf(a), idsOf(b)...)); err != nil || len(found) != 0 {
+		t.Fatalf("retention left %d ids of a save whose drawers are all gone (%v)", len(found), err)
+	}
+}
