@@ -246,7 +246,8 @@ func TestIDsOfASaveSweptByTwoInstancesBehindEachOtherAreAllRemoved(t *testing.T)
 	}
 	_, first := instance()
 	second, secondRepo := instance()
-	a, b := notifications(5, uuid.NewString(), 1), notifications(5, uuid.NewString(), 1)
+	// Enough ids that every bucket holds some of each recipient's.
+	a, b := notifications(40, uuid.NewString(), 1), notifications(40, uuid.NewString(), 1)
 	if _, err := first.Save(ctx, append(append([]domain.Notification{}, a...), b...)); err != nil {
 		t.Fatal(err)
 	}
@@ -262,6 +263,10 @@ func TestIDsOfASaveSweptByTwoInstancesBehindEachOtherAreAllRemoved(t *testing.T)
 	drainRecipient(t, secondRepo, b[0].Recipient)
 	clock.advance(2 * time.Hour)
 	if err := secondRepo.SweepNow(ctx); err != nil { // b's drawer goes, a's still shown by replicas
+		t.Fatal(err)
+	}
+	// Replicas catch up with both instances' deletes, for the look-up.
+	if err := srv.AdvanceClock(2 * time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if found, err := second.LookupIDs(ctx, append(idsOf(a), idsOf(b)...)); err != nil || len(found) != 0 {
