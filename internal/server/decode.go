@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -10,7 +11,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/energydatahub/messagehub/codec"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
 )
@@ -40,8 +40,6 @@ func (w *wireMessage) free()         { w.buf.Free() }
 // serverCodec is the codec of codec.New, except that it hands a
 // wireMessage the received bytes as they are.
 type serverCodec struct{ encoding.CodecV2 }
-
-func newServerCodec() serverCodec { return serverCodec{codec.New()} }
 
 func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if h, ok := v.(*heldAnswer); ok {
@@ -81,17 +79,19 @@ func decodeRequest(recv func(any) error, into any) error {
 	if err := checkCounts(w.bytes(), into); err != nil {
 		return err
 	}
-	var err error
-	switch m := into.(type) {
-	case vtUnmarshaler:
-		err = m.UnmarshalVT(w.bytes())
-	case proto.Message:
-		err = proto.Unmarshal(w.bytes(), m)
-	default:
+	m, ok := into.(proto.Message)
+	if !ok {
 		return fmt.Errorf("decode a request of type %T: not a protobuf message", into)
 	}
+	var err error
+	if vt, ok := into.(vtUnmarshaler); ok {
+		err = vt.UnmarshalVT(w.bytes())
+	} else {
+		err = proto.Unmarshal(w.bytes(), m)
+	}
 	if err != nil {
-		return fmt.Errorf("%w: the request is not a valid %s message: %w", domain.ErrInvalidArgument, messageName(into), err)
+		return fmt.Errorf("%w: the request is not a valid %s message: %w",
+			domain.ErrInvalidArgument, m.ProtoReflect().Descriptor().FullName(), err)
 	}
 	return nil
 }
@@ -133,13 +133,6 @@ func countField(b []byte, field uint64, limit int) int {
 		b = b[k+k2:]
 	}
 	return n
-}
-
-func messageName(m any) string {
-	if pm, ok := m.(proto.Message); ok {
-		return string(pm.ProtoReflect().Descriptor().FullName())
-	}
-	return fmt.Sprintf("%T", m)
 }
 
 // pendingRequest is a unary call's request that the generated handler asked
@@ -186,7 +179,7 @@ func decodeUnary() grpc.UnaryServerInterceptor {
 // interceptor, which checks (and rewrites) the decoded request.
 func decodeStream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if !isMessageHub(info.FullMethod) {
+		if !strings.HasPrefix(info.FullMethod, "/"+ServiceName+"/") {
 			return handler(srv, ss)
 		}
 		return handler(srv, decodingStream{ss})
@@ -201,17 +194,6 @@ func (s decodingStream) RecvMsg(m any) error {
 		noteRequest(s.Context(), m)
 	}
 	return err
-}
-
-func isMessageHub(fullMethod string) bool {
-	const prefix = "/" + ServiceName + "/"
-	return len(fullMethod) > len(prefix) && fullMethod[:len(prefix)] == prefix
-}
-
-// registerMessageHub registers svc on srv with deferDecoding around every
-// unary handler.
-func registerMessageHub(srv *grpc.Server, svc messagehubv1.MessageHubServer) {
-	RegisterService(srv, &messagehubv1.MessageHub_ServiceDesc, svc)
 }
 
 // RegisterService registers impl for desc on srv (a server of

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
 
+	"github.com/energydatahub/messagehub/codec"
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/lograte"
 	"github.com/energydatahub/messagehub/internal/telemetry"
 )
@@ -207,7 +209,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		// authorizer's refusals.
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-		grpc.ForceServerCodecV2(newServerCodec()),
+		grpc.ForceServerCodecV2(serverCodec{codec.New()}),
 		grpc.NumStreamWorkers(streamWorkers),
 	}
 	serverOpts = append(serverOpts, grpc.StatsHandler(answerBudgets{perConn: o.answers.PerConnection, total: semaphore.NewWeighted(o.answers.Total), wait: o.answers.Wait}))
@@ -219,7 +221,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	svc.metrics = o.metrics
 	svc.documents, svc.contentTimeout = o.documents, o.contentTimeout
 	svc.waitRecheck = o.waitRecheck
-	registerMessageHub(srv, svc)
+	RegisterService(srv, &messagehubv1.MessageHub_ServiceDesc, svc)
 
 	hs := health.NewServer()
 	SetServing(hs, false)
