@@ -45,7 +45,7 @@ type Guard struct {
 
 	mu     sync.Mutex   // serialises looks, so state changes are logged once
 	unread bool         // the last look failed (logged once, not every look)
-	level  atomic.Int32 // levelOK, levelSavesRefused or levelWritesRefused, as the last look measured
+	level  atomic.Int32 // LevelOK, LevelSavesRefused or LevelWritesRefused, as the last look measured
 	// readOnly: the store was opened read-only (ReadOnlyAtStart), and every
 	// write fails until a restart, whatever space the volume has.
 	readOnly atomic.Bool
@@ -71,10 +71,11 @@ type Guard struct {
 	done chan struct{}
 }
 
+// Levels of the guard, as Level reports them.
 const (
-	levelOK            = iota
-	levelSavesRefused  // below the reserve
-	levelWritesRefused // below the floor
+	LevelOK            = iota // every write passes
+	LevelSavesRefused         // below the reserve: saves are refused
+	LevelWritesRefused        // below the floor: every write is refused
 )
 
 // New checks dir's volume at once (logging if saves start refused) and then
@@ -149,12 +150,12 @@ func (g *Guard) Refresh() {
 		return
 	}
 	g.unread = false
-	level := int32(levelOK)
+	level := int32(LevelOK)
 	switch {
 	case avail < g.Floor():
-		level = levelWritesRefused
+		level = LevelWritesRefused
 	case avail < g.reserve:
-		level = levelSavesRefused
+		level = LevelSavesRefused
 	}
 	was := g.level.Swap(level)
 	if level == was {
@@ -162,26 +163,19 @@ func (g *Guard) Refresh() {
 	}
 	attrs := []any{"dir", g.dir, "free_bytes", avail, "min_free_bytes", g.reserve}
 	switch {
-	case level == levelWritesRefused:
+	case level == LevelWritesRefused:
 		g.logger.Error("every write is refused, peeks of new bundles and dequeues too: the data volume is almost full; "+
 			"free space (saves are refused below --min-free-disk, every write below half of it)", attrs...)
 	case g.readOnly.Load():
 		g.logger.Error("every write is still refused: the data volume has more space now, but the store was opened "+
 			"read-only as the volume was almost full at start; restart the hub", attrs...)
-	case level == levelSavesRefused:
+	case level == LevelSavesRefused:
 		g.logger.Error("saves are refused: the data volume is nearly full; free space, or lower --min-free-disk; "+
 			"peeks and dequeues go on", attrs...)
 	default:
 		g.logger.Info("saves resume: the data volume has space again", attrs...)
 	}
 }
-
-// Levels of the guard, as Level reports them.
-const (
-	LevelOK            = levelOK            // every write passes
-	LevelSavesRefused  = levelSavesRefused  // below the reserve: saves are refused
-	LevelWritesRefused = levelWritesRefused // below the floor: every write is refused
-)
 
 // Level is what the last look found: LevelOK, LevelSavesRefused or
 // LevelWritesRefused; always LevelWritesRefused once the store was opened

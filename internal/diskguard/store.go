@@ -101,6 +101,11 @@ func sweepBytes(sw store.Sweep) uint64 {
 // leaseBytes is a lease record, for stores that write one.
 const leaseBytes = 4 * recordBytes * writeFactor
 
+// guardedStore guards the writes named below; reads, and the writes that
+// put nothing on the volume, pass to the embedded Store: MarkIdle (the
+// embedded store keeps no mark, and a mark is only a hint) and RingBell (a
+// bell tells other instances of a save already stored; the store one
+// process opens writes nothing for it).
 type guardedStore struct {
 	store.Store
 	g *Guard
@@ -117,38 +122,33 @@ func (s *guardedStore) write(n, limit uint64, fn func() error) error {
 	return err
 }
 
-// CommitSaves implements store.Store: refused below the reserve.
+// CommitSaves is refused below the reserve, every other write below the
+// floor.
 func (s *guardedStore) CommitSaves(ctx context.Context, saves []store.RecipientSave) error {
 	return s.write(SaveBytes(saves), s.g.reserve, func() error { return s.Store.CommitSaves(ctx, saves) })
 }
 
-// CreateBundle implements store.Store: refused below the floor.
 func (s *guardedStore) CreateBundle(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
 	return s.write(bundleRecordBytes(rec, cursor), s.g.Floor(), func() error { return s.Store.CreateBundle(ctx, recipient, rec, cursor) })
 }
 
-// Acknowledge implements store.Store: refused below the floor.
 func (s *guardedStore) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
 	return s.write(bundleRecordBytes(rec, cursor), s.g.Floor(), func() error { return s.Store.Acknowledge(ctx, recipient, rec, cursor) })
 }
 
-// ReleaseBundle implements store.Store: refused below the floor.
 func (s *guardedStore) ReleaseBundle(ctx context.Context, recipient string, rec bundle.Record) error {
 	return s.write(bundleRecordBytes(rec, catalog.Cursor{}), s.g.Floor(), func() error { return s.Store.ReleaseBundle(ctx, recipient, rec) })
 }
 
-// ApplySweep implements store.Store: refused below the floor.
 func (s *guardedStore) ApplySweep(ctx context.Context, sweep store.Sweep) error {
 	return s.write(sweepBytes(sweep), s.g.Floor(), func() error { return s.Store.ApplySweep(ctx, sweep) })
 }
 
-// RemoveNotices implements store.Outbox: refused below the floor.
 func (s *guardedStore) RemoveNotices(ctx context.Context, notices []store.Notice) error {
 	n := uint64(len(notices)+1) * recordBytes * writeFactor //nolint:gosec // a length is not negative
 	return s.write(n, s.g.Floor(), func() error { return s.Store.RemoveNotices(ctx, notices) })
 }
 
-// HoldSweepLease implements store.Coordination: refused below the floor.
 func (s *guardedStore) HoldSweepLease(ctx context.Context, holder string, d time.Duration) (held bool, err error) {
 	err = s.write(leaseBytes, s.g.Floor(), func() (err error) {
 		held, err = s.Store.HoldSweepLease(ctx, holder, d)
@@ -157,18 +157,15 @@ func (s *guardedStore) HoldSweepLease(ctx context.Context, holder string, d time
 	return held, err
 }
 
-// ReleaseSweepLease implements store.Coordination: refused below the floor.
 func (s *guardedStore) ReleaseSweepLease(ctx context.Context, holder string) error {
 	return s.write(leaseBytes, s.g.Floor(), func() error { return s.Store.ReleaseSweepLease(ctx, holder) })
 }
 
-// WriteFigures implements store.Figures: refused below the floor.
 func (s *guardedStore) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
 	n := uint64(len(f.Oldest)+len(f.Largest)+len(f.History)+1) * recordBytes * writeFactor //nolint:gosec // lengths are not negative
 	return s.write(n, s.g.Floor(), func() error { return s.Store.WriteFigures(ctx, f, parts) })
 }
 
-// AcquireBuild implements store.Coordination: refused below the floor.
 func (s *guardedStore) AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (current string, until time.Time, err error) {
 	err = s.write(leaseBytes, s.g.Floor(), func() (err error) {
 		current, until, err = s.Store.AcquireBuild(ctx, recipient, bundleID, holder, d)
@@ -177,25 +174,6 @@ func (s *guardedStore) AcquireBuild(ctx context.Context, recipient, bundleID, ho
 	return current, until, err
 }
 
-// ReleaseBuild implements store.Coordination: refused below the floor.
 func (s *guardedStore) ReleaseBuild(ctx context.Context, recipient, bundleID, holder string) error {
 	return s.write(leaseBytes, s.g.Floor(), func() error { return s.Store.ReleaseBuild(ctx, recipient, bundleID, holder) })
-}
-
-// MarkIdle implements store.Store: it passes. The embedded store keeps no
-// mark and writes nothing for it, and a mark is only a hint.
-func (s *guardedStore) MarkIdle(ctx context.Context, recipient string, head store.Head) error {
-	return s.Store.MarkIdle(ctx, recipient, head)
-}
-
-// RingBell implements store.Coordination: it passes, as a read does. A bell
-// tells other instances about a save already stored; the store one process
-// opens writes nothing for it.
-func (s *guardedStore) RingBell(ctx context.Context, recipients []string) error {
-	return s.Store.RingBell(ctx, recipients)
-}
-
-// ReadBells implements store.Coordination: reads always pass.
-func (s *guardedStore) ReadBells(ctx context.Context, cursor string) ([]string, string, error) {
-	return s.Store.ReadBells(ctx, cursor)
 }
