@@ -5,6 +5,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,20 +80,23 @@ func Discard() *Metrics {
 func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	meter := mp.Meter(instrumentationName)
 	var m Metrics
-	var err error
+	var errs []error
+	made := func(err error) { errs = append(errs, err) }
 	counter := func(name, unit, desc string) metric.Int64Counter {
-		c, cerr := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		if err == nil {
-			err = cerr
-		}
+		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		made(err)
 		return c
 	}
 	histogram := func(name, unit, desc string, buckets []float64) metric.Int64Histogram {
-		h, herr := meter.Int64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc),
+		h, err := meter.Int64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc),
 			metric.WithExplicitBucketBoundaries(buckets...))
-		if err == nil {
-			err = herr
-		}
+		made(err)
+		return h
+	}
+	seconds := func(name, desc string) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(latencyBuckets...))
+		made(err)
 		return h
 	}
 	m.saved = counter("messagehub.notifications.saved", "{notification}",
@@ -123,26 +127,16 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		"Reloads of a changed JWKS file, by outcome: ok, or error (unreadable or unusable; the last good keys stay).")
 	m.bellErrors = counter("messagehub.wake.bell.errors", "{error}",
 		"Failed rings and reads of the bells that carry Saves to the Peeks waiting on other instances, by operation (ring, read); while reads fail, waiting Peeks re-check every 5 s.")
-	if err != nil {
-		return nil, err
-	}
-	if m.buildsInBackoff, err = meter.Int64UpDownCounter("messagehub.content.builds.backoff", metric.WithUnit("{build}"),
-		metric.WithDescription("Bundle document builds waiting out a backoff after their domain's provider failed.")); err != nil {
-		return nil, err
-	}
-	if m.storeDuration, err = meter.Float64Histogram("messagehub.store.operation.duration",
-		metric.WithUnit("s"), metric.WithDescription("Duration of store operations, by operation."),
-		metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
-		return nil, err
-	}
-	if m.providerDuration, err = meter.Float64Histogram("messagehub.content.provider.duration",
-		metric.WithUnit("s"), metric.WithDescription("Duration of CreateBundleContent calls, by origin."),
-		metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
-		return nil, err
-	}
-	if m.requestCharge, err = meter.Float64Counter("messagehub.store.request.charge",
-		metric.WithUnit("{request_unit}"),
-		metric.WithDescription("Request units charged by a remote store backend (Cosmos DB), by operation.")); err != nil {
+	m.storeDuration = seconds("messagehub.store.operation.duration", "Duration of store operations, by operation.")
+	m.providerDuration = seconds("messagehub.content.provider.duration", "Duration of CreateBundleContent calls, by origin.")
+	var err error
+	m.buildsInBackoff, err = meter.Int64UpDownCounter("messagehub.content.builds.backoff", metric.WithUnit("{build}"),
+		metric.WithDescription("Bundle document builds waiting out a backoff after their domain's provider failed."))
+	made(err)
+	m.requestCharge, err = meter.Float64Counter("messagehub.store.request.charge", metric.WithUnit("{request_unit}"),
+		metric.WithDescription("Request units charged by a remote store backend (Cosmos DB), by operation."))
+	made(err)
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return &m, nil
@@ -162,11 +156,11 @@ var (
 
 // RecordPeek counts a successful Peek, whether it returned a bundle or not.
 func (m *Metrics) RecordPeek(ctx context.Context, delivered bool) {
+	outcome := peekEmpty
 	if delivered {
-		m.peeks.Add(ctx, 1, peekBundle)
-	} else {
-		m.peeks.Add(ctx, 1, peekEmpty)
+		outcome = peekBundle
 	}
+	m.peeks.Add(ctx, 1, outcome)
 }
 
 // RecordBundleCreated counts a new bundle and its size.
