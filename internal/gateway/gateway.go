@@ -45,8 +45,7 @@ import (
 const MessageIDHeader = "MessageId"
 
 // peekGroups are the Peek routes per group: GET /v1/peek/<name> is GET
-// /v1/peek?group=<value>. An HTTP rule cannot fix a field's value, so the
-// routes are added here rather than in messagehub_http.yaml.
+// /v1/peek?group=<value> (an HTTP rule cannot fix a field's value).
 var peekGroups = map[string]string{
 	"/v1/peek/timeseries":   messagehubv1.PeekGroup_PEEK_GROUP_TIME_SERIES.String(),
 	"/v1/peek/aggregations": messagehubv1.PeekGroup_PEEK_GROUP_AGGREGATIONS.String(),
@@ -58,9 +57,7 @@ var peekGroups = map[string]string{
 const DefaultMaxBodyBytes = 33 << 20
 
 // DefaultMaxBodyMemory bounds the bodies all requests together may be
-// reading or holding: the per-request cap alone still lets many clients at
-// once exhaust memory (a body being decoded costs about three times its
-// size).
+// reading or holding: a body being decoded costs about three times its size.
 const DefaultMaxBodyMemory = 128 << 20
 
 // busyRetryAfterSeconds is what a 503 for too much in flight (bodies,
@@ -88,8 +85,7 @@ type options struct {
 	contentStall        time.Duration // longest a client may read nothing of a document
 }
 
-// WithAccessLog logs every request at debug level on logger: method, path,
-// status, duration and client.
+// WithAccessLog logs every request at debug level on logger.
 func WithAccessLog(logger *slog.Logger) Option { return func(o *options) { o.accessLog = logger } }
 
 // WithMaxBodyBytes refuses request bodies over n bytes with 413.
@@ -102,36 +98,11 @@ func WithMaxBodyMemory(n int64) Option { return func(o *options) { o.maxBodyMemo
 
 // WithAuthentication checks every API request's Authorization header with
 // fn (told the client's address, for its log) before its body is read; a
-// refusal is 401. The gRPC server still authenticates and authorizes the
-// call itself.
+// refusal is 401.
 func WithAuthentication(fn func(authorization []string, client string) error) Option {
 	return func(o *options) { o.authenticate = fn }
 }
 
-// WithContentPeeks bounds the documents being answered at once
-// (GET /v1/peek/content) to total, and to perConn on one connection; a
-// content peek beyond either is answered 503 with Retry-After. Zero keeps
-// the default.
-func WithContentPeeks(total, perConn int) Option {
-	return func(o *options) {
-		if total > 0 {
-			o.contentPeeks = total
-		}
-		if perConn > 0 {
-			o.contentPeeksPerConn = perConn
-		}
-	}
-}
-
-// WithContentStall cuts a document's answer when its client reads nothing of
-// it for d (zero keeps the default).
-func WithContentStall(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.contentStall = d
-		}
-	}
-}
 
 // New returns the HTTP handler of the gateway. conn reaches the gRPC server
 // (MessageHub and health); metrics serves /metrics (nil: /metrics is served
@@ -149,17 +120,15 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		runtime.WithHealthzEndpoint(healthpb.NewHealthClient(conn)),
 		runtime.WithForwardResponseOption(peekResponse),
 		runtime.WithErrorHandler(errorHandler),
-		// Unknown fields are refused rather than dropped: a misspelt field
-		// must not silently change what is stored. So is anything after
-		// the body's one document.
+		// Unknown fields, and anything after the body's one document, are
+		// refused: a misspelt field must not silently change what is stored.
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: oneDocumentJSON{&runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}}}),
 		// So are unknown query parameters.
 		runtime.SetQueryParameterParser(&strictQuery{}),
-		// The server sets no response metadata worth exposing as
-		// Grpc-Metadata-* headers.
+		// No response metadata is worth a Grpc-Metadata-* header.
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		// The gRPC server logs the HTTP client's address, which only the
 		// gateway names: a client's header that would name it is dropped.
@@ -192,20 +161,15 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, "/v1/peek", peekWait(mux, peeks)},
 		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
 		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn), peekAnswers, o), o)},
-		// The Admin service's inspection (the admin role).
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/backlog", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/next-bundle", api},
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/notifications/{notificationId}", api},
 		{http.MethodGet, "/admin/v1/recipients", api},
 		{http.MethodGet, "/admin/v1/backlog-history", api},
-		// The remedies (the admin role; a reason in the body).
 		{http.MethodPost, "/admin/v1/recipients/{recipient}/bundles/{bundleId}:release", api},
 		{http.MethodPost, "/admin/v1/recipients/{recipient}:acknowledge", api},
-		// Backup (the admin role): a copy of the hub's data on its host.
 		{http.MethodPost, "/admin/v1/backup", api},
-		// The audit log of a recipient (the admin role).
 		{http.MethodGet, "/admin/v1/recipients/{recipient}/audit", api},
-		// The operators' console: static pages that call the Admin routes.
 		{http.MethodGet, console.Path, console.Handler()}, {http.MethodGet, console.Path + "/", console.Handler()},
 	}
 	if metrics != nil {
@@ -283,12 +247,10 @@ func methodNotAllowed(mux *runtime.ServeMux, method string) http.Handler {
 	})
 }
 
-// guard checks the caller's token before anything of the body is read (its
-// refusals are written in mux's error shape), and
+// guard checks the caller's token before anything of the body is read, and
 // bounds the body: a declared length over the limit is refused at once, an
-// undeclared one as soon as it passes the limit. A body counts against the
-// memory of all bodies in flight until the request is answered: its declared
-// length, or the limit when undeclared.
+// undeclared one as soon as it passes the limit. Until the request is
+// answered, its body counts against the memory of all bodies in flight.
 func guard(mux *runtime.ServeMux, next http.Handler, o options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o.authenticate != nil {
@@ -316,7 +278,7 @@ func guard(mux *runtime.ServeMux, next http.Handler, o options) http.Handler {
 }
 
 // bodyWeight is what r's body may cost: its declared length, or the limit
-// when it is sent without one (chunked). A request without body costs nothing.
+// when it is sent without one (chunked).
 func bodyWeight(r *http.Request, limit int64) int64 {
 	switch {
 	case r.ContentLength >= 0:
@@ -351,8 +313,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 
 type bodyKey struct{}
 
-// writeError writes err in grpc-gateway's JSON error shape with an HTTP
-// status of our choosing.
+// writeError writes err in grpc-gateway's JSON error shape with httpStatus.
 func writeError(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, httpStatus int, err error) {
 	_, out := runtime.MarshalerForRequest(mux, r)
 	runtime.DefaultHTTPErrorHandler(r.Context(), mux, out, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: err})
@@ -380,8 +341,7 @@ func peekGroup(next http.Handler, group string) http.Handler {
 // peekResponse shapes a Peek's HTTP answer: the bundle id in the MessageId
 // header, or 204 No Content when there is no bundle. Other answers pass.
 func peekResponse(_ context.Context, w http.ResponseWriter, m proto.Message) error {
-	// With `response_body: bundle` the gateway hands over a generated wrapper
-	// of *PeekResponse, which still has GetBundle.
+	// With `response_body: bundle` the gateway hands over a generated wrapper.
 	resp, ok := m.(interface{ GetBundle() *messagehubv1.Bundle })
 	if !ok {
 		return nil
@@ -390,8 +350,7 @@ func peekResponse(_ context.Context, w http.ResponseWriter, m proto.Message) err
 		w.Header()[MessageIDHeader] = []string{b.GetId()} //nolint:staticcheck // SA1008: sent as the clients spell it
 		return nil
 	}
-	// The gateway still writes the (empty) body; a 204 makes the writer
-	// drop it.
+	// The gateway still writes the (empty) body, which a 204 drops.
 	w.Header().Del("Content-Type")
 	w.WriteHeader(http.StatusNoContent)
 	return nil
