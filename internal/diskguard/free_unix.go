@@ -10,26 +10,15 @@ import (
 )
 
 // Free reports the bytes available to unprivileged users on dir's volume.
-// A dir not made yet is looked at through its nearest existing parent: the
-// volume it will be on.
 func Free(dir string) (uint64, error) {
 	var st unix.Statfs_t
-	for {
-		err := unix.Statfs(dir, &st)
-		if err == nil {
-			break
-		}
-		if parent := filepath.Dir(dir); errors.Is(err, unix.ENOENT) && parent != dir {
-			dir = parent
-			continue
-		}
+	if err := nearest(dir, func(p string) error { return unix.Statfs(p, &st) }); err != nil {
 		return 0, err
 	}
 	return uint64(st.Bavail) * uint64(st.Bsize), nil //nolint:gosec // block counts and sizes are not negative
 }
 
-// SameVolume reports whether a and b are on one filesystem; a path not made
-// yet is looked at through its nearest existing parent.
+// SameVolume reports whether a and b are on one filesystem.
 func SameVolume(a, b string) (bool, error) {
 	da, err := device(a)
 	if err != nil {
@@ -41,15 +30,19 @@ func SameVolume(a, b string) (bool, error) {
 
 func device(path string) (uint64, error) {
 	var st unix.Stat_t
+	err := nearest(path, func(p string) error { return unix.Stat(p, &st) })
+	return uint64(st.Dev), err //nolint:gosec,unconvert // its type differs between platforms
+}
+
+// nearest calls stat with path, or with its nearest existing parent: a path
+// not made yet is looked at through the volume it will be on.
+func nearest(path string, stat func(string) error) error {
 	for {
-		err := unix.Stat(path, &st)
-		if err == nil {
-			return uint64(st.Dev), nil //nolint:gosec,unconvert // its type differs between platforms
+		err := stat(path)
+		parent := filepath.Dir(path)
+		if !errors.Is(err, unix.ENOENT) || parent == path {
+			return err
 		}
-		if parent := filepath.Dir(path); errors.Is(err, unix.ENOENT) && parent != path {
-			path = parent
-			continue
-		}
-		return 0, err
+		path = parent
 	}
 }
