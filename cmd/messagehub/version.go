@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"runtime/debug"
 )
@@ -14,42 +15,31 @@ type buildInfo struct {
 	GoVersion string
 }
 
-// Stamps a build without VCS data (the container image, built without .git)
-// is given with -ldflags "-X main.stampedVersion=... -X main.stampedRevision=...
-// -X main.stampedTime=...".
+// Stamps given at link time to a build without VCS data (the container
+// image): -ldflags "-X main.stampedVersion=... -X main.stampedRevision=... -X main.stampedTime=...".
 var stampedVersion, stampedRevision, stampedTime string
 
-// readBuildInfo reads the module and VCS stamps Go embeds in every binary,
-// or the stamps given at link time.
-func readBuildInfo() (info buildInfo) {
-	info = buildInfo{Version: "(devel)", Revision: "unknown", Time: "unknown"}
-	defer func() {
-		for _, s := range []struct{ stamp, into *string }{
-			{&stampedVersion, &info.Version}, {&stampedRevision, &info.Revision}, {&stampedTime, &info.Time},
-		} {
-			if *s.stamp != "" {
-				*s.into = *s.stamp
+// readBuildInfo reads the stamps Go embeds in every binary, or those given
+// at link time.
+func readBuildInfo() buildInfo {
+	info := buildInfo{Version: "(devel)", Revision: "unknown", Time: "unknown"}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		info.GoVersion = bi.GoVersion
+		info.Version = cmp.Or(bi.Main.Version, info.Version)
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				info.Revision = s.Value
+			case "vcs.time":
+				info.Time = s.Value
+			case "vcs.modified":
+				info.Modified = s.Value == "true"
 			}
 		}
-	}()
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return info
 	}
-	info.GoVersion = bi.GoVersion
-	if bi.Main.Version != "" {
-		info.Version = bi.Main.Version
-	}
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			info.Revision = s.Value
-		case "vcs.time":
-			info.Time = s.Value
-		case "vcs.modified":
-			info.Modified = s.Value == "true"
-		}
-	}
+	info.Version = cmp.Or(stampedVersion, info.Version)
+	info.Revision = cmp.Or(stampedRevision, info.Revision)
+	info.Time = cmp.Or(stampedTime, info.Time)
 	return info
 }
 
