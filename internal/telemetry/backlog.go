@@ -116,25 +116,17 @@ func (t *Telemetry) WatchBacklog(read func(context.Context) (store.BacklogFigure
 	if err := t.registry.Register(c); err != nil {
 		return nil, err
 	}
-	return watch(func(ctx context.Context) error {
-		f, err := read(ctx)
-		if err == nil && !f.ComputedAt.IsZero() {
-			c.set(f)
-		}
-		return err
-	}, interval, logger, "the backlog figures"), nil
-}
-
-// watch runs refresh now and every interval until the returned stop is
-// called; stop waits for a refresh in progress.
-func watch(refresh func(context.Context) error, interval time.Duration, logger *slog.Logger, what string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	once := func() {
 		rctx, cancel := context.WithTimeout(ctx, interval)
 		defer cancel()
-		if err := refresh(rctx); err != nil && ctx.Err() == nil {
-			logger.Warn("reading "+what+" for its metrics failed", "error", err)
+		f, err := read(rctx)
+		if err == nil && !f.ComputedAt.IsZero() {
+			c.set(f)
+		}
+		if err != nil && ctx.Err() == nil {
+			logger.Warn("reading the backlog figures for its metrics failed", "error", err)
 		}
 	}
 	go func() {
@@ -151,5 +143,5 @@ func watch(refresh func(context.Context) error, interval time.Duration, logger *
 			}
 		}
 	}()
-	return func() { cancel(); <-done }
+	return func() { cancel(); <-done }, nil
 }
