@@ -1,5 +1,7 @@
 package groupcommit
 
+import "slices"
+
 // queued is a request waiting for its group, with its keys.
 type queued[T any] struct {
 	req  T
@@ -84,14 +86,7 @@ func (p *Pipeline[T]) nextGroup(waiting []queued[T], busy map[string]bool) (grou
 	weight := 0
 	rest = waiting[:0:0]
 	for _, q := range waiting {
-		free := true
-		for _, k := range q.keys {
-			if busy[k] || held[k] {
-				free = false
-				break
-			}
-		}
-		if free {
+		if !slices.ContainsFunc(q.keys, func(k string) bool { return busy[k] || held[k] }) {
 			w := p.opts.Weight(q.req)
 			if len(group) == 0 || p.opts.MaxWeight == 0 || weight+w <= p.opts.MaxWeight {
 				group = append(group, q.req)
