@@ -173,20 +173,7 @@ func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
 	return keys.lookup(t.Method.Alg(), kid)
 }
 
-// Check looks at the JWKS file now and installs its keys if it changed. A
-// file that cannot be read or parsed leaves the keys as they are.
-func (v *Verifier) Check() {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.checkLocked(v.cfg.Now())
-}
-
 type principalKey struct{}
-
-// WithPrincipal returns ctx carrying p.
-func WithPrincipal(ctx context.Context, p Principal) context.Context {
-	return context.WithValue(ctx, principalKey{}, p)
-}
 
 // PrincipalFromContext returns the caller authenticated for this call, if any.
 func PrincipalFromContext(ctx context.Context) (Principal, bool) {

@@ -89,7 +89,7 @@ func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (con
 	if err != nil {
 		return ctx, refused(p, err)
 	}
-	return WithPrincipal(ctx, p), nil
+	return context.WithValue(ctx, principalKey{}, p), nil
 }
 
 // Refusal is the refusal of a verified caller: it names the token's

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
@@ -162,4 +163,10 @@ func TestStatusCodesAreNamedAsOtelgrpcNamesThem(t *testing.T) {
 	if got := canonicalCode(codes.Code(1 << 31)); got != "CODE(2147483648)" {
 		t.Errorf("canonicalCode(1<<31) = %q, want CODE(2147483648)", got)
 	}
+}
+
+// otelGRPCServerHandler is otelgrpc's server handler with the telemetry's
+// providers, which GRPCServerHandler returns when spans are exported.
+func (t *Telemetry) otelGRPCServerHandler() stats.Handler {
+	return otelgrpc.NewServerHandler(t.otelgrpcOptions()...)
 }

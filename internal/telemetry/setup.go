@@ -173,10 +173,6 @@ func (t *Telemetry) GRPCServerHandler() stats.Handler {
 		// otelgrpc reports the same error through otel.Handle and goes on
 		// without the instrument.
 	}
-	return t.otelGRPCServerHandler()
-}
-
-func (t *Telemetry) otelGRPCServerHandler() stats.Handler {
 	return otelgrpc.NewServerHandler(t.otelgrpcOptions()...)
 }
 
