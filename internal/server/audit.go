@@ -81,7 +81,11 @@ func auditEvents(method string, req, resp any, subject string, at time.Time) []a
 	if !ok {
 		return nil
 	}
-	e := audit.Event{At: at, Action: call.action, Subject: subject, Recipient: recipientOf(req)}
+	e := audit.Event{At: at, Action: call.action, Subject: subject}
+	if r, ok := req.(interface{ GetRecipient() string }); ok {
+		// Valid, since the call succeeded, but in any letter case.
+		e.Recipient = strings.ToLower(r.GetRecipient())
+	}
 	var bundles []string
 	switch r := resp.(type) {
 	case *messagehubv1.PeekResponse: // Peek
@@ -128,15 +132,6 @@ func auditEvents(method string, req, resp any, subject string, at time.Time) []a
 	return events
 }
 
-// recipientOf is the request's recipient as the handler read it: valid,
-// since the call succeeded, in any letter case.
-func recipientOf(req any) string {
-	r, _ := req.(interface{ GetRecipient() string })
-	if r == nil {
-		return ""
-	}
-	return strings.ToLower(r.GetRecipient())
-}
 
 // truncate cuts s to at most n bytes, at a rune boundary.
 func truncate(s string, n int) string {
