@@ -132,7 +132,6 @@ func auditEvents(method string, req, resp any, subject string, at time.Time) []a
 	return events
 }
 
-
 // truncate cuts s to at most n bytes, at a rune boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
