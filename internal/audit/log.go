@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -69,19 +70,11 @@ type Log struct {
 
 // NewLog starts a Log over w; Close stops it.
 func NewLog(w Writer, opts Options) *Log {
-	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = DefaultFlushInterval
-	}
-	if opts.FlushEvents <= 0 {
-		opts.FlushEvents = DefaultFlushEvents
-	}
-	if opts.MaxBuffered <= 0 {
-		opts.MaxBuffered = DefaultMaxBuffered
-	}
+	opts.FlushInterval = cmp.Or(opts.FlushInterval, DefaultFlushInterval)
+	opts.FlushEvents = cmp.Or(opts.FlushEvents, DefaultFlushEvents)
+	opts.MaxBuffered = cmp.Or(opts.MaxBuffered, DefaultMaxBuffered)
 	opts.FlushEvents = min(opts.FlushEvents, opts.MaxBuffered)
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	l := &Log{w: w, opts: opts, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	l.runCtx, l.cancelRun = context.WithCancel(context.Background())
 	go l.run()

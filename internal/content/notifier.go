@@ -1,6 +1,7 @@
 package content
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -189,24 +190,16 @@ const stopGrace = 2 * time.Second
 
 // StartNotifier starts delivering; Close stops it.
 func StartNotifier(opts NotifierOptions) *Notifier {
-	if opts.Interval <= 0 {
-		opts.Interval = time.Second
-	}
+	opts.Interval = cmp.Or(opts.Interval, time.Second)
 	if opts.IdleMax < opts.Interval {
 		opts.IdleMax = max(30*time.Second, opts.Interval)
 	}
 	if opts.RetryMax < opts.Interval {
 		opts.RetryMax = max(time.Minute, opts.Interval)
 	}
-	if opts.CallTimeout <= 0 {
-		opts.CallTimeout = 30 * time.Second
-	}
-	if opts.Batch <= 0 {
-		opts.Batch = 100
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opts.CallTimeout = cmp.Or(opts.CallTimeout, 30*time.Second)
+	opts.Batch = cmp.Or(opts.Batch, 100)
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	if opts.Clock == nil {
 		opts.Clock = realClock{}
 	}

@@ -1,6 +1,7 @@
 package content
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,21 +107,13 @@ type build struct {
 
 // NewService returns a Service; Close stops its background work.
 func NewService(opts Options) *Service {
-	if opts.RetryMin <= 0 {
-		opts.RetryMin = DefaultRetryMin
-	}
+	opts.RetryMin = cmp.Or(opts.RetryMin, DefaultRetryMin)
 	if opts.RetryMax < opts.RetryMin {
 		opts.RetryMax = max(DefaultRetryMax, opts.RetryMin)
 	}
-	if opts.AttemptTimeout <= 0 {
-		opts.AttemptTimeout = DefaultAttemptTimeout
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.LeaseDuration <= 0 {
-		opts.LeaseDuration = DefaultLeaseDuration
-	}
+	opts.AttemptTimeout = cmp.Or(opts.AttemptTimeout, DefaultAttemptTimeout)
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.LeaseDuration = cmp.Or(opts.LeaseDuration, DefaultLeaseDuration)
 	ctx, stop := context.WithCancel(context.Background())
 	return &Service{opts: opts, holder: holderName(), building: map[Key]*build{}, ctx: ctx, stop: stop}
 }

@@ -15,6 +15,7 @@
 package diskguard
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -84,12 +85,8 @@ func New(dir string, reserve uint64, free FreeFunc, interval time.Duration, logg
 	if free == nil {
 		free = Free
 	}
-	if interval <= 0 {
-		interval = DefaultInterval
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	interval = cmp.Or(interval, DefaultInterval)
+	logger = cmp.Or(logger, slog.New(slog.DiscardHandler))
 	g := &Guard{dir: dir, reserve: reserve, free: free, logger: logger, stop: make(chan struct{}), done: make(chan struct{})}
 	g.Refresh()
 	go g.loop(interval)

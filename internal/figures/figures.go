@@ -10,6 +10,7 @@
 package figures
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -72,21 +73,13 @@ type Keeper struct {
 
 // New returns a Keeper of s's figures.
 func New(s store.Store, opts Options) *Keeper {
-	if opts.Every <= 0 {
-		opts.Every = DefaultEvery
-	}
-	if opts.FullEvery <= 0 {
-		opts.FullEvery = DefaultFullEvery
-	}
-	if opts.Budget <= 0 {
-		opts.Budget = DefaultBudget
-	}
+	opts.Every = cmp.Or(opts.Every, DefaultEvery)
+	opts.FullEvery = cmp.Or(opts.FullEvery, DefaultFullEvery)
+	opts.Budget = cmp.Or(opts.Budget, DefaultBudget)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	return &Keeper{store: s, opts: opts, holder: uuid.NewString()}
 }
 
