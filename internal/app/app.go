@@ -99,9 +99,7 @@ func (a *App) onClose(name string, fn func() error) {
 // whatever it opened if a step fails. ctx bounds the opening (a remote
 // store, the gateway's set-up); the App serves once Run is called.
 func New(ctx context.Context, cfg Config) (_ *App, err error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,10 +46,7 @@ var ErrShutdownTimedOut = errors.New("shutdown timed out")
 const telemetryFlushTimeout = 2 * time.Second
 
 func (a *App) shutdownTimeout() time.Duration {
-	if a.cfg.ShutdownTimeout > 0 {
-		return a.cfg.ShutdownTimeout
-	}
-	return DefaultShutdownTimeout
+	return cmp.Or(a.cfg.ShutdownTimeout, DefaultShutdownTimeout)
 }
 
 // Close stops serving, if Run has not already, and releases everything New

@@ -97,10 +97,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger := cmp.Or(cfg.Logger, slog.Default())
 	v := &Verifier{
 		cfg:    cfg,
 		logger: logger,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,10 +43,7 @@ func WithDocuments(d Documents, timeout time.Duration) Option {
 // content.MaxMessageBytes (a bundle too large to share its message with
 // data is sent alone).
 func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerStreamingServer[messagehubv1.PeekContentChunk]) error {
-	timeout := s.contentTimeout
-	if timeout <= 0 {
-		timeout = DefaultContentTimeout
-	}
+	timeout := cmp.Or(s.contentTimeout, DefaultContentTimeout)
 	var peeked *messagehubv1.PeekResponse
 	var err error
 	ctx, cancel := context.WithTimeout(stream.Context(), timeout)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -112,10 +113,7 @@ func (s *Service) peekWaiting(ctx context.Context, recipient string, group domai
 // re-checks from then on, without a look at once (all waiters would look
 // at the same moment).
 func (s *Service) sleep(ctx context.Context, wake <-chan struct{}, over <-chan time.Time) (ended bool, err error) {
-	recheck := s.waitRecheck
-	if recheck <= 0 {
-		recheck = DefaultWaitRecheck
-	}
+	recheck := cmp.Or(s.waitRecheck, DefaultWaitRecheck)
 	var again <-chan time.Time
 	var lost <-chan struct{}
 	following := false

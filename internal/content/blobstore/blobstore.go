@@ -62,9 +62,7 @@ var _ content.Store = (*Store)(nil)
 // Open returns a Store on cfg's container, creating it when cfg.Provision.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg.Container = cmp.Or(cfg.Container, DefaultContainer)
-	if cfg.BlockSize <= 0 {
-		cfg.BlockSize = 4 << 20
-	}
+	cfg.BlockSize = cmp.Or(cfg.BlockSize, 4<<20)
 	var c *container.Client
 	var err error
 	switch {
