@@ -126,18 +126,15 @@ func reserve(ctx context.Context, n int64) (func(), error) {
 	}
 	c.held += n
 	c.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			c.own.Release(n)
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if !c.closed {
-				c.held -= n
-				c.total.Release(n)
-			}
-		})
-	}, nil
+	return sync.OnceFunc(func() {
+		c.own.Release(n)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.closed {
+			c.held -= n
+			c.total.Release(n)
+		}
+	}), nil
 }
 
 func refused(ctx context.Context, n int64, whose string, waited time.Duration) error {
