@@ -3,7 +3,7 @@ package telemetry
 import (
 	"context"
 	"log/slog"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,8 +28,7 @@ type backlogCollector struct {
 	outbox                                           bool
 	now                                              func() time.Time
 
-	mu   sync.Mutex
-	last *store.BacklogFigures // nil until the first figures are read
+	last atomic.Pointer[store.BacklogFigures] // nil until the first figures are read
 }
 
 func newBacklogCollector(now func() time.Time, outbox bool) *backlogCollector {
@@ -69,9 +68,7 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	last := c.last
-	c.mu.Unlock()
+	last := c.last.Load()
 	if last == nil {
 		return // not read yet: no numbers rather than false zeros
 	}
@@ -98,12 +95,6 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *backlogCollector) set(f store.BacklogFigures) {
-	c.mu.Lock()
-	c.last = &f
-	c.mu.Unlock()
-}
-
 // WatchBacklog reads the backlog figures (their totals: store.Figures
 // keeps them, recounted by one instance at a time) with read now and every
 // interval, and exposes them as the messagehub_backlog_* gauges, and as the
@@ -123,7 +114,7 @@ func (t *Telemetry) WatchBacklog(read func(context.Context) (store.BacklogFigure
 		defer cancel()
 		f, err := read(rctx)
 		if err == nil && !f.ComputedAt.IsZero() {
-			c.set(f)
+			c.last.Store(&f)
 		}
 		if err != nil && ctx.Err() == nil {
 			logger.Warn("reading the backlog figures for its metrics failed", "error", err)
