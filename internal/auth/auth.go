@@ -82,7 +82,6 @@ type ReloadRecorder interface {
 type Verifier struct {
 	cfg    Config
 	parser *jwt.Parser
-	logger *slog.Logger
 
 	mu   sync.Mutex
 	file jwksFile
@@ -97,10 +96,9 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	logger := cmp.Or(cfg.Logger, slog.Default())
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	v := &Verifier{
-		cfg:    cfg,
-		logger: logger,
+		cfg: cfg,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg()}),
 			jwt.WithIssuer(cfg.Issuer),

@@ -60,7 +60,7 @@ func (v *Verifier) checkLocked(now time.Time) {
 			return
 		}
 		v.file.failed = failure
-		v.logger.Warn("JWKS file not reloaded; the keys of the last good one stay in use",
+		v.cfg.Logger.Warn("JWKS file not reloaded; the keys of the last good one stay in use",
 			"file", v.cfg.JWKSFile, "error", err.Error())
 		v.record(ctx, "error")
 	case old == nil && !wasFailing:
@@ -73,7 +73,7 @@ func (v *Verifier) checkLocked(now time.Time) {
 			old = v.file.keys
 		}
 		added, removed, replaced := diffKeys(old, v.file.keys)
-		v.logger.Info("JWKS file reloaded", "file", v.cfg.JWKSFile, "keys", len(v.file.keys.keys),
+		v.cfg.Logger.Info("JWKS file reloaded", "file", v.cfg.JWKSFile, "keys", len(v.file.keys.keys),
 			"added", added, "removed", removed, "replaced", replaced)
 		v.record(ctx, "ok")
 	}
