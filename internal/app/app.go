@@ -240,9 +240,6 @@ func (a *App) MetricsAddr() string {
 	return a.metricsLis.Addr().String()
 }
 
-// errRunTwice answers a second Run: an App serves once.
-var errRunTwice = errors.New("app: Run called more than once")
-
 // Run serves until ctx ends, Close is called or a server fails, then stops
 // the servers (shutdown.go) and returns; Close releases the rest. It
 // returns nil unless a server failed.
@@ -250,7 +247,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.mu.Lock()
 	if a.running {
 		a.mu.Unlock()
-		return errRunTwice
+		return errors.New("app: Run called more than once")
 	}
 	a.running = true
 	a.mu.Unlock()
