@@ -38,7 +38,7 @@ func WithForwardedClient() Option { return func(o *options) { o.forwardedClient 
 type accessLog struct {
 	logger *slog.Logger
 	limit  lograte.Limiter
-	now    func() time.Time // the limiter's clock; nil: time.Now
+	now    func() time.Time // the limiter's clock
 	// forwarded says whether the client named in ForwardedClientKey
 	// metadata is believed (WithForwardedClient).
 	forwarded bool
@@ -55,11 +55,7 @@ type call struct {
 func (a *accessLog) record(ctx context.Context, method string, start time.Time, c call, err error) {
 	code := status.Code(err)
 	if code == codes.Unauthenticated || code == codes.PermissionDenied {
-		now := time.Now
-		if a.now != nil {
-			now = a.now
-		}
-		if ok, suppressed := a.limit.Allow(now()); ok {
+		if ok, suppressed := a.limit.Allow(a.now()); ok {
 			attrs := []any{"method", method, "code", code.String(), "client", a.client(ctx)}
 			var refusal interface{ Subject() string }
 			if errors.As(err, &refusal) {

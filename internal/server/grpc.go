@@ -166,7 +166,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		opt(&o)
 	}
 	// The access log comes first so that it sees the status the client gets.
-	access := &accessLog{logger: logger, limit: lograte.Limiter{Max: authFailuresPerSecond}, forwarded: o.forwardedClient}
+	access := &accessLog{logger: logger, limit: lograte.Limiter{Max: authFailuresPerSecond}, now: time.Now, forwarded: o.forwardedClient}
 	// MessageHub's requests are read and decoded at decodeUnary and
 	// decodeStream (decode.go), after the access log and the error
 	// mapping. The caller's token and role are checked before (a refused
