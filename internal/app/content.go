@@ -20,7 +20,6 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/content/blobstore"
-	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
 )
 
@@ -165,16 +164,6 @@ func (a *App) openDocuments(ctx context.Context) (content.Store, error) {
 		return nil, err
 	}
 	return docs, nil
-}
-
-// guardDocuments puts the disk guard, when there is one, in front of new
-// documents: they are new data on the store's volume (a refused build is
-// retried with backoff).
-func (a *App) guardDocuments(docs content.Store) content.Store {
-	if a.guard == nil {
-		return docs
-	}
-	return diskguard.Documents(docs, a.guard)
 }
 
 // dialOptions are the transport credentials towards providers.

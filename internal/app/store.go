@@ -105,9 +105,12 @@ func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 		// another's only once they are overdue.
 		grace = a.cfg.Content.NoticeGrace
 	}
+	if a.guard != nil { // new documents are new data on the store's volume
+		documents = diskguard.Documents(documents, a.guard)
+	}
 	docs, closeDocs, err := contentService(a.cfg.Content,
 		content.Options{
-			Store: a.guardDocuments(documents),
+			Store: documents,
 			// Shared through the store, whose leases make the instances
 			// sharing it ask a domain once.
 			Lease: measured,
