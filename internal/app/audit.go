@@ -12,14 +12,6 @@ import (
 // half of what shutdown has left, the rest being the hub's and the store's.
 const auditFlushTimeout = 5 * time.Second
 
-func (a *App) auditFlushTime() time.Duration {
-	if a.stopStarted.IsZero() { // New failed: nothing was recorded
-		return auditFlushTimeout
-	}
-	left := time.Until(a.stopStarted.Add(a.shutdownTimeout()))
-	return max(min(auditFlushTimeout, left/2), 0)
-}
-
 // openAudit starts the audit log over the hub. It is closed (its buffer
 // written) after the servers stopped and before the hub closes.
 func (a *App) openAudit(w audit.Writer) (*audit.Log, error) {
@@ -27,7 +19,11 @@ func (a *App) openAudit(w audit.Writer) (*audit.Log, error) {
 	opts.Logger = a.logger
 	log := audit.NewLog(w, opts)
 	a.onClose("audit log", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), a.auditFlushTime())
+		timeout := auditFlushTimeout
+		if !a.stopStarted.IsZero() { // zero: New failed, nothing was recorded
+			timeout = max(min(auditFlushTimeout, time.Until(a.stopStarted.Add(a.shutdownTimeout()))/2), 0)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if err := log.Close(ctx); err != nil {
 			a.logger.Warn("audit log: events buffered at shutdown were not all written", "dropped_total", log.Dropped(), "error", err)
