@@ -103,7 +103,6 @@ func WithAuthentication(fn func(authorization []string, client string) error) Op
 	return func(o *options) { o.authenticate = fn }
 }
 
-
 // New returns the HTTP handler of the gateway. conn reaches the gRPC server
 // (MessageHub and health); metrics serves /metrics (nil: /metrics is served
 // elsewhere and is not found here).
