@@ -248,7 +248,12 @@ type saveDoc struct {
 	PK    string `json:"pk"`
 	State string `json:"state"`
 	TTL   int32  `json:"ttl"`
-	ETag  string `json:"_etag,omitempty"`
+	// DrawersToken, in a committed record, is the session token of the
+	// save's page batches: whoever finalizes the save in its stead (its
+	// process died after the commit) keeps it in the head, as the save's
+	// own finalize does, so that every instance reads the pages with it.
+	DrawersToken string `json:"dst,omitempty"`
+	ETag         string `json:"_etag,omitempty"`
 }
 
 // States of a save's commit record.

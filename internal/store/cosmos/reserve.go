@@ -729,13 +729,21 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 		if res.Expires >= now {
 			continue
 		}
-		state, err := s.settle(ctx, res.Save)
+		d, err := s.settle(ctx, res.Save)
 		if err != nil {
 			return err
 		}
-		s.cfg.Logger.Warn("cosmos: settling an expired save", "recipient", recipient, "save", res.Save, "state", state)
-		if state == stateCommitted {
-			err = s.updateHead(ctx, recipient, func(h *headDoc) bool { return dropReservation(h, res.Save, h.Next-1) })
+		s.cfg.Logger.Warn("cosmos: settling an expired save", "recipient", recipient, "save", res.Save, "state", d.State)
+		if d.State == stateCommitted {
+			err = s.updateHead(ctx, recipient, func(h *headDoc) bool {
+				if !dropReservation(h, res.Save, h.Next-1) {
+					return false
+				}
+				// Its pages are read with their token, which only the
+				// record carries now (the save's finalize never came).
+				h.DrawersToken = mergeTokens(h.DrawersToken, d.DrawersToken)
+				return true
+			})
 			if err == nil {
 				err = s.deleteParts(ctx, recipient, res.Save, res.Parts)
 			}
@@ -749,15 +757,16 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 	return nil
 }
 
-// settle returns a save's final state, aborting it if it is still pending.
-// The record is read on the primary: a replica's answer, even a 404, may
-// predate the commit (a 404 with substatus 1002 says no replica has caught
-// up), and only the primary's decides between finalizing and rolling back.
-func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
+// settle returns a save's commit record in its final state, aborting it if
+// it is still pending. The record is read on the primary: a replica's
+// answer, even a 404, may predate the commit (a 404 with substatus 1002
+// says no replica has caught up), and only the primary's decides between
+// finalizing and rolling back.
+func (s *Store) settle(ctx context.Context, saveID string) (saveDoc, error) {
 	for attempt := 0; ; attempt++ {
 		d, err := s.readSaveOnPrimary(ctx, saveID)
 		if err != nil || d.State != statePending {
-			return d.State, err
+			return d, err
 		}
 		version := d.ETag
 		d.State, d.ETag = stateAborted, ""
@@ -767,13 +776,13 @@ func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
 			if resp.SessionToken != nil {
 				s.tokens.note(containerSaves, *resp.SessionToken)
 			}
-			return stateAborted, nil
+			return d, nil
 		}
 		// A 412: it committed or was aborted meanwhile; read again. Any
 		// other failure leaves the abort's outcome unknown: whoever loads
 		// the recipient next settles it again.
 		if !isStatus(err, http.StatusPreconditionFailed) || !pause(ctx, attempt) {
-			return "", err
+			return saveDoc{}, err
 		}
 	}
 }
