@@ -171,6 +171,9 @@ type savePlan struct {
 	// head is the recipient's head as the save's reservation left it: the
 	// finalize replaces it on its etag without reading it first.
 	head headDoc
+	// reservedOn is the head version the first reserve batch was sent on
+	// ("": it creates the head), for the rollback (fenceHead).
+	reservedOn string
 }
 
 func (s *Store) plan(saveID string, expires int64, sv store.RecipientSave) (savePlan, error) {
