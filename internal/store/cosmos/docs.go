@@ -248,7 +248,12 @@ type saveDoc struct {
 	PK    string `json:"pk"`
 	State string `json:"state"`
 	TTL   int32  `json:"ttl"`
-	ETag  string `json:"_etag,omitempty"`
+	// DrawersToken, in a committed record, is the session token of the
+	// save's page batches: whoever finalizes the save in its stead (its
+	// process died after the commit) keeps it in the head, as the save's
+	// own finalize does, so that every instance reads the pages with it.
+	DrawersToken string `json:"dst,omitempty"`
+	ETag         string `json:"_etag,omitempty"`
 }
 
 // States of a save's commit record.
@@ -344,27 +349,32 @@ func fromEntry(recipient string, e catalog.Entry) (entryDoc, []shelfDoc) {
 }
 
 // shelvesFilledFrom is the shelves of e (as fromEntry stores it) that a
-// save writing from position from on fills: none when it opens no drawer
-// (the entry's last starts before from), else those from the shelf of the
-// drawer that was last before it on (that one may end before from:
-// positions an aborted save gave back at its tail are holes). The ones
-// before were written already. They are written as upserts, so one that
-// exists changes nothing but the charge.
+// save writing from position from on fills: those from the shelf where the
+// drawer that was last before it may start on (that one may end before
+// from: positions an aborted save gave back at its tail are holes). That
+// drawer was stored starting where it did, but its runs start after any
+// positions given back at its start, and a hole between two drawers' runs
+// is neither's: it started no earlier than where the runs of the drawer
+// before it end. So a save that only appends to a drawer whose first
+// positions became a hole, which now seems to start on a later shelf,
+// writes the shelf the drawers before it move onto out of the entry. The
+// shelves before were written already; none is written when no drawer
+// moves. They are written as upserts, so one that exists changes nothing
+// but the charge.
 func shelvesFilledFrom(e catalog.Entry, shelves []shelfDoc, from int64) []shelfDoc {
 	drawers, _ := fromRuns(e.Drawers)
-	n := len(drawers)
-	if n == 0 || drawers[n-1].Start < from {
-		return nil
-	}
-	i := n - 1
+	i := len(drawers) // the first drawer the save opens, if any
 	for i > 0 && drawers[i-1].Start >= from {
 		i--
 	}
 	if i == 0 {
 		return shelves // every drawer is new
 	}
-	lo := drawers[i-1].Start / shelfPositions()
-	k := slices.IndexFunc(shelves, func(s shelfDoc) bool { return s.N >= lo })
+	lo := drawers[i-1].Start
+	if i > 1 {
+		lo = min(lo, drawers[i-2].Start+int64(drawers[i-2].Count))
+	}
+	k := slices.IndexFunc(shelves, func(s shelfDoc) bool { return s.N >= lo/shelfPositions() })
 	if k < 0 {
 		return nil
 	}

@@ -48,6 +48,24 @@ func (f *faulty) dieAtCommit() {
 	})
 }
 
+// goneAfterCommit makes the process look gone once its save's commit
+// record was replaced (the commit applied, its answer lost with the
+// process): from then on nothing reaches the server. The flag says whether
+// the commit was sent.
+func (f *faulty) goneAfterCommit() *atomic.Bool {
+	var committed atomic.Bool
+	f.set(func(req *http.Request) int {
+		if committed.Load() {
+			return http.StatusForbidden
+		}
+		if toContainer(req, "saves") && req.Method == http.MethodPut {
+			committed.Store(true)
+		}
+		return 0
+	})
+	return &committed
+}
+
 func (f *faulty) Do(req *http.Request) (*http.Response, error) {
 	if fn := f.inject.Load(); fn != nil && cosmos.Classify(req) != cosmos.OpMetadata {
 		if code := (*fn)(req); code != 0 {

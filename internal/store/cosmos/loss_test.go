@@ -3,7 +3,6 @@ package cosmos_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -169,16 +168,7 @@ func TestASettlerDoesNotTakeReadSessionNotAvailableForAnAbort(t *testing.T) {
 	r := uuid.NewString()
 	ns := notifications(4, r, 1)
 	// The process is gone from the moment its commit applied.
-	var committed atomic.Bool
-	f.set(func(req *http.Request) int {
-		if committed.Load() {
-			return http.StatusForbidden
-		}
-		if toContainer(req, "saves") && req.Method == http.MethodPut {
-			committed.Store(true)
-		}
-		return 0
-	})
+	f.goneAfterCommit()
 	res, err := repo.Save(context.Background(), ns)
 	if err != nil || res.Saved != len(ns) {
 		t.Fatalf("a committed save = %+v, %v; want %d saved", res, err, len(ns))

@@ -164,6 +164,7 @@ func (s *Store) headToReserve(ctx context.Context, sv store.RecipientSave) (head
 func (s *Store) reserve(ctx context.Context, p *savePlan, head headDoc) (held bool, err error) {
 	sv := p.save
 	res := p.res
+	p.reservedOn = head.ETag
 	// The watermark stays where it is until the save is finalized.
 	res.From, res.To = max(head.Next, 1), sv.Head.NextSeq-1
 	head.Next = sv.Head.NextSeq
@@ -410,7 +411,7 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 		for _, c := range p.chunks {
 			planned = append(planned, c.detail)
 		}
-		if err := s.rollback(ctx, p.save.Recipient, record.ID, planned); err != nil {
+		if err := s.rollback(ctx, p.save.Recipient, record.ID, planned, &p.reservedOn); err != nil {
 			s.cfg.Logger.Warn("cosmos: rollback incomplete; its lease will finish it", "save", record.ID, "err", err)
 		}
 	}
@@ -420,16 +421,35 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 // rollback deletes what an aborted save wrote for the recipient, records
 // the positions its reservation holds as holes and drops it. planned is
 // what the save meant to write (empty for a settler, who reads the head and
-// the parts): deleting what was never written is harmless.
-func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned []resDetail) error {
+// the parts): deleting what was never written is harmless. fence is the
+// head version the save's own reserve batch was sent on (nil for a
+// settler): a head without the reservation is fenced against that batch
+// before the rollback counts it as not written (fenceHead).
+func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned []resDetail, fence *string) error {
 	var head headDoc
-	found, err := s.readOnPrimary(ctx, s.recipients, recipient, headID, &head)
-	if err != nil {
-		return err
-	}
 	i := -1
-	if found {
-		i = slices.IndexFunc(head.Reservations, func(r reservation) bool { return r.Save == saveID })
+	for attempt := 0; ; attempt++ {
+		head = headDoc{}
+		found, err := s.readOnPrimary(ctx, s.recipients, recipient, headID, &head)
+		if err != nil {
+			return err
+		}
+		if found {
+			i = slices.IndexFunc(head.Reservations, func(r reservation) bool { return r.Save == saveID })
+		}
+		if i >= 0 || fence == nil {
+			break
+		}
+		fenced, err := s.fenceHead(ctx, recipient, head, found, *fence)
+		if err != nil {
+			return err
+		}
+		if fenced {
+			break
+		}
+		if !pause(ctx, attempt) {
+			return ctx.Err()
+		}
 	}
 	if i < 0 {
 		return s.deleteWritten(ctx, saveID, planned)
@@ -455,6 +475,42 @@ func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned 
 	// the drawers to take deletes. Pages left behind by a delete that
 	// fails are removed with their drawer by retention.
 	return s.deleteWritten(ctx, saveID, slices.Concat(planned, []resDetail{res.resDetail}, parts))
+}
+
+// fenceHead makes sure that a reserve batch sent on the head's version
+// ("": a batch creating the head) can no longer apply, once a read on the
+// primary showed the head without its reservation: a batch whose answer
+// never came (a deadline, a cut connection) may still be on its way, and
+// applied behind the rollback it would leave a reservation of an aborted
+// save holding the recipient's watermark until its lease ends
+// (TestAReserveBatchArrivingAfterItsSavesRollbackHoldsNothing). A head
+// still at that version is written again as it is (a head still missing
+// is created as a new recipient's would be), which changes its version; a
+// head at another version refuses the batch already. It reports false when
+// the head changed meanwhile: the batch may have applied, and the head is
+// read again.
+func (s *Store) fenceHead(ctx context.Context, recipient string, head headDoc, found bool, version string) (bool, error) {
+	pk := azcosmos.NewPartitionKeyString(recipient)
+	var resp azcosmos.ItemResponse
+	var err error
+	switch {
+	case found && head.ETag == version:
+		head.ETag = ""
+		resp, err = s.recipients.ReplaceItem(ctx, pk, headID, mustJSON(head), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
+	case !found && version == "":
+		// As a recipient without a head is: next sequence number 1,
+		// nothing waiting, marked idle.
+		resp, err = s.recipients.CreateItem(ctx, pk, mustJSON(headDoc{ID: headID, PK: recipient, T: typeHead, Next: 1, IdleAt: 1}), nil)
+	default:
+		return true, nil
+	}
+	if err == nil && resp.SessionToken != nil {
+		s.tokens.note(containerRecipients, *resp.SessionToken)
+	}
+	if isStatus(err, http.StatusPreconditionFailed) || isStatus(err, http.StatusConflict) {
+		return false, nil // the batch, or another writer, came first (or this write's resend met itself)
+	}
+	return err == nil, err
 }
 
 // deleteWritten deletes the pages and id documents of saveID the details
@@ -729,18 +785,26 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 		if res.Expires >= now {
 			continue
 		}
-		state, err := s.settle(ctx, res.Save)
+		d, err := s.settle(ctx, res.Save)
 		if err != nil {
 			return err
 		}
-		s.cfg.Logger.Warn("cosmos: settling an expired save", "recipient", recipient, "save", res.Save, "state", state)
-		if state == stateCommitted {
-			err = s.updateHead(ctx, recipient, func(h *headDoc) bool { return dropReservation(h, res.Save, h.Next-1) })
+		s.cfg.Logger.Warn("cosmos: settling an expired save", "recipient", recipient, "save", res.Save, "state", d.State)
+		if d.State == stateCommitted {
+			err = s.updateHead(ctx, recipient, func(h *headDoc) bool {
+				if !dropReservation(h, res.Save, h.Next-1) {
+					return false
+				}
+				// Its pages are read with their token, which only the
+				// record carries now (the save's finalize never came).
+				h.DrawersToken = mergeTokens(h.DrawersToken, d.DrawersToken)
+				return true
+			})
 			if err == nil {
 				err = s.deleteParts(ctx, recipient, res.Save, res.Parts)
 			}
 		} else {
-			err = s.rollback(ctx, recipient, res.Save, nil)
+			err = s.rollback(ctx, recipient, res.Save, nil, nil)
 		}
 		if err != nil {
 			return err
@@ -749,15 +813,16 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 	return nil
 }
 
-// settle returns a save's final state, aborting it if it is still pending.
-// The record is read on the primary: a replica's answer, even a 404, may
-// predate the commit (a 404 with substatus 1002 says no replica has caught
-// up), and only the primary's decides between finalizing and rolling back.
-func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
+// settle returns a save's commit record in its final state, aborting it if
+// it is still pending. The record is read on the primary: a replica's
+// answer, even a 404, may predate the commit (a 404 with substatus 1002
+// says no replica has caught up), and only the primary's decides between
+// finalizing and rolling back.
+func (s *Store) settle(ctx context.Context, saveID string) (saveDoc, error) {
 	for attempt := 0; ; attempt++ {
 		d, err := s.readSaveOnPrimary(ctx, saveID)
 		if err != nil || d.State != statePending {
-			return d.State, err
+			return d, err
 		}
 		version := d.ETag
 		d.State, d.ETag = stateAborted, ""
@@ -767,13 +832,13 @@ func (s *Store) settle(ctx context.Context, saveID string) (string, error) {
 			if resp.SessionToken != nil {
 				s.tokens.note(containerSaves, *resp.SessionToken)
 			}
-			return stateAborted, nil
+			return d, nil
 		}
 		// A 412: it committed or was aborted meanwhile; read again. Any
 		// other failure leaves the abort's outcome unknown: whoever loads
 		// the recipient next settles it again.
 		if !isStatus(err, http.StatusPreconditionFailed) || !pause(ctx, attempt) {
-			return "", err
+			return saveDoc{}, err
 		}
 	}
 }

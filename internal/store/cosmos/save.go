@@ -94,7 +94,7 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 		// Committed records do not expire: they vouch for the ids as long as
 		// the data is kept, and retention deletes them with the last id
 		// document of their save (idrelease.go).
-		record.State, record.TTL = stateCommitted, -1
+		record.State, record.TTL, record.DrawersToken = stateCommitted, -1, pagesToken
 		var resp azcosmos.ItemResponse
 		resp, err = s.saves.ReplaceItem(wctx, azcosmos.NewPartitionKeyString(saveID), saveID, mustJSON(record),
 			&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
@@ -122,7 +122,7 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 		// whoever finds the expired reservations. A save whose commit
 		// applied (its answer lost, or late past the deadline) is
 		// committed: it is finalized and succeeds.
-		record.State, record.TTL = statePending, int32(s.cfg.Retention.Seconds())
+		record.State, record.TTL, record.DrawersToken = statePending, int32(s.cfg.Retention.Seconds()), ""
 		if !s.abort(context.WithoutCancel(ctx), record, version, reserved) {
 			return tooLarge(err)
 		}
@@ -171,6 +171,9 @@ type savePlan struct {
 	// head is the recipient's head as the save's reservation left it: the
 	// finalize replaces it on its etag without reading it first.
 	head headDoc
+	// reservedOn is the head version the first reserve batch was sent on
+	// ("": it creates the head), for the rollback (fenceHead).
+	reservedOn string
 }
 
 func (s *Store) plan(saveID string, expires int64, sv store.RecipientSave) (savePlan, error) {

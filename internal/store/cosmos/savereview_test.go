@@ -96,16 +96,7 @@ func TestAResendOfASaveCommittedByADeadProcessIsVisibleOnceAnswered(t *testing.T
 	ctx := context.Background()
 	r := uuid.NewString()
 	// The process is gone from the moment its commit applied.
-	var committed atomic.Bool
-	f.set(func(req *http.Request) int {
-		if committed.Load() {
-			return http.StatusForbidden
-		}
-		if toContainer(req, "saves") && req.Method == http.MethodPut {
-			committed.Store(true)
-		}
-		return 0
-	})
+	committed := f.goneAfterCommit()
 	ns := notifications(3, r, 1)
 	_, _ = repo.Save(ctx, ns) // its answer never reaches the producer
 	if !committed.Load() {

@@ -1,0 +1,110 @@
+package cosmos_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// Instance A's save opens a drawer just before a shelf's positions end and
+// fills it up to them; while it is in flight, instance B's save appends to
+// that drawer past the shelf's end. A's save then fails: its positions,
+// the drawer's first ones, become a hole, and the hub sees the drawer as
+// the run of B's positions alone, which starts on the next shelf. The next
+// save must not take the drawers before it out of the catalog: with a
+// shelf of one drawer, the drawer of the first notification (stored in the
+// entry, never on a shelf) was moved onto a shelf no batch wrote, and that
+// notification, acknowledged, was never delivered.
+func TestASaveAfterAHoleAtADrawersStartKeepsTheDrawersBeforeIt(t *testing.T) {
+	cosmos.SetShelfDrawers(t, 1) // shelves of drawer.Capacity positions
+	db := cosmostest.UniqueID("db")
+	holding, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	fa := newFaulty()
+	fa.set(func(req *http.Request) int {
+		if !toContainer(req, "saves") || req.Method != http.MethodPut || !commits(t, req) {
+			return 0
+		}
+		once.Do(func() {
+			close(holding)
+			<-release
+		})
+		return http.StatusForbidden // every attempt of the commit is refused: A's save fails
+	})
+	a := hub.New(open(t, cosmos.Config{Database: db, Transport: fa}), hub.Options{}, nil)
+	t.Cleanup(a.Close)
+	fb := newFaulty()
+	sb := open(t, cosmos.Config{Database: db, Transport: fb})
+	b := hub.New(sb, hub.Options{}, nil)
+	t.Cleanup(b.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+
+	first := notifications(1, r, 1) // position 0, in the cabinet's first drawer
+	if _, err := b.Save(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	abortSave(t, fb, b, notifications(1, r, 1)) // position 1: a hole at the drawer's tail
+	// A's save opens the next drawer at position 2 and fills it up to the
+	// shelf's end (drawer.Capacity), one position short of full.
+	failing := notifications(drawer.Capacity-2, r, 1)
+	fromA := make(chan error, 1)
+	go func() {
+		_, err := a.Save(ctx, failing)
+		fromA <- err
+	}()
+	select {
+	case <-holding:
+	case err := <-fromA:
+		t.Fatalf("A's save answered %v before its commit", err)
+	}
+	appended := notifications(1, r, 1) // position drawer.Capacity, in A's drawer
+	_, errB := b.Save(ctx, appended)
+	close(release)
+	if err := <-fromA; err == nil {
+		t.Fatal("A's save succeeded though its commit was refused")
+	}
+	if errB != nil {
+		t.Fatalf("B's save while A's was in flight: %v", errB)
+	}
+	state, err := sb.LoadRecipient(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := state.Entries[0].Drawers; len(d) != 2 || d[0].Start != 0 || d[0].Count != 1 || d[1].Start != drawer.Capacity || d[1].Count != 1 {
+		t.Fatalf("the cabinet's runs are %+v; want [0, 1) and [%d, %d): the test tested something else", d, drawer.Capacity, drawer.Capacity+1)
+	}
+	last := notifications(1, r, 1)
+	if _, err := b.Save(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	expectShelves(t, sb, db, r)
+	drainExactly(t, b, r, ids(slices.Concat(first, appended, last)))
+}
+
+// commits says req's body makes a commit record committed; the body is
+// left as it was.
+func commits(t *testing.T, req *http.Request) bool {
+	t.Helper()
+	if req.Body == nil {
+		return false
+	}
+	raw, err := io.ReadAll(req.Body)
+	if err != nil {
+		t.Error(err)
+	}
+	req.Body = io.NopCloser(bytes.NewReader(raw))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil }
+	return bytes.Contains(raw, []byte(`"state":"committed"`))
+}
