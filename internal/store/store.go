@@ -74,9 +74,11 @@ type LoadOption int
 
 const (
 	// MayBeIdle lets the store answer with an Idle state when the
-	// recipient was marked idle at its current head (MarkIdle) or has no
-	// head at all. Such an answer is as fresh as any other: it reflects
-	// every write that succeeded before the load began.
+	// recipient was marked idle at its current head (MarkIdle), when the
+	// store's own writes left it with nothing waiting at its current head
+	// (a bundle of all it had waiting, created and acknowledged), or when
+	// it has no head at all. Such an answer is as fresh as any other: it
+	// reflects every write that succeeded before the load began.
 	MayBeIdle LoadOption = iota + 1
 	// MayLag lets the state miss writes of other instances sharing the
 	// store that succeeded before the load (this store's own writes are

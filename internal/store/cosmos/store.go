@@ -107,6 +107,8 @@ type Store struct {
 	bells *bells
 	// heads: the heads recent loads read, for the saves planned on them.
 	heads knownHeads
+	// drains: recipients this instance saw drained, by head version.
+	drains drains
 	// retainedBudget bounds one recipient's retained dequeued bundles, in
 	// bytes (retention.go); 0: defaultRetainedBudget.
 	retainedBudget int64
@@ -308,7 +310,7 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 			return st, head, err
 		}
 		st.Head = toHead(head)
-		if mayBeIdle && (!found || head.idle()) {
+		if mayBeIdle && (!found || head.idle() || s.drains.drained(recipient, head.ETag)) {
 			st.Idle = true
 			return st, head, nil
 		}
@@ -366,6 +368,9 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 	}
 	if err == nil && head.ETag != "" {
 		s.heads.keep(recipient, head)
+	}
+	if err == nil && mayBeIdle {
+		s.drains.loaded(recipient, head.ETag, st)
 	}
 	return st, head, err
 }
@@ -531,7 +536,11 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.R
 	if err := batchWrite(&b, fromCursor(recipient, cursor), cursor.Version); err != nil {
 		return err
 	}
-	return s.execute(ctx, s.recipients, b)
+	err := s.execute(ctx, s.recipients, b)
+	if err == nil {
+		s.drains.created(recipient, rec, cursor)
+	}
+	return err
 }
 
 // Acknowledge deletes the group's slot, marks the bundle dequeued (to expire
@@ -572,9 +581,15 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 		ours, rerr := s.ownReplay(ctx, s.recipients, recipient, doc.ID, &now, func() bool {
 			return now.T == typeDequeued && now.DequeuedAt == doc.DequeuedAt
 		})
-		if rerr != nil || ours {
+		if rerr != nil {
 			return rerr
 		}
+		if ours {
+			err = nil
+		}
+	}
+	if err == nil {
+		s.drains.acknowledged(recipient, rec.ID)
 	}
 	return err
 }
