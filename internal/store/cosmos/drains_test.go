@@ -2,6 +2,7 @@ package cosmos_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -90,4 +91,77 @@ func TestAPeekAfterItsOwnDequeueIsAnsweredByTheHeadAndHidesNothing(t *testing.T)
 	if again, n := peekCost(r); again == nil || again.ID != pending.ID {
 		t.Fatalf("peek after the time series' dequeue = %v (%d requests); want the pending bundle %s", again, n, pending.ID)
 	}
+}
+
+// A Dequeue of a bundle this instance cut itself reads nothing: one
+// request, the batch, on the versions the bundle's creation left. When
+// another instance dequeued or released the bundle meanwhile, that batch
+// fails and the Dequeue answers NOT_FOUND from an anchored load, nothing
+// delivered twice; when another instance's save appended to the bundle's
+// drawer meanwhile, the dequeued bundle still reads back exactly its own
+// notifications.
+func TestADequeueOfItsOwnBundleReadsNothingAndFailsSafelyWhenStale(t *testing.T) {
+	stores, repos := twoInstances(t, laggingServer(t))
+	a, b := repos[0], repos[1]
+	ctx := context.Background()
+	r := uuid.NewString()
+	peek := func(want []string) *domain.Bundle {
+		t.Helper()
+		got, err := a.Peek(ctx, r, domain.GroupAll, "")
+		if err != nil || got == nil || !slices.Equal(got.NotificationIDs, want) {
+			t.Fatalf("peek through A = %v, %v; want %v", got, err, want)
+		}
+		return got
+	}
+	save := func(repo *hub.Hub, n int) []string {
+		t.Helper()
+		ns := notifications(n, r, 1)
+		if _, err := repo.Save(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		return ids(ns)
+	}
+
+	// Dequeued through B first.
+	x := peek(save(a, 3))
+	if err := b.Dequeue(ctx, r, x.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Dequeue(ctx, r, x.ID); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("dequeue through A of a bundle B dequeued: %v; want NOT_FOUND", err)
+	}
+	if got, err := a.Peek(ctx, r, domain.GroupAll, ""); err != nil || got != nil {
+		t.Fatalf("peek through A after both dequeues = %v, %v; want nothing", got, err)
+	}
+
+	// Released through B first.
+	want := save(a, 2)
+	y := peek(want)
+	if _, err := b.ReleaseBundle(ctx, r, y.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Dequeue(ctx, r, y.ID); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("dequeue through A of a bundle B released: %v; want NOT_FOUND", err)
+	}
+	y = peek(want)
+	if err := a.Dequeue(ctx, r, y.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A save through B appends to the bundle's drawer before the dequeue.
+	want = save(a, 2)
+	z := peek(want)
+	later := save(b, 3)
+	byOp, total := (&costEnv{store: stores[0]}).measure(t, func() {
+		if err := a.Dequeue(ctx, r, z.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if total.Requests != 1 {
+		t.Fatalf("dequeue through A of its own bundle: %d requests (%s), want 1", total.Requests, byOpCharges(byOp))
+	}
+	if got, err := a.DequeuedBundle(ctx, r, z.ID); err != nil || !slices.Equal(got.NotificationIDs, want) {
+		t.Fatalf("the dequeued bundle = %v, %v; want %v", got, err, want)
+	}
+	peek(later)
 }

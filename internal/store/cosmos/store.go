@@ -277,7 +277,14 @@ func (s *Store) Backup(context.Context, string) error { return errNoBackup }
 // head that says idle (headDoc.idle), or no head at all, is the whole
 // answer: one request. With store.MayLag the primary read is left out and
 // the query reads the head too, as fresh as this instance's own writes.
+// With store.OwnBundle of a bundle this instance created, nothing is read
+// (drains.own).
 func (s *Store) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
+	if id := store.OwnBundleOf(opts); id != "" {
+		if st, ok := s.drains.own(recipient, id); ok {
+			return st, nil
+		}
+	}
 	mayBeIdle, mayLag := slices.Contains(opts, store.MayBeIdle), slices.Contains(opts, store.MayLag)
 	for attempt := 0; ; attempt++ {
 		st, head, err := s.loadRecipient(ctx, recipient, mayBeIdle, mayLag)
@@ -536,9 +543,10 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.R
 	if err := batchWrite(&b, fromCursor(recipient, cursor), cursor.Version); err != nil {
 		return err
 	}
-	err := s.execute(ctx, s.recipients, b)
-	if err == nil {
-		s.drains.created(recipient, rec, cursor)
+	resp, err := s.runBatch(ctx, s.recipients, b)
+	if err == nil && len(resp.OperationResults) == 3 {
+		rec.Version = string(resp.OperationResults[1].ETag)
+		s.drains.created(recipient, rec, cursor, string(resp.OperationResults[2].ETag))
 	}
 	return err
 }
@@ -588,9 +596,7 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 			err = nil
 		}
 	}
-	if err == nil {
-		s.drains.acknowledged(recipient, rec.ID)
-	}
+	s.drains.ended(recipient, rec.ID, err == nil)
 	return err
 }
 
@@ -609,6 +615,7 @@ func (s *Store) ReleaseBundle(ctx context.Context, recipient string, rec bundle.
 		return err
 	}
 	err := s.execute(ctx, s.recipients, b)
+	s.drains.ended(recipient, rec.ID, false)
 	if errors.Is(err, store.ErrConflict) {
 		// A replay of our own batch after a lost answer: the primary says
 		// whether the bundle is released, at the moment we released it.
@@ -1023,11 +1030,17 @@ func (s *Store) execute(ctx context.Context, c *azcosmos.ContainerClient, b azco
 
 // run is execute that also returns the batch's session token.
 func (s *Store) run(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos.TransactionalBatch) (string, error) {
+	resp, err := s.runBatch(ctx, c, b)
+	return resp.SessionToken, err
+}
+
+// runBatch is execute that also returns the batch's response.
+func (s *Store) runBatch(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos.TransactionalBatch) (azcosmos.TransactionalBatchResponse, error) {
 	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
 	if err == nil {
 		s.tokens.note(c.ID(), resp.SessionToken)
 	}
-	return resp.SessionToken, batchError(resp, err)
+	return resp, batchError(resp, err)
 }
 
 // batchCreate adds a create of doc.
