@@ -30,14 +30,16 @@ func (r *Hub) Dequeue(ctx context.Context, recipient, bundleID string) error {
 
 // dequeueOnce acknowledges the bundle from one reading of the recipient's
 // state. The first attempt's reading may lag (store.MayLag, one request
-// less on a remote store): everything it leads to writing is conditional
-// on the bundle's and the cursor's versions, so a stale reading ends in
-// ErrConflict and the retry reads fresh. Only "no such pending bundle" is
-// taken from a fresh reading, as a lagging one may not have the bundle yet.
+// less on a remote store), or be the bundle as the store created it
+// itself (store.OwnBundle, no request): everything it leads to writing is
+// conditional on the bundle's and the cursor's versions, so a stale
+// reading ends in ErrConflict and the retry reads fresh. Only "no such
+// pending bundle" is taken from a fresh reading, as a lagging one may not
+// have the bundle yet.
 func (r *Hub) dequeueOnce(ctx context.Context, recipient, bundleID string, mayLag bool) error {
 	var opts []store.LoadOption
 	if mayLag {
-		opts = append(opts, store.MayLag)
+		opts = append(opts, store.MayLag, store.OwnBundle(bundleID))
 	}
 	state, err := r.store.LoadRecipient(ctx, recipient, opts...)
 	if err != nil {

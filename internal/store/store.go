@@ -70,22 +70,58 @@ type RecipientState struct {
 
 // LoadOption lets a caller of LoadRecipient take a cheaper reading of the
 // recipient's state when it can do with less.
-type LoadOption int
+type LoadOption struct {
+	kind   loadKind
+	bundle string // OwnBundle's
+}
+
+type loadKind int
 
 const (
+	mayBeIdle loadKind = iota + 1
+	mayLag
+	ownBundle
+)
+
+var (
 	// MayBeIdle lets the store answer with an Idle state when the
-	// recipient was marked idle at its current head (MarkIdle) or has no
-	// head at all. Such an answer is as fresh as any other: it reflects
-	// every write that succeeded before the load began.
-	MayBeIdle LoadOption = iota + 1
+	// recipient was marked idle at its current head (MarkIdle), when the
+	// store's own writes left it with nothing waiting at its current head
+	// (a bundle of all it had waiting, created and acknowledged), or when
+	// it has no head at all. Such an answer is as fresh as any other: it
+	// reflects every write that succeeded before the load began.
+	MayBeIdle = LoadOption{kind: mayBeIdle}
 	// MayLag lets the state miss writes of other instances sharing the
 	// store that succeeded before the load (this store's own writes are
 	// always seen). What it holds did exist, at the versions it gives, so
 	// a conditional write on them fails as ErrConflict when they are
 	// stale; the caller must not conclude from such a state that a record
 	// is absent.
-	MayLag
+	MayLag = LoadOption{kind: mayLag}
 )
+
+// OwnBundle lets the store answer, when it created the pending bundle id
+// itself and has not seen it acknowledged since, with that bundle alone
+// (at the version its creation left), its cabinet's cursor as that
+// creation wrote it and its cabinet's entry as the load it was cut from
+// read it, and nothing else (a zero Head): no read at all. Such a state
+// may be stale in every way (another instance may have dequeued or
+// released the bundle, or changed the entry since), so it is only for a
+// write conditional on the bundle's and the cursor's versions, which then
+// fails as ErrConflict; the caller must conclude nothing else from it. A
+// store without that knowledge answers as the other options say.
+func OwnBundle(id string) LoadOption { return LoadOption{kind: ownBundle, bundle: id} }
+
+// OwnBundleOf returns the bundle id an OwnBundle option of opts names, or
+// "" when there is none.
+func OwnBundleOf(opts []LoadOption) string {
+	for _, o := range opts {
+		if o.kind == ownBundle {
+			return o.bundle
+		}
+	}
+	return ""
+}
 
 // Fingerprint identifies a notification's content, to tell a duplicate save
 // from a conflicting one.

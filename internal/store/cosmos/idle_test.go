@@ -43,26 +43,33 @@ func emptyPeeks(t *testing.T, repo *hub.Hub, recipient string) {
 	}
 }
 
-// drainedOn opens a store and its hub on database db and returns them with
-// a recipient that had three notifications, all delivered and dequeued.
-func drainedOn(t *testing.T, db string) (*cosmos.Store, *hub.Hub, string) {
+// drainedOn opens a store and its hub on database db and returns them, the
+// hub of a second instance on db, and a recipient that had three
+// notifications, all delivered and dequeued through the second instance:
+// the first has not seen the recipient drained (drains.go), so its Peeks
+// load in full until its hub marks the recipient idle.
+func drainedOn(t *testing.T, db string) (*cosmos.Store, *hub.Hub, *hub.Hub, string) {
 	t.Helper()
-	s := open(t, cosmos.Config{Database: db})
-	repo := hub.New(s, hub.Options{}, nil)
-	t.Cleanup(repo.Close)
+	repos := make([]*hub.Hub, 2)
+	var s *cosmos.Store
+	for i := range repos {
+		s = open(t, cosmos.Config{Database: db})
+		repos[i] = hub.New(s, hub.Options{}, nil)
+		t.Cleanup(repos[i].Close)
+	}
 	r := uuid.NewString()
 	ns := notifications(3, r, 1)
-	if _, err := repo.Save(context.Background(), ns); err != nil {
+	if _, err := repos[0].Save(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
-	drainExactly(t, repo, r, ids(ns))
-	return s, repo, r
+	drainExactly(t, repos[0], r, ids(ns))
+	return s, repos[1], repos[0], r
 }
 
 // The Cosmos store keeps the mark: a recipient the hub marked is answered
 // by its head alone, and one that a Save reached is not.
 func TestADrainedRecipientPolledTwiceIsAnsweredByItsHead(t *testing.T) {
-	s, repo, r := drainedOn(t, cosmostest.UniqueID("db"))
+	s, repo, _, r := drainedOn(t, cosmostest.UniqueID("db"))
 	if isIdle(t, s, r) {
 		t.Fatal("idle before any empty peek")
 	}
@@ -95,7 +102,7 @@ func TestTheIdleMarkSurvivesALostOrRefusedAnswer(t *testing.T) {
 		}
 		t.Run(faultCase("idle mark", f.kind, count), func(t *testing.T) {
 			db := cosmostest.UniqueID("db")
-			s, repo, r := drainedOn(t, db)
+			s, repo, other, r := drainedOn(t, db)
 			inject(t, db, cosmostest.Fault{Kind: f.kind, Count: count, Ops: []string{"patch"}, Coll: "recipients", ID: "^head$"})
 			emptyPeeks(t, repo, r)
 			if fired(t, db) == 0 {
@@ -106,10 +113,10 @@ func TestTheIdleMarkSurvivesALostOrRefusedAnswer(t *testing.T) {
 				t.Fatalf("idle = %v after a mark that met %s", idle, f.kind)
 			}
 			more := notifications(2, r, 1)
-			if _, err := repo.Save(context.Background(), more); err != nil {
+			if _, err := other.Save(context.Background(), more); err != nil {
 				t.Fatal(err)
 			}
-			drainExactly(t, repo, r, ids(more))
+			drainExactly(t, other, r, ids(more))
 			emptyPeeks(t, repo, r)
 			if !isIdle(t, s, r) {
 				t.Fatal("a mark after the faults did not apply")
@@ -123,7 +130,7 @@ func TestTheIdleMarkSurvivesALostOrRefusedAnswer(t *testing.T) {
 // it), while the mark is there.
 func TestAMarksResendMeetsItsOwnMark(t *testing.T) {
 	db := cosmostest.UniqueID("db")
-	s, _, r := drainedOn(t, db)
+	s, _, _, r := drainedOn(t, db)
 	ctx := context.Background()
 	st, err := s.LoadRecipient(ctx, r)
 	if err != nil {

@@ -34,16 +34,16 @@ const (
 
 // Measured on 2026-11-26 by
 // nice go test -count=1 -v -run 'SteadyState' ./internal/store/cosmos/
-// (RU per notification, the test server's model; the highest of 4 runs,
-// which differed by at most 0.005 RU in all: the order of the sweeper's
+// (RU per notification, the test server's model; the highest of 2 runs,
+// which differed by at most 0.025 RU in all: the order of the sweeper's
 // parallel visits decides how many drawers its id-document release probes).
 // A test fails when its figure exceeds the measured one by more than
 // steadyMargin.
 const (
-	steadyManyRecipientsServed = 10.823 // workload A, save + peek + dequeue
-	steadyManyRecipientsAll    = 13.329 // workload A, with retention
-	steadyOneRecipientServed   = 0.365  // workload B, save + peek + dequeue
-	steadyOneRecipientAll      = 0.543  // workload B, with retention
+	steadyManyRecipientsServed = 9.763  // workload A, save + peek + dequeue
+	steadyManyRecipientsAll    = 12.261 // workload A, with retention
+	steadyOneRecipientServed   = 0.354  // workload B, save + peek + dequeue
+	steadyOneRecipientAll      = 0.532  // workload B, with retention
 	steadyMargin               = 1.15
 )
 

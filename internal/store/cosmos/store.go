@@ -107,6 +107,8 @@ type Store struct {
 	bells *bells
 	// heads: the heads recent loads read, for the saves planned on them.
 	heads knownHeads
+	// drains: recipients this instance saw drained, by head version.
+	drains drains
 	// retainedBudget bounds one recipient's retained dequeued bundles, in
 	// bytes (retention.go); 0: defaultRetainedBudget.
 	retainedBudget int64
@@ -275,7 +277,14 @@ func (s *Store) Backup(context.Context, string) error { return errNoBackup }
 // head that says idle (headDoc.idle), or no head at all, is the whole
 // answer: one request. With store.MayLag the primary read is left out and
 // the query reads the head too, as fresh as this instance's own writes.
+// With store.OwnBundle of a bundle this instance created, nothing is read
+// (drains.own).
 func (s *Store) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
+	if id := store.OwnBundleOf(opts); id != "" {
+		if st, ok := s.drains.own(recipient, id); ok {
+			return st, nil
+		}
+	}
 	mayBeIdle, mayLag := slices.Contains(opts, store.MayBeIdle), slices.Contains(opts, store.MayLag)
 	for attempt := 0; ; attempt++ {
 		st, head, err := s.loadRecipient(ctx, recipient, mayBeIdle, mayLag)
@@ -308,7 +317,7 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 			return st, head, err
 		}
 		st.Head = toHead(head)
-		if mayBeIdle && (!found || head.idle()) {
+		if mayBeIdle && (!found || head.idle() || s.drains.drained(recipient, head.ETag)) {
 			st.Idle = true
 			return st, head, nil
 		}
@@ -366,6 +375,9 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 	}
 	if err == nil && head.ETag != "" {
 		s.heads.keep(recipient, head)
+	}
+	if err == nil && mayBeIdle {
+		s.drains.loaded(recipient, head.ETag, st)
 	}
 	return st, head, err
 }
@@ -531,7 +543,12 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.R
 	if err := batchWrite(&b, fromCursor(recipient, cursor), cursor.Version); err != nil {
 		return err
 	}
-	return s.execute(ctx, s.recipients, b)
+	resp, err := s.runBatch(ctx, s.recipients, b)
+	if err == nil && len(resp.OperationResults) == 3 {
+		rec.Version = string(resp.OperationResults[1].ETag)
+		s.drains.created(recipient, rec, cursor, string(resp.OperationResults[2].ETag))
+	}
+	return err
 }
 
 // Acknowledge deletes the group's slot, marks the bundle dequeued (to expire
@@ -572,10 +589,14 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 		ours, rerr := s.ownReplay(ctx, s.recipients, recipient, doc.ID, &now, func() bool {
 			return now.T == typeDequeued && now.DequeuedAt == doc.DequeuedAt
 		})
-		if rerr != nil || ours {
+		if rerr != nil {
 			return rerr
 		}
+		if ours {
+			err = nil
+		}
 	}
+	s.drains.ended(recipient, rec.ID, err == nil)
 	return err
 }
 
@@ -594,6 +615,7 @@ func (s *Store) ReleaseBundle(ctx context.Context, recipient string, rec bundle.
 		return err
 	}
 	err := s.execute(ctx, s.recipients, b)
+	s.drains.ended(recipient, rec.ID, false)
 	if errors.Is(err, store.ErrConflict) {
 		// A replay of our own batch after a lost answer: the primary says
 		// whether the bundle is released, at the moment we released it.
@@ -1008,11 +1030,17 @@ func (s *Store) execute(ctx context.Context, c *azcosmos.ContainerClient, b azco
 
 // run is execute that also returns the batch's session token.
 func (s *Store) run(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos.TransactionalBatch) (string, error) {
+	resp, err := s.runBatch(ctx, c, b)
+	return resp.SessionToken, err
+}
+
+// runBatch is execute that also returns the batch's response.
+func (s *Store) runBatch(ctx context.Context, c *azcosmos.ContainerClient, b azcosmos.TransactionalBatch) (azcosmos.TransactionalBatchResponse, error) {
 	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
 	if err == nil {
 		s.tokens.note(c.ID(), resp.SessionToken)
 	}
-	return resp.SessionToken, batchError(resp, err)
+	return resp, batchError(resp, err)
 }
 
 // batchCreate adds a create of doc.

@@ -17,9 +17,10 @@ import (
 // RunIdle checks the cheaper loads of LoadRecipient and the idle mark
 // (store.MayBeIdle, store.MayLag, Store.MarkIdle), on the store and through
 // the hub. A store may keep no mark (then it never answers Idle); one that
-// keeps them answers Idle only after a mark at the recipient's current
-// head, and a mark never hides what a later save stores or a release
-// gives back. Every backend's tests call it.
+// keeps them answers Idle only at the recipient's current head, after a mark
+// or a drain through its own Peeks' loads and Dequeues, and that never hides
+// what a later save stores or a release gives back. Every backend's tests
+// call it.
 func RunIdle(t *testing.T, newStore Factory) {
 	run := func(name string, test func(*testing.T, *storeEnv)) {
 		t.Run(name, func(t *testing.T) {
