@@ -122,7 +122,7 @@ func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 		},
 		content.NotifierOptions{
 			Notices: measured,
-			Bundle:  core.DequeuedBundle,
+			Bundle:  core.NoticedBundle,
 			Signal:  signal,
 			Grace:   grace,
 			Logger:  a.logger,

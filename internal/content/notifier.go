@@ -22,9 +22,9 @@ type NotifierOptions struct {
 	Providers map[domain.Origin]messagehubv1.BundleContentProviderClient
 	// Notices is the store's outbox: the notices of dequeues to tell.
 	Notices store.Outbox
-	// Bundle reads a dequeued bundle as it was dequeued
-	// (hub.Hub.DequeuedBundle).
-	Bundle func(ctx context.Context, recipient, bundleID string) (*domain.Bundle, error)
+	// Bundle reads the dequeued bundle a notice tells of, as it was
+	// dequeued; domain.ErrNotFound when there is none (hub.Hub.NoticedBundle).
+	Bundle func(ctx context.Context, n store.Notice) (*domain.Bundle, error)
 	// Interval is how soon a domain's notices are looked at again after a
 	// look that found some (default 1 s). Looks that find none wait longer
 	// and longer, doubling up to IdleMax (default 30 s): notices that other
@@ -339,7 +339,7 @@ func (w *worker) round(ctx context.Context) roundResult {
 		if n.stopped() {
 			break
 		}
-		b, err := n.opts.Bundle(ctx, notice.Recipient, notice.BundleID)
+		b, err := n.opts.Bundle(ctx, notice)
 		if errors.Is(err, domain.ErrNotFound) {
 			log.Warn("a dequeued bundle was removed by retention before its domain heard of it", "bundle", notice.BundleID)
 			done = append(done, notice)

@@ -72,7 +72,7 @@ func TestTwoInstancesTellEachDequeueOnce(t *testing.T) {
 		notifiers = append(notifiers, content.StartNotifier(content.NotifierOptions{
 			Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: clients[i]},
 			Notices:   s,
-			Bundle:    repos[i].DequeuedBundle,
+			Bundle:    repos[i].NoticedBundle,
 			Signal:    signal,
 			Grace:     time.Hour, // nothing here is overdue
 		}))

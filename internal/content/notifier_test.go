@@ -58,7 +58,7 @@ func TestEveryDequeueIsToldToItsDomain(t *testing.T) {
 	notifier := content.StartNotifier(content.NotifierOptions{
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
 		Notices:   store,
-		Bundle:    repo.DequeuedBundle,
+		Bundle:    repo.NoticedBundle,
 		Interval:  time.Millisecond, RetryMax: 10 * time.Millisecond,
 	})
 	for range len(want) {
@@ -191,7 +191,7 @@ func TestAFailingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 			domain.OriginTimeSeries: downClient, domain.OriginCharges: up.Client(t),
 		},
 		Notices: notices,
-		Bundle:  repo.DequeuedBundle,
+		Bundle:  repo.NoticedBundle,
 		Batch:   5,
 		// Idle looks of the charges domain wait as long as the failing
 		// domain's first backoff, so that any longer wait is a retry late.
@@ -264,7 +264,7 @@ func TestAnIdleOutboxIsLookedAtRarely(t *testing.T) {
 	notifier := content.StartNotifier(content.NotifierOptions{
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: provider.Client(t)},
 		Notices:   notices,
-		Bundle:    repo.DequeuedBundle,
+		Bundle:    repo.NoticedBundle,
 		Signal:    signal,
 		Clock:     clock,
 	})
@@ -366,7 +366,7 @@ func TestADomainWithNothingLeftIsNotRetried(t *testing.T) {
 	notifier := content.StartNotifier(content.NotifierOptions{
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: provider.Client(t)},
 		Notices:   store,
-		Bundle:    repo.DequeuedBundle,
+		Bundle:    repo.NoticedBundle,
 		Clock:     clock,
 	})
 	defer notifier.Close()
@@ -449,7 +449,7 @@ func TestAHangingDomainDoesNotHoldUpTheOthers(t *testing.T) {
 			domain.OriginTimeSeries: hanging, domain.OriginCharges: healthy.Client(t),
 		},
 		Notices:     store,
-		Bundle:      repo.DequeuedBundle,
+		Bundle:      repo.NoticedBundle,
 		Batch:       5,
 		CallTimeout: time.Hour, // the hanging call ends when the test says so
 	})
@@ -523,7 +523,7 @@ func TestAnotherInstancesNoticeIsToldOnlyOnceOverdue(t *testing.T) {
 	notifier := content.StartNotifier(content.NotifierOptions{
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: client},
 		Notices:   store,
-		Bundle:    repo.DequeuedBundle,
+		Bundle:    repo.NoticedBundle,
 		Signal:    signal,
 		Grace:     grace,
 		Clock:     clock,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -88,9 +89,23 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 }
 
 // DequeuedBundle returns a dequeued bundle of the recipient as it was
-// dequeued, for telling its domain; ErrNotFound once retention removed it.
-// It reads the one record.
+// dequeued; ErrNotFound once retention removed it. It reads the one record.
 func (r *Hub) DequeuedBundle(ctx context.Context, recipient, bundleID string) (*domain.Bundle, error) {
+	return r.dequeuedBundle(ctx, recipient, bundleID, time.Time{})
+}
+
+// NoticedBundle returns the dequeued bundle a notice tells of, for telling
+// its domain: ErrNotFound once retention removed it, and when the record is
+// of another dequeue under the same id (a bundle id is free again once its
+// record is gone), so that a domain is told of each dequeue by its own
+// notice only.
+func (r *Hub) NoticedBundle(ctx context.Context, n store.Notice) (*domain.Bundle, error) {
+	return r.dequeuedBundle(ctx, n.Recipient, n.BundleID, n.DequeuedAt)
+}
+
+// dequeuedBundle reads the bundle dequeued at the microsecond of at (any
+// time when at is zero).
+func (r *Hub) dequeuedBundle(ctx context.Context, recipient, bundleID string, at time.Time) (*domain.Bundle, error) {
 	if err := r.begin(); err != nil {
 		return nil, err
 	}
@@ -99,6 +114,9 @@ func (r *Hub) DequeuedBundle(ctx context.Context, recipient, bundleID string) (*
 		rec, err := r.store.DequeuedBundle(ctx, recipient, bundleID)
 		if err != nil {
 			return nil, err
+		}
+		if !at.IsZero() && rec.DequeuedAt.UnixMicro() != at.UnixMicro() {
+			return nil, fmt.Errorf("%w: bundle %s was dequeued again under its id since", domain.ErrNotFound, bundleID)
 		}
 		state, err := r.store.LoadRecipient(ctx, recipient)
 		if err != nil {

@@ -53,7 +53,7 @@ func TestBugARemovedNoticeIsNotListedAgainAfterALostDeleteAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := srv.AddFaults(cosmostest.Fault{Kind: cosmostest.LostUnavailable, Count: 1, Ops: []string{"delete"},
-		DB: db, Coll: "recipients", ID: "^" + regexp.QuoteMeta("n:"+b2) + "$"}); err != nil {
+		DB: db, Coll: "recipients", ID: "^" + regexp.QuoteMeta("n:"+b2+":")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RemoveNotices(ctx, all); err != nil {

@@ -478,8 +478,14 @@ type leaseDoc struct {
 	ETag    string `json:"_etag,omitempty"`
 }
 
-func noticeID(bundleID string) string { return "n:" + bundleID }
-func leaseID(bundleID string) string  { return "l:" + bundleID }
+// noticeID names a notice by its bundle and its dequeue time (unix
+// microseconds): a bundle id is free again once its record is gone, and the
+// notice of its next dequeue is then another document, so neither replaces
+// nor removes the other's.
+func noticeID(bundleID string, at int64) string {
+	return "n:" + bundleID + ":" + strconv.FormatInt(at, 10)
+}
+func leaseID(bundleID string) string { return "l:" + bundleID }
 
 // keptDoc lists drawers out of the catalog that retained bundles still
 // read from, until da (unix microseconds: the dequeue of the last of

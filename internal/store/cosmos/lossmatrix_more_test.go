@@ -510,7 +510,7 @@ func TestEveryNoticeWriteSurvivesALostOrRefusedAnswer(t *testing.T) {
 					if err := s.RemoveNotices(ctx, first); err != nil {
 						t.Fatal(err)
 					}
-					rule.Ops, rule.ID = []string{"delete"}, "^"+regexp.QuoteMeta("n:"+b2)+"$"
+					rule.Ops, rule.ID = []string{"delete"}, "^"+regexp.QuoteMeta("n:"+b2+":")
 					faulted = []string{b2}
 				}
 				inject(t, db, rule)

@@ -27,8 +27,8 @@ import (
 // the notices of the domains asked for and no other document (a sparse
 // index, without a policy change), one page per physical partition that
 // holds any. A delivered notice is deleted; one never delivered expires
-// with its bundle, or is replaced by the notice of a later bundle of its id
-// (an upsert) once retention removed its bundle early.
+// with its bundle; a later bundle of its id (once retention removed its
+// bundle early) has a notice of its own, named by its dequeue time too.
 
 // noticeType is the t of a domain's notices.
 func noticeType(o domain.Origin) string {
@@ -57,7 +57,7 @@ var allNotices = domain.Origins
 
 func (s *Store) notice(recipient string, rec bundle.Record) noticeDoc {
 	return noticeDoc{
-		ID: noticeID(rec.ID), PK: recipient, T: noticeType(rec.Origin), Bundle: rec.ID,
+		ID: noticeID(rec.ID, rec.DequeuedAt.UnixMicro()), PK: recipient, T: noticeType(rec.Origin), Bundle: rec.ID,
 		At: rec.DequeuedAt.UnixMicro(), TTL: int32(s.cfg.Retention / time.Second),
 	}
 }
@@ -82,8 +82,9 @@ func (s *Store) listNotices(ctx context.Context, origins []domain.Origin, limit 
 			return nil, err
 		}
 		for _, n := range page {
-			if !seen[n.BundleID] { // read again after wrapping round
-				seen[n.BundleID] = true
+			key := n.Recipient + "/" + noticeID(n.BundleID, n.DequeuedAt.UnixMicro())
+			if !seen[key] { // read again after wrapping round
+				seen[key] = true
 				out = append(out, n)
 			}
 		}
@@ -244,7 +245,7 @@ func (s *Store) dequeuedBundle(ctx context.Context, recipient, bundleID string) 
 func (s *Store) removeNotices(ctx context.Context, notices []store.Notice) error {
 	byRecipient := map[string][]string{}
 	for _, n := range notices {
-		byRecipient[n.Recipient] = append(byRecipient[n.Recipient], noticeID(n.BundleID))
+		byRecipient[n.Recipient] = append(byRecipient[n.Recipient], noticeID(n.BundleID, n.DequeuedAt.UnixMicro()))
 	}
 	for recipient, ids := range byRecipient {
 		for chunk := range slices.Chunk(ids, maxBatchOps) {

@@ -252,3 +252,41 @@ func TestANoticesBundleIsFoundUnderLag(t *testing.T) {
 		}
 	}
 }
+
+// Bundle ids are the actors': two recipients may dequeue bundles of one id,
+// and each dequeue's notice is listed (a listing that took the id for the
+// notice's name told one domain of one of them only).
+func TestNoticesOfTwoRecipientsBundlesOfOneIDAreBothListed(t *testing.T) {
+	s := open(t, cosmos.Config{})
+	repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	id := uuid.NewString()
+	recipients := []string{uuid.NewString(), uuid.NewString()}
+	for _, r := range recipients {
+		if _, err := repo.Save(ctx, notifications(1, r, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := repo.Peek(ctx, r, domain.GroupAll, id); err != nil || b == nil {
+			t.Fatalf("peek: %+v, %v", b, err)
+		}
+		if err := repo.Dequeue(ctx, r, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := s.Notices(ctx, domain.Origins, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range all {
+		if n.BundleID == id {
+			got = append(got, n.Recipient)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(recipients)
+	if !slices.Equal(got, recipients) {
+		t.Fatalf("notices of bundle id %s name %v; want both recipients %v", id, got, recipients)
+	}
+}

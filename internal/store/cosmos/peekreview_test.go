@@ -31,7 +31,8 @@ import (
 // id: a create that met the old notice failed the whole batch (409, a
 // conflict), every retry met it again, and the bundle could not be
 // dequeued (UNAVAILABLE after the hub's retries), its group stuck behind it
-// for as long as the old notice lived.
+// for as long as the old notice lived. An upsert instead replaced the old
+// notice, and a notifier that had read it removed the new one undelivered.
 func TestADequeueOfAReusedIDWhoseOldNoticeIsStillKeptSucceeds(t *testing.T) {
 	const retention, interval, perPass, budget = 7 * 24 * time.Hour, 10 * time.Minute, 4, 4_000
 	clock := &costClock{now: time.Now()}
@@ -93,6 +94,40 @@ func TestADequeueOfAReusedIDWhoseOldNoticeIsStillKeptSucceeds(t *testing.T) {
 	}
 	if again, err := repo.Peek(ctx, r, domain.GroupTimeSeries, ""); err != nil || again != nil {
 		t.Fatalf("peek after the dequeue = %+v, %v; want nothing", again, err)
+	}
+	// Both dequeues keep their notice: the old one, which its domain may
+	// not have taken yet, is neither replaced by the new one nor does its
+	// removal remove the new one; and it no longer reads a bundle, so the
+	// domain is told of the new dequeue once, by its own notice.
+	all, err := s.Notices(ctx, domain.Origins, 1_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reused []store.Notice
+	for _, n := range all {
+		if n.BundleID == first[0] {
+			reused = append(reused, n)
+		}
+	}
+	if len(reused) != 2 || !reused[0].DequeuedAt.Before(reused[1].DequeuedAt) {
+		t.Fatalf("notices of the id %s: %+v; want the old and the new dequeue's", first[0], reused)
+	}
+	if got, err := repo.NoticedBundle(ctx, reused[0]); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("the old notice reads %+v, %v; want not found: its bundle is gone", got, err)
+	}
+	if got, err := repo.NoticedBundle(ctx, reused[1]); err != nil || !slices.Equal(got.NotificationIDs, []string{ns[0].ID}) {
+		t.Fatalf("the new notice reads %+v, %v; want the new bundle", got, err)
+	}
+	if err := s.RemoveNotices(ctx, reused[:1]); err != nil {
+		t.Fatal(err)
+	}
+	left, err := s.Notices(ctx, domain.Origins, 1_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(left, func(n store.Notice) bool { return n.BundleID == first[0] }); i < 0 || !left[i].DequeuedAt.Equal(reused[1].DequeuedAt) ||
+		slices.ContainsFunc(left[i+1:], func(n store.Notice) bool { return n.BundleID == first[0] }) {
+		t.Fatalf("after removing the old notice: %+v; want the new one alone left", left)
 	}
 }
 

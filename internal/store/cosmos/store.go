@@ -559,17 +559,15 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 	b.DeleteItem(slotID(rec.Group), nil)
 	if rec.Notice {
 		// The notice of the dequeue commits with it or not at all (notices.go).
-		// An upsert: a notice of an earlier bundle of this id may outlive that
-		// bundle's record (the retained-bytes bound removes records before the
-		// notices' ttl), and its id is free again; that bundle can no longer
-		// be built for its domain, and a create meeting its notice would fail
-		// this dequeue every time. The bundle's replace on its etag still
-		// refuses a second dequeue, notice and all.
+		// A notice of an earlier bundle of this id may outlive that bundle's
+		// record (the retained-bytes bound removes records before the
+		// notices' ttl), and the id is free again: that notice has another
+		// dequeue time in its id, so both stay until each is delivered.
 		raw, err := json.Marshal(s.notice(recipient, rec))
 		if err != nil {
 			return err
 		}
-		b.UpsertItem(raw, nil)
+		b.CreateItem(raw, nil)
 	}
 	doc := fromBundle(recipient, rec)
 	if len(rec.Drawers) == 0 {
