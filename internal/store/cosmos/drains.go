@@ -154,12 +154,28 @@ func cursorIn(st store.RecipientState, k catalog.Key) catalog.Cursor {
 // cursor at version now: when the recipient's last Peek's load read that
 // cursor version, the bundle is kept with the runs of that load's entry
 // that hold its positions, and with the load's head when it took
-// everything the load showed waiting.
-func (d *drains) created(recipient string, rec bundle.Record, cursor catalog.Cursor, now string) {
+// everything the load showed waiting. lastHead is the head version the
+// last load of the recipient on this instance read ("" when unknown).
+//
+// A cursor that did not exist (version "") pairs the cut with no load in
+// particular: every load of a cabinet without a cursor shows that
+// version, also one of the cabinet before retention took it out of the
+// catalog with its cursor and a save started it afresh at position 0 in
+// other drawers, whose runs would name the old drawers
+// (TestAnOwnBundleOfARestartedCabinetIsNotDequeuedWithTheOldCabinetsDrawers:
+// the Peek's load kept since, and a bundle cut from another load, an
+// operator's AcknowledgeOnBehalf). Such a bundle is kept only when the
+// Peek's load is the last load of the recipient here, at the head the
+// cut's load read too: no save came between them, so the cabinet is the
+// one that load read.
+func (d *drains) created(recipient string, rec bundle.Record, cursor catalog.Cursor, now, lastHead string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	l, ok := d.loads[recipient]
 	if !ok || rec.Version == "" || now == "" {
+		return
+	}
+	if cursor.Version == "" && (lastHead == "" || l.head != lastHead) {
 		return
 	}
 	if c := cursorIn(l.st, cursor.Key()); c.Version != cursor.Version || c.Acked != cursor.Acked || rec.Start != c.Acked {

@@ -49,3 +49,12 @@ func (k *knownHeads) get(recipient, version string) (headDoc, bool) {
 	}
 	return h, true
 }
+
+// last returns the version of the recipient's head the last load read,
+// when it is kept.
+func (k *knownHeads) last(recipient string) (string, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h, ok := k.m[recipient]
+	return h.ETag, ok
+}

@@ -546,7 +546,8 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, rec bundle.R
 	resp, err := s.runBatch(ctx, s.recipients, b)
 	if err == nil && len(resp.OperationResults) == 3 {
 		rec.Version = string(resp.OperationResults[1].ETag)
-		s.drains.created(recipient, rec, cursor, string(resp.OperationResults[2].ETag))
+		lastHead, _ := s.heads.last(recipient)
+		s.drains.created(recipient, rec, cursor, string(resp.OperationResults[2].ETag), lastHead)
 	}
 	return err
 }
