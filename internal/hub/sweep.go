@@ -200,7 +200,11 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, sinc
 		return nil
 	}
 	if r.opts.ForgetBundles != nil && len(sw.Bundles) > 0 {
-		if err := r.opts.ForgetBundles(ctx, recipient, sw.Bundles); err != nil {
+		ids := make([]string, len(sw.Bundles))
+		for i, rec := range sw.Bundles {
+			ids[i] = rec.ID
+		}
+		if err := r.opts.ForgetBundles(ctx, recipient, ids); err != nil {
 			return err
 		}
 	}
@@ -208,12 +212,12 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, sinc
 }
 
 // expired lists the bundles past their retention.
-func expired(bundles []bundle.Record, cutoff time.Time) []string {
-	var out []string
+func expired(bundles []bundle.Record, cutoff time.Time) []bundle.Record {
+	var out []bundle.Record
 	for _, rec := range bundles {
 		if (rec.State == bundle.Released && rec.ReleasedAt.Before(cutoff)) ||
 			(rec.State == bundle.Dequeued && rec.DequeuedAt.Before(cutoff)) {
-			out = append(out, rec.ID)
+			out = append(out, rec)
 		}
 	}
 	return out

@@ -148,8 +148,11 @@ type RecipientSave struct {
 // Sweep is what retention removes for one recipient in one conditional write.
 type Sweep struct {
 	Recipient string
-	Bundles   []string // dequeued bundle ids to delete
-	Drawers   []string // drawer ids whose pages and id records are deleted
+	// Bundles are the dequeued or released bundles to delete, as read. A
+	// store whose records also expire on their own deletes each at its
+	// Version, so that a bundle peeked under the freed id since stays.
+	Bundles []bundle.Record
+	Drawers []string // drawer ids whose pages and id records are deleted
 	// DrawerEnds holds, for those of Drawers the catalog named when the
 	// sweep read it, the end of their acknowledged positions: a store
 	// that deletes pages before its catalog write deletes only pages

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store"
@@ -50,7 +51,7 @@ func TestThrottledAfterEveryRetryIsUnavailable(t *testing.T) {
 	_, err = st.HoldFiguresLease(ctx, "me", time.Minute)
 	expectUnavailable(t, "HoldFiguresLease", err)
 	expectUnavailable(t, "DueRecipients", st.DueRecipients(ctx, time.Now(), time.Now(), func(string) error { return nil }))
-	expectUnavailable(t, "ApplySweep", st.ApplySweep(ctx, store.Sweep{Recipient: r, Bundles: []string{uuid.NewString()}}))
+	expectUnavailable(t, "ApplySweep", st.ApplySweep(ctx, store.Sweep{Recipient: r, Bundles: []bundle.Record{{ID: uuid.NewString()}}}))
 	_, err = st.Notices(ctx, domain.Origins, 10)
 	expectUnavailable(t, "Notices", err)
 	_, err = st.HoldSweepLease(ctx, "me", time.Minute)

@@ -843,12 +843,18 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	for _, id := range sw.Done {
 		units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(id, nil); return nil }})
 	}
-	// Expired bundles go in the same batches. Each is deleted once: a
-	// batch that meets one already gone (a replay, the TTL of one that
-	// names no drawer) fails whole and the next sweep, which no longer
-	// lists it, finishes.
-	for _, id := range sw.Bundles {
-		units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(bundleDocID(id), nil); return nil }})
+	// Expired bundles go in the same batches, each on the etag it was read
+	// at: once the TTL removed a record that names no drawer, its id is
+	// free, and a bundle an actor peeked under it since must stay. Each is
+	// deleted once: a batch that meets one already gone (a replay, the
+	// TTL) or changed fails whole and the next sweep, which reads again,
+	// finishes.
+	for _, rec := range sw.Bundles {
+		var opts *azcosmos.TransactionalBatchItemOptions
+		if rec.Version != "" {
+			opts = &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(rec.Version)}
+		}
+		units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(bundleDocID(rec.ID), opts); return nil }})
 	}
 	for len(units) > 0 {
 		b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))

@@ -51,8 +51,8 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 		for _, c := range sw.DeleteCursors {
 			puts = append(puts, put{key: cabinetKey(kindCursor, r, c.Key()), del: true})
 		}
-		for _, id := range sw.Bundles {
-			bid, err := uuidBytes(id)
+		for _, b := range sw.Bundles {
+			bid, err := uuidBytes(b.ID)
 			if err != nil {
 				return err
 			}

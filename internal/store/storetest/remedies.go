@@ -139,7 +139,7 @@ func sweepRemovesAReleasedBundle(t *testing.T, s *storeEnv) {
 	if err := s.store.ReleaseBundle(ctx(t), r, s.released(rec)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.store.ApplySweep(ctx(t), store.Sweep{Recipient: r, Bundles: []string{rec.ID}}); err != nil {
+	if err := s.store.ApplySweep(ctx(t), store.Sweep{Recipient: r, Bundles: []bundle.Record{{ID: rec.ID}}}); err != nil {
 		t.Fatal(err)
 	}
 	if s.exists(r, rec.ID) {

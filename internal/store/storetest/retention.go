@@ -86,7 +86,7 @@ func applySweepKeepsDrawersUntilTheyAreDue(t *testing.T, s *storeEnv) {
 	if err != nil || len(due.Kept) != 1 || !slices.Equal(due.Kept[0].Drawers, []string{d}) {
 		t.Fatalf("kept drawers once their bundle is due: %+v (%v), want %s", due.Kept, err, d)
 	}
-	err = s.store.ApplySweep(ctx(t), store.Sweep{Recipient: r, Bundles: []string{done.ID}, Drawers: []string{d}, Done: []string{due.Kept[0].ID}})
+	err = s.store.ApplySweep(ctx(t), store.Sweep{Recipient: r, Bundles: []bundle.Record{{ID: done.ID}}, Drawers: []string{d}, Done: []string{due.Kept[0].ID}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -674,7 +674,7 @@ func sweepRemoves(t *testing.T, s *storeEnv) {
 	tsEntry := s.entry(r, domain.OriginTimeSeries, "t")
 	sw := store.Sweep{
 		Recipient:     r,
-		Bundles:       []string{done.ID},
+		Bundles:       []bundle.Record{{ID: done.ID}},
 		Drawers:       []string{charges.Drawers[0].ID, charges.Drawers[1].ID, tsEntry.Drawers[0].ID},
 		Entries:       []catalog.Entry{kept},
 		DeleteEntries: []catalog.Entry{tsEntry},
@@ -723,7 +723,7 @@ func sweepRefusesChangedCatalog(t *testing.T, s *storeEnv) {
 	e := s.entry(r, domain.OriginCharges, "c")
 	sw := store.Sweep{
 		Recipient:     r,
-		Bundles:       []string{done.ID},
+		Bundles:       []bundle.Record{{ID: done.ID}},
 		Drawers:       []string{e.Drawers[0].ID},
 		DrawerEnds:    map[string]int64{e.Drawers[0].ID: 2},
 		DeleteEntries: []catalog.Entry{e},
