@@ -70,8 +70,17 @@ type NoticeSignal struct {
 	grace      time.Duration // the notifier's; 0: nothing is remembered
 }
 
-// noticeID names a notice: bundle ids are unique per recipient.
-type noticeID struct{ recipient, bundleID string }
+// noticeID names a notice: its recipient's bundle id and its dequeue time
+// (unix µs, as the stores keep it), as a bundle id is free again once its
+// record is gone and the notice of its earlier dequeue may still wait.
+type noticeID struct {
+	recipient, bundleID string
+	at                  int64
+}
+
+func idOf(n store.Notice) noticeID {
+	return noticeID{n.Recipient, n.BundleID, n.DequeuedAt.UnixMicro()}
+}
 
 // maxOwn bounds the notices a NoticeSignal remembers (about 150 bytes each); those
 // beyond it are told once overdue, as another instance's would be.
@@ -92,7 +101,7 @@ func (b *NoticeSignal) Send(n store.Notice) {
 			b.older, b.own, b.since = b.own, map[noticeID]bool{}, n.DequeuedAt
 		}
 		if len(b.own)+len(b.older) < maxOwn {
-			b.own[noticeID{n.Recipient, n.BundleID}] = true
+			b.own[idOf(n)] = true
 		}
 	}
 	for c, o := range b.subs {
@@ -122,7 +131,7 @@ func (b *NoticeSignal) mine(n store.Notice) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	id := noticeID{n.Recipient, n.BundleID}
+	id := idOf(n)
 	return b.own[id] || b.older[id]
 }
 
@@ -134,7 +143,7 @@ func (b *NoticeSignal) forget(notices []store.Notice) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, n := range notices {
-		id := noticeID{n.Recipient, n.BundleID}
+		id := idOf(n)
 		delete(b.own, id)
 		delete(b.older, id)
 	}
