@@ -58,6 +58,7 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("BacklogSumsEntriesAndCursors", backlogSums)
 	run("BacklogCountsPendingBundles", backlogCountsPending)
 	run("OutboxKeepsTheNoticesOfDequeues", outboxNotices)
+	run("OutboxKeepsTheNoticesOfTwoDequeuesOfOneID", outboxNoticesOfAReusedID)
 	run("ReleaseBundleFreesItsGroupAndKeepsItsID", releaseFreesItsGroupAndKeepsItsID)
 	run("ReleaseBundleRefusesABundleNotPendingAtItsVersion", releaseRefusesABundleNotPendingAtItsVersion)
 	run("ReleasesAndDequeuesOfOneBundleAtOnceOneWins", releasesAndDequeuesOfOneBundleAtOnceOneWins)
@@ -836,6 +837,70 @@ func outboxNotices(t *testing.T, s *storeEnv) {
 	}
 	if left, err := an.Notices(ctx(t), domain.Origins, 10); err != nil || len(left) != 1 || left[0].BundleID != second.ID {
 		t.Fatalf("after removing the first: %+v (%v)", left, err)
+	}
+}
+
+// outboxNoticesOfAReusedID: a bundle id is free again once a sweep removed
+// its record, while the notice of its dequeue stays until it is removed. A
+// dequeue of a new bundle under the id writes a notice of its own beside
+// the old one (each with its own dequeue time), the old one's removal
+// leaves the new one, and the id's record is the new dequeue's.
+func outboxNoticesOfAReusedID(t *testing.T, s *storeEnv) {
+	r := newRecipient()
+	s.commit(notes(2, r, domain.OriginCharges, "c")...)
+	ack := func(rec bundle.Record) bundle.Record {
+		t.Helper()
+		rec, cur := s.dequeued(r, rec)
+		rec.Notice = true
+		if err := s.store.Acknowledge(ctx(t), r, rec, cur); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	old := ack(s.create(r, s.record(domain.OriginCharges, "c", 0, 1)))
+	s.clock.Advance(time.Hour)
+	due, err := s.store.LoadRetention(ctx(t), r, old.DequeuedAt.Add(time.Millisecond), time.Time{})
+	if err != nil || len(due.Bundles) != 1 || due.Bundles[0].ID != old.ID {
+		t.Fatalf("retention reads %+v (%v), want the old bundle due", due.Bundles, err)
+	}
+	if err := s.store.ApplySweep(ctx(t), store.Sweep{Recipient: r, Bundles: due.Bundles}); err != nil {
+		t.Fatal(err)
+	}
+	if s.exists(r, old.ID) {
+		t.Fatal("the swept bundle still exists: its id is not free, the test tests nothing")
+	}
+	reused := s.record(domain.OriginCharges, "c", 1, 2)
+	reused.ID = old.ID
+	renewed := ack(s.create(r, reused))
+
+	notices, err := s.store.Notices(ctx(t), []domain.Origin{domain.OriginCharges}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []store.Notice
+	for _, n := range notices {
+		if n.Recipient == r {
+			mine = append(mine, n)
+		}
+	}
+	if len(mine) != 2 || mine[0].BundleID != old.ID || mine[1].BundleID != old.ID ||
+		mine[0].DequeuedAt.UnixMicro() != old.DequeuedAt.UnixMicro() || mine[1].DequeuedAt.UnixMicro() != renewed.DequeuedAt.UnixMicro() {
+		t.Fatalf("notices of the reused id: %+v; want the old dequeue's (%v) and the new one's (%v), oldest first", mine, old.DequeuedAt, renewed.DequeuedAt)
+	}
+	if rec, err := s.store.DequeuedBundle(ctx(t), r, old.ID); err != nil || rec.DequeuedAt.UnixMicro() != renewed.DequeuedAt.UnixMicro() {
+		t.Fatalf("the id's record: %+v (%v), want the new dequeue's", rec, err)
+	}
+	if err := s.store.RemoveNotices(ctx(t), mine[:1]); err != nil {
+		t.Fatal(err)
+	}
+	left, err := s.store.Notices(ctx(t), []domain.Origin{domain.OriginCharges}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(left, func(n store.Notice) bool { return n.Recipient == r }); i < 0 ||
+		left[i].DequeuedAt.UnixMicro() != renewed.DequeuedAt.UnixMicro() ||
+		slices.ContainsFunc(left[i+1:], func(n store.Notice) bool { return n.Recipient == r }) {
+		t.Fatalf("after removing the old notice: %+v; want the new one alone", left)
 	}
 }
 
