@@ -79,6 +79,9 @@ func (s *Store) listNotices(ctx context.Context, origins []domain.Origin, limit 
 	for len(out) < limit {
 		page, next, err := s.noticePage(ctx, query, token, limit-len(out))
 		if err != nil {
+			// A continuation the account no longer takes would fail every
+			// later look: the next one starts from the beginning.
+			s.noticesAt.put(query, "")
 			return nil, err
 		}
 		for _, n := range page {

@@ -3,7 +3,9 @@ package cosmos_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -288,5 +290,36 @@ func TestNoticesOfTwoRecipientsBundlesOfOneIDAreBothListed(t *testing.T) {
 	slices.Sort(recipients)
 	if !slices.Equal(got, recipients) {
 		t.Fatalf("notices of bundle id %s name %v; want both recipients %v", id, got, recipients)
+	}
+}
+
+// A look at the notices goes on from where the last one stopped; when the
+// account refuses that continuation (400), the look fails, and the next one
+// starts from the beginning instead of sending it again for good.
+func TestANoticeLookWhoseContinuationIsRefusedStartsAgain(t *testing.T) {
+	f := newFaulty()
+	s := open(t, cosmos.Config{Transport: f})
+	repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	for range 3 {
+		cycleOne(t, repo, uuid.NewString(), domain.OriginCharges)
+	}
+	if first, err := s.Notices(ctx, domain.Origins, 1); err != nil || len(first) != 1 {
+		t.Fatalf("first look: %+v, %v", first, err)
+	}
+	var refused atomic.Int64
+	f.set(func(req *http.Request) int {
+		if req.Header.Get("x-ms-continuation") != "" {
+			refused.Add(1)
+			return http.StatusBadRequest
+		}
+		return 0
+	})
+	if _, err := s.Notices(ctx, domain.Origins, 1); err == nil || refused.Load() == 0 {
+		t.Fatalf("a look from the refused continuation: %v after %d refusals; want an error", err, refused.Load())
+	}
+	if again, err := s.Notices(ctx, domain.Origins, 1); err != nil || len(again) != 1 {
+		t.Fatalf("the next look: %+v, %v; want one notice, read from the beginning", again, err)
 	}
 }
