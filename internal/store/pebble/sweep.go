@@ -51,8 +51,8 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 		for _, c := range sw.DeleteCursors {
 			puts = append(puts, put{key: cabinetKey(kindCursor, r, c.Key()), del: true})
 		}
-		for _, b := range sw.Bundles {
-			bid, err := uuidBytes(b.ID)
+		for _, read := range sw.Bundles {
+			bid, err := uuidBytes(read.ID)
 			if err != nil {
 				return err
 			}
@@ -68,6 +68,12 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 			var b bundle.Record
 			if err := json.Unmarshal(v, &b); err != nil {
 				return err
+			}
+			// At the version read: a sweep planned before another sweep
+			// freed the id and the id was dequeued again must not delete
+			// the new dequeue's record before its retention.
+			if read.Version != "" && b.Version != read.Version {
+				return conflict("bundle %s changed since it was read", read.ID)
 			}
 			puts = append(puts, put{key: dequeuedKey(r, bid), del: true}, put{key: retainedKey(b, r, bid), del: true})
 		}

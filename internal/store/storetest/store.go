@@ -63,6 +63,7 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("ReleaseBundleRefusesABundleNotPendingAtItsVersion", releaseRefusesABundleNotPendingAtItsVersion)
 	run("ReleasesAndDequeuesOfOneBundleAtOnceOneWins", releasesAndDequeuesOfOneBundleAtOnceOneWins)
 	run("ApplySweepRemovesAReleasedBundle", sweepRemovesAReleasedBundle)
+	run("AStaleSweepSparesANewDequeueOfItsID", staleSweepSparesANewDequeueOfItsID)
 	run("ReadBellsNeverReturnsTheStoresOwnBells", ownBellsAreNotRead)
 }
 
@@ -1058,5 +1059,44 @@ func acknowledgeOneWins(t *testing.T, s *storeEnv) {
 	}
 	if cur := cursorOf(s.load(r), domain.OriginCharges, "c"); cur.Acked != 1 {
 		t.Fatalf("cursor at %d, want 1", cur.Acked)
+	}
+}
+
+// staleSweepSparesANewDequeueOfItsID: two sweeps read the same due bundle
+// (the sweeper's turn and an operator's SweepNow); the first deletes it,
+// the id is peeked and dequeued again, and the second applies its plan. It
+// deletes the record it read, at its version, never the new dequeue's
+// (deleted by id, the new record went before its retention, its notice
+// named a bundle that was gone, and drawers only it kept were kept by
+// nothing any more).
+func staleSweepSparesANewDequeueOfItsID(t *testing.T, s *storeEnv) {
+	r := newRecipient()
+	s.commit(notes(2, r, domain.OriginCharges, "c")...)
+	old := s.acknowledge(r, s.create(r, s.record(domain.OriginCharges, "c", 0, 1)))
+	s.clock.Advance(time.Hour)
+	due, err := s.store.LoadRetention(ctx(t), r, old.DequeuedAt.Add(time.Millisecond), time.Time{})
+	if err != nil || len(due.Bundles) != 1 || due.Bundles[0].ID != old.ID {
+		t.Fatalf("retention reads %+v (%v), want the old bundle due", due.Bundles, err)
+	}
+	if err := s.store.ApplySweep(ctx(t), store.Sweep{Recipient: r, Bundles: due.Bundles}); err != nil {
+		t.Fatal(err)
+	}
+	if s.exists(r, old.ID) {
+		t.Fatal("the swept bundle still exists: its id is not free, the test tests nothing")
+	}
+	reused := s.record(domain.OriginCharges, "c", 1, 2)
+	reused.ID = old.ID
+	renewed := s.acknowledge(r, s.create(r, reused))
+	// The second sweep, planned on the same read.
+	if err := s.store.ApplySweep(ctx(t), store.Sweep{Recipient: r, Bundles: due.Bundles}); err != nil && !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("the stale sweep: %v; want nothing done or a conflict", err)
+	}
+	rec, err := s.store.DequeuedBundle(ctx(t), r, old.ID)
+	if err != nil || rec.DequeuedAt.UnixMicro() != renewed.DequeuedAt.UnixMicro() {
+		t.Fatalf("the id's record after a stale sweep: %+v (%v); want the new dequeue's, retained", rec, err)
+	}
+	later, err := s.store.LoadRetention(ctx(t), r, renewed.DequeuedAt.Add(time.Millisecond), time.Time{})
+	if err != nil || len(later.Bundles) != 1 || later.Bundles[0].ID != old.ID {
+		t.Fatalf("retention reads %+v (%v), want the new dequeue due once its time comes", later.Bundles, err)
 	}
 }
