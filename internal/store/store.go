@@ -148,9 +148,9 @@ type RecipientSave struct {
 // Sweep is what retention removes for one recipient in one conditional write.
 type Sweep struct {
 	Recipient string
-	// Bundles are the dequeued or released bundles to delete, as read. A
-	// store whose records also expire on their own deletes each at its
-	// Version, so that a bundle peeked under the freed id since stays.
+	// Bundles are the dequeued or released bundles to delete, as read: a
+	// store deletes each at its Version (when set), so that a bundle of
+	// the id made since (freed by another sweep or a ttl) stays.
 	Bundles []bundle.Record
 	Drawers []string // drawer ids whose pages and id records are deleted
 	// DrawerEnds holds, for those of Drawers the catalog named when the
