@@ -133,11 +133,14 @@ func TestSubmitAfterCloseFails(t *testing.T) {
 }
 
 func TestSubmitGivesUpWhenTheContextEnds(t *testing.T) {
-	block := make(chan struct{})
-	p := New(0, Options[int]{Prepare: func([]int) func() { <-block; return nil }})
+	block, preparing := make(chan struct{}), make(chan struct{}, 1)
+	p := New(0, Options[int]{Prepare: func([]int) func() { preparing <- struct{}{}; <-block; return nil }})
 	defer p.Close()
 	defer close(block)
 	_ = p.Submit(context.Background(), 1) // taken by the collector, which blocks
+	// Once its group is being prepared, nothing takes a request: a second
+	// sent before that could still join the first's group.
+	<-preparing
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if err := p.Submit(ctx, 2); !errors.Is(err, context.DeadlineExceeded) {
