@@ -859,17 +859,7 @@ func outboxNoticesOfAReusedID(t *testing.T, s *storeEnv) {
 		return rec
 	}
 	old := ack(s.create(r, s.record(domain.OriginCharges, "c", 0, 1)))
-	s.clock.Advance(time.Hour)
-	due, err := s.store.LoadRetention(ctx(t), r, old.DequeuedAt.Add(time.Millisecond), time.Time{})
-	if err != nil || len(due.Bundles) != 1 || due.Bundles[0].ID != old.ID {
-		t.Fatalf("retention reads %+v (%v), want the old bundle due", due.Bundles, err)
-	}
-	if err := s.store.ApplySweep(ctx(t), store.Sweep{Recipient: r, Bundles: due.Bundles}); err != nil {
-		t.Fatal(err)
-	}
-	if s.exists(r, old.ID) {
-		t.Fatal("the swept bundle still exists: its id is not free, the test tests nothing")
-	}
+	s.sweepDue(t, r, old)
 	reused := s.record(domain.OriginCharges, "c", 1, 2)
 	reused.ID = old.ID
 	renewed := ack(s.create(r, reused))
@@ -1073,17 +1063,7 @@ func staleSweepSparesANewDequeueOfItsID(t *testing.T, s *storeEnv) {
 	r := newRecipient()
 	s.commit(notes(2, r, domain.OriginCharges, "c")...)
 	old := s.acknowledge(r, s.create(r, s.record(domain.OriginCharges, "c", 0, 1)))
-	s.clock.Advance(time.Hour)
-	due, err := s.store.LoadRetention(ctx(t), r, old.DequeuedAt.Add(time.Millisecond), time.Time{})
-	if err != nil || len(due.Bundles) != 1 || due.Bundles[0].ID != old.ID {
-		t.Fatalf("retention reads %+v (%v), want the old bundle due", due.Bundles, err)
-	}
-	if err := s.store.ApplySweep(ctx(t), store.Sweep{Recipient: r, Bundles: due.Bundles}); err != nil {
-		t.Fatal(err)
-	}
-	if s.exists(r, old.ID) {
-		t.Fatal("the swept bundle still exists: its id is not free, the test tests nothing")
-	}
+	due := s.sweepDue(t, r, old)
 	reused := s.record(domain.OriginCharges, "c", 1, 2)
 	reused.ID = old.ID
 	renewed := s.acknowledge(r, s.create(r, reused))
@@ -1099,4 +1079,23 @@ func staleSweepSparesANewDequeueOfItsID(t *testing.T, s *storeEnv) {
 	if err != nil || len(later.Bundles) != 1 || later.Bundles[0].ID != old.ID {
 		t.Fatalf("retention reads %+v (%v), want the new dequeue due once its time comes", later.Bundles, err)
 	}
+}
+
+// sweepDue lets an hour pass, reads the recipient's retention, which must
+// find old alone due, and sweeps it, so that its id is free again; it
+// returns what the sweep read.
+func (s *storeEnv) sweepDue(t *testing.T, r string, old bundle.Record) store.RetentionState {
+	t.Helper()
+	s.clock.Advance(time.Hour)
+	due, err := s.store.LoadRetention(ctx(t), r, old.DequeuedAt.Add(time.Millisecond), time.Time{})
+	if err != nil || len(due.Bundles) != 1 || due.Bundles[0].ID != old.ID {
+		t.Fatalf("retention reads %+v (%v), want the old bundle due", due.Bundles, err)
+	}
+	if err := s.store.ApplySweep(ctx(t), store.Sweep{Recipient: r, Bundles: due.Bundles}); err != nil {
+		t.Fatal(err)
+	}
+	if s.exists(r, old.ID) {
+		t.Fatal("the swept bundle still exists: its id is not free, the test tests nothing")
+	}
+	return due
 }
