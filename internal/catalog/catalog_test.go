@@ -118,6 +118,14 @@ func TestCandidatesKeepOnlyTheCabinetsTheGroupAllows(t *testing.T) {
 func TestCandidatesResolveTheCursorAndHeadSequence(t *testing.T) {
 	const ts, ch = domain.OriginTimeSeries, domain.OriginCharges
 	three := metas(0, 10, 10, 5) // positions 0..24, seq 1000..1024
+	// The second drawer's ten positions hold sequence numbers 1010..1020:
+	// another cabinet took one of them.
+	gapped := metas(0, 10, 10, 5)
+	gapped[1].LastSeq++
+	// Runs cut at a hole (the Cosmos store's) whose numbers at the cut are
+	// not known.
+	lastUnknown, firstUnknown := metas(0, 10, 10, 5), metas(0, 10, 10, 5)
+	lastUnknown[1].LastSeq, firstUnknown[1].FirstSeq = 0, 0
 	tests := []struct {
 		name    string
 		entries []catalog.Entry
@@ -136,8 +144,17 @@ func TestCandidatesResolveTheCursorAndHeadSequence(t *testing.T) {
 		{"a cursor at a drawer start takes that drawer's first sequence",
 			[]catalog.Entry{entry(ts, "a", three)}, []catalog.Cursor{cursor(ts, "a", 20, 0)},
 			[]cand{{key(ts, "a"), 20, 1020}}},
-		{"a cursor inside a drawer leaves the head to be read",
+		{"a cursor inside a drawer of consecutive sequence numbers counts its head from the drawer's first",
 			[]catalog.Entry{entry(ts, "a", three)}, []catalog.Cursor{cursor(ts, "a", 13, 0)},
+			[]cand{{key(ts, "a"), 13, 1013}}},
+		{"a cursor inside a drawer whose sequence numbers have gaps leaves the head to be read",
+			[]catalog.Entry{entry(ts, "a", gapped)}, []catalog.Cursor{cursor(ts, "a", 13, 0)},
+			[]cand{{key(ts, "a"), 13, 0}}},
+		{"a cursor inside a run whose last sequence number is not known leaves the head to be read",
+			[]catalog.Entry{entry(ts, "a", lastUnknown)}, []catalog.Cursor{cursor(ts, "a", 13, 0)},
+			[]cand{{key(ts, "a"), 13, 0}}},
+		{"a cursor inside a run whose first sequence number is not known leaves the head to be read",
+			[]catalog.Entry{entry(ts, "a", firstUnknown)}, []catalog.Cursor{cursor(ts, "a", 13, 0)},
 			[]cand{{key(ts, "a"), 13, 0}}},
 		{"a cursor at a position no drawer holds leaves the head to be read",
 			[]catalog.Entry{{Origin: ts, ContentType: "a", Drawers: metas(0, 10), Total: 15}}, []catalog.Cursor{cursor(ts, "a", 10, 0)},
@@ -150,7 +167,7 @@ func TestCandidatesResolveTheCursorAndHeadSequence(t *testing.T) {
 			nil},
 		{"a cabinet one short of fully acknowledged is kept",
 			[]catalog.Entry{entry(ts, "a", three)}, []catalog.Cursor{cursor(ts, "a", 24, 0)},
-			[]cand{{key(ts, "a"), 24, 0}}},
+			[]cand{{key(ts, "a"), 24, 1024}}},
 		{"an entry with nothing handed out is left out",
 			[]catalog.Entry{{Origin: ts, ContentType: "a"}}, nil,
 			nil},
@@ -169,7 +186,7 @@ func TestCandidatesResolveTheCursorAndHeadSequence(t *testing.T) {
 		{"each cabinet pairs with its own cursor",
 			[]catalog.Entry{entry(ts, "a", three), entry(ts, "b", three), entry(ch, "a", three)},
 			[]catalog.Cursor{cursor(ts, "b", 10, 0), cursor(ch, "a", 25, 0), cursor(ts, "a", 5, 0)},
-			[]cand{{key(ts, "a"), 5, 0}, {key(ts, "b"), 10, 1010}}},
+			[]cand{{key(ts, "a"), 5, 1005}, {key(ts, "b"), 10, 1010}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

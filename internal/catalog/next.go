@@ -43,13 +43,26 @@ func Candidates(entries []Entry, cursors []Cursor, group domain.PeekGroup) []Can
 }
 
 // headSeq is the sequence number at the cursor when it is known without a
-// read: recorded by the last dequeue, or the first of a drawer.
+// read: recorded by the last dequeue, the first of a run, or counted from
+// it in a run whose sequence numbers are consecutive.
 func headSeq(e Entry, c Cursor) int64 {
 	if c.HeadSeq > 0 {
 		return c.HeadSeq
 	}
-	if i := drawer.Containing(e.Drawers, c.Acked); i >= 0 && e.Drawers[i].Start == c.Acked {
-		return e.Drawers[i].FirstSeq
+	i := drawer.Containing(e.Drawers, c.Acked)
+	if i < 0 {
+		return 0
+	}
+	d := e.Drawers[i]
+	if d.Start == c.Acked {
+		return d.FirstSeq
+	}
+	// A cabinet's sequence numbers grow with its positions, so a run with
+	// as many numbers from its first to its last as it has positions holds
+	// them one apart: a recipient's notifications of this cabinet alone,
+	// the case of a recipient with one cabinet.
+	if d.FirstSeq > 0 && d.LastSeq-d.FirstSeq == int64(d.Count-1) {
+		return d.FirstSeq + c.Acked - d.Start
 	}
 	return 0
 }
