@@ -156,18 +156,23 @@ func (r *Hub) commitGroup(ctx context.Context, live []*saveCall, write func([]st
 	// The first plan may rest on loads that lag other instances' writes
 	// (store.MayLag): every write of a save is conditional on the versions
 	// it was planned on, so a stale plan is a conflict, and the next plan
-	// loads fresh.
-	load := []store.LoadOption{store.MayLag}
+	// loads fresh. A plan reads the head and the entries alone
+	// (store.CatalogOnly).
+	lagging := true
 	return retry(ctx, func() ([]saveOutcome, error) {
+		load := []store.LoadOption{store.CatalogOnly}
+		if lagging {
+			load = append(load, store.MayLag)
+		}
 		outcomes, saves, err := r.planGroup(ctx, live, stored, load...)
-		if errors.Is(err, domain.ErrCabinetFull) && len(load) > 0 {
+		if errors.Is(err, domain.ErrCabinetFull) && lagging {
 			// A lagging load may still show drawers that another
 			// instance's sweep took out of the entry; a refusal is no
 			// conflict, so nothing would read again: only a fresh load
 			// refuses.
-			outcomes, saves, err = r.planGroup(ctx, live, stored)
+			outcomes, saves, err = r.planGroup(ctx, live, stored, store.CatalogOnly)
 		}
-		load = nil
+		lagging = false
 		if err != nil || len(saves) == 0 {
 			return outcomes, err
 		}

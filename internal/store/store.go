@@ -80,6 +80,7 @@ type loadKind int
 const (
 	mayBeIdle loadKind = iota + 1
 	mayLag
+	catalogOnly
 	ownBundle
 )
 
@@ -98,6 +99,9 @@ var (
 	// stale; the caller must not conclude from such a state that a record
 	// is absent.
 	MayLag = LoadOption{kind: mayLag}
+	// CatalogOnly says the caller plans a save and reads only the head
+	// and the entries: the store may leave Cursors and Pending empty.
+	CatalogOnly = LoadOption{kind: catalogOnly}
 )
 
 // OwnBundle lets the store answer, when it created the pending bundle id

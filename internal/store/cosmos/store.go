@@ -285,9 +285,13 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string, opts ...sto
 			return st, nil
 		}
 	}
-	mayBeIdle, mayLag := slices.Contains(opts, store.MayBeIdle), slices.Contains(opts, store.MayLag)
+	how := loadHow{
+		mayBeIdle:   slices.Contains(opts, store.MayBeIdle),
+		mayLag:      slices.Contains(opts, store.MayLag),
+		catalogOnly: slices.Contains(opts, store.CatalogOnly),
+	}
 	for attempt := 0; ; attempt++ {
-		st, head, err := s.loadRecipient(ctx, recipient, mayBeIdle, mayLag)
+		st, head, err := s.loadRecipient(ctx, recipient, how)
 		if err != nil || attempt > 0 || !s.hasExpired(head) {
 			return st, storeError(err)
 		}
@@ -298,19 +302,30 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string, opts ...sto
 }
 
 // recipientTypes are the documents a load queries; the head too when it
-// was not read on the primary first.
+// was not read on the primary first. A save's load (store.CatalogOnly)
+// leaves the cursors and pending bundles out: a document less to pay for
+// per cabinet and per bundle.
 const (
 	recipientTypes         = "SELECT * FROM c WHERE c.t IN ('entry', 'shelf', 'cursor', 'pending')"
 	recipientTypesWithHead = "SELECT * FROM c WHERE c.t IN ('head', 'entry', 'shelf', 'cursor', 'pending')"
+	catalogTypes           = "SELECT * FROM c WHERE c.t IN ('entry', 'shelf')"
+	catalogTypesWithHead   = "SELECT * FROM c WHERE c.t IN ('head', 'entry', 'shelf')"
 )
 
-func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, mayLag bool) (store.RecipientState, headDoc, error) {
+// loadHow is what a load's options allow (store.LoadOption).
+type loadHow struct{ mayBeIdle, mayLag, catalogOnly bool }
+
+func (s *Store) loadRecipient(ctx context.Context, recipient string, how loadHow) (store.RecipientState, headDoc, error) {
 	var st store.RecipientState
 	var head headDoc
+	mayBeIdle, mayLag := how.mayBeIdle, how.mayLag
 	// The head is read on the primary to anchor the query (Session
 	// consistency, see anchor) and whenever an idle answer may do.
 	primary := mayBeIdle || s.anchored && !mayLag
-	sql := recipientTypesWithHead
+	sql, sqlWithoutHead := recipientTypesWithHead, recipientTypes
+	if how.catalogOnly {
+		sql, sqlWithoutHead = catalogTypesWithHead, catalogTypes
+	}
 	if primary {
 		found, err := s.anchor(ctx, recipient, &head)
 		if err != nil {
@@ -323,7 +338,7 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 		}
 		// The query need not load the head again: one document less to
 		// pay for.
-		sql = recipientTypes
+		sql = sqlWithoutHead
 	}
 	var cat catalogDocs
 	// A query is answered in pages, each from a replica as of its own
@@ -370,13 +385,13 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, mayBeIdle, 
 			return nil
 		})
 	st.Entries = cat.catalog()
-	if err == nil && pages > 1 && !mayLag {
+	if err == nil && pages > 1 && !mayLag && !how.catalogOnly {
 		err = s.checkCursorless(ctx, recipient, st)
 	}
 	if err == nil && head.ETag != "" {
 		s.heads.keep(recipient, head)
 	}
-	if err == nil && mayBeIdle {
+	if err == nil && mayBeIdle && !how.catalogOnly {
 		s.drains.loaded(recipient, head.ETag, st)
 	}
 	return st, head, err

@@ -2,12 +2,15 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/hub"
@@ -34,6 +37,7 @@ func RunIdle(t *testing.T, newStore Factory) {
 	run("AStaleMarkChangesNothing", idleStaleMark)
 	run("AReleasedBundleMakesTheRecipientWaitAgain", idleEndsWithARelease)
 	run("ALaggingLoadHoldsTheStoresOwnWrites", lagHoldsOwnWrites)
+	run("ACatalogOnlyLoadHoldsTheHeadAndEntriesOfAFullOne", catalogOnlyHoldsHeadAndEntries)
 	h := &harness{newStore: newStore}
 	t.Run("PeeksOfAnIdleRecipientSeeEverySaveAfterIt", h.idlePeeksSeeLaterSaves)
 	t.Run("AnIdleRecipientsUsedBundleIDsStayUsed", h.idleKeepsUsedBundleIDs)
@@ -183,6 +187,42 @@ func lagHoldsOwnWrites(t *testing.T, s *storeEnv) {
 	if err := s.store.Acknowledge(ctx(t), r, done, cur); err != nil {
 		t.Fatalf("acknowledge on a lagging load's versions: %v", err)
 	}
+}
+
+// catalogOnlyHoldsHeadAndEntries: a save's load (store.CatalogOnly, with
+// and without store.MayLag) holds the head and the entries of a full load,
+// at their versions, so the writes planned on it hold; cursors and pending
+// bundles it may leave out.
+func catalogOnlyHoldsHeadAndEntries(t *testing.T, s *storeEnv) {
+	r := newRecipient()
+	s.commit(notes(3, r, domain.OriginCharges, "c")...)
+	s.commit(notes(2, r, domain.OriginTimeSeries, "t")...)
+	s.create(r, s.record(domain.OriginCharges, "c", 0, 2))
+	full, err := s.store.LoadRecipient(ctx(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range [][]store.LoadOption{{store.CatalogOnly}, {store.CatalogOnly, store.MayLag}} {
+		st, err := s.store.LoadRecipient(ctx(t), r, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Idle || st.Head != full.Head || !sameEntries(st.Entries, full.Entries) {
+			t.Fatalf("a catalog-only load (%d options): head %+v, entries %+v; a full load: head %+v, entries %+v",
+				len(opts), st.Head, st.Entries, full.Head, full.Entries)
+		}
+	}
+}
+
+// sameEntries says whether a and b hold the same entries, in any order.
+func sameEntries(a, b []catalog.Entry) bool {
+	key := func(e catalog.Entry) string { return fmt.Sprintf("%d/%s", e.Origin, e.ContentType) }
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(a, func(x, y catalog.Entry) int { return strings.Compare(key(x), key(y)) })
+	slices.SortFunc(b, func(x, y catalog.Entry) int { return strings.Compare(key(x), key(y)) })
+	return slices.EqualFunc(a, b, func(x, y catalog.Entry) bool {
+		return key(x) == key(y) && x.Total == y.Total && x.Version == y.Version && slices.Equal(x.Drawers, y.Drawers)
+	})
 }
 
 // idleLooks peeks the recipient's empty state a few times, as a polling
