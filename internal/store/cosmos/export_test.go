@@ -39,3 +39,19 @@ func SetFinalizeFor(s *Store, d time.Duration) { s.finalizeFor = d }
 // SetRetainedBudget bounds the bytes of one recipient's retained dequeued
 // bundles, so that a test can reach the bound with a few hundred.
 func SetRetainedBudget(s *Store, bytes int64) { s.retainedBudget = bytes }
+
+// Total sums a snapshot over the data operations (metadata reads left out).
+func Total(snap map[string]OpStats) OpStats {
+	var t OpStats
+	for op, s := range snap {
+		if op == OpMetadata {
+			continue
+		}
+		t.Requests += s.Requests
+		t.RequestBytes += s.RequestBytes
+		t.ResponseBytes += s.ResponseBytes
+		t.RequestCharge += s.RequestCharge
+		t.Throttled += s.Throttled
+	}
+	return t
+}

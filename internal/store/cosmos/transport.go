@@ -94,22 +94,6 @@ func (m *Meter) Snapshot() map[string]OpStats {
 	return out
 }
 
-// Total sums a snapshot over the data operations (metadata reads left out).
-func Total(snap map[string]OpStats) OpStats {
-	var t OpStats
-	for op, s := range snap {
-		if op == OpMetadata {
-			continue
-		}
-		t.Requests += s.Requests
-		t.RequestBytes += s.RequestBytes
-		t.ResponseBytes += s.ResponseBytes
-		t.RequestCharge += s.RequestCharge
-		t.Throttled += s.Throttled
-	}
-	return t
-}
-
 // Operation names used by Classify.
 const (
 	OpRead     = "read"
