@@ -598,3 +598,55 @@ func hourBackoffService(t *testing.T, provider *contenttest.Provider, o content.
 	t.Cleanup(s.Close)
 	return s
 }
+
+// The check that a bundle whose document was just stored is still pending
+// can fail (the store did not answer). A build that took that for "still
+// pending" kept the document of a bundle released meanwhile, which then
+// waited for a later bundle under the freed id as
+// TestADocumentStoredAfterItsBundleWasReleasedIsRemoved describes.
+func TestADocumentStoredAfterItsBundleWasReleasedIsRemovedWhenTheFirstCheckFails(t *testing.T) {
+	hold := make(chan struct{})
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		a := contenttest.Document("text/plain", []byte("document"), 1024)
+		a.Hold = hold
+		return a
+	})
+	dir := t.TempDir()
+	store, err := content.OpenDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	var released atomic.Bool
+	var checks atomic.Int32
+	s := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     store,
+		Pending: func(context.Context, string, string) (bool, error) {
+			if checks.Add(1) == 1 {
+				return false, errors.New("the store did not answer")
+			}
+			return !released.Load(), nil
+		},
+		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+	})
+	t.Cleanup(s.Close)
+	b := newBundle()
+	if _, err := s.Document(within(t, 20*time.Millisecond), b); !errors.Is(err, content.ErrNotReady) {
+		t.Fatalf("got %v, want not ready while the domain holds its answer", err)
+	}
+	released.Store(true)
+	close(hold)
+	// Joins the build (or, if it ended, starts another): either ends once
+	// the domain answered and the check was answered.
+	doc, err := s.Document(within(t, time.Minute), b)
+	if err == nil && doc != nil {
+		_ = doc.Body.Close()
+	}
+	if doc, err := store.Open(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id}); !errors.Is(err, content.ErrNotStored) {
+		if err == nil {
+			_ = doc.Body.Close()
+		}
+		t.Fatalf("the document of the released bundle: %v; want it not stored", err)
+	}
+}
