@@ -298,10 +298,26 @@ func (s *Service) keep(key Key, log *slog.Logger) error {
 		}
 		pause = min(2*pause, s.opts.RetryMax)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
-	defer cancel()
-	if err := s.opts.Store.Delete(ctx, key); err != nil {
-		log.Warn("removing the document of a bundle no longer pending failed", "error", err)
+	// Removed until it is gone, as the check is made: nothing else removes
+	// a released bundle's document on Cosmos DB.
+	pause = s.opts.RetryMin
+	for failures := 0; ; failures++ {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
+		err := s.opts.Store.Delete(ctx, key)
+		cancel()
+		if err == nil {
+			break
+		}
+		if failures == 0 {
+			log.Warn("removing the document of a bundle no longer pending failed; trying again", "error", err)
+		}
+		select {
+		case <-s.ctx.Done():
+			log.Warn("the document of a bundle no longer pending stays stored: shutting down", "error", err)
+			return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, s.opts.RetryMax)
 	}
 	return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
 }
