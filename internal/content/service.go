@@ -276,15 +276,48 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 // here: nothing serves the document of a bundle that is not pending, and a
 // released record may leave by the store's own expiry (Cosmos DB's ttl),
 // unseen by retention, freeing the id for a later bundle.
+//
+// A check that fails is made again, backing off as attempts do: taken for
+// "pending", it would keep the document of a bundle released meanwhile. A
+// shutdown leaves the document stored.
 func (s *Service) keep(key Key, log *slog.Logger) error {
-	pending, err := s.opts.Pending(s.ctx, key.Recipient, key.BundleID)
-	if err != nil || pending {
-		return nil
+	pause := s.opts.RetryMin
+	for {
+		pending, err := s.opts.Pending(s.ctx, key.Recipient, key.BundleID)
+		if err == nil && pending {
+			return nil
+		}
+		if err == nil {
+			break
+		}
+		log.Debug("checking that a bundle whose document was stored is still pending failed; trying again", "error", err, "retry_in", pause)
+		select {
+		case <-s.ctx.Done():
+			return nil
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, s.opts.RetryMax)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
-	defer cancel()
-	if err := s.opts.Store.Delete(ctx, key); err != nil {
-		log.Warn("removing the document of a bundle no longer pending failed", "error", err)
+	// Removed until it is gone, as the check is made: nothing else removes
+	// a released bundle's document on Cosmos DB.
+	pause = s.opts.RetryMin
+	for failures := 0; ; failures++ {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
+		err := s.opts.Store.Delete(ctx, key)
+		cancel()
+		if err == nil {
+			break
+		}
+		if failures == 0 {
+			log.Warn("removing the document of a bundle no longer pending failed; trying again", "error", err)
+		}
+		select {
+		case <-s.ctx.Done():
+			log.Warn("the document of a bundle no longer pending stays stored: shutting down", "error", err)
+			return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, s.opts.RetryMax)
 	}
 	return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
 }

@@ -598,3 +598,111 @@ func hourBackoffService(t *testing.T, provider *contenttest.Provider, o content.
 	t.Cleanup(s.Close)
 	return s
 }
+
+// The check that a bundle whose document was just stored is still pending
+// can fail (the store did not answer). A build that took that for "still
+// pending" kept the document of a bundle released meanwhile, which then
+// waited for a later bundle under the freed id as
+// TestADocumentStoredAfterItsBundleWasReleasedIsRemoved describes.
+func TestADocumentStoredAfterItsBundleWasReleasedIsRemovedWhenTheFirstCheckFails(t *testing.T) {
+	hold := make(chan struct{})
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		a := contenttest.Document("text/plain", []byte("document"), 1024)
+		a.Hold = hold
+		return a
+	})
+	dir := t.TempDir()
+	store, err := content.OpenDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	var released atomic.Bool
+	var checks atomic.Int32
+	s := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     store,
+		Pending: func(context.Context, string, string) (bool, error) {
+			if checks.Add(1) == 1 {
+				return false, errors.New("the store did not answer")
+			}
+			return !released.Load(), nil
+		},
+		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+	})
+	t.Cleanup(s.Close)
+	b := newBundle()
+	if _, err := s.Document(within(t, 20*time.Millisecond), b); !errors.Is(err, content.ErrNotReady) {
+		t.Fatalf("got %v, want not ready while the domain holds its answer", err)
+	}
+	released.Store(true)
+	close(hold)
+	// Joins the build (or, if it ended, starts another): either ends once
+	// the domain answered and the check was answered.
+	doc, err := s.Document(within(t, time.Minute), b)
+	if err == nil && doc != nil {
+		_ = doc.Body.Close()
+	}
+	if doc, err := store.Open(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id}); !errors.Is(err, content.ErrNotStored) {
+		if err == nil {
+			_ = doc.Body.Close()
+		}
+		t.Fatalf("the document of the released bundle: %v; want it not stored", err)
+	}
+}
+
+// failingDeletes is a Store whose next fail removals fail.
+type failingDeletes struct {
+	content.Store
+	fail atomic.Int32
+}
+
+func (s *failingDeletes) Delete(ctx context.Context, key content.Key) error {
+	if s.fail.Add(-1) >= 0 {
+		return errors.New("the store did not answer")
+	}
+	return s.Store.Delete(ctx, key)
+}
+
+// The removal of a document stored for a bundle released meanwhile can
+// fail (the store did not answer); nothing else removes it on Cosmos DB,
+// so the build removes it until it is gone.
+func TestADocumentStoredAfterItsBundleWasReleasedIsRemovedWhenTheFirstRemovalFails(t *testing.T) {
+	hold := make(chan struct{})
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		a := contenttest.Document("text/plain", []byte("document"), 1024)
+		a.Hold = hold
+		return a
+	})
+	dir, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dir.Close() })
+	store := &failingDeletes{Store: dir}
+	store.fail.Store(1)
+	var released atomic.Bool
+	s := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     store,
+		Pending:   func(context.Context, string, string) (bool, error) { return !released.Load(), nil },
+		RetryMin:  time.Millisecond, RetryMax: 5 * time.Millisecond,
+	})
+	t.Cleanup(s.Close)
+	b := newBundle()
+	if _, err := s.Document(within(t, 20*time.Millisecond), b); !errors.Is(err, content.ErrNotReady) {
+		t.Fatalf("got %v, want not ready while the domain holds its answer", err)
+	}
+	released.Store(true)
+	close(hold)
+	doc, err := s.Document(within(t, time.Minute), b)
+	if err == nil && doc != nil {
+		_ = doc.Body.Close()
+	}
+	if doc, err := dir.Open(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id}); !errors.Is(err, content.ErrNotStored) {
+		if err == nil {
+			_ = doc.Body.Close()
+		}
+		t.Fatalf("the document of the released bundle: %v; want it not stored", err)
+	}
+}

@@ -63,6 +63,9 @@ type Hub struct {
 
 	stopSweeper context.CancelFunc
 	background  sync.WaitGroup
+	// sweeping holds the one retention pass of this hub that runs
+	// (sweep.go).
+	sweeping chan struct{}
 }
 
 // New starts a Repository over store. Close stops its background work; the
@@ -94,6 +97,8 @@ func New(store store.Store, opts Options, logger *slog.Logger) *Hub {
 		peeks: newSharer[*domain.Bundle](),
 		wakes: newWakeups(opts.MaxWaitersPerRecipient, opts.MaxWaiters),
 		idle:  newIdleMarks(),
+
+		sweeping: make(chan struct{}, 1),
 	}
 	r.saves = r.newSaver()
 	r.opsCtx, r.stopOps = context.WithCancel(context.Background())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -29,7 +30,7 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 		return bundle.Record{}, err
 	}
 	defer r.ops.Done()
-	return retry(ctx, func() (bundle.Record, error) {
+	rec, err := retry(ctx, func() (bundle.Record, error) {
 		state, err := r.store.LoadRecipient(ctx, recipient)
 		if err != nil {
 			return bundle.Record{}, err
@@ -56,7 +57,25 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 		}
 		return state.Pending[i], nil
 	})
+	if err != nil || r.opts.ForgetBundles == nil {
+		return rec, err
+	}
+	// A build whose domain answered between the removal above and the
+	// release's write stored the document while the bundle was still
+	// pending, and kept it. A build that stores it after this removal finds
+	// the bundle released and removes it itself.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetAgainTimeout)
+	defer cancel()
+	if err := r.opts.ForgetBundles(fctx, recipient, []string{bundleID}); err != nil {
+		r.logger.Error("the document of a released bundle could not be removed; remove it before its id is used again",
+			"recipient", recipient, "bundle", bundleID, "error", err)
+	}
+	return rec, nil
 }
+
+// forgetAgainTimeout bounds the removal of a released bundle's document
+// after its release is written, which the caller's end must not skip.
+const forgetAgainTimeout = 10 * time.Second
 
 // notPending says why bundleID is no pending bundle of the recipient:
 // dequeued, released or unknown (ErrNotFound in each case).

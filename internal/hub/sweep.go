@@ -101,6 +101,10 @@ func (r *Hub) sweep(ctx context.Context) error {
 	return r.sweepPass(ctx, r.opts.Now().Add(-r.opts.Retention), 0, nil)
 }
 
+// RetentionWaits is the debug line of a retention pass that waits for the one
+// running on the same hub (SweepNow during the sweeper's turn).
+const RetentionWaits = "a retention sweep waits for the one running on this instance"
+
 // sweepPass removes what retention allows: dequeued and released bundles
 // older than the retention, and fully acknowledged drawers that no retained
 // bundle covers.
@@ -112,6 +116,22 @@ func (r *Hub) sweep(ctx context.Context) error {
 // again every renew and ends the pass when the lease is lost. A recipient
 // whose sweep fails is reported once the others are swept.
 func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duration, hold func(context.Context) (bool, error)) error {
+	// One pass at a time (the sweeper's turn, SweepNow): a recipient's
+	// sweep removes the documents of the bundles it planned to remove
+	// before it removes their records, unconditionally, so a pass that
+	// planned it before another pass freed a bundle's id would remove the
+	// document of a later bundle under that id.
+	select {
+	case r.sweeping <- struct{}{}:
+	default:
+		r.logger.Debug(RetentionWaits)
+		select {
+		case r.sweeping <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	defer func() { <-r.sweeping }()
 	cutoff := r.opts.Now().Add(-r.opts.Retention)
 	var due []string
 	if err := r.store.DueRecipients(ctx, cutoff, since, func(recipient string) error {
