@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/admin"
 	"github.com/energydatahub/messagehub/internal/audit"
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -97,6 +98,48 @@ func TestAReleaseWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 			}
 			if events := remedyEvents(t, client, r, adminv1.AuditAction_AUDIT_ACTION_RELEASE_BUNDLE); len(events) != 1 || events[0].GetBundleId() != b.ID {
 				t.Fatalf("audit events of the release %v; want one, of bundle %s", events, b.ID)
+			}
+		})
+	}
+}
+
+// The same of an acknowledgement on the actor's behalf: a dequeue batch
+// that applied though its answers were lost past the transport's resends
+// is a bundle dequeued, which the call answers and the audit log records;
+// answered as failed, the call named no bundle, and the operator's next
+// try found the notification dequeued already.
+func TestAnAcknowledgementWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
+	for _, kind := range []cosmostest.FaultKind{cosmostest.LostUnavailable, cosmostest.LostTimeout, cosmostest.LostReset} {
+		t.Run(string(kind), func(t *testing.T) {
+			db := cosmostest.UniqueID("db")
+			client, h := auditedAdmin(t, db)
+			ctx := context.Background()
+			r := uuid.NewString()
+			ns := notifications(3, r, 1)
+			if _, err := h.Save(ctx, ns); err != nil {
+				t.Fatal(err)
+			}
+			inject(t, db, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "dequeued", Kind: kind, Count: 6})
+			req := &adminv1.AcknowledgeOnBehalfRequest{
+				Recipient: r, Domain: messagehubv1.Domain(ns[0].Origin), ContentType: ns[0].ContentType,
+				UpToNotificationId: ns[2].ID, Reason: "the actor cannot parse them",
+			}
+			resp, err := client.AcknowledgeOnBehalf(ctx, req)
+			if fired(t, db) == 0 {
+				t.Fatal("the fault never fired; the test tested nothing")
+			}
+			clearFaults(t, db)
+			if err != nil {
+				_, again := client.AcknowledgeOnBehalf(ctx, req)
+				t.Logf("first call: %v; second: %v", err, again)
+			}
+			trace, terr := h.TraceNotification(ctx, r, ns[2].ID)
+			if terr != nil || trace.State != hub.TraceDequeued || trace.Bundle == nil {
+				t.Fatalf("the last notification after the calls: %+v, %v; want it dequeued", trace, terr)
+			}
+			events := remedyEvents(t, client, r, adminv1.AuditAction_AUDIT_ACTION_ACKNOWLEDGE_ON_BEHALF)
+			if len(events) != 1 || events[0].GetBundleId() != trace.Bundle.ID {
+				t.Fatalf("audit events of the acknowledgement %v (answer %v); want one, of bundle %s", events, resp, trace.Bundle.ID)
 			}
 		})
 	}
