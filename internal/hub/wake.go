@@ -127,6 +127,18 @@ func (w *wakeups) wakeRecipients(recipients []string) {
 	}
 }
 
+// wakeAll wakes every waiter; they register again for their next wait.
+func (w *wakeups) wakeAll() {
+	if w.n.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for recipient := range w.byRecipient {
+		w.wakeLocked(recipient)
+	}
+}
+
 func (w *wakeups) wakeLocked(recipient string) {
 	set := w.byRecipient[recipient]
 	if set == nil {
