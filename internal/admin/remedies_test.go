@@ -245,3 +245,80 @@ func TestAnAcknowledgementCutShortRecordsWhatItDequeued(t *testing.T) {
 		t.Fatalf("audit events %v; want the acknowledgement of bundle %s", events, trace.Bundle.ID)
 	}
 }
+
+// closeAfterAcknowledge is the store of a hub that is closed (a shutdown)
+// once the first bundle of a call is acknowledged: the acknowledge returns
+// when the hub refuses new calls.
+type closeAfterAcknowledge struct {
+	store.Store
+	once   sync.Once
+	hub    *hub.Hub
+	closed chan struct{}
+}
+
+func (s *closeAfterAcknowledge) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
+	err := s.Store.Acknowledge(ctx, recipient, rec, cursor)
+	if err == nil {
+		s.once.Do(func() {
+			go func() { s.hub.Close(); close(s.closed) }()
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				if _, err := s.hub.Backlog(ctx, recipient); errors.Is(err, domain.ErrUnavailable) {
+					return // Close has begun
+				}
+			}
+		})
+	}
+	return err
+}
+
+// A remedy that took effect while the hub shuts down is in the audit log:
+// the hub, which the audit log writes through, stays open for its record.
+// An acknowledgement on the actor's behalf that a shutdown cuts short
+// (Close stops it between bundles) kept what it dequeued, and its record,
+// written once the hub refused every call, was refused too.
+func TestARemedyCutShortByAShutdownIsRecorded(t *testing.T) {
+	st, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closing := &closeAfterAcknowledge{Store: st, closed: make(chan struct{})}
+	h := hub.New(closing, hub.Options{MaxBundleWeight: 2}, nil)
+	closing.hub = h
+	t.Cleanup(func() { <-closing.closed; _ = st.Close() })
+	log := audit.NewLog(h, audit.Options{})
+	srv, _ := server.NewGRPCServer(h, slog.New(slog.DiscardHandler), server.WithAudit(log, func(context.Context) string { return "op" }))
+	admin.Register(srv, h)
+	client := dialAdmin(t, srv)
+	recipient := uuid.NewString()
+	ids := save(t, h, recipient, 6) // three bundles of two
+
+	_, err = client.AcknowledgeOnBehalf(ctxT(t), &adminv1.AcknowledgeOnBehalfRequest{
+		Recipient: recipient, Domain: timeSeries, ContentType: "rsm-014", UpToNotificationId: ids[5], Reason: "ticket 4714",
+	})
+	t.Logf("the call: %v", err)
+	<-closing.closed
+	// The hub is closed: the store tells what was dequeued and recorded.
+	state, err := st.LoadRecipient(ctxT(t), recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acked int64
+	for _, c := range state.Cursors {
+		acked = max(acked, c.Acked)
+	}
+	if acked == 0 {
+		t.Fatal("nothing was dequeued: the test tested nothing")
+	}
+	page, err := st.AuditEvents(ctxT(t), audit.Range(recipient, time.Time{}, time.Time{}, "", 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int(acked / 2); len(page.Events) != want {
+		t.Fatalf("%d audit events for %d notifications dequeued in bundles of two; want %d", len(page.Events), acked, want)
+	}
+	for _, e := range page.Events {
+		if e.Action != audit.ActionAcknowledgeOnBehalf || !strings.Contains(e.Detail, "ticket 4714") {
+			t.Fatalf("audit event %+v; want the acknowledgement", e)
+		}
+	}
+}

@@ -91,6 +91,18 @@ func (l *Log) Write(ctx context.Context, events ...Event) error {
 	return l.w.AppendAudit(ctx, keyed)
 }
 
+// Hold keeps the writer open for the events written with the context
+// returned until release is called, when the writer can (hub.Hub.Hold):
+// a remedy holds it until its record is written.
+func (l *Log) Hold(ctx context.Context) (held context.Context, release func(), err error) {
+	if h, ok := l.w.(interface {
+		Hold(ctx context.Context) (context.Context, func(), error)
+	}); ok {
+		return h.Hold(ctx)
+	}
+	return ctx, func() {}, nil
+}
+
 // Record buffers e for the next flush and returns at once. A full buffer
 // (MaxBuffered) or a closed log drops it: it is counted (Dropped) and a
 // warning is logged at most once per flush interval.

@@ -69,6 +69,11 @@ type Keeper struct {
 	written store.BacklogFigures // the lists and history last written
 	fullAt  time.Time
 	full    float64 // the last recount's cost
+
+	// listed says that written holds the lists as stored: a keeper that
+	// takes the figures over has written none yet, and the last holder's
+	// are in the store, however empty its own are.
+	listed bool
 }
 
 // New returns a Keeper of s's figures.
@@ -135,7 +140,7 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 // forget drops what the keeper holds: the next update it makes recounts.
 func (k *Keeper) forget() {
 	k.tally.Reset()
-	k.cursor, k.history, k.written = "", nil, store.BacklogFigures{}
+	k.cursor, k.history, k.written, k.listed = "", nil, store.BacklogFigures{}, false
 }
 
 // Recount counts every recipient now and stores the figures. The cursor of
@@ -177,7 +182,7 @@ func (k *Keeper) write(ctx context.Context, cost float64) error {
 	f.Cost, f.FullAt, f.FullCost = cost, k.fullAt, k.full
 	f.Notices, f.OldestNotice = notices, oldest
 	var parts store.FigureParts
-	if !slices.Equal(f.Oldest, k.written.Oldest) || !slices.Equal(f.Largest, k.written.Largest) {
+	if !k.listed || !slices.Equal(f.Oldest, k.written.Oldest) || !slices.Equal(f.Largest, k.written.Largest) {
 		parts |= store.FigureLists
 	}
 	if len(f.History) != len(k.history) || (len(f.History) > 0 && !f.History[len(f.History)-1].At.Equal(k.history[len(k.history)-1].At)) {
@@ -186,7 +191,7 @@ func (k *Keeper) write(ctx context.Context, cost float64) error {
 	if err := k.store.WriteFigures(ctx, f, parts); err != nil {
 		return err
 	}
-	k.history, k.written.Oldest, k.written.Largest = f.History, f.Oldest, f.Largest
+	k.history, k.written.Oldest, k.written.Largest, k.listed = f.History, f.Oldest, f.Largest, true
 	return nil
 }
 

@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/figures"
+	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
@@ -182,5 +185,50 @@ func TestEveryTurnOfRunUpdatesTheFigures(t *testing.T) {
 		if done, err := turn(t, k); err != nil || !done {
 			t.Fatalf("the turn at tick %d: %v (%v), want an update", i, done, err)
 		}
+	}
+}
+
+// A keeper that takes the figures over (a restart, or another instance
+// after the holder stopped) from a recount that finds no backlog replaces
+// the lists the last holder wrote: recipients drained since then leave
+// them, as they leave the totals.
+func TestATakeOverWithNoBacklogEmptiesTheLastHoldersLists(t *testing.T) {
+	st, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hub.New(st, hub.Options{}, nil)
+	t.Cleanup(func() { h.Close(); _ = st.Close() })
+	ctx := context.Background()
+	recipient := uuid.NewString()
+	if _, err := h.Save(ctx, []domain.Notification{{
+		ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginTimeSeries,
+		ContentType: "rsm-014", DocumentType: "rsm-014", SupportsBundling: true, Weight: 1,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := figures.New(st, figures.Options{}).Recount(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := st.ReadFigures(ctx, store.FigureLists); err != nil || len(f.Oldest) != 1 {
+		t.Fatalf("lists after the first recount: %+v, %v; want the recipient", f.Oldest, err)
+	}
+	b, err := h.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v, %v", b, err)
+	}
+	if err := h.Dequeue(ctx, recipient, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The holder stopped before its next turn; the next holder recounts.
+	if err := figures.New(st, figures.Options{}).Recount(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, err := st.ReadFigures(ctx, store.FigureLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Backlog.Recipients != 0 || len(f.Oldest) != 0 || len(f.Largest) != 0 {
+		t.Fatalf("figures after the take-over: %d recipients, lists %+v and %+v; want none anywhere", f.Backlog.Recipients, f.Oldest, f.Largest)
 	}
 }

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/audit"
@@ -10,13 +11,34 @@ import (
 // The audit log goes through the hub to the store, like every other call:
 // nothing reaches the store once the hub is closed.
 
-// AppendAudit stores audit events (audit.Writer).
+// AppendAudit stores audit events (audit.Writer). With the context of a
+// Hold it is served also once Close has begun: the hold keeps the store
+// open.
 func (r *Hub) AppendAudit(ctx context.Context, events []audit.Event) error {
-	if err := r.begin(); err != nil {
-		return err
+	if ctx.Value(heldKey{}) != any(r) {
+		if err := r.begin(); err != nil {
+			return err
+		}
+		defer r.ops.Done()
 	}
-	defer r.ops.Done()
 	return r.store.AppendAudit(ctx, events)
+}
+
+// heldKey marks the context of a Hold.
+type heldKey struct{}
+
+// Hold keeps the hub open until release is called: Close waits for it,
+// and AppendAudit with the context returned is served even once Close has
+// begun. A remedy's call holds it from before the remedy starts until its
+// audit record is written, so that a remedy that took effect is recorded
+// also when a shutdown begins meanwhile (which stops an acknowledgement on
+// an actor's behalf between bundles, and then refuses every call).
+func (r *Hub) Hold(ctx context.Context) (held context.Context, release func(), err error) {
+	if err := r.begin(); err != nil {
+		return ctx, func() {}, err
+	}
+	var once sync.Once
+	return context.WithValue(ctx, heldKey{}, any(r)), func() { once.Do(r.ops.Done) }, nil
 }
 
 // AuditEvents reads one page of a recipient's audit log.

@@ -166,6 +166,9 @@ func (b *bell) followLoop(ctx context.Context) {
 	defer timer.Stop()
 	pause := b.poll
 	failed := 0 // reads failed in a row
+	// restarted says that the cursor was dropped after failed reads and
+	// no read from the present has worked since.
+	restarted := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -184,6 +187,15 @@ func (b *bell) followLoop(ctx context.Context) {
 			cursor = next
 		}
 		b.wakes.wakeRecipients(recipients)
+		if restarted && err == nil {
+			// Started over from the present, this read left out the bells
+			// rung since the reads began to fail: a peek that looked
+			// before it and waits after it, with the following taken up,
+			// would wait for a bell that never comes. Every waiter looks
+			// again, after the present.
+			restarted = false
+			b.wakes.wakeAll()
+		}
 		b.report(BellRead, err)
 		b.setFollowing(err == nil)
 		if err == nil {
@@ -196,7 +208,7 @@ func (b *bell) followLoop(ctx context.Context) {
 				// meanwhile, but not their saves: every peek waiting now
 				// re-checks by itself at least once after the following
 				// takes up again.
-				cursor = ""
+				cursor, restarted = "", true
 			}
 		}
 		timer.Reset(pause)

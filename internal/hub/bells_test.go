@@ -173,3 +173,51 @@ func TestReadsOfTheBellsThatKeepFailingStartOverFromThePresent(t *testing.T) {
 		t.Fatalf("reads after the first failure used the cursors %q: the first failures must keep the cursor", failedWith)
 	}
 }
+
+// Reads of the bells that keep failing start over from the present, which
+// leaves out the bells rung meanwhile. A waiter that peeked before the
+// following was taken up again and waits after it (FollowingOthers says
+// so) would rely on a wake that no bell brings for a Save through another
+// instance between its peek and that present, and sleep until its wait
+// ends while the notifications are there: taking the following up from
+// the present wakes every waiter, so that each looks again.
+func TestFollowingTakenUpFromThePresentWakesEveryWaiter(t *testing.T) {
+	h, st := newBellHub(t, hub.Options{})
+	until(t, "the hub follows the bells", func() bool { ok, _ := h.FollowingOthers(); return ok })
+	_, lost := h.FollowingOthers()
+	st.setFail(errors.New("no such continuation"))
+	<-lost
+	st.mu.Lock()
+	from := len(st.cursors)
+	st.mu.Unlock()
+
+	r := uuid.NewString()
+	wake, stop, err := h.Watch(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b != nil {
+		t.Fatalf("peek = %v, %v; want nothing yet", b, err)
+	}
+	// Another instance saves for r; its bell is rung while this hub's reads
+	// fail, and a read from the present does not bring it.
+	other := hub.New(st.Store, hub.Options{}, nil)
+	t.Cleanup(other.Close)
+	if _, err := other.Save(context.Background(), []domain.Notification{notificationFor(r)}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "a read from the present", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return slices.Contains(st.cursors[from:], "")
+	})
+	st.setFail(nil)
+	until(t, "the hub follows the bells again", func() bool { ok, _ := h.FollowingOthers(); return ok })
+	if !woken(wake) {
+		t.Fatal("the following was taken up from the present and the waiter, which peeked before it, was not woken to look again")
+	}
+	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b == nil {
+		t.Fatalf("peek after the wake = %v, %v; want the other instance's notification", b, err)
+	}
+}

@@ -94,12 +94,17 @@ func (r *Hub) StopWaits() {
 }
 
 // wake wakes the waiters of the recipients of calls, after their Save
-// committed, and has the bell rung for them, so that the other instances
-// sharing the store wake theirs.
+// committed or failed, and has the bell rung for them, so that the other
+// instances sharing the store wake theirs.
 func (w *wakeups) wake(calls []*saveCall, outcomes []saveOutcome) {
 	var recipients []string
 	for i, c := range calls {
-		if outcomes[i].err != nil || outcomes[i].result.Saved == 0 {
+		// A failed save is rung too: one that failed after it reserved
+		// positions drops its reservation as it rolls back, and the
+		// watermark then passes the notifications of the saves that
+		// finished behind it meanwhile, whose own rings found nothing
+		// visible yet.
+		if outcomes[i].err == nil && outcomes[i].result.Saved == 0 {
 			continue // nothing new for its recipients
 		}
 		for _, n := range c.notifications {
@@ -119,6 +124,18 @@ func (w *wakeups) wakeRecipients(recipients []string) {
 	defer w.mu.Unlock()
 	for _, r := range recipients {
 		w.wakeLocked(r)
+	}
+}
+
+// wakeAll wakes every waiter; they register again for their next wait.
+func (w *wakeups) wakeAll() {
+	if w.n.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for recipient := range w.byRecipient {
+		w.wakeLocked(recipient)
 	}
 }
 

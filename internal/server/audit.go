@@ -40,6 +40,13 @@ type Auditor interface {
 	Write(ctx context.Context, events ...audit.Event) error
 }
 
+// holder is an Auditor that can keep what it writes to open for a
+// remedy's record (audit.Log.Hold): the record is written with the context
+// Hold returns, before release.
+type holder interface {
+	Hold(ctx context.Context) (held context.Context, release func(), err error)
+}
+
 // WithAudit records the audit log of every call in a; subject names a
 // call's caller (the token's subject).
 func WithAudit(a Auditor, subject func(context.Context) string) Option {
@@ -190,6 +197,20 @@ func (o *options) record(ctx context.Context, method string, req, resp any) erro
 // the request's recipient.
 func unaryAuditInterceptor(o *options) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if call, ok := auditCalls[info.FullMethod]; ok && call.action.Remedy() {
+			if h, ok := o.auditor.(holder); ok {
+				// What the record is written to stays open from before
+				// the remedy starts until it is recorded: a shutdown
+				// beginning meanwhile would refuse the record of a remedy
+				// that took effect.
+				held, release, err := h.Hold(ctx)
+				if err != nil {
+					return nil, err
+				}
+				defer release()
+				ctx = held
+			}
+		}
 		resp, err := handler(ctx, req)
 		if err != nil {
 			var partial *PartialAnswer

@@ -596,18 +596,24 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 		return err
 	}
 	err := s.execute(ctx, s.recipients, b)
-	if errors.Is(err, store.ErrConflict) {
-		// A replay of our own batch after a lost answer: the bundle is
-		// dequeued, at the moment we dequeued it.
+	if err != nil {
+		// A refusal may be a replay of our own batch after a lost answer,
+		// and a failure (408, 503, a cut connection) may be the loss of an
+		// answer past the transport's resends: the primary says whether the
+		// bundle is dequeued, at the moment we dequeued it. A dequeue that
+		// applied is answered as done, so that an acknowledgement on the
+		// actor's behalf names (and the audit log records) the bundle it
+		// dequeued; answered as failed, it named none, and its next try
+		// found the notifications dequeued already.
 		var now bundleDoc
 		ours, rerr := s.ownReplay(ctx, s.recipients, recipient, doc.ID, &now, func() bool {
 			return now.T == typeDequeued && now.DequeuedAt == doc.DequeuedAt
 		})
-		if rerr != nil {
-			return rerr
-		}
-		if ours {
+		switch {
+		case ours:
 			err = nil
+		case rerr != nil && errors.Is(err, store.ErrConflict):
+			err = rerr
 		}
 	}
 	s.drains.ended(recipient, rec.ID, err == nil)
@@ -630,14 +636,22 @@ func (s *Store) ReleaseBundle(ctx context.Context, recipient string, rec bundle.
 	}
 	err := s.execute(ctx, s.recipients, b)
 	s.drains.ended(recipient, rec.ID, false)
-	if errors.Is(err, store.ErrConflict) {
-		// A replay of our own batch after a lost answer: the primary says
-		// whether the bundle is released, at the moment we released it.
+	if err != nil {
+		// A refusal may be a replay of our own batch after a lost answer,
+		// and a failure (408, 503, a cut connection) may be the loss of an
+		// answer past the transport's resends: the primary says whether the
+		// bundle is released, at the moment we released it. A release that
+		// applied is answered as done, so that the operator's remedy is
+		// recorded; answered as failed, it would be found released by the
+		// operator's next try, and recorded by neither.
 		var now bundleDoc
 		ours, rerr := s.ownReplay(ctx, s.recipients, recipient, doc.ID, &now, func() bool {
 			return now.T == typeReleased && now.ReleasedAt == doc.ReleasedAt
 		})
-		if rerr != nil || ours {
+		switch {
+		case ours:
+			return nil
+		case rerr != nil && errors.Is(err, store.ErrConflict):
 			return rerr
 		}
 	}

@@ -1,0 +1,73 @@
+package cosmos_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// A save of another instance that finishes while an earlier save of the
+// same recipient is still being written stays invisible: the earlier
+// save's reservation holds the watermark. When that earlier save fails, its
+// rollback drops the reservation and the watermark passes the later save's
+// notifications: they become visible then, through a failed Save, and the
+// peeks waiting for the recipient must be woken by it (and the bell rung),
+// or they sleep until their wait ends while data is there.
+func TestAFailedSaveWakesThePeeksWaitingForTheSaveItHeldBack(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	// x reads the other instances' bells once, at its start: its waiters
+	// are woken by its own saves alone during the test.
+	x := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{BellPoll: time.Hour}, nil)
+	t.Cleanup(x.Close)
+	z := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
+	t.Cleanup(z.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+
+	// x's save reserves its positions, then its page batch is held until
+	// its deadline: the save fails and is rolled back.
+	inject(t, db, cosmostest.Fault{Kind: cosmostest.LostHold, Ops: []string{"batch"}, Coll: "drawers", Count: 1})
+	failed := make(chan error, 1)
+	go func() {
+		_, err := x.Save(ctx, notifications(1, r, 1))
+		failed <- err
+	}()
+	for deadline := time.Now().Add(30 * time.Second); fired(t, db) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("x's page batch never came")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	later := notifications(2, r, 1)
+	if _, err := z.Save(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := z.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
+		t.Fatalf("peek while x's save holds the watermark = %v, %v; want nothing yet", b, err)
+	}
+	wake, stop, err := x.Watch(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := <-failed; err == nil {
+		t.Fatal("x's save whose page batch never answered succeeded")
+	}
+	select {
+	case <-wake:
+	default:
+		t.Fatal("the failed save made z's notifications visible and woke no peek waiting for them")
+	}
+	b, err := x.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || b == nil || !slices.Equal(b.NotificationIDs, ids(later)) {
+		t.Fatalf("peek after x's save failed = %v, %v; want z's two notifications", b, err)
+	}
+}
