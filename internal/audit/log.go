@@ -16,6 +16,10 @@ import (
 // on error, possibly some. Writing an event twice stores it once.
 type Writer interface {
 	AppendAudit(ctx context.Context, events []Event) error
+	// Hold keeps the writer open for the events written with the context
+	// returned until release is called (hub.Hub.Hold): a remedy holds it
+	// from before it starts until its record is written.
+	Hold(ctx context.Context) (held context.Context, release func(), err error)
 }
 
 // Defaults of Options.
@@ -92,15 +96,9 @@ func (l *Log) Write(ctx context.Context, events ...Event) error {
 }
 
 // Hold keeps the writer open for the events written with the context
-// returned until release is called, when the writer can (hub.Hub.Hold):
-// a remedy holds it until its record is written.
+// returned until release is called (Writer.Hold).
 func (l *Log) Hold(ctx context.Context) (held context.Context, release func(), err error) {
-	if h, ok := l.w.(interface {
-		Hold(ctx context.Context) (context.Context, func(), error)
-	}); ok {
-		return h.Hold(ctx)
-	}
-	return ctx, func() {}, nil
+	return l.w.Hold(ctx)
 }
 
 // Record buffers e for the next flush and returns at once. A full buffer

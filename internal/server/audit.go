@@ -38,12 +38,8 @@ type Auditor interface {
 	Record(e audit.Event)
 	// Write stores events before it returns.
 	Write(ctx context.Context, events ...audit.Event) error
-}
-
-// holder is an Auditor that can keep what it writes to open for a
-// remedy's record (audit.Log.Hold): the record is written with the context
-// Hold returns, before release.
-type holder interface {
+	// Hold keeps what Write stores to open until release, for the events
+	// written with the context returned (audit.Log.Hold).
 	Hold(ctx context.Context) (held context.Context, release func(), err error)
 }
 
@@ -198,18 +194,16 @@ func (o *options) record(ctx context.Context, method string, req, resp any) erro
 func unaryAuditInterceptor(o *options) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if call, ok := auditCalls[info.FullMethod]; ok && call.action.Remedy() {
-			if h, ok := o.auditor.(holder); ok {
-				// What the record is written to stays open from before
-				// the remedy starts until it is recorded: a shutdown
-				// beginning meanwhile would refuse the record of a remedy
-				// that took effect.
-				held, release, err := h.Hold(ctx)
-				if err != nil {
-					return nil, err
-				}
-				defer release()
-				ctx = held
+			// What the record is written to stays open from before the
+			// remedy starts until it is recorded: a shutdown beginning
+			// meanwhile would refuse the record of a remedy that took
+			// effect.
+			held, release, err := o.auditor.Hold(ctx)
+			if err != nil {
+				return nil, err
 			}
+			defer release()
+			ctx = held
 		}
 		resp, err := handler(ctx, req)
 		if err != nil {
