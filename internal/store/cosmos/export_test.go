@@ -39,3 +39,14 @@ func SetFinalizeFor(s *Store, d time.Duration) { s.finalizeFor = d }
 // SetRetainedBudget bounds the bytes of one recipient's retained dequeued
 // bundles, so that a test can reach the bound with a few hundred.
 func SetRetainedBudget(s *Store, bytes int64) { s.retainedBudget = bytes }
+
+// IDMigrationCheck says whether the store has begun a look at whether the
+// old id layout is empty (the first save after the migration's both-layouts
+// phase starts one) and whether that look has ended.
+func IDMigrationCheck(s *Store) (begun, ended bool) {
+	st := &s.idSettings
+	st.mu.Lock()
+	begun = !st.checkedAt.IsZero()
+	st.mu.Unlock()
+	return begun, !st.checking.Load()
+}
