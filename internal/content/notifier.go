@@ -260,6 +260,40 @@ type worker struct {
 	n      *Notifier
 	origin domain.Origin
 	wake   <-chan struct{} // the signal; nil: none
+	// held are the notices whose bundle could not be read, each left out
+	// until its own backoff ends, so that one unreadable bundle does not
+	// keep the domain from hearing of the dequeues after it.
+	held map[noticeID]heldNotice
+}
+
+// heldNotice is a notice left out until the time set, after a failed read
+// of its bundle; wait is its backoff, doubling from Interval up to RetryMax.
+type heldNotice struct {
+	until time.Time
+	wait  time.Duration
+}
+
+// hold leaves a notice whose bundle could not be read out for a while.
+func (w *worker) hold(notice store.Notice) {
+	if w.held == nil {
+		w.held = map[noticeID]heldNotice{}
+	}
+	id := idOf(notice)
+	wait := min(max(2*w.held[id].wait, w.n.opts.Interval), w.n.opts.RetryMax)
+	w.held[id] = heldNotice{until: w.n.opts.Clock.Now().Add(wait), wait: wait}
+}
+
+// keepHeld forgets the holds of notices a look no longer lists: told, here
+// or by another instance.
+func (w *worker) keepHeld(listed []store.Notice) {
+	if len(w.held) == 0 {
+		return
+	}
+	ids := make(map[noticeID]bool, len(listed))
+	for _, notice := range listed {
+		ids[idOf(notice)] = true
+	}
+	maps.DeleteFunc(w.held, func(id noticeID, _ heldNotice) bool { return !ids[id] })
 }
 
 func (w *worker) loop(ctx context.Context) {
@@ -341,9 +375,11 @@ func (w *worker) round(ctx context.Context) roundResult {
 		}
 		return roundResult{storeFailed: true}
 	}
+	w.keepHeld(notices)
 	due, dueIn := w.due(notices)
 	res := roundResult{found: len(due), dueIn: dueIn}
 	var done []store.Notice
+	unread := 0 // reads of bundles that failed in a row
 	for _, notice := range due {
 		if n.stopped() {
 			break
@@ -355,12 +391,23 @@ func (w *worker) round(ctx context.Context) roundResult {
 			continue
 		}
 		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("reading a dequeued bundle failed", "bundle", notice.BundleID, "error", err)
+			if ctx.Err() != nil {
+				res.storeFailed = true
+				break
 			}
-			res.storeFailed = true
-			break
+			// This bundle may be the only one that cannot be read: it is
+			// backed off on its own and the domain hears of the rest. A
+			// second failure in a row says the store is failing: the rest
+			// waits for the store's backoff.
+			log.Warn("reading a dequeued bundle failed; it is tried again later", "bundle", notice.BundleID, "error", err)
+			w.hold(notice)
+			if unread++; unread > 1 {
+				res.storeFailed = true
+				break
+			}
+			continue
 		}
+		unread = 0
 		provider := n.opts.Providers[b.Origin]
 		if provider == nil {
 			log.Warn("the domain of a dequeued bundle has no provider any more; it is not told", "bundle", b.ID, "origin", b.Origin)
@@ -398,18 +445,25 @@ func (w *worker) round(ctx context.Context) roundResult {
 
 // due returns the notices to tell now: this instance's own, and those of
 // other instances once they are Grace old (their instance tells them before
-// that), in order; and how long until the first one left out is due.
+// that), in order, less those held after a failed read until their backoff
+// ends; and how long until the first one left out is due.
 func (w *worker) due(notices []store.Notice) ([]store.Notice, time.Duration) {
 	grace := w.n.opts.Grace
-	if grace <= 0 {
+	if grace <= 0 && len(w.held) == 0 {
 		return notices, 0
 	}
 	now := w.n.opts.Clock.Now()
 	out := notices[:0:0]
 	var dueIn time.Duration
 	for _, notice := range notices {
-		left := notice.DequeuedAt.Add(grace).Sub(now)
-		if left <= 0 || w.n.opts.Signal.mine(notice) {
+		left := time.Duration(0)
+		if grace > 0 && !w.n.opts.Signal.mine(notice) {
+			left = notice.DequeuedAt.Add(grace).Sub(now)
+		}
+		if h, ok := w.held[idOf(notice)]; ok {
+			left = max(left, h.until.Sub(now))
+		}
+		if left <= 0 {
 			out = append(out, notice)
 			continue
 		}

@@ -2,6 +2,7 @@ package content_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -568,6 +569,94 @@ func TestAnotherInstancesNoticeIsToldOnlyOnceOverdue(t *testing.T) {
 			waits = append(waits, w)
 		case <-ctx.Done():
 			t.Fatal("another instance's dequeue was never told")
+		}
+	}
+}
+
+// A notice whose bundle cannot be read (an error other than not found)
+// does not hold up its domain: the dequeues after it are told while its
+// read keeps failing, and it is tried again on a backoff of its own, not at
+// every look. Once its bundle can be read, it is told too.
+func TestANoticeWhoseBundleCannotBeReadDoesNotHoldUpTheDomain(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	outbox, repo := openWithNotices(t, hub.Options{Notices: func(domain.Origin) bool { return true }})
+	ctx := within(t, time.Minute)
+	bundles := dequeueAll(ctx, t, repo, slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, 4)...)[domain.OriginTimeSeries]
+	unreadable := bundles[0] // the oldest notice: every look lists it first
+	var broken atomic.Bool
+	var reads atomic.Int64 // of the unreadable bundle
+	broken.Store(true)
+	clock := newFakeClock()
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Notices:   outbox,
+		Bundle: func(ctx context.Context, n store.Notice) (*domain.Bundle, error) {
+			if n.BundleID == unreadable {
+				reads.Add(1)
+				if broken.Load() {
+					return nil, errors.New("injected: the bundle's record cannot be decoded")
+				}
+			}
+			return repo.NoticedBundle(ctx, n)
+		},
+		Clock: clock,
+	})
+	defer notifier.Close()
+
+	want := map[string]bool{}
+	for _, id := range bundles[1:] {
+		want[id] = true
+	}
+	fired := 0
+	for len(want) > 0 {
+		select {
+		case b := <-provider.Told():
+			if b.GetId() == unreadable {
+				t.Fatal("told of the bundle that cannot be read")
+			}
+			delete(want, b.GetId())
+		case w := <-clock.waits:
+			if fired++; fired > 20 {
+				t.Fatalf("%d of %d dequeues after the unreadable one untold after %d waits", len(want), len(bundles)-1, fired)
+			}
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatalf("%d of %d dequeues after the unreadable one never told", len(want), len(bundles)-1)
+		}
+	}
+	// Ten minutes more: its backoff doubles from 1 s up to 1 min, some
+	// fifteen reads instead of one per look.
+	start := clock.Now()
+	for clock.Now().Sub(start) < 10*time.Minute {
+		select {
+		case w := <-clock.waits:
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatal("the notifier stopped waiting")
+		}
+	}
+	if n := reads.Load(); n > 20 {
+		t.Fatalf("the unreadable bundle was read %d times in ten minutes; want it backed off (≤ 20)", n)
+	}
+	broken.Store(false)
+	for {
+		select {
+		case b := <-provider.Told():
+			if b.GetId() != unreadable {
+				t.Fatalf("told of %s again", b.GetId())
+			}
+			notifier.Close()
+			if n, _, err := outbox.NoticeBacklog(context.Background()); err != nil || n != 0 {
+				t.Fatalf("%d notices left after delivery (%v)", n, err)
+			}
+			return
+		case w := <-clock.waits:
+			if w.d > time.Minute {
+				t.Fatalf("a wait of %v; want none longer than RetryMax (1 min)", w.d)
+			}
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatal("the bundle that became readable was never told")
 		}
 	}
 }

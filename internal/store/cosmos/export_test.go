@@ -55,3 +55,14 @@ func Total(snap map[string]OpStats) OpStats {
 	}
 	return t
 }
+
+// IDMigrationCheck says whether the store has begun a look at whether the
+// old id layout is empty (the first save after the migration's both-layouts
+// phase starts one) and whether that look has ended.
+func IDMigrationCheck(s *Store) (begun, ended bool) {
+	st := &s.idSettings
+	st.mu.Lock()
+	begun = !st.checkedAt.IsZero()
+	st.mu.Unlock()
+	return begun, !st.checking.Load()
+}

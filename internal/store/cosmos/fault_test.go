@@ -17,6 +17,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
@@ -468,5 +469,48 @@ func TestASweepStoppedBeforeItsDeletesIsFinishedByTheNext(t *testing.T) {
 	}
 	if state, err := store.LoadRecipient(ctx, r); err != nil || len(state.Entries) != 0 {
 		t.Fatalf("after the next sweep the catalog still has %+v (%v)", state.Entries, err)
+	}
+}
+
+// A Save returns when the account stops answering at its commit: the
+// commit is given up at half the lease, and the abort that follows, which
+// runs without the caller's deadline, by the lease's end; past it whoever
+// finds the reservation settles it. Each attempt of a request ends only
+// after the HTTP client's timeout, and the SDK tries again almost without
+// end, so an abort bounded by nothing held its Save for days.
+func TestASaveReturnsWhenTheAccountStopsAnswering(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	const lease = 2 * time.Second
+	s := open(t, cosmos.Config{Database: db, Lease: lease})
+	repo := hub.New(s, hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	cycle(t, repo, 1) // the client's metadata caches
+	r := uuid.NewString()
+	state, err := s.LoadRecipient(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := notifications(3, r, 1)
+	fps := map[string]store.Fingerprint{}
+	for i, n := range ns {
+		fps[n.ID] = store.Fingerprint{byte(i + 1)}
+	}
+	// The store's own Save, with no deadline: the hub's would make the lease
+	// twice its own 30 s.
+	save := hub.PlanSave(r, state, ns, fps, uuid.NewString, time.Now().UnixMilli())
+	inject(t, db, cosmostest.Fault{Kind: cosmostest.LostHold, Coll: "saves", Ops: []string{"replace", "read", "batch"}})
+
+	done := make(chan error, 1)
+	go func() { done <- s.CommitSaves(ctx, []store.RecipientSave{save}) }()
+	// The lease and a wide margin for a busy machine, well below the
+	// client's 30 s per attempt.
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a save whose commit was never answered succeeded")
+		}
+	case <-time.After(lease + 15*time.Second):
+		t.Fatalf("a save on an account that stopped answering has not returned after %v (lease %v)", lease+15*time.Second, lease)
 	}
 }

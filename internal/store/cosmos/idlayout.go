@@ -158,13 +158,21 @@ func (s *Store) finishMigration(ctx context.Context, d settingsDoc) {
 
 // bucketsEmpty says whether no bucket of a layout of count holds a
 // document: a query of at most one document per bucket.
+//
+// The queries carry the token of the ids this instance wrote: a replica
+// that lags behind them may miss documents of the old layout and answer
+// that it is empty, and the migration would end with ids the lookups no
+// longer read (saved again instead of found as duplicates). A range's
+// token covers every write there up to this instance's last one.
 func (s *Store) bucketsEmpty(ctx context.Context, count int) (bool, error) {
 	var held atomic.Bool
+	token := s.tokens.get(containerIDs)
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for _, b := range buckets(count) {
 		g.Go(func() error {
-			pager := s.ids.NewQueryItemsPager("SELECT TOP 1 c.id FROM c", azcosmos.NewPartitionKeyString(b), &azcosmos.QueryOptions{PageSizeHint: 1})
+			pager := s.ids.NewQueryItemsPager("SELECT TOP 1 c.id FROM c", azcosmos.NewPartitionKeyString(b),
+				&azcosmos.QueryOptions{PageSizeHint: 1, SessionToken: token})
 			for pager.More() && !held.Load() {
 				page, err := pager.NextPage(ctx)
 				if err != nil {

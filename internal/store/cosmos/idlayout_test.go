@@ -141,3 +141,77 @@ func deleteIDDocs(t *testing.T, db, prefix string) {
 	}
 	waitOutLag()
 }
+
+// The look at whether the old layout's buckets are empty reads with the
+// session token of the ids this instance wrote: a replica that lags behind
+// them finds the buckets empty while they hold ids, and the migration would
+// end (lookups reading the new layout alone) with ids kept only in the old
+// one, which would then be saved again instead of found as duplicates.
+// Every read without a session token lags an hour here, so the old layout
+// this instance filled a moment ago looks empty to any such read.
+func TestTheOldLayoutIsFoundEmptyOnlyByAReadThatSeesItsIDs(t *testing.T) {
+	opts := cosmostest.Default()
+	opts.Lag, opts.LagFixed = time.Hour, true
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	clock := &costClock{now: time.Now()}
+	openAt := func(cfg cosmos.Config) *cosmos.Store {
+		t.Helper()
+		cfg.Endpoint, cfg.Key, cfg.Provision, cfg.Database, cfg.Transport = srv.Endpoint, srv.Key, true, db, cosmostest.NewHTTPClient()
+		cfg.Now = clock.Now
+		s, err := cosmos.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	old := openAt(cosmos.Config{IDBuckets: 4})
+	oldHub := hub.New(old, hub.Options{}, nil)
+	t.Cleanup(oldHub.Close)
+	r := uuid.NewString()
+	before := notifications(50, r, 1)
+	saveExpecting(t, oldHub, before, 50, 0)
+	_ = openAt(cosmos.Config{IDBuckets: 8, MigrateIDBuckets: true})
+
+	// Past the both-layouts phase the old instance's next save writes the
+	// new layout only and starts the look at the old one.
+	clock.advance(16 * time.Minute)
+	saveExpecting(t, oldHub, notifications(1, r, 1), 1, 0)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		begun, ended := cosmos.IDMigrationCheck(old)
+		if !begun {
+			t.Fatal("the save after the both-layouts phase did not look at the old layout")
+		}
+		if ended {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the look at the old layout did not end")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c, err := cosmostest.NewClient(t, srv).NewContainer(db, "recipients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString("_settings")) // on the primary
+	b.ReadItem("settings", nil)
+	resp, err := c.ExecuteTransactionalBatch(context.Background(), b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		IDBuckets     int `json:"idBuckets"`
+		NextIDBuckets int `json:"nextIdBuckets"`
+	}
+	if err := json.Unmarshal(resp.OperationResults[0].ResourceBody, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.IDBuckets != 4 || got.NextIDBuckets != 8 {
+		t.Fatalf("settings after the look at the old layout: %+v; want the migration from 4 to 8 still under way", got)
+	}
+	clock.advance(time.Minute) // the settings are read again
+	saveExpecting(t, oldHub, before, 0, 50)
+}

@@ -84,6 +84,7 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 	// and over the instances' clocks, which compare the lease's end.
 	wctx, cancel := context.WithTimeout(ctx, lease/2)
 	defer cancel()
+	leaseEnd := time.Now().Add(lease)
 	w, err := s.write(wctx, record, plans, ids)
 	if w.version == "" {
 		// No commit record: nothing was reserved.
@@ -123,7 +124,14 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 		// applied (its answer lost, or late past the deadline) is
 		// committed: it is finalized and succeeds.
 		record.State, record.TTL, record.DrawersToken = statePending, int32(s.cfg.Retention.Seconds()), ""
-		if !s.abort(context.WithoutCancel(ctx), record, version, reserved) {
+		// It runs without the caller's deadline, but not past the lease:
+		// from then on whoever finds the reservation settles it, and on an
+		// account that stops answering the SDK's retries would hold the
+		// Save for as long as they go on.
+		actx, acancel := context.WithDeadline(context.WithoutCancel(ctx), leaseEnd)
+		committed := s.abort(actx, record, version, reserved)
+		acancel()
+		if !committed {
 			return tooLarge(err)
 		}
 		s.cfg.Logger.Warn("cosmos: a save whose commit seemed to fail is committed; finalizing it", "save", saveID, "err", err)
