@@ -22,6 +22,111 @@ import (
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
+// forgetFunc removes bundles' documents (hub.Options.ForgetBundles).
+type forgetFunc = func(ctx context.Context, recipient string, bundleIDs []string) error
+
+// releasedEnv is a hub on Cosmos DB with a retention of an hour, whose
+// documents are kept in Azurite and built by a domain whose document of a
+// bundle names its notifications, and one recipient with a bundle id.
+type releasedEnv struct {
+	t             *testing.T
+	ctx           context.Context
+	srv           *cosmostest.Server
+	docs          *blobstore.Store
+	repo          *hub.Hub
+	service       *content.Service
+	recipient, id string
+
+	mu    sync.Mutex
+	ahead time.Duration // how far the test moved the clocks
+}
+
+const releasedRetention = time.Hour
+
+// newReleasedEnv starts the environment: forget wraps the documents' removal
+// the hub is given, answer what the domain answers to its calls-th call.
+func newReleasedEnv(t *testing.T, container string, forget func(forgetFunc) forgetFunc, answer func(calls int, a *contenttest.Answer)) *releasedEnv {
+	e := &releasedEnv{t: t, srv: cosmostest.Start(t), ctx: within(t, 2*time.Minute), recipient: uuid.NewString(), id: uuid.NewString()}
+	azurite := azuritetest.Start(t)
+	s, err := cosmos.Open(e.ctx, cosmos.Config{Endpoint: e.srv.Endpoint, Key: e.srv.Key, Provision: true, Database: cosmostest.UniqueID("db"),
+		Transport: cosmostest.NewHTTPClient(), Retention: releasedRetention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.docs, err = blobstore.Open(e.ctx, blobstore.Config{ConnectionString: azurite.ConnectionString(), Container: azuritetest.UniqueContainer(container), Provision: true}); err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return time.Now().Add(e.ahead) }
+	e.repo = hub.New(s, hub.Options{Retention: releasedRetention, ForgetBundles: forget(content.Forget(e.docs)), Now: now}, nil)
+	t.Cleanup(func() { e.repo.Close(); _ = s.Close() })
+	provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
+		a := contenttest.Document("text/plain", []byte(strings.Join(b.GetNotificationIds(), ",")), 1024)
+		answer(calls, &a)
+		return a
+	})
+	e.service = content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     e.docs, Pending: e.repo.IsPending, Lease: s,
+	})
+	t.Cleanup(e.service.Close)
+	return e
+}
+
+// save saves one notification for the recipient and returns its id.
+func (e *releasedEnv) save() string {
+	e.t.Helper()
+	n := domain.Notification{ID: uuid.NewString(), Recipient: e.recipient, Origin: domain.OriginTimeSeries, ContentType: "c", DocumentType: "c", Weight: 1}
+	if _, err := e.repo.Save(e.ctx, []domain.Notification{n}); err != nil {
+		e.t.Fatal(err)
+	}
+	return n.ID
+}
+
+// document builds (or reads back) the bundle's document.
+func (e *releasedEnv) document(b *domain.Bundle) string {
+	e.t.Helper()
+	doc, err := e.service.Document(e.ctx, apiconv.Bundle(b))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(read(e.t, doc))
+}
+
+// laterBundleOfTheReleasedID follows a release of the bundle under the id:
+// the released notification goes out again under another id and is
+// dequeued, another is saved, the retention passes (and the day the store
+// gives a dequeued bundle's ttl beyond it: the ttl removes the released
+// record) and the sweeper makes its pass; then a peek naming the id gets a
+// bundle of the new notification, which must be served its own document.
+func (e *releasedEnv) laterBundleOfTheReleasedID() {
+	t := e.t
+	again, err := e.repo.Peek(e.ctx, e.recipient, domain.GroupAll, "")
+	if err != nil || again == nil || again.ID == e.id {
+		t.Fatalf("peek after the release: %v %v", again, err)
+	}
+	if err := e.repo.Dequeue(e.ctx, e.recipient, again.ID); err != nil {
+		t.Fatal(err)
+	}
+	second := e.save()
+	const passed = releasedRetention + 25*time.Hour
+	if err := e.srv.AdvanceClock(passed); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	e.ahead = passed
+	e.mu.Unlock()
+	if err := e.repo.SweepNow(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	later, err := e.repo.Peek(e.ctx, e.recipient, domain.GroupAll, e.id)
+	if err != nil || later == nil || later.ID != e.id || len(later.NotificationIDs) != 1 || later.NotificationIDs[0] != second {
+		t.Fatalf("peek naming the released id after the retention: %+v %v; want a bundle of %s under it", later, err, second)
+	}
+	if got := e.document(later); got != second {
+		t.Fatalf("the bundle %s of %s was served the document %q of the released bundle of that id", e.id, second, got)
+	}
+}
+
 // A bundle id is free again once its bundle's record is gone. On Cosmos DB
 // a released bundle's record goes by its ttl, which the sweeper never comes
 // for (it has no dequeue time), so the sweeper never removes its document
@@ -30,94 +135,20 @@ import (
 // bundle's document, of other notifications, and its dequeue would
 // acknowledge notifications whose data the actor never got.
 func TestADocumentOfAReleasedBundleIsNotServedForALaterBundleOfItsID(t *testing.T) {
-	srv := cosmostest.Start(t)
-	azurite := azuritetest.Start(t)
-	ctx := within(t, 2*time.Minute)
-	const retention = time.Hour
-	s, err := cosmos.Open(ctx, cosmos.Config{Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: cosmostest.UniqueID("db"),
-		Transport: cosmostest.NewHTTPClient(), Retention: retention})
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := blobstore.Open(ctx, blobstore.Config{ConnectionString: azurite.ConnectionString(), Container: azuritetest.UniqueContainer("released"), Provision: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	ahead := time.Duration(0) // how far the test moved the clocks
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(ahead) }
-	repo := hub.New(s, hub.Options{Retention: retention, ForgetBundles: content.Forget(docs), Now: now}, nil)
-	t.Cleanup(func() { repo.Close(); _ = s.Close() })
-	// The domain's document names the bundle's notifications.
-	provider := contenttest.Start(t, func(b *messagehubv1.Bundle, _ int) contenttest.Answer {
-		return contenttest.Document("text/plain", []byte(strings.Join(b.GetNotificationIds(), ",")), 1024)
-	})
-	service := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     docs, Pending: repo.IsPending, Lease: s,
-	})
-	t.Cleanup(service.Close)
-
-	recipient, id := uuid.NewString(), uuid.NewString()
-	save := func() string {
-		t.Helper()
-		n := domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginTimeSeries, ContentType: "c", DocumentType: "c", Weight: 1}
-		if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
-			t.Fatal(err)
-		}
-		return n.ID
-	}
-	document := func(b *domain.Bundle) string {
-		t.Helper()
-		doc, err := service.Document(ctx, apiconv.Bundle(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(read(t, doc))
-	}
-
-	first := save()
-	b, err := repo.Peek(ctx, recipient, domain.GroupAll, id)
+	same := func(f forgetFunc) forgetFunc { return f }
+	e := newReleasedEnv(t, "released", same, func(int, *contenttest.Answer) {})
+	first := e.save()
+	b, err := e.repo.Peek(e.ctx, e.recipient, domain.GroupAll, e.id)
 	if err != nil || b == nil {
 		t.Fatalf("peek: %v %v", b, err)
 	}
-	if got := document(b); got != first {
+	if got := e.document(b); got != first {
 		t.Fatalf("document %q, want %q", got, first)
 	}
-	if _, err := repo.ReleaseBundle(ctx, recipient, id); err != nil {
+	if _, err := e.repo.ReleaseBundle(e.ctx, e.recipient, e.id); err != nil {
 		t.Fatal(err)
 	}
-	// The released notification goes out again under another id, and is
-	// dequeued; then another is saved.
-	again, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
-	if err != nil || again == nil || again.ID == id {
-		t.Fatalf("peek after the release: %v %v", again, err)
-	}
-	if err := repo.Dequeue(ctx, recipient, again.ID); err != nil {
-		t.Fatal(err)
-	}
-	second := save()
-
-	// The retention passes (and the day the store gives a dequeued
-	// bundle's ttl beyond it): the ttl removes the released record, and the
-	// sweeper makes its pass.
-	const passed = retention + 25*time.Hour
-	if err := srv.AdvanceClock(passed); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	ahead = passed
-	mu.Unlock()
-	if err := repo.SweepNow(ctx); err != nil {
-		t.Fatal(err)
-	}
-	later, err := repo.Peek(ctx, recipient, domain.GroupAll, id)
-	if err != nil || later == nil || later.ID != id || len(later.NotificationIDs) != 1 || later.NotificationIDs[0] != second {
-		t.Fatalf("peek naming the released id after the retention: %+v %v; want a bundle of %s under it", later, err, second)
-	}
-	if got := document(later); got != second {
-		t.Fatalf("the bundle %s of %s was served the document %q of the released bundle of that id", id, second, got)
-	}
+	e.laterBundleOfTheReleasedID()
 }
 
 // A release removes the bundle's document and then writes the released
@@ -126,119 +157,53 @@ func TestADocumentOfAReleasedBundleIsNotServedForALaterBundleOfItsID(t *testing.
 // bundle's document stays, and once the ttl frees the id a later bundle
 // under it is served that document.
 func TestADocumentStoredWhileItsBundleIsBeingReleasedIsRemoved(t *testing.T) {
-	srv := cosmostest.Start(t)
-	azurite := azuritetest.Start(t)
-	ctx := within(t, 2*time.Minute)
-	const retention = time.Hour
-	s, err := cosmos.Open(ctx, cosmos.Config{Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: cosmostest.UniqueID("db"),
-		Transport: cosmostest.NewHTTPClient(), Retention: retention})
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := blobstore.Open(ctx, blobstore.Config{ConnectionString: azurite.ConnectionString(), Container: azuritetest.UniqueContainer("releasing"), Provision: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	ahead := time.Duration(0) // how far the test moved the clocks
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(ahead) }
-
 	// The first build's domain answers only once the release has removed
 	// the document, and the release writes its record only once that build
 	// has stored the document and ended.
 	asked, answer := make(chan struct{}), make(chan struct{})
 	built := make(chan error, 1)
-	forget := content.Forget(docs)
 	var once sync.Once
-	forgetBundles := func(ctx context.Context, recipient string, ids []string) error {
-		err := forget(ctx, recipient, ids)
-		once.Do(func() {
-			close(answer)
-			if berr := <-built; berr != nil {
-				err = berr
-			}
-		})
-		return err
+	holdTheRelease := func(forget forgetFunc) forgetFunc {
+		return func(ctx context.Context, recipient string, ids []string) error {
+			err := forget(ctx, recipient, ids)
+			once.Do(func() {
+				close(answer)
+				if berr := <-built; berr != nil {
+					err = berr
+				}
+			})
+			return err
+		}
 	}
-	repo := hub.New(s, hub.Options{Retention: retention, ForgetBundles: forgetBundles, Now: now}, nil)
-	t.Cleanup(func() { repo.Close(); _ = s.Close() })
-	provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
-		a := contenttest.Document("text/plain", []byte(strings.Join(b.GetNotificationIds(), ",")), 1024)
+	holdTheFirstAnswer := func(calls int, a *contenttest.Answer) {
 		if calls == 0 {
 			close(asked)
 			a.Hold = answer
 		}
-		return a
-	})
-	service := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     docs, Pending: repo.IsPending, Lease: s,
-	})
-	t.Cleanup(service.Close)
-
-	recipient, id := uuid.NewString(), uuid.NewString()
-	save := func() string {
-		t.Helper()
-		n := domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginTimeSeries, ContentType: "c", DocumentType: "c", Weight: 1}
-		if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
-			t.Fatal(err)
-		}
-		return n.ID
 	}
+	e := newReleasedEnv(t, "releasing", holdTheRelease, holdTheFirstAnswer)
 
-	save()
-	b, err := repo.Peek(ctx, recipient, domain.GroupAll, id)
+	e.save()
+	b, err := e.repo.Peek(e.ctx, e.recipient, domain.GroupAll, e.id)
 	if err != nil || b == nil {
 		t.Fatalf("peek: %v %v", b, err)
 	}
 	go func() {
-		doc, err := service.Document(ctx, apiconv.Bundle(b))
+		doc, err := e.service.Document(e.ctx, apiconv.Bundle(b))
 		if err == nil && doc != nil {
 			err = doc.Body.Close()
 		}
 		built <- err
 	}()
 	<-asked
-	if _, err := repo.ReleaseBundle(ctx, recipient, id); err != nil {
+	if _, err := e.repo.ReleaseBundle(e.ctx, e.recipient, e.id); err != nil {
 		t.Fatal(err)
 	}
-	if doc, err := docs.Open(ctx, content.Key{Recipient: recipient, BundleID: id}); !errors.Is(err, content.ErrNotStored) {
+	if doc, err := e.docs.Open(e.ctx, content.Key{Recipient: e.recipient, BundleID: e.id}); !errors.Is(err, content.ErrNotStored) {
 		if err == nil {
 			_ = doc.Body.Close()
 		}
-		t.Errorf("the document of the released bundle %s is still stored (%v)", id, err)
+		t.Errorf("the document of the released bundle %s is still stored (%v)", e.id, err)
 	}
-
-	// What it leads to: the released notification goes out again under
-	// another id and is dequeued, another is saved, the ttl frees the id,
-	// and a peek naming it gets a bundle of the new notification.
-	again, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
-	if err != nil || again == nil || again.ID == id {
-		t.Fatalf("peek after the release: %v %v", again, err)
-	}
-	if err := repo.Dequeue(ctx, recipient, again.ID); err != nil {
-		t.Fatal(err)
-	}
-	second := save()
-	const passed = retention + 25*time.Hour
-	if err := srv.AdvanceClock(passed); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	ahead = passed
-	mu.Unlock()
-	if err := repo.SweepNow(ctx); err != nil {
-		t.Fatal(err)
-	}
-	later, err := repo.Peek(ctx, recipient, domain.GroupAll, id)
-	if err != nil || later == nil || later.ID != id || len(later.NotificationIDs) != 1 || later.NotificationIDs[0] != second {
-		t.Fatalf("peek naming the released id after the retention: %+v %v; want a bundle of %s under it", later, err, second)
-	}
-	doc, err := service.Document(ctx, apiconv.Bundle(later))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := string(read(t, doc)); got != second {
-		t.Fatalf("the bundle %s of %s was served the document %q of the released bundle of that id", id, second, got)
-	}
+	e.laterBundleOfTheReleasedID()
 }
