@@ -101,7 +101,9 @@ type auditor struct {
 
 func (a *auditor) Record(e audit.Event) { a.recorded = append(a.recorded, e) }
 
-func (a *auditor) Hold(ctx context.Context) (context.Context, func(), error) { return ctx, func() {}, nil }
+func (a *auditor) Hold(ctx context.Context) (context.Context, func(), error) {
+	return ctx, func() {}, nil
+}
 
 func (a *auditor) Write(_ context.Context, events ...audit.Event) error {
 	if a.fail != nil {
