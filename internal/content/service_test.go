@@ -315,12 +315,7 @@ func TestADocumentStoredAfterItsBundleWasReleasedIsRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = store.Close() }()
-	if doc, err := store.Open(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id}); !errors.Is(err, content.ErrNotStored) {
-		if err == nil {
-			_ = doc.Body.Close()
-		}
-		t.Fatalf("the document of the released bundle: %v; want it not stored", err)
-	}
+	wantNotStored(t, store, b)
 }
 
 func TestDirStoreLeavesNothingOfADocumentThatWasNotCommitted(t *testing.T) {
@@ -605,50 +600,21 @@ func hourBackoffService(t *testing.T, provider *contenttest.Provider, o content.
 // waited for a later bundle under the freed id as
 // TestADocumentStoredAfterItsBundleWasReleasedIsRemoved describes.
 func TestADocumentStoredAfterItsBundleWasReleasedIsRemovedWhenTheFirstCheckFails(t *testing.T) {
-	hold := make(chan struct{})
-	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
-		a := contenttest.Document("text/plain", []byte("document"), 1024)
-		a.Hold = hold
-		return a
-	})
-	dir := t.TempDir()
-	store, err := content.OpenDirStore(dir)
+	store, err := content.OpenDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	var released atomic.Bool
 	var checks atomic.Int32
-	s := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     store,
-		Pending: func(context.Context, string, string) (bool, error) {
-			if checks.Add(1) == 1 {
-				return false, errors.New("the store did not answer")
-			}
-			return !released.Load(), nil
-		},
-		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
-	})
-	t.Cleanup(s.Close)
-	b := newBundle()
-	if _, err := s.Document(within(t, 20*time.Millisecond), b); !errors.Is(err, content.ErrNotReady) {
-		t.Fatalf("got %v, want not ready while the domain holds its answer", err)
-	}
-	released.Store(true)
-	close(hold)
-	// Joins the build (or, if it ended, starts another): either ends once
-	// the domain answered and the check was answered.
-	doc, err := s.Document(within(t, time.Minute), b)
-	if err == nil && doc != nil {
-		_ = doc.Body.Close()
-	}
-	if doc, err := store.Open(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id}); !errors.Is(err, content.ErrNotStored) {
-		if err == nil {
-			_ = doc.Body.Close()
+	pending := func(context.Context, string, string) (bool, error) {
+		if checks.Add(1) == 1 {
+			return false, errors.New("the store did not answer")
 		}
-		t.Fatalf("the document of the released bundle: %v; want it not stored", err)
+		return !released.Load(), nil
 	}
+	b := buildReleasedMeanwhile(t, store, pending, &released)
+	wantNotStored(t, store, b)
 }
 
 // failingDeletes is a Store whose next fail removals fail.
@@ -668,12 +634,6 @@ func (s *failingDeletes) Delete(ctx context.Context, key content.Key) error {
 // fail (the store did not answer); nothing else removes it on Cosmos DB,
 // so the build removes it until it is gone.
 func TestADocumentStoredAfterItsBundleWasReleasedIsRemovedWhenTheFirstRemovalFails(t *testing.T) {
-	hold := make(chan struct{})
-	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
-		a := contenttest.Document("text/plain", []byte("document"), 1024)
-		a.Hold = hold
-		return a
-	})
 	dir, err := content.OpenDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -682,11 +642,27 @@ func TestADocumentStoredAfterItsBundleWasReleasedIsRemovedWhenTheFirstRemovalFai
 	store := &failingDeletes{Store: dir}
 	store.fail.Store(1)
 	var released atomic.Bool
+	pending := func(context.Context, string, string) (bool, error) { return !released.Load(), nil }
+	b := buildReleasedMeanwhile(t, store, pending, &released)
+	wantNotStored(t, dir, b)
+}
+
+// buildReleasedMeanwhile builds a bundle's document on store while its
+// domain holds its answer until released is set (the bundle released
+// meanwhile, as pending tells), and returns the bundle once a second
+// request, which joins the build or starts another, has ended.
+func buildReleasedMeanwhile(t *testing.T, store content.Store, pending func(context.Context, string, string) (bool, error), released *atomic.Bool) *messagehubv1.Bundle {
+	t.Helper()
+	hold := make(chan struct{})
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		a := contenttest.Document("text/plain", []byte("document"), 1024)
+		a.Hold = hold
+		return a
+	})
 	s := content.NewService(content.Options{
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     store,
-		Pending:   func(context.Context, string, string) (bool, error) { return !released.Load(), nil },
-		RetryMin:  time.Millisecond, RetryMax: 5 * time.Millisecond,
+		Store:     store, Pending: pending,
+		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
 	})
 	t.Cleanup(s.Close)
 	b := newBundle()
@@ -699,7 +675,13 @@ func TestADocumentStoredAfterItsBundleWasReleasedIsRemovedWhenTheFirstRemovalFai
 	if err == nil && doc != nil {
 		_ = doc.Body.Close()
 	}
-	if doc, err := dir.Open(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id}); !errors.Is(err, content.ErrNotStored) {
+	return b
+}
+
+// wantNotStored fails the test when store holds the bundle's document.
+func wantNotStored(t *testing.T, store content.Store, b *messagehubv1.Bundle) {
+	t.Helper()
+	if doc, err := store.Open(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id}); !errors.Is(err, content.ErrNotStored) {
 		if err == nil {
 			_ = doc.Body.Close()
 		}
