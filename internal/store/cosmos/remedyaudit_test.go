@@ -61,6 +61,23 @@ func remedyEvents(t *testing.T, client adminv1.AdminClient, recipient string, ac
 	return out
 }
 
+// callLosingAnswers makes an operator's call while fault loses the answers
+// of its writes, and, when it failed, makes it again with the fault cleared,
+// as the operator is told to.
+func callLosingAnswers(t *testing.T, db string, fault cosmostest.Fault, call func() error) {
+	t.Helper()
+	inject(t, db, fault)
+	err := call()
+	if fired(t, db) == 0 {
+		t.Fatal("the fault never fired; the test tested nothing")
+	}
+	clearFaults(t, db)
+	if err != nil {
+		again := call()
+		t.Logf("first call: %v; second: %v", err, again)
+	}
+}
+
 // A release whose answers are lost for longer than the transport's resends
 // applied all the same: the bundle is released. The operator is told so
 // (the store finds its own effect on the primary), and the audit log
@@ -81,18 +98,11 @@ func TestAReleaseWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 			if err != nil || b == nil {
 				t.Fatalf("peek = %v, %v", b, err)
 			}
-			inject(t, db, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "released", Kind: kind, Count: 6})
 			req := &adminv1.ReleaseBundleRequest{Recipient: r, BundleId: b.ID, Reason: "the actor lost its state"}
-			_, err = client.ReleaseBundle(ctx, req)
-			if fired(t, db) == 0 {
-				t.Fatal("the fault never fired; the test tested nothing")
-			}
-			clearFaults(t, db)
-			if err != nil {
-				// The operator tries again, as told.
-				_, again := client.ReleaseBundle(ctx, req)
-				t.Logf("first call: %v; second: %v", err, again)
-			}
+			callLosingAnswers(t, db, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "released", Kind: kind, Count: 6}, func() error {
+				_, err := client.ReleaseBundle(ctx, req)
+				return err
+			})
 			if _, err := h.Peek(ctx, r, domain.GroupAll, b.ID); err == nil {
 				t.Fatal("the bundle is still pending: the test expects the release to have applied")
 			}
@@ -119,20 +129,18 @@ func TestAnAcknowledgementWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 			if _, err := h.Save(ctx, ns); err != nil {
 				t.Fatal(err)
 			}
-			inject(t, db, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "dequeued", Kind: kind, Count: 6})
 			req := &adminv1.AcknowledgeOnBehalfRequest{
 				Recipient: r, Domain: messagehubv1.Domain(ns[0].Origin), ContentType: ns[0].ContentType,
 				UpToNotificationId: ns[2].ID, Reason: "the actor cannot parse them",
 			}
-			resp, err := client.AcknowledgeOnBehalf(ctx, req)
-			if fired(t, db) == 0 {
-				t.Fatal("the fault never fired; the test tested nothing")
-			}
-			clearFaults(t, db)
-			if err != nil {
-				_, again := client.AcknowledgeOnBehalf(ctx, req)
-				t.Logf("first call: %v; second: %v", err, again)
-			}
+			var resp *adminv1.AcknowledgeOnBehalfResponse // the first call's
+			callLosingAnswers(t, db, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "dequeued", Kind: kind, Count: 6}, func() error {
+				answer, err := client.AcknowledgeOnBehalf(ctx, req)
+				if resp == nil {
+					resp = answer
+				}
+				return err
+			})
 			trace, terr := h.TraceNotification(ctx, r, ns[2].ID)
 			if terr != nil || trace.State != hub.TraceDequeued || trace.Bundle == nil {
 				t.Fatalf("the last notification after the calls: %+v, %v; want it dequeued", trace, terr)
