@@ -261,10 +261,19 @@ type worker struct {
 	origin domain.Origin
 	wake   <-chan struct{} // the signal; nil: none
 	// held are the notices whose bundle could not be read, each left out
-	// until its own backoff ends, so that one unreadable bundle does not
-	// keep the domain from hearing of the dequeues after it.
+	// until its own backoff ends, so that unreadable bundles do not keep
+	// the domain from hearing of the dequeues after them: a look lists as
+	// many more notices as are held, and tries the notices not held before
+	// the held ones whose backoff ended.
 	held map[noticeID]heldNotice
 }
+
+// maxHeldBatches bounds the notices a worker holds, in batches: a look
+// lists at most this many batches more than one, whatever the outbox
+// holds. A notice whose read fails beyond it is not held but tried again
+// at the next look, ahead of the held ones, so the notices behind more
+// unreadable ones than this wait until some can be read.
+const maxHeldBatches = 10
 
 // heldNotice is a notice left out until the time set, after a failed read
 // of its bundle; wait is its backoff, doubling from Interval up to RetryMax.
@@ -273,12 +282,16 @@ type heldNotice struct {
 	wait  time.Duration
 }
 
-// hold leaves a notice whose bundle could not be read out for a while.
+// hold leaves a notice whose bundle could not be read out for a while,
+// unless the worker holds as many as it may.
 func (w *worker) hold(notice store.Notice) {
 	if w.held == nil {
 		w.held = map[noticeID]heldNotice{}
 	}
 	id := idOf(notice)
+	if _, ok := w.held[id]; !ok && len(w.held) >= maxHeldBatches*w.n.opts.Batch {
+		return
+	}
 	wait := min(max(2*w.held[id].wait, w.n.opts.Interval), w.n.opts.RetryMax)
 	w.held[id] = heldNotice{until: w.n.opts.Clock.Now().Add(wait), wait: wait}
 }
@@ -368,7 +381,10 @@ type roundResult struct {
 // the next round.
 func (w *worker) round(ctx context.Context) roundResult {
 	n, log := w.n, w.n.opts.Logger
-	notices, err := n.opts.Notices.Notices(ctx, []domain.Origin{w.origin}, n.opts.Batch)
+	// The held notices are listed again, each look, so that they take no
+	// room from the batch of notices behind them.
+	limit := n.opts.Batch + len(w.held)
+	notices, err := n.opts.Notices.Notices(ctx, []domain.Origin{w.origin}, limit)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("reading the notices of dequeues failed", "origin", w.origin, "error", err)
@@ -378,8 +394,10 @@ func (w *worker) round(ctx context.Context) roundResult {
 	w.keepHeld(notices)
 	due, dueIn := w.due(notices)
 	res := roundResult{found: len(due), dueIn: dueIn}
+	more := len(due) > n.opts.Batch // due notices left for the next look
+	due = due[:min(len(due), n.opts.Batch)]
 	var done []store.Notice
-	unread := 0 // reads of bundles that failed in a row
+	unread, answered := 0, 0 // bundle reads that failed, and that the store answered
 	for _, notice := range due {
 		if n.stopped() {
 			break
@@ -387,6 +405,7 @@ func (w *worker) round(ctx context.Context) roundResult {
 		b, err := n.opts.Bundle(ctx, notice)
 		if errors.Is(err, domain.ErrNotFound) {
 			log.Warn("a dequeued bundle was removed by retention before its domain heard of it", "bundle", notice.BundleID)
+			answered++
 			done = append(done, notice)
 			continue
 		}
@@ -395,19 +414,15 @@ func (w *worker) round(ctx context.Context) roundResult {
 				res.storeFailed = true
 				break
 			}
-			// This bundle may be the only one that cannot be read: it is
-			// backed off on its own and the domain hears of the rest. A
-			// second failure in a row says the store is failing: the rest
-			// waits for the store's backoff.
+			// This bundle may be the only one that cannot be read, or one
+			// of a run of them: it is backed off on its own and the domain
+			// hears of the rest, each read once in this look.
 			log.Warn("reading a dequeued bundle failed; it is tried again later", "bundle", notice.BundleID, "error", err)
 			w.hold(notice)
-			if unread++; unread > 1 {
-				res.storeFailed = true
-				break
-			}
+			unread++
 			continue
 		}
-		unread = 0
+		answered++
 		provider := n.opts.Providers[b.Origin]
 		if provider == nil {
 			log.Warn("the domain of a dequeued bundle has no provider any more; it is not told", "bundle", b.ID, "origin", b.Origin)
@@ -426,9 +441,15 @@ func (w *worker) round(ctx context.Context) roundResult {
 		}
 		done = append(done, notice)
 	}
+	// Reads that all failed, more than one, say the store is failing: the
+	// domain waits for the store's backoff, so a store that fails every
+	// read costs a batch of reads per backoff.
+	if unread > 1 && answered == 0 {
+		res.storeFailed = true
+	}
 	// A full batch that changed nothing (the store failed before anything
 	// was told) must not be read again at once.
-	res.full = (len(done) > 0 || res.failed) && len(notices) == n.opts.Batch
+	res.full = (len(done) > 0 || res.failed) && (len(notices) == limit || more)
 	if len(done) > 0 {
 		// Delivered is delivered: record it even when stopping, within bounds.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.CallTimeout)
@@ -446,7 +467,9 @@ func (w *worker) round(ctx context.Context) roundResult {
 // due returns the notices to tell now: this instance's own, and those of
 // other instances once they are Grace old (their instance tells them before
 // that), in order, less those held after a failed read until their backoff
-// ends; and how long until the first one left out is due.
+// ends, which follow the others once it has; and how long until the first
+// one left out is due. The held ones go last because their backoffs end
+// together with the store's: first, they would fill every batch again.
 func (w *worker) due(notices []store.Notice) ([]store.Notice, time.Duration) {
 	grace := w.n.opts.Grace
 	if grace <= 0 && len(w.held) == 0 {
@@ -454,22 +477,28 @@ func (w *worker) due(notices []store.Notice) ([]store.Notice, time.Duration) {
 	}
 	now := w.n.opts.Clock.Now()
 	out := notices[:0:0]
+	var retried []store.Notice
 	var dueIn time.Duration
 	for _, notice := range notices {
 		left := time.Duration(0)
 		if grace > 0 && !w.n.opts.Signal.mine(notice) {
 			left = notice.DequeuedAt.Add(grace).Sub(now)
 		}
-		if h, ok := w.held[idOf(notice)]; ok {
+		h, held := w.held[idOf(notice)]
+		if held {
 			left = max(left, h.until.Sub(now))
 		}
 		if left <= 0 {
-			out = append(out, notice)
+			if held {
+				retried = append(retried, notice)
+			} else {
+				out = append(out, notice)
+			}
 			continue
 		}
 		if dueIn == 0 || left < dueIn {
 			dueIn = left
 		}
 	}
-	return out, dueIn
+	return append(out, retried...), dueIn
 }

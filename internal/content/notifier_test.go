@@ -660,3 +660,95 @@ func TestANoticeWhoseBundleCannotBeReadDoesNotHoldUpTheDomain(t *testing.T) {
 		}
 	}
 }
+
+// A full batch of notices whose bundles cannot be read does not hold up the
+// domain's notice after it: the look goes past the notices backing off, so
+// the readable one is told after the first backoff, while the others keep
+// failing. No look reads more bundles than a batch holds, and once the
+// bundles can be read every notice is told exactly once.
+func TestABatchOfUnreadableNoticesDoesNotHoldUpTheDomain(t *testing.T) {
+	const batch = 100
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	outbox, repo := openWithNotices(t, hub.Options{Notices: func(domain.Origin) bool { return true }})
+	ctx := within(t, time.Minute)
+	bundles := dequeueAll(ctx, t, repo, slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, batch+1)...)[domain.OriginTimeSeries]
+	readable := bundles[batch] // the newest: every unreadable notice is listed before it
+	var broken atomic.Bool
+	broken.Store(true)
+	var reads, mostReads atomic.Int64 // bundle reads since the last look, and the most of any look
+	notices := &readCountingNotices{Outbox: outbox, reads: &reads, most: &mostReads}
+	clock := newFakeClock()
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Notices:   notices,
+		Bundle: func(ctx context.Context, n store.Notice) (*domain.Bundle, error) {
+			reads.Add(1)
+			if n.BundleID != readable && broken.Load() {
+				return nil, errors.New("injected: the bundle's record cannot be decoded")
+			}
+			return repo.NoticedBundle(ctx, n)
+		},
+		Batch: batch,
+		Clock: clock,
+	})
+	defer notifier.Close()
+
+	told := map[string]int{}
+	for fired := 0; told[readable] == 0; {
+		select {
+		case b := <-provider.Told():
+			told[b.GetId()]++
+		case w := <-clock.waits:
+			if fired++; fired > 3 {
+				t.Fatalf("the readable notice behind %d unreadable ones untold after %d waits (%v)", batch, fired, clock.Now().Sub(time.Unix(1_700_000_000, 0)))
+			}
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatalf("the readable notice behind %d unreadable ones was never told", batch)
+		}
+	}
+	if len(told) != 1 {
+		t.Fatalf("told of %d bundles while %d cannot be read", len(told), batch)
+	}
+
+	broken.Store(false)
+	for len(told) < len(bundles) {
+		select {
+		case b := <-provider.Told():
+			told[b.GetId()]++
+		case w := <-clock.waits:
+			if w.d > time.Minute {
+				t.Fatalf("a wait of %v; want none longer than RetryMax (1 min)", w.d)
+			}
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatalf("%d of %d bundles that became readable never told", len(bundles)-len(told), batch)
+		}
+	}
+	notifier.Close()
+	for id, n := range told {
+		if n != 1 {
+			t.Errorf("bundle %s told %d times", id, n)
+		}
+	}
+	if n := mostReads.Load(); n > batch {
+		t.Errorf("a look read %d bundles; want at most a batch (%d)", n, batch)
+	}
+	if n, _, err := outbox.NoticeBacklog(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d notices left after delivery (%v)", n, err)
+	}
+}
+
+// readCountingNotices keeps, at each look, the most bundle reads made
+// between two looks.
+type readCountingNotices struct {
+	store.Outbox
+	reads, most *atomic.Int64
+}
+
+func (c *readCountingNotices) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]store.Notice, error) {
+	if n := c.reads.Swap(0); n > c.most.Load() {
+		c.most.Store(n)
+	}
+	return c.Outbox.Notices(ctx, origins, limit)
+}
