@@ -161,9 +161,9 @@ func (s *guardedStore) ReleaseSweepLease(ctx context.Context, holder string) err
 	return s.write(leaseBytes, s.g.Floor(), func() error { return s.Store.ReleaseSweepLease(ctx, holder) })
 }
 
-func (s *guardedStore) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
+func (s *guardedStore) WriteFigures(ctx context.Context, holder string, f store.BacklogFigures, parts store.FigureParts) error {
 	n := uint64(len(f.Oldest)+len(f.Largest)+len(f.History)+1) * recordBytes * writeFactor //nolint:gosec // lengths are not negative
-	return s.write(n, s.g.Floor(), func() error { return s.Store.WriteFigures(ctx, f, parts) })
+	return s.write(n, s.g.Floor(), func() error { return s.Store.WriteFigures(ctx, holder, f, parts) })
 }
 
 func (s *guardedStore) AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (current string, until time.Time, err error) {

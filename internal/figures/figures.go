@@ -108,15 +108,12 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 	if !last.ComputedAt.IsZero() && now.Before(k.paced(last.ComputedAt, k.opts.Every-k.opts.Every/2, last.Cost)) {
 		return false, nil
 	}
-	// The lease outlasts a few turns: another instance takes over only
-	// from a holder that stopped.
-	held, err := k.store.HoldFiguresLease(ctx, k.holder, 5*k.opts.Every)
+	held, err := k.hold(ctx)
 	if err != nil || !held {
-		k.forget() // another holder's changes are not in this tally
 		return false, err
 	}
 	if k.cursor == "" || !now.Before(k.paced(k.fullAt, k.opts.FullEvery, k.full)) {
-		return true, k.Recount(ctx)
+		return k.updated(k.recount(ctx))
 	}
 	changes, err := k.store.ChangedBacklog(ctx, k.cursor)
 	if err != nil {
@@ -134,7 +131,30 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 		k.tally.Set(r)
 	}
 	k.cursor = changes.Cursor
-	return true, k.write(ctx, changes.Cost)
+	return k.updated(k.write(ctx, changes.Cost))
+}
+
+// hold takes or extends the figures lease for this keeper. The lease
+// outlasts a few turns: another instance takes over only from a holder
+// that stopped, or stalled past it (its writes are then refused).
+func (k *Keeper) hold(ctx context.Context) (bool, error) {
+	held, err := k.store.HoldFiguresLease(ctx, k.holder, 5*k.opts.Every)
+	if err != nil || !held {
+		k.forget() // another holder's changes are not in this tally
+	}
+	return held, err
+}
+
+// updated is what Turn reports of an update that ended with err. One whose
+// write was refused because another instance took the lease over (this
+// one stalled past it) updated nothing and is no failure: the new holder
+// keeps the figures, and this keeper holds nothing any more.
+func (k *Keeper) updated(err error) (bool, error) {
+	if errors.Is(err, store.ErrNotHolder) {
+		k.opts.Logger.Info("the figures lease was taken over during an update; another instance keeps the figures", "err", err)
+		return false, nil
+	}
+	return true, err
 }
 
 // forget drops what the keeper holds: the next update it makes recounts.
@@ -143,10 +163,24 @@ func (k *Keeper) forget() {
 	k.cursor, k.history, k.written, k.listed = "", nil, store.BacklogFigures{}, false
 }
 
-// Recount counts every recipient now and stores the figures. The cursor of
+// Recount takes the figures lease (or extends it), counts every recipient
+// now and stores the figures; store.ErrNotHolder while another instance
+// holds the lease.
+func (k *Keeper) Recount(ctx context.Context) error {
+	held, err := k.hold(ctx)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return store.ErrNotHolder
+	}
+	return k.recount(ctx)
+}
+
+// recount counts every recipient now and stores the figures. The cursor of
 // the changes is taken first, so that a change during the recount is read
 // again after it rather than missed.
-func (k *Keeper) Recount(ctx context.Context) error {
+func (k *Keeper) recount(ctx context.Context) error {
 	if k.cursor == "" { // taking over: the history goes on from the last holder's
 		h, err := k.store.ReadFigures(ctx, store.FigureHistory)
 		if err != nil {
@@ -172,7 +206,8 @@ func (k *Keeper) Recount(ctx context.Context) error {
 }
 
 // write stores the figures of the tally; the lists and the history only
-// when they changed.
+// when they changed. A write refused because the lease was taken over
+// drops what the keeper holds: the new holder's changes are not in it.
 func (k *Keeper) write(ctx context.Context, cost float64) error {
 	notices, oldest, err := k.store.NoticeBacklog(ctx)
 	if err != nil {
@@ -188,7 +223,10 @@ func (k *Keeper) write(ctx context.Context, cost float64) error {
 	if len(f.History) != len(k.history) || (len(f.History) > 0 && !f.History[len(f.History)-1].At.Equal(k.history[len(k.history)-1].At)) {
 		parts |= store.FigureHistory
 	}
-	if err := k.store.WriteFigures(ctx, f, parts); err != nil {
+	if err := k.store.WriteFigures(ctx, k.holder, f, parts); err != nil {
+		if errors.Is(err, store.ErrNotHolder) {
+			k.forget()
+		}
 		return err
 	}
 	k.history, k.written.Oldest, k.written.Largest, k.listed = f.History, f.Oldest, f.Largest, true

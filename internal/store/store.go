@@ -26,6 +26,12 @@ import (
 // callers.
 var ErrConflict = errors.New("store: conflicting write")
 
+// ErrNotHolder is a write that only a lease's holder may make, refused
+// because the writer does not hold the lease: another took it over (the
+// writer stalled past its lease) or it was given up. What the writer holds
+// is older than what the new holder writes, so it must not replace it.
+var ErrNotHolder = errors.New("store: the lease is not the writer's")
+
 // ErrTooLarge is a write the store refused as beyond its limits (request or
 // document size, operations per request). It is no conflict: the same
 // write fails again. Group commit splits a group that meets it, so that one
@@ -315,8 +321,10 @@ type Figures interface {
 	// cursor is the present: the answer holds its cursor and nothing else.
 	ChangedBacklog(ctx context.Context, cursor string) (BacklogChanges, error)
 	// WriteFigures stores the figures' totals and the parts named,
-	// replacing the last; the other parts stay as they were.
-	WriteFigures(ctx context.Context, f BacklogFigures, parts FigureParts) error
+	// replacing the last; the other parts stay as they were. Only holder,
+	// the holder of the figures lease, writes them: ErrNotHolder, and
+	// nothing written, once another took the lease over or it was given up.
+	WriteFigures(ctx context.Context, holder string, f BacklogFigures, parts FigureParts) error
 	// ReadFigures returns the figures last written, with the parts asked
 	// for (the totals always); zero figures when none were written.
 	ReadFigures(ctx context.Context, parts FigureParts) (BacklogFigures, error)

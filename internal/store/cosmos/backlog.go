@@ -3,6 +3,8 @@ package cosmos
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -132,9 +134,32 @@ func (b *backlogOf) done() store.RecipientRecords {
 	return b.records
 }
 
-// writeFigures replaces the totals and the parts named, the totals last: a
-// reader that sees new totals finds the other parts at least as new.
-func (s *Store) writeFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
+// writeFigures replaces the totals and the parts named if holder holds the
+// figures lease: one batch that also replaces the lease, unchanged, on the
+// etag read on the primary. A holder that stalled past its lease (a pause,
+// a slow request) while another took it over finds the lease changed, and
+// its figures, older than the new holder's, are refused (store.ErrNotHolder)
+// rather than replacing them. One batch, so a reader never sees new totals
+// with older lists. It costs a read on the primary and the lease's replace
+// more than the parts' writes.
+func (s *Store) writeFigures(ctx context.Context, holder string, f store.BacklogFigures, parts store.FigureParts) error {
+	var lease leaseDoc
+	found, err := s.readOnPrimary(ctx, s.recipients, figuresPartition, figuresLeaseID, &lease)
+	if err != nil {
+		return err
+	}
+	if !found || lease.Holder != holder {
+		return fmt.Errorf("%w: the figures lease is %q's, not %q's", store.ErrNotHolder, lease.Holder, holder)
+	}
+	key := azcosmos.NewPartitionKeyString(figuresPartition)
+	b := s.recipients.NewTransactionalBatch(key)
+	held := etag(lease.ETag)
+	lease.ETag = ""
+	raw, err := json.Marshal(lease)
+	if err != nil {
+		return err
+	}
+	b.ReplaceItem(figuresLeaseID, raw, &azcosmos.TransactionalBatchItemOptions{IfMatchETag: held})
 	var docs []figuresDoc
 	if parts&store.FigureLists != 0 {
 		docs = append(docs, figuresDoc{ID: figuresListsID, BacklogFigures: store.BacklogFigures{ComputedAt: f.ComputedAt, Oldest: f.Oldest, Largest: f.Largest}})
@@ -144,20 +169,27 @@ func (s *Store) writeFigures(ctx context.Context, f store.BacklogFigures, parts 
 	}
 	f.Oldest, f.Largest, f.History = nil, nil, nil
 	docs = append(docs, figuresDoc{ID: figuresTotalsID, BacklogFigures: f})
-	key := azcosmos.NewPartitionKeyString(figuresPartition)
 	for _, d := range docs {
 		d.PK, d.T = figuresPartition, typeFigures
 		raw, err := json.Marshal(d)
 		if err != nil {
 			return err
 		}
-		resp, err := s.recipients.UpsertItem(ctx, key, raw, nil)
-		if err != nil {
-			return err
-		}
-		s.noteItem(resp)
+		b.UpsertItem(raw, nil)
 	}
-	return nil
+	err = s.execute(ctx, s.recipients, b)
+	if !errors.Is(err, store.ErrConflict) {
+		return err
+	}
+	// The lease changed since the read: taken over or given up, or
+	// replaced by this very batch, resent after its answer was lost. Only
+	// this writer replaces its lease unchanged, so a lease still holder's
+	// says the batch applied.
+	var now leaseDoc
+	if found, err := s.readOnPrimary(ctx, s.recipients, figuresPartition, figuresLeaseID, &now); err != nil || (found && now.Holder == holder) {
+		return err
+	}
+	return fmt.Errorf("%w: the figures lease was taken over or given up", store.ErrNotHolder)
 }
 
 // readFigures reads the totals and the parts asked for, one point read
@@ -218,8 +250,8 @@ func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 }
 
 // WriteFigures is writeFigures, its errors mapped.
-func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
-	return storeError(s.writeFigures(ctx, f, parts))
+func (s *Store) WriteFigures(ctx context.Context, holder string, f store.BacklogFigures, parts store.FigureParts) error {
+	return storeError(s.writeFigures(ctx, holder, f, parts))
 }
 
 // ReadFigures is readFigures, its errors mapped.

@@ -2,10 +2,18 @@ package cosmos_test
 
 import (
 	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/energydatahub/messagehub/internal/figures"
+	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
@@ -48,5 +56,157 @@ func TestOneInstanceKeepsTheFigures(t *testing.T) {
 	}
 	if turn(kb) {
 		t.Fatal("the second instance took a lease still held")
+	}
+}
+
+// figuresStall stalls a holder's figures update once, until the test
+// resumes it: just before its write (the read of the outbox's backlog that
+// precedes it) or, with inWrite, at its write's batch (the second batch in
+// the figures' partition once the update reaches the write: the first reads
+// the lease).
+type figuresStall struct {
+	store.Store
+	inWrite         bool
+	once            sync.Once
+	entered, resume chan struct{}
+	writing         atomic.Bool
+	batches         atomic.Int64
+}
+
+func (s *figuresStall) stall() {
+	s.once.Do(func() {
+		close(s.entered)
+		<-s.resume
+	})
+}
+
+func (s *figuresStall) NoticeBacklog(ctx context.Context) (int, time.Time, error) {
+	if s.inWrite {
+		s.writing.Store(true)
+	} else {
+		s.stall()
+	}
+	return s.Store.NoticeBacklog(ctx)
+}
+
+// request is the transport's hook (faulty): it passes every request on.
+func (s *figuresStall) request(req *http.Request) int {
+	if s.writing.Load() && req.Header.Get("x-ms-cosmos-is-batch-request") != "" &&
+		strings.Contains(req.Header.Get("x-ms-documentdb-partitionkey"), "_figures") && s.batches.Add(1) == 2 {
+		s.stall()
+	}
+	return 0
+}
+
+// A holder of the figures that stalls past its lease (a pause, a slow
+// request) while another instance takes the lease over and writes its
+// figures does not overwrite them when it resumes, whether it stalled
+// before its write or with its write in flight: its write is refused, and
+// it keeps the figures no longer.
+func TestAStalledFiguresHolderDoesNotOverwriteTheNewHolders(t *testing.T) {
+	for _, inWrite := range []bool{false, true} {
+		t.Run(map[bool]string{false: "BeforeTheWrite", true: "InTheWrite"}[inWrite], func(t *testing.T) {
+			stalledFiguresHolder(t, inWrite)
+		})
+	}
+}
+
+func stalledFiguresHolder(t *testing.T, inWrite bool) {
+	// Without replica lag, so that the figures read at the end are the
+	// last written, whoever wrote them.
+	opts := cosmostest.Default()
+	opts.Lag = 0
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	clock := &costClock{now: time.Now()}
+	openOn := func(now func() time.Time, transport *faulty) *cosmos.Store {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport, Now: now,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	transport := newFaulty()
+	a, b := openOn(clock.Now, transport), openOn(clock.Now, newFaulty())
+	repo := hub.New(withoutBells{openOn(nil, newFaulty())}, hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	before, after := uuid.NewString(), uuid.NewString()
+	if _, err := repo.Save(ctx, notifications(1, before, 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	stalled := &figuresStall{Store: a, inWrite: inWrite, entered: make(chan struct{}), resume: make(chan struct{})}
+	transport.set(stalled.request)
+	ka, kb := figures.New(stalled, figures.Options{Now: clock.Now}), figures.New(b, figures.Options{Now: clock.Now})
+	type turn struct {
+		done bool
+		err  error
+	}
+	first := make(chan turn, 1)
+	clock.advance(figures.DefaultEvery)
+	go func() {
+		done, err := ka.Turn(ctx)
+		first <- turn{done, err}
+	}()
+	select {
+	case <-stalled.entered: // a holds the lease and has counted; it stalls
+	case r := <-first:
+		t.Fatalf("the first holder's turn ended without stalling: %v (%v)", r.done, r.err)
+	}
+	if _, err := repo.Save(ctx, notifications(1, after, 1)); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(5*figures.DefaultEvery + time.Minute) // past a's lease
+	if done, err := kb.Turn(ctx); err != nil || !done {
+		t.Fatalf("the second instance did not take the lapsed lease over: %v (%v)", done, err)
+	}
+	close(stalled.resume)
+	if r := <-first; r.done {
+		t.Errorf("the stalled holder's turn says it updated the figures (%v)", r.err)
+	}
+	f, err := b.ReadFigures(ctx, store.FigureLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(f.Largest, func(r store.RecipientBacklog) bool { return r.Recipient == after }) {
+		t.Fatalf("the figures list %+v; want the new holder's, with the recipient saved while the first holder stalled", f.Largest)
+	}
+	clock.advance(figures.DefaultEvery)
+	if done, err := ka.Turn(ctx); err != nil || done {
+		t.Fatalf("the stalled holder updated the figures again: %v (%v)", done, err)
+	}
+}
+
+// A write of the figures whose answer is lost, and which the transport
+// sends again, applied all the same: the resend meets the lease its first
+// attempt replaced, which still names the writer, and the write succeeds
+// rather than say that the lease was taken over.
+func TestAFiguresWriteWhoseAnswerIsLostSucceeds(t *testing.T) {
+	for _, kind := range []cosmostest.FaultKind{cosmostest.LostUnavailable, cosmostest.LostTimeout, cosmostest.LostReset} {
+		t.Run(string(kind), func(t *testing.T) {
+			db := cosmostest.UniqueID("db")
+			s := open(t, cosmos.Config{Database: db})
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := context.Background()
+			if held, err := s.HoldFiguresLease(ctx, "holder", time.Minute); err != nil || !held {
+				t.Fatalf("the figures lease: %v (%v)", held, err)
+			}
+			at := time.UnixMilli(time.Now().UnixMilli()).UTC()
+			inject(t, db, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "figures", Kind: kind, Count: 1})
+			err := s.WriteFigures(ctx, "holder", store.BacklogFigures{ComputedAt: at, Notices: 4}, store.FigureTotals)
+			if fired(t, db) == 0 {
+				t.Fatal("the fault never fired; the test tested nothing")
+			}
+			if err != nil {
+				t.Fatalf("a write that applied answered %v", err)
+			}
+			if f, err := s.ReadFigures(ctx, store.FigureTotals); err != nil || !f.ComputedAt.Equal(at) || f.Notices != 4 {
+				t.Fatalf("read back %+v (%v)", f, err)
+			}
+		})
 	}
 }

@@ -45,7 +45,7 @@ func TestThrottledAfterEveryRetryIsUnavailable(t *testing.T) {
 	expectUnavailable(t, "ScanBacklog", err)
 	_, err = st.ReadFigures(ctx, store.FigureLists)
 	expectUnavailable(t, "ReadFigures", err)
-	expectUnavailable(t, "WriteFigures", st.WriteFigures(ctx, store.BacklogFigures{}, store.FigureLists))
+	expectUnavailable(t, "WriteFigures", st.WriteFigures(ctx, "me", store.BacklogFigures{}, store.FigureLists))
 	_, err = st.ChangedBacklog(ctx, "")
 	expectUnavailable(t, "ChangedBacklog", err)
 	_, err = st.HoldFiguresLease(ctx, "me", time.Minute)

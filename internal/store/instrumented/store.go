@@ -222,8 +222,8 @@ func (s *Store) ReadFigures(ctx context.Context, parts store.FigureParts) (store
 }
 
 // WriteFigures implements store.Figures.
-func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
-	return s.timed(ctx, OpWriteFigures, func() error { return s.Store.WriteFigures(ctx, f, parts) })
+func (s *Store) WriteFigures(ctx context.Context, holder string, f store.BacklogFigures, parts store.FigureParts) error {
+	return s.timed(ctx, OpWriteFigures, func() error { return s.Store.WriteFigures(ctx, holder, f, parts) })
 }
 
 // LoadRetention implements store.Retention.

@@ -63,8 +63,9 @@ func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 	})
 }
 
-// WriteFigures implements store.Figures.
-func (s *Store) WriteFigures(ctx context.Context, f store.BacklogFigures, parts store.FigureParts) error {
+// WriteFigures implements store.Figures. One process opens the store and
+// holds every lease (store.Solo): no other holder can take one over.
+func (s *Store) WriteFigures(ctx context.Context, _ string, f store.BacklogFigures, parts store.FigureParts) error {
 	var puts []put
 	for _, p := range figureRecords(f, parts) {
 		raw, err := json.Marshal(p.figures)

@@ -120,7 +120,12 @@ func figuresRoundTrip(t *testing.T, s *storeEnv) {
 		Oldest: []store.RecipientBacklog{line}, Largest: []store.RecipientBacklog{line},
 		History: []store.BacklogSample{{At: at, ByOrigin: map[domain.Origin]store.OriginBacklog{domain.OriginCharges: {Notifications: 7}}}},
 	}
-	if err := s.store.WriteFigures(ctx(t), want, store.FigureLists|store.FigureHistory); err != nil {
+	// Only the lease's holder writes the figures.
+	const holder = "writer"
+	if held, err := s.store.HoldFiguresLease(ctx(t), holder, time.Minute); err != nil || !held {
+		t.Fatalf("the figures lease: %v (%v)", held, err)
+	}
+	if err := s.store.WriteFigures(ctx(t), holder, want, store.FigureLists|store.FigureHistory); err != nil {
 		t.Fatal(err)
 	}
 	totals, err := s.store.ReadFigures(ctx(t), store.FigureTotals)
@@ -144,7 +149,7 @@ func figuresRoundTrip(t *testing.T, s *storeEnv) {
 	}
 	// A write of the totals alone leaves the other parts as they were.
 	later := store.BacklogFigures{ComputedAt: at.Add(time.Minute), Notices: 1}
-	if err := s.store.WriteFigures(ctx(t), later, store.FigureTotals); err != nil {
+	if err := s.store.WriteFigures(ctx(t), holder, later, store.FigureTotals); err != nil {
 		t.Fatal(err)
 	}
 	kept, err := s.store.ReadFigures(ctx(t), store.FigureLists|store.FigureHistory)
