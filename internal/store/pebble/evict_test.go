@@ -3,11 +3,15 @@ package pebble
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/figures"
 	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/telemetry"
 )
 
 // An idle recipient's records leave memory after two eviction rounds without
@@ -58,9 +62,36 @@ func uuidOf(t *testing.T, s string) [16]byte {
 	return b
 }
 
-// peekCache looks into the cache without marking the records used.
-func (s *Store) peekCache(r [16]byte) *records {
-	s.cacheMu.RLock()
-	defer s.cacheMu.RUnlock()
-	return s.cache[r]
+// The backlog figures' keeper recounts every recipient every few seconds on
+// the embedded store (telemetry.DefaultBacklogInterval, a quarter of an
+// eviction round): its reads must not count as uses, or no recipient it
+// counts would ever leave memory.
+func TestRecountsOfTheFiguresKeepNoRecipientInMemory(t *testing.T) {
+	s := openTemp(t)
+	repo := hub.New(s, hub.Options{}, nil)
+	defer func() { repo.Close(); _ = s.Close() }()
+	ctx := context.Background()
+	idle := uuid.NewString()
+	n := domain.Notification{ID: uuid.NewString(), Recipient: idle, Origin: domain.OriginCharges, ContentType: "c", DocumentType: "d", Weight: 1}
+	if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	keeper := figures.New(s, figures.Options{Every: telemetry.DefaultBacklogInterval, Now: func() time.Time { return now }})
+	for round := range 3 {
+		for range evictEvery / telemetry.DefaultBacklogInterval {
+			if _, err := keeper.Turn(ctx); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(telemetry.DefaultBacklogInterval)
+		}
+		s.evictIdle()
+		if round > 0 && s.peekCache(uuidOf(t, idle)) != nil {
+			t.Fatalf("an idle recipient is still in memory after %d eviction rounds of recounts alone", round+1)
+		}
+	}
+	f, err := s.ReadFigures(ctx, store.FigureTotals)
+	if err != nil || f.Backlog.Recipients != 1 {
+		t.Fatalf("figures %+v (%v): the recounts did not count the idle recipient's notification", f, err)
+	}
 }

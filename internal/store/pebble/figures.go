@@ -41,15 +41,17 @@ func figureRecords(f store.BacklogFigures, parts store.FigureParts) []figureReco
 }
 
 // ScanBacklog implements store.Figures: every recipient with a head, from
-// memory where cached, else read (and not cached, so that a recount does
-// not keep idle recipients in memory).
+// memory where cached, else read, and neither kept in memory nor marked as
+// used: the app recounts this store several times an eviction round
+// (telemetry.DefaultBacklogInterval), and a recount that counted as a use
+// would keep every recipient it counts in memory for good.
 func (s *Store) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
 	return 0, s.Recipients(ctx, func(recipient string) error {
 		r, err := uuidBytes(recipient)
 		if err != nil {
 			return err
 		}
-		rec := s.cached(r)
+		rec := s.peekCache(r)
 		if rec == nil {
 			if rec, err = s.readRecords(r); err != nil {
 				return err

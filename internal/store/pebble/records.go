@@ -81,6 +81,15 @@ func (s *Store) cached(r [16]byte) *records {
 	return rec
 }
 
+// peekCache returns the recipient's records if they are in memory without
+// marking them used: for reads that are no use of the recipient (the
+// figures' recounts), which must not keep it from being evicted.
+func (s *Store) peekCache(r [16]byte) *records {
+	s.cacheMu.RLock()
+	defer s.cacheMu.RUnlock()
+	return s.cache[r]
+}
+
 // publishRead publishes records the writer read from disk, unless records
 // are published already, and returns what is published.
 func (s *Store) publishRead(r [16]byte, rec *records) *records {

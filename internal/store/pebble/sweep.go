@@ -9,6 +9,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
@@ -16,6 +17,10 @@ import (
 // read are unchanged.
 func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 	r, err := uuidBytes(sw.Recipient)
+	if err != nil {
+		return err
+	}
+	unnamed, err := s.keptUnnamed(r, sw)
 	if err != nil {
 		return err
 	}
@@ -78,7 +83,7 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 			puts = append(puts, put{key: dequeuedKey(r, bid), del: true}, put{key: retainedKey(b, r, bid), del: true})
 		}
 		var gone []uint64
-		for _, id := range sw.Drawers {
+		for _, id := range slices.Concat(sw.Drawers, unnamed) {
 			drawerPuts, drawerGone, err := s.drawerDeletions(id)
 			if err != nil {
 				return err
@@ -101,6 +106,78 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 		})
 		return nil
 	})
+}
+
+// keptUnnamed returns the drawers the sweep keeps that no bundle's record
+// names once its bundles are deleted. This store keeps no record of kept
+// drawers: LoadRetention finds them through the records of the bundles
+// that name them. A sweep within the clocks' margin after the dequeue of
+// the bundle covering a drawer's end deletes that bundle, due, and keeps
+// the drawer for the margin; named by no record, it is read by no one and
+// would be found by no later sweep, its pages and ids kept for good, so it
+// goes with the bundles. No record can name it later: only fully
+// acknowledged drawers are kept, and no new bundle covers those. The
+// recipient's records are read only when a bundle the sweep deletes names
+// a drawer it keeps.
+func (s *Store) keptUnnamed(r [16]byte, sw store.Sweep) ([]string, error) {
+	kept := map[string]bool{}
+	for _, k := range sw.Keep {
+		for _, d := range k.Drawers {
+			kept[d] = true
+		}
+	}
+	deleted := map[string]bool{}
+	namesKept := false
+	for _, read := range sw.Bundles {
+		deleted[read.ID] = true
+		if len(kept) == 0 || namesKept {
+			continue
+		}
+		bid, err := uuidBytes(read.ID)
+		if err != nil {
+			return nil, err
+		}
+		v, found, err := s.get(dequeuedKey(r, bid))
+		if err != nil || !found {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		var b bundle.Record
+		if err := json.Unmarshal(v, &b); err != nil {
+			return nil, err
+		}
+		namesKept = slices.ContainsFunc(b.Drawers, func(d drawer.Meta) bool { return kept[d.ID] })
+	}
+	if !namesKept {
+		return nil, nil
+	}
+	named := map[string]bool{}
+	err := s.scan(dequeuedPrefix(r), func(_, value []byte) error {
+		var b bundle.Record
+		if err := json.Unmarshal(value, &b); err != nil {
+			return err
+		}
+		if !deleted[b.ID] {
+			for _, d := range b.Drawers {
+				named[d.ID] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var unnamed []string
+	for _, k := range sw.Keep {
+		for _, d := range k.Drawers {
+			if !named[d] && !slices.Contains(unnamed, d) {
+				unnamed = append(unnamed, d)
+			}
+		}
+	}
+	return unnamed, nil
 }
 
 // drawerDeletions stages the deletion of a drawer's pages and of the id
@@ -167,8 +244,8 @@ func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, f
 // dequeued and released bundles in either of DueRecipients' ranges, and
 // as kept drawers whose retention is over those out of the catalog that
 // only expired bundles name. The store keeps no record of kept drawers
-// (ApplySweep ignores Keep): it reads every bundle's record, which is
-// local.
+// (ApplySweep ignores Keep but for those no record names, keptUnnamed):
+// it reads every bundle's record, which is local.
 func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
 	state, err := s.LoadRecipient(ctx, recipient)
 	if err != nil {
