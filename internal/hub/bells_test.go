@@ -23,6 +23,8 @@ type bellStore struct {
 	store.Store
 	rung   chan []string
 	others chan []string
+	// hold, when set, holds every read until it is closed.
+	hold chan struct{}
 
 	mu      sync.Mutex
 	fail    error
@@ -35,6 +37,9 @@ func (s *bellStore) RingBell(_ context.Context, recipients []string) error {
 }
 
 func (s *bellStore) ReadBells(_ context.Context, cursor string) ([]string, string, error) {
+	if s.hold != nil {
+		<-s.hold
+	}
 	s.mu.Lock()
 	err := s.fail
 	s.cursors = append(s.cursors, cursor)
@@ -58,11 +63,18 @@ func (s *bellStore) setFail(err error) {
 
 func newBellHub(t *testing.T, opts hub.Options) (*hub.Hub, *bellStore) {
 	t.Helper()
+	return newHeldBellHub(t, opts, nil)
+}
+
+// newHeldBellHub is newBellHub whose reads of the bells wait until hold is
+// closed (none when it is nil).
+func newHeldBellHub(t *testing.T, opts hub.Options, hold chan struct{}) (*hub.Hub, *bellStore) {
+	t.Helper()
 	inner, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &bellStore{Store: inner, rung: make(chan []string, 16), others: make(chan []string, 16)}
+	st := &bellStore{Store: inner, rung: make(chan []string, 16), others: make(chan []string, 16), hold: hold}
 	opts.BellPoll = 10 * time.Millisecond
 	h := hub.New(st, opts, nil)
 	t.Cleanup(func() {
@@ -216,6 +228,41 @@ func TestFollowingTakenUpFromThePresentWakesEveryWaiter(t *testing.T) {
 	until(t, "the hub follows the bells again", func() bool { ok, _ := h.FollowingOthers(); return ok })
 	if !woken(wake) {
 		t.Fatal("the following was taken up from the present and the waiter, which peeked before it, was not woken to look again")
+	}
+	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b == nil {
+		t.Fatalf("peek after the wake = %v, %v; want the other instance's notification", b, err)
+	}
+}
+
+// A hub starts following the bells from the present, which leaves out the
+// bells rung before its first read: a waiter that peeked before that read
+// and waits after it (FollowingOthers says so) would rely on a wake that no
+// bell brings for a Save through another instance between its peek and
+// that present. The first read that works wakes every waiter, so that each
+// looks again.
+func TestFollowingStartedFromThePresentWakesEveryWaiter(t *testing.T) {
+	hold := make(chan struct{})
+	h, st := newHeldBellHub(t, hub.Options{}, hold)
+	r := uuid.NewString()
+	wake, stop, err := h.Watch(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b != nil {
+		t.Fatalf("peek = %v, %v; want nothing yet", b, err)
+	}
+	// Another instance saves for r before the hub's first read of the
+	// bells, which starts after its bell, at the present.
+	other := hub.New(st.Store, hub.Options{}, nil)
+	t.Cleanup(other.Close)
+	if _, err := other.Save(context.Background(), []domain.Notification{notificationFor(r)}); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	until(t, "the hub follows the bells", func() bool { ok, _ := h.FollowingOthers(); return ok })
+	if !woken(wake) {
+		t.Fatal("the following started from the present and the waiter, which peeked before it, was not woken to look again")
 	}
 	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b == nil {
 		t.Fatalf("peek after the wake = %v, %v; want the other instance's notification", b, err)
