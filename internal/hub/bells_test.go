@@ -203,22 +203,9 @@ func TestFollowingTakenUpFromThePresentWakesEveryWaiter(t *testing.T) {
 	from := len(st.cursors)
 	st.mu.Unlock()
 
-	r := uuid.NewString()
-	wake, stop, err := h.Watch(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b != nil {
-		t.Fatalf("peek = %v, %v; want nothing yet", b, err)
-	}
 	// Another instance saves for r; its bell is rung while this hub's reads
 	// fail, and a read from the present does not bring it.
-	other := hub.New(st.Store, hub.Options{}, nil)
-	t.Cleanup(other.Close)
-	if _, err := other.Save(context.Background(), []domain.Notification{notificationFor(r)}); err != nil {
-		t.Fatal(err)
-	}
+	r, wake := waitThenSaveElsewhere(t, h, st)
 	until(t, "a read from the present", func() bool {
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -226,8 +213,39 @@ func TestFollowingTakenUpFromThePresentWakesEveryWaiter(t *testing.T) {
 	})
 	st.setFail(nil)
 	until(t, "the hub follows the bells again", func() bool { ok, _ := h.FollowingOthers(); return ok })
+	wantWokenToFind(t, h, r, wake, "the following was taken up from the present")
+}
+
+// waitThenSaveElsewhere registers a waiter of a new recipient on h, which
+// peeks and finds nothing, and then has another instance on the same store
+// save for the recipient: its bell is not one st's reads give. It returns
+// the recipient and the waiter's channel.
+func waitThenSaveElsewhere(t *testing.T, h *hub.Hub, st *bellStore) (string, <-chan struct{}) {
+	t.Helper()
+	r := uuid.NewString()
+	wake, stop, err := h.Watch(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b != nil {
+		t.Fatalf("peek = %v, %v; want nothing yet", b, err)
+	}
+	other := hub.New(st.Store, hub.Options{}, nil)
+	t.Cleanup(other.Close)
+	if _, err := other.Save(context.Background(), []domain.Notification{notificationFor(r)}); err != nil {
+		t.Fatal(err)
+	}
+	return r, wake
+}
+
+// wantWokenToFind fails unless the waiter of r was woken when the following
+// began as why says, and a peek then finds the other instance's
+// notification.
+func wantWokenToFind(t *testing.T, h *hub.Hub, r string, wake <-chan struct{}, why string) {
+	t.Helper()
 	if !woken(wake) {
-		t.Fatal("the following was taken up from the present and the waiter, which peeked before it, was not woken to look again")
+		t.Fatalf("%s and the waiter, which peeked before it, was not woken to look again", why)
 	}
 	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b == nil {
 		t.Fatalf("peek after the wake = %v, %v; want the other instance's notification", b, err)
@@ -243,28 +261,10 @@ func TestFollowingTakenUpFromThePresentWakesEveryWaiter(t *testing.T) {
 func TestFollowingStartedFromThePresentWakesEveryWaiter(t *testing.T) {
 	hold := make(chan struct{})
 	h, st := newHeldBellHub(t, hub.Options{}, hold)
-	r := uuid.NewString()
-	wake, stop, err := h.Watch(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b != nil {
-		t.Fatalf("peek = %v, %v; want nothing yet", b, err)
-	}
 	// Another instance saves for r before the hub's first read of the
 	// bells, which starts after its bell, at the present.
-	other := hub.New(st.Store, hub.Options{}, nil)
-	t.Cleanup(other.Close)
-	if _, err := other.Save(context.Background(), []domain.Notification{notificationFor(r)}); err != nil {
-		t.Fatal(err)
-	}
+	r, wake := waitThenSaveElsewhere(t, h, st)
 	close(hold)
 	until(t, "the hub follows the bells", func() bool { ok, _ := h.FollowingOthers(); return ok })
-	if !woken(wake) {
-		t.Fatal("the following started from the present and the waiter, which peeked before it, was not woken to look again")
-	}
-	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b == nil {
-		t.Fatalf("peek after the wake = %v, %v; want the other instance's notification", b, err)
-	}
+	wantWokenToFind(t, h, r, wake, "the following started from the present")
 }
