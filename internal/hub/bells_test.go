@@ -97,7 +97,8 @@ func until(t *testing.T, what string, cond func() bool) {
 }
 
 // A Save that stored something rings the bell for its recipients; a Save of
-// duplicates only rings none.
+// duplicates only rings none, nor does a Save refused for an id stored with
+// other content: it made nothing visible.
 func TestACommittedSaveRingsTheBellForItsRecipients(t *testing.T) {
 	h, st := newBellHub(t, hub.Options{})
 	a, b := uuid.NewString(), uuid.NewString()
@@ -115,10 +116,15 @@ func TestACommittedSaveRingsTheBellForItsRecipients(t *testing.T) {
 	if _, err := h.Save(context.Background(), []domain.Notification{na}); err != nil {
 		t.Fatal(err)
 	}
+	conflicting := na
+	conflicting.Weight++
+	if _, err := h.Save(context.Background(), []domain.Notification{conflicting}); !errors.Is(err, domain.ErrNotificationConflict) {
+		t.Fatalf("a Save of a stored id with other content: %v, want a conflict", err)
+	}
 	h.Close() // rings what is pending before it returns
 	select {
 	case r := <-st.rung:
-		t.Fatalf("a Save of a duplicate rang %v", r)
+		t.Fatalf("a Save of a duplicate or a refused one rang %v", r)
 	default:
 	}
 }

@@ -406,15 +406,24 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 			return false
 		}
 	}
+	// A rollback that releases the saves its reservation held back makes
+	// their notifications visible through a failed Save, for which no hub
+	// rings: the store does.
+	var revealed []string
 	for _, p := range plans {
 		var planned []resDetail
 		for _, c := range p.chunks {
 			planned = append(planned, c.detail)
 		}
-		if _, err := s.rollback(ctx, p.save.Recipient, record.ID, planned, &p.reservedOn); err != nil {
+		shown, err := s.rollback(ctx, p.save.Recipient, record.ID, planned, &p.reservedOn)
+		if err != nil {
 			s.cfg.Logger.Warn("cosmos: rollback incomplete; its lease will finish it", "save", record.ID, "err", err)
 		}
+		if shown {
+			revealed = append(revealed, p.save.Recipient)
+		}
 	}
+	s.ringRevealed(ctx, revealed)
 	return false
 }
 
