@@ -18,10 +18,10 @@ import (
 // The store rings too when it makes notifications visible outside a commit
 // (ringRevealed). Every instance follows that container's change feed
 // (latest version mode, pull model, its continuation token kept in memory)
-// and wakes its own waiting peeks for the recipients it reads. The container holds nothing
-// but bells, so a poll that finds nothing new reads nothing: one request per
-// partition key range, however many peeks wait. See docs/cosmos.md, "Waiting
-// peeks".
+// and wakes its own waiting peeks for the recipients it reads. The
+// container holds nothing but bells, so a poll that finds nothing new reads
+// nothing: one request per partition key range, however many peeks wait.
+// See docs/cosmos.md, "Waiting peeks".
 const (
 	// bellTTL (seconds) keeps a bell long enough for every instance to read
 	// it (they poll about twice a second) and bounds what an instance that
