@@ -166,9 +166,10 @@ func (b *bell) followLoop(ctx context.Context) {
 	defer timer.Stop()
 	pause := b.poll
 	failed := 0 // reads failed in a row
-	// restarted says that the cursor was dropped after failed reads and
-	// no read from the present has worked since.
-	restarted := false
+	// fromPresent says that the cursor is the empty one (the start, or
+	// dropped after failed reads) and no read from the present has worked
+	// since.
+	fromPresent := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -187,13 +188,13 @@ func (b *bell) followLoop(ctx context.Context) {
 			cursor = next
 		}
 		b.wakes.wakeRecipients(recipients)
-		if restarted && err == nil {
-			// Started over from the present, this read left out the bells
-			// rung since the reads began to fail: a peek that looked
-			// before it and waits after it, with the following taken up,
-			// would wait for a bell that never comes. Every waiter looks
-			// again, after the present.
-			restarted = false
+		if fromPresent && err == nil {
+			// Read from the present, this read left out the bells rung
+			// before it (since the hub started, or since the reads began
+			// to fail): a peek that looked before it and waits after it,
+			// with the following taken up, would wait for a bell that
+			// never comes. Every waiter looks again, after the present.
+			fromPresent = false
 			b.wakes.wakeAll()
 		}
 		b.report(BellRead, err)
@@ -208,7 +209,7 @@ func (b *bell) followLoop(ctx context.Context) {
 				// meanwhile, but not their saves: every peek waiting now
 				// re-checks by itself at least once after the following
 				// takes up again.
-				cursor, restarted = "", true
+				cursor, fromPresent = "", true
 			}
 		}
 		timer.Reset(pause)

@@ -23,6 +23,8 @@ type bellStore struct {
 	store.Store
 	rung   chan []string
 	others chan []string
+	// hold, when set, holds every read until it is closed.
+	hold chan struct{}
 
 	mu      sync.Mutex
 	fail    error
@@ -35,6 +37,9 @@ func (s *bellStore) RingBell(_ context.Context, recipients []string) error {
 }
 
 func (s *bellStore) ReadBells(_ context.Context, cursor string) ([]string, string, error) {
+	if s.hold != nil {
+		<-s.hold
+	}
 	s.mu.Lock()
 	err := s.fail
 	s.cursors = append(s.cursors, cursor)
@@ -58,11 +63,18 @@ func (s *bellStore) setFail(err error) {
 
 func newBellHub(t *testing.T, opts hub.Options) (*hub.Hub, *bellStore) {
 	t.Helper()
+	return newHeldBellHub(t, opts, nil)
+}
+
+// newHeldBellHub is newBellHub whose reads of the bells wait until hold is
+// closed (none when it is nil).
+func newHeldBellHub(t *testing.T, opts hub.Options, hold chan struct{}) (*hub.Hub, *bellStore) {
+	t.Helper()
 	inner, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &bellStore{Store: inner, rung: make(chan []string, 16), others: make(chan []string, 16)}
+	st := &bellStore{Store: inner, rung: make(chan []string, 16), others: make(chan []string, 16), hold: hold}
 	opts.BellPoll = 10 * time.Millisecond
 	h := hub.New(st, opts, nil)
 	t.Cleanup(func() {
@@ -85,7 +97,8 @@ func until(t *testing.T, what string, cond func() bool) {
 }
 
 // A Save that stored something rings the bell for its recipients; a Save of
-// duplicates only rings none.
+// duplicates only rings none, nor does a Save refused for an id stored with
+// other content: it made nothing visible.
 func TestACommittedSaveRingsTheBellForItsRecipients(t *testing.T) {
 	h, st := newBellHub(t, hub.Options{})
 	a, b := uuid.NewString(), uuid.NewString()
@@ -103,10 +116,15 @@ func TestACommittedSaveRingsTheBellForItsRecipients(t *testing.T) {
 	if _, err := h.Save(context.Background(), []domain.Notification{na}); err != nil {
 		t.Fatal(err)
 	}
+	conflicting := na
+	conflicting.Weight++
+	if _, err := h.Save(context.Background(), []domain.Notification{conflicting}); !errors.Is(err, domain.ErrNotificationConflict) {
+		t.Fatalf("a Save of a stored id with other content: %v, want a conflict", err)
+	}
 	h.Close() // rings what is pending before it returns
 	select {
 	case r := <-st.rung:
-		t.Fatalf("a Save of a duplicate rang %v", r)
+		t.Fatalf("a Save of a duplicate or a refused one rang %v", r)
 	default:
 	}
 }
@@ -191,22 +209,9 @@ func TestFollowingTakenUpFromThePresentWakesEveryWaiter(t *testing.T) {
 	from := len(st.cursors)
 	st.mu.Unlock()
 
-	r := uuid.NewString()
-	wake, stop, err := h.Watch(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b != nil {
-		t.Fatalf("peek = %v, %v; want nothing yet", b, err)
-	}
 	// Another instance saves for r; its bell is rung while this hub's reads
 	// fail, and a read from the present does not bring it.
-	other := hub.New(st.Store, hub.Options{}, nil)
-	t.Cleanup(other.Close)
-	if _, err := other.Save(context.Background(), []domain.Notification{notificationFor(r)}); err != nil {
-		t.Fatal(err)
-	}
+	r, wake := waitThenSaveElsewhere(t, h, st)
 	until(t, "a read from the present", func() bool {
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -214,10 +219,58 @@ func TestFollowingTakenUpFromThePresentWakesEveryWaiter(t *testing.T) {
 	})
 	st.setFail(nil)
 	until(t, "the hub follows the bells again", func() bool { ok, _ := h.FollowingOthers(); return ok })
+	wantWokenToFind(t, h, r, wake, "the following was taken up from the present")
+}
+
+// waitThenSaveElsewhere registers a waiter of a new recipient on h, which
+// peeks and finds nothing, and then has another instance on the same store
+// save for the recipient: its bell is not one st's reads give. It returns
+// the recipient and the waiter's channel.
+func waitThenSaveElsewhere(t *testing.T, h *hub.Hub, st *bellStore) (string, <-chan struct{}) {
+	t.Helper()
+	r := uuid.NewString()
+	wake, stop, err := h.Watch(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b != nil {
+		t.Fatalf("peek = %v, %v; want nothing yet", b, err)
+	}
+	other := hub.New(st.Store, hub.Options{}, nil)
+	t.Cleanup(other.Close)
+	if _, err := other.Save(context.Background(), []domain.Notification{notificationFor(r)}); err != nil {
+		t.Fatal(err)
+	}
+	return r, wake
+}
+
+// wantWokenToFind fails unless the waiter of r was woken when the following
+// began as why says, and a peek then finds the other instance's
+// notification.
+func wantWokenToFind(t *testing.T, h *hub.Hub, r string, wake <-chan struct{}, why string) {
+	t.Helper()
 	if !woken(wake) {
-		t.Fatal("the following was taken up from the present and the waiter, which peeked before it, was not woken to look again")
+		t.Fatalf("%s and the waiter, which peeked before it, was not woken to look again", why)
 	}
 	if b, err := h.Peek(context.Background(), r, domain.GroupAll, ""); err != nil || b == nil {
 		t.Fatalf("peek after the wake = %v, %v; want the other instance's notification", b, err)
 	}
+}
+
+// A hub starts following the bells from the present, which leaves out the
+// bells rung before its first read: a waiter that peeked before that read
+// and waits after it (FollowingOthers says so) would rely on a wake that no
+// bell brings for a Save through another instance between its peek and
+// that present. The first read that works wakes every waiter, so that each
+// looks again.
+func TestFollowingStartedFromThePresentWakesEveryWaiter(t *testing.T) {
+	hold := make(chan struct{})
+	h, st := newHeldBellHub(t, hub.Options{}, hold)
+	// Another instance saves for r before the hub's first read of the
+	// bells, which starts after its bell, at the present.
+	r, wake := waitThenSaveElsewhere(t, h, st)
+	close(hold)
+	until(t, "the hub follows the bells", func() bool { ok, _ := h.FollowingOthers(); return ok })
+	wantWokenToFind(t, h, r, wake, "the following started from the present")
 }

@@ -94,25 +94,36 @@ func (r *Hub) StopWaits() {
 }
 
 // wake wakes the waiters of the recipients of calls, after their Save
-// committed or failed, and has the bell rung for them, so that the other
-// instances sharing the store wake theirs.
+// committed or failed, and has the bell rung for those of the Saves that
+// stored something, so that the other instances sharing the store wake
+// theirs.
+//
+// A failed Save wakes this hub's waiters but rings no bell: one that failed
+// after it reserved positions (Cosmos DB) may, as it rolls back, make
+// visible the notifications of the saves that finished behind it meanwhile,
+// whose own rings found nothing visible yet. Only the store knows whether
+// it did, and rings the bell itself then; a Save refused for a conflict or
+// an invalid request costs no bell.
 func (w *wakeups) wake(calls []*saveCall, outcomes []saveOutcome) {
-	var recipients []string
+	var saved, failed []string
 	for i, c := range calls {
-		// A failed save is rung too: one that failed after it reserved
-		// positions drops its reservation as it rolls back, and the
-		// watermark then passes the notifications of the saves that
-		// finished behind it meanwhile, whose own rings found nothing
-		// visible yet.
-		if outcomes[i].err == nil && outcomes[i].result.Saved == 0 {
-			continue // nothing new for its recipients
-		}
-		for _, n := range c.notifications {
-			recipients = append(recipients, n.Recipient)
+		switch {
+		case outcomes[i].err != nil:
+			failed = appendRecipients(failed, c)
+		case outcomes[i].result.Saved > 0:
+			saved = appendRecipients(saved, c)
 		}
 	}
-	w.bell.ring(recipients)
-	w.wakeRecipients(recipients)
+	w.bell.ring(saved)
+	w.wakeRecipients(append(saved, failed...))
+}
+
+// appendRecipients appends the recipients of c's notifications.
+func appendRecipients(recipients []string, c *saveCall) []string {
+	for _, n := range c.notifications {
+		recipients = append(recipients, n.Recipient)
+	}
+	return recipients
 }
 
 // wakeRecipients wakes the waiters of recipients.

@@ -12,7 +12,9 @@ import (
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
-// newWakeHub is a hub over a fresh embedded store, closed with the test.
+// newWakeHub is a hub over a fresh embedded store, closed with the test,
+// once it follows the bells: the first read of them wakes every waiter
+// registered before it.
 func newWakeHub(t *testing.T, opts hub.Options) *hub.Hub {
 	t.Helper()
 	st, err := pebble.Open(t.TempDir(), nil)
@@ -24,6 +26,7 @@ func newWakeHub(t *testing.T, opts hub.Options) *hub.Hub {
 		h.Close()
 		_ = st.Close()
 	})
+	until(t, "the hub follows the bells", func() bool { ok, _ := h.FollowingOthers(); return ok })
 	return h
 }
 

@@ -423,8 +423,10 @@ type Coordination interface {
 	// lost only delays those peeks, to the end of their wait at most.
 	RingBell(ctx context.Context, recipients []string) error
 	// ReadBells returns the recipients of the bells other instances rang
-	// after cursor (a recipient may come more than once, and a bell more
-	// than once), and the cursor to read from next. The empty cursor starts
+	// after cursor, and of those a store rings by itself for every
+	// instance when it makes notifications visible outside a Save (a
+	// recipient may come more than once, and a bell more than once), and
+	// the cursor to read from next. The empty cursor starts
 	// at the present: the first call returns a cursor and no recipients. A
 	// failed read leaves cursor valid, so the next call from it misses
 	// nothing.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/google/uuid"
@@ -14,12 +15,13 @@ import (
 // Bells carry a save through one instance to the peeks waiting on another.
 // After a group commit the hub rings: one small document in the bells
 // container naming the group's recipients, which expires after bellTTL.
-// Every instance follows that container's change feed (latest version mode,
-// pull model, its continuation token kept in memory) and wakes its own
-// waiting peeks for the recipients it reads. The container holds nothing
-// but bells, so a poll that finds nothing new reads nothing: one request per
-// partition key range, however many peeks wait. See docs/cosmos.md, "Waiting
-// peeks".
+// The store rings too when it makes notifications visible outside a commit
+// (ringRevealed). Every instance follows that container's change feed
+// (latest version mode, pull model, its continuation token kept in memory)
+// and wakes its own waiting peeks for the recipients it reads. The
+// container holds nothing but bells, so a poll that finds nothing new reads
+// nothing: one request per partition key range, however many peeks wait.
+// See docs/cosmos.md, "Waiting peeks".
 const (
 	// bellTTL (seconds) keeps a bell long enough for every instance to read
 	// it (they poll about twice a second) and bounds what an instance that
@@ -28,13 +30,17 @@ const (
 	// maxBellRecipients bounds one bell document: 500 recipients of at most
 	// 64 characters are about 35 KB. A group with more rings several.
 	maxBellRecipients = 500
+	// revealRingTimeout bounds the ring of a settle or rollback that made
+	// notifications visible (ringRevealed), which its caller waits for.
+	revealRingTimeout = 10 * time.Second
 )
 
 // bells writes and reads the bells container.
 type bells struct {
 	feed *azcosmos.ContainerClient
-	// instance is written into this process's bells, so that its own
-	// reader skips them: its saves woke its waiting peeks already.
+	// instance is written into the bells this process's hub rings, so
+	// that its own reader skips them: its saves woke its waiting peeks
+	// already.
 	instance string
 }
 
@@ -46,7 +52,8 @@ func newBells(client *azcosmos.Client, database string) (*bells, error) {
 	return &bells{feed: feed, instance: uuid.NewString()}, nil
 }
 
-// bellDoc is a bell: `by` the instance that rang it, `r` the recipients.
+// bellDoc is a bell: `by` the instance that rang it (empty for the store's
+// own, ringRevealed), `r` the recipients.
 type bellDoc struct {
 	ID  string   `json:"id"`
 	PK  string   `json:"pk"`
@@ -58,7 +65,26 @@ type bellDoc struct {
 // RingBell implements store.Coordination: one create of a bell per
 // maxBellRecipients recipients, its errors mapped.
 func (s *Store) RingBell(ctx context.Context, recipients []string) error {
-	return storeError(s.bells.ring(ctx, recipients))
+	return storeError(s.bells.ring(ctx, recipients, s.bells.instance))
+}
+
+// ringRevealed rings the bell for recipients whose notifications became
+// visible outside a commit: the settle of a save whose process died, or the
+// rollback of a failed save that held other saves back. No hub rings for
+// those (the settler's load is no save; a failed Save rings nothing), so
+// the store does, naming no instance: every instance reads the bell, this
+// one too, whose waiters no save woke either. A ring that fails only
+// delays the peeks waiting for these recipients, to the end of their wait.
+func (s *Store) ringRevealed(ctx context.Context, recipients []string) {
+	if len(recipients) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revealRingTimeout)
+	defer cancel()
+	if err := s.bells.ring(ctx, recipients, ""); err != nil {
+		s.cfg.Logger.Warn("cosmos: ringing the bell for notifications a settle or rollback made visible failed: peeks waiting on other instances find them at their next look",
+			"recipients", len(recipients), "err", err)
+	}
 }
 
 // ReadBells implements store.Coordination: the change feed of the bells
@@ -69,10 +95,12 @@ func (s *Store) ReadBells(ctx context.Context, cursor string) ([]string, string,
 	return recipients, next, storeError(err)
 }
 
-func (b *bells) ring(ctx context.Context, recipients []string) error {
+// ring creates the bells for recipients, rung by the instance by ("": by
+// none, read by every instance).
+func (b *bells) ring(ctx context.Context, recipients []string, by string) error {
 	for part := range slices.Chunk(recipients, maxBellRecipients) {
 		id := uuid.NewString()
-		body, err := json.Marshal(bellDoc{ID: id, PK: id, By: b.instance, R: part, TTL: bellTTL})
+		body, err := json.Marshal(bellDoc{ID: id, PK: id, By: by, R: part, TTL: bellTTL})
 		if err != nil {
 			return err
 		}

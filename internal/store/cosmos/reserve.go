@@ -406,15 +406,24 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 			return false
 		}
 	}
+	// A rollback that releases the saves its reservation held back makes
+	// their notifications visible through a failed Save, for which no hub
+	// rings: the store does.
+	var revealed []string
 	for _, p := range plans {
 		var planned []resDetail
 		for _, c := range p.chunks {
 			planned = append(planned, c.detail)
 		}
-		if err := s.rollback(ctx, p.save.Recipient, record.ID, planned, &p.reservedOn); err != nil {
+		shown, err := s.rollback(ctx, p.save.Recipient, record.ID, planned, &p.reservedOn)
+		if err != nil {
 			s.cfg.Logger.Warn("cosmos: rollback incomplete; its lease will finish it", "save", record.ID, "err", err)
 		}
+		if shown {
+			revealed = append(revealed, p.save.Recipient)
+		}
 	}
+	s.ringRevealed(ctx, revealed)
 	return false
 }
 
@@ -424,15 +433,17 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 // the parts): deleting what was never written is harmless. fence is the
 // head version the save's own reserve batch was sent on (nil for a
 // settler): a head without the reservation is fenced against that batch
-// before the rollback counts it as not written (fenceHead).
-func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned []resDetail, fence *string) error {
+// before the rollback counts it as not written (fenceHead). revealed says
+// that dropping the reservation made other saves' notifications visible
+// (dropAborted), also when a later step failed.
+func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned []resDetail, fence *string) (revealed bool, err error) {
 	var head headDoc
 	i := -1
 	for attempt := 0; ; attempt++ {
 		head = headDoc{}
 		found, err := s.readOnPrimary(ctx, s.recipients, recipient, headID, &head)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if found {
 			i = slices.IndexFunc(head.Reservations, func(r reservation) bool { return r.Save == saveID })
@@ -442,39 +453,39 @@ func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned 
 		}
 		fenced, err := s.fenceHead(ctx, recipient, head, found, *fence)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if fenced {
 			break
 		}
 		if !pause(ctx, attempt) {
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 	if i < 0 {
-		return s.deleteWritten(ctx, saveID, planned)
+		return false, s.deleteWritten(ctx, saveID, planned)
 	}
 	res := head.Reservations[i]
 	parts, err := s.readParts(ctx, recipient, saveID, 1, res.Parts)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// Holes of the parts first (recording one twice changes nothing), then
 	// the head's own in the batch that drops the reservation: the
 	// watermark passes no position before it is recorded.
 	for _, d := range parts {
 		if err := s.recordHoles(ctx, recipient, d.Ranges); err != nil {
-			return err
+			return false, err
 		}
 	}
-	if err := s.dropAborted(ctx, recipient, saveID, res.Parts); err != nil {
-		return err
+	if revealed, err = s.dropAborted(ctx, recipient, saveID, res.Parts); err != nil {
+		return revealed, err
 	}
 	// What the save wrote goes last: readers skip its positions from the
 	// moment they are recorded holes, so the recipient does not wait for
 	// the drawers to take deletes. Pages left behind by a delete that
 	// fails are removed with their drawer by retention.
-	return s.deleteWritten(ctx, saveID, slices.Concat(planned, []resDetail{res.resDetail}, parts))
+	return revealed, s.deleteWritten(ctx, saveID, slices.Concat(planned, []resDetail{res.resDetail}, parts))
 }
 
 // fenceHead makes sure that a reserve batch sent on the head's version
@@ -673,28 +684,29 @@ func (s *Store) addHoles(ctx context.Context, b *azcosmos.TransactionalBatch, re
 // of its first chunk as holes, in one batch: readers may skip them from the
 // moment the watermark passes them, and only because they are recorded.
 // Parts beyond partsDone (written by the save while a settler rolled it
-// back) are given back first.
-func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, partsDone int) error {
+// back) are given back first. revealed says that the drop made other saves'
+// notifications visible (revealsOthers).
+func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, partsDone int) (revealed bool, err error) {
 	pk := azcosmos.NewPartitionKeyString(recipient)
 	for attempt := 0; ; attempt++ {
 		var h headDoc
 		found, err := s.readOnPrimary(ctx, s.recipients, recipient, headID, &h)
 		if err != nil || !found {
-			return err
+			return false, err
 		}
 		i := slices.IndexFunc(h.Reservations, func(r reservation) bool { return r.Save == saveID })
 		if i < 0 {
-			return nil
+			return false, nil
 		}
 		res := h.Reservations[i]
 		if res.Parts > partsDone {
 			parts, err := s.readParts(ctx, recipient, saveID, partsDone+1, res.Parts)
 			if err != nil {
-				return err
+				return false, err
 			}
 			for _, d := range parts {
 				if err := s.recordHoles(ctx, recipient, d.Ranges); err != nil {
-					return err
+					return false, err
 				}
 			}
 			if err := s.deleteWritten(ctx, saveID, parts); err != nil {
@@ -703,30 +715,39 @@ func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, parts
 			partsDone = res.Parts
 			continue
 		}
-		version := h.ETag
+		version, was := h.ETag, h.Watermark
 		dropReservation(&h, saveID, h.Next-1)
 		b := s.recipients.NewTransactionalBatch(pk)
 		h.ETag = ""
 		if err := batchWrite(&b, h, version); err != nil {
-			return err
+			return false, err
 		}
 		if _, err := s.addHoles(ctx, &b, recipient, res.Ranges); err != nil {
-			return err
+			return false, err
 		}
 		err = s.execute(ctx, s.recipients, b)
 		if err == nil {
 			if err := s.deleteParts(ctx, recipient, saveID, res.Parts); err != nil {
 				s.cfg.Logger.Warn("cosmos: reservation parts left behind", "save", saveID, "err", err)
 			}
-			return nil
+			return revealsOthers(was, h.Watermark, res), nil
 		}
 		if !errors.Is(err, store.ErrConflict) {
-			return err
+			return false, err
 		}
 		if !pause(ctx, attempt) {
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
+}
+
+// revealsOthers says whether the watermark's move from was to now, as an
+// aborted save's reservation res is dropped, passes sequence numbers of
+// other saves: the aborted save's own are holes, and passing them alone
+// shows nothing new (a Save refused for an id another save holds is rolled
+// back so, and rings no bell).
+func revealsOthers(was, now int64, res reservation) bool {
+	return now > was && (res.From > was+1 || now > res.To)
 }
 
 // readManyOnPrimary reads items of one partition in transactional batches
@@ -770,7 +791,10 @@ func (s *Store) hasExpired(h headDoc) bool {
 }
 
 // resolveExpired settles the reservations of saves that outlived their
-// lease: finalized when committed, else aborted and rolled back.
+// lease: finalized when committed, else aborted and rolled back. When that
+// makes notifications visible it rings the recipient's bell, as the save's
+// own finalize would have had the hub do: peeks waiting on any instance
+// look again.
 func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 	item, err := s.readItem(ctx, s.recipients, azcosmos.NewPartitionKeyString(recipient), headID, "")
 	if err != nil {
@@ -780,6 +804,12 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 	if err := json.Unmarshal(item.Value, &h); err != nil {
 		return err
 	}
+	revealed := false
+	defer func() {
+		if revealed {
+			s.ringRevealed(ctx, []string{recipient})
+		}
+	}()
 	now := s.cfg.Now().UnixMilli()
 	for _, res := range h.Reservations {
 		if res.Expires >= now {
@@ -790,22 +820,27 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 			return err
 		}
 		s.cfg.Logger.Warn("cosmos: settling an expired save", "recipient", recipient, "save", res.Save, "state", d.State)
+		shown := false
 		if d.State == stateCommitted {
 			err = s.updateHead(ctx, recipient, func(h *headDoc) bool {
+				was := h.Watermark
+				shown = false
 				if !dropReservation(h, res.Save, h.Next-1) {
 					return false
 				}
 				// Its pages are read with their token, which only the
 				// record carries now (the save's finalize never came).
 				h.DrawersToken = mergeTokens(h.DrawersToken, d.DrawersToken)
+				shown = h.Watermark > was
 				return true
 			})
 			if err == nil {
 				err = s.deleteParts(ctx, recipient, res.Save, res.Parts)
 			}
 		} else {
-			err = s.rollback(ctx, recipient, res.Save, nil, nil)
+			shown, err = s.rollback(ctx, recipient, res.Save, nil, nil)
 		}
+		revealed = revealed || shown
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,10 @@ package cosmos_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,8 +22,9 @@ import (
 // save's reservation holds the watermark. When that earlier save fails, its
 // rollback drops the reservation and the watermark passes the later save's
 // notifications: they become visible then, through a failed Save, and the
-// peeks waiting for the recipient must be woken by it (and the bell rung),
-// or they sleep until their wait ends while data is there.
+// peeks waiting for the recipient must be woken by it, and the bell rung for
+// those on other instances, or they sleep until their wait ends while data
+// is there.
 func TestAFailedSaveWakesThePeeksWaitingForTheSaveItHeldBack(t *testing.T) {
 	db := cosmostest.UniqueID("db")
 	// x reads the other instances' bells once, at its start: its waiters
@@ -58,6 +62,13 @@ func TestAFailedSaveWakesThePeeksWaitingForTheSaveItHeldBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
+	// z's waiter: z's own save woke z's waiters before it came.
+	until(t, "z follows the bells", func() bool { ok, _ := z.FollowingOthers(); return ok })
+	zWake, zStop, err := z.Watch(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zStop()
 	if err := <-failed; err == nil {
 		t.Fatal("x's save whose page batch never answered succeeded")
 	}
@@ -66,8 +77,58 @@ func TestAFailedSaveWakesThePeeksWaitingForTheSaveItHeldBack(t *testing.T) {
 	default:
 		t.Fatal("the failed save made z's notifications visible and woke no peek waiting for them")
 	}
+	select {
+	case <-zWake:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the failed save made z's notifications visible and rang no bell: z's waiting peek was not woken within 30 s")
+	}
 	b, err := x.Peek(ctx, r, domain.GroupAll, "")
 	if err != nil || b == nil || !slices.Equal(b.NotificationIDs, ids(later)) {
 		t.Fatalf("peek after x's save failed = %v, %v; want z's two notifications", b, err)
+	}
+}
+
+// A Save of an id stored with other content is refused, after the store
+// reserved its positions: it finds the id only once it wrote its own id
+// documents, and rolls back. The watermark then passes the save's own
+// positions, holes, and nothing else: nothing became visible, and neither
+// the hub nor the store rings a bell for it.
+func TestASaveRefusedForAnIDConflictRingsNoBell(t *testing.T) {
+	f := newFaulty()
+	var bells, records atomic.Int32
+	f.set(func(req *http.Request) int {
+		switch {
+		case req.Method != http.MethodPost:
+		case toContainer(req, "bells"):
+			bells.Add(1)
+		case toContainer(req, "saves") && req.Header.Get("x-ms-cosmos-is-batch-request") == "" && req.Header.Get("x-ms-documentdb-isquery") == "":
+			records.Add(1) // a commit record: the save reserves
+		}
+		return 0
+	})
+	s := open(t, cosmos.Config{Transport: f})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	r := uuid.NewString()
+	stored := notifications(1, r, 1)
+	quiet := hub.New(withoutBells{s}, hub.Options{SweepInterval: time.Hour}, nil)
+	if _, err := quiet.Save(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	quiet.Close()
+
+	h := hub.New(s, hub.Options{SweepInterval: time.Hour}, nil)
+	records.Store(0)
+	conflicting := stored[0]
+	conflicting.Weight++
+	if _, err := h.Save(ctx, []domain.Notification{conflicting}); !errors.Is(err, domain.ErrNotificationConflict) {
+		t.Fatalf("a Save of a stored id with other content: %v, want a conflict", err)
+	}
+	h.Close() // rings what is pending before it returns
+	if records.Load() == 0 {
+		t.Fatal("the refused Save created no commit record: it reserved nothing, and the test tested nothing")
+	}
+	if n := bells.Load(); n != 0 {
+		t.Fatalf("a Save refused for an id conflict rang %d bells", n)
 	}
 }
