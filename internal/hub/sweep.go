@@ -297,7 +297,7 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, kee
 			case !found:
 				return store.Sweep{}, false
 			case rec.DequeuedAt.Before(settledBy):
-				free(&sw, d.ID, cur.Acked)
+				free(&sw, d.ID, pagesEnd(e, cur))
 			case len(e.Drawers) > maxDetachedDrawers:
 				return store.Sweep{}, false
 			default:
@@ -365,13 +365,24 @@ func cabinets(st store.RetentionState) iter.Seq2[catalog.Entry, catalog.Cursor] 
 }
 
 // free adds a drawer the catalog names to those the sweep deletes, with
-// the end of its acknowledged positions as read.
+// the end below which its pages go (pagesEnd).
 func free(sw *store.Sweep, id string, end int64) {
 	sw.Drawers = append(sw.Drawers, id)
 	if sw.DrawerEnds == nil {
 		sw.DrawerEnds = map[string]int64{}
 	}
 	sw.DrawerEnds[id] = end
+}
+
+// pagesEnd is where the pages of a freed drawer of e stop being the
+// sweep's: the positions e had handed out as read. A save that appends to
+// the drawer meanwhile writes at or beyond them; below, a freed drawer
+// holds acknowledged runs and holes, whose pages (a failed save's that its
+// rollback could not delete) go with it: the cursor alone stops short of a
+// hole at the drawer's end, and its pages would be left to nothing once
+// the drawer leaves the catalog.
+func pagesEnd(e catalog.Entry, cur catalog.Cursor) int64 {
+	return max(cur.Acked, e.Total)
 }
 
 // removeFromEntry adds the change of one entry to the sweep: deleted with
@@ -462,7 +473,7 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, kee
 				}
 				continue
 			}
-			free(&sw, d.ID, cur.Acked)
+			free(&sw, d.ID, pagesEnd(e, cur))
 		}
 		removeFromEntry(&sw, e, cur, out, dropEntry, keep)
 	}

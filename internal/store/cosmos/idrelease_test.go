@@ -329,3 +329,38 @@ func TestIDsOfASaveSweptByTwoInstancesBehindEachOtherAreAllRemoved(t *testing.T)
 		t.Fatalf("retention left %d ids of a save whose drawers are all gone (%v)", len(found), err)
 	}
 }
+
+// A save fails at its commit, and its rollback cannot delete its pages: its
+// positions, the cabinet's last, are a hole holding the save's pages, and
+// its id documents stay (the rollback deletes them after the pages).
+// Retention removes such pages with their drawer, and the save's id
+// documents with its pages: left, they stayed forever, the id documents
+// keeping an id index migration from ever finding its old buckets empty.
+func TestPagesARollbackLeftInAHoleAtADrawersEndGoWithTheDrawer(t *testing.T) {
+	e := newHourlyRetention(t)
+	ns := e.saved(t, 3)
+	r := ns[0].Recipient
+	e.f.set(func(req *http.Request) int {
+		if (toContainer(req, "saves") && req.Method == http.MethodPut && commits(t, req)) ||
+			(toContainer(req, "drawers") && req.Method == http.MethodDelete) {
+			return http.StatusForbidden
+		}
+		return 0
+	})
+	if _, err := e.repo.Save(context.Background(), notifications(2, r, 1)); err == nil {
+		t.Fatal("a save whose commit was refused succeeded")
+	}
+	e.f.set(func(*http.Request) int { return 0 })
+	if n := countDocs(t, e.db, "drawers"); n != 2 {
+		t.Fatalf("%d pages, want the saved one and the failed save's: the test tested something else", n)
+	}
+	drainExactly(t, e.repo, r, idsOf(ns))
+	e.clock.advance(2 * time.Hour)
+	if err := e.repo.SweepNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := countDocs(t, e.db, "drawers"); n != 0 {
+		t.Fatalf("retention left %d pages", n)
+	}
+	wantIDsGone(t, e.store, e.db, ns)
+}
