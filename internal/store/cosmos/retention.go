@@ -95,8 +95,12 @@ const (
 // loadRetention reads the recipient's retention state. It is not anchored
 // on the primary: every sweep write is conditional on what it read, and a
 // read behind the primary only sees less acknowledged and less due, so the
-// sweep removes less, never more. Its answer's token is kept (queryNoting),
-// so that the visit's later reads are not further behind.
+// sweep removes less, never more. An answer in several pages may show each
+// at another moment (a cursor moved past positions its entry, read
+// earlier, does not show); the pages a sweep deletes before its writes stop
+// at the positions the entry shows (hub's pagesEnd). Its answer's token is
+// kept (queryNoting), so that the visit's later reads are not further
+// behind.
 func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
 	var st store.RetentionState
 	query := retentionQuery
