@@ -224,3 +224,42 @@ func dequeueSaved(t *testing.T, repo *hub.Hub, ns []domain.Notification) string 
 	}
 	return bundle.ID
 }
+
+// Two instances visit one recipient at once (the sweeper's lease ran out
+// while its pass went on). The first visit's query, answered in pages,
+// reads the drained cabinet's entry and cursor in its first page; then the
+// second visit takes the cabinet out, entry and cursor, and a save starts
+// it afresh at position 0 in a new drawer; then the first visit's next
+// page shows the new entry. It pairs the new entry with the old cursor,
+// which says its positions are acknowledged: the new notifications, which
+// nobody peeked, looked drained, and their pages went before the visit's
+// catalog batch failed on the old entry, gone.
+func TestAVisitSpanningAnotherVisitAndARestartOfTheCabinetKeepsItsNewNotifications(t *testing.T) {
+	r := uuid.NewString()
+	clock := &costClock{now: time.Now()}
+	a, b, paged := pagedPairWith(t, r, hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now})
+	paged.size = 3 // the entry, the first bundle and the cursor; the second bundle in the next page
+	ctx := context.Background()
+	dequeueSaved(t, b, notifications(2, r, 1))
+	dequeueSaved(t, b, notifications(1, r, 1))
+	clock.advance(2 * time.Hour)
+	swept := make(chan error, 1)
+	go func() { swept <- a.SweepNow(ctx) }()
+	select {
+	case <-paged.held:
+	case err := <-swept:
+		t.Fatalf("the sweep answered %v without asking for a second page; the test tested nothing", err)
+	}
+	if err := b.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fresh := notifications(3, r, 1)
+	if _, err := b.Save(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	close(paged.release)
+	if err := <-swept; err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, b, r, idsOf(fresh))
+}
