@@ -286,12 +286,14 @@ func TestRemovableDeletesOnlyAcknowledgedUncoveredDrawers(t *testing.T) {
 			entry(ts, "a", three), 30, []catalog.Span{{Key: key(ch, "a"), Start: 0, End: 30}}, []string{"d1@0", "d2@0", "d3@0"}, true},
 		{"a single acknowledged drawer goes only with the entry",
 			entry(ts, "a", metas(0, 10)), 10, nil, []string{"d1@0"}, true},
-		{"a single drawer with positions handed out beyond it is kept",
-			catalog.Entry{Origin: ts, ContentType: "a", Drawers: metas(0, 10), Total: 12}, 10, nil, nil, false},
+		{"a single acknowledged drawer followed by a hole goes with the entry",
+			catalog.Entry{Origin: ts, ContentType: "a", Drawers: metas(0, 10), Total: 12}, 10, nil, []string{"d1@0"}, true},
+		{"a drawer followed by a hole is kept while unacknowledged",
+			catalog.Entry{Origin: ts, ContentType: "a", Drawers: metas(0, 10), Total: 12}, 9, nil, nil, false},
 		{"an entry without drawers and nothing left goes",
 			catalog.Entry{Origin: ts, ContentType: "a", Total: 40}, 40, nil, nil, true},
-		{"an entry without drawers but unacknowledged positions stays",
-			catalog.Entry{Origin: ts, ContentType: "a", Total: 40}, 39, nil, nil, false},
+		{"an entry whose positions are all holes goes",
+			catalog.Entry{Origin: ts, ContentType: "a", Total: 40}, 0, nil, nil, true},
 		{"a drawer of two runs goes once, when both are acknowledged",
 			entry(ts, "a", split), 25, nil, []string{"d1@0", "d2@0"}, false},
 		{"a drawer of two runs stays while its second is not acknowledged",
@@ -329,7 +331,8 @@ func checkRemovable(t *testing.T, e catalog.Entry, c catalog.Cursor, retained []
 // are all fully acknowledged and not covered by a retained span of the same
 // cabinet; it removes every such drawer but the last, each once (its first
 // run), the last only together with the entry, and drops the entry exactly
-// when everything is acknowledged and nothing of it is covered.
+// when every run is acknowledged and nothing of it is covered (positions
+// beyond the runs are holes).
 func removableViolation(e catalog.Entry, c catalog.Cursor, retained []catalog.Span, got []drawer.Meta, drop bool) string {
 	covered := func(d drawer.Meta) bool {
 		for _, s := range retained {
@@ -359,7 +362,7 @@ func removableViolation(e catalog.Entry, c catalog.Cursor, retained []catalog.Sp
 			want = append(want, d)
 		}
 	}
-	wantDrop := allFree && c.Acked >= e.Total
+	wantDrop := allFree
 	if wantDrop {
 		want = nil
 		for i, d := range e.Drawers {

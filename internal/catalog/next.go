@@ -87,8 +87,11 @@ type Span struct {
 // Removable decides what retention may delete of a cabinet: drawers whose
 // runs are all acknowledged and that no retained bundle covers, each once
 // (its first run). The last drawer is kept for appending unless the whole
-// cabinet goes, which it does when everything is acknowledged and no
-// retained bundle covers any of it.
+// cabinet goes, which it does when every run is acknowledged and no
+// retained bundle covers any of it. Positions handed out beyond the runs
+// (up to Total) are holes, given back by saves that failed: they never hold
+// a notification, and a cursor never passes those at the cabinet's end (a
+// bundle ends after its last item), so they do not keep the cabinet.
 func Removable(e Entry, c Cursor, retained []Span) (drawers []drawer.Meta, dropEntry bool) {
 	covered := func(d drawer.Meta) bool {
 		return slices.ContainsFunc(retained, func(s Span) bool { return s.Key == e.Key() && s.Start < d.End() && d.Start < s.End })
@@ -99,7 +102,7 @@ func Removable(e Entry, c Cursor, retained []Span) (drawers []drawer.Meta, dropE
 			kept[d.ID] = true
 		}
 	}
-	drop := len(kept) == 0 && c.Acked >= e.Total
+	drop := len(kept) == 0
 	if !drop && len(e.Drawers) > 0 {
 		kept[e.Drawers[len(e.Drawers)-1].ID] = true
 	}

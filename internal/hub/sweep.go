@@ -297,7 +297,7 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, kee
 			case !found:
 				return store.Sweep{}, false
 			case rec.DequeuedAt.Before(settledBy):
-				free(&sw, d.ID, cur.Acked)
+				free(&sw, d.ID, pagesEnd(e))
 			case len(e.Drawers) > maxDetachedDrawers:
 				return store.Sweep{}, false
 			default:
@@ -365,13 +365,27 @@ func cabinets(st store.RetentionState) iter.Seq2[catalog.Entry, catalog.Cursor] 
 }
 
 // free adds a drawer the catalog names to those the sweep deletes, with
-// the end of its acknowledged positions as read.
+// the end below which its pages go (pagesEnd).
 func free(sw *store.Sweep, id string, end int64) {
 	sw.Drawers = append(sw.Drawers, id)
 	if sw.DrawerEnds == nil {
 		sw.DrawerEnds = map[string]int64{}
 	}
 	sw.DrawerEnds[id] = end
+}
+
+// pagesEnd is where the pages of a freed drawer of e stop being the
+// sweep's: the positions e had handed out as read, whatever the cursor
+// says. Below them, a freed drawer holds the runs the sweep saw
+// acknowledged and due, and holes, whose pages (a failed save's that its
+// rollback could not delete) go with it: the cursor stops short of a hole
+// at the drawer's end, and those pages would be left to nothing once the
+// drawer leaves the catalog. At or beyond them, a save appended meanwhile:
+// also one a cursor read after the entry shows acknowledged (a load
+// answered in pages, each of another moment), whose bundle the sweep did
+// not weigh and may be retained.
+func pagesEnd(e catalog.Entry) int64 {
+	return e.Total
 }
 
 // removeFromEntry adds the change of one entry to the sweep: deleted with
@@ -462,7 +476,7 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, kee
 				}
 				continue
 			}
-			free(&sw, d.ID, cur.Acked)
+			free(&sw, d.ID, pagesEnd(e))
 		}
 		removeFromEntry(&sw, e, cur, out, dropEntry, keep)
 	}

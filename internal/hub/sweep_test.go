@@ -262,7 +262,7 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
 		}
 		if sw.DrawerEnds["d2"] != 20 {
-			t.Fatalf("ends %v: the pages below the acknowledged end go, no others", sw.DrawerEnds)
+			t.Fatalf("ends %v: the pages below the positions the entry handed out go, no others", sw.DrawerEnds)
 		}
 	})
 	t.Run("the last bundle is new: the drained cabinet stays with its last drawer, to be appended to", func(t *testing.T) {

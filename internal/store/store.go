@@ -164,9 +164,10 @@ type Sweep struct {
 	Bundles []bundle.Record
 	Drawers []string // drawer ids whose pages and id records are deleted
 	// DrawerEnds holds, for those of Drawers the catalog named when the
-	// sweep read it, the end of their acknowledged positions: a store
-	// that deletes pages before its catalog write deletes only pages
-	// below it, so that what a save appends meanwhile stays.
+	// sweep read it, the positions their entry had handed out (below, a
+	// freed drawer holds acknowledged runs and holes): a store that
+	// deletes pages before its catalog write deletes only pages below it,
+	// so that what a save appends meanwhile stays.
 	DrawerEnds    map[string]int64
 	Entries       []catalog.Entry // entries to replace (Version = as read)
 	DeleteEntries []catalog.Entry // entries to delete with their cursors (Version = as read)
@@ -239,8 +240,9 @@ type Store interface {
 	DequeuedBundles(ctx context.Context, recipient string) ([]bundle.Record, error)
 	// ApplySweep removes what retention found, conditionally: when an entry
 	// or cursor it names changed, it is ErrConflict and removes nothing
-	// but pages of Drawers below their DrawerEnds (acknowledged and due,
-	// deleted before the catalog write by a store that needs that order).
+	// but pages of Drawers below their DrawerEnds (acknowledged and due, or
+	// of holes, deleted before the catalog write by a store that needs that
+	// order).
 	ApplySweep(ctx context.Context, sweep Sweep) error
 	// Close releases the store.
 	Close() error

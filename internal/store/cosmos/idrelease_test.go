@@ -76,17 +76,10 @@ func TestIDsOfASaveLiveUntilItsLastDrawerIsSwept(t *testing.T) {
 // another instance that remembers nothing of the first, removes the
 // documents.
 func TestIDsAreRemovedByTheRetryOfASweepThatFailedHalfWay(t *testing.T) {
-	db := cosmostest.UniqueID("db")
-	f := newFaulty()
-	store := open(t, cosmos.Config{Database: db, Transport: f})
-	clock := &costClock{now: time.Now()}
-	repo := hub.New(store, hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now}, nil)
-	t.Cleanup(repo.Close)
+	e := newHourlyRetention(t)
+	db, f, clock, repo := e.db, e.f, e.clock, e.repo
 	ctx := context.Background()
-	ns := notifications(3, uuid.NewString(), 1)
-	if _, err := repo.Save(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
+	ns := e.saved(t, 3)
 	drainRecipient(t, repo, ns[0].Recipient)
 	clock.advance(2 * time.Hour)
 	f.set(func(req *http.Request) int {
@@ -105,11 +98,74 @@ func TestIDsAreRemovedByTheRetryOfASweepThatFailedHalfWay(t *testing.T) {
 	if err := otherRepo.SweepNow(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if found, err := other.LookupIDs(ctx, idsOf(ns)); err != nil || len(found) != 0 {
+	wantIDsGone(t, other, db, ns)
+}
+
+// hourlyRetention is a hub that retains an hour on a test clock, over a
+// store whose requests f can fail.
+type hourlyRetention struct {
+	db    string
+	f     *faulty
+	store *cosmos.Store
+	clock *costClock
+	repo  *hub.Hub
+}
+
+func newHourlyRetention(t *testing.T) hourlyRetention {
+	t.Helper()
+	e := hourlyRetention{db: cosmostest.UniqueID("db"), f: newFaulty(), clock: &costClock{now: time.Now()}}
+	e.store = open(t, cosmos.Config{Database: e.db, Transport: e.f})
+	e.repo = hub.New(e.store, hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: e.clock.Now}, nil)
+	t.Cleanup(e.repo.Close)
+	return e
+}
+
+// saved saves n notifications for a new recipient.
+func (e hourlyRetention) saved(t *testing.T, n int) []domain.Notification {
+	t.Helper()
+	ns := notifications(n, uuid.NewString(), 1)
+	if _, err := e.repo.Save(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// wantIDsGone fails unless retention removed the ids of ns and every id
+// document.
+func wantIDsGone(t *testing.T, s *cosmos.Store, db string, ns []domain.Notification) {
+	t.Helper()
+	if found, err := s.LookupIDs(context.Background(), idsOf(ns)); err != nil || len(found) != 0 {
 		t.Fatalf("retention left ids %v, %v", found, err)
 	}
 	if n := countIDDocs(t, db); n != 0 {
 		t.Fatalf("retention left %d id documents", n)
+	}
+}
+
+// A cabinet's last save failed: its positions, the cabinet's last, are a
+// hole, so the cursor of a recipient that dequeued everything stops short
+// of the positions handed out. Retention must still take the drained
+// cabinet out once its bundle is due: left, its entry, cursor and last
+// drawer stayed forever, and with the drawer the ids of its notifications,
+// refused as duplicates long after their retention.
+func TestADrainedCabinetEndingInAHoleGoesWithItsRetention(t *testing.T) {
+	e := newHourlyRetention(t)
+	ns := e.saved(t, 3)
+	r := ns[0].Recipient
+	abortSave(t, e.f, e.repo, notifications(2, r, 1)) // positions 3 and 4: a hole at the cabinet's end
+	drainExactly(t, e.repo, r, idsOf(ns))
+	e.clock.advance(2 * time.Hour)
+	if err := e.repo.SweepNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if state, err := e.store.LoadRecipient(context.Background(), r); err != nil || len(state.Entries) != 0 || len(state.Cursors) != 0 {
+		t.Fatalf("a drained cabinet whose bundle is due stays: %+v, %v", state, err)
+	}
+	if found, err := e.store.LookupIDs(context.Background(), idsOf(ns)); err != nil || len(found) != 0 {
+		t.Fatalf("ids of notifications past their retention still refused: %d of %d, %v", len(found), len(ns), err)
+	}
+	if n := countDocs(t, e.db, "drawers"); n != 0 {
+		t.Fatalf("retention left %d pages", n)
 	}
 }
 
@@ -272,4 +328,39 @@ func TestIDsOfASaveSweptByTwoInstancesBehindEachOtherAreAllRemoved(t *testing.T)
 	if found, err := second.LookupIDs(ctx, append(idsOf(a), idsOf(b)...)); err != nil || len(found) != 0 {
 		t.Fatalf("retention left %d ids of a save whose drawers are all gone (%v)", len(found), err)
 	}
+}
+
+// A save fails at its commit, and its rollback cannot delete its pages: its
+// positions, the cabinet's last, are a hole holding the save's pages, and
+// its id documents stay (the rollback deletes them after the pages).
+// Retention removes such pages with their drawer, and the save's id
+// documents with its pages: left, they stayed forever, the id documents
+// keeping an id index migration from ever finding its old buckets empty.
+func TestPagesARollbackLeftInAHoleAtADrawersEndGoWithTheDrawer(t *testing.T) {
+	e := newHourlyRetention(t)
+	ns := e.saved(t, 3)
+	r := ns[0].Recipient
+	e.f.set(func(req *http.Request) int {
+		if (toContainer(req, "saves") && req.Method == http.MethodPut && commits(t, req)) ||
+			(toContainer(req, "drawers") && req.Method == http.MethodDelete) {
+			return http.StatusForbidden
+		}
+		return 0
+	})
+	if _, err := e.repo.Save(context.Background(), notifications(2, r, 1)); err == nil {
+		t.Fatal("a save whose commit was refused succeeded")
+	}
+	e.f.set(func(*http.Request) int { return 0 })
+	if n := countDocs(t, e.db, "drawers"); n != 2 {
+		t.Fatalf("%d pages, want the saved one and the failed save's: the test tested something else", n)
+	}
+	drainExactly(t, e.repo, r, idsOf(ns))
+	e.clock.advance(2 * time.Hour)
+	if err := e.repo.SweepNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := countDocs(t, e.db, "drawers"); n != 0 {
+		t.Fatalf("retention left %d pages", n)
+	}
+	wantIDsGone(t, e.store, e.db, ns)
 }

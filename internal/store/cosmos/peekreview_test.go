@@ -227,9 +227,15 @@ func TestADequeueWhoseLoadSpansAnotherInstancesDequeueIsNotFound(t *testing.T) {
 // before its first next page.
 func pagedPair(t *testing.T, recipient string) (a, b *hub.Hub, paged *pagedLoads) {
 	t.Helper()
-	opts := cosmostest.Default()
-	opts.Lag = 0
-	srv := cosmostest.StartWith(t, opts)
+	return pagedPairWith(t, recipient, hub.Options{})
+}
+
+// pagedPairWith is pagedPair with hubs of opts.
+func pagedPairWith(t *testing.T, recipient string, opts hub.Options) (a, b *hub.Hub, paged *pagedLoads) {
+	t.Helper()
+	serverOpts := cosmostest.Default()
+	serverOpts.Lag = 0
+	srv := cosmostest.StartWith(t, serverOpts)
 	db := cosmostest.UniqueID("db")
 	paged = &pagedLoads{next: cosmostest.NewHTTPClient(), recipient: recipient, size: 1,
 		held: make(chan struct{}), release: make(chan struct{})}
@@ -243,7 +249,7 @@ func pagedPair(t *testing.T, recipient string) (a, b *hub.Hub, paged *pagedLoads
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
-		repos[i] = hub.New(withoutBells{s}, hub.Options{}, nil)
+		repos[i] = hub.New(withoutBells{s}, opts, nil)
 		t.Cleanup(repos[i].Close)
 	}
 	return repos[0], repos[1], paged

@@ -3,10 +3,12 @@ package cosmos
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
+	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/store"
 )
 
@@ -95,8 +97,14 @@ const (
 // loadRetention reads the recipient's retention state. It is not anchored
 // on the primary: every sweep write is conditional on what it read, and a
 // read behind the primary only sees less acknowledged and less due, so the
-// sweep removes less, never more. Its answer's token is kept (queryNoting),
-// so that the visit's later reads are not further behind.
+// sweep removes less, never more. An answer in several pages may show each
+// at another moment (a cursor moved past positions its entry, read
+// earlier, does not show): its entries and cursors are checked on the
+// primary (checkRetentionPages), the cabinets of those that changed left
+// out of the visit, and the pages a sweep deletes before its writes stop
+// at the positions the entry shows (hub's pagesEnd). Its answer's token
+// is kept (queryNoting), so that the visit's later reads are not further
+// behind.
 func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
 	var st store.RetentionState
 	query := retentionQuery
@@ -107,7 +115,7 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 	}
 	var newBytes int64 // of the bundles dequeued since
 	var cat catalogDocs
-	err := s.queryNoting(ctx, recipient, query, params, func(raw []byte) error {
+	pages, err := s.queryNoting(ctx, recipient, query, params, func(raw []byte) error {
 		var probe struct {
 			T  string
 			DA int64 `json:"da"`
@@ -133,6 +141,9 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 		return nil
 	})
 	st.Entries = cat.catalog()
+	if err == nil && pages > 1 {
+		err = s.checkRetentionPages(ctx, recipient, &st)
+	}
 	if err != nil || since.IsZero() {
 		return st, err
 	}
@@ -146,24 +157,84 @@ func (s *Store) loadRetention(ctx context.Context, recipient string, dueBefore, 
 // other instances' dequeues, so a replica further behind could serve them:
 // one that has not the dequeue of a bundle whose cursor the visit read
 // moved would leave the bundle's drawers named by no retained bundle, and
-// the sweep would free them while the bundle still reads from them.
-func (s *Store) queryNoting(ctx context.Context, recipient, sql string, params []azcosmos.QueryParameter, fn func([]byte) error) error {
+// the sweep would free them while the bundle still reads from them. It
+// returns the number of pages of the answer.
+func (s *Store) queryNoting(ctx context.Context, recipient, sql string, params []azcosmos.QueryParameter, fn func([]byte) error) (int, error) {
 	pager := s.recipients.NewQueryItemsPager(sql, azcosmos.NewPartitionKeyString(recipient),
 		&azcosmos.QueryOptions{QueryParameters: params, SessionToken: s.tokens.get(containerRecipients)})
+	pages := 0
 	for pager.More() {
 		page, err := pager.NextPage(ctx)
 		if err != nil {
-			return err
+			return pages, err
 		}
+		pages++
 		if page.RawResponse != nil {
 			s.tokens.note(containerRecipients, page.RawResponse.Header.Get("x-ms-session-token"))
 		}
 		for _, raw := range page.Items {
 			if err := fn(raw); err != nil {
-				return err
+				return pages, err
 			}
 		}
 	}
+	return pages, nil
+}
+
+// checkRetentionPages reads on the primary, when the visit's query was
+// answered in several pages, the entries and cursors it read, and leaves
+// out of st the cabinets of those it does not find as read: this visit
+// does not sweep them. Each page may show another moment, and the sweep
+// deletes the pages of the drawers it frees before its conditional
+// writes: an entry paired with a cursor of another moment may look
+// acknowledged where it is not. A cursor read before another visit took
+// its drained cabinet out, paired with the entry a save then started
+// afresh at position 0, made the new notifications look acknowledged, and
+// their pages went
+// (TestAVisitSpanningAnotherVisitAndARestartOfTheCabinetKeepsItsNewNotifications).
+// Every one was read before any is checked, so those found unchanged are
+// as they were when the query ended: later changes only append,
+// acknowledge more or take a cabinet out whole. Only the cabinets that
+// changed are left out, so that a busy one does not hold up the others.
+func (s *Store) checkRetentionPages(ctx context.Context, recipient string, st *store.RetentionState) error {
+	var ids []string
+	add := func(id string) { // once: a load across a cabinet's restart may hold its entry twice
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	for _, e := range st.Entries {
+		add(entryID(e.Key()))
+	}
+	for _, c := range st.Cursors {
+		add(cursorID(c.Key()))
+	}
+	now := map[string]string{} // id → etag on the primary
+	err := s.readManyOnPrimary(ctx, s.recipients, recipient, ids, func(raw []byte) error {
+		var d struct {
+			ID   string `json:"id"`
+			ETag string `json:"_etag"`
+		}
+		err := json.Unmarshal(raw, &d)
+		now[d.ID] = d.ETag
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	changed := map[catalog.Key]bool{}
+	for _, e := range st.Entries {
+		if now[entryID(e.Key())] != e.Version {
+			changed[e.Key()] = true
+		}
+	}
+	for _, c := range st.Cursors {
+		if now[cursorID(c.Key())] != c.Version {
+			changed[c.Key()] = true
+		}
+	}
+	st.Entries = slices.DeleteFunc(st.Entries, func(e catalog.Entry) bool { return changed[e.Key()] })
+	st.Cursors = slices.DeleteFunc(st.Cursors, func(c catalog.Cursor) bool { return changed[c.Key()] })
 	return nil
 }
 

@@ -65,17 +65,7 @@ func TestASweepReadsTheRetainedBundlesAtLeastAsFreshAsTheCatalog(t *testing.T) {
 	cycle := func(r, contentType string) {
 		ns := notifications(1, r, 1)
 		ns[0].ContentType, ns[0].DocumentType = contentType, contentType
-		if _, err := a.Save(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-		bundle, err := a.Peek(ctx, r, domain.GroupAll, "")
-		if err != nil || bundle == nil {
-			t.Fatalf("peek: %v, %v", bundle, err)
-		}
-		if err := a.Dequeue(ctx, r, bundle.ID); err != nil {
-			t.Fatal(err)
-		}
-		bundles[r] = append(bundles[r], bundle.ID)
+		bundles[r] = append(bundles[r], dequeueSaved(t, a, ns))
 	}
 	for i := range rs {
 		rs[i] = uuid.NewString()
@@ -174,4 +164,102 @@ func retainedDrawers(t *testing.T, c *azcosmos.ContainerClient, recipient string
 		}
 	}
 	return held, named, entries
+}
+
+// A visit's query is answered in pages, each of which may show another
+// moment: here its page of the entry comes before, and its page of the
+// cursor after, another instance appends to the cabinet's drawer and
+// dequeues what it appended. The visit sees the drawer's notifications up
+// to the entry's end acknowledged and their bundle due, and frees the
+// drawer; its catalog batch fails on the entry that changed, but the pages
+// went first. Below the cursor it read, they were the appended ones too,
+// with their ids, though their bundle is retained: its notice could no
+// longer be built and a resend of their ids was saved again.
+func TestAVisitWhoseEntryIsOlderThanItsCursorKeepsWhatTheEntryDoesNotShow(t *testing.T) {
+	r := uuid.NewString()
+	clock := &costClock{now: time.Now()}
+	a, b, paged := pagedPairWith(t, r, hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now})
+	ctx := context.Background()
+	first := notifications(3, r, 1)
+	if _, err := b.Save(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, b, r, idsOf(first)) // due once the clock moves
+	clock.advance(2 * time.Hour)
+	swept := make(chan error, 1)
+	go func() { swept <- a.SweepNow(ctx) }()
+	select {
+	case <-paged.held: // the visit read the entry, not yet the cursor
+	case err := <-swept:
+		t.Fatalf("the sweep answered %v without asking for a second page; the test tested nothing", err)
+	}
+	appended := notifications(2, r, 1) // in the same drawer
+	retained := dequeueSaved(t, b, appended)
+	close(paged.release)
+	if err := <-swept; err != nil {
+		t.Fatal(err)
+	}
+	if again, err := b.DequeuedBundle(ctx, r, retained); err != nil || !slices.Equal(again.NotificationIDs, idsOf(appended)) {
+		t.Fatalf("the retained bundle reads %v, %v; want %v", again, err, idsOf(appended))
+	}
+	if res, err := b.Save(ctx, appended); err != nil || res.Duplicates != len(appended) {
+		t.Fatalf("a resend of a retained bundle's notifications: %+v, %v; want them all duplicates", res, err)
+	}
+}
+
+// dequeueSaved saves ns, all for one recipient, peeks the recipient's next
+// bundle and dequeues it, and returns its id.
+func dequeueSaved(t *testing.T, repo *hub.Hub, ns []domain.Notification) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := repo.Save(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := repo.Peek(ctx, ns[0].Recipient, domain.GroupAll, "")
+	if err != nil || bundle == nil {
+		t.Fatalf("peek: %v, %v", bundle, err)
+	}
+	if err := repo.Dequeue(ctx, ns[0].Recipient, bundle.ID); err != nil {
+		t.Fatal(err)
+	}
+	return bundle.ID
+}
+
+// Two instances visit one recipient at once (the sweeper's lease ran out
+// while its pass went on). The first visit's query, answered in pages,
+// reads the drained cabinet's entry and cursor in its first page; then the
+// second visit takes the cabinet out, entry and cursor, and a save starts
+// it afresh at position 0 in a new drawer; then the first visit's next
+// page shows the new entry. It pairs the new entry with the old cursor,
+// which says its positions are acknowledged: the new notifications, which
+// nobody peeked, looked drained, and their pages went before the visit's
+// catalog batch failed on the old entry, gone.
+func TestAVisitSpanningAnotherVisitAndARestartOfTheCabinetKeepsItsNewNotifications(t *testing.T) {
+	r := uuid.NewString()
+	clock := &costClock{now: time.Now()}
+	a, b, paged := pagedPairWith(t, r, hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now})
+	paged.size = 3 // the entry, the first bundle and the cursor; the second bundle in the next page
+	ctx := context.Background()
+	dequeueSaved(t, b, notifications(2, r, 1))
+	dequeueSaved(t, b, notifications(1, r, 1))
+	clock.advance(2 * time.Hour)
+	swept := make(chan error, 1)
+	go func() { swept <- a.SweepNow(ctx) }()
+	select {
+	case <-paged.held:
+	case err := <-swept:
+		t.Fatalf("the sweep answered %v without asking for a second page; the test tested nothing", err)
+	}
+	if err := b.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fresh := notifications(3, r, 1)
+	if _, err := b.Save(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	close(paged.release)
+	if err := <-swept; err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, b, r, idsOf(fresh))
 }
