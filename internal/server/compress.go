@@ -28,8 +28,8 @@ const (
 // inflateRefusal begins the error of a message that inflates past its
 // limit. gRPC answers the client INTERNAL with this message as soon as the
 // read fails (before the server's code sees the error); decodeRequest
-// (unreadable) records it as what it is, the client's RESOURCE_EXHAUSTED, so that it is
-// not logged as a fault of the server.
+// (unreadable) records it as what it is, the client's RESOURCE_EXHAUSTED,
+// so that it is not logged as a fault of the server.
 const inflateRefusal = "compressed message inflates past"
 
 // The gzip compressor is registered by importing gRPC's gzip package (the
