@@ -22,6 +22,7 @@ import (
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/app"
 )
 
 const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowledge|audit> --recipient UUID [flags]
@@ -70,7 +71,7 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	contentType := fs.String("content-type", "", "acknowledge: the cabinet's content type")
 	upTo := fs.String("up-to", "", "acknowledge: the last notification id to dequeue")
 	to := fs.String("to", "", "backup: the new directory to write, on the hub's host; audit: the events before this time (RFC 3339)")
-	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt)")
+	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt); to a hub off loopback, with --tls only")
 	useTLS := fs.Bool("tls", false, "connect with TLS (the system's roots)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long the call may take")
 	order := fs.String("order", "oldest", "recipients: oldest (oldest waiting notification first) or size (most waiting first)")
@@ -84,6 +85,11 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	if *recipient == "" && call != "backup" && call != "recipients" && call != "history" {
 		return errors.New("--recipient is required")
+	}
+	if *tokenFile != "" && !*useTLS && !app.IsLoopback(*addr) {
+		// Whoever answers at that address in plaintext (a listener on the
+		// path, a spoofed name) would read an operator's token.
+		return fmt.Errorf("--token-file: a token is sent in plaintext only to a hub on this machine (a loopback address), not to %s: add --tls", *addr)
 	}
 	creds := insecure.NewCredentials()
 	if *useTLS {

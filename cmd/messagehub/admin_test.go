@@ -4,14 +4,21 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/app"
@@ -181,5 +188,61 @@ func TestTheAdminCommandBacksUpARunningHub(t *testing.T) {
 	}
 	if manifests, _ := filepath.Glob(filepath.Join(want, "MANIFEST-*")); len(manifests) == 0 {
 		t.Fatalf("the backup in %s holds no store", want)
+	}
+}
+
+// An operator's admin token goes in plaintext only to a hub on this
+// machine: to any other address, without --tls, the command refuses before
+// it connects, so that whoever answers there in plaintext (a listener on the
+// path, a spoofed name) never reads the token. A hub on loopback still gets
+// it without TLS (make dev-tokens).
+func TestTheAdminCommandSendsNoTokenInPlaintextOffLoopback(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "admin.jwt")
+	if err := os.WriteFile(tokenFile, []byte("the-admin-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A plaintext gRPC server on every interface that keeps the tokens it
+	// is sent, addressed by one of this machine's addresses off loopback
+	// (by a name that never resolves on a machine without one).
+	lis, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var tokens []string
+	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		mu.Lock()
+		defer mu.Unlock()
+		tokens = append(tokens, metadata.ValueFromIncomingContext(stream.Context(), "authorization")...)
+		return status.Error(codes.Unimplemented, "not a hub")
+	}))
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	port := strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
+	remote := net.JoinHostPort("hub.invalid", port)
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && !ip.IP.IsLoopback() {
+				remote = net.JoinHostPort(ip.IP.String(), port)
+				break
+			}
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = runAdmin(ctx, []string{"recipients", "--addr", remote, "--token-file", tokenFile}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--tls") {
+		t.Errorf("a token to %s without --tls: %v; want a refusal naming --tls", remote, err)
+	}
+	mu.Lock()
+	if len(tokens) > 0 {
+		t.Errorf("the token went in plaintext to %s: %q", remote, tokens)
+	}
+	mu.Unlock()
+
+	ctx, a, _ := runningHub(t)
+	if err := runAdmin(ctx, []string{"recipients", "--addr", a.GRPCAddr(), "--token-file", tokenFile}, io.Discard, io.Discard); err != nil {
+		t.Errorf("a token to the hub on loopback: %v", err)
 	}
 }

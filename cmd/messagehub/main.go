@@ -21,6 +21,8 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"google.golang.org/grpc/grpclog"
+
 	"github.com/energydatahub/messagehub/internal/app"
 )
 
@@ -65,6 +67,7 @@ func main() {
 		os.Exit(2)
 	}
 	logger := app.NewLogger(os.Stderr, cfg.LogLevel)
+	grpclog.SetLoggerV2(app.NewGRPCLogger(logger))
 	cfg.Logger = logger
 	info := readBuildInfo()
 	cfg.Build = app.Build{Version: info.Version, Revision: info.Revision, GoVersion: info.GoVersion}

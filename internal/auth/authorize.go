@@ -6,22 +6,35 @@ import (
 	"slices"
 	"strings"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
 )
 
-// servicePrefixes are the prefixes of every MessageHub and Admin method;
-// calls to other services (health, reflection) need no token.
-var servicePrefixes = []string{
-	"/" + messagehubv1.MessageHub_ServiceDesc.ServiceName + "/",
-	"/" + adminv1.Admin_ServiceDesc.ServiceName + "/",
+// openServices are the services whose calls need no token: health and
+// reflection (both versions, which clients such as grpcurl use). Every other
+// service's calls need a token and a rule in requiredRole, so that a
+// service registered on the hub's server later is refused, not open,
+// until it is given rules.
+var openServices = []string{
+	healthpb.Health_ServiceDesc.ServiceName,
+	reflectionpb.ServerReflection_ServiceDesc.ServiceName,
+	"grpc.reflection.v1alpha.ServerReflection",
 }
 
-// requiredRole is the role each MessageHub method needs. A method missing
-// here is refused, so a new RPC cannot be exposed without a decision.
+// open reports whether method (/service/method) belongs to an open service.
+func open(method string) bool {
+	service, _, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	return ok && slices.Contains(openServices, service)
+}
+
+// requiredRole is the role each MessageHub and Admin method needs. A method
+// missing here (of any service but the open ones) is refused, so a new RPC
+// or service cannot be exposed without a decision.
 var requiredRole = map[string]string{
 	messagehubv1.MessageHub_Save_FullMethodName:        RoleDomain,
 	messagehubv1.MessageHub_Peek_FullMethodName:        RoleActor,
@@ -59,7 +72,7 @@ func NewAuthorizer(v *Verifier) *Authorizer { return &Authorizer{verifier: v} }
 // when it opens (req is nil), then for its request, with the context the
 // first call returned, whose Principal is not verified again.
 func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (context.Context, error) {
-	if !slices.ContainsFunc(servicePrefixes, func(p string) bool { return strings.HasPrefix(method, p) }) {
+	if open(method) {
 		return ctx, nil
 	}
 	p, verified := PrincipalFromContext(ctx)

@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Domain errors. The transport maps each to one status code in one place;
@@ -40,4 +41,41 @@ var (
 // Invalid wraps ErrInvalidArgument with a message that says what is wrong.
 func Invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// Private is an error whose text names the hub's infrastructure in parts
+// (the requests a store sent and its answers, network addresses): Error is
+// the whole text, which the hub's own log keeps; Public is the same text
+// with those parts left out, which is all a client may read (PublicText).
+type Private struct {
+	Err    error
+	Public string
+}
+
+func (p *Private) Error() string { return p.Err.Error() }
+func (p *Private) Unwrap() error { return p.Err }
+
+// PublicText is err's text as a client may read it: the text of every
+// Private error within it replaced by its Public text. Wrapping keeps a
+// wrapped error's text whole, so the replacement holds however deep the
+// Private error lies.
+func PublicText(err error) string {
+	text := err.Error()
+	var walk func(error)
+	walk = func(e error) {
+		switch e := e.(type) { //nolint:errorlint // the walk looks at every error of the tree itself
+		case *Private:
+			text = strings.ReplaceAll(text, e.Error(), e.Public)
+		case interface{ Unwrap() error }:
+			if inner := e.Unwrap(); inner != nil {
+				walk(inner)
+			}
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		}
+	}
+	walk(err)
+	return text
 }

@@ -16,9 +16,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/felixge/httpsnoop"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -187,10 +190,32 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		root.Handle(pattern, withVerb(verb, methodNotAllowed(mux, rt.method), mux))
 	}
 	root.Handle("/", mux)
+	handler := utf8Only(mux, root)
 	if o.accessLog != nil {
-		return accessLog(o.accessLog, root), nil
+		return accessLog(o.accessLog, handler), nil
 	}
-	return root, nil
+	return handler, nil
+}
+
+// utf8Only refuses (400) a request whose path or query, once its %-escapes
+// are decoded, is not UTF-8. The strings of a request message must be, and
+// gRPC refuses to send one that is not: grpc-gateway would answer the
+// client's mistake 500, as a fault of the hub.
+func utf8Only(mux *runtime.ServeMux, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		valid := utf8.ValidString(r.URL.Path)
+		if q, err := url.ParseQuery(r.URL.RawQuery); err == nil { // a bad escape is grpc-gateway's 400
+			for key, values := range q {
+				valid = valid && utf8.ValidString(key) && !slices.ContainsFunc(values, func(v string) bool { return !utf8.ValidString(v) })
+			}
+		}
+		if !valid {
+			writeError(mux, w, r, http.StatusBadRequest,
+				status.Error(codes.InvalidArgument, "the path and the query must be UTF-8 once their %-escapes are decoded"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // splitVerb splits a custom method's path (…/{name}:verb, as in the HTTP

@@ -194,6 +194,34 @@ func TestUnknownQueryParametersAreRefusedByName(t *testing.T) {
 	}
 }
 
+// A path or query whose %-escapes decode to bytes that are not UTF-8 is
+// the client's error: 400 saying so, never 500 (gRPC refuses to send such
+// a string in a request), and nothing is done.
+func TestAPathOrQueryThatIsNotUTF8IsRefused(t *testing.T) {
+	s := newStack(t)
+	recipient := uuid.NewString()
+	if resp, _ := call(t, newRequest(t, http.MethodPost, s.url+"/v1/notifications", strings.NewReader(saveJSON(recipient, "")))); resp.StatusCode != http.StatusOK {
+		t.Fatalf("save: %d", resp.StatusCode)
+	}
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/peek?recipient=" + recipient + "&bundleId=%FF"},
+		{http.MethodGet, "/v1/peek/masterdata?recipient=%C3%28"},
+		{http.MethodGet, "/v1/peek/content?recipient=" + recipient + "&bundleId=%FF"},
+		{http.MethodDelete, "/v1/dequeue/%FF?recipient=" + recipient},
+		{http.MethodGet, "/admin/v1/recipients/%FF/backlog"},
+		{http.MethodGet, "/admin/v1/recipients?pageToken=%FF"},
+		{http.MethodGet, "/healthz?service=%FF"},
+	} {
+		resp, e := call(t, newRequest(t, tc.method, s.url+tc.path, nil))
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Message, "UTF-8") {
+			t.Errorf("%s %s: %d %q; want 400 saying it is not UTF-8", tc.method, tc.path, resp.StatusCode, e.Message)
+		}
+	}
+	if b, err := s.repo.Backlog(t.Context(), recipient); err != nil || len(b.Pending) > 0 {
+		t.Fatalf("the refused peeks made bundles pending: %v, %v", b.Pending, err)
+	}
+}
+
 // GET /v1/peek/content takes the same query as GET /v1/peek: what one
 // refuses (a field given twice, under one name or both) the other refuses,
 // and what one takes (either spelling of a field, a group by its number)

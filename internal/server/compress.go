@@ -3,12 +3,9 @@ package server
 import (
 	"fmt"
 	"io"
-	"strings"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/gzip"
-	"google.golang.org/grpc/status"
 )
 
 // A compressed message is inflated before gRPC checks its size, and gRPC
@@ -31,8 +28,8 @@ const (
 // inflateRefusal begins the error of a message that inflates past its
 // limit. gRPC answers the client INTERNAL with this message as soon as the
 // read fails (before the server's code sees the error); decodeRequest
-// records it as what it is, the client's RESOURCE_EXHAUSTED, so that it is
-// not logged as a fault of the server.
+// (unreadable) records it as what it is, the client's RESOURCE_EXHAUSTED,
+// so that it is not logged as a fault of the server.
 const inflateRefusal = "compressed message inflates past"
 
 // The gzip compressor is registered by importing gRPC's gzip package (the
@@ -77,14 +74,4 @@ func (l *inflateLimit) Read(p []byte) (int, error) {
 		return 0, fmt.Errorf("%s %d bytes (%d times its compressed size): send it uncompressed", inflateRefusal, l.limit, inflateRatio)
 	}
 	return n, err
-}
-
-// inflatedTooFar turns gRPC's INTERNAL status for a message refused by
-// inflateLimit into RESOURCE_EXHAUSTED for the server's log and metrics
-// (the client has its answer already): the client sent too much.
-func inflatedTooFar(err error) error {
-	if st, ok := status.FromError(err); ok && st.Code() == codes.Internal && strings.Contains(st.Message(), inflateRefusal) {
-		return status.Error(codes.ResourceExhausted, st.Message())
-	}
-	return err
 }

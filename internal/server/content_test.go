@@ -16,7 +16,6 @@ import (
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/auth"
-	"github.com/energydatahub/messagehub/internal/auth/authtest"
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
@@ -189,14 +188,9 @@ func TestPeekContentValidatesAsPeekDoes(t *testing.T) {
 // PeekContent is a streaming call: its request reaches the authorizer only
 // through the stream, which must still make an actor peek as itself.
 func TestPeekContentActsForTheCaller(t *testing.T) {
-	const issuer, audience = "https://issuer.test/", "messagehub"
-	is := authtest.NewIssuer(t, issuer, audience)
-	verifier, err := auth.NewVerifier(auth.Config{JWKSFile: is.WriteJWKS(t), Issuer: issuer, Audience: audience})
-	if err != nil {
-		t.Fatal(err)
-	}
+	is, checkTokens := withTestTokens(t)
 	hub := &recordingHub{}
-	conn, _ := testConn(t, hub, WithAuthorizer(auth.NewAuthorizer(verifier)))
+	conn, _ := testConn(t, hub, checkTokens)
 	client := messagehubv1.NewMessageHubClient(conn)
 	as := func(token string) context.Context {
 		return metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer "+token)

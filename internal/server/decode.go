@@ -6,8 +6,10 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -62,6 +64,26 @@ func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return c.CodecV2.Unmarshal(data, v)
 }
 
+// unreadable is how the server records a request gRPC could not read. gRPC
+// has answered the client already, with its own status, INTERNAL for bytes
+// that are not the one message of the call (none, a second one, a message
+// cut short, a compressed flag without an encoding, data that does not
+// inflate): that is the client's error, INVALID_ARGUMENT, and one that
+// inflates past its bound (compress.go) RESOURCE_EXHAUSTED, so that neither
+// is logged or counted as a fault of the server. Other statuses (too
+// large, cancelled) stay as they are.
+func unreadable(err error) error {
+	st, ok := status.FromError(err)
+	switch {
+	case !ok || st.Code() != codes.Internal:
+		return err
+	case strings.Contains(st.Message(), inflateRefusal):
+		return status.Error(codes.ResourceExhausted, st.Message())
+	default:
+		return fmt.Errorf("%w: the request could not be read: %s", domain.ErrInvalidArgument, st.Message())
+	}
+}
+
 // vtUnmarshaler is what vtprotobuf generates for MessageHub's messages.
 type vtUnmarshaler interface{ UnmarshalVT([]byte) error }
 
@@ -71,9 +93,7 @@ type vtUnmarshaler interface{ UnmarshalVT([]byte) error }
 func decodeRequest(recv func(any) error, into any) error {
 	var w wireMessage
 	if err := recv(&w); err != nil {
-		// gRPC's own status (too large, cancelled, …), which it has sent
-		// the client already.
-		return inflatedTooFar(err)
+		return unreadable(err)
 	}
 	defer w.free()
 	if err := checkCounts(w.bytes(), into); err != nil {

@@ -17,7 +17,6 @@ import (
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/auth"
-	"github.com/energydatahub/messagehub/internal/auth/authtest"
 )
 
 // rawBytes is a request sent exactly as the test wrote it.
@@ -117,14 +116,9 @@ func allocated(f func()) uint64 {
 // before it is read, and a domain's Save is refused for its count before it
 // is decoded: neither costs much more memory than its bytes on the wire.
 func TestASaveOfManyEmptyNotificationsIsRefusedBeforeItIsDecoded(t *testing.T) {
-	const issuer, audience = "https://issuer.test/", "messagehub"
-	is := authtest.NewIssuer(t, issuer, audience)
-	verifier, err := auth.NewVerifier(auth.Config{JWKSFile: is.WriteJWKS(t), Issuer: issuer, Audience: audience})
-	if err != nil {
-		t.Fatal(err)
-	}
+	is, checkTokens := withTestTokens(t)
 	hub := &recordingHub{}
-	conn, _ := testConn(t, hub, WithAuthorizer(auth.NewAuthorizer(verifier)))
+	conn, _ := testConn(t, hub, checkTokens)
 	as := func(token string) context.Context {
 		return metadata.AppendToOutgoingContext(ctxT(t), "authorization", "Bearer "+token)
 	}

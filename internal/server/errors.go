@@ -22,8 +22,10 @@ const internalMessage = "internal error"
 
 // ToStatus maps an error returned by a handler to the gRPC status the client
 // sees. It is the only place where status codes are chosen. Domain errors keep
-// their message (it says what is wrong with the request); anything unexpected
-// becomes INTERNAL with a generic message and is logged with its detail.
+// their message (it says what is wrong with the request), less what it
+// holds of the hub's infrastructure (domain.Private), which only the log
+// keeps; anything unexpected becomes INTERNAL with a generic message and is
+// logged with its detail.
 func ToStatus(logger *slog.Logger, method string, err error) error {
 	if err == nil {
 		return nil
@@ -84,7 +86,7 @@ func ToStatus(logger *slog.Logger, method string, err error) error {
 		// fill an ERROR log with these.
 		logger.Debug("call refused", "method", method, "code", code.String(), "error", err)
 	}
-	return &mappedError{st: status.New(code, err.Error()), cause: err}
+	return &mappedError{st: status.New(code, domain.PublicText(err)), cause: err}
 }
 
 // mappedError is a domain error as the status the client gets: gRPC sends

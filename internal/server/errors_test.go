@@ -78,6 +78,25 @@ func TestToStatusHidesInternalDetailAndLogsIt(t *testing.T) {
 	}
 }
 
+// A domain error's private part (what a store said of its account) is
+// logged whole, but the client reads its public text in its place, however
+// deep it is wrapped.
+func TestToStatusTellsThePrivatePartOnlyToTheLog(t *testing.T) {
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	sdk := &domain.Private{Err: errors.New("POST https://account.example/dbs/hub/colls/heads: 403"), Public: "the store answered 403"}
+	err := ToStatus(logger, "/messagehub.v1.MessageHub/Save",
+		fmt.Errorf("saving: %w", fmt.Errorf("%w: a request was refused: %w", domain.ErrStoreRefuses, sdk)))
+
+	st := status.Convert(err)
+	if want := "saving: store refuses the service: a request was refused: the store answered 403"; st.Code() != codes.FailedPrecondition || st.Message() != want {
+		t.Errorf("got %s %q, want FAILED_PRECONDITION %q", st.Code(), st.Message(), want)
+	}
+	if !strings.Contains(logs.String(), "https://account.example/dbs/hub/colls/heads") {
+		t.Errorf("the log does not hold the private part: %s", logs.String())
+	}
+}
+
 func TestToStatusOfNilIsNil(t *testing.T) {
 	if err := ToStatus(slog.New(slog.DiscardHandler), "m", nil); err != nil {
 		t.Fatalf("ToStatus(nil) = %v", err)

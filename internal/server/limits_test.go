@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/test/bufconn"
 )
 
@@ -29,6 +30,12 @@ func newRawClientOver(t *testing.T, hub Hub, settings []http2.Setting, opts ...O
 	t.Helper()
 	srv, hs := NewGRPCServer(hub, slog.New(slog.DiscardHandler), opts...)
 	SetServing(hs, true)
+	return newRawClientOf(t, srv, settings)
+}
+
+// newRawClientOf is newRawClient of srv.
+func newRawClientOf(t *testing.T, srv *grpc.Server, settings []http2.Setting) *rawClient {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

@@ -87,6 +87,13 @@ func testServer(t *testing.T, hub Hub) (messagehubv1.MessageHubClient, healthpb.
 func testConn(t *testing.T, hub Hub, opts ...Option) (*grpc.ClientConn, *health.Server) {
 	t.Helper()
 	srv, hs := NewGRPCServer(hub, slog.New(slog.DiscardHandler), opts...)
+	return serveConn(t, srv), hs
+}
+
+// serveConn serves srv over an in-process connection and returns a client
+// connection to it.
+func serveConn(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -100,7 +107,7 @@ func testConn(t *testing.T, hub Hub, opts ...Option) (*grpc.ClientConn, *health.
 		t.Fatalf("dial: %v", err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return conn, hs
+	return conn
 }
 
 func ctxT(t *testing.T) context.Context {

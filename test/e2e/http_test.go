@@ -430,3 +430,52 @@ func TestMetricsOnTheirOwnListener(t *testing.T) {
 		t.Fatalf("metrics listener: %d without messagehub_build_info:\n%.2000s", resp.StatusCode, body)
 	}
 }
+
+// Every line the hub logs is JSON, also what the libraries under it say:
+// requests whose headers grpc-gateway cannot forward (a value that is not
+// ASCII, a name of metadata the gateway sets itself), which anyone may send
+// to /healthz without a token, make it log a line each. Those are the
+// client's doing: never at ERROR.
+func TestHeadersTheGatewayCannotForwardAreLoggedAsJSONBelowError(t *testing.T) {
+	h := startHTTPHub(t, "--log-level", "debug")
+	for _, header := range [][2]string{
+		{"User-Agent", "caf\xe9"},
+		{"Grpc-Metadata-Note", "\xff"},
+		{"Grpc-Metadata-X-Forwarded-For", "10.0.0.1"},
+	} {
+		req, err := http.NewRequestWithContext(ctxT(t), http.MethodGet, h.base+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(header[0], header[1])
+		resp, err := h.web.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d", header[0], resp.StatusCode)
+		}
+	}
+	// Once the hub has exited, everything it logged has been read.
+	if _, err := h.terminate(t); err != nil {
+		t.Fatal(err)
+	}
+	said := 0
+	for line := range strings.SplitSeq(strings.TrimSpace(h.log()), "\n") {
+		var l struct {
+			Level, Component string
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Errorf("a line that is not JSON: %q", line)
+		} else if l.Level == "ERROR" {
+			t.Errorf("a client's headers logged at ERROR: %s", line)
+		}
+		if l.Component == "grpc" && strings.Contains(line, "skipping") {
+			said++
+		}
+	}
+	if said != 3 {
+		t.Errorf("%d lines say which header was not forwarded, want 3:\n%s", said, h.log())
+	}
+}

@@ -97,8 +97,43 @@ func substatus(re *azcore.ResponseError) int {
 // stays wrapped, so that isStatus still sees its status. A request whose
 // answer never came (the connection cut or reset, after the transport's own
 // retries) is ErrUnavailable: its write may have applied, so the caller
-// must try again with the same ids, as after a 503.
+// must try again with the same ids, as after a 503. What the error says of
+// the account is private (private).
 func storeError(err error) error {
+	return private(mapError(err))
+}
+
+// private marks the parts of err's text that name the account: the SDK's
+// errors say the request's URL (the account's address, the database, the
+// container, the document) and Cosmos DB's answer, and the transport's
+// the address it could not reach. A client is told only the status Cosmos
+// DB answered, or that it did not answer (domain.Private); the log keeps
+// the whole text.
+func private(err error) error {
+	if err == nil || errors.As(err, new(*domain.Private)) {
+		return err
+	}
+	public := err.Error()
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		public = strings.ReplaceAll(public, re.Error(), fmt.Sprintf("Cosmos DB answered %d (substatus %d)", re.StatusCode, substatus(re)))
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		public = strings.ReplaceAll(public, ue.Error(), "no answer from Cosmos DB")
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		public = strings.ReplaceAll(public, oe.Error(), "no answer from Cosmos DB")
+	}
+	if public == err.Error() {
+		return err
+	}
+	return &domain.Private{Err: err, Public: public}
+}
+
+// mapError is storeError before its text is made private.
+func mapError(err error) error {
 	var re *azcore.ResponseError
 	if err != nil && !errors.As(err, &re) && !errors.Is(err, domain.ErrUnavailable) && noAnswer(err) {
 		return fmt.Errorf("%w: Cosmos DB did not answer: %w", domain.ErrUnavailable, err)
