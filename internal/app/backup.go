@@ -10,6 +10,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/admin"
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/diskguard"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
@@ -67,12 +68,14 @@ func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error
 	if err := pebble.CheckBackupDir(b.dataDir, dir); err != nil {
 		return admin.BackupInfo{}, err
 	}
+	// A directory the hub cannot make (a parent that is a file, one its
+	// user may not write) is the operator's to correct, not the hub's fault.
 	if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
-		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)
+		return admin.BackupInfo{}, fmt.Errorf("%w: backup directory %s cannot be made: %w", domain.ErrInvalidArgument, dir, err)
 	}
 	staging, err := os.MkdirTemp(filepath.Dir(dir), ".messagehub-backup-documents-*")
 	if err != nil {
-		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)
+		return admin.BackupInfo{}, fmt.Errorf("%w: backup directory %s cannot be made: %w", domain.ErrInvalidArgument, dir, err)
 	}
 	defer func() { _ = os.RemoveAll(staging) }()
 	b.copying.Lock()

@@ -218,3 +218,38 @@ func TestARefusedBackupWritesNothing(t *testing.T) {
 		t.Fatalf("refused backups left folders: before %v, after %v", before, after)
 	}
 }
+
+// A backup directory the hub cannot make (a path through a regular file, a
+// name the system refuses) is the operator's to correct: INVALID_ARGUMENT
+// saying why, not INTERNAL with the reason in the hub's log only. Nothing
+// is written.
+func TestABackupIntoADirectoryThatCannotBeMadeSaysWhy(t *testing.T) {
+	parent := t.TempDir()
+	cfg := testConfig(t)
+	cfg.DataDir = filepath.Join(parent, "data")
+	r := start(t, cfg)
+	file := filepath.Join(parent, "backups")
+	if err := os.WriteFile(file, []byte("not a folder"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for dir, why := range map[string]string{
+		filepath.Join(file, "backup-1"):      "not a directory", // its parent is a file
+		filepath.Join("backups", "backup-1"): "not a directory", // the same, relative to the data directory's parent
+		filepath.Join(file, "a", "backup-1"): "not a directory", // a parent to make under a file
+		filepath.Join(parent, "a\x00b"):      "invalid argument",
+	} {
+		_, err := adminClient(t, r).Backup(callContext(t), &adminv1.BackupRequest{Directory: dir})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), why) {
+			t.Errorf("a backup into %q: %v; want INVALID_ARGUMENT saying %q", dir, err, why)
+		}
+	}
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "data" && e.Name() != "backups" {
+			t.Errorf("refused backups left %s in %s", e.Name(), parent)
+		}
+	}
+}

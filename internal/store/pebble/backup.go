@@ -110,7 +110,9 @@ func CheckBackupDir(dataDir, dir string) error {
 	if _, err := os.Lstat(dir); err == nil {
 		return fmt.Errorf("%w: backup directory %s exists already; name a new one", domain.ErrInvalidArgument, dir)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("backup directory %s: %w", dir, err)
+		// A path through a file, or one the system refuses: the operator's
+		// to correct.
+		return fmt.Errorf("%w: backup directory %s: %w", domain.ErrInvalidArgument, dir, err)
 	}
 	own, err := filepath.Abs(dataDir)
 	if err != nil {
