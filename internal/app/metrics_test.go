@@ -7,8 +7,15 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
+	"github.com/energydatahub/messagehub/internal/domain"
 )
 
 // A hub whose disk guard is on exposes its gauges on /metrics.
@@ -170,4 +177,50 @@ func sendHost(t *testing.T, url, host string) (int, []byte) {
 	data, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	return resp.StatusCode, data
+}
+
+// messagehub_peeks_total counts successful Peek calls. A content peek
+// picks its bundle as a Peek does, but one that fails (its domain has not
+// built the document in time: UNAVAILABLE, which actors meet every few
+// seconds while a provider is down) counted as a Peek that returned a
+// bundle: the dashboards showed actors fetching bundles they never got.
+func TestAFailedContentPeekIsNotCountedAsAPeek(t *testing.T) {
+	hold := make(chan struct{}) // the domain never answers while the test peeks
+	t.Cleanup(func() { close(hold) })
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Answer{Hold: hold}
+	})
+	cfg := testConfig(t)
+	cfg.ContentTimeout = 100 * time.Millisecond
+	cfg.Content.Providers = map[domain.Origin]string{domain.OriginTimeSeries: provider.Address}
+	r := start(t, cfg)
+	ctx := callContext(t)
+	actor := uuid.NewString()
+	if _, err := r.client.Save(ctx, &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(actor)}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, _, err := peekContent(ctx, r.client, &messagehubv1.PeekRequest{Recipient: actor}); status.Code(err) != codes.Unavailable {
+			t.Fatalf("a content peek whose document is not built: %v; want UNAVAILABLE", err)
+		}
+	}
+	peeks := func() string {
+		_, body := send(t, http.MethodGet, "http://"+r.app.HTTPAddr()+"/metrics", "")
+		for line := range strings.SplitSeq(string(body), "\n") {
+			if strings.HasPrefix(line, `messagehub_peeks_total{outcome="bundle"`) {
+				return line[strings.LastIndexByte(line, ' ')+1:]
+			}
+		}
+		return "0"
+	}
+	if got := peeks(); got != "0" {
+		t.Fatalf("after 3 failed content peeks messagehub_peeks_total{outcome=\"bundle\"} is %s; want 0", got)
+	}
+	// A Peek of the same bundle counts.
+	if p, err := r.client.Peek(ctx, &messagehubv1.PeekRequest{Recipient: actor}); err != nil || p.GetBundle() == nil {
+		t.Fatalf("Peek: %v %v", p, err)
+	}
+	if got := peeks(); got != "1" {
+		t.Fatalf("after a Peek messagehub_peeks_total{outcome=\"bundle\"} is %s; want 1", got)
+	}
 }

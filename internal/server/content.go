@@ -42,42 +42,56 @@ func WithDocuments(d Documents, timeout time.Duration) Option {
 // bundle and media type first, then the data, each message at most
 // content.MaxMessageBytes (a bundle too large to share its message with
 // data is sent alone).
+//
+// It counts as a Peek (messagehub_peeks_total) once it has answered: one
+// that fails, such as one whose document is not built in time, returned
+// its caller no bundle.
 func (s *Service) PeekContent(req *messagehubv1.PeekRequest, stream grpc.ServerStreamingServer[messagehubv1.PeekContentChunk]) error {
+	delivered, err := s.peekContent(req, stream)
+	if err == nil {
+		s.metrics.RecordPeek(stream.Context(), delivered)
+	}
+	return err
+}
+
+// peekContent is PeekContent, not counted; delivered says whether it sent
+// a bundle.
+func (s *Service) peekContent(req *messagehubv1.PeekRequest, stream grpc.ServerStreamingServer[messagehubv1.PeekContentChunk]) (delivered bool, _ error) {
 	timeout := cmp.Or(s.contentTimeout, DefaultContentTimeout)
 	var peeked *messagehubv1.PeekResponse
 	var err error
 	ctx, cancel := context.WithTimeout(stream.Context(), timeout)
 	if req.GetWaitMs() == 0 {
-		peeked, err = s.Peek(ctx, req)
+		peeked, err = s.peek(ctx, req)
 	} else {
 		// The wait is the caller's and may outlast the content timeout,
 		// which then counts from when the bundle is picked.
-		peeked, err = s.Peek(stream.Context(), req)
+		peeked, err = s.peek(stream.Context(), req)
 		cancel()
 		ctx, cancel = context.WithTimeout(stream.Context(), timeout)
 	}
 	defer cancel()
 	if err != nil || peeked.GetBundle() == nil {
-		return outOfTime(ctx, stream.Context(), err)
+		return false, outOfTime(ctx, stream.Context(), err)
 	}
 	first := &messagehubv1.PeekContentChunk{Bundle: peeked.GetBundle()}
 	if s.documents == nil {
-		return sendHeld(stream, first)
+		return true, sendHeld(stream, first)
 	}
 	doc, err := s.documents.Document(ctx, first.Bundle)
 	if errors.Is(err, content.ErrNotReady) && stream.Context().Err() == nil {
 		// The domain is still building it: routine, the actor peeks again.
-		return routine{err}
+		return false, routine{err}
 	}
 	if err != nil {
-		return outOfTime(ctx, stream.Context(), err)
+		return false, outOfTime(ctx, stream.Context(), err)
 	}
 	if doc == nil {
-		return sendHeld(stream, first)
+		return true, sendHeld(stream, first)
 	}
 	defer func() { _ = doc.Body.Close() }()
 	first.MediaType = doc.MediaType
-	return sendDocument(stream, first, doc.Body)
+	return true, sendDocument(stream, first, doc.Body)
 }
 
 // outOfTime makes a content peek that ran out of its own time (not the

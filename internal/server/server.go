@@ -71,6 +71,17 @@ func (s *Service) Save(ctx context.Context, req *messagehubv1.SaveRequest) (*mes
 // there is nothing to deliver, after waiting up to the request's wait for
 // one.
 func (s *Service) Peek(ctx context.Context, req *messagehubv1.PeekRequest) (*messagehubv1.PeekResponse, error) {
+	peeked, err := s.peek(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.RecordPeek(ctx, peeked.GetBundle() != nil)
+	return peeked, nil
+}
+
+// peek is Peek, not counted: a content peek picks its bundle this way and
+// counts once it has answered (PeekContent).
+func (s *Service) peek(ctx context.Context, req *messagehubv1.PeekRequest) (*messagehubv1.PeekResponse, error) {
 	recipient, err := domain.ParseUUID("recipient", req.GetRecipient())
 	if err != nil {
 		return nil, err
@@ -91,7 +102,6 @@ func (s *Service) Peek(ctx context.Context, req *messagehubv1.PeekRequest) (*mes
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.RecordPeek(ctx, b != nil)
 	return &messagehubv1.PeekResponse{Bundle: apiconv.Bundle(b)}, nil
 }
 
