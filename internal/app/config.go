@@ -32,7 +32,7 @@ type Config struct {
 	JWTIssuer       string        // with AuthJWT: the iss tokens must carry
 	JWTAudience     string        // with AuthJWT: the aud tokens must carry
 	JWTActorClaim   string        // with AuthJWT: the claim holding the actor id
-	TLSCert         string        // PEM certificate (chain) of both listeners; empty: plaintext
+	TLSCert         string        // PEM certificate (chain) of every listener; empty: plaintext
 	TLSKey          string        // PEM private key of TLSCert
 	Store           string        // store backend: StoreEmbedded or StoreCosmos
 	DataDir         string        // folder of the embedded store
