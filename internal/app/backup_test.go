@@ -253,3 +253,50 @@ func TestABackupIntoADirectoryThatCannotBeMadeSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// "One inside the data directory is refused" holds whichever way the paths
+// reach it: a data directory named through a symbolic link (a volume
+// mounted elsewhere and linked into place), or a backup directory named
+// through one. Compared as written, such a backup was taken into the data
+// directory itself, which the next backups onto the volume then counted
+// as data.
+func TestABackupInsideTheDataDirectoryThroughALinkIsRefused(t *testing.T) {
+	parent := t.TempDir()
+	volume := filepath.Join(parent, "volume")
+	if err := os.Mkdir(volume, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(parent, "link")
+	if err := os.Symlink(volume, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ dataDir, backup string }{
+		{filepath.Join(link, "data"), filepath.Join(volume, "data", "backup-1")},
+		{filepath.Join(link, "data"), filepath.Join(volume, "data", "content", "backup-1")},
+		{filepath.Join(volume, "data"), filepath.Join(link, "data", "backup-1")},
+	} {
+		cfg := testConfig(t)
+		cfg.DataDir = c.dataDir
+		r := start(t, cfg)
+		_, err := adminClient(t, r).Backup(callContext(t), &adminv1.BackupRequest{Directory: c.backup})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "inside the data directory") {
+			t.Errorf("data directory %s, a backup into %s: %v; want INVALID_ARGUMENT, inside the data directory", c.dataDir, c.backup, err)
+		}
+		if err := r.closeWithin(t); err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		_ = filepath.WalkDir(volume, func(p string, d os.DirEntry, err error) error {
+			if err == nil && (d.Name() == "backup-1" || strings.HasPrefix(d.Name(), ".messagehub-backup")) {
+				left = append(left, p)
+			}
+			return err
+		})
+		if len(left) > 0 {
+			t.Errorf("the refused backup left %v", left)
+		}
+		if err := os.RemoveAll(filepath.Join(volume, "data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -118,10 +118,35 @@ func CheckBackupDir(dataDir, dir string) error {
 	if err != nil {
 		return err
 	}
-	if rel, err := filepath.Rel(own, filepath.Clean(dir)); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	// Compared as written and with symbolic links resolved: a data
+	// directory reached through a link (a volume mounted elsewhere and
+	// linked into place), or a backup directory named through one, is the
+	// same folder.
+	if inside(own, filepath.Clean(dir)) || inside(resolved(own), resolved(dir)) {
 		return fmt.Errorf("%w: backup directory %s is inside the data directory %s; name one outside it", domain.ErrInvalidArgument, dir, own)
 	}
 	return nil
+}
+
+// inside says whether path is dir or lies under it.
+func inside(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// resolved is the absolute path p with the symbolic links of its nearest
+// existing parent resolved, and the rest (not made yet) as written.
+func resolved(p string) string {
+	rest := ""
+	for dir := filepath.Clean(p); ; dir = filepath.Dir(dir) {
+		if target, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(target, rest)
+		}
+		if filepath.Dir(dir) == dir {
+			return filepath.Clean(p)
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
 }
 
 // linkIfPresent hard-links src to dst, or copies it across volumes; a
