@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -171,6 +173,11 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 			return errors.New("backup needs --to DIR, a directory on the hub's host that does not exist yet")
 		}
 		answer, err = client.Backup(ctx, &adminv1.BackupRequest{Directory: *to})
+		if status.Code(err) == codes.DeadlineExceeded && ctx.Err() != nil {
+			// The hub keeps no backup its caller stopped waiting for.
+			err = fmt.Errorf("the backup did not finish within --timeout (%s) and was not kept; "+
+				"a large store takes longer: run it again with a longer --timeout (e.g. 1h): %w", *timeout, err)
+		}
 	case "audit":
 		req, err := auditRequest(*recipient, *since, *from, *to, time.Now())
 		if err != nil {

@@ -246,3 +246,19 @@ func TestTheAdminCommandSendsNoTokenInPlaintextOffLoopback(t *testing.T) {
 		t.Errorf("a token to the hub on loopback: %v", err)
 	}
 }
+
+// A backup that outlasts --timeout is given up, and the hub keeps nothing
+// of it: the command says so and how to take one, rather than a bare
+// "context deadline exceeded" a large store meets with the default.
+func TestABackupPastTheTimeoutSaysToGiveALongerOne(t *testing.T) {
+	ctx, a, _ := runningHub(t)
+	var out, errOut bytes.Buffer
+	want := filepath.Join(t.TempDir(), "copy")
+	err := runAdmin(ctx, []string{"backup", "--addr", a.GRPCAddr(), "--to", want, "--timeout", "1ns"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "--timeout") || !strings.Contains(err.Error(), "not kept") {
+		t.Fatalf("a backup past --timeout: %v; want it to say it was not kept, and to give a longer --timeout", err)
+	}
+	if _, err := os.Stat(want); !os.IsNotExist(err) {
+		t.Fatalf("a backup past --timeout left %s (%v)", want, err)
+	}
+}

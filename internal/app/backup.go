@@ -87,11 +87,22 @@ func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error
 	if err := b.store.Backup(ctx, dir); err != nil {
 		return admin.BackupInfo{}, err
 	}
-	if err := os.Rename(docs, filepath.Join(dir, documentsFolder)); err != nil {
+	err = os.Rename(docs, filepath.Join(dir, documentsFolder))
+	if err == nil {
+		err = content.SyncFolder(dir)
+	}
+	if err == nil {
+		// A caller that stopped waiting (Ctrl-C, its deadline) was told the
+		// backup failed: none is left behind to be mistaken for one it got.
+		if cerr := ctx.Err(); cerr != nil {
+			err = fmt.Errorf("the caller stopped waiting for the backup, which was not kept: %w", cerr)
+		}
+	}
+	if err != nil {
 		_ = os.RemoveAll(dir)
 		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)
 	}
-	return b.written(content.SyncFolder(dir), dir)
+	return b.written(nil, dir)
 }
 
 // written says what a backup into dir wrote, unless err says it failed.

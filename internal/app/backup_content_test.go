@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -130,4 +131,58 @@ func TestABackupHoldsNoDocumentOfABundleRetentionRemovedDuringIt(t *testing.T) {
 		return
 	}
 	t.Fatal("the restored hub still refuses the id after 200 peeks")
+}
+
+// leftDuringBackup is a store whose Backup (the checkpoint) says when it
+// has written its copy, then waits for the caller of the backup to leave.
+type leftDuringBackup struct {
+	store.Store
+	checkpointed chan struct{}
+}
+
+func (s *leftDuringBackup) Backup(ctx context.Context, dir string) error {
+	err := s.Store.Backup(ctx, dir)
+	close(s.checkpointed)
+	<-ctx.Done()
+	return err
+}
+
+// A backup whose caller stopped waiting (Ctrl-C on the command, or its
+// --timeout passing on a large store) went on to the end and left the
+// directory, while the operator was told the call failed: an answer of
+// failure leaves no backup behind.
+func TestABackupItsCallerLeftIsNotKept(t *testing.T) {
+	parent := t.TempDir()
+	cfg := testConfig(t)
+	cfg.DataDir = filepath.Join(parent, "data")
+	wrapped := &leftDuringBackup{checkpointed: make(chan struct{})}
+	app.WrapStore(&cfg, func(s store.Store) store.Store { wrapped.Store = s; return wrapped })
+	r := start(t, cfg)
+	if _, err := r.client.Save(callContext(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(uuid.NewString())}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(callContext(t))
+	answered := make(chan error, 1)
+	go func() {
+		_, err := adminClient(t, r).Backup(ctx, &adminv1.BackupRequest{Directory: "backup-1"})
+		answered <- err
+	}()
+	<-wrapped.checkpointed
+	cancel()
+	if err := <-answered; status.Code(err) != codes.Canceled {
+		t.Fatalf("Backup: %v; want CANCELED", err)
+	}
+	// Closing waits for the call's handler to end.
+	if err := r.closeWithin(t); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "data" {
+			t.Errorf("a backup whose caller left kept %s", filepath.Join(parent, e.Name()))
+		}
+	}
 }
