@@ -75,7 +75,13 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	to := fs.String("to", "", "backup: the new directory to write, on the hub's host; audit: the events before this time (RFC 3339)")
 	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt); to a hub off loopback, with --tls only")
 	useTLS := fs.Bool("tls", false, "connect with TLS (the system's roots)")
-	timeout := fs.Duration("timeout", 30*time.Second, "how long the call may take")
+	// A full copy of a large store onto another volume takes minutes, and a
+	// backup whose caller stops waiting is not kept.
+	defaultTimeout := 30 * time.Second
+	if call == "backup" {
+		defaultTimeout = time.Hour
+	}
+	timeout := fs.Duration("timeout", defaultTimeout, "how long the call may take")
 	order := fs.String("order", "oldest", "recipients: oldest (oldest waiting notification first) or size (most waiting first)")
 	pageSize := fs.Int("page-size", 0, "recipients: at most this many (0: 100)")
 	pageToken := fs.String("page-token", "", "recipients: the next_page_token of the previous page")

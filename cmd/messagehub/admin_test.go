@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"net"
 	"os"
@@ -247,9 +249,24 @@ func TestTheAdminCommandSendsNoTokenInPlaintextOffLoopback(t *testing.T) {
 	}
 }
 
+// A backup waits an hour by default, the other calls 30 s: a full copy of a
+// large store takes minutes, and one given up is not kept.
+func TestABackupWaitsLongerThanTheOtherCallsByDefault(t *testing.T) {
+	for call, want := range map[string]string{"backup": "(default 1h0m0s)", "recipients": "(default 30s)"} {
+		var errOut bytes.Buffer
+		if err := runAdmin(context.Background(), []string{call, "-h"}, io.Discard, &errOut); !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("%s -h: %v", call, err)
+		}
+		_, timeout, _ := strings.Cut(errOut.String(), "-timeout duration")
+		if line, _, _ := strings.Cut(timeout, "\n  -"); !strings.Contains(line, want) {
+			t.Errorf("%s's --timeout: %q, want %s", call, strings.TrimSpace(line), want)
+		}
+	}
+}
+
 // A backup that outlasts --timeout is given up, and the hub keeps nothing
 // of it: the command says so and how to take one, rather than a bare
-// "context deadline exceeded" a large store meets with the default.
+// "context deadline exceeded".
 func TestABackupPastTheTimeoutSaysToGiveALongerOne(t *testing.T) {
 	ctx, a, _ := runningHub(t)
 	var out, errOut bytes.Buffer
