@@ -182,7 +182,7 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 		if status.Code(err) == codes.DeadlineExceeded && ctx.Err() != nil {
 			// The hub keeps no backup its caller stopped waiting for.
 			err = fmt.Errorf("the backup did not finish within --timeout (%s) and was not kept; "+
-				"a large store takes longer: run it again with a longer --timeout (e.g. 1h): %w", *timeout, err)
+				"a large store takes longer: run it again with a longer --timeout (e.g. 3h): %w", *timeout, err)
 		}
 	case "audit":
 		req, err := auditRequest(*recipient, *since, *from, *to, time.Now())
