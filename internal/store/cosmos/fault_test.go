@@ -1,6 +1,7 @@
 package cosmos_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -50,17 +51,23 @@ func (f *faulty) dieAtCommit() {
 }
 
 // goneAfterCommit makes the process look gone once its save's commit
-// record was replaced (the commit applied, its answer lost with the
-// process): from then on nothing reaches the server. The flag says whether
-// the commit was sent.
+// record was replaced with committed (the commit applied, its answer lost
+// with the process): from then on nothing reaches the server. An attempt
+// aborted before (its record replaced with aborted) goes on. The flag says
+// whether the commit was sent.
 func (f *faulty) goneAfterCommit() *atomic.Bool {
 	var committed atomic.Bool
 	f.set(func(req *http.Request) int {
 		if committed.Load() {
 			return http.StatusForbidden
 		}
-		if toContainer(req, "saves") && req.Method == http.MethodPut {
-			committed.Store(true)
+		if toContainer(req, "saves") && req.Method == http.MethodPut && req.Body != nil {
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return http.StatusServiceUnavailable
+			}
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			committed.Store(strings.Contains(string(body), `"state":"committed"`))
 		}
 		return 0
 	})

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"golang.org/x/sync/errgroup"
@@ -50,10 +51,16 @@ func (s *Store) checkIDs(ctx context.Context, saveID string, plans []savePlan) e
 	// yet duplicates the caller may be told of. It is in flight until its
 	// own finalize, or the settler after its lease, drops the reservation.
 	unfinalized := slices.ContainsFunc(plans, func(p savePlan) bool {
-		return slices.ContainsFunc(p.head.Reservations, func(r reservation) bool {
-			return r.Save != saveID && states[r.Save] == stateCommitted
-		})
+		return heldBy(p.head, saveID, states)
 	})
+	if len(existing) > 0 && !unfinalized {
+		// A save that reserved after this one is in no head this save
+		// wrote: the heads now, on the primary, say whether it is
+		// finalized (its reservation was written before its commit).
+		if unfinalized, err = s.unfinalizedOnPrimary(ctx, saveID, plans, existing, states); err != nil {
+			return err
+		}
+	}
 	if len(existing) > 0 && !unfinalized {
 		return &store.IDsExistError{Records: existing}
 	}
@@ -61,6 +68,40 @@ func (s *Store) checkIDs(ctx context.Context, saveID string, plans []savePlan) e
 		return fmt.Errorf("%w: another save of the same ids is in flight", store.ErrConflict)
 	}
 	return nil
+}
+
+// heldBy says whether head holds the reservation of a committed save other
+// than saveID.
+func heldBy(head headDoc, saveID string, states map[string]string) bool {
+	return slices.ContainsFunc(head.Reservations, func(r reservation) bool {
+		return r.Save != saveID && states[r.Save] == stateCommitted
+	})
+}
+
+// unfinalizedOnPrimary reads on the primary the head of each recipient of
+// plans that has ids in existing, and says whether one holds the
+// reservation of a committed save: a save that reserved after this one and
+// committed first (this one may be a resend that reserved before its
+// original did), not finalized yet.
+func (s *Store) unfinalizedOnPrimary(ctx context.Context, saveID string, plans []savePlan, existing map[string]store.IDRecord, states map[string]string) (bool, error) {
+	var held atomic.Bool
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, p := range plans {
+		if !slices.ContainsFunc(p.save.IDs, func(rec store.IDRecord) bool { _, ok := existing[rec.ID]; return ok }) {
+			continue
+		}
+		g.Go(func() error {
+			var head headDoc
+			found, err := s.readOnPrimary(ctx, s.recipients, p.save.Recipient, headID, &head)
+			if err == nil && found && heldBy(head, saveID, states) {
+				held.Store(true)
+			}
+			return err
+		})
+	}
+	err := g.Wait()
+	return held.Load(), err
 }
 
 // lookupIDs returns the ids stored by committed saves.

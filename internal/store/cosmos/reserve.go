@@ -470,13 +470,15 @@ func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned 
 	if err != nil {
 		return false, err
 	}
-	// Holes of the parts first (recording one twice changes nothing), then
-	// the head's own in the batch that drops the reservation: the
-	// watermark passes no position before it is recorded.
-	for _, d := range parts {
-		if err := s.recordHoles(ctx, recipient, d.Ranges); err != nil {
+	// Holes of the parts first, then the head's own in the batch that
+	// drops the reservation: the watermark passes no position before it is
+	// recorded.
+	written := slices.Concat(planned, []resDetail{res.resDetail})
+	for _, part := range parts {
+		if err := s.givePartBack(ctx, recipient, part); err != nil {
 			return false, err
 		}
+		written = append(written, part.resDetail)
 	}
 	if revealed, err = s.dropAborted(ctx, recipient, saveID, res.Parts); err != nil {
 		return revealed, err
@@ -485,7 +487,7 @@ func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned 
 	// moment they are recorded holes, so the recipient does not wait for
 	// the drawers to take deletes. Pages left behind by a delete that
 	// fails are removed with their drawer by retention.
-	return revealed, s.deleteWritten(ctx, saveID, slices.Concat(planned, []resDetail{res.resDetail}, parts))
+	return revealed, s.deleteWritten(ctx, saveID, written)
 }
 
 // fenceHead makes sure that a reserve batch sent on the head's version
@@ -589,19 +591,19 @@ func (s *Store) deleteWritten(ctx context.Context, saveID string, details []resD
 
 // readParts reads parts from..to of a save's reservation on the primary: a
 // lagging replica's 404 must not hide positions to give back. A part that
-// does not exist was deleted by a rollback that already finished.
-func (s *Store) readParts(ctx context.Context, recipient, saveID string, from, to int) ([]resDetail, error) {
+// does not exist was given back by a rollback already (givePartBack).
+func (s *Store) readParts(ctx context.Context, recipient, saveID string, from, to int) ([]resPartDoc, error) {
 	var ids []string
 	for k := from; k <= to; k++ {
 		ids = append(ids, resPartID(saveID, k))
 	}
-	var out []resDetail
+	var out []resPartDoc
 	err := s.readManyOnPrimary(ctx, s.recipients, recipient, ids, func(raw []byte) error {
 		var d resPartDoc
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return err
 		}
-		out = append(out, d.resDetail)
+		out = append(out, d)
 		return nil
 	})
 	return out, err
@@ -616,31 +618,37 @@ func (s *Store) deleteParts(ctx context.Context, recipient, saveID string, n int
 	return s.deleteAll(ctx, s.recipients, recipient, ids)
 }
 
-// recordHoles records ranges as holes in their catalog entries, in batches
-// of entry replaces on the etags read (on the primary).
-func (s *Store) recordHoles(ctx context.Context, recipient string, ranges []posRange) error {
-	for len(ranges) > 0 {
-		n := min(len(ranges), maxReserveEntries)
-		for attempt := 0; ; attempt++ {
-			b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
-			written, err := s.addHoles(ctx, &b, recipient, ranges[:n])
-			if err != nil || written == 0 {
-				return err
-			}
-			err = s.execute(ctx, s.recipients, b)
-			if err == nil || !errors.Is(err, store.ErrConflict) {
-				if err != nil {
-					return err
-				}
-				break
-			}
-			if !pause(ctx, attempt) {
-				return ctx.Err()
-			}
+// givePartBack records the positions a part of an aborted save's
+// reservation took as holes in their catalog entries (replaced on the etags
+// read on the primary), in the batch that deletes the part: a part is given
+// back once. Its cabinets may hold nothing else, and retention takes a
+// cabinet out once every run is acknowledged, so while the reservation
+// stays (the batch that drops it failed, and a settler takes the rollback
+// up after the lease) a save may start such a cabinet again at position 0:
+// its positions recorded as holes a second time would hide its
+// acknowledged notifications. A part's entries and shelves fit one batch
+// (reserveChunks), with room for the delete.
+func (s *Store) givePartBack(ctx context.Context, recipient string, part resPartDoc) error {
+	for attempt := 0; ; attempt++ {
+		b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(recipient))
+		if _, err := s.addHoles(ctx, &b, recipient, part.Ranges); err != nil {
+			return err
 		}
-		ranges = ranges[n:]
+		b.DeleteItem(part.ID, nil)
+		err := s.execute(ctx, s.recipients, b)
+		if err == nil || !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		// An entry changed since it was read, or the part is gone: another
+		// rollback gave it back (or this batch did, its answer lost).
+		found, err := s.readOnPrimary(ctx, s.recipients, recipient, part.ID, &resPartDoc{})
+		if err != nil || !found {
+			return err
+		}
+		if !pause(ctx, attempt) {
+			return ctx.Err()
+		}
 	}
-	return nil
 }
 
 // addHoles adds to b the replaces of the entries of ranges with the ranges
@@ -704,12 +712,14 @@ func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, parts
 			if err != nil {
 				return false, err
 			}
-			for _, d := range parts {
-				if err := s.recordHoles(ctx, recipient, d.Ranges); err != nil {
+			var written []resDetail
+			for _, part := range parts {
+				if err := s.givePartBack(ctx, recipient, part); err != nil {
 					return false, err
 				}
+				written = append(written, part.resDetail)
 			}
-			if err := s.deleteWritten(ctx, saveID, parts); err != nil {
+			if err := s.deleteWritten(ctx, saveID, written); err != nil {
 				s.cfg.Logger.Warn("cosmos: pages of an aborted save left to retention", "save", saveID, "err", err)
 			}
 			partsDone = res.Parts
@@ -727,9 +737,7 @@ func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, parts
 		}
 		err = s.execute(ctx, s.recipients, b)
 		if err == nil {
-			if err := s.deleteParts(ctx, recipient, saveID, res.Parts); err != nil {
-				s.cfg.Logger.Warn("cosmos: reservation parts left behind", "save", saveID, "err", err)
-			}
+			// Its parts went as they were given back (givePartBack).
 			return revealsOthers(was, h.Watermark, res), nil
 		}
 		if !errors.Is(err, store.ErrConflict) {

@@ -108,22 +108,87 @@ func TestAResendOfASaveCommittedByADeadProcessIsVisibleOnceAnswered(t *testing.T
 		t.Fatalf("peek before the resend = %v, %v; want nothing (the dead save is not finalized)", b, err)
 	}
 	res, err := survivor.Save(ctx, ns)
+	wantDuplicatesVisible(t, survivor, ns, saveAnswer{res, err}, func() { now.Add(int64(2 * time.Minute)) })
+}
+
+// heldRequests is a transport that holds every request match picks until
+// release is closed; holding is closed when it holds the first. tooLong
+// says that one was held until its deadline.
+type heldRequests struct {
+	hookTransport
+	holding, release chan struct{}
+	tooLong          atomic.Bool
+}
+
+func holdRequests(match func(*http.Request) bool) *heldRequests {
+	h := &heldRequests{holding: make(chan struct{}), release: make(chan struct{})}
+	var once sync.Once
+	h.next = cosmostest.NewHTTPClient()
+	h.before = func(req *http.Request) {
+		if !match(req) {
+			return
+		}
+		once.Do(func() { close(h.holding) })
+		select {
+		case <-h.release:
+		case <-req.Context().Done():
+			h.tooLong.Store(true)
+		}
+	}
+	return h
+}
+
+// saveAnswer is what a Save answered.
+type saveAnswer struct {
+	res domain.SaveResult
+	err error
+}
+
+// saveUntil starts repo.Save of ns and waits until held is closed (the save
+// reached a request the test holds); the test fails with why when the
+// save answers first. The answer comes on the channel.
+func saveUntil(ctx context.Context, t *testing.T, repo *hub.Hub, ns []domain.Notification, held <-chan struct{}, why string) <-chan saveAnswer {
+	t.Helper()
+	answer := make(chan saveAnswer, 1)
+	go func() {
+		res, err := repo.Save(ctx, ns)
+		answer <- saveAnswer{res, err}
+	}()
+	select {
+	case <-held:
+	case got := <-answer:
+		t.Fatalf("%s: %+v, %v", why, got.res, got.err)
+	}
+	return answer
+}
+
+// wantDuplicatesVisible checks got, the answer to a resend of ns whose
+// ids a committed save holds that is not finalized yet: a Save that
+// returned is visible, so the resend answers them as duplicates only once
+// they are, and is else told to try again (unavailable); once endLease has
+// ended the committed save's lease, a resend answers them as duplicates.
+// They are delivered once.
+func wantDuplicatesVisible(t *testing.T, repo *hub.Hub, ns []domain.Notification, got saveAnswer, endLease func()) {
+	t.Helper()
+	ctx := context.Background()
+	r := ns[0].Recipient
+	res, err := got.res, got.err
 	if err != nil {
 		if !errors.Is(err, domain.ErrUnavailable) {
 			t.Fatalf("the resend within the lease: %v; want success or unavailable", err)
 		}
 		t.Logf("the resend within the lease: %v", err)
-		now.Add(int64(2 * time.Minute)) // the lease ends
-		res, err = survivor.Save(ctx, ns)
+		endLease()
+		res, err = repo.Save(ctx, ns)
 	}
 	if err != nil || res.Duplicates != len(ns) {
 		t.Fatalf("the resend = %+v, %v; want %d duplicates", res, err, len(ns))
 	}
-	b, err := survivor.Peek(ctx, r, domain.GroupAll, "")
+	b, err := repo.Peek(ctx, r, domain.GroupAll, "")
 	if err != nil || b == nil || !slices.Equal(b.NotificationIDs, ids(ns)) {
 		t.Fatalf("peek after the resend answered %+v = %v, %v; want its %d notifications", res, b, err, len(ns))
 	}
-	drainExactly(t, survivor, r, ids(ns))
+	drainExactly(t, repo, r, ids(ns))
 }
 
 // A save's commit applies and its answer is lost: the resend meets the
@@ -259,24 +324,8 @@ func TestAReservePartBatchSurvivesALostOrRefusedAnswer(t *testing.T) {
 // and they are delivered once.
 func TestASaveMeetingTheSameIDsPendingOnAnotherInstanceGivesWay(t *testing.T) {
 	db := cosmostest.UniqueID("db")
-	holding, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	var heldTooLong atomic.Bool
-	transport := &hookTransport{
-		next: cosmostest.NewHTTPClient(),
-		before: func(req *http.Request) {
-			if !toContainer(req, "saves") || req.Method != http.MethodPut {
-				return
-			}
-			once.Do(func() { close(holding) })
-			select {
-			case <-release:
-			case <-req.Context().Done():
-				heldTooLong.Store(true)
-			}
-		},
-	}
-	a := hub.New(open(t, cosmos.Config{Database: db, Transport: transport}), hub.Options{}, nil)
+	held := holdRequests(func(req *http.Request) bool { return toContainer(req, "saves") && req.Method == http.MethodPut })
+	a := hub.New(open(t, cosmos.Config{Database: db, Transport: held}), hub.Options{}, nil)
 	t.Cleanup(a.Close)
 	b := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
 	t.Cleanup(b.Close)
@@ -285,25 +334,12 @@ func TestASaveMeetingTheSameIDsPendingOnAnotherInstanceGivesWay(t *testing.T) {
 	// A's save may take its hub's longest time: B's attempts run meanwhile.
 	actx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	type answer struct {
-		res domain.SaveResult
-		err error
-	}
-	fromA := make(chan answer, 1)
-	go func() {
-		res, err := a.Save(actx, ns)
-		fromA <- answer{res, err}
-	}()
-	select {
-	case <-holding:
-	case got := <-fromA:
-		t.Fatalf("A's save answered %+v, %v before its commit", got.res, got.err)
-	}
+	fromA := saveUntil(actx, t, a, ns, held.holding, "A's save answered before its commit")
 	ctx := context.Background()
 	res, err := b.Save(ctx, ns)
-	close(release)
+	close(held.release)
 	got := <-fromA
-	if heldTooLong.Load() {
+	if held.tooLong.Load() {
 		t.Fatal("A's commit was held past its deadline: the test tested something else")
 	}
 	if err == nil {
@@ -369,20 +405,7 @@ func TestASaverStillWritingAfterASettlerAbortedItStoresItsNotificationsOnce(t *t
 	// ends by the clock the stores are given.
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	type answer struct {
-		res domain.SaveResult
-		err error
-	}
-	fromSlow := make(chan answer, 1)
-	go func() {
-		res, err := slow.Save(sctx, ns)
-		fromSlow <- answer{res, err}
-	}()
-	select {
-	case <-holding:
-	case got := <-fromSlow:
-		t.Fatalf("the save answered %+v, %v before its pages were written", got.res, got.err)
-	}
+	fromSlow := saveUntil(sctx, t, slow, ns, holding, "the save answered before its pages were written")
 	now.Add(int64(10 * time.Minute)) // past the lease: twice the deadline the save was given
 	// The settler's Peek loads the recipient: the expired reservation is
 	// settled, and only what was saved before shows.
