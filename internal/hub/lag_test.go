@@ -96,14 +96,7 @@ func TestPeekNeverCutsAroundAPageItDidNotRead(t *testing.T) {
 	if _, err := repo.Save(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	store.lag(1)
-	b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if store.served() == 0 {
-		t.Fatal("the store served no stale read; the test did not test anything")
-	}
+	b := stalePeek(t, repo, store, recipient)
 	if b == nil || !slices.Equal(b.NotificationIDs, noteIDs(ns)) {
 		t.Fatalf("bundle after a stale drawer read = %v, want all ten %v", b, noteIDs(ns))
 	}
@@ -208,5 +201,58 @@ func TestPositionsGivenBackAreNeitherDeliveredNorCounted(t *testing.T) {
 	}
 	if back, err := repo.DequeuedBundle(ctx, recipient, b.ID); err != nil || !slices.Equal(back.NotificationIDs, want) {
 		t.Fatalf("dequeued bundle read back = %v, %v; want %v", back, err, want)
+	}
+}
+
+// stalePeek peeks the recipient's bundle through one stale drawer read.
+func stalePeek(t *testing.T, repo *hub.Hub, store *laggingStore, recipient string) *domain.Bundle {
+	t.Helper()
+	store.lag(1)
+	b, err := repo.Peek(context.Background(), recipient, domain.GroupAll, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store.served() == 0 {
+		t.Fatal("the store served no stale read; the test did not test anything")
+	}
+	return b
+}
+
+// A drawer read that lacks the first waiting notification of a cabinet
+// whose drawer is saved (its last sequence number at or below the
+// watermark) is stale too: the cabinet is not taken for one whose head is
+// above the watermark, and a newer cabinet's notification is not delivered
+// before it.
+func TestPeekNeverSkipsACabinetWhoseHeadItDidNotRead(t *testing.T) {
+	repo, store := lagEnv(t, 1, 2)
+	ctx := context.Background()
+	recipient := uuid.NewString()
+	note := func(origin domain.Origin, contentType string) domain.Notification {
+		return domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: origin, ContentType: contentType,
+			DocumentType: contentType, SupportsBundling: true, Weight: 1}
+	}
+	save := func(ns ...domain.Notification) {
+		t.Helper()
+		if _, err := repo.Save(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The time series cabinet is acknowledged up to position 1, whose
+	// sequence number neither its cursor (its last bundle ended with the
+	// cabinet) nor its drawer (the charges cabinet's numbers are between
+	// its own) tells: the Peek reads it.
+	save(note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginCharges, "rsm-033"))
+	for _, origin := range []domain.Origin{domain.OriginTimeSeries, domain.OriginCharges} {
+		done, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+		if err != nil || done == nil || done.Origin != origin || repo.Dequeue(ctx, recipient, done.ID) != nil {
+			t.Fatalf("Peek = %v, %v; want the %v notification, dequeued", done, err, origin)
+		}
+	}
+	older, newer := note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginAggregations, "rsm-014")
+	save(older)
+	save(newer)
+
+	if b := stalePeek(t, repo, store, recipient); b == nil || !slices.Equal(b.NotificationIDs, []string{older.ID}) {
+		t.Fatalf("Peek after a stale read of the older cabinet's head = %v, want the older notification %s before %s", b, older.ID, newer.ID)
 	}
 }

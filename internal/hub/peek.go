@@ -119,16 +119,16 @@ func (r *Hub) cutWithin(ctx context.Context, state store.RecipientState, group d
 	if limit != nil {
 		cands = slices.DeleteFunc(cands, func(c catalog.Candidate) bool { return c.Entry.Key() != limit.key })
 	}
+	watermark := state.Head.Watermark
 	for i := range cands {
 		if cands[i].HeadSeq == 0 {
-			seq, err := r.firstSeqFrom(ctx, cands[i].Entry, cands[i].Cursor.Acked)
+			seq, err := r.firstSeqFrom(ctx, cands[i].Entry, cands[i].Cursor.Acked, watermark)
 			if err != nil {
 				return nil, nil, catalog.Cursor{}, err
 			}
 			cands[i].HeadSeq = seq
 		}
 	}
-	watermark := state.Head.Watermark
 	visible := catalog.Visible(cands, watermark)
 	if len(visible) == 0 {
 		return nil, nil, catalog.Cursor{}, nil
@@ -205,9 +205,14 @@ func missing(e catalog.Entry, from, to int64) error {
 }
 
 // firstSeqFrom reads the sequence number of the first item at or after pos
-// that the entry's runs hold. That position must hold an item: one found
-// further on means the read lags.
-func (r *Hub) firstSeqFrom(ctx context.Context, e catalog.Entry, pos int64) (int64, error) {
+// that the entry's runs hold; 0 when it is not written yet (a save in flight
+// took the position in the entry before writing its page, and its numbers
+// are above the watermark). That position must hold an item: one found
+// further on means the read lags, and so does none in a run whose last
+// number is at or below the watermark (saved whole). Taken for unwritten,
+// such a read would hide the cabinet, and a newer cabinet's notifications
+// would be delivered before its own.
+func (r *Hub) firstSeqFrom(ctx context.Context, e catalog.Entry, pos, watermark int64) (int64, error) {
 	want, i := drawer.First(e.Drawers, pos)
 	if i < 0 {
 		return 0, nil
@@ -225,6 +230,9 @@ func (r *Hub) firstSeqFrom(ctx context.Context, e catalog.Entry, pos int64) (int
 				return 0, missing(e, want, items[0].Pos)
 			}
 			return items[0].Seq, nil
+		}
+		if d.LastSeq > 0 && d.LastSeq <= watermark {
+			return 0, missing(e, want, d.End())
 		}
 	}
 	return 0, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,4 +174,76 @@ func TestAFinalizeAfterAnotherSaveMovedTheHeadReadsItAgain(t *testing.T) {
 			drainExactly(t, repo, r, append(ids(mine), ids(theirs)...))
 		})
 	}
+}
+
+// A save takes its positions in the catalog entry before it writes their
+// pages, and another instance's save of the same cabinet may take and write
+// the positions after them meanwhile. A Peek that reads the cabinet's first
+// waiting position then finds it unwritten: its drawer's last sequence
+// number is above the watermark, so the cabinet waits for the save (a read
+// that lags is told apart only below the watermark), and the Peek delivers
+// what is visible, another cabinet's older notification, without an error.
+func TestAPeekBesideASaveInFlightBehindAnotherInstancesSaveDeliversWhatIsVisible(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	ctx := context.Background()
+	r := uuid.NewString()
+	note := func(origin domain.Origin, contentType string) domain.Notification {
+		return domain.Notification{ID: uuid.NewString(), Recipient: r, Origin: origin, ContentType: contentType,
+			DocumentType: contentType, SupportsBundling: true, Weight: 1}
+	}
+	ts := func() domain.Notification { return note(domain.OriginTimeSeries, "rsm-012") }
+	charges := func() domain.Notification { return note(domain.OriginCharges, "rsm-033") }
+	other := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
+	t.Cleanup(other.Close)
+
+	// The time series cabinet is acknowledged up to a position whose
+	// sequence number its cursor does not know (its last bundle ended with
+	// the cabinet), in a drawer whose numbers are not consecutive (the
+	// charges cabinet's are between them).
+	first := []domain.Notification{ts(), charges()}
+	if _, err := other.Save(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, other, r, ids(first))
+	older := charges()
+	if _, err := other.Save(ctx, []domain.Notification{older}); err != nil {
+		t.Fatal(err)
+	}
+
+	inFlight, behind := ts(), ts()
+	var once sync.Once
+	var saving atomic.Bool
+	var peeked *domain.Bundle
+	var peekErr, behindErr error
+	transport := &hookTransport{
+		next: cosmostest.NewHTTPClient(),
+		before: func(req *http.Request) {
+			// Pages go once the reservation holds: while this save's
+			// wait, the other instance saves the cabinet behind it and
+			// peeks.
+			if saving.Load() && isBatch(req, "drawers", "") {
+				once.Do(func() {
+					_, behindErr = other.Save(ctx, []domain.Notification{behind})
+					peeked, peekErr = other.Peek(ctx, r, domain.GroupAll, "")
+				})
+			}
+		},
+	}
+	repo := hub.New(open(t, cosmos.Config{Database: db, Transport: transport}), hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	saving.Store(true)
+	if _, err := repo.Save(ctx, []domain.Notification{inFlight}); err != nil {
+		t.Fatal(err)
+	}
+	saving.Store(false)
+	if behindErr != nil {
+		t.Fatalf("the other instance's save: %v", behindErr)
+	}
+	if peekErr != nil || peeked == nil || !slices.Equal(peeked.NotificationIDs, []string{older.ID}) {
+		t.Fatalf("peek while a save of the time series cabinet is in flight = %+v, %v; want the older charge %s", peeked, peekErr, older.ID)
+	}
+	if err := other.Dequeue(ctx, r, peeked.ID); err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, repo, r, []string{inFlight.ID, behind.ID})
 }
