@@ -693,18 +693,25 @@ func (s *Store) addHoles(ctx context.Context, b *azcosmos.TransactionalBatch, re
 // moment the watermark passes them, and only because they are recorded.
 // Parts beyond partsDone (written by the save while a settler rolled it
 // back) are given back first. revealed says that the drop made other saves'
-// notifications visible (revealsOthers).
+// notifications visible (revealsOthers): also a drop whose answer was lost,
+// which may have applied, and one found done when looked at again, which
+// may have been this one.
 func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, partsDone int) (revealed bool, err error) {
 	pk := azcosmos.NewPartitionKeyString(recipient)
+	// shown is what a drop sent would show had it applied.
+	shown := false
 	for attempt := 0; ; attempt++ {
 		var h headDoc
 		found, err := s.readOnPrimary(ctx, s.recipients, recipient, headID, &h)
 		if err != nil || !found {
-			return false, err
+			return shown, err
 		}
 		i := slices.IndexFunc(h.Reservations, func(r reservation) bool { return r.Save == saveID })
 		if i < 0 {
-			return false, nil
+			// Dropped by a drop of this rollback whose answer was lost, or
+			// by another rollback, which rings for itself: one ring more
+			// than needed costs a bell, one less leaves peeks waiting.
+			return shown, nil
 		}
 		res := h.Reservations[i]
 		if res.Parts > partsDone {
@@ -736,12 +743,13 @@ func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, parts
 			return false, err
 		}
 		err = s.execute(ctx, s.recipients, b)
+		shown = shown || revealsOthers(was, h.Watermark, res)
 		if err == nil {
 			// Its parts went as they were given back (givePartBack).
 			return revealsOthers(was, h.Watermark, res), nil
 		}
 		if !errors.Is(err, store.ErrConflict) {
-			return false, err
+			return shown, err
 		}
 		if !pause(ctx, attempt) {
 			return false, ctx.Err()

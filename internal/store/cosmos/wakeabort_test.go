@@ -26,6 +26,22 @@ import (
 // those on other instances, or they sleep until their wait ends while data
 // is there.
 func TestAFailedSaveWakesThePeeksWaitingForTheSaveItHeldBack(t *testing.T) {
+	failedSaveWakesThePeeksWaitingForTheSaveItHeldBack(t)
+}
+
+// The batch of the rollback that drops the failed save's reservation may
+// apply with its answer lost: the rollback finds the reservation gone when
+// it looks again, and the notifications it made visible are just as
+// visible, so the bell is rung for them all the same.
+func TestARollbackWhoseDropAnswerIsLostRingsTheBell(t *testing.T) {
+	failedSaveWakesThePeeksWaitingForTheSaveItHeldBack(t,
+		cosmostest.Fault{Kind: cosmostest.LostTimeout, Ops: []string{"batch"}, Coll: "recipients", Body: `"h":\[\[`, Count: 1})
+}
+
+// failedSaveWakesThePeeksWaitingForTheSaveItHeldBack runs the failed save
+// of the test of that name, the rollback's requests meeting the faults of
+// drop once the save failed.
+func failedSaveWakesThePeeksWaitingForTheSaveItHeldBack(t *testing.T, drop ...cosmostest.Fault) {
 	db := cosmostest.UniqueID("db")
 	// x reads the other instances' bells once, at its start: its waiters
 	// are woken by its own saves alone during the test.
@@ -54,6 +70,9 @@ func TestAFailedSaveWakesThePeeksWaitingForTheSaveItHeldBack(t *testing.T) {
 	if _, err := z.Save(ctx, later); err != nil {
 		t.Fatal(err)
 	}
+	if len(drop) > 0 {
+		inject(t, db, drop...)
+	}
 	if b, err := z.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
 		t.Fatalf("peek while x's save holds the watermark = %v, %v; want nothing yet", b, err)
 	}
@@ -71,6 +90,9 @@ func TestAFailedSaveWakesThePeeksWaitingForTheSaveItHeldBack(t *testing.T) {
 	defer zStop()
 	if err := <-failed; err == nil {
 		t.Fatal("x's save whose page batch never answered succeeded")
+	}
+	if len(drop) > 0 && fired(t, db) < 2 {
+		t.Fatal("the rollback's drop met no fault; the test tested nothing")
 	}
 	select {
 	case <-wake:
