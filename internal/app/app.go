@@ -164,7 +164,8 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	opts = append(opts, server.WithAudit(auditLog, auth.Subject))
 	if cfg.Store == StoreEmbedded {
 		// Every Save of an embedded store goes through this instance and
-		// wakes the Peeks waiting for it: no re-check is needed.
+		// wakes the Peeks waiting for it: no re-check is needed, but by
+		// those beyond the waiters' bounds (every DefaultWaitRecheck).
 		opts = append(opts, server.WithWaitRecheck(time.Hour))
 	}
 	a.grpcSrv, a.health = server.NewGRPCServer(core, a.logger, opts...)

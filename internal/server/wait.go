@@ -40,7 +40,8 @@ type Waker interface {
 // WithWaitRecheck sets how often a waiting Peek looks again by itself when
 // it cannot rely on being woken (DefaultWaitRecheck when zero): shorter
 // finds another instance's Saves sooner while the hub does not follow them,
-// at a store read per waiting Peek each time.
+// at a store read per waiting Peek each time. A Peek without a place among
+// the waiters re-checks every DefaultWaitRecheck at the longest.
 func WithWaitRecheck(d time.Duration) Option { return func(o *options) { o.waitRecheck = d } }
 
 // parseWait validates a request's wait.
@@ -114,6 +115,13 @@ func (s *Service) peekWaiting(ctx context.Context, recipient string, group domai
 // at the same moment).
 func (s *Service) sleep(ctx context.Context, wake <-chan struct{}, over <-chan time.Time) (ended bool, err error) {
 	recheck := cmp.Or(s.waitRecheck, DefaultWaitRecheck)
+	if wake == nil {
+		// Without a place among the waiters nothing wakes it, not even a
+		// Save on this instance: a longer recheck, set where the wake-up
+		// is trusted alone (an embedded store), would find no Save made
+		// during the wait.
+		recheck = min(recheck, DefaultWaitRecheck)
+	}
 	var again <-chan time.Time
 	var lost <-chan struct{}
 	following := false

@@ -30,13 +30,15 @@ func (h *watchedHub) Peek(ctx context.Context, recipient string, group domain.Pe
 	return b, err
 }
 
-func newWatchedHub(t *testing.T) *watchedHub {
+func newWatchedHub(t *testing.T) *watchedHub { t.Helper(); return newWatchedHubWith(t, hub.Options{}) }
+
+func newWatchedHubWith(t *testing.T, opts hub.Options) *watchedHub {
 	t.Helper()
 	st, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := hub.New(st, hub.Options{}, nil)
+	h := hub.New(st, opts, nil)
 	t.Cleanup(func() {
 		h.Close()
 		_ = st.Close()
@@ -57,26 +59,8 @@ func TestAWaitingPeekReturnsTheBundleASaveForItsRecipientCommits(t *testing.T) {
 	conn, _ := testConn(t, h, noRecheck)
 	client := messagehubv1.NewMessageHubClient(conn)
 	ctx := ctxT(t)
-
-	type answer struct {
-		resp *messagehubv1.PeekResponse
-		err  error
-	}
-	peeked := make(chan answer, 1)
 	start := time.Now()
-	go func() {
-		resp, err := client.Peek(ctx, &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: waitMs})
-		peeked <- answer{resp, err}
-	}()
-	<-h.asleep
-	if _, err := client.Save(ctx, &messagehubv1.SaveRequest{Notifications: notifications(3)}); err != nil {
-		t.Fatal(err)
-	}
-	got := <-peeked
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
-	if n := len(got.resp.GetBundle().GetNotificationIds()); n != 3 {
+	if n := saveWhileAPeekWaits(ctx, t, client, h, waitMs, 3); n != 3 {
 		t.Fatalf("the waiting Peek answered %d notifications after %s, want the 3 saved before its wait of %d ms ended",
 			n, time.Since(start), waitMs)
 	}
@@ -192,18 +176,7 @@ func TestClosingTheHubEndsWaitingPeeks(t *testing.T) {
 // than answering at once (which its client would follow with another wait
 // at once).
 func TestAPeekBeyondTheWaitersBoundStillWaits(t *testing.T) {
-	st, err := pebble.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner := hub.New(st, hub.Options{MaxWaitersPerRecipient: 1}, nil)
-	defer func() { inner.Close(); _ = st.Close() }()
-	_, stop, err := inner.Watch(recipient) // takes the recipient's one place
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	client, _, _ := testServer(t, inner)
+	client, _, _ := testServer(t, hubWithItsOnePlaceTaken(t))
 	const wait = 300 * time.Millisecond
 	start := time.Now()
 	resp, err := client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: uint32(wait.Milliseconds())})
@@ -213,4 +186,62 @@ func TestAPeekBeyondTheWaitersBoundStillWaits(t *testing.T) {
 	if took := time.Since(start); took < wait {
 		t.Fatalf("answered after %s, before its wait of %s", took, wait)
 	}
+}
+
+// A Peek beyond the waiters' bound has no wake-up, so only its re-checks
+// find a Save: they run every DefaultWaitRecheck at the longest even where
+// the wake-up is trusted alone (an embedded store: WithWaitRecheck of an
+// hour). Without that, a Save made while it waits was found by no look at
+// all, and the Peek answered empty at the end of its wait.
+func TestAPeekBeyondTheWaitersBoundFindsASaveWhileItWaits(t *testing.T) {
+	h := hubWithItsOnePlaceTaken(t)
+	conn, _ := testConn(t, h, noRecheck)
+	client := messagehubv1.NewMessageHubClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*MaxWait)
+	defer cancel()
+	if n := saveWhileAPeekWaits(ctx, t, client, h, uint32(MaxWait.Milliseconds()), 2); n != 2 {
+		t.Fatalf("the Peek beyond the bound answered %d notifications, want the 2 saved while it waited %s", n, MaxWait)
+	}
+}
+
+// saveWhileAPeekWaits starts a Peek waiting wait ms, saves n notifications
+// once it is asleep, and returns how many its answer holds.
+func saveWhileAPeekWaits(ctx context.Context, t *testing.T, client messagehubv1.MessageHubClient, h *watchedHub, wait uint32, n int) int {
+	t.Helper()
+	type answer struct {
+		resp *messagehubv1.PeekResponse
+		err  error
+	}
+	peeked := make(chan answer, 1)
+	go func() {
+		resp, err := client.Peek(ctx, &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: wait})
+		peeked <- answer{resp, err}
+	}()
+	<-h.asleep
+	if _, err := client.Save(ctx, &messagehubv1.SaveRequest{Notifications: notifications(n)}); err != nil {
+		t.Fatal(err)
+	}
+	got := <-peeked
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	return len(got.resp.GetBundle().GetNotificationIds())
+}
+
+// hubWithItsOnePlaceTaken is a hub over the embedded store with one place
+// for the recipient's waiters, taken until the test ends.
+func hubWithItsOnePlaceTaken(t *testing.T) *watchedHub {
+	t.Helper()
+	inner := newWatchedHubWith(t, hub.Options{MaxWaitersPerRecipient: 1})
+	// The hub's first read of the bells wakes every waiter, which would
+	// free the place taken below: it is taken once that read is done.
+	for following, _ := inner.FollowingOthers(); !following; following, _ = inner.FollowingOthers() {
+		time.Sleep(time.Millisecond)
+	}
+	_, stop, err := inner.Watch(recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return inner
 }
