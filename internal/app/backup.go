@@ -73,36 +73,49 @@ func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error
 	if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
 		return admin.BackupInfo{}, fmt.Errorf("%w: backup directory %s cannot be made: %w", domain.ErrInvalidArgument, dir, err)
 	}
-	staging, err := os.MkdirTemp(filepath.Dir(dir), ".messagehub-backup-documents-*")
+	// The backup is made in a folder beside dir and takes dir's name by one
+	// rename once whole: a backup cut short (the hub killed, the machine
+	// down) leaves only that folder, never a directory under the name given
+	// that could be taken for a whole backup and open as a store missing
+	// its last writes.
+	staging, err := os.MkdirTemp(filepath.Dir(dir), ".messagehub-backup-partial-*")
 	if err != nil {
 		return admin.BackupInfo{}, fmt.Errorf("%w: backup directory %s cannot be made: %w", domain.ErrInvalidArgument, dir, err)
 	}
 	defer func() { _ = os.RemoveAll(staging) }()
+	if err := b.backupInto(ctx, staging, dir); err != nil {
+		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)
+	}
+	return b.written(nil, dir)
+}
+
+// backupInto makes the backup in staging, then renames it to dir.
+func (b backup) backupInto(ctx context.Context, staging, dir string) error {
 	b.copying.Lock()
 	defer b.copying.Unlock()
 	docs := filepath.Join(staging, documentsFolder)
 	if _, err := b.docs.CopyTo(docs); err != nil {
-		return admin.BackupInfo{}, err
+		return err
 	}
-	if err := b.store.Backup(ctx, dir); err != nil {
-		return admin.BackupInfo{}, err
+	whole := filepath.Join(staging, "backup")
+	if err := b.store.Backup(ctx, whole); err != nil {
+		return err
 	}
-	err = os.Rename(docs, filepath.Join(dir, documentsFolder))
-	if err == nil {
-		err = content.SyncFolder(dir)
+	if err := os.Rename(docs, filepath.Join(whole, documentsFolder)); err != nil {
+		return err
 	}
-	if err == nil {
-		// A caller that stopped waiting (Ctrl-C, its deadline) was told the
-		// backup failed: none is left behind to be mistaken for one it got.
-		if cerr := ctx.Err(); cerr != nil {
-			err = fmt.Errorf("the caller stopped waiting for the backup, which was not kept: %w", cerr)
-		}
+	if err := content.SyncFolder(whole); err != nil {
+		return err
 	}
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)
+	// A caller that stopped waiting (Ctrl-C, its deadline) was told the
+	// backup failed: none is left behind to be mistaken for one it got.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("the caller stopped waiting for the backup, which was not kept: %w", err)
 	}
-	return b.written(nil, dir)
+	if err := os.Rename(whole, dir); err != nil {
+		return err
+	}
+	return content.SyncFolder(filepath.Dir(dir))
 }
 
 // written says what a backup into dir wrote, unless err says it failed.

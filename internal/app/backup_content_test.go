@@ -133,6 +133,56 @@ func TestABackupHoldsNoDocumentOfABundleRetentionRemovedDuringIt(t *testing.T) {
 	t.Fatal("the restored hub still refuses the id after 200 peeks")
 }
 
+// A backup takes the name it was given only once whole: while the store's
+// copy is written (and the documents not yet beside it), nothing is under
+// that name, so a hub killed then leaves no directory that could be taken
+// for a backup and open as a store missing its last writes.
+func TestABackupTakesItsNameOnlyWhenWhole(t *testing.T) {
+	parent := t.TempDir()
+	cfg := testConfig(t)
+	cfg.DataDir = filepath.Join(parent, "data")
+	final := filepath.Join(parent, "backup-1")
+	wrapped := &seenDuringBackup{final: final}
+	app.WrapStore(&cfg, func(s store.Store) store.Store { wrapped.Store = s; return wrapped })
+	r := start(t, cfg)
+	if _, err := r.client.Save(callContext(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(uuid.NewString())}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminClient(t, r).Backup(callContext(t), &adminv1.BackupRequest{Directory: final}); err != nil {
+		t.Fatal(err)
+	}
+	if wrapped.finalSeen {
+		t.Errorf("%s existed while the store's copy was made", final)
+	}
+	if _, err := os.Stat(filepath.Join(final, "content")); err != nil {
+		t.Errorf("the backup has no documents' folder: %v", err)
+	}
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "data" && e.Name() != "backup-1" {
+			t.Errorf("a backup left %s beside it", filepath.Join(parent, e.Name()))
+		}
+	}
+}
+
+// seenDuringBackup is a store whose Backup (the checkpoint) notes whether
+// the backup's final directory exists once its copy is written.
+type seenDuringBackup struct {
+	store.Store
+	final     string
+	finalSeen bool
+}
+
+func (s *seenDuringBackup) Backup(ctx context.Context, dir string) error {
+	err := s.Store.Backup(ctx, dir)
+	_, serr := os.Stat(s.final)
+	s.finalSeen = serr == nil
+	return err
+}
+
 // leftDuringBackup is a store whose Backup (the checkpoint) says when it
 // has written its copy, then waits for the caller of the backup to leave.
 type leftDuringBackup struct {
