@@ -90,6 +90,10 @@ func ErrorKind(err error) string {
 		return ""
 	case errors.Is(err, store.ErrConflict):
 		return "conflict"
+	case errors.Is(err, store.ErrNotHolder):
+		// Another instance took a lease over: expected now and then, not
+		// a failure to look into.
+		return "not_holder"
 	case errors.Is(err, domain.ErrUnavailable):
 		return "unavailable"
 	case errors.Is(err, context.Canceled):

@@ -206,6 +206,7 @@ func TestErrorKind(t *testing.T) {
 	}{
 		{nil, ""},
 		{fmt.Errorf("x: %w", store.ErrConflict), "conflict"},
+		{fmt.Errorf("x: %w", store.ErrNotHolder), "not_holder"},
 		{fmt.Errorf("x: %w", domain.ErrUnavailable), "unavailable"},
 		{context.Canceled, "canceled"},
 		{context.DeadlineExceeded, "deadline_exceeded"},
