@@ -283,7 +283,7 @@ var settings = []setting{
 		func(c *Config, v string) error { return positiveDuration(v, &c.Content.NoticeGrace) }},
 	{"http-read-timeout", "MESSAGEHUB_HTTP_READ_TIMEOUT", "60s", "longest time to read an HTTP request, body included",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPReadTimeout) }},
-	{"http-write-timeout", "MESSAGEHUB_HTTP_WRITE_TIMEOUT", "2m", "longest time to write an HTTP response, counted from the request (longer than a Peek's longest wait, 30s, and --content-timeout)",
+	{"http-write-timeout", "MESSAGEHUB_HTTP_WRITE_TIMEOUT", "2m", "longest time to write an HTTP response, counted from the request (longer than a Peek's longest wait, 30s, plus --content-timeout)",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPWriteTimeout) }},
 	{"http-idle-timeout", "MESSAGEHUB_HTTP_IDLE_TIMEOUT", "2m", "how long an idle kept-alive HTTP connection stays open",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPIdleTimeout) }},
@@ -425,14 +425,15 @@ func (c Config) validate() error {
 	}
 	// An HTTP answer is written by the write timeout, counted from the
 	// request: a Peek's answer after its wait (at most server.MaxWait) and
-	// a content peek's after --content-timeout must come before it, or
-	// their clients get a broken connection instead.
+	// a content peek's after its wait and then --content-timeout (which
+	// counts from when its bundle is picked) must come before it, or their
+	// clients get a broken connection instead.
 	if c.Limits.HTTPWriteTimeout <= server.MaxWait {
 		return fmt.Errorf("--http-write-timeout (%s) must be longer than the longest a Peek may wait (%s)", c.Limits.HTTPWriteTimeout, server.MaxWait)
 	}
-	if c.ContentTimeout >= c.Limits.HTTPWriteTimeout {
-		return fmt.Errorf("--content-timeout (%s) must be shorter than --http-write-timeout (%s): a content peek answers when it is over",
-			c.ContentTimeout, c.Limits.HTTPWriteTimeout)
+	if server.MaxWait+c.ContentTimeout >= c.Limits.HTTPWriteTimeout {
+		return fmt.Errorf("--content-timeout (%s) must be shorter than --http-write-timeout (%s) less the longest a Peek may wait (%s): "+
+			"a content peek answers when it is over, counted from the end of its wait", c.ContentTimeout, c.Limits.HTTPWriteTimeout, server.MaxWait)
 	}
 	if c.Store == StoreCosmos && c.Cosmos.Endpoint == "" {
 		return errors.New("--store cosmos needs --cosmos-endpoint")

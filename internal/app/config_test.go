@@ -220,6 +220,11 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		// client got a broken connection instead.
 		{name: "a write timeout shorter than a Peek's wait", args: []string{"--http-write-timeout", "10s"}, wantErr: "--http-write-timeout"},
 		{name: "a content timeout as long as the write timeout", args: []string{"--content-timeout", "2m"}, wantErr: "--content-timeout"},
+		// A content peek's timeout counts from the end of its wait: one
+		// that waited 30 s for its bundle answers up to --content-timeout
+		// after that.
+		{name: "a content peek's longest wait and its content timeout over the write timeout",
+			args: []string{"--http-write-timeout", "40s", "--content-timeout", "25s"}, wantErr: "--content-timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
