@@ -144,8 +144,12 @@ function actor(recipient) {
   const from = el('input', { id: 'audit-from', type: 'datetime-local', value: localInput(dayAgo) });
   const to = el('input', { id: 'audit-to', type: 'datetime-local' });
   const auditPages = [''];
+  // The range shown, as of the last Show: the page tokens go on in it,
+  // whatever the inputs hold since.
+  let auditRange = {};
+  const showRange = () => { auditRange = { from: inputMs(from.value), to: inputMs(to.value) }; };
   const showAudit = () => filled(audit, async () => {
-    const answer = await admin.audit(recipient, inputMs(from.value), inputMs(to.value), auditPages[auditPages.length - 1]);
+    const answer = await admin.audit(recipient, auditRange.from, auditRange.to, auditPages[auditPages.length - 1]);
     const rows = (answer.events || []).map((e) => [
       when(e.atMs), label(e.action, 'AUDIT_ACTION_'), e.subject, e.bundleId ? el('span', { class: 'mono' }, e.bundleId) : '—', e.detail || '',
     ]);
@@ -158,9 +162,10 @@ function actor(recipient) {
   });
   const auditForm = el('form', {
     id: 'audit-form', class: 'toolbar',
-    onsubmit: (e) => { e.preventDefault(); auditPages.length = 1; showAudit(); },
+    onsubmit: (e) => { e.preventDefault(); auditPages.length = 1; showRange(); showAudit(); },
   }, el('label', { for: 'audit-from' }, 'From'), from, el('label', { for: 'audit-to' }, 'to'), to,
   el('span', { class: 'muted' }, '(local time; empty: now)'), el('button', {}, 'Show'));
+  showRange();
   showAudit();
 
   return [
