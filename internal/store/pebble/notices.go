@@ -124,19 +124,28 @@ func (s *Store) DequeuedBundle(_ context.Context, recipient, bundleID string) (b
 	if err != nil {
 		return bundle.Record{}, err
 	}
-	v, ok, err := s.get(dequeuedKey(r, id))
+	rec, ok, err := s.dequeuedRecord(r, id)
 	if err != nil || !ok {
 		if err == nil {
 			err = fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
 		}
 		return bundle.Record{}, err
 	}
-	var rec bundle.Record
-	if err := json.Unmarshal(v, &rec); err != nil {
-		return bundle.Record{}, err
-	}
 	if rec.State != bundle.Dequeued {
 		return bundle.Record{}, fmt.Errorf("%w: bundle %s was released, not dequeued", domain.ErrNotFound, bundleID)
 	}
 	return rec, nil
+}
+
+// dequeuedRecord reads the record of a dequeued or released bundle of
+// recipient r: found is false when there is none.
+func (s *Store) dequeuedRecord(r, id [16]byte) (rec bundle.Record, found bool, err error) {
+	v, found, err := s.get(dequeuedKey(r, id))
+	if err != nil || !found {
+		return bundle.Record{}, false, err
+	}
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return bundle.Record{}, false, err
+	}
+	return rec, true, nil
 }

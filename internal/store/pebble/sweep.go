@@ -63,16 +63,12 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 			}
 			// Its entry in the retention index goes with it: the record
 			// says where that is.
-			v, found, err := s.get(dequeuedKey(r, bid))
+			b, found, err := s.dequeuedRecord(r, bid)
 			if err != nil {
 				return err
 			}
 			if !found {
 				continue // gone already
-			}
-			var b bundle.Record
-			if err := json.Unmarshal(v, &b); err != nil {
-				return err
 			}
 			// At the version read: a sweep planned before another sweep
 			// freed the id and the id was dequeued again must not delete
@@ -137,16 +133,12 @@ func (s *Store) keptUnnamed(r [16]byte, sw store.Sweep) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, found, err := s.get(dequeuedKey(r, bid))
-		if err != nil || !found {
-			if err != nil {
-				return nil, err
-			}
-			continue
-		}
-		var b bundle.Record
-		if err := json.Unmarshal(v, &b); err != nil {
+		b, found, err := s.dequeuedRecord(r, bid)
+		if err != nil {
 			return nil, err
+		}
+		if !found {
+			continue
 		}
 		namesKept = slices.ContainsFunc(b.Drawers, func(d drawer.Meta) bool { return kept[d.ID] })
 	}
