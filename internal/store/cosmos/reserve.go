@@ -473,13 +473,11 @@ func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned 
 	// Holes of the parts first, then the head's own in the batch that
 	// drops the reservation: the watermark passes no position before it is
 	// recorded.
-	written := slices.Concat(planned, []resDetail{res.resDetail})
-	for _, part := range parts {
-		if err := s.givePartBack(ctx, recipient, part); err != nil {
-			return false, err
-		}
-		written = append(written, part.resDetail)
+	given, err := s.givePartsBack(ctx, recipient, parts)
+	if err != nil {
+		return false, err
 	}
+	written := slices.Concat(planned, []resDetail{res.resDetail}, given)
 	if revealed, err = s.dropAborted(ctx, recipient, saveID, res.Parts); err != nil {
 		return revealed, err
 	}
@@ -618,6 +616,19 @@ func (s *Store) deleteParts(ctx context.Context, recipient, saveID string, n int
 	return s.deleteAll(ctx, s.recipients, recipient, ids)
 }
 
+// givePartsBack gives parts back one after another (givePartBack) and
+// returns what they wrote, for deleteWritten.
+func (s *Store) givePartsBack(ctx context.Context, recipient string, parts []resPartDoc) ([]resDetail, error) {
+	var written []resDetail
+	for _, part := range parts {
+		if err := s.givePartBack(ctx, recipient, part); err != nil {
+			return nil, err
+		}
+		written = append(written, part.resDetail)
+	}
+	return written, nil
+}
+
 // givePartBack records the positions a part of an aborted save's
 // reservation took as holes in their catalog entries (replaced on the etags
 // read on the primary), in the batch that deletes the part: a part is given
@@ -719,12 +730,9 @@ func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, parts
 			if err != nil {
 				return false, err
 			}
-			var written []resDetail
-			for _, part := range parts {
-				if err := s.givePartBack(ctx, recipient, part); err != nil {
-					return false, err
-				}
-				written = append(written, part.resDetail)
+			written, err := s.givePartsBack(ctx, recipient, parts)
+			if err != nil {
+				return false, err
 			}
 			if err := s.deleteWritten(ctx, saveID, written); err != nil {
 				s.cfg.Logger.Warn("cosmos: pages of an aborted save left to retention", "save", saveID, "err", err)
