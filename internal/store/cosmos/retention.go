@@ -187,10 +187,10 @@ func (s *Store) queryNoting(ctx context.Context, recipient, sql string, params [
 // does not sweep them. Each page may show another moment, and the sweep
 // deletes the pages of the drawers it frees before its conditional
 // writes: an entry paired with a cursor of another moment may look
-// acknowledged where it is not. A cursor read before another visit took
-// its drained cabinet out, paired with the entry a save then started
-// afresh at position 0, made the new notifications look acknowledged, and
-// their pages went
+// acknowledged where it is not: a cursor read before another visit took
+// its drained cabinet out, paired with the entry a save then starts afresh
+// at position 0, makes the new notifications look acknowledged, and their
+// pages would go
 // (TestAVisitSpanningAnotherVisitAndARestartOfTheCabinetKeepsItsNewNotifications).
 // Every one was read before any is checked, so those found unchanged are
 // as they were when the query ended: later changes only append,
