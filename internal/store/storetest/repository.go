@@ -37,6 +37,9 @@ func RunRepository(t *testing.T, newStore Factory) {
 	t.Run("ThreeGroupsPendingDequeuedInAnyOrder", h.threeGroupsPending)
 	t.Run("PeekIsIdempotent", h.peekIsIdempotent)
 	t.Run("ConcurrentPeeksShareOneBundle", h.concurrentPeeksShareOneBundle)
+	t.Run("AllPeekHeldWhileAGroupPeeksKeepsBothBundlesApart", h.allPeekHeldWhileAGroupPeeks)
+	t.Run("GroupPeekHeldWhileAllPeeksKeepsBothBundlesApart", h.groupPeekHeldWhileAllPeeks)
+	t.Run("PeeksOfOneGroupRacingShareTheWinner", h.peeksOfOneGroupRacingShareTheWinner)
 	t.Run("PeekAfterDequeueNeverReturnsIt", h.peekAfterDequeue)
 	t.Run("IsPendingFollowsTheBundle", h.isPending)
 	t.Run("BacklogSumsWhatIsNotDequeued", h.backlog)
@@ -59,13 +62,24 @@ type env struct {
 
 func (h *harness) env(t *testing.T, opts hub.Options) *env {
 	t.Helper()
+	return h.envOver(t, opts, nil)
+}
+
+// envOver is env with the hub over wrap(store) when wrap is not nil, so a
+// test can hold a store call; env.store is the store itself.
+func (h *harness) envOver(t *testing.T, opts hub.Options, wrap func(store.Store) store.Store) *env {
+	t.Helper()
 	store := open(t, h.newStore)
 	c := newClock()
 	if opts.Now == nil {
 		opts.Now = c.Now
 	}
 	opts.SweepInterval = time.Hour // sweeps are run by hand in tests
-	repo := hub.New(store, opts, nil)
+	under := store
+	if wrap != nil {
+		under = wrap(store)
+	}
+	repo := hub.New(under, opts, nil)
 	// Cleanups run last in, first out: the repository stops before open's
 	// cleanup closes the store.
 	t.Cleanup(repo.Close)
