@@ -85,7 +85,15 @@ func (r *Hub) peekOnce(ctx context.Context, recipient string, group domain.PeekG
 }
 
 // pendingIn returns the recipient's pending bundles in group, oldest first:
-// a Peek without a bundle id returns the first.
+// a Peek without a bundle id returns the first. Oldest is the earliest cut
+// (CreatedAt), not the earliest stored. For one group the two are the same
+// bundle, as a group has at most one pending (the store refuses a second;
+// the loser of that race re-reads and answers the winner's). For ALL they
+// can differ: a group's peek may cut its bundle, an ALL peek meanwhile cut
+// and store another group's, and once the group's lands ALL answers it,
+// being cut first. Both bundles are pending in their own groups, with no
+// notification in common, and each dequeues exactly its own
+// (storetest.RunRepository's racing peeks show it on every store).
 func pendingIn(state store.RecipientState, group domain.PeekGroup) []bundle.Record {
 	var pending []bundle.Record
 	for _, rec := range state.Pending {
