@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -187,5 +188,32 @@ func TestAPeekContentIsAuditedWithAndWithoutADocument(t *testing.T) {
 				t.Fatalf("audit events %+v; want one PEEK_CONTENT of bundle %s by the-actor", got, bundleID)
 			}
 		})
+	}
+}
+
+// The longest reason a remedy takes (500 characters of four bytes each)
+// fills audit.MaxDetail by itself: an acknowledgement's event still says up
+// to which notification of which cabinet it acknowledged, and the reason
+// gives way.
+func TestALongReasonKeepsWhatAnAcknowledgementDid(t *testing.T) {
+	r, b, n := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	ct := strings.Repeat("c", domain.MaxContentTypeLength)
+	reason := strings.Repeat("😀", 500)
+	got := auditEvents(adminv1.Admin_AcknowledgeOnBehalf_FullMethodName,
+		&adminv1.AcknowledgeOnBehalfRequest{Recipient: r, Domain: messagehubv1.Domain_DOMAIN_CHARGES, ContentType: ct,
+			UpToNotificationId: n, Reason: reason},
+		&adminv1.AcknowledgeOnBehalfResponse{BundleIds: []string{b}, Notifications: 1}, "the-subject", time.Now())
+	if len(got) != 1 {
+		t.Fatalf("%d events, want 1", len(got))
+	}
+	d := got[0].Detail
+	if len(d) > audit.MaxDetail || !utf8.ValidString(d) {
+		t.Fatalf("a detail of %d bytes (valid UTF-8: %v); want at most %d", len(d), utf8.ValidString(d), audit.MaxDetail)
+	}
+	if want := " (up to notification " + n + " of DOMAIN_CHARGES/" + ct + ")"; !strings.HasSuffix(d, want) {
+		t.Fatalf("detail ends %q; want it to end with %q", d[max(len(d)-len(want), 0):], want)
+	}
+	if !strings.HasPrefix(d, "😀😀😀") {
+		t.Fatalf("detail starts %q; want the reason's start", d[:min(len(d), 20)])
 	}
 }
