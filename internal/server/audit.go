@@ -116,7 +116,10 @@ func auditEvents(method string, req, resp any, subject string, at time.Time) []a
 	if call.detail != nil {
 		extra := call.detail(req, resp)
 		if e.Detail != "" {
-			extra = e.Detail + " (" + extra + ")"
+			// What the call did is kept whole; a reason that leaves no
+			// room for it is cut.
+			extra = " (" + extra + ")"
+			extra = truncate(e.Detail, max(audit.MaxDetail-len(extra), 0)) + extra
 		}
 		e.Detail = extra
 	}
