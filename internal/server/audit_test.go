@@ -217,3 +217,22 @@ func TestALongReasonKeepsWhatAnAcknowledgementDid(t *testing.T) {
 		t.Fatalf("detail starts %q; want the reason's start", d[:min(len(d), 20)])
 	}
 }
+
+// A PeekContent whose document breaks off after its first message has
+// handed the actor the bundle (and the start of its document), which it can
+// go on to Dequeue: it is recorded, though the call ends in an error.
+func TestAPeekContentThatBrokeOffAfterSendingTheBundleIsAudited(t *testing.T) {
+	docs, _ := brokenDownloads(t)
+	a := &lockedAuditor{}
+	conn, _ := testConn(t, &recordingHub{bundle: timeSeriesBundle(1)}, WithDocuments(docs, time.Minute),
+		WithAudit(a, func(context.Context) string { return "the-actor" }))
+	msgs, err := receiveAll(t, messagehubv1.NewMessageHubClient(conn), &messagehubv1.PeekRequest{Recipient: recipient})
+	if err == nil || len(msgs) == 0 || msgs[0].GetBundle().GetId() != bundleID {
+		t.Fatalf("PeekContent: %d messages, %v; want the bundle, then an error", len(msgs), err)
+	}
+	got := a.events()
+	if len(got) != 1 || got[0].Action != audit.ActionPeekContent || got[0].BundleID != bundleID ||
+		got[0].Recipient != recipient || got[0].Subject != "the-actor" {
+		t.Fatalf("audit events %+v; want one PEEK_CONTENT of bundle %s by the-actor", got, bundleID)
+	}
+}
