@@ -53,7 +53,8 @@ type Event struct {
 }
 
 // MaxDetail bounds an event's detail, in bytes: a remedy's reason is at most
-// 500 characters of up to 4 bytes each.
+// 500 characters of up to 4 bytes each. What an acknowledgement on an
+// actor's behalf did follows its reason, which is cut to leave it room.
 const MaxDetail = 2000
 
 // keyTimeDigits is the width of a key's time: unix milliseconds, zero-padded
@@ -84,7 +85,8 @@ func init() {
 const KeyLen = keyTimeDigits + 1 + keyTailDigits
 
 // NewKey returns a new event key for an event at t. Of two keys of one
-// millisecond that this process made, the later one sorts after.
+// millisecond that this process made, the later one sorts after (the
+// counter wraps once in 2^48 keys).
 func NewKey(t time.Time) string {
 	var r [2]byte
 	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails
