@@ -10,9 +10,11 @@ package audit
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -51,24 +53,46 @@ type Event struct {
 }
 
 // MaxDetail bounds an event's detail, in bytes: a remedy's reason is at most
-// 500 characters of up to 4 bytes each.
+// 500 characters of up to 4 bytes each. What an acknowledgement on an
+// actor's behalf did follows its reason, which is cut to leave it room.
 const MaxDetail = 2000
 
 // keyTimeDigits is the width of a key's time: unix milliseconds, zero-padded
 // so that keys sort as their times do (until the year 2286).
 const keyTimeDigits = 13
 
-// keyRandomBytes make keys of the same millisecond unique across instances.
-const keyRandomBytes = 8
+// A key's tail, after the time, orders the keys of one millisecond that one
+// process made in the order it made them, and keeps them unique across
+// instances: a counter of the keys this process made, of keyCountBits,
+// which starts at a random value, then keyRandomBits of random. Keys of one
+// millisecond made by different instances have no order among them.
+const (
+	keyCountBits  = 48
+	keyRandomBits = 16
+	keyTailDigits = (keyCountBits + keyRandomBits) / 4
+)
 
-// KeyLen is the length of every key: the time, a dash, the random part.
-const KeyLen = keyTimeDigits + 1 + 2*keyRandomBytes
+// keyCount is the counter of the keys this process made.
+var keyCount atomic.Uint64
 
-// NewKey returns a new event key for an event at t.
-func NewKey(t time.Time) string {
-	var r [keyRandomBytes]byte
+func init() {
+	var r [8]byte
 	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails
-	return TimeBound(t) + "-" + hex.EncodeToString(r[:])
+	keyCount.Store(binary.BigEndian.Uint64(r[:]))
+}
+
+// KeyLen is the length of every key: the time, a dash, the tail.
+const KeyLen = keyTimeDigits + 1 + keyTailDigits
+
+// NewKey returns a new event key for an event at t. Of two keys of one
+// millisecond that this process made, the later one sorts after (the
+// counter wraps once in 2^48 keys).
+func NewKey(t time.Time) string {
+	var r [2]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails
+	count := keyCount.Add(1) & (1<<keyCountBits - 1)
+	tail := count<<keyRandomBits | uint64(binary.BigEndian.Uint16(r[:]))
+	return fmt.Sprintf("%s-%0*x", TimeBound(t), keyTailDigits, tail)
 }
 
 // TimeBound is the key prefix of the events at t's millisecond: every key of

@@ -256,3 +256,48 @@ func TestCloseIsBoundedByItsContextWhenTheStoreHangs(t *testing.T) {
 		t.Fatalf("dropped %d; want the 3 events never written", got)
 	}
 }
+
+// Events of one millisecond come back in the order they were made: the
+// bundles of one acknowledgement on an actor's behalf (written together,
+// all at the call's time), and an actor's Peek and the Dequeue that follows
+// it within the millisecond. Stores return a recipient's events in key
+// order.
+func TestEventsOfOneMillisecondKeepTheOrderTheyWereMade(t *testing.T) {
+	s := newSink()
+	l := audit.NewLog(s, audit.Options{FlushInterval: never})
+	defer func() { _ = l.Close(context.Background()) }()
+	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	r := uuid.NewString()
+	const n = 20
+	var remedy []audit.Event
+	for range n {
+		e := event(r)
+		e.At, e.Action = at, audit.ActionAcknowledgeOnBehalf
+		remedy = append(remedy, e)
+	}
+	if err := l.Write(context.Background(), remedy...); err != nil {
+		t.Fatal(err)
+	}
+	var recorded []audit.Event
+	for i := range n {
+		e := event(r)
+		e.At, e.Action = at.Add(time.Millisecond), audit.Action(1+i%3) // Peek, PeekContent, Dequeue
+		recorded = append(recorded, e)
+		l.Record(e)
+	}
+	if err := l.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := s.events()
+	slices.SortFunc(got, func(a, b audit.Event) int { return strings.Compare(a.Key, b.Key) })
+	want := slices.Concat(remedy, recorded)
+	if len(got) != len(want) {
+		t.Fatalf("%d events stored, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].BundleID != want[i].BundleID {
+			t.Fatalf("in key order, event %d is of bundle %s, made as event %d; want the order they were made in",
+				i, got[i].BundleID, slices.IndexFunc(want, func(e audit.Event) bool { return e.BundleID == got[i].BundleID }))
+		}
+	}
+}

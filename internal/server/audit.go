@@ -116,7 +116,10 @@ func auditEvents(method string, req, resp any, subject string, at time.Time) []a
 	if call.detail != nil {
 		extra := call.detail(req, resp)
 		if e.Detail != "" {
-			extra = e.Detail + " (" + extra + ")"
+			// What the call did is kept whole; a reason that leaves no
+			// room for it is cut.
+			extra = " (" + extra + ")"
+			extra = truncate(e.Detail, max(audit.MaxDetail-len(extra), 0)) + extra
 		}
 		e.Detail = extra
 	}
@@ -223,21 +226,27 @@ func unaryAuditInterceptor(o *options) grpc.UnaryServerInterceptor {
 }
 
 // streamAuditInterceptor records a PeekContent that sent a bundle: the
-// request as read and the bundle of the first message sent.
+// request as read and the bundle of the first message sent. A stream that
+// broke off after that message (its document's download, or the caller
+// gone) is recorded too: the actor has the bundle, and can Dequeue it.
 func streamAuditInterceptor(o *options) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if _, ok := auditCalls[info.FullMethod]; !ok {
 			return handler(srv, ss)
 		}
 		as := &auditedStream{ServerStream: ss}
-		if err := handler(srv, as); err != nil || as.bundle == nil {
+		err := handler(srv, as)
+		if as.bundle == nil {
 			return err
 		}
-		return o.record(ss.Context(), info.FullMethod, as.req, as.bundle)
+		// A PeekContent's event is buffered: recording it fails nothing.
+		_ = o.record(ss.Context(), info.FullMethod, as.req, as.bundle)
+		return err
 	}
 }
 
-// auditedStream keeps a streaming call's request and the bundle it sent.
+// auditedStream keeps a streaming call's request and the bundle it sent:
+// the bundle of the first message gRPC took.
 type auditedStream struct {
 	grpc.ServerStream
 	req    any
@@ -259,8 +268,9 @@ func (s *auditedStream) SendMsg(m any) error {
 		// document's first message, which carries the bundle.
 		sent = h.msg
 	}
-	if c, ok := sent.(*messagehubv1.PeekContentChunk); ok && s.bundle == nil && c.GetBundle() != nil {
+	err := s.ServerStream.SendMsg(m)
+	if c, ok := sent.(*messagehubv1.PeekContentChunk); ok && err == nil && s.bundle == nil && c.GetBundle() != nil {
 		s.bundle = c.GetBundle()
 	}
-	return s.ServerStream.SendMsg(m)
+	return err
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -187,5 +188,51 @@ func TestAPeekContentIsAuditedWithAndWithoutADocument(t *testing.T) {
 				t.Fatalf("audit events %+v; want one PEEK_CONTENT of bundle %s by the-actor", got, bundleID)
 			}
 		})
+	}
+}
+
+// The longest reason a remedy takes (500 characters of four bytes each)
+// fills audit.MaxDetail by itself: an acknowledgement's event still says up
+// to which notification of which cabinet it acknowledged, and the reason
+// gives way.
+func TestALongReasonKeepsWhatAnAcknowledgementDid(t *testing.T) {
+	r, b, n := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	ct := strings.Repeat("c", domain.MaxContentTypeLength)
+	reason := strings.Repeat("😀", 500)
+	got := auditEvents(adminv1.Admin_AcknowledgeOnBehalf_FullMethodName,
+		&adminv1.AcknowledgeOnBehalfRequest{Recipient: r, Domain: messagehubv1.Domain_DOMAIN_CHARGES, ContentType: ct,
+			UpToNotificationId: n, Reason: reason},
+		&adminv1.AcknowledgeOnBehalfResponse{BundleIds: []string{b}, Notifications: 1}, "the-subject", time.Now())
+	if len(got) != 1 {
+		t.Fatalf("%d events, want 1", len(got))
+	}
+	d := got[0].Detail
+	if len(d) > audit.MaxDetail || !utf8.ValidString(d) {
+		t.Fatalf("a detail of %d bytes (valid UTF-8: %v); want at most %d", len(d), utf8.ValidString(d), audit.MaxDetail)
+	}
+	if want := " (up to notification " + n + " of DOMAIN_CHARGES/" + ct + ")"; !strings.HasSuffix(d, want) {
+		t.Fatalf("detail ends %q; want it to end with %q", d[max(len(d)-len(want), 0):], want)
+	}
+	if !strings.HasPrefix(d, "😀😀😀") {
+		t.Fatalf("detail starts %q; want the reason's start", d[:min(len(d), 20)])
+	}
+}
+
+// A PeekContent whose document breaks off after its first message has
+// handed the actor the bundle (and the start of its document), which it can
+// go on to Dequeue: it is recorded, though the call ends in an error.
+func TestAPeekContentThatBrokeOffAfterSendingTheBundleIsAudited(t *testing.T) {
+	docs, _ := brokenDownloads(t)
+	a := &lockedAuditor{}
+	conn, _ := testConn(t, &recordingHub{bundle: timeSeriesBundle(1)}, WithDocuments(docs, time.Minute),
+		WithAudit(a, func(context.Context) string { return "the-actor" }))
+	msgs, err := receiveAll(t, messagehubv1.NewMessageHubClient(conn), &messagehubv1.PeekRequest{Recipient: recipient})
+	if err == nil || len(msgs) == 0 || msgs[0].GetBundle().GetId() != bundleID {
+		t.Fatalf("PeekContent: %d messages, %v; want the bundle, then an error", len(msgs), err)
+	}
+	got := a.events()
+	if len(got) != 1 || got[0].Action != audit.ActionPeekContent || got[0].BundleID != bundleID ||
+		got[0].Recipient != recipient || got[0].Subject != "the-actor" {
+		t.Fatalf("audit events %+v; want one PEEK_CONTENT of bundle %s by the-actor", got, bundleID)
 	}
 }

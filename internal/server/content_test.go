@@ -240,7 +240,12 @@ func TestPeekContentActsForTheCaller(t *testing.T) {
 // peek that stops at an io.ReadFull's short read would take for the end of
 // the document and answer OK, the actor then dequeuing a bundle whose data it
 // got only part of.
-func TestPeekContentOfADocumentWhoseDownloadBreaksEndsInAnError(t *testing.T) {
+// brokenDownloads stores a 3.2 MB document of bundleID in Azurite and
+// returns it and documents served from there through a proxy that cuts
+// every answer after 256 KiB: the document's download and each of its
+// resumptions break, and far less than the document comes back.
+func brokenDownloads(t *testing.T) (*content.Service, []byte) {
+	t.Helper()
 	azurite := azuritetest.Start(t)
 	container := azuritetest.UniqueContainer("cut")
 	data := bytes.Repeat([]byte("0123456789abcdef"), 200_000) // 3.2 MB
@@ -249,14 +254,17 @@ func TestPeekContentOfADocumentWhoseDownloadBreaksEndsInAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	contenttest.Put(t, direct, content.Key{Recipient: recipient, BundleID: bundleID}, "application/xml", data)
-	// Every answer is cut after 256 KiB: the document's download and each
-	// of its resumptions break, and far less than the document comes back.
 	cut, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: azurite.CutAnswers(t, 256<<10), Container: container})
 	if err != nil {
 		t.Fatal(err)
 	}
 	docs := content.NewService(content.Options{Store: cut})
 	t.Cleanup(docs.Close)
+	return docs, data
+}
+
+func TestPeekContentOfADocumentWhoseDownloadBreaksEndsInAnError(t *testing.T) {
+	docs, data := brokenDownloads(t)
 	conn, _ := testConn(t, &recordingHub{bundle: timeSeriesBundle(1)}, WithDocuments(docs, time.Minute))
 	msgs, err := receiveAll(t, messagehubv1.NewMessageHubClient(conn), &messagehubv1.PeekRequest{Recipient: recipient})
 	var got []byte
