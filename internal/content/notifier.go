@@ -261,18 +261,19 @@ type worker struct {
 	origin domain.Origin
 	wake   <-chan struct{} // the signal; nil: none
 	// held are the notices whose bundle could not be read, each left out
-	// until its own backoff ends, so that unreadable bundles do not keep
-	// the domain from hearing of the dequeues after them: a look lists as
-	// many more notices as are held, and tries the notices not held before
-	// the held ones whose backoff ended.
+	// until its own backoff ends: a look skips them without a read, and
+	// tries the notices not held before the held ones whose backoff ended.
+	// The outbox lists a batch after the last one it listed (store.Outbox),
+	// so the notices behind unreadable ones, however many, come up in turn.
 	held map[noticeID]heldNotice
+	// holdsFull says the last failed read found the holds full (and said
+	// so in the log once).
+	holdsFull bool
 }
 
-// maxHeldBatches bounds the notices a worker holds, in batches: a look
-// lists at most this many batches more than one, whatever the outbox
-// holds. A notice whose read fails beyond it is not held but tried again
-// at the next look, ahead of the held ones, so the notices behind more
-// unreadable ones than this wait until some can be read.
+// maxHeldBatches bounds the notices a worker holds, in batches. A notice
+// whose read fails beyond it is not held: it is read again each time the
+// looks come round to it, a batch at most per look like any other.
 const maxHeldBatches = 10
 
 // heldNotice is a notice left out until the time set, after a failed read
@@ -282,31 +283,51 @@ type heldNotice struct {
 	wait  time.Duration
 }
 
-// hold leaves a notice whose bundle could not be read out for a while,
-// unless the worker holds as many as it may.
-func (w *worker) hold(notice store.Notice) {
+// unreadable leaves a notice whose bundle could not be read out for a
+// while, unless the worker holds as many as it may, and logs the failure:
+// at warn when the notice is held for the first time, at debug when it
+// fails again, so that a bundle that never becomes readable is one warning,
+// not one a look. That the holds are full is one warning too, until they
+// are not.
+func (w *worker) unreadable(notice store.Notice, err error) {
+	log := w.n.opts.Logger
 	if w.held == nil {
 		w.held = map[noticeID]heldNotice{}
 	}
 	id := idOf(notice)
-	if _, ok := w.held[id]; !ok && len(w.held) >= maxHeldBatches*w.n.opts.Batch {
+	prev, again := w.held[id]
+	if !again && len(w.held) >= maxHeldBatches*w.n.opts.Batch {
+		if !w.holdsFull {
+			log.Warn("more notices' bundles cannot be read than the notifier holds back; the others are read again whenever a look lists them",
+				"origin", w.origin, "held", len(w.held))
+			w.holdsFull = true
+		}
+		log.Debug("reading a dequeued bundle failed; it is tried again later", "bundle", notice.BundleID, "error", err)
 		return
 	}
-	wait := min(max(2*w.held[id].wait, w.n.opts.Interval), w.n.opts.RetryMax)
+	wait := min(max(2*prev.wait, w.n.opts.Interval), w.n.opts.RetryMax)
 	w.held[id] = heldNotice{until: w.n.opts.Clock.Now().Add(wait), wait: wait}
+	if again {
+		log.Debug("reading a dequeued bundle failed again; it is tried again later", "bundle", notice.BundleID, "error", err, "retry_in", wait)
+		return
+	}
+	log.Warn("reading a dequeued bundle failed; it is tried again later", "bundle", notice.BundleID, "error", err)
 }
 
-// keepHeld forgets the holds of notices a look no longer lists: told, here
-// or by another instance.
-func (w *worker) keepHeld(listed []store.Notice) {
-	if len(w.held) == 0 {
-		return
+// keepHeld forgets the holds of notices a look that listed every notice of
+// the domain (a short batch) no longer lists: told, here or by another
+// instance. A full batch is only part of the outbox, so it forgets none.
+func (w *worker) keepHeld(listed []store.Notice, every bool) {
+	if len(w.held) > 0 && every {
+		ids := make(map[noticeID]bool, len(listed))
+		for _, notice := range listed {
+			ids[idOf(notice)] = true
+		}
+		maps.DeleteFunc(w.held, func(id noticeID, _ heldNotice) bool { return !ids[id] })
 	}
-	ids := make(map[noticeID]bool, len(listed))
-	for _, notice := range listed {
-		ids[idOf(notice)] = true
+	if len(w.held) < maxHeldBatches*w.n.opts.Batch {
+		w.holdsFull = false
 	}
-	maps.DeleteFunc(w.held, func(id noticeID, _ heldNotice) bool { return !ids[id] })
 }
 
 func (w *worker) loop(ctx context.Context) {
@@ -347,9 +368,15 @@ func (w *worker) loop(ctx context.Context) {
 			retry = min(max(2*retry, n.opts.Interval), n.opts.RetryMax)
 			wait = retry
 			continue
-		case r.full:
+		case r.full && r.moved:
 			// A full batch that moved: take the next at once.
 			wait, idle = 0, n.opts.Interval
+		case r.full:
+			// A full batch of notices held back or not due yet: the next
+			// look lists the batch after it, within Interval, so that
+			// notices behind any number of those are reached, a batch a
+			// look.
+			wait, idle = n.opts.Interval, n.opts.Interval
 		case r.found == 0:
 			// Idle: each empty look costs a query (across partitions on
 			// Cosmos DB), so they thin out; this instance's own notices
@@ -371,31 +398,27 @@ func (w *worker) loop(ctx context.Context) {
 type roundResult struct {
 	found       int           // notices due
 	dueIn       time.Duration // until the first notice left for its instance is due; 0: none
-	full        bool          // the batch was full and moved: more may wait
+	full        bool          // the batch was full: more may wait after it
+	moved       bool          // some notices were told (or found gone)
 	failed      bool          // a domain failed to answer
 	storeFailed bool
 }
 
 // round tells the domain of one batch of its notices, in order, and removes
-// the delivered ones. Once the domain fails, the rest of the batch waits for
-// the next round.
+// the delivered ones. Once the domain fails, the rest of the batch waits
+// until a look lists it again.
 func (w *worker) round(ctx context.Context) roundResult {
 	n, log := w.n, w.n.opts.Logger
-	// The held notices are listed again, each look, so that they take no
-	// room from the batch of notices behind them.
-	limit := n.opts.Batch + len(w.held)
-	notices, err := n.opts.Notices.Notices(ctx, []domain.Origin{w.origin}, limit)
+	notices, err := n.opts.Notices.Notices(ctx, []domain.Origin{w.origin}, n.opts.Batch)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("reading the notices of dequeues failed", "origin", w.origin, "error", err)
 		}
 		return roundResult{storeFailed: true}
 	}
-	w.keepHeld(notices)
+	w.keepHeld(notices, len(notices) < n.opts.Batch)
 	due, dueIn := w.due(notices)
-	res := roundResult{found: len(due), dueIn: dueIn}
-	more := len(due) > n.opts.Batch // due notices left for the next look
-	due = due[:min(len(due), n.opts.Batch)]
+	res := roundResult{found: len(due), dueIn: dueIn, full: len(notices) >= n.opts.Batch}
 	var done []store.Notice
 	unread, answered := 0, 0 // bundle reads that failed, and that the store answered
 	for _, notice := range due {
@@ -403,6 +426,9 @@ func (w *worker) round(ctx context.Context) roundResult {
 			break
 		}
 		b, err := n.opts.Bundle(ctx, notice)
+		if err == nil || errors.Is(err, domain.ErrNotFound) {
+			delete(w.held, idOf(notice))
+		}
 		if errors.Is(err, domain.ErrNotFound) {
 			log.Warn("a dequeued bundle was removed by retention before its domain heard of it", "bundle", notice.BundleID)
 			answered++
@@ -417,8 +443,7 @@ func (w *worker) round(ctx context.Context) roundResult {
 			// This bundle may be the only one that cannot be read, or one
 			// of a run of them: it is backed off on its own and the domain
 			// hears of the rest, each read once in this look.
-			log.Warn("reading a dequeued bundle failed; it is tried again later", "bundle", notice.BundleID, "error", err)
-			w.hold(notice)
+			w.unreadable(notice, err)
 			unread++
 			continue
 		}
@@ -447,9 +472,7 @@ func (w *worker) round(ctx context.Context) roundResult {
 	if unread > 1 && answered == 0 {
 		res.storeFailed = true
 	}
-	// A full batch that changed nothing (the store failed before anything
-	// was told) must not be read again at once.
-	res.full = (len(done) > 0 || res.failed) && (len(notices) == limit || more)
+	res.moved = len(done) > 0
 	if len(done) > 0 {
 		// Delivered is delivered: record it even when stopping, within bounds.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.CallTimeout)

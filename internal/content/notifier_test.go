@@ -2,8 +2,12 @@ package content_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +22,9 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
+	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
 // Every dequeue of a bundle of a domain with a provider is told to it, at
@@ -664,79 +670,10 @@ func TestANoticeWhoseBundleCannotBeReadDoesNotHoldUpTheDomain(t *testing.T) {
 // A full batch of notices whose bundles cannot be read does not hold up the
 // domain's notice after it: the look goes past the notices backing off, so
 // the readable one is told after the first backoff, while the others keep
-// failing. No look reads more bundles than a batch holds, and once the
-// bundles can be read every notice is told exactly once.
+// failing.
 func TestABatchOfUnreadableNoticesDoesNotHoldUpTheDomain(t *testing.T) {
-	const batch = 100
-	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
 	outbox, repo := openWithNotices(t, hub.Options{Notices: func(domain.Origin) bool { return true }})
-	ctx := within(t, time.Minute)
-	bundles := dequeueAll(ctx, t, repo, slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, batch+1)...)[domain.OriginTimeSeries]
-	readable := bundles[batch] // the newest: every unreadable notice is listed before it
-	var broken atomic.Bool
-	broken.Store(true)
-	var reads, mostReads atomic.Int64 // bundle reads since the last look, and the most of any look
-	notices := &readCountingNotices{Outbox: outbox, reads: &reads, most: &mostReads}
-	clock := newFakeClock()
-	notifier := content.StartNotifier(content.NotifierOptions{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Notices:   notices,
-		Bundle: func(ctx context.Context, n store.Notice) (*domain.Bundle, error) {
-			reads.Add(1)
-			if n.BundleID != readable && broken.Load() {
-				return nil, errors.New("injected: the bundle's record cannot be decoded")
-			}
-			return repo.NoticedBundle(ctx, n)
-		},
-		Batch: batch,
-		Clock: clock,
-	})
-	defer notifier.Close()
-
-	told := map[string]int{}
-	for fired := 0; told[readable] == 0; {
-		select {
-		case b := <-provider.Told():
-			told[b.GetId()]++
-		case w := <-clock.waits:
-			if fired++; fired > 3 {
-				t.Fatalf("the readable notice behind %d unreadable ones untold after %d waits (%v)", batch, fired, clock.Now().Sub(time.Unix(1_700_000_000, 0)))
-			}
-			clock.fire(w)
-		case <-ctx.Done():
-			t.Fatalf("the readable notice behind %d unreadable ones was never told", batch)
-		}
-	}
-	if len(told) != 1 {
-		t.Fatalf("told of %d bundles while %d cannot be read", len(told), batch)
-	}
-
-	broken.Store(false)
-	for len(told) < len(bundles) {
-		select {
-		case b := <-provider.Told():
-			told[b.GetId()]++
-		case w := <-clock.waits:
-			if w.d > time.Minute {
-				t.Fatalf("a wait of %v; want none longer than RetryMax (1 min)", w.d)
-			}
-			clock.fire(w)
-		case <-ctx.Done():
-			t.Fatalf("%d of %d bundles that became readable never told", len(bundles)-len(told), batch)
-		}
-	}
-	notifier.Close()
-	for id, n := range told {
-		if n != 1 {
-			t.Errorf("bundle %s told %d times", id, n)
-		}
-	}
-	if n := mostReads.Load(); n > batch {
-		t.Errorf("a look read %d bundles; want at most a batch (%d)", n, batch)
-	}
-	if n, _, err := outbox.NoticeBacklog(context.Background()); err != nil || n != 0 {
-		t.Fatalf("%d notices left after delivery (%v)", n, err)
-	}
+	checkUnreadableNotices(t, outbox, repo, 100, 100, 3)
 }
 
 // readCountingNotices keeps, at each look, the most bundle reads made
@@ -751,4 +688,133 @@ func (c *readCountingNotices) Notices(ctx context.Context, origins []domain.Orig
 		c.most.Store(n)
 	}
 	return c.Outbox.Notices(ctx, origins, limit)
+}
+
+// A run of unreadable notices longer than the notifier holds back (ten
+// batches: 25 of a batch of 2) does not hold up the notice after it, on
+// the embedded store.
+func TestARunOfUnreadableNoticesLongerThanTheHoldsDoesNotHoldUpTheDomain(t *testing.T) {
+	outbox, repo := openWithNotices(t, hub.Options{Notices: func(domain.Origin) bool { return true }})
+	checkUnreadableNotices(t, outbox, repo, 2, 25, 100)
+}
+
+// The same on Cosmos DB.
+func TestARunOfUnreadableNoticesLongerThanTheHoldsDoesNotHoldUpTheDomainOnCosmos(t *testing.T) {
+	srv := cosmostest.Start(t)
+	s, err := cosmos.Open(within(t, time.Minute), cosmos.Config{Endpoint: srv.Endpoint, Key: srv.Key, Provision: true,
+		Database: cosmostest.UniqueID("db"), Transport: cosmostest.NewHTTPClient()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
+	t.Cleanup(func() { repo.Close(); _ = s.Close() })
+	checkUnreadableNotices(t, s, repo, 2, 25, 100)
+}
+
+// checkUnreadableNotices dequeues bundles whose reads fail, then one that
+// can be read, and tells them with a notifier of the batch given: the
+// readable one is told within the waits given while the others keep
+// failing, no look reads more than a batch of bundles, each unreadable
+// bundle is one warning however many looks read it, and once they can be
+// read every notice is told exactly once.
+func checkUnreadableNotices(t *testing.T, outbox store.Outbox, repo *hub.Hub, batch, unreadable, waits int) {
+	t.Helper()
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	ctx := within(t, 2*time.Minute)
+	bundles := dequeueAll(ctx, t, repo, slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, unreadable+1)...)[domain.OriginTimeSeries]
+	readable := bundles[unreadable] // the newest
+	var broken atomic.Bool
+	broken.Store(true)
+	var reads, mostReads atomic.Int64 // bundle reads since the last look, and the most of any look
+	var failed atomic.Int64           // failed reads in all
+	notices := &readCountingNotices{Outbox: outbox, reads: &reads, most: &mostReads}
+	logs := &lockedBuffer{}
+	clock := newFakeClock()
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Notices:   notices,
+		Bundle: func(ctx context.Context, n store.Notice) (*domain.Bundle, error) {
+			reads.Add(1)
+			if n.BundleID != readable && broken.Load() {
+				failed.Add(1)
+				return nil, errors.New("injected: the bundle's record cannot be decoded")
+			}
+			return repo.NoticedBundle(ctx, n)
+		},
+		Batch:  batch,
+		Clock:  clock,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	defer notifier.Close()
+
+	told := map[string]int{}
+	for fired := 0; told[readable] == 0; {
+		select {
+		case b := <-provider.Told():
+			told[b.GetId()]++
+		case w := <-clock.waits:
+			if fired++; fired > waits {
+				t.Fatalf("the readable notice behind %d unreadable ones untold after %d waits", unreadable, fired)
+			}
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatalf("the readable notice behind %d unreadable ones was never told", unreadable)
+		}
+	}
+	if len(told) != 1 {
+		t.Fatalf("told of %d bundles while %d cannot be read", len(told), unreadable)
+	}
+	// Ten minutes more of looks that read the unreadable bundles again.
+	before := failed.Load()
+	for start := clock.Now(); clock.Now().Sub(start) < 10*time.Minute; {
+		select {
+		case w := <-clock.waits:
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatal("the notifier stopped waiting")
+		}
+	}
+	if failed.Load()-before < int64(unreadable) {
+		t.Fatalf("%d failed reads in ten minutes; want each unreadable bundle read again", failed.Load()-before)
+	}
+	warned := map[string]int{}
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		var l struct{ Level, Msg, Bundle string }
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if l.Level == "WARN" && l.Bundle != "" {
+			warned[l.Bundle]++
+		}
+	}
+	if most := slices.Max(append(slices.Collect(maps.Values(warned)), 0)); most > 1 {
+		t.Errorf("a bundle that cannot be read has %d warnings in the log; want one however often it is read", most)
+	}
+
+	broken.Store(false)
+	for len(told) < len(bundles) {
+		select {
+		case b := <-provider.Told():
+			told[b.GetId()]++
+		case w := <-clock.waits:
+			if w.d > time.Minute {
+				t.Fatalf("a wait of %v; want none longer than RetryMax (1 min)", w.d)
+			}
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatalf("%d of %d bundles that became readable never told", len(bundles)-len(told), unreadable)
+		}
+	}
+	notifier.Close()
+	for id, n := range told {
+		if n != 1 {
+			t.Errorf("bundle %s told %d times", id, n)
+		}
+	}
+	if n := mostReads.Load(); n > int64(batch) {
+		t.Errorf("a look read %d bundles; want at most a batch (%d)", n, batch)
+	}
+	if n, _, err := outbox.NoticeBacklog(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d notices left after delivery (%v)", n, err)
+	}
 }

@@ -100,6 +100,10 @@ func (s *Service) peekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 // the caller gave up on (cancelled, or past its deadline) ends with the
 // caller's own error, whatever was waited for: that is the caller's choice,
 // not a fault of the hub or its store.
+//
+// The error that ran out of time is the store's or the document store's
+// own (a blob's name and URL, an SDK's answer): the client reads only that
+// the peek ran out of time (domain.Private), the log the whole of it.
 func outOfTime(ctx, call context.Context, err error) error {
 	if err != nil && call.Err() != nil {
 		return fmt.Errorf("the caller stopped waiting: %w", call.Err())
@@ -107,7 +111,8 @@ func outOfTime(ctx, call context.Context, err error) error {
 	if err == nil || errors.Is(err, domain.ErrUnavailable) || ctx.Err() == nil {
 		return err
 	}
-	return fmt.Errorf("%w: the content peek ran out of time; peek again: %w", domain.ErrUnavailable, err)
+	public := fmt.Errorf("%w: the content peek ran out of time; peek again", domain.ErrUnavailable)
+	return &domain.Private{Err: fmt.Errorf("%w: %w", public, err), Public: public.Error()}
 }
 
 // sendHeld sends msg holding its encoded size of the answers' budget until

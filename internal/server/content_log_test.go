@@ -13,8 +13,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/lograte"
+	"github.com/energydatahub/messagehub/test/azuritetest"
 )
 
 // fakeContentStream is a PeekContent stream of a call whose context the
@@ -117,5 +121,38 @@ func TestUnavailableWarningsAreRateLimited(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "store unavailable") {
 		t.Fatalf("an UNAVAILABLE answer is blamed on the store: %s", logs.String())
+	}
+}
+
+// A content peek whose document store stopped answering runs out of its
+// time in the store's read: the client is told UNAVAILABLE without the
+// store's own words (that it is blob storage, the blob's name, the SDK's
+// error), which the log keeps.
+func TestAContentPeekOfAStoppedDocumentStoreTellsTheClientNoStoreDetail(t *testing.T) {
+	azurite := azuritetest.Start(t)
+	blobs, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: azurite.ConnectionString(), Container: azuritetest.UniqueContainer("down"), Provision: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stopped, Azurite refuses connections and the blob client retries
+	// after a pause of most of a second: the peek's 100 ms end first.
+	azurite.Stop()
+	docs := content.NewService(content.Options{Store: blobs})
+	t.Cleanup(docs.Close)
+	svc := NewService(&recordingHub{bundle: timeSeriesBundle(1)})
+	svc.documents, svc.contentTimeout = docs, 100*time.Millisecond
+	unavailableLines = lograte.Limiter{Max: unavailablePerSecond} // no earlier test's warnings hold this one's back
+
+	st, logs := peekContentLogged(context.Background(), t, svc)
+	if st.Code() != codes.Unavailable {
+		t.Fatalf("got %v; want UNAVAILABLE, so that the actor peeks again", st)
+	}
+	for _, detail := range []string{"blob", recipient + "/" + bundleID, azuritetest.AccountName, "127.0.0.1"} {
+		if strings.Contains(st.Message(), detail) {
+			t.Errorf("the client reads %q, which names %q of the document store", st.Message(), detail)
+		}
+	}
+	if !strings.Contains(logs, "blob storage: reading "+recipient+"/"+bundleID) {
+		t.Errorf("the log %q does not say which read of the document store failed", logs)
 	}
 }

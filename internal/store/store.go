@@ -385,6 +385,10 @@ type Outbox interface {
 	// notice carries one: OriginUnspecified has none), oldest first as far
 	// as the store can order them; a domain left out costs nothing, however
 	// many notices it has, so a failing domain does not hold up the others.
+	// A call that cannot list every notice leaves the next to go on after
+	// the ones it listed, wrapping round to the first at the end: every
+	// notice comes up within about ⌈backlog / limit⌉ calls, however many
+	// before it the caller leaves in the outbox.
 	Notices(ctx context.Context, origins []domain.Origin, limit int) ([]Notice, error)
 	// RemoveNotices removes delivered notices; missing ones are no error.
 	RemoveNotices(ctx context.Context, notices []Notice) error

@@ -1,12 +1,14 @@
 package pebble
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
@@ -17,36 +19,126 @@ import (
 // errEnough ends a scan that has found what it needs.
 var errEnough = errors.New("enough")
 
-// Notices returns up to limit notices of the domains, oldest first: a scan
-// of each domain's own prefix, which holds only its notices not yet
-// delivered. Pebble shows a dequeue's write group before it is synced, so
-// a notice whose bundle the published records still show pending is left
-// out: its dequeue is not durable yet.
+// Notices returns up to limit notices of the domains: a scan of each
+// domain's own prefix, which holds only its notices not yet delivered,
+// oldest first. A call that cannot list every notice goes on, at the next
+// call, after the last one it listed of each domain, wrapping round to the
+// oldest at the end: however many notices a caller keeps skipping (those
+// whose bundle cannot be read), the ones after them come up in turn. Pebble
+// shows a dequeue's write group before it is synced, so a notice whose
+// bundle the published records still show pending is left out: its
+// dequeue is not durable yet.
 func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]store.Notice, error) {
-	var out []store.Notice
-	for _, o := range origins {
-		n := 0
-		err := s.scan(noticePrefix(o), func(key, _ []byte) error {
-			if n == limit {
-				return errEnough
-			}
-			notice, err := parseNotice(key)
-			if err != nil {
-				return err
-			}
-			if pending, err := s.pendingNow(ctx, notice.Recipient, notice.BundleID); err != nil || pending {
-				return err
-			}
-			out = append(out, notice)
-			n++
-			return nil
-		})
-		if err != nil && !errors.Is(err, errEnough) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	// Each domain's notices in the order of its scan, up to limit: those
+	// after where its last call stopped, then from the oldest.
+	lists := make([][]listedNotice, len(origins))
+	for i, o := range origins {
+		prefix := noticePrefix(o)
+		after := s.noticesAt.at(o)
+		from := prefix
+		if after != nil {
+			from = after
+		}
+		list, err := s.listNotices(ctx, from, prefixEnd(prefix), limit)
+		if err == nil && len(list) < limit && after != nil {
+			// From the oldest up to the last one listed, which may still wait.
+			var wrapped []listedNotice
+			wrapped, err = s.listNotices(ctx, prefix, append(slices.Clone(after), 0), limit-len(list))
+			list = append(list, wrapped...)
+		}
+		if err != nil {
 			return nil, err
+		}
+		lists[i] = list
+	}
+	// The oldest first of the domains' heads, so each domain's share is
+	// the start of its scan and its next call goes on after that.
+	out := make([]store.Notice, 0, limit)
+	taken := make([]int, len(lists))
+	for len(out) < limit {
+		best := -1
+		for i, list := range lists {
+			if taken[i] < len(list) && (best < 0 || list[taken[i]].DequeuedAt.Before(lists[best][taken[best]].DequeuedAt)) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		out = append(out, lists[best][taken[best]].Notice)
+		taken[best]++
+	}
+	every := len(out) < limit
+	for i, o := range origins {
+		switch {
+		case every:
+			s.noticesAt.set(o, nil) // all listed: the next call starts at the oldest
+		case taken[i] > 0:
+			s.noticesAt.set(o, lists[i][taken[i]-1].key)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b store.Notice) int { return a.DequeuedAt.Compare(b.DequeuedAt) })
-	return out[:min(len(out), limit)], nil
+	return out, nil
+}
+
+// listedNotice is a notice and its key.
+type listedNotice struct {
+	store.Notice
+	key []byte
+}
+
+// listNotices returns up to limit durable notices of the keys after lo (lo
+// itself left out unless it is a prefix, which no notice key is) and
+// before hi, in order.
+func (s *Store) listNotices(ctx context.Context, lo, hi []byte, limit int) ([]listedNotice, error) {
+	var out []listedNotice
+	err := s.scanRange(lo, hi, func(key, _ []byte) error {
+		if len(out) == limit {
+			return errEnough
+		}
+		if bytes.Equal(key, lo) {
+			return nil
+		}
+		notice, err := parseNotice(key)
+		if err != nil {
+			return err
+		}
+		if pending, err := s.pendingNow(ctx, notice.Recipient, notice.BundleID); err != nil || pending {
+			return err
+		}
+		out = append(out, listedNotice{Notice: notice, key: slices.Clone(key)})
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return nil, err
+	}
+	return out, nil
+}
+
+// noticeResume keeps, per domain, the key of the last notice the last
+// Notices call listed when it could not list them all; nil: from the
+// oldest.
+type noticeResume struct {
+	mu    sync.Mutex
+	after map[domain.Origin][]byte
+}
+
+func (r *noticeResume) at(o domain.Origin) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.after[o]
+}
+
+func (r *noticeResume) set(o domain.Origin, key []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.after == nil {
+		r.after = map[domain.Origin][]byte{}
+	}
+	r.after[o] = key
 }
 
 // pendingNow says whether the published records show the recipient's

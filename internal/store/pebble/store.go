@@ -63,6 +63,9 @@ type Store struct {
 	cache      map[[16]byte]*records
 	cacheEpoch uint64        // counts eviction rounds that dropped records
 	evictStop  chan struct{} // closed by Close
+
+	// noticesAt is where the next Notices call goes on (notices.go).
+	noticesAt noticeResume
 }
 
 var _ store.Store = (*Store)(nil)

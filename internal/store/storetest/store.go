@@ -59,6 +59,7 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("BacklogCountsPendingBundles", backlogCountsPending)
 	run("OutboxKeepsTheNoticesOfDequeues", outboxNotices)
 	run("OutboxKeepsTheNoticesOfTwoDequeuesOfOneID", outboxNoticesOfAReusedID)
+	run("OutboxListsTheNoticesAfterTheLastCallsInTurn", outboxNoticesInTurn)
 	run("ReleaseBundleFreesItsGroupAndKeepsItsID", releaseFreesItsGroupAndKeepsItsID)
 	run("ReleaseBundleRefusesABundleNotPendingAtItsVersion", releaseRefusesABundleNotPendingAtItsVersion)
 	run("ReleasesAndDequeuesOfOneBundleAtOnceOneWins", releasesAndDequeuesOfOneBundleAtOnceOneWins)
@@ -838,6 +839,42 @@ func outboxNotices(t *testing.T, s *storeEnv) {
 	}
 	if left, err := an.Notices(ctx(t), domain.Origins, 10); err != nil || len(left) != 1 || left[0].BundleID != second.ID {
 		t.Fatalf("after removing the first: %+v (%v)", left, err)
+	}
+}
+
+// outboxNoticesInTurn: a call that cannot list every notice leaves the
+// next call to go on after the ones it listed, so a caller that keeps
+// skipping the first notices it is given (their bundles cannot be read)
+// still reaches the ones after them.
+func outboxNoticesInTurn(t *testing.T, s *storeEnv) {
+	r := newRecipient()
+	s.commit(notes(3, r, domain.OriginCharges, "c")...)
+	all := map[string]bool{}
+	for i := range int64(3) {
+		rec, cur := s.dequeued(r, s.create(r, s.record(domain.OriginCharges, "c", i, i+1)))
+		rec.Notice = true
+		if err := s.store.Acknowledge(ctx(t), r, rec, cur); err != nil {
+			t.Fatal(err)
+		}
+		all[rec.ID] = true
+		s.clock.Advance(time.Second)
+	}
+	origins := []domain.Origin{domain.OriginCharges}
+	listed := map[string]bool{}
+	for call := range 2 {
+		notices, err := s.store.Notices(ctx(t), origins, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(notices) != 2 || notices[0].BundleID == notices[1].BundleID {
+			t.Fatalf("call %d listed %+v; want two notices of the three", call+1, notices)
+		}
+		for _, n := range notices {
+			listed[n.BundleID] = true
+		}
+	}
+	if len(listed) != len(all) {
+		t.Fatalf("two calls of two listed %d of the %d notices; want the second to go on after the first's", len(listed), len(all))
 	}
 }
 
