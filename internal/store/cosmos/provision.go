@@ -125,9 +125,11 @@ func provision(ctx context.Context, client *azcosmos.Client, database string, th
 // checkContainers compares every container with what the store needs, and
 // refuses a drift that would lose data or break queries: another partition
 // key, a path the queries filter or sort on left out of the index, a default
-// TTL that would expire documents the store keeps. A drift that only costs
-// (more paths indexed than needed) or leaves expiry to the sweeper (no
-// default TTL) is logged as a warning.
+// TTL that would expire documents the store keeps, or none where documents
+// carry a ttl (Cosmos DB then ignores it, and the bells, audit events,
+// aborted save records and leases of failed builds that only their ttl
+// removes stay for ever). A drift that only costs (more paths indexed than
+// needed) is logged as a warning.
 func checkContainers(ctx context.Context, client *azcosmos.Client, database string, logger *slog.Logger) error {
 	db, err := client.NewDatabase(database)
 	if err != nil {
@@ -192,7 +194,7 @@ func (c container) drift(p azcosmos.ContainerProperties) (problems, warnings []s
 	case have != nil && *have > 0 && (c.defaultTTL == nil || *c.defaultTTL < 0):
 		problems = append(problems, fmt.Sprintf("container %s expires documents after %d s by default: it would lose what the store keeps", c.name, *have))
 	case have == nil && c.defaultTTL != nil:
-		warnings = append(warnings, "has no default TTL: documents that carry a ttl never expire, and only the sweeper removes them")
+		problems = append(problems, fmt.Sprintf("container %s has no default TTL: Cosmos DB ignores the ttl its documents carry, and nothing else removes some of them; set its default TTL to -1 (on, no default)", c.name))
 	case have != nil && c.defaultTTL == nil:
 		warnings = append(warnings, fmt.Sprintf("has a default TTL of %d though no document of it carries a ttl", *have))
 	}

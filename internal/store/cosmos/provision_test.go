@@ -43,8 +43,10 @@ func TestOpenRefusesContainersThatDriftedAndWarnsOfHarmlessDrift(t *testing.T) {
 			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?"), DefaultTimeToLive: ttlOf(3600)}},
 		{name: "every path indexed", warning: "indexes every path",
 			props: azcosmos.ContainerProperties{ID: "drawers", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: everything}},
-		{name: "no default TTL where bundles carry one", warning: "has no default TTL",
+		{name: "no default TTL where documents carry one", refused: "container recipients has no default TTL",
 			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?", "/da/?")}},
+		{name: "no default TTL for audit events, which only their ttl removes", refused: "container audit has no default TTL",
+			props: azcosmos.ContainerProperties{ID: "audit", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/s/?", "/e/?")}},
 		{name: "no index of the dequeue times retention queries", refused: "container recipients does not index /da/?",
 			props: azcosmos.ContainerProperties{ID: "recipients", PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Paths: []string{"/pk"}}, IndexingPolicy: only("/t/?"), DefaultTimeToLive: ttlOf(-1)}},
 	} {
