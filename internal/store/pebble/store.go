@@ -161,7 +161,7 @@ func OpenWith(dir string, logger *slog.Logger, o Options) (*Store, error) {
 	// Versions only need to differ from every earlier one of the same record;
 	// the clock at start keeps them increasing across restarts.
 	s.version.Store(uint64(time.Now().UnixNano()))
-	s.writer = s.newWriter()
+	s.writer = groupcommit.New(maxWriteGroup, groupcommit.Options[writeReq]{MaxWeight: maxWriteGroup, Prepare: s.applyGroup})
 	go s.evictLoop()
 	return s, nil
 }
