@@ -405,15 +405,6 @@ func (s *Store) scanRange(lo, hi []byte, fn func(key, value []byte) error) error
 	return iter.Close() // and the iterator's error, if it met one
 }
 
-// cmpErr returns err when set, else the fallback: a lookup failure beats the
-// conflict it was checking for.
-func cmpErr(err, fallback error) error {
-	if err != nil {
-		return err
-	}
-	return fallback
-}
-
 // pebbleErrorsPerSecond bounds pebble's error lines: a background job that
 // fails and retries (a compaction on a full disk) must not flood the log.
 const pebbleErrorsPerSecond = 5
