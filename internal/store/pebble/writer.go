@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,11 +118,7 @@ var applyBatch = func(db *pebble.DB, b *pebble.Batch) error { return db.ApplyNoS
 // answer tells every request its outcome: its own error, else groupErr.
 func answer(group []writeReq, errs []error, groupErr error) {
 	for i, req := range group {
-		err := errs[i]
-		if err == nil {
-			err = groupErr
-		}
-		req.done <- err
+		req.done <- cmp.Or(errs[i], groupErr)
 	}
 }
 
