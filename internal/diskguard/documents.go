@@ -16,7 +16,7 @@ const documentBytes = 4 << 10
 // it is created and at every write that would take it there, each write
 // counting its bytes as it is staged, so that documents built at once
 // cannot fill the volume between two looks. A refused build is retried
-// with backoff. Stored documents are served and deleted as before.
+// with backoff. Serving and deleting stored documents pass unguarded.
 func Documents(next content.Store, g *Guard) content.Store {
 	return guardedDocuments{Store: next, g: g}
 }

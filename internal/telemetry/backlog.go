@@ -26,12 +26,11 @@ type backlogCollector struct {
 	pending, pendingAge                              *prometheus.Desc
 	outboxNotices, outboxAge                         *prometheus.Desc
 	outbox                                           bool
-	now                                              func() time.Time
 
 	last atomic.Pointer[store.BacklogFigures] // nil until the first figures are read
 }
 
-func newBacklogCollector(now func() time.Time, outbox bool) *backlogCollector {
+func newBacklogCollector(outbox bool) *backlogCollector {
 	return &backlogCollector{
 		notifications: prometheus.NewDesc("messagehub_backlog_notifications",
 			"Notifications saved and not yet dequeued, by origin domain.", []string{"origin"}, nil),
@@ -50,7 +49,6 @@ func newBacklogCollector(now func() time.Time, outbox bool) *backlogCollector {
 		outboxAge: prometheus.NewDesc("messagehub_outbox_oldest_age_seconds",
 			"Age of the oldest dequeue not yet told to its domain (0 without one).", nil, nil),
 		outbox: outbox,
-		now:    now,
 	}
 }
 
@@ -72,7 +70,7 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	if last == nil {
 		return // not read yet: no numbers rather than false zeros
 	}
-	now := c.now()
+	now := time.Now()
 	age := func(t time.Time, n int64) float64 {
 		if t.IsZero() || n == 0 {
 			return 0
@@ -103,7 +101,7 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 // failed read keeps the last numbers and is logged; until the first
 // recount there are no numbers.
 func (t *Telemetry) WatchBacklog(read func(context.Context) (store.BacklogFigures, error), interval time.Duration, outbox bool, logger *slog.Logger) (stop func(), err error) {
-	c := newBacklogCollector(time.Now, outbox)
+	c := newBacklogCollector(outbox)
 	if err := t.registry.Register(c); err != nil {
 		return nil, err
 	}

@@ -37,9 +37,9 @@ import (
 // exemplars; the propagated fields are read one by one, not from a copy of
 // all the metadata.
 //
-// It is only used with the default (stable) RPC semantic conventions; with
-// OTEL_SEMCONV_STABILITY_OPT_IN asking for rpc/old or rpc/dup, otelgrpc's
-// handler is used as before.
+// It is only used with the default (stable) RPC semantic conventions: with
+// OTEL_SEMCONV_STABILITY_OPT_IN asking for rpc/old or rpc/dup,
+// GRPCServerHandler is otelgrpc's.
 type rpcMetricsHandler struct {
 	duration   metric.Float64Histogram
 	propagator propagation.TextMapPropagator

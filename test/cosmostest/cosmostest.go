@@ -313,9 +313,6 @@ func (s *Server) controlInto(name string, body, answer any) error {
 	return nil
 }
 
-// Output returns the tail of the server's stdout and stderr (for diagnostics).
-func (s *Server) Output() string { return s.out.String() }
-
 var idSeq atomic.Uint64
 
 // UniqueID returns a name that is unique within this process and across processes started

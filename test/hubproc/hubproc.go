@@ -113,9 +113,6 @@ func Start(ctx context.Context, bin string, args []string, timeout time.Duration
 // Done is closed once the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Err is how the process ended; valid once Done is closed.
-func (p *Process) Err() error { return p.err }
-
 // Log is everything the process logged so far.
 func (p *Process) Log() string {
 	p.mu.Lock()

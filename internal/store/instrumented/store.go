@@ -51,22 +51,21 @@ const (
 type Store struct {
 	store.Store
 	metrics *telemetry.Metrics
-	now     func() time.Time
 }
 
 // New returns next instrumented with m.
 func New(next store.Store, m *telemetry.Metrics) *Store {
-	return &Store{Store: next, metrics: m, now: time.Now}
+	return &Store{Store: next, metrics: m}
 }
 
 // observe records one operation that started at start and ended with err.
 func (s *Store) observe(ctx context.Context, op string, start time.Time, err error) {
-	s.metrics.RecordStoreOperation(ctx, op, s.now().Sub(start), ErrorKind(err))
+	s.metrics.RecordStoreOperation(ctx, op, time.Since(start), ErrorKind(err))
 }
 
 // timed runs one operation of the backend and records it.
 func (s *Store) timed(ctx context.Context, op string, run func() error) error {
-	start := s.now()
+	start := time.Now()
 	err := run()
 	s.observe(ctx, op, start, err)
 	return err
@@ -75,7 +74,7 @@ func (s *Store) timed(ctx context.Context, op string, run func() error) error {
 // timedResult runs one operation of the backend that returns a value and
 // records it.
 func timedResult[T any](ctx context.Context, s *Store, op string, run func() (T, error)) (T, error) {
-	start := s.now()
+	start := time.Now()
 	v, err := run()
 	s.observe(ctx, op, start, err)
 	return v, err
@@ -175,15 +174,15 @@ func (s *Store) Recipients(ctx context.Context, fn func(recipient string) error)
 // (run): the time spent in fn, itself made of store operations, is not
 // counted, nor is an error fn returned.
 func visit[T any](ctx context.Context, s *Store, op string, run func(func(T) error) error, fn func(T) error) error {
-	start := s.now()
+	start := time.Now()
 	var (
 		inFn  time.Duration
 		fnErr error
 	)
 	err := run(func(v T) error {
-		t := s.now()
+		t := time.Now()
 		fnErr = fn(v)
-		inFn += s.now().Sub(t)
+		inFn += time.Since(t)
 		return fnErr
 	})
 	storeErr := err
@@ -272,7 +271,7 @@ func (s *Store) RingBell(ctx context.Context, recipients []string) error {
 
 // ReadBells implements store.Coordination.
 func (s *Store) ReadBells(ctx context.Context, cursor string) ([]string, string, error) {
-	start := s.now()
+	start := time.Now()
 	recipients, next, err := s.Store.ReadBells(ctx, cursor)
 	s.observe(ctx, OpReadBells, start, err)
 	return recipients, next, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,11 +82,10 @@ func (s *Store) AuditEvents(_ context.Context, q audit.Query) (audit.Page, error
 	}
 	limit := max(q.Limit, 1)
 	var page audit.Page
-	errFull := fmt.Errorf("page full")
 	err = s.scanRange(lo, hi, func(key, value []byte) error {
 		if len(page.Events) == limit {
 			page.Next = page.Events[limit-1].Key
-			return errFull
+			return errEnough
 		}
 		var rec auditRecord
 		if err := json.Unmarshal(value, &rec); err != nil {
@@ -97,7 +97,7 @@ func (s *Store) AuditEvents(_ context.Context, q audit.Query) (audit.Page, error
 		})
 		return nil
 	})
-	if err != nil && err != errFull { //nolint:errorlint // errFull is this function's own sentinel
+	if err != nil && !errors.Is(err, errEnough) {
 		return audit.Page{}, err
 	}
 	return page, nil

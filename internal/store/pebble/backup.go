@@ -33,7 +33,7 @@ import (
 
 // Backup implements store.Store: it checkpoints the database into dir.
 func (s *Store) Backup(ctx context.Context, dir string) error {
-	if err := s.checkBackupDir(dir); err != nil {
+	if err := CheckBackupDir(s.dir, dir); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -95,14 +95,10 @@ func copyFiles(src, dst string) (err error) {
 	return d.Sync()
 }
 
-// checkBackupDir refuses a dir that is relative, exists, or lies inside
-// the store's own directory (the copy would be part of what it copies).
-func (s *Store) checkBackupDir(dir string) error { return CheckBackupDir(s.dir, dir) }
-
 // CheckBackupDir refuses a backup directory dir of the store in dataDir
-// that is relative, exists, or lies inside dataDir, as Backup does: for a
-// caller that writes beside the store's backup (the documents) and must
-// refuse before it writes anything.
+// that is relative, exists, or lies inside dataDir (the copy would be part
+// of what it copies), as Backup does: for a caller that writes beside the
+// store's backup (the documents) and must refuse before it writes anything.
 func CheckBackupDir(dataDir, dir string) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("%w: backup directory %q is not an absolute path", domain.ErrInvalidArgument, dir)

@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
@@ -31,7 +32,7 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, bun bundle.R
 			return conflict("cursor %v moved", cursor.Key())
 		}
 		if dequeued, err := tx.dequeuedExists(dequeuedKey(r, id)); err != nil || dequeued {
-			return cmpErr(err, conflict("bundle %s was dequeued", bun.ID))
+			return cmp.Or(err, conflict("bundle %s was dequeued", bun.ID)) // a lookup failure beats the conflict it checked for
 		}
 		bun.Version = s.nextVersion()
 		p, err := setPut(pendingKey(r, id), bun)

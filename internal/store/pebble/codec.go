@@ -184,17 +184,8 @@ const (
 	idRecordLen  = 33
 )
 
-// appendIDRecord appends the encoded record to b.
-func appendIDRecord(b []byte, rec store.IDRecord) ([]byte, error) {
-	d, err := uuidBytes(rec.DrawerID)
-	if err != nil {
-		return b, err
-	}
-	return appendIDRecordOf(b, rec, &d), nil
-}
-
-// appendIDRecordOf is appendIDRecord given the bytes of the record's drawer id.
-func appendIDRecordOf(b []byte, rec store.IDRecord, drawer *[16]byte) []byte {
+// appendIDRecord appends the record, whose drawer id's bytes are drawer, to b.
+func appendIDRecord(b []byte, rec store.IDRecord, drawer *[16]byte) []byte {
 	b = append(b, idRecordXXH3)
 	b = append(b, rec.Fingerprint[:]...)
 	return append(b, drawer[:]...)

@@ -3,6 +3,7 @@ package pebble
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -142,9 +143,7 @@ func writeFileSync(path string, write func(io.Writer) error) error {
 	if err == nil {
 		err = f.Sync()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err = cmp.Or(err, f.Close()) // closed whatever failed before
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}

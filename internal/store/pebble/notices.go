@@ -2,6 +2,7 @@ package pebble
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -218,10 +219,7 @@ func (s *Store) DequeuedBundle(_ context.Context, recipient, bundleID string) (b
 	}
 	rec, ok, err := s.dequeuedRecord(r, id)
 	if err != nil || !ok {
-		if err == nil {
-			err = fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID)
-		}
-		return bundle.Record{}, err
+		return bundle.Record{}, cmp.Or(err, fmt.Errorf("%w: no dequeued bundle %s", domain.ErrNotFound, bundleID))
 	}
 	if rec.State != bundle.Dequeued {
 		return bundle.Record{}, fmt.Errorf("%w: bundle %s was released, not dequeued", domain.ErrNotFound, bundleID)

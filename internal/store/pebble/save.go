@@ -208,9 +208,7 @@ func (tx *txn) idRecords(saves []store.RecipientSave) ([]put, []uint64, error) {
 		}
 		if exists || i > 0 && all[i-1].hi == e.hi && all[i-1].lo == e.lo {
 			if stored == nil { // given twice in this save
-				if stored, err = appendIDRecord(nil, *e.rec); err != nil {
-					return nil, nil, err
-				}
+				stored = appendIDRecord(nil, *e.rec, &drawers[e.drawer])
 			}
 			if existing == nil {
 				existing = map[string]store.IDRecord{}
@@ -221,7 +219,7 @@ func (tx *txn) idRecords(saves []store.RecipientSave) ([]put, []uint64, error) {
 			buf = buf[:start]
 			continue
 		}
-		buf = appendIDRecordOf(buf, *e.rec, &drawers[e.drawer])
+		buf = appendIDRecord(buf, *e.rec, &drawers[e.drawer])
 		puts = append(puts, put{key: key, value: buf[start+len(key):]})
 		entries = append(entries, idEntry(hashes[i], g))
 	}

@@ -164,7 +164,7 @@ func OpenWith(dir string, logger *slog.Logger, o Options) (*Store, error) {
 	// Versions only need to differ from every earlier one of the same record;
 	// the clock at start keeps them increasing across restarts.
 	s.version.Store(uint64(time.Now().UnixNano()))
-	s.writer = s.newWriter()
+	s.writer = groupcommit.New(maxWriteGroup, groupcommit.Options[writeReq]{MaxWeight: maxWriteGroup, Prepare: s.applyGroup})
 	go s.evictLoop()
 	return s, nil
 }
@@ -406,15 +406,6 @@ func (s *Store) scanRange(lo, hi []byte, fn func(key, value []byte) error) error
 		}
 	}
 	return iter.Close() // and the iterator's error, if it met one
-}
-
-// cmpErr returns err when set, else the fallback: a lookup failure beats the
-// conflict it was checking for.
-func cmpErr(err, fallback error) error {
-	if err != nil {
-		return err
-	}
-	return fallback
 }
 
 // pebbleErrorsPerSecond bounds pebble's error lines: a background job that

@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,33 +37,19 @@ type writeReq struct {
 // outcome is always awaited: the caller never sees an error for a write
 // that happened.
 func (s *Store) write(ctx context.Context, op writeOp) error {
-	req, err := s.submit(ctx, op)
-	if err != nil {
+	if s.readOnly {
+		return s.refusal
+	}
+	req := writeReq{op: op, done: make(chan error, 1)}
+	if err := s.writer.Submit(ctx, req); errors.Is(err, groupcommit.ErrClosed) {
+		return errStoreClosed
+	} else if err != nil {
 		return err
 	}
 	return <-req.done
 }
 
-func (s *Store) submit(ctx context.Context, op writeOp) (writeReq, error) {
-	if s.readOnly {
-		return writeReq{}, s.refusal
-	}
-	req := writeReq{op: op, done: make(chan error, 1)}
-	err := s.writer.Submit(ctx, req)
-	if errors.Is(err, groupcommit.ErrClosed) {
-		err = errStoreClosed
-	}
-	return req, err
-}
-
 var errStoreClosed = errors.New("embedded: store closed")
-
-func (s *Store) newWriter() *groupcommit.Pipeline[writeReq] {
-	return groupcommit.New(maxWriteGroup, groupcommit.Options[writeReq]{
-		MaxWeight: maxWriteGroup,
-		Prepare:   s.applyGroup,
-	})
-}
 
 // applyGroup runs the group's operations and applies the batch without
 // waiting for its fsync; the function it returns waits for it, publishes
@@ -131,11 +118,7 @@ var applyBatch = func(db *pebble.DB, b *pebble.Batch) error { return db.ApplyNoS
 // answer tells every request its outcome: its own error, else groupErr.
 func answer(group []writeReq, errs []error, groupErr error) {
 	for i, req := range group {
-		err := errs[i]
-		if err == nil {
-			err = groupErr
-		}
-		req.done <- err
+		req.done <- cmp.Or(errs[i], groupErr)
 	}
 }
 
