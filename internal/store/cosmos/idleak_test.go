@@ -142,3 +142,33 @@ func waitForIDMigrationCheck(t *testing.T, s *cosmos.Store) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Outside a migration, the client's resend of the aborted save meets the
+// late id document in its lookup: the document of an aborted save counts
+// for nothing and is deleted there, so it does not stay for ever.
+func TestAnIDDocumentCreatedAfterItsSavesRollbackGoesWhenALookupMeetsIt(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	late := newLateIDCreate()
+	repo := hub.New(open(t, cosmos.Config{Database: db, Transport: late}), hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	r := uuid.NewString()
+	ns := notifications(40, r, 1)
+	late.armed.Store(true)
+	if _, err := repo.Save(context.Background(), ns); err == nil {
+		t.Fatal("the save succeeded though its id documents were refused")
+	}
+	late.armed.Store(false)
+	late.arrive(t)
+	aborted := idDocRefs(t, db, "h")
+	if len(aborted) != 1 {
+		t.Fatalf("id documents after the late create: %v, want the late one alone", aborted)
+	}
+	saveExpecting(t, repo, ns, 40, 0)
+	saveExpecting(t, repo, ns, 0, 40)
+	drainExactly(t, repo, r, ids(ns))
+	for _, ref := range idDocRefs(t, db, "h") {
+		if ref == aborted[0] {
+			t.Fatalf("the aborted save's id document %v is still there after a lookup met it", ref)
+		}
+	}
+}
