@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,11 +43,7 @@ func (l *lateIDCreate) Do(req *http.Request) (*http.Response, error) {
 	l.once.Do(func() { first = true })
 	if !first {
 		<-l.held
-		return &http.Response{
-			StatusCode: http.StatusForbidden, Status: http.StatusText(http.StatusForbidden), Request: req,
-			Header: http.Header{"Content-Type": {"application/json"}},
-			Body:   io.NopCloser(strings.NewReader(`{"code":"injected","message":"injected fault"}`)),
-		}, nil
+		return injected(req, http.StatusForbidden), nil
 	}
 	raw, err := io.ReadAll(req.Body)
 	if err != nil {
