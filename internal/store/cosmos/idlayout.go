@@ -159,9 +159,9 @@ func (s *Store) finishMigration(ctx context.Context, d settingsDoc) {
 
 // bucketsEmpty says whether no bucket of a layout of count holds a
 // document of a save that counts: committed, or still in flight. A
-// document of an aborted save (or one whose record expired, which only an
-// aborted or pending save's does) is deleted on the way: its ids count for
-// no lookup, and nothing else ever removes it when its create arrived after
+// document of an aborted save (or one without a record: an aborted save's,
+// or a pending one's, expires the retention period after the save began,
+// long after its lease) is deleted on the way: its ids count for no lookup, and nothing else ever removes it when its create arrived after
 // the save's rollback deleted its documents, or the rollback's delete
 // failed (the save's reservation and pages, through which a rollback or
 // retention finds its id documents, are gone). Each bucket is read until
@@ -181,7 +181,7 @@ func (s *Store) bucketsEmpty(ctx context.Context, count int) (bool, error) {
 	for _, b := range buckets(count) {
 		g.Go(func() error {
 			pager := s.ids.NewQueryItemsPager("SELECT c.id, c.s, c.st FROM c", azcosmos.NewPartitionKeyString(b),
-				&azcosmos.QueryOptions{PageSizeHint: 10, SessionToken: token})
+				&azcosmos.QueryOptions{PageSizeHint: 1, SessionToken: token})
 			for pager.More() && !held.Load() {
 				page, err := pager.NextPage(ctx)
 				if err != nil {
