@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -163,6 +164,42 @@ func TestAnIDDocumentCreatedAfterItsSavesRollbackGoesWhenALookupMeetsIt(t *testi
 	drainExactly(t, repo, r, ids(ns))
 	for _, ref := range idDocRefs(t, db, "h") {
 		if ref == aborted[0] {
+			t.Fatalf("the aborted save's id document %v is still there after a lookup met it", ref)
+		}
+	}
+}
+
+// A rollback whose deletes of the save's id documents fail leaves them
+// named by nothing (the reservation that listed them is dropped first):
+// the resend's lookup meets them and deletes them.
+func TestIDDocumentsARollbackFailedToDeleteGoWhenALookupMeetsThem(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	f := newFaulty()
+	repo := hub.New(open(t, cosmos.Config{Database: db, Transport: f}), hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	r := uuid.NewString()
+	ns := notifications(40, r, 1)
+	f.set(func(req *http.Request) int {
+		// The lookup after writing the id documents fails, and so do the
+		// rollback's deletes of them.
+		if op := cosmos.Classify(req); toContainer(req, "ids") && (op == cosmos.OpQuery || op == cosmos.OpDelete) {
+			return http.StatusForbidden
+		}
+		return 0
+	})
+	if _, err := repo.Save(context.Background(), ns); err == nil {
+		t.Fatal("the save succeeded though its lookup failed")
+	}
+	f.set(func(*http.Request) int { return 0 })
+	left := idDocRefs(t, db, "h")
+	if len(left) == 0 {
+		t.Fatal("the rollback deleted the id documents; the test tested nothing")
+	}
+	saveExpecting(t, repo, ns, 40, 0)
+	saveExpecting(t, repo, ns, 0, 40)
+	drainExactly(t, repo, r, ids(ns))
+	for _, ref := range idDocRefs(t, db, "h") {
+		if slices.Contains(left, ref) {
 			t.Fatalf("the aborted save's id document %v is still there after a lookup met it", ref)
 		}
 	}
