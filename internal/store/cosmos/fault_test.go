@@ -77,21 +77,28 @@ func (f *faulty) goneAfterCommit() *atomic.Bool {
 func (f *faulty) Do(req *http.Request) (*http.Response, error) {
 	if fn := f.inject.Load(); fn != nil && cosmos.Classify(req) != cosmos.OpMetadata {
 		if code := (*fn)(req); code != 0 {
-			h := http.Header{"Content-Type": {"application/json"}}
+			resp := injected(req, code)
 			if code == http.StatusTooManyRequests {
 				wait := f.retryAfter.Load()
 				if wait == 0 {
 					wait = 5
 				}
-				h.Set("x-ms-retry-after-ms", strconv.FormatInt(wait, 10))
+				resp.Header.Set("x-ms-retry-after-ms", strconv.FormatInt(wait, 10))
 			}
-			return &http.Response{
-				StatusCode: code, Status: http.StatusText(code), Header: h, Request: req,
-				Body: io.NopCloser(strings.NewReader(`{"code":"injected","message":"injected fault"}`)),
-			}, nil
+			return resp, nil
 		}
 	}
 	return f.next.Do(req)
+}
+
+// injected is the answer code to req from a transport standing in for the
+// server.
+func injected(req *http.Request, code int) *http.Response {
+	return &http.Response{
+		StatusCode: code, Status: http.StatusText(code), Request: req,
+		Header: http.Header{"Content-Type": {"application/json"}},
+		Body:   io.NopCloser(strings.NewReader(`{"code":"injected","message":"injected fault"}`)),
+	}
 }
 
 // toContainer reports whether req addresses documents of that container.

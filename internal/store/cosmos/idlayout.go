@@ -2,6 +2,7 @@ package cosmos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -157,7 +158,15 @@ func (s *Store) finishMigration(ctx context.Context, d settingsDoc) {
 }
 
 // bucketsEmpty says whether no bucket of a layout of count holds a
-// document: a query of at most one document per bucket.
+// document of a save that counts: committed, or still in flight. A
+// document of an aborted save (or one without a record: an aborted save's,
+// or a pending one's, expires the retention period after the save began,
+// long after its lease) is deleted on the way: its ids count for no lookup, and nothing else ever removes it when its create arrived after
+// the save's rollback deleted its documents, or the rollback's delete
+// failed (the save's reservation and pages, through which a rollback or
+// retention finds its id documents, are gone). Each bucket is read until
+// the first document that counts: a query, and a point read of a commit
+// record per document met.
 //
 // The queries carry the token of the ids this instance wrote: a replica
 // that lags behind them may miss documents of the old layout and answer
@@ -171,15 +180,22 @@ func (s *Store) bucketsEmpty(ctx context.Context, count int) (bool, error) {
 	g.SetLimit(8)
 	for _, b := range buckets(count) {
 		g.Go(func() error {
-			pager := s.ids.NewQueryItemsPager("SELECT TOP 1 c.id FROM c", azcosmos.NewPartitionKeyString(b),
+			pager := s.ids.NewQueryItemsPager("SELECT c.id, c.s, c.st FROM c", azcosmos.NewPartitionKeyString(b),
 				&azcosmos.QueryOptions{PageSizeHint: 1, SessionToken: token})
 			for pager.More() && !held.Load() {
 				page, err := pager.NextPage(ctx)
 				if err != nil {
 					return err
 				}
-				if len(page.Items) > 0 {
-					held.Store(true)
+				for _, raw := range page.Items {
+					counts, err := s.idDocCounts(ctx, b, raw)
+					if err != nil {
+						return err
+					}
+					if counts {
+						held.Store(true)
+						return nil
+					}
 				}
 			}
 			return nil
@@ -189,4 +205,23 @@ func (s *Store) bucketsEmpty(ctx context.Context, count int) (bool, error) {
 		return false, err
 	}
 	return !held.Load(), nil
+}
+
+// idDocCounts says whether the id document raw of bucket belongs to a
+// committed or pending save, and deletes it when not.
+func (s *Store) idDocCounts(ctx context.Context, bucket string, raw []byte) (bool, error) {
+	var d idDoc
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return true, err
+	}
+	state, err := s.saveState(ctx, d.Save, d.Token)
+	if err != nil || state != stateAborted {
+		return true, err
+	}
+	err = s.deleteItem(ctx, s.ids, azcosmos.NewPartitionKeyString(bucket), d.ID)
+	if err != nil && !isStatus(err, http.StatusNotFound) {
+		return true, err
+	}
+	s.cfg.Logger.Info("cosmos id index migration: deleted an id document of an aborted save", "bucket", bucket, "save", d.Save)
+	return false, nil
 }

@@ -178,20 +178,7 @@ func TestTheOldLayoutIsFoundEmptyOnlyByAReadThatSeesItsIDs(t *testing.T) {
 	// new layout only and starts the look at the old one.
 	clock.advance(16 * time.Minute)
 	saveExpecting(t, oldHub, notifications(1, r, 1), 1, 0)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		begun, ended := cosmos.IDMigrationCheck(old)
-		if !begun {
-			t.Fatal("the save after the both-layouts phase did not look at the old layout")
-		}
-		if ended {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the look at the old layout did not end")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForIDMigrationCheck(t, old)
 	c, err := cosmostest.NewClient(t, srv).NewContainer(db, "recipients")
 	if err != nil {
 		t.Fatal(err)

@@ -137,7 +137,32 @@ func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[st
 			inFlight = true
 		}
 	}
+	s.dropAbortedIDDocs(ctx, hits, states)
 	return committed, states, inFlight, nil
+}
+
+// dropAbortedIDDocs deletes the id documents of aborted saves that hits
+// met. Their ids count for nothing, and nothing else removes one whose
+// create, given up on by its save, arrived after the rollback deleted the
+// save's documents, or whose delete in the rollback failed: the
+// reservation and pages through which a rollback or retention finds a
+// save's id documents are gone. The client's resend of the aborted save is
+// the lookup that meets them. A delete that fails is left to the next
+// lookup (or an id migration's look at the old buckets): the caller's
+// answer does not depend on it.
+func (s *Store) dropAbortedIDDocs(ctx context.Context, hits []idHit, states map[string]string) {
+	done := map[[2]string]bool{}
+	for _, h := range hits {
+		k := [2]string{h.Bucket, h.Save}
+		if states[h.Save] != stateAborted || done[k] {
+			continue
+		}
+		done[k] = true
+		err := s.deleteItem(ctx, s.ids, azcosmos.NewPartitionKeyString(h.Bucket), h.Save)
+		if err != nil && !isStatus(err, http.StatusNotFound) {
+			s.cfg.Logger.Warn("cosmos: cannot delete an id document of an aborted save", "bucket", h.Bucket, "save", h.Save, "error", err)
+		}
+	}
 }
 
 // lookup queries each bucket the ids fall in, in parallel, leaving out the
@@ -364,7 +389,7 @@ func (d idDoc) hits(asked map[string]bool) ([]idHit, error) {
 		if drawer, err = unpackID(drawer); err != nil {
 			return nil, err
 		}
-		out = append(out, idHit{ID: id, Fingerprint: fp, Drawer: drawer, Save: d.Save, Token: d.Token})
+		out = append(out, idHit{ID: id, Fingerprint: fp, Drawer: drawer, Save: d.Save, Token: d.Token, Bucket: d.PK})
 	}
 	return out, nil
 }
@@ -392,6 +417,7 @@ func (r *runs) next() (string, bool) {
 type idHit struct {
 	ID, Fingerprint, Drawer, Save string
 	Token                         string // session token of the save's commit record
+	Bucket                        string // of the id document holding it
 }
 
 func fingerprintString(fp store.Fingerprint) string {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,11 +62,7 @@ func TestAReserveBatchArrivingAfterItsSavesRollbackHoldsNothing(t *testing.T) {
 			return nil, req.Context().Err()
 		case isBatch(req, "recipients", y):
 			<-xHeld
-			return &http.Response{
-				StatusCode: http.StatusForbidden, Status: http.StatusText(http.StatusForbidden), Request: req,
-				Header: http.Header{"Content-Type": {"application/json"}},
-				Body:   io.NopCloser(strings.NewReader(`{"code":"injected","message":"injected fault"}`)),
-			}, nil
+			return injected(req, http.StatusForbidden), nil
 		}
 		return next.Do(req)
 	})
