@@ -23,7 +23,7 @@ import (
 )
 
 // forgetFunc removes bundles' documents (hub.Options.ForgetBundles).
-type forgetFunc = func(ctx context.Context, recipient string, bundleIDs []string) error
+type forgetFunc = func(ctx context.Context, recipient string, bundleIDs []string, asRead func(context.Context) error) error
 
 // releasedEnv is a hub on Cosmos DB with a retention of an hour, whose
 // documents are kept in Azurite and built by a domain whose document of a
@@ -164,8 +164,8 @@ func TestADocumentStoredWhileItsBundleIsBeingReleasedIsRemoved(t *testing.T) {
 	built := make(chan error, 1)
 	var once sync.Once
 	holdTheRelease := func(forget forgetFunc) forgetFunc {
-		return func(ctx context.Context, recipient string, ids []string) error {
-			err := forget(ctx, recipient, ids)
+		return func(ctx context.Context, recipient string, ids []string, asRead func(context.Context) error) error {
+			err := forget(ctx, recipient, ids, asRead)
 			once.Do(func() {
 				close(answer)
 				if berr := <-built; berr != nil {

@@ -47,12 +47,12 @@ func TestAStaleSweepSparesTheDocumentOfALaterBundleOfItsID(t *testing.T) {
 	planned, goOn := make(chan struct{}), make(chan struct{})
 	forget := content.Forget(docs)
 	var forgets atomic.Int32
-	forgetBundles := func(ctx context.Context, recipient string, ids []string) error {
+	forgetBundles := func(ctx context.Context, recipient string, ids []string, asRead func(context.Context) error) error {
 		if forgets.Add(1) == 1 {
 			close(planned)
 			<-goOn
 		}
-		return forget(ctx, recipient, ids)
+		return forget(ctx, recipient, ids, asRead)
 	}
 	waits := make(chan struct{}, 1) // a pass logged that it waits for the one running
 	logger := slog.New(lineHandler{hub.RetentionWaits, waits})

@@ -224,7 +224,8 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, sinc
 		for i, rec := range sw.Bundles {
 			ids[i] = rec.ID
 		}
-		if err := r.opts.ForgetBundles(ctx, recipient, ids); err != nil {
+		asRead := func(ctx context.Context) error { return r.store.BundlesAsRead(ctx, recipient, sw.Bundles) }
+		if err := r.opts.ForgetBundles(ctx, recipient, ids, asRead); err != nil {
 			return err
 		}
 	}
