@@ -85,11 +85,7 @@ func (e *releasedEnv) save() string {
 // document builds (or reads back) the bundle's document.
 func (e *releasedEnv) document(b *domain.Bundle) string {
 	e.t.Helper()
-	doc, err := e.service.Document(e.ctx, apiconv.Bundle(b))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return string(read(e.t, doc))
+	return documentOf(e.ctx, e.t, e.service, b)
 }
 
 // laterBundleOfTheReleasedID follows a release of the bundle under the id:

@@ -131,11 +131,15 @@ const RetentionWaits = "a retention sweep waits for the one running on this inst
 // pass or a later bundle owns). A recipient whose sweep fails is reported
 // once the others are swept.
 func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duration, hold func(context.Context) (bool, error)) error {
-	// One pass at a time (the sweeper's turn, SweepNow): a recipient's
-	// sweep removes the documents of the bundles it planned to remove
-	// before it removes their records, unconditionally, so a pass that
-	// planned it before another pass freed a bundle's id would remove the
-	// document of a later bundle under that id.
+	// One pass at a time on an instance (the sweeper's turn, SweepNow):
+	// two would visit the same recipients, the later one only to meet
+	// conflicts, and the embedded store's documents (content.DirStore) are
+	// removed on their version in two steps, a look and a removal, which
+	// only passes that do not overlap keep apart. Passes of two instances
+	// overlap only when one outlasts its lease; a recipient's sweep removes
+	// the documents of the bundles it read only while those are as read
+	// (store.Retention.BundlesAsRead), on the version found before, so
+	// that a later bundle under a freed id keeps its document.
 	select {
 	case r.sweeping <- struct{}{}:
 	default:
