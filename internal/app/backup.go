@@ -32,13 +32,16 @@ type backup struct {
 
 // forget is remove (content.Forget) made to wait for a backup copying the
 // documents.
-func (b backup) forget(remove func(ctx context.Context, recipient string, bundleIDs []string) error) func(ctx context.Context, recipient string, bundleIDs []string) error {
-	return func(ctx context.Context, recipient string, bundleIDs []string) error {
+func (b backup) forget(remove forgetFunc) forgetFunc {
+	return func(ctx context.Context, recipient string, bundleIDs []string, asRead func(context.Context) error) error {
 		b.copying.RLock()
 		defer b.copying.RUnlock()
-		return remove(ctx, recipient, bundleIDs)
+		return remove(ctx, recipient, bundleIDs, asRead)
 	}
 }
+
+// forgetFunc removes bundles' documents (hub.Options.ForgetBundles).
+type forgetFunc = func(ctx context.Context, recipient string, bundleIDs []string, asRead func(context.Context) error) error
 
 // documentsFolder is the documents' folder in the data directory.
 const documentsFolder = "content"

@@ -46,6 +46,13 @@ type Store interface {
 	Create(ctx context.Context, key Key, mediaType string) (Staged, error)
 	// Delete removes the document of key if there is one.
 	Delete(ctx context.Context, key Key) error
+	// Version names the document of key as it is stored now, or returns
+	// ErrNotStored: a document stored again under key (a later bundle's,
+	// once the id is free) has another version.
+	Version(ctx context.Context, key Key) (string, error)
+	// DeleteVersion removes the document of key if it is still version;
+	// one that is gone or stored again since is left alone, and no error.
+	DeleteVersion(ctx context.Context, key Key, version string) error
 }
 
 // Staged is a document being written. Commit makes it durable and visible;

@@ -113,6 +113,35 @@ func (s *DirStore) Delete(_ context.Context, key Key) error {
 	return err
 }
 
+// Version is the file's modification time and size: a document stored
+// again is another file, renamed into place.
+func (s *DirStore) Version(_ context.Context, key Key) (string, error) {
+	fi, err := s.root.Stat(s.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", ErrNotStored
+	}
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d-%d", fi.ModTime().UnixNano(), fi.Size()), nil
+}
+
+// DeleteVersion removes the file if it is still version. The look and the
+// removal are two steps: a folder serves one instance, whose retention
+// passes run one at a time (hub.sweepPass), and a document is stored again
+// under an id only once retention removed the bundle's record, after its
+// document.
+func (s *DirStore) DeleteVersion(ctx context.Context, key Key, version string) error {
+	now, err := s.Version(ctx, key)
+	if errors.Is(err, ErrNotStored) || (err == nil && now != version) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.Delete(ctx, key)
+}
+
 type stagedFile struct {
 	root        *os.Root
 	f           *os.File

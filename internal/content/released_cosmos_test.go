@@ -23,7 +23,7 @@ import (
 )
 
 // forgetFunc removes bundles' documents (hub.Options.ForgetBundles).
-type forgetFunc = func(ctx context.Context, recipient string, bundleIDs []string) error
+type forgetFunc = func(ctx context.Context, recipient string, bundleIDs []string, asRead func(context.Context) error) error
 
 // releasedEnv is a hub on Cosmos DB with a retention of an hour, whose
 // documents are kept in Azurite and built by a domain whose document of a
@@ -85,11 +85,7 @@ func (e *releasedEnv) save() string {
 // document builds (or reads back) the bundle's document.
 func (e *releasedEnv) document(b *domain.Bundle) string {
 	e.t.Helper()
-	doc, err := e.service.Document(e.ctx, apiconv.Bundle(b))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return string(read(e.t, doc))
+	return documentOf(e.ctx, e.t, e.service, b)
 }
 
 // laterBundleOfTheReleasedID follows a release of the bundle under the id:
@@ -164,8 +160,8 @@ func TestADocumentStoredWhileItsBundleIsBeingReleasedIsRemoved(t *testing.T) {
 	built := make(chan error, 1)
 	var once sync.Once
 	holdTheRelease := func(forget forgetFunc) forgetFunc {
-		return func(ctx context.Context, recipient string, ids []string) error {
-			err := forget(ctx, recipient, ids)
+		return func(ctx context.Context, recipient string, ids []string, asRead func(context.Context) error) error {
+			err := forget(ctx, recipient, ids, asRead)
 			once.Do(func() {
 				close(answer)
 				if berr := <-built; berr != nil {

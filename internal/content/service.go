@@ -407,11 +407,49 @@ func (s *Service) renew(ctx context.Context, cancel context.CancelFunc, key Key,
 }
 
 // Forget returns what retention calls (hub.Options.ForgetBundles) to
-// remove the documents of the recipient's bundles it removes.
-func Forget(store Store) func(ctx context.Context, recipient string, bundleIDs []string) error {
-	return func(ctx context.Context, recipient string, bundleIDs []string) error {
+// remove the documents of the recipient's bundles it removes. With asRead
+// (retention's), a document goes only as it was stored before asRead
+// confirmed that the bundles' records are still those retention read: a
+// pass that read a bundle, then stalled while another pass removed it and
+// a later bundle took its id and stored its own document, finds the record
+// changed and removes nothing; and a document stored again after the
+// confirmation is another version, which DeleteVersion leaves alone. So
+// the later bundle's document is never removed, and its domain is not
+// asked for it again. Without asRead (an operator's release of a pending
+// bundle), the documents are removed as they are.
+func Forget(store Store) func(ctx context.Context, recipient string, bundleIDs []string, asRead func(context.Context) error) error {
+	return func(ctx context.Context, recipient string, bundleIDs []string, asRead func(context.Context) error) error {
+		if asRead == nil {
+			for _, id := range bundleIDs {
+				if err := store.Delete(ctx, Key{Recipient: recipient, BundleID: id}); err != nil {
+					return fmt.Errorf("removing the document of bundle %s: %w", id, err)
+				}
+			}
+			return nil
+		}
+		versions := make(map[string]string, len(bundleIDs))
 		for _, id := range bundleIDs {
-			if err := store.Delete(ctx, Key{Recipient: recipient, BundleID: id}); err != nil {
+			v, err := store.Version(ctx, Key{Recipient: recipient, BundleID: id})
+			switch {
+			case errors.Is(err, ErrNotStored):
+			case err != nil:
+				return fmt.Errorf("reading the document of bundle %s: %w", id, err)
+			default:
+				versions[id] = v
+			}
+		}
+		if len(versions) == 0 {
+			return nil // nothing stored: no need to ask whose it is
+		}
+		if err := asRead(ctx); err != nil {
+			return err
+		}
+		for _, id := range bundleIDs {
+			v, ok := versions[id]
+			if !ok {
+				continue
+			}
+			if err := store.DeleteVersion(ctx, Key{Recipient: recipient, BundleID: id}, v); err != nil {
 				return fmt.Errorf("removing the document of bundle %s: %w", id, err)
 			}
 		}

@@ -376,7 +376,8 @@ func TestForgetRemovesTheDocumentsRetentionRemoves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := content.Forget(store)(context.Background(), gone.Recipient, []string{gone.Id, newBundle().Id}); err != nil {
+	asRead := func(context.Context) error { return nil } // the bundles are as retention read them
+	if err := content.Forget(store)(context.Background(), gone.Recipient, []string{gone.Id, newBundle().Id}, asRead); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.Open(context.Background(), content.Key{Recipient: gone.Recipient, BundleID: gone.Id}); !errors.Is(err, content.ErrNotStored) {
@@ -388,6 +389,75 @@ func TestForgetRemovesTheDocumentsRetentionRemoves(t *testing.T) {
 	}
 	_ = doc.Body.Close()
 }
+
+// Retention removes a document only when the bundles' records are still
+// those it read, and only the version it found before it asked: a document
+// stored again under the id since (a later bundle's) stays.
+func TestForgetLeavesTheDocumentOfALaterBundleOfTheID(t *testing.T) {
+	ctx := context.Background()
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	key := content.Key{Recipient: uuid.NewString(), BundleID: uuid.NewString()}
+	put := func(body string) {
+		t.Helper()
+		w, err := store.Create(ctx, key, "text/plain")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write([]byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func() string {
+		t.Helper()
+		doc, err := store.Open(ctx, key)
+		if errors.Is(err, content.ErrNotStored) {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(read(t, doc))
+	}
+	forget := content.Forget(store)
+	put("first")
+	// The bundle's record changed since retention read it.
+	if err := forget(ctx, key.Recipient, []string{key.BundleID}, func(context.Context) error { return errConflict }); !errors.Is(err, errConflict) {
+		t.Fatalf("forget of a bundle changed since it was read: %v", err)
+	}
+	if got := stored(); got != "first" {
+		t.Fatalf("after a forget whose bundle changed: %q stored, want the document", got)
+	}
+	// The record is as read, but the document is removed and stored again
+	// (a later bundle's) between the look and the removal.
+	err = forget(ctx, key.Recipient, []string{key.BundleID}, func(context.Context) error {
+		if err := store.Delete(ctx, key); err != nil {
+			return err
+		}
+		put("later")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(); got != "later" {
+		t.Fatalf("after a forget of the document stored before: %q stored, want the later one", got)
+	}
+	if err := forget(ctx, key.Recipient, []string{key.BundleID}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(); got != "" {
+		t.Fatalf("after a forget of the bundle as read: %q stored, want none", got)
+	}
+}
+
+var errConflict = errors.New("the bundle changed since it was read")
 
 // recorded keeps what the service reported of its provider calls.
 type recorded struct {

@@ -47,57 +47,21 @@ func TestAStaleSweepSparesTheDocumentOfALaterBundleOfItsID(t *testing.T) {
 	planned, goOn := make(chan struct{}), make(chan struct{})
 	forget := content.Forget(docs)
 	var forgets atomic.Int32
-	forgetBundles := func(ctx context.Context, recipient string, ids []string) error {
+	forgetBundles := func(ctx context.Context, recipient string, ids []string, asRead func(context.Context) error) error {
 		if forgets.Add(1) == 1 {
 			close(planned)
 			<-goOn
 		}
-		return forget(ctx, recipient, ids)
+		return forget(ctx, recipient, ids, asRead)
 	}
 	waits := make(chan struct{}, 1) // a pass logged that it waits for the one running
 	logger := slog.New(lineHandler{hub.RetentionWaits, waits})
 	repo := hub.New(s, hub.Options{Retention: retention, ForgetBundles: forgetBundles, Now: now}, logger)
 	t.Cleanup(func() { repo.Close(); _ = s.Close() })
-	// Each answer of the domain is another document.
-	provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
-		return contenttest.Document("text/plain", fmt.Appendf(nil, "%s #%d", strings.Join(b.GetNotificationIds(), ","), calls), 1024)
-	})
-	service := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     docs, Pending: repo.IsPending, Lease: s,
-	})
-	t.Cleanup(service.Close)
+	a := newIDActor(ctx, t, repo, docs, s)
+	id, save, peek, document := a.id, a.save, a.peek, a.document
 
-	recipient, id := uuid.NewString(), uuid.NewString()
-	save := func() {
-		t.Helper()
-		n := domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginTimeSeries, ContentType: "c", DocumentType: "c", Weight: 1}
-		if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	peek := func() *domain.Bundle {
-		t.Helper()
-		b, err := repo.Peek(ctx, recipient, domain.GroupAll, id)
-		if err != nil || b == nil || b.ID != id {
-			t.Fatalf("peek naming %s: %+v %v", id, b, err)
-		}
-		return b
-	}
-	document := func(b *domain.Bundle) string {
-		t.Helper()
-		doc, err := service.Document(ctx, apiconv.Bundle(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(read(t, doc))
-	}
-
-	save()
-	document(peek())
-	if err := repo.Dequeue(ctx, recipient, id); err != nil {
-		t.Fatal(err)
-	}
+	a.dequeuedWithItsDocument()
 	mu.Lock()
 	ahead = retention + time.Hour
 	mu.Unlock()
@@ -156,3 +120,74 @@ func (h lineHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h lineHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h lineHandler) WithGroup(string) slog.Handler      { return h }
+
+// idActor is an actor that peeks with one bundle id of its own, again
+// after each bundle under it is gone, and reads the bundles' documents
+// through a service whose domain answers another document at each call.
+type idActor struct {
+	t             *testing.T
+	ctx           context.Context
+	repo          *hub.Hub
+	service       *content.Service
+	recipient, id string
+}
+
+func newIDActor(ctx context.Context, t *testing.T, repo *hub.Hub, docs content.Store, lease content.Lease) *idActor {
+	t.Helper()
+	provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
+		return contenttest.Document("text/plain", fmt.Appendf(nil, "%s #%d", strings.Join(b.GetNotificationIds(), ","), calls), 1024)
+	})
+	service := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     docs, Pending: repo.IsPending, Lease: lease,
+	})
+	t.Cleanup(service.Close)
+	return &idActor{t: t, ctx: ctx, repo: repo, service: service, recipient: uuid.NewString(), id: uuid.NewString()}
+}
+
+// save saves one notification for the actor.
+func (a *idActor) save() {
+	a.t.Helper()
+	n := domain.Notification{ID: uuid.NewString(), Recipient: a.recipient, Origin: domain.OriginTimeSeries, ContentType: "c", DocumentType: "c", Weight: 1}
+	if _, err := a.repo.Save(a.ctx, []domain.Notification{n}); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// peek peeks naming the actor's id, and wants a bundle under it.
+func (a *idActor) peek() *domain.Bundle {
+	a.t.Helper()
+	b, err := a.repo.Peek(a.ctx, a.recipient, domain.GroupAll, a.id)
+	if err != nil || b == nil || b.ID != a.id {
+		a.t.Fatalf("peek naming %s: %+v %v", a.id, b, err)
+	}
+	return b
+}
+
+// document reads the bundle's document, built by its domain if none is stored.
+func (a *idActor) document(b *domain.Bundle) string {
+	a.t.Helper()
+	return documentOf(a.ctx, a.t, a.service, b)
+}
+
+// dequeuedWithItsDocument saves a notification, peeks it under the actor's
+// id, has its document built and dequeues it.
+func (a *idActor) dequeuedWithItsDocument() {
+	a.t.Helper()
+	a.save()
+	a.document(a.peek())
+	if err := a.repo.Dequeue(a.ctx, a.recipient, a.id); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// documentOf reads the bundle's document through service, built by its
+// domain if none is stored.
+func documentOf(ctx context.Context, t *testing.T, service *content.Service, b *domain.Bundle) string {
+	t.Helper()
+	doc, err := service.Document(ctx, apiconv.Bundle(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(read(t, doc))
+}

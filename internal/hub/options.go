@@ -21,7 +21,11 @@ type Options struct {
 	// ForgetBundles, when set, removes what is kept elsewhere for bundles
 	// that retention removes (their documents). It runs before their records
 	// go, so a failure leaves nothing behind that no record points to.
-	ForgetBundles func(ctx context.Context, recipient string, bundleIDs []string) error
+	// Retention passes asRead, which is nil only while the bundles' records
+	// are still those it read (store.Retention.BundlesAsRead): what it
+	// finds stored before asRead succeeds is theirs, not a later bundle's
+	// under a freed id. An operator's release passes none.
+	ForgetBundles func(ctx context.Context, recipient string, bundleIDs []string, asRead func(context.Context) error) error
 	// Notices, when set, says which domains hear of their bundles'
 	// dequeues: their Acknowledge puts a notice in the store's outbox.
 	Notices func(domain.Origin) bool

@@ -46,7 +46,7 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 		// that fails after it leaves the bundle pending, its document built
 		// again by its next content peek.
 		if r.opts.ForgetBundles != nil {
-			if err := r.opts.ForgetBundles(ctx, recipient, []string{bundleID}); err != nil {
+			if err := r.opts.ForgetBundles(ctx, recipient, []string{bundleID}, nil); err != nil {
 				return bundle.Record{}, fmt.Errorf("%w: nothing was released: %w", domain.ErrUnavailable, err)
 			}
 		}
@@ -66,7 +66,7 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 	// the bundle released and removes it itself.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetAgainTimeout)
 	defer cancel()
-	if err := r.opts.ForgetBundles(fctx, recipient, []string{bundleID}); err != nil {
+	if err := r.opts.ForgetBundles(fctx, recipient, []string{bundleID}, nil); err != nil {
 		r.logger.Error("the document of a released bundle could not be removed; remove it before its id is used again",
 			"recipient", recipient, "bundle", bundleID, "error", err)
 	}

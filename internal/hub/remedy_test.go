@@ -39,7 +39,7 @@ func newRemedyEnv(t *testing.T) *remedyEnv {
 		MaxBundleWeight: 4, Retention: time.Hour, SweepInterval: time.Hour,
 		Now:     func() time.Time { env.mu.Lock(); defer env.mu.Unlock(); return env.now },
 		Notices: func(domain.Origin) bool { return true },
-		ForgetBundles: func(_ context.Context, _ string, ids []string) error {
+		ForgetBundles: func(_ context.Context, _ string, ids []string, _ func(context.Context) error) error {
 			env.mu.Lock()
 			env.forgotten = append(env.forgotten, ids...)
 			env.mu.Unlock()

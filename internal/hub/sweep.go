@@ -53,6 +53,13 @@ func (r *Hub) sweepLoop(ctx context.Context) {
 			}
 			swept, err := r.sweepTurn(ctx, holder, since.Add(-sweepSkew))
 			switch {
+			case errors.Is(err, store.ErrNotHolder):
+				// The pass outlasted its lease (this instance stalled, or
+				// the clocks disagree): the holder now sweeps. Should this
+				// one hold the lease again, its next pass looks back as far
+				// as this one did.
+				r.logger.Warn(SweepLeaseLost, "err", err)
+				last = since
 			case err != nil && ctx.Err() == nil:
 				r.logger.Error("retention sweep failed", "err", err)
 			case err == nil && swept:
@@ -69,10 +76,15 @@ func jittered(d time.Duration) time.Duration {
 	return d - d/10 + time.Duration(rand.Int64N(int64(d/5)+1))
 }
 
+// SweepLeaseLost is the warning of a pass that found its sweep lease taken
+// over: the recipients it had not visited are left to the new holder.
+const SweepLeaseLost = "the sweep lease was taken over during a retention pass; the instance holding it now sweeps"
+
 // sweepTurn runs one pass if this instance may: on a shared store only the
 // holder of the lease sweeps, at low priority. The lease outlasts the pass
 // and is extended as the pass goes on; a holder that dies frees it after two
-// intervals. It reports whether it swept.
+// intervals. It reports whether it swept; a pass that lost the lease
+// midway reports store.ErrNotHolder.
 func (r *Hub) sweepTurn(ctx context.Context, holder string, since time.Time) (bool, error) {
 	interval := r.opts.SweepInterval
 	hold := func(ctx context.Context) (bool, error) { return r.store.HoldSweepLease(ctx, holder, 2*interval) }
@@ -113,14 +125,21 @@ const RetentionWaits = "a retention sweep waits for the one running on this inst
 // with a bundle due, and those that dequeued since since (their catalog
 // may hold drawers to let go); a recipient with neither costs nothing. Up
 // to sweepParallel recipients are swept at once; hold, when set, is asked
-// again every renew and ends the pass when the lease is lost. A recipient
-// whose sweep fails is reported once the others are swept.
+// again every renew, and a lease found lost ends the pass with
+// store.ErrNotHolder once the visits under way end (their removals are
+// conditional on what they read, so they remove nothing the new holder's
+// pass or a later bundle owns). A recipient whose sweep fails is reported
+// once the others are swept.
 func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duration, hold func(context.Context) (bool, error)) error {
-	// One pass at a time (the sweeper's turn, SweepNow): a recipient's
-	// sweep removes the documents of the bundles it planned to remove
-	// before it removes their records, unconditionally, so a pass that
-	// planned it before another pass freed a bundle's id would remove the
-	// document of a later bundle under that id.
+	// One pass at a time on an instance (the sweeper's turn, SweepNow):
+	// two would visit the same recipients, the later one only to meet
+	// conflicts, and the embedded store's documents (content.DirStore) are
+	// removed on their version in two steps, a look and a removal, which
+	// only passes that do not overlap keep apart. Passes of two instances
+	// overlap only when one outlasts its lease; a recipient's sweep removes
+	// the documents of the bundles it read only while those are as read
+	// (store.Retention.BundlesAsRead), on the version found before, so
+	// that a later bundle under a freed id keeps its document.
 	select {
 	case r.sweeping <- struct{}{}:
 	default:
@@ -149,14 +168,17 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 		first  error
 	)
 	held := time.Now()
-	for _, recipient := range due {
+	for i, recipient := range due {
 		if gctx.Err() != nil {
 			break
 		}
 		if hold != nil && time.Since(held) > renew {
 			if ok, err := hold(gctx); err != nil || !ok {
 				_ = g.Wait()
-				return err // another instance sweeps now
+				if err == nil {
+					err = fmt.Errorf("%w: the sweep lease was taken over with %d of %d recipients not visited", store.ErrNotHolder, len(due)-i, len(due))
+				}
+				return err
 			}
 			held = time.Now()
 		}
@@ -224,7 +246,8 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, sinc
 		for i, rec := range sw.Bundles {
 			ids[i] = rec.ID
 		}
-		if err := r.opts.ForgetBundles(ctx, recipient, ids); err != nil {
+		asRead := func(ctx context.Context) error { return r.store.BundlesAsRead(ctx, recipient, sw.Bundles) }
+		if err := r.opts.ForgetBundles(ctx, recipient, ids, asRead); err != nil {
 			return err
 		}
 	}

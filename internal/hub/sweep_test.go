@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -386,5 +387,112 @@ func TestARecipientWhoseSweepFailsDoesNotStopThePass(t *testing.T) {
 	}
 	if got := len(s.swept()); got != len(recipients)-1 {
 		t.Fatalf("%d recipients swept, want every one but the failing one (%d)", got, len(recipients)-1)
+	}
+}
+
+// stolenLeaseStore is a leasedStore whose first pass finds the lease taken
+// over by another instance once it began, and each of whose visits in that
+// pass lasts longer than half the interval, so that the pass asks for the
+// lease again before it ends. It reports every DueRecipients call's since.
+type stolenLeaseStore struct {
+	leasedStore
+	interval time.Duration
+	since    chan time.Time
+	passes   int
+}
+
+func (s *stolenLeaseStore) DueRecipients(ctx context.Context, due, since time.Time, fn func(string) error) error {
+	s.mu.Lock()
+	s.passes++
+	first := s.passes == 1
+	s.mu.Unlock()
+	if first {
+		l := s.lease
+		l.mu.Lock()
+		l.holder, l.expires = "another", time.Now().Add(time.Hour)
+		l.mu.Unlock()
+	}
+	select {
+	case s.since <- since:
+	default: // the test has read what it needs: never block the sweeper
+	}
+	return s.sweptStore.DueRecipients(ctx, due, since, fn)
+}
+
+func (s *stolenLeaseStore) LoadRetention(ctx context.Context, recipient string, due, since time.Time) (store.RetentionState, error) {
+	s.mu.Lock()
+	first := s.passes == 1
+	s.mu.Unlock()
+	if first {
+		time.Sleep(s.interval) // the pass's next visit asks for the lease again
+	}
+	return s.sweptStore.LoadRetention(ctx, recipient, due, since)
+}
+
+// warnings is a slog.Handler that sends each record of level Warn or above
+// on records (without waiting) and drops everything.
+type warnings struct{ records chan<- slog.Record }
+
+func (warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h warnings) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h.records <- r:
+	default:
+	}
+	return nil
+}
+func (h warnings) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h warnings) WithGroup(string) slog.Handler      { return h }
+
+// A pass whose lease another instance took over midway stops and says so:
+// a warning naming store.ErrNotHolder, not a silent end. It did not visit
+// every recipient, so the instance's next pass looks back from the same
+// start, not from this pass's.
+func TestAPassThatLosesItsLeaseSaysSoAndTheNextLooksBackAsFar(t *testing.T) {
+	const interval = 20 * time.Millisecond
+	recipients := make([]string, 2*sweepParallel)
+	for i := range recipients {
+		recipients[i] = string(rune('a' + i))
+	}
+	lease := &fakeLease{}
+	s := &stolenLeaseStore{leasedStore: leasedStore{&sweptStore{recipients: recipients, lease: lease}},
+		interval: interval, since: make(chan time.Time, 4)}
+	records := make(chan slog.Record, 16)
+	repo := New(s, Options{SweepInterval: interval, Retention: 24 * time.Hour}, slog.New(warnings{records}))
+	t.Cleanup(repo.Close)
+	first := <-s.since
+	deadline := time.After(time.Minute) // only for a pass that never says so
+	for warned := false; !warned; {
+		select {
+		case r := <-records:
+			if r.Level >= slog.LevelError {
+				t.Fatalf("a pass that lost its lease logged %q at %v", r.Message, r.Level)
+			}
+			if r.Message != SweepLeaseLost || r.Level != slog.LevelWarn {
+				continue
+			}
+			r.Attrs(func(a slog.Attr) bool {
+				if err, ok := a.Value.Any().(error); ok && errors.Is(err, store.ErrNotHolder) {
+					warned = true
+				}
+				return true
+			})
+			if !warned {
+				t.Fatalf("the warning of a lost lease names no store.ErrNotHolder")
+			}
+		case <-deadline:
+			t.Fatal("a pass that lost its lease midway said nothing")
+		}
+	}
+	if visited := len(s.swept()); visited >= len(recipients) {
+		t.Fatalf("the pass visited %d of %d recipients after it lost the lease", visited, len(recipients))
+	}
+	// The other instance gives the lease up: this one sweeps again, from
+	// where its first pass began.
+	if err := (leasedStore{s.sweptStore}).ReleaseSweepLease(context.Background(), "another"); err != nil {
+		t.Fatal(err)
+	}
+	if next := <-s.since; !next.Equal(first) {
+		t.Fatalf("the pass after the lost one asked since %v; want the lost pass's %v", next, first)
 	}
 }

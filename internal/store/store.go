@@ -275,6 +275,13 @@ type Retention interface {
 	// retained in between: a visit costs what is due or new, not what the
 	// recipient retains.
 	LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (RetentionState, error)
+	// BundlesAsRead is nil when every one of bundles (the recipient's
+	// dequeued and released records a visit read) is stored at the Version
+	// read, as the latest write of each left it, whichever instance made
+	// it; ErrConflict when one was deleted or replaced since: its id may
+	// have been freed and taken by a later bundle. Retention asks it before
+	// removing what is kept elsewhere under those ids (their documents).
+	BundlesAsRead(ctx context.Context, recipient string, bundles []bundle.Record) error
 }
 
 // RetentionState is what LoadRetention reads of a recipient.

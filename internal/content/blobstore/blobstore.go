@@ -160,6 +160,34 @@ func (s *Store) Delete(ctx context.Context, key content.Key) error {
 	return nil
 }
 
+// Version is the blob's etag.
+func (s *Store) Version(ctx context.Context, key content.Key) (string, error) {
+	props, err := s.c.NewBlobClient(name(key)).GetProperties(ctx, nil)
+	if bloberror.HasCode(err, bloberror.BlobNotFound) {
+		return "", content.ErrNotStored
+	}
+	if err != nil {
+		return "", fmt.Errorf("blob storage: reading the properties of %s: %w", name(key), err)
+	}
+	if props.ETag == nil {
+		return "", fmt.Errorf("blob storage: %s has no etag", name(key))
+	}
+	return string(*props.ETag), nil
+}
+
+// DeleteVersion deletes the blob on its etag (If-Match): Blob Storage
+// refuses the delete of a blob stored again since.
+func (s *Store) DeleteVersion(ctx context.Context, key content.Key, version string) error {
+	etag := azcore.ETag(version)
+	_, err := s.c.NewBlobClient(name(key)).Delete(ctx, &blob.DeleteOptions{AccessConditions: &blob.AccessConditions{
+		ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: &etag},
+	}})
+	if err != nil && !bloberror.HasCode(err, bloberror.BlobNotFound, bloberror.ConditionNotMet) {
+		return fmt.Errorf("blob storage: deleting %s: %w", name(key), err)
+	}
+	return nil
+}
+
 // staged uploads a document block by block.
 type staged struct {
 	ctx       context.Context

@@ -195,3 +195,39 @@ func TestTheBodyOutlivesTheContextOfOpen(t *testing.T) {
 		t.Fatal("opened a document with a context that had ended")
 	}
 }
+
+// A removal on a version read before removes that document only: one
+// stored again under the key since (a later bundle's) stays.
+func TestDeleteVersionSparesADocumentStoredAgain(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	k := key()
+	if _, err := s.Version(ctx, k); !errors.Is(err, content.ErrNotStored) {
+		t.Fatalf("version of no document: %v, want ErrNotStored", err)
+	}
+	store(t, s, k, "text/plain", []byte("first"))
+	first, err := s.Version(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	store(t, s, k, "text/plain", []byte("later"))
+	if err := s.DeleteVersion(ctx, k, first); err != nil {
+		t.Fatal(err)
+	}
+	later, err := s.Version(ctx, k)
+	if err != nil || later == first {
+		t.Fatalf("after a removal of the first version: %q, %v; want the later document, another version", later, err)
+	}
+	if err := s.DeleteVersion(ctx, k, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Version(ctx, k); !errors.Is(err, content.ErrNotStored) {
+		t.Fatalf("after a removal of the version stored: %v, want ErrNotStored", err)
+	}
+	if err := s.DeleteVersion(ctx, k, later); err != nil {
+		t.Fatalf("a removal of a document gone: %v", err)
+	}
+}

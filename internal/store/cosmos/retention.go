@@ -3,11 +3,13 @@ package cosmos
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
+	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/store"
 )
@@ -345,4 +347,45 @@ func (s *Store) boundRetained(ctx context.Context, recipient string, st *store.R
 
 func toKept(d keptDoc) store.Kept {
 	return store.Kept{ID: d.ID, Until: time.UnixMicro(d.Until), Drawers: d.Drawers}
+}
+
+// bundlesAsRead checks that the bundles' records are stored at the etags a
+// visit read. It reads them on the primary (batches of reads, one per
+// hundred records): a replica behind another instance's sweep would still
+// show a record that sweep deleted, while a later bundle took its id and
+// its document.
+func (s *Store) bundlesAsRead(ctx context.Context, recipient string, bundles []bundle.Record) error {
+	ids := make([]string, 0, len(bundles))
+	read := make(map[string]string, len(bundles)) // document id → etag read
+	for _, b := range bundles {
+		id := bundleDocID(b.ID)
+		if _, twice := read[id]; !twice {
+			ids = append(ids, id)
+		}
+		read[id] = b.Version
+	}
+	found := 0
+	err := s.readManyOnPrimary(ctx, s.recipients, recipient, ids, func(raw []byte) error {
+		var d struct {
+			ID   string `json:"id"`
+			ETag string `json:"_etag"`
+		}
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return err
+		}
+		if d.ETag != read[d.ID] {
+			return fmt.Errorf("%w: %s changed since retention read it", store.ErrConflict, d.ID)
+		}
+		found++
+		return nil
+	})
+	if err == nil && found < len(ids) {
+		err = fmt.Errorf("%w: a bundle retention read is gone", store.ErrConflict)
+	}
+	return err
+}
+
+// BundlesAsRead is bundlesAsRead, its errors mapped.
+func (s *Store) BundlesAsRead(ctx context.Context, recipient string, bundles []bundle.Record) error {
+	return storeError(s.bundlesAsRead(ctx, recipient, bundles))
 }

@@ -37,6 +37,7 @@ const (
 	OpWriteFigures    = "write_figures"
 	OpDueRecipients   = "due_recipients"
 	OpLoadRetention   = "load_retention"
+	OpBundlesAsRead   = "bundles_as_read"
 	OpNotices         = "notices"
 	OpRemoveNotices   = "remove_notices"
 	OpDequeuedBundle  = "dequeued_bundle"
@@ -232,6 +233,11 @@ func (s *Store) WriteFigures(ctx context.Context, holder string, f store.Backlog
 // LoadRetention implements store.Retention.
 func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
 	return timedResult(ctx, s, OpLoadRetention, func() (store.RetentionState, error) { return s.Store.LoadRetention(ctx, recipient, dueBefore, since) })
+}
+
+// BundlesAsRead implements store.Retention.
+func (s *Store) BundlesAsRead(ctx context.Context, recipient string, bundles []bundle.Record) error {
+	return s.timed(ctx, OpBundlesAsRead, func() error { return s.Store.BundlesAsRead(ctx, recipient, bundles) })
 }
 
 // DueRecipients implements store.Retention. The time spent in fn is not

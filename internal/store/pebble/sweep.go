@@ -285,3 +285,24 @@ func inRetentionRanges(rec bundle.Record, dueBefore, since time.Time) bool {
 	at := leftPendingAt(rec)
 	return at.Before(dueBefore) || (!since.IsZero() && !at.Before(since))
 }
+
+// BundlesAsRead implements store.Retention: each record read is stored
+// still, at the version read.
+func (s *Store) BundlesAsRead(_ context.Context, recipient string, bundles []bundle.Record) error {
+	for _, read := range bundles {
+		r, id, err := parseIDs(recipient, read.ID)
+		if err != nil {
+			return err
+		}
+		rec, found, err := s.dequeuedRecord(r, id)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			return conflict("bundle %s is gone since it was read", read.ID)
+		case rec.Version != read.Version:
+			return conflict("bundle %s changed since it was read", read.ID)
+		}
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/hub"
@@ -682,7 +684,11 @@ func (h *harness) fullBundleSpansDrawers(t *testing.T) {
 
 func (h *harness) retention(t *testing.T) {
 	var forgotten []string // recipient/bundle pairs handed to ForgetBundles
-	e := h.env(t, hub.Options{Retention: 24 * time.Hour, ForgetBundles: func(_ context.Context, recipient string, ids []string) error {
+	e := h.env(t, hub.Options{Retention: 24 * time.Hour, ForgetBundles: func(ctx context.Context, recipient string, ids []string, asRead func(context.Context) error) error {
+		// Nothing changed the bundles since retention read them.
+		if err := asRead(ctx); err != nil {
+			t.Errorf("the bundles retention read, as read: %v", err)
+		}
 		for _, id := range ids {
 			forgotten = append(forgotten, recipient+"/"+id)
 		}
@@ -713,6 +719,10 @@ func (h *harness) retention(t *testing.T) {
 		t.Fatal("dequeued bundle kept past retention")
 	}
 	expectIDs(t, "bundles forgotten with their records", forgotten, []string{r + "/" + b.ID})
+	// A record gone since retention read it is not as read.
+	if err := e.store.BundlesAsRead(ctx(t), r, []bundle.Record{{ID: b.ID, Version: "read"}}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a bundle removed since it was read, as read: %v; want ErrConflict", err)
+	}
 	state, err := e.store.LoadRecipient(ctx(t), r)
 	if err != nil {
 		t.Fatal(err)
