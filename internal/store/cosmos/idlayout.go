@@ -161,7 +161,8 @@ func (s *Store) finishMigration(ctx context.Context, d settingsDoc) {
 // document of a save that counts: committed, or still in flight. A
 // document of an aborted save (or one without a record: an aborted save's,
 // or a pending one's, expires the retention period after the save began,
-// long after its lease) is deleted on the way: its ids count for no lookup, and nothing else ever removes it when its create arrived after
+// long after its lease) is deleted on the way: its ids count for no
+// lookup, and nothing else ever removes it when its create arrived after
 // the save's rollback deleted its documents, or the rollback's delete
 // failed (the save's reservation and pages, through which a rollback or
 // retention finds its id documents, are gone). Each bucket is read until
