@@ -19,34 +19,11 @@ import (
 	"github.com/energydatahub/messagehub/internal/auth/authtest"
 )
 
-// lines are the log's lines whose message is msg.
-func (l *logLines) lines(t *testing.T, msg string) []map[string]any {
+// jwtConfig is testConfig with --auth jwt, trusting a new issuer's keys.
+func jwtConfig(t *testing.T) (app.Config, *authtest.Issuer) {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("not a JSON line: %s", line)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// A token's kid is the caller's to choose, as long as the headers allow (16
-// KiB on gRPC, 64 KiB over HTTP), and a refusal names the kid no key has:
-// the refusal's answer and its log line hold a bounded piece of it, so that
-// a client sending bad tokens in a loop makes short lines, whatever the
-// limit on how many it makes.
-func TestARefusedTokensKeyIDIsAnsweredAndLoggedInABoundedPiece(t *testing.T) {
 	const issuer, audience = "https://issuer.test/", "messagehub"
-	const bound = 300 // bytes of an answer's or a line's error: the message and a piece of the kid
 	is := authtest.NewIssuer(t, issuer, audience)
-	var logs logLines
 	cfg, err := app.ParseConfig([]string{
 		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--min-free-disk", "0",
 		"--auth", "jwt", "--jwks-file", is.WriteJWKS(t), "--jwt-issuer", issuer, "--jwt-audience", audience,
@@ -55,6 +32,18 @@ func TestARefusedTokensKeyIDIsAnsweredAndLoggedInABoundedPiece(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.ShutdownTimeout = shutdownTimeout
+	return cfg, is
+}
+
+// A token's kid is the caller's to choose, as long as the headers allow (16
+// KiB on gRPC, 64 KiB over HTTP), and a refusal names the kid no key has:
+// the refusal's answer and its log line hold a bounded piece of it, so that
+// a client sending bad tokens in a loop makes short lines, whatever the
+// limit on how many it makes.
+func TestARefusedTokensKeyIDIsAnsweredAndLoggedInABoundedPiece(t *testing.T) {
+	const bound = 300 // bytes of an answer's or a line's error: the message and a piece of the kid
+	cfg, is := jwtConfig(t)
+	var logs logLines
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r := start(t, cfg)
 	// Signed by the issuer's key, under a kid the JWKS does not have.
@@ -64,7 +53,7 @@ func TestARefusedTokensKeyIDIsAnsweredAndLoggedInABoundedPiece(t *testing.T) {
 
 	// gRPC: a kid of 10 KiB, within the header list's 16 KiB.
 	ctx := metadata.AppendToOutgoingContext(callContext(t), "authorization", "Bearer "+withKid(10<<10))
-	_, err = r.client.Peek(ctx, &messagehubv1.PeekRequest{})
+	_, err := r.client.Peek(ctx, &messagehubv1.PeekRequest{})
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("a peek with an unknown kid: %v", err)
 	}
@@ -99,7 +88,7 @@ func TestARefusedTokensKeyIDIsAnsweredAndLoggedInABoundedPiece(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, msg := range []string{"call refused for its credentials", "HTTP request refused for its credentials"} {
-		lines := logs.lines(t, msg)
+		lines := logs.lines(t, func(m map[string]any) bool { return m["msg"] == msg })
 		if len(lines) != 1 {
 			t.Fatalf("%d lines %q; want 1", len(lines), msg)
 		}
