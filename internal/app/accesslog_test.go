@@ -30,8 +30,8 @@ func (l *logLines) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
-// calls are the access log's lines of method.
-func (l *logLines) calls(t *testing.T, method string) []map[string]any {
+// lines are the lines of the log that keep holds for.
+func (l *logLines) lines(t *testing.T, keep func(map[string]any) bool) []map[string]any {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -41,11 +41,17 @@ func (l *logLines) calls(t *testing.T, method string) []map[string]any {
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("not a JSON line: %s", line)
 		}
-		if m["msg"] == "call" && m["method"] == method {
+		if keep(m) {
 			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// calls are the access log's lines of method.
+func (l *logLines) calls(t *testing.T, method string) []map[string]any {
+	t.Helper()
+	return l.lines(t, func(m map[string]any) bool { return m["msg"] == "call" && m["method"] == method })
 }
 
 // A call's access log line names its recipient and bundle, and its client:

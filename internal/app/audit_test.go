@@ -21,7 +21,6 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/app"
 	"github.com/energydatahub/messagehub/internal/audit"
-	"github.com/energydatahub/messagehub/internal/auth/authtest"
 	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
@@ -31,16 +30,7 @@ import (
 // actor's audit log, with the subject of the token that made them; an empty
 // Peek does not. The log reads the same through gRPC and HTTP.
 func TestTheAuditLogRecordsActorsAndOperatorsByTheirTokens(t *testing.T) {
-	const issuer, audience = "https://issuer.test/", "messagehub"
-	is := authtest.NewIssuer(t, issuer, audience)
-	cfg, err := app.ParseConfig([]string{
-		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--min-free-disk", "0",
-		"--auth", "jwt", "--jwks-file", is.WriteJWKS(t), "--jwt-issuer", issuer, "--jwt-audience", audience,
-	}, nil, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ShutdownTimeout = shutdownTimeout
+	cfg, is := jwtConfig(t)
 	// Flushed often: the test waits for the events to appear.
 	app.SetAuditOptions(&cfg, audit.Options{FlushInterval: 20 * time.Millisecond})
 	r := start(t, cfg)

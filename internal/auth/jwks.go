@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"strconv"
+	"unicode/utf8"
 )
 
 // KeySet is the public keys of a JWKS document that can verify RS256 or
@@ -150,10 +152,28 @@ func (ks *KeySet) lookup(alg, kid string) (crypto.PublicKey, error) {
 	case len(found) == 1:
 		return found[0].key, nil
 	case len(found) == 0 && kid != "":
-		return nil, fmt.Errorf("no %s key with kid %q", alg, kid)
+		return nil, fmt.Errorf("no %s key with kid %s", alg, shownKeyID(kid))
 	case len(found) == 0:
 		return nil, fmt.Errorf("no %s key", alg)
 	default:
 		return nil, fmt.Errorf("several %s keys and the token names none (kid)", alg)
 	}
+}
+
+// maxShownKeyID bounds the piece of a token's kid a refusal names: the kid
+// is the caller's to choose, up to the header limits (tens of KiB), and the
+// refusal goes into its answer and a log line.
+const maxShownKeyID = 64
+
+// shownKeyID is kid quoted, cut to maxShownKeyID bytes (at a character's
+// start) with its length when it is longer.
+func shownKeyID(kid string) string {
+	if len(kid) <= maxShownKeyID {
+		return strconv.Quote(kid)
+	}
+	n := maxShownKeyID
+	for n > 0 && !utf8.RuneStart(kid[n]) {
+		n--
+	}
+	return fmt.Sprintf("%q... (%d bytes)", kid[:n], len(kid))
 }

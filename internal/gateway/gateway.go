@@ -182,14 +182,17 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 	}
 	// Every route is named here so that request metrics name it
 	// (http.route), and so that another method on it is 405; anything else
-	// goes to grpc-gateway for its 404.
+	// is 404. Only these routes reach grpc-gateway, behind their checks:
+	// grpc-gateway matches a path once unescaped, so that it would serve
+	// /v1%2Fnotifications as /v1/notifications, which no route here names.
 	root := http.NewServeMux()
+	notFound := notFound(mux)
 	for _, rt := range routes {
 		pattern, verb := splitVerb(rt.path)
-		root.Handle(rt.method+" "+pattern, withVerb(verb, rt.handler, mux))
-		root.Handle(pattern, withVerb(verb, methodNotAllowed(mux, rt.method), mux))
+		root.Handle(rt.method+" "+pattern, withVerb(verb, rt.handler, notFound))
+		root.Handle(pattern, withVerb(verb, methodNotAllowed(mux, rt.method), notFound))
 	}
-	root.Handle("/", mux)
+	root.Handle("/", notFound)
 	handler := utf8Only(mux, root)
 	if o.accessLog != nil {
 		return accessLog(o.accessLog, handler), nil
@@ -230,18 +233,26 @@ func splitVerb(path string) (pattern, verb string) {
 }
 
 // withVerb passes on to next only requests whose path ends in verb (all
-// when verb is empty); grpc-gateway answers the others (404), as for any
-// path it does not know.
-func withVerb(verb string, next, mux http.Handler) http.Handler {
+// when verb is empty); notFound answers the others, as any path no route
+// names.
+func withVerb(verb string, next, notFound http.Handler) http.Handler {
 	if verb == "" {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasSuffix(r.URL.Path, verb) {
-			mux.ServeHTTP(w, r)
+			notFound.ServeHTTP(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
+	})
+}
+
+// notFound answers 404 in the gateway's JSON error shape, as grpc-gateway
+// answers a path it does not know.
+func notFound(mux *runtime.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(mux, w, r, http.StatusNotFound, status.Error(codes.NotFound, http.StatusText(http.StatusNotFound)))
 	})
 }
 

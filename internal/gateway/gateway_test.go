@@ -473,3 +473,39 @@ func TestASaveOfManyEmptyNotificationsIsRefusedBeforeItIsDecoded(t *testing.T) {
 		t.Errorf("%d refused bodies reached the server", n)
 	}
 }
+
+// The routes named in New are the only ones served: a path that names a
+// route with an escaped slash (%2F) in place of one of its slashes is no
+// route of the gateway, whose checks (the token before the body, the body's
+// bound, the budgets of peeks) are those of its routes, and grpc-gateway,
+// which matches the path unescaped, must not serve it past them.
+func TestAPathWithAnEscapedSlashIsNoRoute(t *testing.T) {
+	s := newStack(t, gateway.WithMaxBodyBytes(1<<20), gateway.WithAuthentication(func(h []string, _ string) error {
+		if len(h) == 1 && h[0] == "Bearer good" {
+			return nil
+		}
+		return fmt.Errorf("%w: no valid token", domain.ErrUnauthenticated)
+	}))
+	recipient := uuid.NewString()
+	withToken := func(req *http.Request) *http.Request {
+		req.Header.Set("Authorization", "Bearer good")
+		return req
+	}
+	// Over the body limit, without a token.
+	big := newRequest(t, http.MethodPost, s.url+"/v1%2Fnotifications", &endless{left: 10 << 20})
+	big.ContentLength = -1 // chunked
+	for name, req := range map[string]*http.Request{
+		"a save":                 withToken(newRequest(t, http.MethodPost, s.url+"/v1%2Fnotifications", strings.NewReader(saveJSON(recipient, "")))),
+		"an unbounded body":      big,
+		"a peek":                 withToken(newRequest(t, http.MethodGet, s.url+"/v1%2Fpeek?recipient="+recipient, nil)),
+		"a release (admin verb)": withToken(newRequest(t, http.MethodPost, s.url+"/admin/v1/recipients/"+recipient+"%2Fbundles%2F"+uuid.NewString()+":release", strings.NewReader(`{"reason":"x"}`))),
+	} {
+		if resp, e := call(t, req); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: %d %q, want 404", name, resp.StatusCode, e.Message)
+		}
+	}
+	if n := s.saves.Load(); n != 0 {
+		t.Fatalf("%d saves reached the server", n)
+	}
+	s.nothingPending(t, recipient)
+}
