@@ -156,8 +156,14 @@ func rolesOf(v any) ([]string, error) {
 }
 
 // keyFor is the jwt.Keyfunc: the key of the token's kid and algorithm, from
-// the file as it is now if the last look at it is CheckInterval old.
+// the file as it is now if the last look at it is CheckInterval old. A
+// token whose header names critical extensions ("crit") is refused: the
+// hub understands none, and RFC 7515 (4.1.11) says such a token must then
+// be refused; golang-jwt leaves that to the caller.
 func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
+	if _, ok := t.Header["crit"]; ok {
+		return nil, errors.New(`the token's header names critical extensions ("crit"), which this hub does not understand`)
+	}
 	kid, _ := t.Header["kid"].(string)
 	v.mu.Lock()
 	if now := v.cfg.Now(); now.Sub(v.file.checked) >= CheckInterval {

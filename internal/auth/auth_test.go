@@ -69,6 +69,7 @@ func TestVerify(t *testing.T) {
 		{"a missing actor is refused", is.RS256(t, claims(func(c jwt.MapClaims) { delete(c, "sub") })), "UUID"},
 		{"roles that are not strings are refused", is.RS256(t, claims(func(c jwt.MapClaims) { c["roles"] = []int{1} })), "roles"},
 		{"garbage is refused", "not.a.jwt", "malformed"},
+		{"a critical header extension is refused", signWithHeader(t, is, "crit", []string{"exp"}), "crit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +91,20 @@ func TestVerify(t *testing.T) {
 			}
 		})
 	}
+}
+
+// signWithHeader signs is's valid claims with its RSA key, the header
+// carrying name as well.
+func signWithHeader(t *testing.T, is *authtest.Issuer, name string, value any) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, is.Claims(actorA, auth.RoleActor))
+	tok.Header["kid"] = authtest.RSAKeyID
+	tok.Header[name] = value
+	s, err := tok.SignedString(is.RSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func TestRolesMayBeASpaceSeparatedString(t *testing.T) {
