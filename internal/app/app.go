@@ -186,7 +186,11 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if a.metricsLis != nil {
 		own := http.NewServeMux()
 		own.Handle("GET /metrics", metrics)
-		a.metricsSrv = a.newHTTPServer(own)
+		var handler http.Handler = own
+		if cfg.Auth == AuthNone { // loopback only, as the gateway's listener
+			handler = loopbackHost(handler)
+		}
+		a.metricsSrv = a.newHTTPServer(handler)
 		metrics = nil // served only on its own listener
 	}
 

@@ -163,6 +163,22 @@ func TestWithAuthNoneARequestNamingAnotherHostIsRefused(t *testing.T) {
 	}
 }
 
+// The metrics listener of its own (--metrics-addr, loopback with --auth
+// none) is reachable by the same rebinding: a site resolved to 127.0.0.1
+// read the hub's figures through the operator's browser.
+func TestWithAuthNoneTheMetricsListenerRefusesAnotherHost(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MetricsAddr = "127.0.0.1:0"
+	r := start(t, cfg)
+	_, port, _ := strings.Cut(r.app.MetricsAddr(), ":")
+	if status, body := sendHost(t, "http://"+r.app.MetricsAddr()+"/metrics", "rebound.example:"+port); status != http.StatusMisdirectedRequest {
+		t.Errorf("GET /metrics for rebound.example: %d %.200s; want 421", status, body)
+	}
+	if status, _ := sendHost(t, "http://"+r.app.MetricsAddr()+"/metrics", "127.0.0.1:"+port); status != http.StatusOK {
+		t.Errorf("GET /metrics for 127.0.0.1: %d, want 200", status)
+	}
+}
+
 func sendHost(t *testing.T, url, host string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, url, nil)
