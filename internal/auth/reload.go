@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -28,7 +30,8 @@ type jwksFile struct {
 // compared rather than the modification time or size, which a rewrite can
 // leave as they were (coarse time stamps, a key of the same length). A file
 // that cannot be read or parsed keeps the keys and returns the error and
-// what names the failure.
+// what names the failure; but a key it no longer lists goes (see
+// stillListed), and then the old keys are returned with the error.
 func (f *jwksFile) reload(path string, now time.Time) (old *KeySet, failure string, err error) {
 	f.checked = now
 	data, err := os.ReadFile(path) //nolint:gosec // the operator names the file
@@ -41,10 +44,45 @@ func (f *jwksFile) reload(path string, now time.Time) (old *KeySet, failure stri
 	}
 	keys, err := ParseJWKS(data)
 	if err != nil {
-		return nil, string(sum[:]), fmt.Errorf("JWKS %s: %w", path, err)
+		if kept := f.keys.stillListed(data); kept != nil {
+			// The good file's content is no longer what the keys are:
+			// its return must install them again.
+			old, f.keys, f.sum = f.keys, kept, [sha256.Size]byte{}
+		}
+		return old, string(sum[:]), fmt.Errorf("JWKS %s: %w", path, err)
 	}
 	old, f.keys, f.sum = f.keys, keys, sum
 	return old, "", nil
+}
+
+// stillListed is the keys of ks that the JWKS document data, which the hub
+// refuses, still lists (same kid, algorithm and key), when that is some of
+// them but not all: the operator who edited the file took the others out,
+// perhaps because they leaked, and a key of another algorithm added in the
+// same edit must not keep them trusted. It is nil when data is no JSON
+// document of keys (half written: nothing can be told from it), lists all
+// of ks, or none of them (a file that names no key in use is taken for a
+// mistake rather than a lock-out of every caller).
+func (ks *KeySet) stillListed(data []byte) *KeySet {
+	var doc struct {
+		Keys []rawJWK `json:"keys"`
+	}
+	if json.Unmarshal(data, &doc) != nil {
+		return nil
+	}
+	kept := &KeySet{}
+	for _, k := range ks.keys {
+		if slices.ContainsFunc(doc.Keys, func(raw rawJWK) bool {
+			listed, err := parseJWK(raw)
+			return err == nil && raw.Use != "enc" && listed.kid == k.kid && listed.alg == k.alg && equalKeys(listed.key, k.key)
+		}) {
+			kept.keys = append(kept.keys, k)
+		}
+	}
+	if len(kept.keys) == 0 || len(kept.keys) == len(ks.keys) {
+		return nil
+	}
+	return kept
 }
 
 // checkLocked looks at the file and logs and counts what changed: a reload
@@ -56,12 +94,18 @@ func (v *Verifier) checkLocked(now time.Time) {
 	ctx := context.Background()
 	switch {
 	case err != nil:
-		if failure == v.file.failed {
+		if failure == v.file.failed && old == nil {
 			return
 		}
 		v.file.failed = failure
-		v.cfg.Logger.Warn("JWKS file not reloaded; the keys of the last good one stay in use",
-			"file", v.cfg.JWKSFile, "error", err.Error())
+		if old != nil {
+			_, removed, _ := diffKeys(old, v.file.keys)
+			v.cfg.Logger.Warn("JWKS file not reloaded; the keys of the last good one that it still lists stay in use",
+				"file", v.cfg.JWKSFile, "error", err.Error(), "removed", removed)
+		} else {
+			v.cfg.Logger.Warn("JWKS file not reloaded; the keys of the last good one stay in use",
+				"file", v.cfg.JWKSFile, "error", err.Error())
+		}
 		v.record(ctx, "error")
 	case old == nil && !wasFailing:
 		// Unchanged since the keys were loaded.

@@ -270,3 +270,50 @@ func TestReloadsAreOnTheMetricsPage(t *testing.T) {
 		}
 	}
 }
+
+// A file the hub refuses (here for a key of an algorithm it does not take)
+// still revokes: a key the last good file had and this one no longer lists
+// is refused from the next look on, while the keys it still lists stay.
+// An operator who takes out a compromised key in the same edit that adds
+// an unusable one has taken it out.
+func TestARefusedFileStillRevokesTheKeysItNoLongerLists(t *testing.T) {
+	is := authtest.NewIssuer(t, issuer, audience)
+	path := is.WriteJWKS(t)
+	var logs bytes.Buffer
+	var got outcomes
+	v := loggedVerifier(t, path, &logs, &got)
+	rsaTok := is.RS256(t, is.Claims(actorA, auth.RoleActor))
+	ecTok := is.ES256(t, is.Claims(actorA, auth.RoleActor))
+	var doc struct {
+		Keys []map[string]any `json:"keys"`
+	}
+	if err := json.Unmarshal(only(t, is.JWKS(t), authtest.ECKeyID), &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc.Keys = append(doc.Keys, map[string]any{"kty": "RSA", "kid": "pss", "alg": "PS256", "n": "AQAB", "e": "AQAB"})
+	refused, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, refused)
+	v.Check()
+	l := lines(t, &logs)
+	if len(l) != 1 || l[0].Level != "WARN" || !slices.Equal(l[0].Removed, []string{authtest.RSAKeyID}) || !slices.Equal(got, outcomes{"error"}) {
+		t.Fatalf("log %+v, reloads %v; want one warning naming %s as removed, one error", l, got, authtest.RSAKeyID)
+	}
+	if _, err := v.Verify(rsaTok); err == nil {
+		t.Fatalf("a token of %s, which the refused file no longer lists, is still accepted", authtest.RSAKeyID)
+	}
+	if _, err := v.Verify(ecTok); err != nil {
+		t.Fatalf("the key the refused file still lists is refused: %v", err)
+	}
+	// The good file back: both keys again.
+	write(t, path, is.JWKS(t))
+	v.Check()
+	if _, err := v.Verify(rsaTok); err != nil {
+		t.Fatalf("after the good file is back, %s is refused: %v", authtest.RSAKeyID, err)
+	}
+	if l := lines(t, &logs); len(l) != 1 || l[0].Level != "INFO" || !slices.Equal(l[0].Added, []string{authtest.RSAKeyID}) {
+		t.Fatalf("log of the good file back: %+v", l)
+	}
+}
