@@ -203,7 +203,7 @@ var settings = []setting{
 		}},
 	{"data-dir", "MESSAGEHUB_DATA_DIR", "./data", "folder of the embedded store (created if missing)",
 		func(c *Config, v string) error { return nonEmpty(v, &c.DataDir) }},
-	{"min-free-disk", "MESSAGEHUB_MIN_FREE_DISK", "1GiB", "free space kept on the embedded store's volume: below it saves are refused (RESOURCE_EXHAUSTED) until space is freed; 0 turns the guard off",
+	{"min-free-disk", "MESSAGEHUB_MIN_FREE_DISK", "1GiB", "free space kept on the embedded store's volume, less than its size: below it saves are refused (RESOURCE_EXHAUSTED) until space is freed; 0 turns the guard off",
 		func(c *Config, v string) error {
 			n, err := diskguard.ParseSize(v)
 			c.MinFreeDisk = n

@@ -43,6 +43,11 @@ type storeWrapper = func(store.Store) store.Store
 // without a place for documents.
 func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 	if a.cfg.Store == StoreEmbedded && a.cfg.MinFreeDisk > 0 {
+		// Before anything is opened: a reserve the volume can never have
+		// free refuses the start rather than every save.
+		if err := diskguard.CheckReserve(a.cfg.DataDir, a.cfg.MinFreeDisk); err != nil {
+			return nil, nil, err
+		}
 		a.guard = diskguard.New(a.cfg.DataDir, a.cfg.MinFreeDisk, nil, 0, a.logger)
 		a.onClose("disk guard", func() error { a.guard.Close(); return nil })
 		if err := a.tel.WatchDiskGuard(a.guard); err != nil {

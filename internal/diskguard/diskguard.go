@@ -79,11 +79,31 @@ const (
 	LevelWritesRefused        // below the floor: every write is refused
 )
 
+// volumeFree is what a guard given no FreeFunc reads: Free, the volume's
+// own free space, but in a binary built for the end-to-end tests
+// (fakefree.go).
+var volumeFree FreeFunc = Free
+
+// CheckReserve refuses a reserve that dir's volume can never have free: at
+// or above the volume's size, every save would be refused for as long as
+// the hub runs. A volume whose size cannot be read passes, as a guard that
+// cannot see the disk stops nothing.
+func CheckReserve(dir string, reserve uint64) error {
+	size, err := Size(dir)
+	if err != nil || reserve < size {
+		return nil
+	}
+	return fmt.Errorf("--min-free-disk %s (%d bytes) is not below the size of the data volume of %s (%s, %d bytes): "+
+		"the volume can never have that much free, so every save would be refused; set --min-free-disk below the "+
+		"volume's size, or 0 to turn the guard off", FormatSize(reserve), reserve, dir, FormatSize(size), size)
+}
+
 // New checks dir's volume at once (logging if saves start refused) and then
 // every interval until Close. free nil means the volume's real free space.
+// The reserve is not checked against the volume's size: CheckReserve does.
 func New(dir string, reserve uint64, free FreeFunc, interval time.Duration, logger *slog.Logger) *Guard {
 	if free == nil {
-		free = Free
+		free = volumeFree
 	}
 	interval = cmp.Or(interval, DefaultInterval)
 	logger = cmp.Or(logger, slog.New(slog.DiscardHandler))

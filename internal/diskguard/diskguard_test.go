@@ -3,7 +3,9 @@ package diskguard
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -161,6 +163,35 @@ func TestAFolderNotMadeYetIsOnItsParentsVolume(t *testing.T) {
 	free, err := Free(t.TempDir() + "/data/not/made")
 	if err != nil || free == 0 {
 		t.Fatalf("free space for a folder not made yet: %d, %v", free, err)
+	}
+}
+
+// A reserve the volume can never have free, its size or more, is refused
+// with a message naming the flag, the value and the volume's size; a byte
+// less fits.
+func TestAReserveAsLargeAsTheVolumeIsRefused(t *testing.T) {
+	dir := t.TempDir() + "/data/not/made"
+	size, err := Size(dir)
+	if err != nil || size == 0 {
+		t.Fatalf("size of the test's volume: %d, %v", size, err)
+	}
+	if free, err := Free(dir); err != nil || free > size {
+		t.Fatalf("%d bytes free on a volume of %d: %v", free, size, err)
+	}
+	if err := CheckReserve(dir, size-1); err != nil {
+		t.Fatalf("a reserve a byte below the volume's size: %v", err)
+	}
+	for _, reserve := range []uint64{size, size + 1, math.MaxUint64} {
+		err := CheckReserve(dir, reserve)
+		if err == nil {
+			t.Fatalf("a reserve of %d on a volume of %d passes", reserve, size)
+		}
+		for _, want := range []string{"--min-free-disk " + FormatSize(reserve), fmt.Sprintf("(%d bytes)", reserve),
+			fmt.Sprintf("(%s, %d bytes)", FormatSize(size), size), dir} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("its message does not say %q: %v", want, err)
+			}
+		}
 	}
 }
 

@@ -18,6 +18,15 @@ func Free(dir string) (uint64, error) {
 	return uint64(st.Bavail) * uint64(st.Bsize), nil //nolint:gosec // block counts and sizes are not negative
 }
 
+// Size reports the size of dir's volume, in bytes.
+func Size(dir string) (uint64, error) {
+	var st unix.Statfs_t
+	if err := nearest(dir, func(p string) error { return unix.Statfs(p, &st) }); err != nil {
+		return 0, err
+	}
+	return uint64(st.Blocks) * uint64(st.Bsize), nil //nolint:gosec // block counts and sizes are not negative
+}
+
 // SameVolume reports whether a and b are on one filesystem.
 func SameVolume(a, b string) (bool, error) {
 	da, err := device(a)

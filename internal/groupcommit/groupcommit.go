@@ -103,6 +103,11 @@ func (p *Pipeline[T]) Submit(ctx context.Context, req T) error {
 	}
 }
 
+// Queued is how many submitted requests wait to be taken into a group: with
+// one group at a time, those that the next group will take (up to the
+// weight limit) while the current one is prepared.
+func (p *Pipeline[T]) Queued() int { return len(p.in) }
+
 // Flush waits until every group prepared so far has finished. Only Prepare
 // may call it: it is how a group that found a conflict waits for the state
 // it conflicted with to settle. It is for one group at a time only: with

@@ -78,10 +78,16 @@ func TestRequestsQueuedMeanwhileShareAGroupUpToTheWeightLimit(t *testing.T) {
 	ctx := context.Background()
 	_ = p.Submit(ctx, 0)
 	<-started
+	if n := p.Queued(); n != 0 {
+		t.Fatalf("%d queued once the first group is taken, want 0", n)
+	}
 	for _, n := range []int{3, 4, 2, 5, 20} {
 		if err := p.Submit(ctx, n); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if n := p.Queued(); n != 5 {
+		t.Fatalf("%d queued while the first group is prepared, want 5", n)
 	}
 	close(block)
 	p.Close()

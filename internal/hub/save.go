@@ -53,6 +53,10 @@ func (r *Hub) Save(ctx context.Context, notifications []domain.Notification) (do
 	return out.result, out.err
 }
 
+// QueuedSaves is how many Saves wait for a group to take them: while a
+// group is being written, those that the next group will share.
+func (r *Hub) QueuedSaves() int { return r.saves.Queued() }
+
 // newSaver starts the group committer. With Options.ConcurrentGroups above
 // one, groups whose recipients differ are written side by side, and a Save
 // naming a recipient that a group in flight writes waits for that group:

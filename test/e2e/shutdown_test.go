@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,6 +107,12 @@ func TestASecondHubOnTheSameDataDirSaysItIsInUse(t *testing.T) {
 	}
 }
 
+// fakeFreeEnv tells a hub of the test binary how much its data volume has
+// free (internal/diskguard/fakefree.go): a nearly full volume without
+// filling a real one, read by the hub's own disk guard, whose counting and
+// refusals are the real ones.
+const fakeFreeEnv = "MESSAGEHUB_FAKE_DISK_FREE"
+
 // A volume below --min-free-disk: the hub starts, says once why saves are
 // refused, refuses them with RESOURCE_EXHAUSTED, and still serves peeks and
 // dequeues of what was saved before. Below half of it, where pebble could
@@ -123,20 +132,18 @@ func TestANearlyFullVolumeRefusesSavesAndServesTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A reserve above what the volume has free, but below twice that: saves
+	// 24 MiB free, below the 32 MiB reserve but above half of it: saves
 	// are refused, peeks and dequeues go on.
-	free, err := diskguard.Free(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h = startHubIn(t, dir, "--min-free-disk", strconv.FormatUint(free+free/2, 10))
+	const reserve = "32MiB"
+	t.Setenv(fakeFreeEnv, "24MiB")
+	h = startHubIn(t, dir, "--min-free-disk", reserve)
 	refused := func(what string, err error, want string) {
 		t.Helper()
 		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%s: %v; want RESOURCE_EXHAUSTED saying %q", what, err, want)
 		}
 	}
-	_, err = h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{
+	_, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{
 		notification(recipients[0], messagehubv1.Domain_DOMAIN_CHARGES, "Charge"),
 	}})
 	refused("a save on a nearly full volume", err, "--min-free-disk")
@@ -158,7 +165,9 @@ func TestANearlyFullVolumeRefusesSavesAndServesTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h = startHubIn(t, dir, "--min-free-disk", "1000000TiB") // more than any volume has
+	// 8 MiB free, below half the reserve.
+	t.Setenv(fakeFreeEnv, "8MiB")
+	h = startHubIn(t, dir, "--min-free-disk", reserve)
 	again, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipients[1]})
 	if err != nil || again.GetBundle().GetId() != pending.GetBundle().GetId() {
 		t.Fatalf("peek of the pending bundle on an almost full volume: %v, %v", again, err)
@@ -169,5 +178,33 @@ func TestANearlyFullVolumeRefusesSavesAndServesTheRest(t *testing.T) {
 		if n := strings.Count(h.log(), want); n != 1 {
 			t.Fatalf("%d log lines say %q, want 1:\n%s", n, want, h.log())
 		}
+	}
+}
+
+// A --min-free-disk the data volume can never have free, its whole size,
+// would refuse every save for as long as the hub runs: the hub refuses to
+// start instead, naming the flag, the value and the volume's size, and
+// leaves the data directory unmade.
+func TestAReserveAsLargeAsTheVolumeIsRefusedAtStart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	size, err := diskguard.Size(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "--grpc-addr", "127.0.0.1:0", "--data-dir", dir,
+		"--min-free-disk", strconv.FormatUint(size, 10)).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("the hub did not refuse to start: %v\n%s", err, out)
+	}
+	for _, want := range []string{"--min-free-disk", fmt.Sprintf("%d bytes", size), diskguard.FormatSize(size), dir} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("its message does not say %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the data directory after the refusal: %v; want it not made", err)
 	}
 }

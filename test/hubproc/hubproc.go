@@ -15,20 +15,24 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
 // Build compiles ./cmd/messagehub into dir, with the race detector when race
-// is set, and returns the binary's path.
-func Build(ctx context.Context, dir string, race bool) (string, error) {
+// is set and with the build tags given, and returns the binary's path.
+func Build(ctx context.Context, dir string, race bool, tags ...string) (string, error) {
 	bin := filepath.Join(dir, "messagehub")
 	// -buildvcs=auto: stamp the commit when built in a checkout, whatever
 	// GOFLAGS says (--version names it).
 	args := []string{"build", "-buildvcs=auto", "-o", bin}
 	if race {
 		args = append(args, "-race")
+	}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
 	}
 	args = append(args, "github.com/energydatahub/messagehub/cmd/messagehub")
 	out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput() //nolint:gosec // go build of our own package into our own dir

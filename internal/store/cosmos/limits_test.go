@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -319,7 +320,8 @@ func TestAnOversizedSaveFailsAloneInItsGroupCommit(t *testing.T) {
 	t.Cleanup(repo.Close)
 	ctx := context.Background()
 	poisoned, healthy, first := uuid.NewString(), uuid.NewString(), uuid.NewString()
-	release := make(chan struct{})
+	held, release := make(chan struct{}), make(chan struct{})
+	var hold sync.Once
 	var refused atomic.Int32
 	f.set(func(req *http.Request) int {
 		if req.Method != http.MethodPost || !toContainer(req, "recipients") {
@@ -329,7 +331,8 @@ func TestAnOversizedSaveFailsAloneInItsGroupCommit(t *testing.T) {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		switch pk := req.Header.Get("x-ms-documentdb-partitionkey"); {
 		case strings.Contains(pk, first) && bytes.Contains(body, []byte(`"Create"`)):
-			<-release // holds the first commit while the others queue up
+			hold.Do(func() { close(held) })
+			<-release // holds the first group's commit while the others queue up
 		case strings.Contains(pk, poisoned) && bytes.Contains(body, []byte(`"Create"`)):
 			refused.Add(1)
 			return http.StatusRequestEntityTooLarge
@@ -346,10 +349,21 @@ func TestAnOversizedSaveFailsAloneInItsGroupCommit(t *testing.T) {
 		outcomes <- outcome{r, err}
 	}
 	go save(first)
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-held:
+	case o := <-outcomes:
+		t.Fatalf("the first save ended before its commit was held: %v", o.err)
+	}
 	go save(poisoned)
 	go save(healthy)
-	time.Sleep(200 * time.Millisecond)
+	// Both queued while the first group is held: the next group takes
+	// them together.
+	for deadline := time.Now().Add(time.Minute); repo.QueuedSaves() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("%d saves queued behind the held group after a minute, want 2", repo.QueuedSaves())
+		}
+	}
 	close(release)
 	for range 3 {
 		if o := <-outcomes; (o.err == nil) != (o.r != poisoned) {
