@@ -86,7 +86,7 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 }
 
 // pendingAsRead is the check a release makes before it removes a
-// document under bundleID (hub.Options.ForgetBundles' asRead): the bundle
+// document under bundleID (Options.ForgetBundles' asRead): the bundle
 // pending under the id is still the one at version, or none is when
 // version is empty; else store.ErrConflict. It loads the recipient's state,
 // which shows every write made before it on any instance.
