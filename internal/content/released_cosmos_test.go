@@ -184,13 +184,7 @@ func TestADocumentStoredWhileItsBundleIsBeingReleasedIsRemoved(t *testing.T) {
 	if err != nil || b == nil {
 		t.Fatalf("peek: %v %v", b, err)
 	}
-	go func() {
-		doc, err := e.service.Document(e.ctx, apiconv.Bundle(b))
-		if err == nil && doc != nil {
-			err = doc.Body.Close()
-		}
-		built <- err
-	}()
+	go func() { built <- buildDocument(e.ctx, e.service, b) }()
 	<-asked
 	if _, err := e.repo.ReleaseBundle(e.ctx, e.recipient, e.id); err != nil {
 		t.Fatal(err)
@@ -202,4 +196,14 @@ func TestADocumentStoredWhileItsBundleIsBeingReleasedIsRemoved(t *testing.T) {
 		t.Errorf("the document of the released bundle %s is still stored (%v)", e.id, err)
 	}
 	e.laterBundleOfTheReleasedID()
+}
+
+// buildDocument asks service for the bundle's document and closes it,
+// returning what went wrong.
+func buildDocument(ctx context.Context, service *content.Service, b *domain.Bundle) error {
+	doc, err := service.Document(ctx, apiconv.Bundle(b))
+	if err == nil && doc != nil {
+		err = doc.Body.Close()
+	}
+	return err
 }

@@ -277,17 +277,33 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 // released record may leave by the store's own expiry (Cosmos DB's ttl),
 // unseen by retention, freeing the id for a later bundle.
 //
+// The document's version is read before the check, and only that version
+// is removed: while keep waits, the release's own removal or retention may
+// take this document, the id may be freed and a later bundle under it may
+// store its document through another instance (this one's later build of
+// the key waits for this build); that document is another version, stored
+// after the check, and stays.
+//
 // A check that fails is made again, backing off as attempts do: taken for
 // "pending", it would keep the document of a bundle released meanwhile. A
 // shutdown leaves the document stored.
 func (s *Service) keep(key Key, log *slog.Logger) error {
 	pause := s.opts.RetryMin
+	var version string // "": nothing stored
 	for {
-		pending, err := s.opts.Pending(s.ctx, key.Recipient, key.BundleID)
+		v, err := s.opts.Store.Version(s.ctx, key)
+		if errors.Is(err, ErrNotStored) {
+			v, err = "", nil
+		}
+		var pending bool
+		if err == nil {
+			pending, err = s.opts.Pending(s.ctx, key.Recipient, key.BundleID)
+		}
 		if err == nil && pending {
 			return nil
 		}
 		if err == nil {
+			version = v
 			break
 		}
 		log.Debug("checking that a bundle whose document was stored is still pending failed; trying again", "error", err, "retry_in", pause)
@@ -298,15 +314,19 @@ func (s *Service) keep(key Key, log *slog.Logger) error {
 		}
 		pause = min(2*pause, s.opts.RetryMax)
 	}
+	notPending := fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
+	if version == "" {
+		return notPending // removed already
+	}
 	// Removed until it is gone, as the check is made: nothing else removes
 	// a released bundle's document on Cosmos DB.
 	pause = s.opts.RetryMin
 	for failures := 0; ; failures++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
-		err := s.opts.Store.Delete(ctx, key)
+		err := s.opts.Store.DeleteVersion(ctx, key, version)
 		cancel()
 		if err == nil {
-			break
+			return notPending
 		}
 		if failures == 0 {
 			log.Warn("removing the document of a bundle no longer pending failed; trying again", "error", err)
@@ -314,12 +334,11 @@ func (s *Service) keep(key Key, log *slog.Logger) error {
 		select {
 		case <-s.ctx.Done():
 			log.Warn("the document of a bundle no longer pending stays stored: shutting down", "error", err)
-			return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
+			return notPending
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, s.opts.RetryMax)
 	}
-	return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
 }
 
 // acquire takes the bundle's lease and returns who holds it and until when;
@@ -406,26 +425,21 @@ func (s *Service) renew(ctx context.Context, cancel context.CancelFunc, key Key,
 	}
 }
 
-// Forget returns what retention calls (hub.Options.ForgetBundles) to
-// remove the documents of the recipient's bundles it removes. With asRead
-// (retention's), a document goes only as it was stored before asRead
-// confirmed that the bundles' records are still those retention read: a
-// pass that read a bundle, then stalled while another pass removed it and
-// a later bundle took its id and stored its own document, finds the record
-// changed and removes nothing; and a document stored again after the
-// confirmation is another version, which DeleteVersion leaves alone. So
-// the later bundle's document is never removed, and its domain is not
-// asked for it again. Without asRead (an operator's release of a pending
-// bundle), the documents are removed as they are.
+// Forget returns what retention and an operator's release call
+// (hub.Options.ForgetBundles) to remove the documents of the recipient's
+// bundles. A document goes only as it was stored before asRead confirmed
+// that the bundles under the ids are still as the caller read them
+// (retention: the records it read; a release: the bundle pending, then
+// none): a caller that read a bundle, then stalled while the bundle went,
+// its id was freed and a later bundle under it stored its own document,
+// finds that out and removes nothing; and a document stored again after
+// the confirmation is another version, which DeleteVersion leaves alone.
+// So a later bundle's document is never removed, and its domain is not
+// asked for it again. A nil asRead is refused, removing nothing.
 func Forget(store Store) func(ctx context.Context, recipient string, bundleIDs []string, asRead func(context.Context) error) error {
 	return func(ctx context.Context, recipient string, bundleIDs []string, asRead func(context.Context) error) error {
 		if asRead == nil {
-			for _, id := range bundleIDs {
-				if err := store.Delete(ctx, Key{Recipient: recipient, BundleID: id}); err != nil {
-					return fmt.Errorf("removing the document of bundle %s: %w", id, err)
-				}
-			}
-			return nil
+			return errors.New("removing bundles' documents without a check that the bundles are as read: nothing removed")
 		}
 		versions := make(map[string]string, len(bundleIDs))
 		for _, id := range bundleIDs {

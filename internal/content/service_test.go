@@ -427,6 +427,13 @@ func TestForgetLeavesTheDocumentOfALaterBundleOfTheID(t *testing.T) {
 	}
 	forget := content.Forget(store)
 	put("first")
+	// No check at all: refused, nothing removed.
+	if err := forget(ctx, key.Recipient, []string{key.BundleID}, nil); err == nil {
+		t.Fatal("a forget without a check of the bundles removed their documents")
+	}
+	if got := stored(); got != "first" {
+		t.Fatalf("after a forget without a check: %q stored, want the document", got)
+	}
 	// The bundle's record changed since retention read it.
 	if err := forget(ctx, key.Recipient, []string{key.BundleID}, func(context.Context) error { return errConflict }); !errors.Is(err, errConflict) {
 		t.Fatalf("forget of a bundle changed since it was read: %v", err)

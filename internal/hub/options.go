@@ -19,12 +19,15 @@ type Options struct {
 	// catalog.MaxDrawers. Tests set a small one.
 	MaxCabinetDrawers int
 	// ForgetBundles, when set, removes what is kept elsewhere for bundles
-	// that retention removes (their documents). It runs before their records
-	// go, so a failure leaves nothing behind that no record points to.
-	// Retention passes asRead, which is nil only while the bundles' records
-	// are still those it read (store.Retention.BundlesAsRead): what it
-	// finds stored before asRead succeeds is theirs, not a later bundle's
-	// under a freed id. An operator's release passes none.
+	// that retention removes or an operator releases (their documents).
+	// Retention runs it before the records go, so a failure leaves nothing
+	// behind that no record points to. Every caller passes asRead, which is
+	// nil only while the bundles under the ids are still as the caller read
+	// them: for retention, the records it read
+	// (store.Retention.BundlesAsRead); for a release, the bundle pending at
+	// the version read, and after the release's write none pending. What
+	// is found stored before asRead succeeds is theirs, not a later
+	// bundle's under a freed id.
 	ForgetBundles func(ctx context.Context, recipient string, bundleIDs []string, asRead func(context.Context) error) error
 	// Notices, when set, says which domains hear of their bundles'
 	// dequeues: their Acknowledge puts a notice in the store's outbox.

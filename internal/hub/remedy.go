@@ -44,9 +44,13 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 		// no sweep sees, freeing the id for a later bundle that must not be
 		// served this one's document. A failure changes nothing; a release
 		// that fails after it leaves the bundle pending, its document built
-		// again by its next content peek.
+		// again by its next content peek. It goes only while the bundle is
+		// pending as read: the bundle may have been dequeued and removed by
+		// retention since, and a later bundle under its id have stored its
+		// document, which stays (the conflict reads the state again).
 		if r.opts.ForgetBundles != nil {
-			if err := r.opts.ForgetBundles(ctx, recipient, []string{bundleID}, nil); err != nil {
+			asRead := r.pendingAsRead(recipient, bundleID, state.Pending[i].Version)
+			if err := r.opts.ForgetBundles(ctx, recipient, []string{bundleID}, asRead); err != nil {
 				return bundle.Record{}, fmt.Errorf("%w: nothing was released: %w", domain.ErrUnavailable, err)
 			}
 		}
@@ -63,14 +67,44 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 	// A build whose domain answered between the removal above and the
 	// release's write stored the document while the bundle was still
 	// pending, and kept it. A build that stores it after this removal finds
-	// the bundle released and removes it itself.
+	// the bundle released and removes it itself. It goes only while no
+	// bundle is pending under the id: the released record may have left
+	// (its ttl, retention) and a later bundle under the id stored its
+	// document meanwhile, which stays.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetAgainTimeout)
 	defer cancel()
-	if err := r.opts.ForgetBundles(fctx, recipient, []string{bundleID}, nil); err != nil {
+	err = r.opts.ForgetBundles(fctx, recipient, []string{bundleID}, r.pendingAsRead(recipient, bundleID, ""))
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		r.logger.Info("a later bundle is pending under a released bundle's id; the document stored under it is its own and stays",
+			"recipient", recipient, "bundle", bundleID)
+	case err != nil:
 		r.logger.Error("the document of a released bundle could not be removed; remove it before its id is used again",
 			"recipient", recipient, "bundle", bundleID, "error", err)
 	}
 	return rec, nil
+}
+
+// pendingAsRead is the check a release makes before it removes a
+// document under bundleID (Options.ForgetBundles' asRead): the bundle
+// pending under the id is still the one at version, or none is when
+// version is empty; else store.ErrConflict. It loads the recipient's state,
+// which shows every write made before it on any instance.
+func (r *Hub) pendingAsRead(recipient, bundleID, version string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		state, err := r.store.LoadRecipient(ctx, recipient)
+		if err != nil {
+			return err
+		}
+		now := ""
+		if i := slices.IndexFunc(state.Pending, func(rec bundle.Record) bool { return rec.ID == bundleID }); i >= 0 {
+			now = state.Pending[i].Version
+		}
+		if now != version {
+			return fmt.Errorf("%w: the bundle pending under id %s changed since it was read", store.ErrConflict, bundleID)
+		}
+		return nil
+	}
 }
 
 // forgetAgainTimeout bounds the removal of a released bundle's document

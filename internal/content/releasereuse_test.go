@@ -1,0 +1,268 @@
+package content_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/blobstore"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
+	"github.com/energydatahub/messagehub/test/azuritetest"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// reuseEnv is a hub with a retention of an hour whose documents are kept
+// in a real content store: pebble with a folder (the embedded mode), or
+// the Cosmos DB test server with Azurite. Its clock (and the test
+// server's, which runs the ttl) moves only when the test says.
+type reuseEnv struct {
+	ctx   context.Context
+	store store.Store
+	docs  content.Store
+	repo  *hub.Hub
+	srv   *cosmostest.Server // nil: pebble
+
+	mu    sync.Mutex
+	ahead time.Duration
+}
+
+const reuseRetention = time.Hour
+
+// reuseStores are the content stores (with their stores) the tests run on.
+var reuseStores = []string{"directory", "azurite"}
+
+// newReuseEnv opens the environment of kind; forget wraps the removal of
+// documents the hub is given.
+func newReuseEnv(t *testing.T, kind string, forget func(forgetFunc) forgetFunc) *reuseEnv {
+	t.Helper()
+	e := &reuseEnv{ctx: within(t, 2*time.Minute)}
+	now := func() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return time.Now().Add(e.ahead) }
+	switch kind {
+	case "directory":
+		s, err := pebble.Open(t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		docs, err := content.OpenDirStore(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = docs.Close() })
+		e.store, e.docs = s, docs
+	case "azurite":
+		e.srv = cosmostest.Start(t)
+		azurite := azuritetest.Start(t)
+		s, err := cosmos.Open(e.ctx, cosmos.Config{Endpoint: e.srv.Endpoint, Key: e.srv.Key, Provision: true, Database: cosmostest.UniqueID("db"),
+			Transport: cosmostest.NewHTTPClient(), Retention: reuseRetention, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		docs, err := blobstore.Open(e.ctx, blobstore.Config{ConnectionString: azurite.ConnectionString(), Container: azuritetest.UniqueContainer("reuse"), Provision: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.store, e.docs = s, docs
+	default:
+		t.Fatalf("no content store %q", kind)
+	}
+	e.repo = hub.New(e.store, hub.Options{Retention: reuseRetention, ForgetBundles: forget(content.Forget(e.docs)), Now: now}, nil)
+	t.Cleanup(e.repo.Close)
+	return e
+}
+
+// pastRetention moves the clocks past the retention of what is released
+// or dequeued now and makes a retention pass: the records go (the
+// sweeper's removal, or Cosmos DB's ttl), freeing their ids.
+func (e *reuseEnv) pastRetention(t *testing.T) {
+	t.Helper()
+	const d = reuseRetention + time.Hour
+	if e.srv != nil {
+		if err := e.srv.AdvanceClock(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.mu.Lock()
+	e.ahead += d
+	e.mu.Unlock()
+	if err := e.repo.SweepNow(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nthForget holds the n-th call of the documents' removal (counted from
+// 1), before it removes anything, until goOn closes; held closes as it is
+// held, and then runs after the removal.
+func nthForget(n int32, held chan<- struct{}, goOn <-chan struct{}, then func()) func(forgetFunc) forgetFunc {
+	var calls atomic.Int32
+	return func(forget forgetFunc) forgetFunc {
+		return func(ctx context.Context, recipient string, ids []string, asRead func(context.Context) error) error {
+			if calls.Add(1) != n {
+				return forget(ctx, recipient, ids, asRead)
+			}
+			close(held)
+			<-goOn
+			err := forget(ctx, recipient, ids, asRead)
+			then()
+			return err
+		}
+	}
+}
+
+// A release removes the bundle's document again after it writes the
+// released record. A release that stalls before that removal while the
+// released record goes (the retention passes), the actor peeks with the
+// id again and the later bundle's document is stored, must not remove that
+// document when it goes on: the later bundle would be built again by its
+// domain, which may answer another document for it.
+func TestAReleaseSparesTheDocumentOfALaterBundleOfTheID(t *testing.T) {
+	for _, kind := range reuseStores {
+		t.Run(kind, func(t *testing.T) {
+			held, goOn := make(chan struct{}), make(chan struct{})
+			// The release's first removal is the first call, its second the
+			// second.
+			e := newReuseEnv(t, kind, nthForget(2, held, goOn, func() {}))
+			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+			a.save()
+			a.document(a.peek())
+			released := make(chan error, 1)
+			go func() { _, err := e.repo.ReleaseBundle(e.ctx, a.recipient, a.id); released <- err }()
+			<-held
+			e.pastRetention(t)
+			later := a.peek() // the released notification, under the freed id
+			first := a.document(later)
+			close(goOn)
+			if err := <-released; err != nil {
+				t.Fatal(err)
+			}
+			if got := a.document(later); got != first {
+				t.Fatalf("the bundle %s was served %q, then %q after a stalled release went on", a.id, first, got)
+			}
+		})
+	}
+}
+
+// A release removes the bundle's document while the bundle is pending, as
+// it read it. A release that read the bundle pending, then stalled while
+// the actor dequeued it, the retention removed it, the actor peeked with
+// the id again and the later bundle's document was stored, must not
+// remove that document when it goes on, however it ends (here: the
+// operator's call ends at once, so nothing is released).
+func TestAReleaseThatReadTheBundleBeforeItWentSparesTheDocumentOfALaterBundleOfTheID(t *testing.T) {
+	for _, kind := range reuseStores {
+		t.Run(kind, func(t *testing.T) {
+			held, goOn := make(chan struct{}), make(chan struct{})
+			rctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			e := newReuseEnv(t, kind, nthForget(1, held, goOn, cancel))
+			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+			a.save()
+			a.document(a.peek())
+			released := make(chan error, 1)
+			go func() { _, err := e.repo.ReleaseBundle(rctx, a.recipient, a.id); released <- err }()
+			<-held
+			if err := e.repo.Dequeue(e.ctx, a.recipient, a.id); err != nil {
+				t.Fatal(err)
+			}
+			e.pastRetention(t)
+			a.save()
+			later := a.peek()
+			first := a.document(later)
+			close(goOn)
+			if err := <-released; err == nil {
+				t.Fatal("a release whose call ended released a bundle")
+			}
+			if got := a.document(later); got != first {
+				t.Fatalf("the bundle %s was served %q, then %q after a stalled release went on", a.id, first, got)
+			}
+		})
+	}
+}
+
+// A build whose domain answers after the bundle's release finds the
+// bundle no longer pending and removes the document it stored (keep). One
+// that stalls between that check and the removal, while the release's own
+// removal takes the document, the released record goes (its ttl), the
+// actor peeks with the id again and another instance stores the later
+// bundle's document, must not remove that document when it goes on.
+//
+// Only instances that share the documents meet this: within one instance
+// a later build of the key waits for the one that stalled.
+func TestABuildThatFoundItsBundleReleasedSparesTheDocumentOfALaterBundleOfTheID(t *testing.T) {
+	asked, answer := make(chan struct{}), make(chan struct{})
+	checked, goOn := make(chan struct{}), make(chan struct{})
+	// The release's second removal lets the build's domain answer, and
+	// removes the document once the build found the bundle released.
+	var answered sync.Once
+	waitForTheCheck := func(forget forgetFunc) forgetFunc {
+		var calls atomic.Int32
+		return func(ctx context.Context, recipient string, ids []string, asRead func(context.Context) error) error {
+			if calls.Add(1) == 2 {
+				answered.Do(func() { close(answer) })
+				<-checked
+			}
+			return forget(ctx, recipient, ids, asRead)
+		}
+	}
+	e := newReuseEnv(t, "azurite", waitForTheCheck)
+	a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+
+	// The first instance's build: its domain answers when told, and its
+	// check that the bundle is pending stops after it finds it released.
+	provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
+		ans := contenttest.Document("text/plain", fmt.Appendf(nil, "first instance #%d", calls), 1024)
+		if calls == 0 {
+			close(asked)
+			ans.Hold = answer
+		}
+		return ans
+	})
+	var stalled sync.Once
+	first := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     e.docs, Lease: e.store,
+		Pending: func(ctx context.Context, recipient, bundleID string) (bool, error) {
+			pending, err := e.repo.IsPending(ctx, recipient, bundleID)
+			if err == nil && !pending {
+				stalled.Do(func() { close(checked); <-goOn })
+			}
+			return pending, err
+		},
+	})
+	t.Cleanup(first.Close)
+
+	a.save()
+	b := a.peek()
+	built := make(chan error, 1)
+	go func() { built <- buildDocument(e.ctx, first, b) }()
+	<-asked
+	if _, err := e.repo.ReleaseBundle(e.ctx, a.recipient, a.id); err != nil {
+		t.Fatal(err)
+	}
+	e.pastRetention(t)
+	later := a.peek() // through the other instance (the actor's)
+	doc := a.document(later)
+	if strings.HasPrefix(doc, "first instance") {
+		t.Fatalf("the later bundle %s was served %q, the released bundle's document", a.id, doc)
+	}
+	close(goOn)
+	if err := <-built; !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("the build of the released bundle: %v, want not found", err)
+	}
+	if got := a.document(later); got != doc {
+		t.Fatalf("the bundle %s was served %q, then %q after the build of the released bundle went on", a.id, doc, got)
+	}
+}
