@@ -60,6 +60,7 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("OutboxKeepsTheNoticesOfDequeues", outboxNotices)
 	run("OutboxKeepsTheNoticesOfTwoDequeuesOfOneID", outboxNoticesOfAReusedID)
 	run("OutboxListsTheNoticesAfterTheLastCallsInTurn", outboxNoticesInTurn)
+	run("OutboxListsEveryDomainsNoticesInTurn", outboxNoticesOfDomainsInTurn)
 	run("ReleaseBundleFreesItsGroupAndKeepsItsID", releaseFreesItsGroupAndKeepsItsID)
 	run("ReleaseBundleRefusesABundleNotPendingAtItsVersion", releaseRefusesABundleNotPendingAtItsVersion)
 	run("ReleasesAndDequeuesOfOneBundleAtOnceOneWins", releasesAndDequeuesOfOneBundleAtOnceOneWins)
@@ -875,6 +876,48 @@ func outboxNoticesInTurn(t *testing.T, s *storeEnv) {
 	}
 	if len(listed) != len(all) {
 		t.Fatalf("two calls of two listed %d of the %d notices; want the second to go on after the first's", len(listed), len(all))
+	}
+}
+
+// outboxNoticesOfDomainsInTurn: calls for several domains take turns
+// over all their notices too: a domain whose notice is newer than another
+// domain's backlog of more than a call lists still has it listed within
+// about ⌈backlog / limit⌉ calls (store.Outbox).
+func outboxNoticesOfDomainsInTurn(t *testing.T, s *storeEnv) {
+	r := newRecipient()
+	s.commit(notes(3, r, domain.OriginCharges, "c")...)
+	s.commit(notes(1, r, domain.OriginMeteringPoints, "m")...)
+	all := map[string]bool{}
+	dequeue := func(origin domain.Origin, contentType string, i int64) {
+		rec, cur := s.dequeued(r, s.create(r, s.record(origin, contentType, i, i+1)))
+		rec.Notice = true
+		if err := s.store.Acknowledge(ctx(t), r, rec, cur); err != nil {
+			t.Fatal(err)
+		}
+		all[rec.ID] = true
+		s.clock.Advance(time.Second)
+	}
+	for i := range int64(3) {
+		dequeue(domain.OriginCharges, "c", i)
+	}
+	dequeue(domain.OriginMeteringPoints, "m", 0) // the newest
+	origins := []domain.Origin{domain.OriginCharges, domain.OriginMeteringPoints}
+	listed := map[string]bool{}
+	const calls = 3 // ⌈4 / 2⌉ and one more
+	for call := range calls {
+		notices, err := s.store.Notices(ctx(t), origins, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(notices) != 2 {
+			t.Fatalf("call %d listed %+v; want two notices of the four", call+1, notices)
+		}
+		for _, n := range notices {
+			listed[n.BundleID] = true
+		}
+	}
+	if len(listed) != len(all) {
+		t.Fatalf("%d calls of two listed %d of the %d notices of two domains; want every one", calls, len(listed), len(all))
 	}
 }
 
