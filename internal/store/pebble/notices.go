@@ -48,6 +48,9 @@ func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int)
 			// From the oldest up to the last one listed, which may still wait.
 			var wrapped []listedNotice
 			wrapped, err = s.listNotices(ctx, prefix, append(slices.Clone(after), 0), limit-len(list))
+			for i := range wrapped {
+				wrapped[i].wrapped = true
+			}
 			list = append(list, wrapped...)
 		}
 		if err != nil {
@@ -55,14 +58,18 @@ func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int)
 		}
 		lists[i] = list
 	}
-	// The oldest first of the domains' heads, so each domain's share is
-	// the start of its scan and its next call goes on after that.
+	// The first of the domains' heads, so each domain's share is the start
+	// of its scan and its next call goes on after that: a head not wrapped
+	// round before one that is, then the oldest. A domain whose scan
+	// wrapped round to its oldest notices gives way to the notices another
+	// has not listed in this turn yet, however much newer: by age alone it
+	// would fill every call while it holds as many as a call lists.
 	out := make([]store.Notice, 0, limit)
 	taken := make([]int, len(lists))
 	for len(out) < limit {
 		best := -1
 		for i, list := range lists {
-			if taken[i] < len(list) && (best < 0 || list[taken[i]].DequeuedAt.Before(lists[best][taken[best]].DequeuedAt)) {
+			if taken[i] < len(list) && (best < 0 || list[taken[i]].before(lists[best][taken[best]])) {
 				best = i
 			}
 		}
@@ -85,10 +92,21 @@ func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int)
 	return out, nil
 }
 
-// listedNotice is a notice and its key.
+// listedNotice is a notice and its key; wrapped: listed after its
+// domain's scan wrapped round to the oldest.
 type listedNotice struct {
 	store.Notice
-	key []byte
+	key     []byte
+	wrapped bool
+}
+
+// before says whether n goes before o in a call's share: not wrapped
+// round before wrapped, then the older.
+func (n listedNotice) before(o listedNotice) bool {
+	if n.wrapped != o.wrapped {
+		return !n.wrapped
+	}
+	return n.DequeuedAt.Before(o.DequeuedAt)
 }
 
 // listNotices returns up to limit durable notices of the keys after lo (lo
