@@ -22,95 +22,117 @@ var errEnough = errors.New("enough")
 
 // Notices returns up to limit notices of the domains: a scan of each
 // domain's own prefix, which holds only its notices not yet delivered,
-// oldest first. A call that cannot list every notice goes on, at the next
-// call, after the last one it listed of each domain, wrapping round to the
-// oldest at the end: however many notices a caller keeps skipping (those
-// whose bundle cannot be read), the ones after them come up in turn. Pebble
-// shows a dequeue's write group before it is synced, so a notice whose
-// bundle the published records still show pending is left out: its
-// dequeue is not durable yet.
+// oldest first. The domains' notices make one round, in the order of
+// their dequeue times (then their keys): a call that cannot list every
+// notice goes on, at the next call for the same domains, after the last
+// one it listed, wrapping round to the oldest at the end. However many
+// notices a caller keeps skipping (those whose bundle cannot be read), of
+// whichever domain, the ones after them come up in turn. Pebble shows a
+// dequeue's write group before it is synced, so a notice whose bundle the
+// published records still show pending is left out: its dequeue is not
+// durable yet.
 func (s *Store) Notices(ctx context.Context, origins []domain.Origin, limit int) ([]store.Notice, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	// Each domain's notices in the order of its scan, up to limit: those
-	// after where its last call stopped, then from the oldest.
-	lists := make([][]listedNotice, len(origins))
-	for i, o := range origins {
-		prefix := noticePrefix(o)
-		after := s.noticesAt.at(o)
-		from := prefix
-		if after != nil {
-			from = after
-		}
-		list, err := s.listNotices(ctx, from, prefixEnd(prefix), limit)
-		if err == nil && len(list) < limit && after != nil {
-			// From the oldest up to the last one listed, which may still wait.
-			var wrapped []listedNotice
-			wrapped, err = s.listNotices(ctx, prefix, append(slices.Clone(after), 0), limit-len(list))
-			list = append(list, wrapped...)
-		}
-		if err != nil {
-			return nil, err
-		}
-		lists[i] = list
+	origins = slices.Clone(origins)
+	slices.Sort(origins)
+	origins = slices.Compact(origins) // a domain named twice is listed once
+	set := string(noticeSet(origins))
+	// Those after where the last call stopped, then from the oldest up to
+	// the last one listed, which may still wait.
+	after := s.noticesAt.at(set)
+	list, err := s.listRound(ctx, origins, after, nil, limit)
+	if err == nil && len(list) < limit && after != nil {
+		var wrapped []listedNotice
+		wrapped, err = s.listRound(ctx, origins, nil, after, limit-len(list))
+		list = append(list, wrapped...)
 	}
-	// The oldest first of the domains' heads, so each domain's share is
-	// the start of its scan and its next call goes on after that.
-	out := make([]store.Notice, 0, limit)
-	taken := make([]int, len(lists))
-	for len(out) < limit {
-		best := -1
-		for i, list := range lists {
-			if taken[i] < len(list) && (best < 0 || list[taken[i]].DequeuedAt.Before(lists[best][taken[best]].DequeuedAt)) {
-				best = i
-			}
-		}
-		if best < 0 {
-			break
-		}
-		out = append(out, lists[best][taken[best]].Notice)
-		taken[best]++
+	if err != nil {
+		return nil, err
 	}
-	every := len(out) < limit
-	for i, o := range origins {
-		switch {
-		case every:
-			s.noticesAt.set(o, nil) // all listed: the next call starts at the oldest
-		case taken[i] > 0:
-			s.noticesAt.set(o, lists[i][taken[i]-1].key)
-		}
+	if len(list) < limit {
+		s.noticesAt.set(set, nil) // all listed: the next call starts at the oldest
+	} else {
+		s.noticesAt.set(set, list[len(list)-1].place)
+	}
+	out := make([]store.Notice, len(list))
+	for i, n := range list {
+		out[i] = n.Notice
 	}
 	slices.SortStableFunc(out, func(a, b store.Notice) int { return a.DequeuedAt.Compare(b.DequeuedAt) })
 	return out, nil
 }
 
-// listedNotice is a notice and its key.
-type listedNotice struct {
-	store.Notice
-	key []byte
+// noticeSet names a sorted list of domains.
+func noticeSet(origins []domain.Origin) []byte {
+	b := make([]byte, len(origins))
+	for i, o := range origins {
+		b[i] = byte(o)
+	}
+	return b
 }
 
-// listNotices returns up to limit durable notices of the keys after lo (lo
-// itself left out unless it is a prefix, which no notice key is) and
-// before hi, in order.
-func (s *Store) listNotices(ctx context.Context, lo, hi []byte, limit int) ([]listedNotice, error) {
+// A notice's place in the round of several domains' notices is its key
+// after the domain (dequeue time, recipient, bundle), then the domain: the
+// order of dequeue times across the domains.
+func noticePlace(key []byte) []byte {
+	return append(slices.Clone(key[2:]), key[1])
+}
+
+// listedNotice is a notice and its place in the round.
+type listedNotice struct {
+	store.Notice
+	place []byte
+}
+
+// listRound returns, in the order of the round, up to limit durable
+// notices of the domains whose place is after lo (nil: from the first) and
+// at most hi (nil: to the last). It lists up to limit of each domain in
+// that range: the round's first limit are among them.
+func (s *Store) listRound(ctx context.Context, origins []domain.Origin, lo, hi []byte, limit int) ([]listedNotice, error) {
+	var all []listedNotice
+	for _, o := range origins {
+		prefix := noticePrefix(o)
+		from, to := prefix, prefixEnd(prefix)
+		if lo != nil {
+			from = append(slices.Clone(prefix), lo[:len(lo)-1]...)
+		}
+		if hi != nil {
+			to = append(append(slices.Clone(prefix), hi[:len(hi)-1]...), 0)
+		}
+		list, err := s.listNotices(ctx, from, to, limit, func(place []byte) bool {
+			return (lo == nil || bytes.Compare(place, lo) > 0) && (hi == nil || bytes.Compare(place, hi) <= 0)
+		})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, list...)
+	}
+	slices.SortFunc(all, func(a, b listedNotice) int { return bytes.Compare(a.place, b.place) })
+	return all[:min(len(all), limit)], nil
+}
+
+// listNotices returns up to limit durable notices of the keys from lo and
+// before hi whose place in the round is in, in order.
+func (s *Store) listNotices(ctx context.Context, lo, hi []byte, limit int, in func(place []byte) bool) ([]listedNotice, error) {
 	var out []listedNotice
 	err := s.scanRange(lo, hi, func(key, _ []byte) error {
 		if len(out) == limit {
 			return errEnough
 		}
-		if bytes.Equal(key, lo) {
-			return nil
-		}
 		notice, err := parseNotice(key)
 		if err != nil {
 			return err
 		}
+		place := noticePlace(key)
+		if !in(place) {
+			return nil
+		}
 		if pending, err := s.pendingNow(ctx, notice.Recipient, notice.BundleID); err != nil || pending {
 			return err
 		}
-		out = append(out, listedNotice{Notice: notice, key: slices.Clone(key)})
+		out = append(out, listedNotice{Notice: notice, place: place})
 		return nil
 	})
 	if err != nil && !errors.Is(err, errEnough) {
@@ -119,27 +141,29 @@ func (s *Store) listNotices(ctx context.Context, lo, hi []byte, limit int) ([]li
 	return out, nil
 }
 
-// noticeResume keeps, per domain, the key of the last notice the last
-// Notices call listed when it could not list them all; nil: from the
-// oldest.
+// noticeResume keeps, per list of domains (noticeSet), the place of the
+// last notice the last Notices call for them listed when it could not
+// list them all; nil: from the oldest. Each list has a round of its own,
+// so callers that ask for different domains (the notifier's workers, one
+// per domain) do not move each other on.
 type noticeResume struct {
 	mu    sync.Mutex
-	after map[domain.Origin][]byte
+	after map[string][]byte
 }
 
-func (r *noticeResume) at(o domain.Origin) []byte {
+func (r *noticeResume) at(set string) []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.after[o]
+	return r.after[set]
 }
 
-func (r *noticeResume) set(o domain.Origin, key []byte) {
+func (r *noticeResume) set(set string, place []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.after == nil {
-		r.after = map[domain.Origin][]byte{}
+		r.after = map[string][]byte{}
 	}
-	r.after[o] = key
+	r.after[set] = place
 }
 
 // pendingNow says whether the published records show the recipient's

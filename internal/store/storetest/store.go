@@ -60,6 +60,7 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("OutboxKeepsTheNoticesOfDequeues", outboxNotices)
 	run("OutboxKeepsTheNoticesOfTwoDequeuesOfOneID", outboxNoticesOfAReusedID)
 	run("OutboxListsTheNoticesAfterTheLastCallsInTurn", outboxNoticesInTurn)
+	run("OutboxListsEveryDomainsNoticesInTurn", outboxNoticesOfDomainsInTurn)
 	run("ReleaseBundleFreesItsGroupAndKeepsItsID", releaseFreesItsGroupAndKeepsItsID)
 	run("ReleaseBundleRefusesABundleNotPendingAtItsVersion", releaseRefusesABundleNotPendingAtItsVersion)
 	run("ReleasesAndDequeuesOfOneBundleAtOnceOneWins", releasesAndDequeuesOfOneBundleAtOnceOneWins)
@@ -875,6 +876,55 @@ func outboxNoticesInTurn(t *testing.T, s *storeEnv) {
 	}
 	if len(listed) != len(all) {
 		t.Fatalf("two calls of two listed %d of the %d notices; want the second to go on after the first's", len(listed), len(all))
+	}
+}
+
+// outboxNoticesOfDomainsInTurn: calls for several domains take turns
+// over all their notices too: however many notices of one domain are
+// older, a caller that leaves every notice in the outbox (their bundles
+// cannot be read) has each listed again within about ⌈backlog / limit⌉
+// calls (store.Outbox), the newest domain's as well.
+func outboxNoticesOfDomainsInTurn(t *testing.T, s *storeEnv) {
+	r := newRecipient()
+	s.commit(notes(3, r, domain.OriginCharges, "c")...)
+	s.commit(notes(1, r, domain.OriginMeteringPoints, "m")...)
+	var all []string
+	dequeue := func(origin domain.Origin, contentType string, i int64) {
+		rec, cur := s.dequeued(r, s.create(r, s.record(origin, contentType, i, i+1)))
+		rec.Notice = true
+		if err := s.store.Acknowledge(ctx(t), r, rec, cur); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, rec.ID)
+		s.clock.Advance(time.Second)
+	}
+	for i := range int64(3) {
+		dequeue(domain.OriginCharges, "c", i)
+	}
+	dequeue(domain.OriginMeteringPoints, "m", 0) // the newest
+	origins := []domain.Origin{domain.OriginCharges, domain.OriginMeteringPoints}
+	const (
+		calls  = 8
+		within = 3 // ⌈4 / 2⌉ and one more
+	)
+	last := map[string]int{} // the call that last listed each notice
+	for call := 1; call <= calls; call++ {
+		notices, err := s.store.Notices(ctx(t), origins, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(notices) != 2 {
+			t.Fatalf("call %d listed %+v; want two notices of the four", call, notices)
+		}
+		for _, n := range notices {
+			last[n.BundleID] = call
+		}
+		for i, id := range all {
+			if call-last[id] >= within {
+				t.Fatalf("call %d: notice %d of 4 (oldest first) was last listed by call %d; want every notice within %d calls of two, whatever its domain",
+					call, i+1, last[id], within)
+			}
+		}
 	}
 }
 
