@@ -37,8 +37,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	srv := grpc.NewServer()
-	messagehubv1.RegisterBundleContentProviderServer(srv, &provider{format: *format, log: slog.Default()})
+	srv := newServer(*format, slog.Default())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -52,6 +51,18 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// newServer is the provider's gRPC server, rendering documents in format.
+func newServer(format string, log *slog.Logger) *grpc.Server {
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxRequestBytes))
+	messagehubv1.RegisterBundleContentProviderServer(srv, &provider{format: format, log: log})
+	return srv
+}
+
+// maxRequestBytes is the largest request the provider takes: the hub sends
+// the whole bundle, about 59 MB at the largest (see provider.proto), over
+// the 4 MiB a gRPC server takes by default.
+const maxRequestBytes = 64 << 20
 
 // chunkSize keeps each streamed message well inside gRPC's default limits.
 const chunkSize = 64 << 10

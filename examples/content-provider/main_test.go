@@ -9,12 +9,15 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/domain"
 )
 
 func TestTheProviderRendersABundleInEitherFormat(t *testing.T) {
@@ -70,8 +73,7 @@ func startProvider(t *testing.T, format string) messagehubv1.BundleContentProvid
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
-	messagehubv1.RegisterBundleContentProviderServer(srv, &provider{format: format, log: slog.New(slog.DiscardHandler)})
+	srv := newServer(format, slog.New(slog.DiscardHandler))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -80,4 +82,48 @@ func startProvider(t *testing.T, format string) messagehubv1.BundleContentProvid
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return messagehubv1.NewBundleContentProviderClient(conn)
+}
+
+// The hub sends the whole bundle in CreateBundleContent and BundleDequeued:
+// at the largest bundle an operator can configure
+// (domain.HighestMaxBundleWeight notifications, each with a document type
+// of its own of the longest length) that is about 59 MB, far over the
+// 4 MiB a gRPC server receives by default, and a provider that refuses it
+// leaves the bundle's document never built and its domain never told.
+func TestTheProviderTakesTheLargestBundleTheHubSends(t *testing.T) {
+	n := domain.HighestMaxBundleWeight
+	bundle := &messagehubv1.Bundle{
+		Id: "0b9a8c7d-6e5f-4a3b-9c2d-1e0f9a8b7c6d", Recipient: "9f1c2b0e-3a4d-4e5f-8a6b-7c8d9e0f1a2b",
+		Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES, ContentType: strings.Repeat("c", domain.MaxContentTypeLength),
+		Weight: int64(n), NotificationIds: make([]string, n), DocumentTypes: make([]string, n),
+	}
+	pad := strings.Repeat("d", domain.MaxContentTypeLength-8)
+	for i := range n {
+		bundle.NotificationIds[i] = fmt.Sprintf("%08x-0000-4000-8000-000000000000", i)
+		bundle.DocumentTypes[i] = fmt.Sprintf("%08x%s", i, pad)
+	}
+	size := proto.Size(&messagehubv1.CreateBundleContentRequest{Bundle: bundle})
+	if size > maxRequestBytes {
+		t.Fatalf("the largest bundle's request is %d bytes, over the %d the provider takes", size, maxRequestBytes)
+	}
+	client := startProvider(t, "json")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := client.CreateBundleContent(ctx, &messagehubv1.CreateBundleContentRequest{Bundle: bundle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first chunk, with the media type, shows the request was taken;
+	// the rest of the document is not read.
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("a request of %d bytes: %v", size, err)
+	}
+	if first.GetMediaType() == "" {
+		t.Fatal("the first chunk has no media type")
+	}
+	cancel()
+	if _, err := client.BundleDequeued(context.Background(), &messagehubv1.BundleDequeuedRequest{Bundle: bundle}); err != nil {
+		t.Fatalf("BundleDequeued of %d bytes: %v", size, err)
+	}
 }

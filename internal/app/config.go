@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/diskguard"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
 )
 
 // Config is everything the hub is configured with. ParseConfig fills the
@@ -227,9 +227,10 @@ var settings = []setting{
 			if err != nil {
 				return fmt.Errorf("not a duration: %q", v)
 			}
-			// Cosmos DB keeps it as a TTL in whole seconds, an int32.
-			if d < time.Second || d > math.MaxInt32*time.Second {
-				return fmt.Errorf("must be between 1s and %s, got %s", math.MaxInt32*time.Second, d)
+			// Cosmos DB keeps it as a TTL in whole seconds, an int32, with
+			// a margin for dequeued bundles (cosmos.MaxRetention).
+			if d < time.Second || d > cosmos.MaxRetention {
+				return fmt.Errorf("must be between 1s and %s, got %s", cosmos.MaxRetention, d)
 			}
 			c.Retention = d
 			return nil
@@ -272,8 +273,10 @@ var settings = []setting{
 		"with --store cosmos: how long an instance holds a bundle's document build unless it renews it (every third of it); the longest a dead instance holds a build up",
 		func(c *Config, v string) error {
 			d, err := time.ParseDuration(v)
-			if err != nil || d < time.Second {
-				return fmt.Errorf("must be a duration of at least 1s, got %q", v)
+			// Cosmos DB removes a build's lease document by its TTL, an
+			// int32 of seconds (cosmos.MaxBuildLease).
+			if err != nil || d < time.Second || d > cosmos.MaxBuildLease {
+				return fmt.Errorf("must be a duration between 1s and %s, got %q", cosmos.MaxBuildLease, v)
 			}
 			c.Content.Lease = d
 			return nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -213,7 +214,9 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "content providers on cosmos without blob storage", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-provider", "DOMAIN_CHARGES=a:1"}, wantErr: "needs --content-blob-connection-string or --content-blob-url"},
 		{name: "two ways to blob storage", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-blob-url", "https://b/", "--content-blob-connection-string", "x"}, wantErr: "not both"},
 		{name: "blob storage with the embedded store", args: []string{"--content-blob-url", "https://b/"}, wantErr: "for --store cosmos"},
-		{name: "a content lease under a second", args: []string{"--content-lease", "500ms"}, wantErr: "at least 1s"},
+		{name: "a content lease under a second", args: []string{"--content-lease", "500ms"}, wantErr: "between 1s and"},
+		{name: "a content lease over its document's int32 ttl", args: []string{"--content-lease", (cosmos.MaxBuildLease + time.Second).String()}, wantErr: "between 1s and"},
+		{name: "a retention over a dequeued bundle's int32 ttl", args: []string{"--retention", (cosmos.MaxRetention + time.Second).String()}, wantErr: "between 1s and"},
 		{name: "a blob container name too short", args: []string{"--content-blob-container", "ab"}, wantErr: "3 to 63"},
 		// The answer of a Peek that waited, or of a content peek that
 		// waited for its document, came after the write timeout: the
@@ -236,6 +239,15 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// The longest retention and content lease are taken: the Cosmos DB store
+// writes their ttls (cosmos.MaxRetention, cosmos.MaxBuildLease).
+func TestTheLongestRetentionAndContentLeaseAreTaken(t *testing.T) {
+	cfg, err := ParseConfig([]string{"--retention", cosmos.MaxRetention.String(), "--content-lease", cosmos.MaxBuildLease.String()}, envOf(nil), io.Discard)
+	if err != nil || cfg.Retention != cosmos.MaxRetention || cfg.Content.Lease != cosmos.MaxBuildLease {
+		t.Fatalf("got a retention of %s and a lease of %s (%v)", cfg.Retention, cfg.Content.Lease, err)
 	}
 }
 

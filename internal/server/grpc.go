@@ -137,6 +137,27 @@ func WithLimits(l Limits) Option {
 	}
 }
 
+// longestJitteredAge is the longest maximum age gRPC can add its jitter of
+// up to a tenth to without overflowing a time.Duration: a longer one would
+// give the connection a negative age timer, which closes it at once.
+const longestJitteredAge = infinity / 11 * 10
+
+// keepaliveParams are the keepalive parameters of l. A maximum age longer
+// than longestJitteredAge (about 266 years) is "never".
+func keepaliveParams(l Limits) keepalive.ServerParameters {
+	age := l.MaxConnectionAge
+	if age > longestJitteredAge {
+		age = infinity
+	}
+	return keepalive.ServerParameters{
+		MaxConnectionIdle:     l.MaxConnectionIdle,
+		MaxConnectionAge:      age,
+		MaxConnectionAgeGrace: l.MaxConnectionAgeGrace,
+		Time:                  keepaliveTime,
+		Timeout:               keepaliveTimeout,
+	}
+}
+
 // setPositive sets *into to v unless v is zero (an option's "keep the
 // default").
 func setPositive[T uint32 | int64 | time.Duration](into *T, v T) {
@@ -197,13 +218,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		// gRPC's default is 2 minutes, for which a connection that never
 		// sends a byte holds a place of the listener.
 		grpc.ConnectionTimeout(o.limits.HandshakeTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle:     o.limits.MaxConnectionIdle,
-			MaxConnectionAge:      o.limits.MaxConnectionAge,
-			MaxConnectionAgeGrace: o.limits.MaxConnectionAgeGrace,
-			Time:                  keepaliveTime,
-			Timeout:               keepaliveTimeout,
-		}),
+		grpc.KeepaliveParams(keepaliveParams(o.limits)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		// The error interceptor comes first so that it also maps the
 		// authorizer's refusals.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -239,5 +240,21 @@ func TestConnectionsAreClosedAtTheirMaximumAge(t *testing.T) {
 	c := newRawClient(t, nil, WithLimits(Limits{MaxConnectionAge: 50 * time.Millisecond, MaxConnectionAgeGrace: time.Second}))
 	if code := c.goAway(); code != http2.ErrCodeNo {
 		t.Fatalf("closed with %v, want a graceful GOAWAY (NO_ERROR)", code)
+	}
+}
+
+// gRPC adds a random jitter of up to a tenth to a connection's maximum age;
+// at the longest age --grpc-max-connection-age takes (the largest
+// time.Duration) that sum must not overflow, or the connection's age timer
+// is negative and the server closes it as soon as it opens.
+func TestTheLongestMaximumAgeLeavesRoomForItsJitter(t *testing.T) {
+	for _, age := range []time.Duration{math.MaxInt64 - 1, math.MaxInt64 / 10 * 9, 30 * time.Minute} {
+		p := keepaliveParams(Limits{MaxConnectionAge: age})
+		if p.MaxConnectionAge == infinity {
+			continue // gRPC adds no jitter to "never"
+		}
+		if p.MaxConnectionAge < age || p.MaxConnectionAge > math.MaxInt64-p.MaxConnectionAge/10 {
+			t.Errorf("a maximum age of %s becomes %s, which its jitter of a tenth overflows", age, p.MaxConnectionAge)
+		}
 	}
 }

@@ -319,6 +319,31 @@ func TestFaithfulTTL(t *testing.T) {
 	}
 }
 
+// Cosmos DB refuses an item whose ttl is not -1 or 1..2^31-1 seconds with
+// 400, on its own and in a transactional batch.
+func TestFaithfulTTLRange(t *testing.T) {
+	ttlOn := int32(-1)
+	_, c, _ := faithfulContainer(t, cosmostest.Options{TTL: true}, azcosmos.ContainerProperties{DefaultTimeToLive: &ttlOn})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	for i, ttl := range []int{-1, 1, math.MaxInt32} {
+		if _, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "ok" + strconv.Itoa(i), PK: "p", TTL: &ttl}), nil); err != nil {
+			t.Errorf("ttl %d: %v", ttl, err)
+		}
+	}
+	for i, ttl := range []int{0, -2, math.MaxInt32 + 1} {
+		if _, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "bad" + strconv.Itoa(i), PK: "p", TTL: &ttl}), nil); statusOf(err) != http.StatusBadRequest {
+			t.Errorf("ttl %d: %v, want 400", ttl, err)
+		}
+		b := c.NewTransactionalBatch(pk)
+		b.CreateItem(mustJSON(t, doc{ID: "batch" + strconv.Itoa(i), PK: "p", TTL: &ttl}), nil)
+		resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+		if err == nil && resp.Success {
+			t.Errorf("ttl %d in a batch: applied, want refused", ttl)
+		}
+	}
+}
+
 func TestFaithfulDefaultTTL(t *testing.T) {
 	five := int32(5)
 	s, c, _ := faithfulContainer(t, cosmostest.Options{TTL: true}, azcosmos.ContainerProperties{DefaultTimeToLive: &five})

@@ -64,7 +64,9 @@ type MessageHubClient interface {
 	// repeated PeekContent of the bundle streams the same bytes. The first
 	// message carries the bundle and the media type, later ones data only;
 	// each message is at most 1 MiB, but for a first message whose bundle
-	// alone is larger (up to about 16 MiB): it is sent without data then.
+	// alone is larger (up to about 16 MiB at the default bundle weight limit,
+	// 59 MB at the highest the hub can be configured to, as a Peek's answer):
+	// it is sent without data then.
 	// No bundle: the stream ends with no
 	// message. When the bundle's domain has no provider, the first message
 	// carries the bundle with an empty media type and no data follows (use the
@@ -173,7 +175,9 @@ type MessageHubServer interface {
 	// repeated PeekContent of the bundle streams the same bytes. The first
 	// message carries the bundle and the media type, later ones data only;
 	// each message is at most 1 MiB, but for a first message whose bundle
-	// alone is larger (up to about 16 MiB): it is sent without data then.
+	// alone is larger (up to about 16 MiB at the default bundle weight limit,
+	// 59 MB at the highest the hub can be configured to, as a Peek's answer):
+	// it is sent without data then.
 	// No bundle: the stream ends with no
 	// message. When the bundle's domain has no provider, the first message
 	// carries the bundle with an empty media type and no data follows (use the

@@ -31,6 +31,15 @@ const (
 // hub: it builds the document of a bundle of the domain's notifications, and
 // hears when the actor has dequeued it. The names are the contract: it is
 // not a hub, and its document comes as a stream of chunks.
+//
+// Both calls carry the whole bundle: about 59 MB for the largest bundle the
+// hub can be configured to cut (--max-bundle-weight 200000, each notification
+// with a document type of its own of 255 characters; about 15 MB at the
+// default weight of 51,200), so a provider's server must take requests of
+// 64 MiB (in grpc-go, grpc.MaxRecvMsgSize(64 << 20)): gRPC servers refuse
+// more than 4 MiB by default, with RESOURCE_EXHAUSTED, and the hub then
+// retries for as long as the bundle is pending. Each chunk of the answer is
+// at most 4 MiB (the hub's limit, gRPC's default): 64 KiB to 1 MiB is usual.
 // buf:lint:ignore SERVICE_SUFFIX
 type BundleContentProviderClient interface {
 	// CreateBundleContent streams the bundle's document: the media type in the
@@ -90,6 +99,15 @@ func (c *bundleContentProviderClient) BundleDequeued(ctx context.Context, in *Bu
 // hub: it builds the document of a bundle of the domain's notifications, and
 // hears when the actor has dequeued it. The names are the contract: it is
 // not a hub, and its document comes as a stream of chunks.
+//
+// Both calls carry the whole bundle: about 59 MB for the largest bundle the
+// hub can be configured to cut (--max-bundle-weight 200000, each notification
+// with a document type of its own of 255 characters; about 15 MB at the
+// default weight of 51,200), so a provider's server must take requests of
+// 64 MiB (in grpc-go, grpc.MaxRecvMsgSize(64 << 20)): gRPC servers refuse
+// more than 4 MiB by default, with RESOURCE_EXHAUSTED, and the hub then
+// retries for as long as the bundle is pending. Each chunk of the answer is
+// at most 4 MiB (the hub's limit, gRPC's default): 64 KiB to 1 MiB is usual.
 // buf:lint:ignore SERVICE_SUFFIX
 type BundleContentProviderServer interface {
 	// CreateBundleContent streams the bundle's document: the media type in the

@@ -52,7 +52,8 @@ func Start(t testing.TB, answer func(b *messagehubv1.Bundle, calls int) Answer) 
 		t.Fatal(err)
 	}
 	p := &Provider{Address: lis.Addr().String(), answer: answer, creates: map[string]int{}, told: make(chan *messagehubv1.Bundle, 10_000)}
-	srv := grpc.NewServer()
+	// A provider takes the largest bundle the hub sends (provider.proto).
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
 	messagehubv1.RegisterBundleContentProviderServer(srv, p)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

@@ -66,3 +66,7 @@ func IDMigrationCheck(s *Store) (begun, ended bool) {
 	st.mu.Unlock()
 	return begun, !st.checking.Load()
 }
+
+// DequeuedTTL is the ttl a dequeued bundle's document that names no
+// drawers carries, in seconds.
+func DequeuedTTL(retention time.Duration) int32 { return dequeuedTTL(retention) }

@@ -3,6 +3,7 @@ package cosmos
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"time"
 
@@ -19,13 +20,25 @@ import (
 // only one succeeds. Writes run on the primary and the read that decides runs
 // there too (a batch), so no replica lag can make two holders.
 
+// buildLeaseOutlives is how long a build's lease document stays after its
+// expiry before its ttl removes it.
+const buildLeaseOutlives = time.Minute
+
+// MaxBuildLease is the longest lease of a document build: its document's
+// ttl, the lease plus buildLeaseOutlives and a second, is an int32 of
+// seconds, and Cosmos DB refuses a document whose ttl is not 1..2^31-1 or
+// -1. The configuration takes no longer one; a longer one's document gets
+// this one's ttl.
+const MaxBuildLease = (math.MaxInt32-1)*time.Second - buildLeaseOutlives
+
 // acquireBuild takes or renews the lease of the bundle's document build for
 // holder, until d from now. It returns the lease's holder and expiry after
 // the attempt: holder itself when it holds the lease, another instance while
 // that one's lease has not expired.
 func (s *Store) acquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (string, time.Time, error) {
 	// The document outlives its expiry a little, then goes by itself.
-	cur, err := s.takeLease(ctx, recipient, leaseID(bundleID), holder, d, int32((d+time.Minute)/time.Second)+1)
+	ttl := int32((min(d, MaxBuildLease)+buildLeaseOutlives)/time.Second) + 1 //nolint:gosec // at most 2^31-1: MaxBuildLease
+	cur, err := s.takeLease(ctx, recipient, leaseID(bundleID), holder, d, ttl)
 	return cur.Holder, time.UnixMilli(cur.Expires), err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -79,9 +80,15 @@ func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, f
 // leaves.
 const dequeuedTTLMargin = 24 * time.Hour
 
+// MaxRetention is the longest Config.Retention: a dequeued bundle's ttl,
+// the retention plus dequeuedTTLMargin, is an int32 of seconds, and Cosmos
+// DB refuses a document whose ttl is not 1..2^31-1 or -1. Open refuses a
+// longer one.
+const MaxRetention = math.MaxInt32*time.Second - dequeuedTTLMargin
+
 // dequeuedTTL is the ttl of a dequeued bundle's document, in seconds.
 func dequeuedTTL(retention time.Duration) int32 {
-	return int32((retention + dequeuedTTLMargin) / time.Second) //nolint:gosec // days, far below 2^31 s
+	return int32((retention + dequeuedTTLMargin) / time.Second) //nolint:gosec // at most 2^31-1: Open takes no more than MaxRetention
 }
 
 // retentionQuery reads what a visit of retention decides on, in one query

@@ -127,6 +127,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Retention <= 0 {
 		cfg.Retention = 7 * 24 * time.Hour
 	}
+	if cfg.Retention > MaxRetention {
+		return nil, fmt.Errorf("cosmos: a retention of at most %s (a ttl of 2^31-1 seconds with its margin), got %s", MaxRetention, cfg.Retention)
+	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
