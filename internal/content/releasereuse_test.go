@@ -266,3 +266,42 @@ func TestABuildThatFoundItsBundleReleasedSparesTheDocumentOfALaterBundleOfTheID(
 		t.Fatalf("the bundle %s was served %q, then %q after the build of the released bundle went on", a.id, doc, got)
 	}
 }
+
+// An operator's release names a bundle it read pending. A release whose
+// first attempt conflicts (the bundle was dequeued meanwhile) and whose
+// retry finds a later bundle pending under the id (retention removed the
+// dequeued one, the actor peeked with the id again) must not release that
+// later bundle, which the operator never saw: it answers that the bundle
+// it read is no longer pending, and the later bundle stays pending with
+// its document.
+func TestAReleaseWhoseBundleWentDoesNotReleaseALaterBundleOfTheID(t *testing.T) {
+	for _, kind := range reuseStores {
+		t.Run(kind, func(t *testing.T) {
+			held, goOn := make(chan struct{}), make(chan struct{})
+			e := newReuseEnv(t, kind, nthForget(1, held, goOn, func() {}))
+			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+			a.save()
+			a.document(a.peek())
+			released := make(chan error, 1)
+			go func() { _, err := e.repo.ReleaseBundle(e.ctx, a.recipient, a.id); released <- err }()
+			<-held
+			if err := e.repo.Dequeue(e.ctx, a.recipient, a.id); err != nil {
+				t.Fatal(err)
+			}
+			e.pastRetention(t)
+			a.save()
+			later := a.peek()
+			doc := a.document(later)
+			close(goOn)
+			if err := <-released; !errors.Is(err, domain.ErrNotFound) {
+				t.Fatalf("a release of a bundle dequeued meanwhile: %v, want not found", err)
+			}
+			if pending, err := e.repo.IsPending(e.ctx, a.recipient, a.id); err != nil || !pending {
+				t.Fatalf("the later bundle %s after a release of the earlier one: pending %v, %v; want it pending", a.id, pending, err)
+			}
+			if got := a.document(later); got != doc {
+				t.Fatalf("the later bundle %s was served %q, then %q after the release", a.id, doc, got)
+			}
+		})
+	}
+}
