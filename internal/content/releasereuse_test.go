@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +36,7 @@ type reuseEnv struct {
 	docs  content.Store
 	repo  *hub.Hub
 	srv   *cosmostest.Server // nil: pebble
+	dir   string             // the documents' folder, with pebble
 
 	mu    sync.Mutex
 	ahead time.Duration
@@ -56,7 +60,8 @@ func newReuseEnv(t *testing.T, kind string, forget func(forgetFunc) forgetFunc) 
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
-		docs, err := content.OpenDirStore(t.TempDir())
+		e.dir = t.TempDir()
+		docs, err := content.OpenDirStore(e.dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,6 +306,95 @@ func TestAReleaseWhoseBundleWentDoesNotReleaseALaterBundleOfTheID(t *testing.T) 
 			}
 			if got := a.document(later); got != doc {
 				t.Fatalf("the later bundle %s was served %q, then %q after the release", a.id, doc, got)
+			}
+		})
+	}
+}
+
+// A build stores its bundle's document once its domain answers. A build
+// whose domain answers only after its bundle was dequeued, removed by
+// retention and a later bundle (other notifications) is pending under the
+// id must not have the later bundle served its document: that is another
+// bundle's data, and the actor would dequeue the later bundle as if its
+// notifications were delivered.
+func TestALateBuildOfAnEarlierBundleIsNotServedForALaterBundleOfTheID(t *testing.T) {
+	for _, kind := range reuseStores {
+		t.Run(kind, func(t *testing.T) {
+			asked, answer := make(chan struct{}), make(chan struct{})
+			e := newReuseEnv(t, kind, func(f forgetFunc) forgetFunc { return f })
+			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+			// The first instance's build: its domain answers when told.
+			provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
+				ans := contenttest.Document("text/plain", fmt.Appendf(nil, "first instance: %s", strings.Join(b.GetNotificationIds(), ",")), 1024)
+				if calls == 0 {
+					close(asked)
+					ans.Hold = answer
+				}
+				return ans
+			})
+			first := content.NewService(content.Options{
+				Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+				Store:     e.docs, Lease: e.store, Pending: e.repo.IsPending, Holds: e.repo.HoldsBundle,
+			})
+			t.Cleanup(first.Close)
+
+			a.save()
+			earlier := a.peek()
+			built := make(chan error, 1)
+			go func() { built <- buildDocument(e.ctx, first, earlier) }()
+			<-asked
+			if err := e.repo.Dequeue(e.ctx, a.recipient, a.id); err != nil {
+				t.Fatal(err)
+			}
+			e.pastRetention(t)
+			a.save()
+			later := a.peek()
+			if slices.Equal(later.NotificationIDs, earlier.NotificationIDs) {
+				t.Fatalf("the later bundle has the earlier one's notifications %v", later.NotificationIDs)
+			}
+			close(answer)
+			<-built // whatever it answers: its bundle is gone
+			doc := a.document(later)
+			if want := strings.Join(later.NotificationIDs, ","); !strings.HasPrefix(doc, want+" #") {
+				t.Fatalf("the later bundle %s (notifications %s) was served %q", a.id, want, doc)
+			}
+		})
+	}
+}
+
+// A document stored before documents named their bundle (a file of the
+// first format; a blob without the metadata) cannot show that it is the
+// pending bundle's: it is not served, and the bundle's document is built
+// again.
+func TestADocumentThatNamesNoBundleIsBuiltAgain(t *testing.T) {
+	for _, kind := range reuseStores {
+		t.Run(kind, func(t *testing.T) {
+			e := newReuseEnv(t, kind, func(f forgetFunc) forgetFunc { return f })
+			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+			a.save()
+			b := a.peek()
+			const old = "stored before documents named their bundle"
+			if e.dir != "" {
+				if err := os.MkdirAll(filepath.Join(e.dir, a.recipient), 0o750); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(e.dir, a.recipient, a.id), []byte("messagehub-document-v1\ntext/plain\n"+old), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				w, err := e.docs.Create(e.ctx, content.Key{Recipient: a.recipient, BundleID: a.id}, "text/plain")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := w.Write([]byte(old)); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Commit(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, want := a.document(b), strings.Join(b.NotificationIDs, ",")+" #0"; got != want {
+				t.Fatalf("served %q, want %q built by the domain", got, want)
 			}
 		})
 	}
