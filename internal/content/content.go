@@ -92,6 +92,9 @@ type Store interface {
 	// ErrNotStored: a document stored again under key (a later bundle's,
 	// once the id is free) has another version.
 	Version(ctx context.Context, key Key) (string, error)
+	// Stored returns Version and the identity of the bundle the document
+	// was built for (Document.Bundle) in one look, without the document.
+	Stored(ctx context.Context, key Key) (version, bundle string, err error)
 	// DeleteVersion removes the document of key if it is still version;
 	// one that is gone or stored again since is left alone, and no error.
 	DeleteVersion(ctx context.Context, key Key, version string) error

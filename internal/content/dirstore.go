@@ -141,6 +141,22 @@ func (s *DirStore) Version(_ context.Context, key Key) (string, error) {
 	return fmt.Sprintf("%d-%d", fi.ModTime().UnixNano(), fi.Size()), nil
 }
 
+// Stored is Version, then the bundle named in the file's header: a file
+// renamed into place between the two has another version, which no
+// removal by the version read takes.
+func (s *DirStore) Stored(ctx context.Context, key Key) (version, bundle string, err error) {
+	version, err = s.Version(ctx, key)
+	if err != nil {
+		return "", "", err
+	}
+	doc, err := s.Open(ctx, key)
+	if err != nil {
+		return "", "", err
+	}
+	_ = doc.Body.Close()
+	return version, doc.Bundle, nil
+}
+
 // DeleteVersion removes the file if it is still version. The look and the
 // removal are two steps: a folder serves one instance, whose retention
 // passes run one at a time (hub.sweepPass), and a document is stored again

@@ -366,58 +366,35 @@ func (s *Service) keep(key Key, bundle *messagehubv1.Bundle, log *slog.Logger) e
 // (Options.Holds), or any bundle when the Service has no Holds.
 func (s *Service) holds(ctx context.Context, key Key, bundle *messagehubv1.Bundle) (bool, error) {
 	if s.opts.Holds == nil {
+		if s.opts.Pending == nil {
+			return false, errors.New("no check of whether a bundle is pending is configured")
+		}
 		return s.opts.Pending(ctx, key.Recipient, key.BundleID)
 	}
 	return s.opts.Holds(ctx, key.Recipient, key.BundleID, bundle.GetNotificationIds())
 }
 
 // versionOf returns the version of the document stored under key's id if
-// it is the one of key's bundle, else "". The version is read before the
-// document: a document stored again after the look has another version.
+// it is the one of key's bundle, else "".
 func (s *Service) versionOf(ctx context.Context, key Key) (string, error) {
-	v, err := s.opts.Store.Version(ctx, key)
-	if errors.Is(err, ErrNotStored) {
+	v, bundle, err := s.opts.Store.Stored(ctx, key)
+	if errors.Is(err, ErrNotStored) || (err == nil && bundle != key.Bundle) {
 		return "", nil
 	}
-	if err != nil {
-		return "", err
-	}
-	doc, err := s.opts.Store.Open(ctx, key)
-	if errors.Is(err, ErrNotStored) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	_ = doc.Body.Close()
-	if doc.Bundle != key.Bundle {
-		return "", nil
-	}
-	return v, nil
+	return v, err
 }
 
 // discard removes the document stored under key's id when it is another
 // bundle's (or names none), but only while bundle is the one pending under
 // the id: then no other bundle holds the id, and the document is a
-// leftover nothing serves. Only the version read before the document goes.
+// leftover nothing serves. Only the version looked at goes.
 func (s *Service) discard(ctx context.Context, key Key, bundle *messagehubv1.Bundle) error {
-	v, err := s.opts.Store.Version(ctx, key)
-	if errors.Is(err, ErrNotStored) {
+	v, stored, err := s.opts.Store.Stored(ctx, key)
+	if errors.Is(err, ErrNotStored) || (err == nil && stored == key.Bundle) {
 		return nil
 	}
 	if err != nil {
 		return err
-	}
-	doc, err := s.opts.Store.Open(ctx, key)
-	if errors.Is(err, ErrNotStored) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	_ = doc.Body.Close()
-	if doc.Bundle == key.Bundle {
-		return nil
 	}
 	held, err := s.holds(ctx, key, bundle)
 	if err != nil {

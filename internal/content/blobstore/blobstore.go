@@ -123,11 +123,7 @@ func (s *Store) Open(ctx context.Context, key content.Key) (*content.Document, e
 	if resp.ContentType != nil {
 		doc.MediaType = *resp.ContentType
 	}
-	for k, v := range resp.Metadata {
-		if strings.EqualFold(k, bundleMetadata) && v != nil {
-			doc.Bundle = *v
-		}
-	}
+	doc.Bundle = bundleOf(resp.Metadata)
 	return doc, nil
 }
 
@@ -173,17 +169,35 @@ func (s *Store) Delete(ctx context.Context, key content.Key) error {
 
 // Version is the blob's etag.
 func (s *Store) Version(ctx context.Context, key content.Key) (string, error) {
+	version, _, err := s.Stored(ctx, key)
+	return version, err
+}
+
+// Stored is the blob's etag and its metadata "bundle", from one Get Blob
+// Properties.
+func (s *Store) Stored(ctx context.Context, key content.Key) (version, bundle string, err error) {
 	props, err := s.c.NewBlobClient(name(key)).GetProperties(ctx, nil)
 	if bloberror.HasCode(err, bloberror.BlobNotFound) {
-		return "", content.ErrNotStored
+		return "", "", content.ErrNotStored
 	}
 	if err != nil {
-		return "", fmt.Errorf("blob storage: reading the properties of %s: %w", name(key), err)
+		return "", "", fmt.Errorf("blob storage: reading the properties of %s: %w", name(key), err)
 	}
 	if props.ETag == nil {
-		return "", fmt.Errorf("blob storage: %s has no etag", name(key))
+		return "", "", fmt.Errorf("blob storage: %s has no etag", name(key))
 	}
-	return string(*props.ETag), nil
+	return string(*props.ETag), bundleOf(props.Metadata), nil
+}
+
+// bundleOf is the metadata "bundle", in whatever case the service answers
+// its name.
+func bundleOf(metadata map[string]*string) string {
+	for k, v := range metadata {
+		if strings.EqualFold(k, bundleMetadata) && v != nil {
+			return *v
+		}
+	}
+	return ""
 }
 
 // DeleteVersion deletes the blob on its etag (If-Match): Blob Storage
