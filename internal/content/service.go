@@ -295,18 +295,21 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 }
 
 // keep checks that the bundle whose document was just stored is still
-// pending. An operator's release removes the document before the bundle is
+// pending: the very bundle (Options.Holds), not a later one that took its
+// id. An operator's release removes the document before the bundle is
 // released, so one stored after that (the domain answered late) is removed
 // here: nothing serves the document of a bundle that is not pending, and a
-// released record may leave by the store's own expiry (Cosmos DB's ttl),
-// unseen by retention, freeing the id for a later bundle.
+// released or dequeued record may leave (Cosmos DB's ttl, retention),
+// freeing the id for a later bundle, which must not find this document
+// under it.
 //
-// The document's version is read before the check, and only that version
-// is removed: while keep waits, the release's own removal or retention may
-// take this document, the id may be freed and a later bundle under it may
-// store its document through another instance (this one's later build of
-// the key waits for this build); that document is another version, stored
-// after the check, and stays.
+// The document's version (and the bundle it names) is read before the
+// check, and only that version, when it is this bundle's, is removed:
+// while keep waits, the release's own removal or retention may take this
+// document, the id may be freed and a later bundle under it may store its
+// document through another instance (this one's later build of the key
+// waits for this build); that document is another version naming another
+// bundle, and stays.
 //
 // A check that fails is made again, backing off as attempts do: taken for
 // "pending", it would keep the document of a bundle released meanwhile. A
@@ -419,12 +422,8 @@ func (s *Service) acquire(key Key) (string, time.Time, error) {
 
 // stored reports whether the document of key's bundle is stored.
 func (s *Service) stored(key Key) bool {
-	doc, err := s.opts.Store.Open(s.ctx, key)
-	if err != nil {
-		return false
-	}
-	_ = doc.Body.Close()
-	return doc.Bundle == key.Bundle
+	_, bundle, err := s.opts.Store.Stored(s.ctx, key)
+	return err == nil && bundle == key.Bundle
 }
 
 // attempt asks the provider once, holding the lease (if any): it renews the
