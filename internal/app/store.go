@@ -122,6 +122,7 @@ func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 			// An instance that died holds a build up for this long at most.
 			LeaseDuration: a.cfg.Content.Lease,
 			Pending:       core.IsPending,
+			Holds:         core.HoldsBundle,
 			Logger:        a.logger,
 			Metrics:       a.tel.Metrics,
 		},

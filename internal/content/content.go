@@ -7,8 +7,13 @@ package content
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"io"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
 
 // Limits of a document and of the messages that carry it.
@@ -24,16 +29,53 @@ const (
 // ErrNotStored means that no document is stored for the bundle.
 var ErrNotStored = errors.New("no document stored")
 
-// Key names a bundle's document. Bundle ids are unique per recipient.
+// Key names a bundle's document. Bundle ids are unique per recipient while
+// the bundle's record is kept; once it is gone a later bundle may take the
+// id.
 type Key struct {
 	Recipient string
 	BundleID  string
+	// Bundle is the identity of the bundle the document is built for
+	// (Identity): Create stores it with the document, Open returns the one
+	// stored (Document.Bundle). The other methods name the document by
+	// Recipient and BundleID alone.
+	Bundle string
 }
 
 // Document is a stored document, read through Body (the caller closes it).
 type Document struct {
 	MediaType string
-	Body      io.ReadCloser
+	// Bundle is the identity of the bundle the document was built for
+	// (Key.Bundle at Create); "" for a document stored without one.
+	Bundle string
+	Body   io.ReadCloser
+}
+
+// Identity names a bundle beyond its id: a hash of everything its domain
+// is asked a document for (id, recipient, origin, content type, document
+// types, notification ids, weight). A later bundle under a freed id holds
+// other notifications, so another identity; one that holds the same is
+// asked for the same document.
+func Identity(b *messagehubv1.Bundle) string {
+	h := sha256.New()
+	field := func(s string) {
+		_, _ = h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(s))))
+		_, _ = h.Write([]byte(s))
+	}
+	field(b.GetId())
+	field(b.GetRecipient())
+	field(b.GetOrigin().String())
+	field(b.GetContentType())
+	_, _ = h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(b.GetDocumentTypes()))))
+	for _, t := range b.GetDocumentTypes() {
+		field(t)
+	}
+	_, _ = h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(b.GetNotificationIds()))))
+	for _, id := range b.GetNotificationIds() {
+		field(id)
+	}
+	_, _ = h.Write(binary.BigEndian.AppendUint64(nil, uint64(b.GetWeight())))
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // Store keeps documents durably. A document becomes visible whole, at
@@ -50,6 +92,9 @@ type Store interface {
 	// ErrNotStored: a document stored again under key (a later bundle's,
 	// once the id is free) has another version.
 	Version(ctx context.Context, key Key) (string, error)
+	// Stored returns Version and the identity of the bundle the document
+	// was built for (Document.Bundle) in one look, without the document.
+	Stored(ctx context.Context, key Key) (version, bundle string, err error)
 	// DeleteVersion removes the document of key if it is still version;
 	// one that is gone or stored again since is left alone, and no error.
 	DeleteVersion(ctx context.Context, key Key, version string) error

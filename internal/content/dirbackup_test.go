@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/content"
+	"github.com/energydatahub/messagehub/internal/content/contenttest"
 )
 
 // CopyTo copies the stored documents, which a folder store opened on the
@@ -104,5 +105,37 @@ func TestDirStoreKeysCannotLeaveTheFolder(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(parent, "outside")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a folder was made beside the content folder: %v", err)
+	}
+}
+
+// A document names the bundle it was built for: Open returns the name with
+// the document, Stored with the version; one stored without a name has none.
+func TestADirStoreDocumentNamesItsBundle(t *testing.T) {
+	docs, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = docs.Close() })
+	for _, bundle := range []string{"0123456789abcdef0123456789abcdef", ""} {
+		k := content.Key{Recipient: "r", BundleID: "b" + bundle, Bundle: bundle}
+		contenttest.Put(t, docs, k, "text/plain", []byte("doc"))
+		doc, err := docs.Open(t.Context(), content.Key{Recipient: k.Recipient, BundleID: k.BundleID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := string(read(t, doc))
+		version, stored, err := docs.Stored(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if doc.Bundle != bundle || stored != bundle || doc.MediaType != "text/plain" || data != "doc" {
+			t.Fatalf("stored for bundle %q: Open names %q (%s, %q), Stored %q", bundle, doc.Bundle, doc.MediaType, data, stored)
+		}
+		if v, err := docs.Version(t.Context(), k); err != nil || v != version {
+			t.Fatalf("Version %q, %v; Stored's %q", v, err, version)
+		}
+	}
+	if _, err := docs.Create(t.Context(), content.Key{Recipient: "r", BundleID: "x", Bundle: "a\nb"}, "text/plain"); err == nil {
+		t.Fatal("a bundle name with a line break was taken")
 	}
 }

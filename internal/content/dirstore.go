@@ -14,14 +14,19 @@ import (
 )
 
 // DirStore keeps each document in a file of its own under a folder: one
-// folder per recipient, one file per bundle, the media type on the file's
-// first line. A document is written to a temporary file, synced, and renamed
+// folder per recipient, one file per bundle: a format line, the identity of
+// the bundle it was built for, the media type, then the document. A document is written to a temporary file, synced, and renamed
 // into place, so a crash leaves either the whole document or none. Every
 // access goes through an os.Root, so no path can leave the folder.
 type DirStore struct{ root *os.Root }
 
 const (
-	fileMagic  = "messagehub-document-v1\n"
+	fileMagic = "messagehub-document-v2\n"
+	// fileMagicV1 is the format before documents named their bundle: such a
+	// file is opened with no identity, so it is never taken for the
+	// document of the bundle being served, and is built again.
+	fileMagicV1 = "messagehub-document-v1\n"
+
 	tempSuffix = ".tmp"
 )
 
@@ -66,16 +71,23 @@ func (s *DirStore) Open(_ context.Context, key Key) (*Document, error) {
 	}
 	r := bufio.NewReader(f)
 	magic, err := r.ReadString('\n')
-	if err != nil || magic != fileMagic {
+	if err != nil || (magic != fileMagic && magic != fileMagicV1) {
 		_ = f.Close()
 		return nil, fmt.Errorf("document %s/%s: not a document file", key.Recipient, key.BundleID)
 	}
-	mediaType, err := r.ReadString('\n')
+	var bundle string
+	if magic == fileMagic {
+		bundle, err = r.ReadString('\n')
+	}
+	var mediaType string
+	if err == nil {
+		mediaType, err = r.ReadString('\n')
+	}
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
 	}
-	return &Document{MediaType: strings.TrimSuffix(mediaType, "\n"), Body: readCloser{Reader: r, Closer: f}}, nil
+	return &Document{MediaType: strings.TrimSuffix(mediaType, "\n"), Bundle: strings.TrimSuffix(bundle, "\n"), Body: readCloser{Reader: r, Closer: f}}, nil
 }
 
 type readCloser struct {
@@ -88,6 +100,9 @@ func (s *DirStore) Create(_ context.Context, key Key, mediaType string) (Staged,
 	if err := ValidateMediaType(mediaType); err != nil {
 		return nil, err
 	}
+	if strings.ContainsAny(key.Bundle, "\r\n") {
+		return nil, fmt.Errorf("document %s/%s: a bundle identity with a line break", key.Recipient, key.BundleID)
+	}
 	if err := s.root.MkdirAll(key.Recipient, 0o750); err != nil {
 		return nil, err
 	}
@@ -97,7 +112,7 @@ func (s *DirStore) Create(_ context.Context, key Key, mediaType string) (Staged,
 		return nil, err
 	}
 	w := &stagedFile{root: s.root, f: f, w: bufio.NewWriterSize(f, 1<<20), temp: temp, final: s.path(key)}
-	if _, err := w.w.WriteString(fileMagic + mediaType + "\n"); err != nil {
+	if _, err := w.w.WriteString(fileMagic + key.Bundle + "\n" + mediaType + "\n"); err != nil {
 		w.Abort()
 		return nil, err
 	}
@@ -124,6 +139,22 @@ func (s *DirStore) Version(_ context.Context, key Key) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%d-%d", fi.ModTime().UnixNano(), fi.Size()), nil
+}
+
+// Stored is Version, then the bundle named in the file's header: a file
+// renamed into place between the two has another version, which no
+// removal by the version read takes.
+func (s *DirStore) Stored(ctx context.Context, key Key) (version, bundle string, err error) {
+	version, err = s.Version(ctx, key)
+	if err != nil {
+		return "", "", err
+	}
+	doc, err := s.Open(ctx, key)
+	if err != nil {
+		return "", "", err
+	}
+	_ = doc.Body.Close()
+	return version, doc.Bundle, nil
 }
 
 // DeleteVersion removes the file if it is still version. The look and the

@@ -138,7 +138,7 @@ func TestALeaseTakenOverStopsTheCallAndTheNewHoldersDocumentIsServed(t *testing.
 			t.Fatal("the call went on after the lease was taken over")
 		}
 	}
-	w, err := store.Create(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id}, "text/plain")
+	w, err := store.Create(t.Context(), content.Key{Recipient: b.Recipient, BundleID: b.Id, Bundle: content.Identity(b)}, "text/plain")
 	if err != nil {
 		t.Fatal(err)
 	}

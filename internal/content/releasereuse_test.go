@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +36,7 @@ type reuseEnv struct {
 	docs  content.Store
 	repo  *hub.Hub
 	srv   *cosmostest.Server // nil: pebble
+	dir   string             // the documents' folder, with pebble
 
 	mu    sync.Mutex
 	ahead time.Duration
@@ -56,7 +60,8 @@ func newReuseEnv(t *testing.T, kind string, forget func(forgetFunc) forgetFunc) 
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
-		docs, err := content.OpenDirStore(t.TempDir())
+		e.dir = t.TempDir()
+		docs, err := content.OpenDirStore(e.dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,6 +106,32 @@ func (e *reuseEnv) pastRetention(t *testing.T) {
 	if err := e.repo.SweepNow(e.ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// replaced has the actor dequeue its pending bundle, which retention then
+// removes, and peek a later bundle (a notification saved now) under the
+// freed id.
+func (e *reuseEnv) replaced(t *testing.T, a *idActor) *domain.Bundle {
+	t.Helper()
+	if err := e.repo.Dequeue(e.ctx, a.recipient, a.id); err != nil {
+		t.Fatal(err)
+	}
+	e.pastRetention(t)
+	a.save()
+	return a.peek()
+}
+
+// building saves a notification, peeks it under the actor's id and has
+// service build the bundle's document, returning once its domain is asked
+// (asked closes); built has the build's outcome.
+func (a *idActor) building(service *content.Service, asked <-chan struct{}) (_ *domain.Bundle, built <-chan error) {
+	a.t.Helper()
+	a.save()
+	b := a.peek()
+	out := make(chan error, 1)
+	go func() { out <- buildDocument(a.ctx, service, b) }()
+	<-asked
+	return b, out
 }
 
 // nthForget holds the n-th call of the documents' removal (counted from
@@ -159,36 +190,47 @@ func TestAReleaseSparesTheDocumentOfALaterBundleOfTheID(t *testing.T) {
 // it read it. A release that read the bundle pending, then stalled while
 // the actor dequeued it, the retention removed it, the actor peeked with
 // the id again and the later bundle's document was stored, must not
-// remove that document when it goes on, however it ends (here: the
-// operator's call ends at once, so nothing is released).
+// remove that document when it goes on, however it ends: the operator's
+// call ends at once, or its retry (the stalled removal's check conflicts)
+// finds the later bundle pending under the id. Nor must it release that
+// later bundle, which the operator never saw: it answers that the bundle
+// it read is no longer pending, and the later bundle stays pending.
 func TestAReleaseThatReadTheBundleBeforeItWentSparesTheDocumentOfALaterBundleOfTheID(t *testing.T) {
 	for _, kind := range reuseStores {
-		t.Run(kind, func(t *testing.T) {
-			held, goOn := make(chan struct{}), make(chan struct{})
-			rctx, cancel := context.WithCancel(context.Background())
-			t.Cleanup(cancel)
-			e := newReuseEnv(t, kind, nthForget(1, held, goOn, cancel))
-			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
-			a.save()
-			a.document(a.peek())
-			released := make(chan error, 1)
-			go func() { _, err := e.repo.ReleaseBundle(rctx, a.recipient, a.id); released <- err }()
-			<-held
-			if err := e.repo.Dequeue(e.ctx, a.recipient, a.id); err != nil {
-				t.Fatal(err)
-			}
-			e.pastRetention(t)
-			a.save()
-			later := a.peek()
-			first := a.document(later)
-			close(goOn)
-			if err := <-released; err == nil {
-				t.Fatal("a release whose call ended released a bundle")
-			}
-			if got := a.document(later); got != first {
-				t.Fatalf("the bundle %s was served %q, then %q after a stalled release went on", a.id, first, got)
-			}
-		})
+		for _, ends := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/call ends %v", kind, ends), func(t *testing.T) {
+				held, goOn := make(chan struct{}), make(chan struct{})
+				rctx, cancel := context.WithCancel(context.Background())
+				t.Cleanup(cancel)
+				then := func() {}
+				if ends {
+					then = cancel
+				}
+				e := newReuseEnv(t, kind, nthForget(1, held, goOn, then))
+				a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+				a.save()
+				a.document(a.peek())
+				released := make(chan error, 1)
+				go func() { _, err := e.repo.ReleaseBundle(rctx, a.recipient, a.id); released <- err }()
+				<-held
+				later := e.replaced(t, a)
+				first := a.document(later)
+				close(goOn)
+				err := <-released
+				switch {
+				case ends && err == nil:
+					t.Fatal("a release whose call ended released a bundle")
+				case !ends && !errors.Is(err, domain.ErrNotFound):
+					t.Fatalf("a release of a bundle dequeued meanwhile: %v, want not found", err)
+				}
+				if pending, err := e.repo.IsPending(e.ctx, a.recipient, a.id); err != nil || !pending {
+					t.Fatalf("the later bundle %s after a release of the earlier one: pending %v, %v; want it pending", a.id, pending, err)
+				}
+				if got := a.document(later); got != first {
+					t.Fatalf("the bundle %s was served %q, then %q after a stalled release went on", a.id, first, got)
+				}
+			})
+		}
 	}
 }
 
@@ -244,11 +286,7 @@ func TestABuildThatFoundItsBundleReleasedSparesTheDocumentOfALaterBundleOfTheID(
 	})
 	t.Cleanup(first.Close)
 
-	a.save()
-	b := a.peek()
-	built := make(chan error, 1)
-	go func() { built <- buildDocument(e.ctx, first, b) }()
-	<-asked
+	_, built := a.building(first, asked)
 	if _, err := e.repo.ReleaseBundle(e.ctx, a.recipient, a.id); err != nil {
 		t.Fatal(err)
 	}
@@ -264,5 +302,79 @@ func TestABuildThatFoundItsBundleReleasedSparesTheDocumentOfALaterBundleOfTheID(
 	}
 	if got := a.document(later); got != doc {
 		t.Fatalf("the bundle %s was served %q, then %q after the build of the released bundle went on", a.id, doc, got)
+	}
+}
+
+// A build stores its bundle's document once its domain answers. A build
+// whose domain answers only after its bundle was dequeued, removed by
+// retention and a later bundle (other notifications) is pending under the
+// id must not have the later bundle served its document: that is another
+// bundle's data, and the actor would dequeue the later bundle as if its
+// notifications were delivered.
+func TestALateBuildOfAnEarlierBundleIsNotServedForALaterBundleOfTheID(t *testing.T) {
+	for _, kind := range reuseStores {
+		t.Run(kind, func(t *testing.T) {
+			asked, answer := make(chan struct{}), make(chan struct{})
+			e := newReuseEnv(t, kind, func(f forgetFunc) forgetFunc { return f })
+			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+			// The first instance's build: its domain answers when told.
+			provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
+				ans := contenttest.Document("text/plain", fmt.Appendf(nil, "first instance: %s", strings.Join(b.GetNotificationIds(), ",")), 1024)
+				if calls == 0 {
+					close(asked)
+					ans.Hold = answer
+				}
+				return ans
+			})
+			first := content.NewService(content.Options{
+				Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+				Store:     e.docs, Lease: e.store, Pending: e.repo.IsPending, Holds: e.repo.HoldsBundle,
+			})
+			t.Cleanup(first.Close)
+
+			earlier, built := a.building(first, asked)
+			later := e.replaced(t, a)
+			if slices.Equal(later.NotificationIDs, earlier.NotificationIDs) {
+				t.Fatalf("the later bundle has the earlier one's notifications %v", later.NotificationIDs)
+			}
+			close(answer)
+			builtErr := <-built
+			doc := a.document(later)
+			if want := strings.Join(later.NotificationIDs, ","); !strings.HasPrefix(doc, want+" #") {
+				t.Fatalf("the later bundle %s (notifications %s) was served %q", a.id, want, doc)
+			}
+			if !errors.Is(builtErr, domain.ErrNotFound) {
+				t.Fatalf("the build of the earlier bundle: %v, want not found (its bundle went)", builtErr)
+			}
+		})
+	}
+}
+
+// A document stored before documents named their bundle (a file of the
+// first format; a blob without the metadata) cannot show that it is the
+// pending bundle's: it is not served, and the bundle's document is built
+// again.
+func TestADocumentThatNamesNoBundleIsBuiltAgain(t *testing.T) {
+	for _, kind := range reuseStores {
+		t.Run(kind, func(t *testing.T) {
+			e := newReuseEnv(t, kind, func(f forgetFunc) forgetFunc { return f })
+			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+			a.save()
+			b := a.peek()
+			const old = "stored before documents named their bundle"
+			if e.dir != "" {
+				if err := os.MkdirAll(filepath.Join(e.dir, a.recipient), 0o750); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(e.dir, a.recipient, a.id), []byte("messagehub-document-v1\ntext/plain\n"+old), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				contenttest.Put(t, e.docs, content.Key{Recipient: a.recipient, BundleID: a.id}, "text/plain", []byte(old))
+			}
+			if got, want := a.document(b), strings.Join(b.NotificationIDs, ",")+" #0"; got != want {
+				t.Fatalf("served %q, want %q built by the domain", got, want)
+			}
+		})
 	}
 }

@@ -35,6 +35,11 @@ type Options struct {
 	// Pending says whether a bundle is still pending; the hub stops trying to
 	// build the document of a bundle that is not.
 	Pending func(ctx context.Context, recipient, bundleID string) (bool, error)
+	// Holds, when set, says whether the bundle pending under bundleID holds
+	// exactly these notifications: the very bundle a document is built for,
+	// not a later one that took its id once it was gone. Without it Pending
+	// answers by the id alone.
+	Holds func(ctx context.Context, recipient, bundleID string, notificationIDs []string) (bool, error)
 	// RetryMin and RetryMax bound the exponential backoff between attempts.
 	RetryMin, RetryMax time.Duration
 	// AttemptTimeout bounds one provider call.
@@ -145,9 +150,21 @@ var ErrNotReady = fmt.Errorf("%w: document not ready", domain.ErrUnavailable)
 // domain has no provider and nothing is stored. When the document is not
 // ready before ctx ends it returns an error wrapping ErrNotReady (a
 // domain.ErrUnavailable); the build goes on.
+//
+// A document is served only for the bundle it was built for (Identity): one
+// stored under the id for another bundle (an earlier one under a freed id,
+// whose build stored it late) is refused, removed while this bundle is
+// pending, and built again.
 func (s *Service) Document(ctx context.Context, bundle *messagehubv1.Bundle) (*Document, error) {
-	key := Key{Recipient: bundle.GetRecipient(), BundleID: bundle.GetId()}
+	key := Key{Recipient: bundle.GetRecipient(), BundleID: bundle.GetId(), Bundle: Identity(bundle)}
 	doc, err := s.opts.Store.Open(ctx, key)
+	if err == nil && doc.Bundle != key.Bundle {
+		_ = doc.Body.Close()
+		err = s.discard(ctx, key, bundle)
+		if err == nil {
+			err = ErrNotStored
+		}
+	}
 	if !errors.Is(err, ErrNotStored) {
 		return doc, err
 	}
@@ -161,7 +178,14 @@ func (s *Service) Document(ctx context.Context, bundle *messagehubv1.Bundle) (*D
 		if b.err != nil {
 			return nil, b.err
 		}
-		return s.opts.Store.Open(ctx, key)
+		doc, err := s.opts.Store.Open(ctx, key)
+		if err == nil && doc.Bundle != key.Bundle {
+			// Another bundle's document came back under the id: the next
+			// peek removes it and builds this one's.
+			_ = doc.Body.Close()
+			return nil, fmt.Errorf("%w yet for bundle %s: the document under its id is another bundle's; peek again", ErrNotReady, key.BundleID)
+		}
+		return doc, err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w yet for bundle %s; peek again", ErrNotReady, key.BundleID)
 	}
@@ -220,7 +244,7 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 				if failures > 0 {
 					log.Info("bundle document built after failed attempts", "attempts", failures+1)
 				}
-				return s.keep(key, log)
+				return s.keep(key, bundle, log)
 			}
 		}
 		if s.ctx.Err() != nil {
@@ -262,7 +286,7 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 		}
 		pause = min(2*pause, s.opts.RetryMax)
 
-		pending, err := s.opts.Pending(s.ctx, key.Recipient, key.BundleID)
+		pending, err := s.holds(s.ctx, key, bundle)
 		if err == nil && !pending {
 			log.Info("bundle no longer pending; its document is no longer asked for")
 			return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
@@ -271,33 +295,33 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 }
 
 // keep checks that the bundle whose document was just stored is still
-// pending. An operator's release removes the document before the bundle is
+// pending: the very bundle (Options.Holds), not a later one that took its
+// id. An operator's release removes the document before the bundle is
 // released, so one stored after that (the domain answered late) is removed
 // here: nothing serves the document of a bundle that is not pending, and a
-// released record may leave by the store's own expiry (Cosmos DB's ttl),
-// unseen by retention, freeing the id for a later bundle.
+// released or dequeued record may leave (Cosmos DB's ttl, retention),
+// freeing the id for a later bundle, which must not find this document
+// under it.
 //
-// The document's version is read before the check, and only that version
-// is removed: while keep waits, the release's own removal or retention may
-// take this document, the id may be freed and a later bundle under it may
-// store its document through another instance (this one's later build of
-// the key waits for this build); that document is another version, stored
-// after the check, and stays.
+// The document's version (and the bundle it names) is read before the
+// check, and only that version, when it is this bundle's, is removed:
+// while keep waits, the release's own removal or retention may take this
+// document, the id may be freed and a later bundle under it may store its
+// document through another instance (this one's later build of the key
+// waits for this build); that document is another version naming another
+// bundle, and stays.
 //
 // A check that fails is made again, backing off as attempts do: taken for
 // "pending", it would keep the document of a bundle released meanwhile. A
 // shutdown leaves the document stored.
-func (s *Service) keep(key Key, log *slog.Logger) error {
+func (s *Service) keep(key Key, bundle *messagehubv1.Bundle, log *slog.Logger) error {
 	pause := s.opts.RetryMin
-	var version string // "": nothing stored
+	var version string // "": nothing of this bundle's stored
 	for {
-		v, err := s.opts.Store.Version(s.ctx, key)
-		if errors.Is(err, ErrNotStored) {
-			v, err = "", nil
-		}
+		v, err := s.versionOf(s.ctx, key)
 		var pending bool
 		if err == nil {
-			pending, err = s.opts.Pending(s.ctx, key.Recipient, key.BundleID)
+			pending, err = s.holds(s.ctx, key, bundle)
 		}
 		if err == nil && pending {
 			return nil
@@ -341,6 +365,52 @@ func (s *Service) keep(key Key, log *slog.Logger) error {
 	}
 }
 
+// holds says whether the bundle pending under key's id is bundle itself
+// (Options.Holds), or any bundle when the Service has no Holds.
+func (s *Service) holds(ctx context.Context, key Key, bundle *messagehubv1.Bundle) (bool, error) {
+	if s.opts.Holds == nil {
+		if s.opts.Pending == nil {
+			return false, errors.New("no check of whether a bundle is pending is configured")
+		}
+		return s.opts.Pending(ctx, key.Recipient, key.BundleID)
+	}
+	return s.opts.Holds(ctx, key.Recipient, key.BundleID, bundle.GetNotificationIds())
+}
+
+// versionOf returns the version of the document stored under key's id if
+// it is the one of key's bundle, else "".
+func (s *Service) versionOf(ctx context.Context, key Key) (string, error) {
+	v, bundle, err := s.opts.Store.Stored(ctx, key)
+	if errors.Is(err, ErrNotStored) || (err == nil && bundle != key.Bundle) {
+		return "", nil
+	}
+	return v, err
+}
+
+// discard removes the document stored under key's id when it is another
+// bundle's (or names none), but only while bundle is the one pending under
+// the id: then no other bundle holds the id, and the document is a
+// leftover nothing serves. Only the version looked at goes.
+func (s *Service) discard(ctx context.Context, key Key, bundle *messagehubv1.Bundle) error {
+	v, stored, err := s.opts.Store.Stored(ctx, key)
+	if errors.Is(err, ErrNotStored) || (err == nil && stored == key.Bundle) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	held, err := s.holds(ctx, key, bundle)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
+	}
+	s.opts.Logger.Info("the document stored under a pending bundle's id was built for another bundle (an earlier one under the id, or stored before documents named their bundle); it is removed and built again",
+		"recipient", key.Recipient, "bundle", key.BundleID)
+	return s.opts.Store.DeleteVersion(ctx, key, v)
+}
+
 // acquire takes the bundle's lease and returns who holds it and until when;
 // without a Lease this Service is the only one to ask.
 func (s *Service) acquire(key Key) (string, time.Time, error) {
@@ -350,14 +420,10 @@ func (s *Service) acquire(key Key) (string, time.Time, error) {
 	return s.opts.Lease.AcquireBuild(s.ctx, key.Recipient, key.BundleID, s.holder, s.opts.LeaseDuration)
 }
 
-// stored reports whether the document of key is stored.
+// stored reports whether the document of key's bundle is stored.
 func (s *Service) stored(key Key) bool {
-	doc, err := s.opts.Store.Open(s.ctx, key)
-	if err != nil {
-		return false
-	}
-	_ = doc.Body.Close()
-	return true
+	_, bundle, err := s.opts.Store.Stored(s.ctx, key)
+	return err == nil && bundle == key.Bundle
 }
 
 // attempt asks the provider once, holding the lease (if any): it renews the
@@ -386,6 +452,11 @@ func (s *Service) attempt(key Key, bundle *messagehubv1.Bundle, provider message
 				log.Warn("releasing a bundle's lease failed; it expires by itself", "error", err)
 			}
 		}()
+	}
+	// Another bundle's document under the id would stand in the way of
+	// this one's (a document is never replaced).
+	if err := s.discard(ctx, key, bundle); err != nil {
+		return err
 	}
 	start := time.Now()
 	size, err := fetch(ctx, provider, s.opts.Store, key, bundle)

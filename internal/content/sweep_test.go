@@ -139,7 +139,7 @@ func newIDActor(ctx context.Context, t *testing.T, repo *hub.Hub, docs content.S
 	})
 	service := content.NewService(content.Options{
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     docs, Pending: repo.IsPending, Lease: lease,
+		Store:     docs, Pending: repo.IsPending, Holds: repo.HoldsBundle, Lease: lease,
 	})
 	t.Cleanup(service.Close)
 	return &idActor{t: t, ctx: ctx, repo: repo, service: service, recipient: uuid.NewString(), id: uuid.NewString()}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/apiconv"
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/content/blobstore"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
@@ -138,11 +139,12 @@ func TestADocumentCutShortIsABrokenAnswer(t *testing.T) {
 	s := newStackWith(t, []server.Option{server.WithDocuments(docs, time.Minute)})
 	recipient, bundleID := uuid.NewString(), uuid.NewString()
 	s.saveOne(t, recipient, domain.OriginTimeSeries)
-	if b, err := s.repo.Peek(t.Context(), recipient, domain.GroupAll, bundleID); err != nil || b == nil {
+	b, err := s.repo.Peek(t.Context(), recipient, domain.GroupAll, bundleID)
+	if err != nil || b == nil {
 		t.Fatalf("peek: %v %v", b, err)
 	}
 	data := bytes.Repeat([]byte("<doc/>"), 500_000) // 3 MB
-	contenttest.Put(t, direct, content.Key{Recipient: recipient, BundleID: bundleID}, "application/xml", data)
+	contenttest.Put(t, direct, content.Key{Recipient: recipient, BundleID: bundleID, Bundle: content.Identity(apiconv.Bundle(b))}, "application/xml", data)
 
 	resp, err := http.DefaultClient.Do(newRequest(t, http.MethodGet, s.url+"/v1/peek/content?recipient="+recipient, nil))
 	if err != nil {

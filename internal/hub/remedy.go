@@ -30,6 +30,12 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 		return bundle.Record{}, err
 	}
 	defer r.ops.Done()
+	// The bundle the first attempt finds pending is the one released: a
+	// retry (after a conflict) that finds a later bundle pending under the
+	// id (the first was dequeued or released, retention removed it and the
+	// actor peeked with the id again) releases nothing, since the operator
+	// asked about the bundle as it stood when the call began.
+	var created time.Time
 	rec, err := retry(ctx, func() (bundle.Record, error) {
 		state, err := r.store.LoadRecipient(ctx, recipient)
 		if err != nil {
@@ -38,6 +44,13 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 		i := slices.IndexFunc(state.Pending, func(rec bundle.Record) bool { return rec.ID == bundleID })
 		if i < 0 {
 			return bundle.Record{}, r.notPending(ctx, recipient, bundleID)
+		}
+		switch {
+		case created.IsZero():
+			created = state.Pending[i].CreatedAt
+		case !state.Pending[i].CreatedAt.Equal(created):
+			return bundle.Record{}, fmt.Errorf("%w: bundle %s (created at %s) went while it was being released; the bundle pending under its id now is a later one (created at %s), left pending: nothing was released",
+				domain.ErrNotFound, bundleID, created.UTC().Format(timeFormat), state.Pending[i].CreatedAt.UTC().Format(timeFormat))
 		}
 		// Its document is never served again, and goes first: a released
 		// record may leave by the store's own expiry (Cosmos DB's ttl), which

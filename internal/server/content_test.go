@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/apiconv"
 	"github.com/energydatahub/messagehub/internal/auth"
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/content/blobstore"
@@ -253,7 +254,8 @@ func brokenDownloads(t *testing.T) (*content.Service, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	contenttest.Put(t, direct, content.Key{Recipient: recipient, BundleID: bundleID}, "application/xml", data)
+	// The document of the bundle the tests' hub answers (timeSeriesBundle(1)).
+	contenttest.Put(t, direct, content.Key{Recipient: recipient, BundleID: bundleID, Bundle: content.Identity(apiconv.Bundle(timeSeriesBundle(1)))}, "application/xml", data)
 	cut, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: azurite.CutAnswers(t, 256<<10), Container: container})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 // Package blobstore keeps bundles' documents in Azure Blob Storage, through
 // the official azblob SDK: one block blob per document, named
-// <recipient>/<bundle id>, its media type as the blob's Content-Type.
+// <recipient>/<bundle id>, its media type as the blob's Content-Type and the
+// identity of the bundle it was built for as its metadata "bundle" (which
+// Get Blob returns with the document: no request of its own).
 //
 // A document is staged as uncommitted blocks and made visible by one Put
 // Block List, conditional on no blob of that name existing: a reader sees
@@ -121,8 +123,13 @@ func (s *Store) Open(ctx context.Context, key content.Key) (*content.Document, e
 	if resp.ContentType != nil {
 		doc.MediaType = *resp.ContentType
 	}
+	doc.Bundle = bundleOf(resp.Metadata)
 	return doc, nil
 }
+
+// bundleMetadata is the metadata that names the bundle a document was built
+// for (content.Key.Bundle); the service answers its name in any case.
+const bundleMetadata = "bundle"
 
 // closer ends the download's context with the body.
 type closer struct {
@@ -146,7 +153,7 @@ func (s *Store) Create(ctx context.Context, key content.Key, mediaType string) (
 		return nil, err
 	}
 	return &staged{
-		ctx: ctx, b: s.c.NewBlockBlobClient(name(key)), mediaType: mediaType,
+		ctx: ctx, b: s.c.NewBlockBlobClient(name(key)), mediaType: mediaType, bundle: key.Bundle,
 		prefix: hex.EncodeToString(prefix[:]), buf: make([]byte, 0, s.blockSize),
 	}, nil
 }
@@ -162,17 +169,35 @@ func (s *Store) Delete(ctx context.Context, key content.Key) error {
 
 // Version is the blob's etag.
 func (s *Store) Version(ctx context.Context, key content.Key) (string, error) {
+	version, _, err := s.Stored(ctx, key)
+	return version, err
+}
+
+// Stored is the blob's etag and its metadata "bundle", from one Get Blob
+// Properties.
+func (s *Store) Stored(ctx context.Context, key content.Key) (version, bundle string, err error) {
 	props, err := s.c.NewBlobClient(name(key)).GetProperties(ctx, nil)
 	if bloberror.HasCode(err, bloberror.BlobNotFound) {
-		return "", content.ErrNotStored
+		return "", "", content.ErrNotStored
 	}
 	if err != nil {
-		return "", fmt.Errorf("blob storage: reading the properties of %s: %w", name(key), err)
+		return "", "", fmt.Errorf("blob storage: reading the properties of %s: %w", name(key), err)
 	}
 	if props.ETag == nil {
-		return "", fmt.Errorf("blob storage: %s has no etag", name(key))
+		return "", "", fmt.Errorf("blob storage: %s has no etag", name(key))
 	}
-	return string(*props.ETag), nil
+	return string(*props.ETag), bundleOf(props.Metadata), nil
+}
+
+// bundleOf is the metadata "bundle", in whatever case the service answers
+// its name.
+func bundleOf(metadata map[string]*string) string {
+	for k, v := range metadata {
+		if strings.EqualFold(k, bundleMetadata) && v != nil {
+			return *v
+		}
+	}
+	return ""
 }
 
 // DeleteVersion deletes the blob on its etag (If-Match): Blob Storage
@@ -193,6 +218,7 @@ type staged struct {
 	ctx       context.Context
 	b         *blockblob.Client
 	mediaType string
+	bundle    string
 	// prefix makes this writer's block ids its own: two writers staging the
 	// same blob at once never commit each other's blocks.
 	prefix string
@@ -247,8 +273,13 @@ func (w *staged) Commit() error {
 	if err := w.flush(); err != nil {
 		return err
 	}
+	var metadata map[string]*string
+	if w.bundle != "" {
+		metadata = map[string]*string{bundleMetadata: &w.bundle}
+	}
 	_, err := w.b.CommitBlockList(w.ctx, w.blocks, &blockblob.CommitBlockListOptions{
 		HTTPHeaders: &blob.HTTPHeaders{BlobContentType: &w.mediaType},
+		Metadata:    metadata,
 		AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{
 			IfNoneMatch: to.Ptr(azcore.ETagAny),
 		}},

@@ -231,3 +231,29 @@ func TestDeleteVersionSparesADocumentStoredAgain(t *testing.T) {
 		t.Fatalf("a removal of a document gone: %v", err)
 	}
 }
+
+// A document names the bundle it was built for: Open returns the name with
+// the document, Stored with the etag; one stored without a name has none.
+func TestADocumentNamesItsBundle(t *testing.T) {
+	s := open(t)
+	for _, bundle := range []string{"0123456789abcdef0123456789abcdef", ""} {
+		k := key()
+		k.Bundle = bundle
+		store(t, s, k, "text/plain", []byte("doc"))
+		doc, err := s.Open(t.Context(), content.Key{Recipient: k.Recipient, BundleID: k.BundleID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = doc.Body.Close()
+		version, stored, err := s.Stored(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if doc.Bundle != bundle || stored != bundle {
+			t.Fatalf("stored for bundle %q: Open names %q, Stored %q", bundle, doc.Bundle, stored)
+		}
+		if v, err := s.Version(t.Context(), k); err != nil || v != version {
+			t.Fatalf("Version %q, %v; Stored's %q", v, err, version)
+		}
+	}
+}
