@@ -15,9 +15,10 @@ import (
 
 // DirStore keeps each document in a file of its own under a folder: one
 // folder per recipient, one file per bundle: a format line, the identity of
-// the bundle it was built for, the media type, then the document. A document is written to a temporary file, synced, and renamed
-// into place, so a crash leaves either the whole document or none. Every
-// access goes through an os.Root, so no path can leave the folder.
+// the bundle it was built for, the media type, then the document. A
+// document is written to a temporary file, synced, and renamed into place,
+// so a crash leaves either the whole document or none. Every access goes
+// through an os.Root, so no path can leave the folder.
 type DirStore struct{ root *os.Root }
 
 const (
