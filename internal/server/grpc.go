@@ -210,7 +210,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	if o.authorizer != nil {
 		unary = append(unary, unaryAuthInterceptor(o.authorizer, false))
 	}
-	unary = append(unary, decodeUnary(newSaveBudget(o.limits.MaxSaveMemory)))
+	unary = append(unary, decodeUnary(newSaveBudget(o.limits.MaxSaveMemory, logger)))
 	if o.authorizer != nil {
 		unary = append(unary, unaryAuthInterceptor(o.authorizer, true))
 		// A stream's caller is checked when it opens, before the handler

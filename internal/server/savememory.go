@@ -2,12 +2,14 @@ package server
 
 import (
 	"fmt"
+	"log/slog"
+	"time"
 
 	"golang.org/x/sync/semaphore"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/energydatahub/messagehub/internal/diskguard"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/lograte"
 )
 
 // DefaultMaxSaveMemory bounds the Save requests a server holds at once
@@ -28,14 +30,22 @@ const decodedNotificationBytes = 128
 // is decoded, and gives it back when its call returns. A Save that does
 // not fit is answered UNAVAILABLE (which clients retry, as the HTTP
 // gateway's 503 for too many bodies) and its bytes are released
-// undecoded.
+// undecoded. The refusals are logged at warn, at most
+// saveRefusalsPerSecond a second: the call's own UNAVAILABLE line is
+// debug, as a routine answer's.
 type saveBudget struct {
-	held *semaphore.Weighted
-	size int64
+	held   *semaphore.Weighted
+	size   int64
+	logger *slog.Logger
+	lines  lograte.Limiter
 }
 
-func newSaveBudget(size int64) *saveBudget {
-	return &saveBudget{held: semaphore.NewWeighted(size), size: size}
+// saveRefusalsPerSecond bounds the log lines of refused Saves: clients
+// retrying in a loop must not flood the log.
+const saveRefusalsPerSecond = 1
+
+func newSaveBudget(size int64, logger *slog.Logger) *saveBudget {
+	return &saveBudget{held: semaphore.NewWeighted(size), size: size, logger: logger, lines: lograte.Limiter{Max: saveRefusalsPerSecond}}
 }
 
 // take counts a Save of wire bytes and notifications against the budget
@@ -44,9 +54,12 @@ func newSaveBudget(size int64) *saveBudget {
 func (b *saveBudget) take(wire, notifications int) (release func(), err error) {
 	weight := min(int64(wire)+int64(notifications)*decodedNotificationBytes, b.size)
 	if !b.held.TryAcquire(weight) {
-		return nil, status.Error(codes.Unavailable, fmt.Sprintf(
-			"the hub holds as many Saves as its memory for them allows (%s); nothing of this one was stored: try again shortly",
-			diskguard.FormatSize(uint64(b.size))))
+		if ok, suppressed := b.lines.Allow(time.Now()); ok {
+			b.logger.Warn("Save refused: the Saves held take all the memory allowed them; clients retry",
+				"limit_bytes", b.size, "request_bytes", weight, "suppressed_since_last", suppressed)
+		}
+		return nil, routine{fmt.Errorf("%w: the hub holds as many Saves as its memory for them allows (%s); nothing of this one was stored: try again shortly",
+			domain.ErrUnavailable, diskguard.FormatSize(uint64(b.size)))}
 	}
 	return func() { b.held.Release(weight) }, nil
 }

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -70,7 +72,10 @@ func awaitEntered(t *testing.T, h *holdingHub, saved <-chan error) {
 func TestSavesBeyondTheSaveMemoryAreRefused(t *testing.T) {
 	hub := newHoldingHub()
 	t.Cleanup(hub.letGo)
-	client := saveClient(t, hub, WithLimits(Limits{MaxSaveMemory: 1 << 20}))
+	var logs lockedLog
+	srv, _ := NewGRPCServer(hub, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		WithLimits(Limits{MaxSaveMemory: 1 << 20}))
+	client := messagehubv1.NewMessageHubClient(serveConn(t, srv))
 	req := saveOf(heldSaveNotifications)
 	t.Logf("a Save of %d notifications: %d bytes on the wire", heldSaveNotifications, proto.Size(req))
 
@@ -84,6 +89,13 @@ func TestSavesBeyondTheSaveMemoryAreRefused(t *testing.T) {
 	}
 	if len(hub.entered) != 0 {
 		t.Fatal("the refused Save reached the hub")
+	}
+	// The operator is told once, at warn, and not again by the call's
+	// UNAVAILABLE line.
+	if lines := logs.String(); strings.Count(lines, `"level":"WARN"`) != 1 ||
+		!strings.Contains(lines, "Save refused: the Saves held take all the memory allowed them") ||
+		!strings.Contains(lines, `"limit_bytes":1048576`) {
+		t.Errorf("the log: %s; want one warning of the refused Save, naming the limit", lines)
 	}
 
 	// A small Save still fits beside the held one.
@@ -140,6 +152,24 @@ func TestTheGatewaysServerLeavesSavesToTheHTTPBudget(t *testing.T) {
 			t.Fatalf("a Save: %v", err)
 		}
 	}
+}
+
+// lockedLog is a log's output that the server and the test share.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // saveClient serves hub with opts and returns a client.
