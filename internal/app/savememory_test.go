@@ -1,12 +1,9 @@
 package app_test
 
 import (
-	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -16,27 +13,6 @@ import (
 	"github.com/energydatahub/messagehub/internal/app"
 	"github.com/energydatahub/messagehub/internal/store"
 )
-
-// heldStore holds every group's write until the test lets them go, then
-// writes them: the Saves of the group being written, and those queued
-// behind it, stay in the hub.
-type heldStore struct {
-	store.Store
-	entered chan struct{} // a group's write reached the store
-	release chan struct{} // closed: the writes go on
-	once    sync.Once
-}
-
-func (s *heldStore) CommitSaves(ctx context.Context, saves []store.RecipientSave) error {
-	select {
-	case s.entered <- struct{}{}:
-	default:
-	}
-	<-s.release
-	return s.Store.CommitSaves(ctx, saves)
-}
-
-func (s *heldStore) letGo() { s.once.Do(func() { close(s.release) }) }
 
 // saveFor is a Save of n notifications for recipient.
 func saveFor(recipient string, n int) *messagehubv1.SaveRequest {
@@ -56,21 +32,16 @@ func TestTheSaveMemoryRefusesASaveThatDoesNotFit(t *testing.T) {
 	cfg := testConfig(t, "--grpc-max-save-memory", "1MiB")
 	var logs logLines
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	held := &heldStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	held := newStuckStore() // holds every group's write until answered, then makes it
+	held.passing = true
 	app.WrapStore(&cfg, func(s store.Store) store.Store { held.Store = s; return held })
 	r := start(t, cfg)
-	t.Cleanup(held.letGo) // before the cleanup that closes the App
+	t.Cleanup(held.answer) // before the cleanup that closes the App
 
 	first, second := uuid.NewString(), uuid.NewString()
 	saved := make(chan error, 1)
 	go func() { _, err := r.client.Save(callContext(t), saveFor(first, n)); saved <- err }()
-	select {
-	case <-held.entered:
-	case err := <-saved:
-		t.Fatalf("the first Save answered before its write reached the store: %v", err)
-	case <-time.After(callTimeout):
-		t.Fatal("the first Save's write did not reach the store")
-	}
+	held.awaitWrite(t, saved)
 
 	_, err := r.client.Save(callContext(t), saveFor(second, n))
 	if status.Code(err) != codes.Unavailable {
@@ -84,7 +55,7 @@ func TestTheSaveMemoryRefusesASaveThatDoesNotFit(t *testing.T) {
 		t.Errorf("warnings of the refused Save: %v; want one naming the limit", warned)
 	}
 
-	held.letGo()
+	held.answer()
 	if err := <-saved; err != nil {
 		t.Fatalf("the first Save: %v", err)
 	}
