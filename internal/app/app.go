@@ -125,6 +125,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 			MaxConcurrentStreams: cfg.Limits.GRPCMaxStreams,
 			MaxConnectionAge:     cfg.Limits.GRPCMaxConnAge,
 			HandshakeTimeout:     cfg.Limits.GRPCHandshake,
+			MaxSaveMemory:        cfg.Limits.GRPCSaveMemory,
 		}),
 	}
 	gatewayOpts := []gateway.Option{gateway.WithMaxBodyBytes(server.MaxRecvMsgSize + 1<<20), gateway.WithAccessLog(a.logger),

@@ -28,13 +28,13 @@ const (
 
 // testConfig is the configuration of a hub on loopback ports the system
 // picks, over an embedded store in its own folder, as the binary reads it
-// (the environment left out).
-func testConfig(t *testing.T) app.Config {
+// (the environment left out), with flags added.
+func testConfig(t *testing.T, flags ...string) app.Config {
 	t.Helper()
-	cfg, err := app.ParseConfig([]string{
+	cfg, err := app.ParseConfig(append([]string{
 		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--min-free-disk", "0",
-	}, nil, io.Discard)
+	}, flags...), nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

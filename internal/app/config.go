@@ -78,6 +78,7 @@ type Limits struct {
 	GRPCMaxStreams   uint32        // concurrent calls per gRPC connection
 	GRPCMaxConnAge   time.Duration // gRPC connections are closed (gracefully) after this long
 	GRPCHandshake    time.Duration // longest a new gRPC connection may take to complete its handshake
+	GRPCSaveMemory   int64         // bytes of Save requests the gRPC server holds at once
 }
 
 // Store backends.
@@ -291,17 +292,9 @@ var settings = []setting{
 	{"http-idle-timeout", "MESSAGEHUB_HTTP_IDLE_TIMEOUT", "2m", "how long an idle kept-alive HTTP connection stays open",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPIdleTimeout) }},
 	{"http-max-body-memory", "MESSAGEHUB_HTTP_MAX_BODY_MEMORY", "128MiB", "bytes of request bodies all HTTP requests together may have in flight (a body counts its Content-Length, or 33MiB when chunked); a request that does not fit is answered 503 with Retry-After",
-		func(c *Config, v string) error {
-			n, err := diskguard.ParseSize(v)
-			if err != nil {
-				return err
-			}
-			if n < 1<<20 || n > 1<<40 {
-				return fmt.Errorf("must be between 1MiB and 1TiB, got %q", v)
-			}
-			c.Limits.HTTPBodyMemory = int64(n)
-			return nil
-		}},
+		func(c *Config, v string) error { return memorySize(v, &c.Limits.HTTPBodyMemory) }},
+	{"grpc-max-save-memory", "MESSAGEHUB_GRPC_MAX_SAVE_MEMORY", "128MiB", "bytes of Save requests the gRPC server holds at once, decoded and waiting for or in their commit (a Save counts its size plus 128 bytes a notification; one larger than this passes alone); a Save that does not fit is answered UNAVAILABLE and stores nothing",
+		func(c *Config, v string) error { return memorySize(v, &c.Limits.GRPCSaveMemory) }},
 	{"max-connections", "MESSAGEHUB_MAX_CONNECTIONS", "1000", "most open connections per listener (gRPC and HTTP each); a new one beyond it closes the oldest that has not sent its first bytes yet, or else waits to be accepted",
 		func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
@@ -352,6 +345,20 @@ func boolean(v string, into *bool) error {
 		return fmt.Errorf("not a boolean: %q", v)
 	}
 	*into = b
+	return nil
+}
+
+// memorySize reads a budget of memory (the request bodies or Saves held at
+// once): a size of 1MiB to 1TiB.
+func memorySize(v string, into *int64) error {
+	n, err := diskguard.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	if n < 1<<20 || n > 1<<40 {
+		return fmt.Errorf("must be between 1MiB and 1TiB, got %q", v)
+	}
+	*into = int64(n)
 	return nil
 }
 

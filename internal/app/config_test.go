@@ -24,7 +24,7 @@ func envOf(m map[string]string) func(string) string {
 var defaultLimits = Limits{
 	HTTPReadTimeout: time.Minute, HTTPWriteTimeout: 2 * time.Minute, HTTPIdleTimeout: 2 * time.Minute,
 	MaxConnections: 1000, GRPCMaxStreams: 100, GRPCMaxConnAge: 30 * time.Minute, HTTPBodyMemory: 128 << 20,
-	GRPCHandshake: 10 * time.Second,
+	GRPCHandshake: 10 * time.Second, GRPCSaveMemory: 128 << 20,
 }
 
 func TestParseConfig(t *testing.T) {
@@ -116,6 +116,11 @@ func TestParseConfig(t *testing.T) {
 			want: with(func(c *Config) { c.Limits.HTTPBodyMemory = 512 << 20 }),
 		},
 		{
+			name: "the memory of gRPC Saves takes a size",
+			env:  map[string]string{"MESSAGEHUB_GRPC_MAX_SAVE_MEMORY": "1GiB"},
+			want: with(func(c *Config) { c.Limits.GRPCSaveMemory = 1 << 30 }),
+		},
+		{
 			name: "an empty env variable counts as unset",
 			env:  map[string]string{"MESSAGEHUB_GRPC_ADDR": ""},
 			want: defaults,
@@ -205,6 +210,8 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "a free-disk size in an unknown unit", env: map[string]string{"MESSAGEHUB_MIN_FREE_DISK": "3 parsecs"}, wantErr: "MESSAGEHUB_MIN_FREE_DISK"},
 		{name: "a body memory below 1MiB", args: []string{"--http-max-body-memory", "1000"}, wantErr: "--http-max-body-memory"},
 		{name: "a body memory that is no size", env: map[string]string{"MESSAGEHUB_HTTP_MAX_BODY_MEMORY": "lots"}, wantErr: "MESSAGEHUB_HTTP_MAX_BODY_MEMORY"},
+		{name: "a save memory below 1MiB", args: []string{"--grpc-max-save-memory", "512KiB"}, wantErr: "--grpc-max-save-memory"},
+		{name: "a save memory over 1TiB", env: map[string]string{"MESSAGEHUB_GRPC_MAX_SAVE_MEMORY": "2TiB"}, wantErr: "MESSAGEHUB_GRPC_MAX_SAVE_MEMORY"},
 		{name: "zero max connections", args: []string{"--max-connections", "0"}, wantErr: "positive integer"},
 		{name: "zero gRPC streams", env: map[string]string{"MESSAGEHUB_GRPC_MAX_STREAMS": "0"}, wantErr: "MESSAGEHUB_GRPC_MAX_STREAMS"},
 		{name: "a negative read timeout", args: []string{"--http-read-timeout", "-1s"}, wantErr: "--http-read-timeout"},

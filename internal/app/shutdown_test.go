@@ -17,28 +17,46 @@ import (
 )
 
 // stuckStore is a database that does not answer: every CommitSaves waits,
-// whatever its context says, until the test releases it, and then fails.
+// whatever its context says, until the test releases it, and then fails
+// (or, passing, is made).
 type stuckStore struct {
 	store.Store
 	entered chan struct{} // a write has reached the store
 	release chan struct{} // closed: the writes answer
 	once    sync.Once
+	passing bool // the writes answered are made
 }
 
 func newStuckStore() *stuckStore {
 	return &stuckStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
 }
 
-func (s *stuckStore) CommitSaves(context.Context, []store.RecipientSave) error {
+func (s *stuckStore) CommitSaves(ctx context.Context, saves []store.RecipientSave) error {
 	select {
 	case s.entered <- struct{}{}:
 	default:
 	}
 	<-s.release
+	if s.passing {
+		return s.Store.CommitSaves(ctx, saves)
+	}
 	return errors.New("the store answered only after shutdown")
 }
 
 func (s *stuckStore) answer() { s.once.Do(func() { close(s.release) }) }
+
+// awaitWrite waits until a write reaches the store, and fails the test if
+// the Save that makes it answers first (on saved).
+func (s *stuckStore) awaitWrite(t *testing.T, saved <-chan error) {
+	t.Helper()
+	select {
+	case <-s.entered:
+	case err := <-saved:
+		t.Fatalf("the Save ended before its write reached the store: %v", err)
+	case <-time.After(callTimeout):
+		t.Fatal("the Save's write did not reach the store")
+	}
+}
 
 // A Save whose write the store never answers neither holds shutdown up
 // beyond its timeout nor is acknowledged: Close returns within the bound and
@@ -58,13 +76,7 @@ func TestCloseIsBoundedWhileTheStoreDoesNotAnswer(t *testing.T) {
 		})
 		saved <- err
 	}()
-	select {
-	case <-stuck.entered:
-	case err := <-saved:
-		t.Fatalf("the Save ended before its write reached the store: %v", err)
-	case <-time.After(callTimeout):
-		t.Fatal("the Save's write did not reach the store")
-	}
+	stuck.awaitWrite(t, saved)
 
 	err := r.closeWithin(t)
 	if !errors.Is(err, app.ErrShutdownTimedOut) {

@@ -89,31 +89,40 @@ type vtUnmarshaler interface{ UnmarshalVT([]byte) error }
 
 // decodeRequest reads the request with recv (gRPC's) and decodes it into
 // into. A request that is not a valid message of its type is
-// domain.ErrInvalidArgument.
-func decodeRequest(recv func(any) error, into any) error {
+// domain.ErrInvalidArgument. A Save takes its place in saves (nil: not
+// bounded) before it is decoded; release gives it back.
+func decodeRequest(recv func(any) error, into any, saves *saveBudget) (release func(), err error) {
 	var w wireMessage
 	if err := recv(&w); err != nil {
-		return unreadable(err)
+		return nil, unreadable(err)
 	}
 	defer w.free()
-	if err := checkCounts(w.bytes(), into); err != nil {
-		return err
+	n, err := checkCounts(w.bytes(), into)
+	if err != nil {
+		return nil, err
+	}
+	release = func() {}
+	if _, ok := into.(*messagehubv1.SaveRequest); ok && saves != nil {
+		if release, err = saves.take(len(w.bytes()), n); err != nil {
+			return nil, err
+		}
 	}
 	m, ok := into.(proto.Message)
 	if !ok {
-		return fmt.Errorf("decode a request of type %T: not a protobuf message", into)
+		release()
+		return nil, fmt.Errorf("decode a request of type %T: not a protobuf message", into)
 	}
-	var err error
 	if vt, ok := into.(vtUnmarshaler); ok {
 		err = vt.UnmarshalVT(w.bytes())
 	} else {
 		err = proto.Unmarshal(w.bytes(), m)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: the request is not a valid %s message: %w",
+		release()
+		return nil, fmt.Errorf("%w: the request is not a valid %s message: %w",
 			domain.ErrInvalidArgument, m.ProtoReflect().Descriptor().FullName(), err)
 	}
-	return nil
+	return release, nil
 }
 
 // checkCounts refuses a request with more repeated elements than its method
@@ -121,15 +130,17 @@ func decodeRequest(recv func(any) error, into any) error {
 // element, so an element of 2 bytes on the wire (an empty notification)
 // costs about 60 times its size in memory, and a Save within the message
 // size limit could make the server allocate gigabytes only to refuse it.
-func checkCounts(b []byte, into any) error {
+// It returns a Save's count of notifications (0 for other requests).
+func checkCounts(b []byte, into any) (int, error) {
 	if _, ok := into.(*messagehubv1.SaveRequest); !ok {
-		return nil
+		return 0, nil
 	}
 	const notificationsField = 1
-	if n := countField(b, notificationsField, domain.MaxNotificationsPerSave+1); n > domain.MaxNotificationsPerSave {
-		return fmt.Errorf("%w: a save holds at most %d notifications, got more", domain.ErrInvalidArgument, domain.MaxNotificationsPerSave)
+	n := countField(b, notificationsField, domain.MaxNotificationsPerSave+1)
+	if n > domain.MaxNotificationsPerSave {
+		return 0, fmt.Errorf("%w: a save holds at most %d notifications, got more", domain.ErrInvalidArgument, domain.MaxNotificationsPerSave)
 	}
-	return nil
+	return n, nil
 }
 
 // countField counts the top-level occurrences of field in the protobuf
@@ -179,16 +190,19 @@ func deferDecoding(h grpc.MethodHandler) grpc.MethodHandler {
 	}
 }
 
-// decodeUnary reads and decodes a request deferDecoding left unread.
-// Requests of other services (health, reflection) arrive decoded.
-func decodeUnary() grpc.UnaryServerInterceptor {
+// decodeUnary reads and decodes a request deferDecoding left unread. A
+// Save holds its place in saves until its call returns. Requests of other
+// services (health, reflection) arrive decoded.
+func decodeUnary(saves *saveBudget) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if p, ok := ctx.Value(pendingKey{}).(*pendingRequest); ok && p.into == req && p.recv != nil {
 			recv := p.recv
 			p.recv = nil // read once
-			if err := decodeRequest(recv, req); err != nil {
+			release, err := decodeRequest(recv, req, saves)
+			if err != nil {
 				return nil, err
 			}
+			defer release()
 		}
 		return handler(ctx, req)
 	}
@@ -209,7 +223,8 @@ func decodeStream() grpc.StreamServerInterceptor {
 type decodingStream struct{ grpc.ServerStream }
 
 func (s decodingStream) RecvMsg(m any) error {
-	err := decodeRequest(s.ServerStream.RecvMsg, m)
+	// No Save is a stream: nothing to bound.
+	_, err := decodeRequest(s.ServerStream.RecvMsg, m, nil)
 	if err == nil {
 		noteRequest(s.Context(), m)
 	}

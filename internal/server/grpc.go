@@ -85,6 +85,11 @@ type Limits struct {
 	// MaxHeaderListSize bounds a call's headers once decoded: HPACK lets a
 	// block of a few KiB refer to one large field thousands of times.
 	MaxHeaderListSize uint32
+	// MaxSaveMemory bounds the bytes of Save requests the server holds at
+	// once, decoded and waiting for or in their group's commit (see
+	// saveBudget): the hub's save queue alone takes 1,024 Saves before
+	// their callers wait, still holding theirs.
+	MaxSaveMemory int64
 }
 
 // DefaultLimits are the limits without WithLimits.
@@ -95,6 +100,7 @@ var DefaultLimits = Limits{
 	MaxConnectionIdle:     5 * time.Minute,
 	HandshakeTimeout:      10 * time.Second,
 	MaxHeaderListSize:     MaxHeaderListSize,
+	MaxSaveMemory:         DefaultMaxSaveMemory,
 }
 
 // InProcessLimits are for the server behind the HTTP gateway's in-process
@@ -112,6 +118,11 @@ var InProcessLimits = Limits{
 	// this must be above that, or a request the HTTP server took would
 	// fail on its way to the gRPC server.
 	MaxHeaderListSize: 1 << 20,
+	// The HTTP server bounds the bodies of the requests in flight
+	// (the gateway's WithMaxBodyMemory) until they are answered, which is
+	// after their call here returns: counting them again would refuse
+	// HTTP Saves the HTTP server took.
+	MaxSaveMemory: math.MaxInt64,
 }
 
 // infinity is what gRPC's keepalive takes for "never".
@@ -134,6 +145,7 @@ func WithLimits(l Limits) Option {
 		setPositive(&o.limits.MaxConnectionIdle, l.MaxConnectionIdle)
 		setPositive(&o.limits.HandshakeTimeout, l.HandshakeTimeout)
 		setPositive(&o.limits.MaxHeaderListSize, l.MaxHeaderListSize)
+		setPositive(&o.limits.MaxSaveMemory, l.MaxSaveMemory)
 	}
 }
 
@@ -198,7 +210,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 	if o.authorizer != nil {
 		unary = append(unary, unaryAuthInterceptor(o.authorizer, false))
 	}
-	unary = append(unary, decodeUnary())
+	unary = append(unary, decodeUnary(newSaveBudget(o.limits.MaxSaveMemory, logger)))
 	if o.authorizer != nil {
 		unary = append(unary, unaryAuthInterceptor(o.authorizer, true))
 		// A stream's caller is checked when it opens, before the handler
