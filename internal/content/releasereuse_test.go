@@ -378,3 +378,47 @@ func TestADocumentThatNamesNoBundleIsBuiltAgain(t *testing.T) {
 		})
 	}
 }
+
+// A build of an earlier bundle and one of a later bundle under the freed
+// id may run at once on one instance: a build is the bundle's, not the
+// id's. The later bundle's document, once stored and served, must stay
+// when the earlier bundle's domain answers late: a document is never
+// replaced, so the late one is not stored over it, and the earlier
+// build, finding its bundle gone, removes nothing of the later one's. Else
+// the later bundle's domain is asked again, and may answer another
+// document for a bundle the actor was already served.
+func TestALateBuildOfAnEarlierBundleLeavesTheDocumentOfALaterBundleOnTheSameInstance(t *testing.T) {
+	for _, kind := range reuseStores {
+		t.Run(kind, func(t *testing.T) {
+			asked, answer := make(chan struct{}), make(chan struct{})
+			e := newReuseEnv(t, kind, func(f forgetFunc) forgetFunc { return f })
+			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+			// The domain answers the earlier bundle when told, the later
+			// one at once.
+			provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
+				ans := contenttest.Document("text/plain", fmt.Appendf(nil, "%s #%d", strings.Join(b.GetNotificationIds(), ","), calls), 1024)
+				if calls == 0 {
+					close(asked)
+					ans.Hold = answer
+				}
+				return ans
+			})
+			service := content.NewService(content.Options{
+				Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+				Store:     e.docs, Lease: e.store, Pending: e.repo.IsPending, Holds: e.repo.HoldsBundle,
+			})
+			t.Cleanup(service.Close)
+
+			_, built := a.building(service, asked)
+			later := e.replaced(t, a)
+			first := documentOf(e.ctx, t, service, later)
+			close(answer)
+			if err := <-built; !errors.Is(err, domain.ErrNotFound) {
+				t.Fatalf("the build of the earlier bundle: %v, want not found (its bundle went)", err)
+			}
+			if got := documentOf(e.ctx, t, service, later); got != first {
+				t.Fatalf("the later bundle %s was served %q, then %q once the earlier bundle's domain answered", a.id, first, got)
+			}
+		})
+	}
+}
