@@ -16,9 +16,10 @@ import (
 // DirStore keeps each document in a file of its own under a folder: one
 // folder per recipient, one file per bundle: a format line, the identity of
 // the bundle it was built for, the media type, then the document. A
-// document is written to a temporary file, synced, and renamed into place,
-// so a crash leaves either the whole document or none. Every access goes
-// through an os.Root, so no path can leave the folder.
+// document is written to a temporary file, synced, and linked into place
+// (never over a document stored already), so a crash leaves either the
+// whole document or none. Every access goes through an os.Root, so no path
+// can leave the folder.
 type DirStore struct{ root *os.Root }
 
 const (
@@ -198,7 +199,7 @@ func (s *stagedFile) Commit() error {
 		err = cerr
 	}
 	if err == nil {
-		err = s.root.Rename(s.temp, s.final)
+		err = s.place()
 	}
 	if err == nil {
 		err = syncDir(s.root, path.Dir(s.final))
@@ -208,6 +209,26 @@ func (s *stagedFile) Commit() error {
 		return fmt.Errorf("storing document: %w", err)
 	}
 	s.done = true
+	return nil
+}
+
+// place makes the synced temporary file the document: a hard link under
+// the document's name, which fails when a document is stored there
+// already. That one stays, as Blob Storage's conditional commit leaves it,
+// and the commit counts as done: two builds under one id may run at once
+// on this instance (an earlier bundle's, whose bundle went, and a later
+// bundle's), and the late answer must not take the place of a document
+// that may have been served; the service never serves a document for
+// another bundle than the one it names. A folder on a filesystem without
+// hard links has the file renamed into place.
+func (s *stagedFile) place() error {
+	err := s.root.Link(s.temp, s.final)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return s.root.Rename(s.temp, s.final)
+	}
+	// The document is in place (or another one is): a temporary file left
+	// by a failed removal goes when the folder is next opened.
+	_ = s.root.Remove(s.temp)
 	return nil
 }
 

@@ -240,9 +240,6 @@ func TestAReleaseThatReadTheBundleBeforeItWentSparesTheDocumentOfALaterBundleOfT
 // removal takes the document, the released record goes (its ttl), the
 // actor peeks with the id again and another instance stores the later
 // bundle's document, must not remove that document when it goes on.
-//
-// Only instances that share the documents meet this: within one instance
-// a later build of the key waits for the one that stalled.
 func TestABuildThatFoundItsBundleReleasedSparesTheDocumentOfALaterBundleOfTheID(t *testing.T) {
 	asked, answer := make(chan struct{}), make(chan struct{})
 	checked, goOn := make(chan struct{}), make(chan struct{})
@@ -305,6 +302,32 @@ func TestABuildThatFoundItsBundleReleasedSparesTheDocumentOfALaterBundleOfTheID(
 	}
 }
 
+// heldBuild opens kind's environment with an actor, and an instance of
+// the content service whose build of the actor's first bundle (earlier,
+// its outcome on built) is held at its domain until answer closes; every
+// answer is prefix, the bundle's notification ids and " #" the call.
+func heldBuild(t *testing.T, kind, prefix string) (e *reuseEnv, a *idActor, service *content.Service, earlier *domain.Bundle, built <-chan error, answer chan<- struct{}) {
+	t.Helper()
+	e = newReuseEnv(t, kind, func(f forgetFunc) forgetFunc { return f })
+	a = newIDActor(e.ctx, t, e.repo, e.docs, e.store)
+	asked, held := make(chan struct{}), make(chan struct{})
+	provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
+		ans := contenttest.Document("text/plain", fmt.Appendf(nil, "%s%s #%d", prefix, strings.Join(b.GetNotificationIds(), ","), calls), 1024)
+		if calls == 0 {
+			close(asked)
+			ans.Hold = held
+		}
+		return ans
+	})
+	service = content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     e.docs, Lease: e.store, Pending: e.repo.IsPending, Holds: e.repo.HoldsBundle,
+	})
+	t.Cleanup(service.Close)
+	earlier, built = a.building(service, asked)
+	return e, a, service, earlier, built, held
+}
+
 // A build stores its bundle's document once its domain answers. A build
 // whose domain answers only after its bundle was dequeued, removed by
 // retention and a later bundle (other notifications) is pending under the
@@ -314,25 +337,8 @@ func TestABuildThatFoundItsBundleReleasedSparesTheDocumentOfALaterBundleOfTheID(
 func TestALateBuildOfAnEarlierBundleIsNotServedForALaterBundleOfTheID(t *testing.T) {
 	for _, kind := range reuseStores {
 		t.Run(kind, func(t *testing.T) {
-			asked, answer := make(chan struct{}), make(chan struct{})
-			e := newReuseEnv(t, kind, func(f forgetFunc) forgetFunc { return f })
-			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
 			// The first instance's build: its domain answers when told.
-			provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
-				ans := contenttest.Document("text/plain", fmt.Appendf(nil, "first instance: %s", strings.Join(b.GetNotificationIds(), ",")), 1024)
-				if calls == 0 {
-					close(asked)
-					ans.Hold = answer
-				}
-				return ans
-			})
-			first := content.NewService(content.Options{
-				Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-				Store:     e.docs, Lease: e.store, Pending: e.repo.IsPending, Holds: e.repo.HoldsBundle,
-			})
-			t.Cleanup(first.Close)
-
-			earlier, built := a.building(first, asked)
+			e, a, _, earlier, built, answer := heldBuild(t, kind, "first instance: ")
 			later := e.replaced(t, a)
 			if slices.Equal(later.NotificationIDs, earlier.NotificationIDs) {
 				t.Fatalf("the later bundle has the earlier one's notifications %v", later.NotificationIDs)
@@ -374,6 +380,33 @@ func TestADocumentThatNamesNoBundleIsBuiltAgain(t *testing.T) {
 			}
 			if got, want := a.document(b), strings.Join(b.NotificationIDs, ",")+" #0"; got != want {
 				t.Fatalf("served %q, want %q built by the domain", got, want)
+			}
+		})
+	}
+}
+
+// A build of an earlier bundle and one of a later bundle under the freed
+// id may run at once on one instance: a build is the bundle's, not the
+// id's. The later bundle's document, once stored and served, must stay
+// when the earlier bundle's domain answers late: a document is never
+// replaced, so the late one is not stored over it, and the earlier
+// build, finding its bundle gone, removes nothing of the later one's. Else
+// the later bundle's domain is asked again, and may answer another
+// document for a bundle the actor was already served.
+func TestALateBuildOfAnEarlierBundleLeavesTheDocumentOfALaterBundleOnTheSameInstance(t *testing.T) {
+	for _, kind := range reuseStores {
+		t.Run(kind, func(t *testing.T) {
+			// The domain answers the earlier bundle when told, the later
+			// one at once; each answer names its call.
+			e, a, service, _, built, answer := heldBuild(t, kind, "")
+			later := e.replaced(t, a)
+			first := documentOf(e.ctx, t, service, later)
+			close(answer)
+			if err := <-built; !errors.Is(err, domain.ErrNotFound) {
+				t.Fatalf("the build of the earlier bundle: %v, want not found (its bundle went)", err)
+			}
+			if got := documentOf(e.ctx, t, service, later); got != first {
+				t.Fatalf("the later bundle %s was served %q, then %q once the earlier bundle's domain answered", a.id, first, got)
 			}
 		})
 	}

@@ -307,9 +307,9 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 // check, and only that version, when it is this bundle's, is removed:
 // while keep waits, the release's own removal or retention may take this
 // document, the id may be freed and a later bundle under it may store its
-// document through another instance (this one's later build of the key
-// waits for this build); that document is another version naming another
-// bundle, and stays.
+// document, through another instance or this one (a build is the
+// bundle's, so the later bundle's runs beside this one); that document is
+// another version naming another bundle, and stays.
 //
 // A check that fails is made again, backing off as attempts do: taken for
 // "pending", it would keep the document of a bundle released meanwhile. A
