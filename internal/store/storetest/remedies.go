@@ -189,17 +189,7 @@ func (h *harness) remedies(t *testing.T) {
 	if done.Notifications != 7 || len(dequeued) != 3 || dequeued[0] != again.ID {
 		t.Fatalf("acknowledged %d in %v, want 7 in the pending %s and two more", done.Notifications, dequeued, again.ID)
 	}
-	notices, err := e.store.Notices(ctx(t), []domain.Origin{domain.OriginMeteringPoints}, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var told []string
-	for _, n := range notices {
-		if n.Recipient == r {
-			told = append(told, n.BundleID)
-		}
-	}
-	expectIDs(t, "bundles the domain is told of", slices.Sorted(slices.Values(told)), slices.Sorted(slices.Values(dequeued)))
+	expectIDs(t, "bundles the domain is told of", e.noticed(r, domain.OriginMeteringPoints), slices.Sorted(slices.Values(dequeued)))
 	expectIDs(t, "the actor's next bundle", e.peek(r, domain.GroupAll, "").NotificationIDs, ids(ns[7:]))
 	st, err := e.store.LoadRecipient(ctx(t), r)
 	if err != nil {
@@ -248,18 +238,25 @@ func (h *harness) acknowledgeInBoundedCalls(t *testing.T) {
 	if err != nil || len(done.Bundles) != 0 || done.More {
 		t.Fatalf("once more: %+v, %v; want nothing to do", done, err)
 	}
-	notices, err := e.store.Notices(ctx(t), []domain.Origin{domain.OriginCharges}, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var told []string
-	for _, n := range notices {
-		if n.Recipient == r {
-			told = append(told, n.BundleID)
-		}
-	}
-	expectIDs(t, "bundles the domain is told of", slices.Sorted(slices.Values(told)), slices.Sorted(slices.Values(answered)))
+	expectIDs(t, "bundles the domain is told of", e.noticed(r, domain.OriginCharges), slices.Sorted(slices.Values(answered)))
 	if b, err := e.repo.Peek(ctx(t), r, domain.GroupAll, ""); err != nil || b != nil {
 		t.Fatalf("the actor's peek after the acknowledgement: %+v, %v", b, err)
 	}
+}
+
+// noticed is the ids of the bundles of recipient whose dequeue the outbox
+// tells origin of (at most 100 notices read), sorted.
+func (e *env) noticed(recipient string, origin domain.Origin) []string {
+	e.t.Helper()
+	notices, err := e.store.Notices(ctx(e.t), []domain.Origin{origin}, 100)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var told []string
+	for _, n := range notices {
+		if n.Recipient == recipient {
+			told = append(told, n.BundleID)
+		}
+	}
+	return slices.Sorted(slices.Values(told))
 }
