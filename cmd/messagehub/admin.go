@@ -39,7 +39,9 @@ const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowle
                afresh (--bundle, --reason)
   acknowledge  dequeue, on the actor's behalf, every notification of one cabinet up to and
                including one (--domain, --content-type, --up-to, --reason); its domain is
-               told of the bundles dequeued, as for the actor's own Dequeue
+               told of the bundles dequeued, as for the actor's own Dequeue. The hub dequeues
+               at most 100 bundles a call: the command calls again until none remain, each
+               call within --timeout, and prints a line per call
   backup       a consistent copy of the embedded store, written while the hub runs into DIR
                on the hub's host (a new directory; a relative one is beside the data directory)
   recipients   the recipients with a backlog, oldest waiting notification or most waiting
@@ -50,7 +52,8 @@ const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowle
 
 backlog, next, trace, recipients, history, backup and audit change nothing an actor sees. release and
 acknowledge do, at once (no confirmation): they need a reason, which the audit log records. The answer is
-printed as JSON, after a line that says what was done (audit: one line per event).
+printed as JSON, after a line that says what was done (audit: one line per event; acknowledge: no JSON, a
+line per call and one for the whole).
 `
 
 // runAdmin is "messagehub admin …": it calls the Admin service of a running
@@ -108,8 +111,6 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return err
 	}
 	defer func() { _ = conn.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
 	if *tokenFile != "" {
 		token, err := os.ReadFile(*tokenFile) //nolint:gosec // the operator names the file
 		if err != nil {
@@ -118,6 +119,18 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+strings.TrimSpace(string(token)))
 	}
 	client := adminv1.NewAdminClient(conn)
+	if call == "acknowledge" {
+		// Its calls are as many as the backlog needs: --timeout is each one's.
+		d, ok := parseDomain(*domainName)
+		if !ok || *contentType == "" || *upTo == "" || *reason == "" {
+			return errors.New("acknowledge needs --domain (e.g. DOMAIN_TIME_SERIES), --content-type, --up-to and --reason")
+		}
+		return acknowledge(ctx, client, &adminv1.AcknowledgeOnBehalfRequest{
+			Recipient: *recipient, Domain: d, ContentType: *contentType, UpToNotificationId: *upTo, Reason: *reason,
+		}, *timeout, out)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
 	var (
 		answer proto.Message
 		done   string // what a remedy did, in words
@@ -161,19 +174,6 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 			answer, done = resp, fmt.Sprintf("released bundle %s of recipient %s (%d notifications of %s/%s); its group's next Peek cuts a bundle afresh",
 				r.GetBundleId(), *recipient, r.GetNotificationCount(), r.GetDomain(), r.GetContentType())
 		}
-	case "acknowledge":
-		d, ok := parseDomain(*domainName)
-		if !ok || *contentType == "" || *upTo == "" || *reason == "" {
-			return errors.New("acknowledge needs --domain (e.g. DOMAIN_TIME_SERIES), --content-type, --up-to and --reason")
-		}
-		var resp *adminv1.AcknowledgeOnBehalfResponse
-		resp, err = client.AcknowledgeOnBehalf(ctx, &adminv1.AcknowledgeOnBehalfRequest{
-			Recipient: *recipient, Domain: d, ContentType: *contentType, UpToNotificationId: *upTo, Reason: *reason,
-		})
-		if err == nil {
-			answer, done = resp, fmt.Sprintf("dequeued %d notifications of recipient %s's cabinet %s/%s up to %s, in %d bundles, on its behalf",
-				resp.GetNotifications(), *recipient, d, *contentType, *upTo, len(resp.GetBundleIds()))
-		}
 	case "backup":
 		if *to == "" {
 			return errors.New("backup needs --to DIR, a directory on the hub's host that does not exist yet")
@@ -207,6 +207,51 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return err
 	}
 	_, err = fmt.Fprintln(out, string(text))
+	return err
+}
+
+// acknowledge is "messagehub admin acknowledge": it repeats the call, each
+// within timeout, until the hub says no notification up to the one named
+// remains (each call dequeues a bounded number of bundles, durable before
+// it answers), printing a line per call and one for the whole. On a
+// failure it says what was dequeued before, and that the same command goes
+// on from there.
+func acknowledge(ctx context.Context, client adminv1.AdminClient, req *adminv1.AcknowledgeOnBehalfRequest, timeout time.Duration, out io.Writer) error {
+	var notifications, bundles int64
+	for calls := 1; ; calls++ {
+		callCtx, cancel := context.WithTimeout(ctx, timeout)
+		resp, err := client.AcknowledgeOnBehalf(callCtx, req)
+		cancel()
+		if err != nil {
+			if status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil {
+				err = fmt.Errorf("call %d did not finish within --timeout (%s): %w", calls, timeout, err)
+			}
+			return fmt.Errorf("%w; before it, %d notifications were dequeued in %d bundles (in the audit log): "+
+				"the same command goes on from what is dequeued", err, notifications, bundles)
+		}
+		ids := resp.GetBundleIds()
+		notifications += resp.GetNotifications()
+		bundles += int64(len(ids))
+		if len(ids) > 0 {
+			if _, err := fmt.Fprintf(out, "call %d: dequeued %d notifications in %d bundles: %s\n",
+				calls, resp.GetNotifications(), len(ids), strings.Join(ids, ", ")); err != nil {
+				return err
+			}
+		}
+		if !resp.GetMore() {
+			break
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("call %d dequeued nothing and says more remain; %d notifications were dequeued in %d bundles before it", calls, notifications, bundles)
+		}
+	}
+	done := fmt.Sprintf("dequeued %d notifications of recipient %s's cabinet %s/%s up to %s, in %d bundles, on its behalf",
+		notifications, req.GetRecipient(), req.GetDomain(), req.GetContentType(), req.GetUpToNotificationId(), bundles)
+	if bundles == 0 {
+		done = fmt.Sprintf("nothing to dequeue: notification %s of recipient %s's cabinet %s/%s is dequeued already",
+			req.GetUpToNotificationId(), req.GetRecipient(), req.GetDomain(), req.GetContentType())
+	}
+	_, err := fmt.Fprintln(out, done)
 	return err
 }
 

@@ -69,3 +69,50 @@ func TestTheAdminCommandRemediesARunningHub(t *testing.T) {
 		t.Fatalf("releasing a dequeued bundle: %v", err)
 	}
 }
+
+// "messagehub admin acknowledge" over a backlog of more bundles than one
+// call of the hub dequeues (notifications that do not support bundling: a
+// bundle each) calls again until none remain, a line per call; run again,
+// it finds nothing to do.
+func TestTheAdminCommandAcknowledgesALargeBacklogInCalls(t *testing.T) {
+	ctx, a, conn := runningHub(t)
+	hub := messagehubv1.NewMessageHubClient(conn)
+	recipient := uuid.NewString()
+	const n = 250 // three calls of at most 100 bundles
+	var notes []*messagehubv1.DataAvailable
+	for range n {
+		notes = append(notes, &messagehubv1.DataAvailable{
+			Id: uuid.NewString(), Recipient: recipient, Origin: messagehubv1.Domain_DOMAIN_CHARGES,
+			ContentType: "Charges", DocumentType: "ChargesDoc", SupportsBundling: false, Weight: 1,
+		})
+	}
+	if _, err := hub.Save(ctx, &messagehubv1.SaveRequest{Notifications: notes}); err != nil {
+		t.Fatal(err)
+	}
+	acknowledge := func() string {
+		t.Helper()
+		var out bytes.Buffer
+		err := runAdmin(ctx, []string{"acknowledge", "--addr", a.GRPCAddr(), "--recipient", recipient, "--domain", "charges",
+			"--content-type", "Charges", "--up-to", notes[n-1].GetId(), "--reason", "ticket 4716"}, &out, io.Discard)
+		if err != nil {
+			t.Fatalf("acknowledge: %v\n%s", err, out.String())
+		}
+		return out.String()
+	}
+	out := acknowledge()
+	for _, line := range []string{"call 1: dequeued 100 notifications in 100 bundles", "call 2: dequeued 100 notifications in 100 bundles",
+		"call 3: dequeued 50 notifications in 50 bundles", "dequeued 250 notifications of recipient " + recipient} {
+		if !strings.Contains(out, line) {
+			t.Fatalf("acknowledge said\n%s\nwithout %q", out, line)
+		}
+	}
+	if strings.Contains(out, "call 4") {
+		t.Fatalf("acknowledge called a fourth time:\n%s", out)
+	}
+	if resp, err := hub.Peek(ctx, &messagehubv1.PeekRequest{Recipient: recipient}); err != nil || resp.GetBundle() != nil {
+		t.Fatalf("the actor's peek after the acknowledge: %v, %v", resp.GetBundle(), err)
+	}
+	if out := acknowledge(); !strings.Contains(out, "nothing to dequeue") || strings.Contains(out, "call 1") {
+		t.Fatalf("acknowledge again said\n%s", out)
+	}
+}

@@ -113,7 +113,7 @@ func TestAdminNeedsTheAdminRole(t *testing.T) {
 			return err
 		},
 		// The remedies: an allowed call is answered NOT_FOUND (no such
-		// bundle; a notification dequeued already), so that the test needs
+		// bundle; no such notification), so that the test needs
 		// no state that a refused call could change.
 		"ReleaseBundle": func(ctx context.Context) error {
 			_, err := client.ReleaseBundle(ctx, &adminv1.ReleaseBundleRequest{Recipient: recipient, BundleId: uuid.NewString(), Reason: "r"})

@@ -75,15 +75,17 @@ func dialAdmin(t *testing.T, srv *grpc.Server) adminv1.AdminClient {
 	return adminv1.NewAdminClient(dial(t, srv))
 }
 
-// dial serves srv in memory and returns a connection to it.
-func dial(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+// dial serves srv in memory and returns a connection to it, made with
+// opts too.
+func dial(t *testing.T, srv *grpc.Server, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
+	conn, err := grpc.NewClient("passthrough:///bufnet", append([]grpc.DialOption{
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,8 +56,9 @@ func (s *Service) ReleaseBundle(ctx context.Context, req *adminv1.ReleaseBundleR
 }
 
 // AcknowledgeOnBehalf dequeues a cabinet's notifications up to and including
-// the one named, as the actor's Dequeue would. Every field is checked
-// before anything changes.
+// the one named, as the actor's Dequeue would, at most
+// hub.DefaultMaxAcknowledgeBundles bundles a call (more says whether to
+// call again). Every field is checked before anything changes.
 func (s *Service) AcknowledgeOnBehalf(ctx context.Context, req *adminv1.AcknowledgeOnBehalfRequest) (*adminv1.AcknowledgeOnBehalfResponse, error) {
 	recipient, err := domain.ParseUUID("recipient", req.GetRecipient())
 	if err != nil {
@@ -78,7 +79,7 @@ func (s *Service) AcknowledgeOnBehalf(ctx context.Context, req *adminv1.Acknowle
 		return nil, err
 	}
 	done, err := s.hub.AcknowledgeOnBehalf(ctx, recipient, origin, req.GetContentType(), upTo)
-	resp := &adminv1.AcknowledgeOnBehalfResponse{Notifications: done.Notifications}
+	resp := &adminv1.AcknowledgeOnBehalfResponse{Notifications: done.Notifications, More: done.More}
 	for _, b := range done.Bundles {
 		resp.BundleIds = append(resp.BundleIds, b.ID)
 	}

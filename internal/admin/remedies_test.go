@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -79,13 +80,18 @@ func TestRemediesOverGRPC(t *testing.T) {
 	if err != nil || next == nil || !slices.Equal(next.NotificationIDs, ids[3:5]) {
 		t.Fatalf("the actor's next bundle: %v, %v", next, err)
 	}
+	again, err := client.AcknowledgeOnBehalf(ctx, &adminv1.AcknowledgeOnBehalfRequest{
+		Recipient: recipient, Domain: timeSeries, ContentType: "rsm-014", UpToNotificationId: ids[0], Reason: "ticket 4711, again",
+	})
+	if err != nil || again.GetNotifications() != 0 || len(again.GetBundleIds()) != 0 || again.GetMore() {
+		t.Fatalf("acknowledging up to a dequeued notification: %v, %v; want nothing to do", again, err)
+	}
 	for _, tc := range []struct {
 		what  string
 		req   *adminv1.AcknowledgeOnBehalfRequest
 		code  codes.Code
 		words string
 	}{
-		{"dequeued already", &adminv1.AcknowledgeOnBehalfRequest{UpToNotificationId: ids[0]}, codes.NotFound, "dequeued already"},
 		{"an unknown notification", &adminv1.AcknowledgeOnBehalfRequest{UpToNotificationId: uuid.NewString()}, codes.NotFound, "not stored"},
 		{"another cabinet", &adminv1.AcknowledgeOnBehalfRequest{UpToNotificationId: ids[4], ContentType: "rsm-015"}, codes.InvalidArgument, "DOMAIN_TIME_SERIES/rsm-014"},
 	} {
@@ -194,6 +200,83 @@ func (s *stopAfterAcknowledge) LoadRecipient(ctx context.Context, recipient stri
 	default:
 	}
 	return s.Store.LoadRecipient(ctx, recipient, opts...)
+}
+
+// Acknowledging a backlog of more bundles than a call's bound (notifications
+// that do not support bundling: a bundle each) answers at most
+// hub.DefaultMaxAcknowledgeBundles bundle ids a call and says more remain;
+// the same call again goes on until none do. Each answer stays small
+// (without the bound, one answer names every bundle, past a client's
+// receive limit once the work is done: at 64 MiB, about 1.7 million
+// bundles; here a limit of 8 KiB and 250 bundles), and the audit log
+// records every bundle dequeued, once.
+func TestAcknowledgingALargeBacklogTakesBoundedCalls(t *testing.T) {
+	st, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hub.New(st, hub.Options{}, nil)
+	t.Cleanup(func() { h.Close(); _ = st.Close() })
+	log := audit.NewLog(h, audit.Options{})
+	t.Cleanup(func() { _ = log.Close(context.Background()) })
+	srv, _ := server.NewGRPCServer(h, slog.New(slog.DiscardHandler), server.WithAudit(log, func(context.Context) string { return "op" }))
+	admin.Register(srv, h)
+	// An answer of 100 ids is about 3.8 KiB; one of 250, about 9.5 KiB.
+	client := adminv1.NewAdminClient(dial(t, srv, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<10))))
+	recipient := uuid.NewString()
+	const n = 2*hub.DefaultMaxAcknowledgeBundles + 50
+	ns := make([]domain.Notification, n)
+	for i := range ns {
+		ns[i] = domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginTimeSeries,
+			ContentType: "rsm-014", DocumentType: "doc", SupportsBundling: false, Weight: 1}
+	}
+	if _, err := h.Save(ctxT(t), ns); err != nil {
+		t.Fatal(err)
+	}
+	req := &adminv1.AcknowledgeOnBehalfRequest{
+		Recipient: recipient, Domain: timeSeries, ContentType: "rsm-014", UpToNotificationId: ns[n-1].ID, Reason: "ticket 4715",
+	}
+	answered := map[string]bool{}
+	var notifications int64
+	for call := 0; ; call++ {
+		if call == 3 {
+			t.Fatalf("3 calls answered %d bundles, and more remain; want %d in 3", len(answered), n)
+		}
+		resp, err := client.AcknowledgeOnBehalf(ctxT(t), req)
+		if err != nil {
+			t.Fatalf("call %d: %v", call, err)
+		}
+		if len(resp.GetBundleIds()) > hub.DefaultMaxAcknowledgeBundles || resp.GetNotifications() != int64(len(resp.GetBundleIds())) {
+			t.Fatalf("call %d answered %d bundles, %d notifications; want at most %d, one each",
+				call, len(resp.GetBundleIds()), resp.GetNotifications(), hub.DefaultMaxAcknowledgeBundles)
+		}
+		for _, id := range resp.GetBundleIds() {
+			if answered[id] {
+				t.Fatalf("call %d answered bundle %s again", call, id)
+			}
+			answered[id] = true
+		}
+		notifications += resp.GetNotifications()
+		if !resp.GetMore() {
+			break
+		}
+	}
+	if len(answered) != n || notifications != n {
+		t.Fatalf("answered %d bundles, %d notifications; want %d", len(answered), notifications, n)
+	}
+	page, err := client.ListAuditEvents(ctxT(t), &adminv1.ListAuditEventsRequest{Recipient: recipient, PageSize: 1000}, grpc.MaxCallRecvMsgSize(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := map[string]bool{}
+	for _, e := range page.GetEvents() {
+		if e.GetAction() == adminv1.AuditAction_AUDIT_ACTION_ACKNOWLEDGE_ON_BEHALF && answered[e.GetBundleId()] && !recorded[e.GetBundleId()] {
+			recorded[e.GetBundleId()] = true
+		}
+	}
+	if len(recorded) != n || len(page.GetEvents()) != n {
+		t.Fatalf("%d audit events, %d of distinct answered bundles; want %d", len(page.GetEvents()), len(recorded), n)
+	}
 }
 
 // An acknowledgement on the actor's behalf cut short keeps the bundles it

@@ -417,6 +417,30 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("after acknowledging, the aggregation is %v, %v", trace.GetState(), err)
 	}
 
+	// An actor's backlog of more bundles than one call of the hub dequeues
+	// (notifications that do not support bundling: a bundle each): the
+	// console calls until none remain and says so once.
+	large := uuid.NewString()
+	largeBacklog := make([]*client.Notification, 150)
+	for i := range largeBacklog {
+		largeBacklog[i] = notification(large, messagehubv1.Domain_DOMAIN_CHARGES, "ChargePrices")
+		largeBacklog[i].SupportsBundling = false
+	}
+	if _, err := h.client.Save(ctx, largeBacklog...); err != nil {
+		t.Fatal(err)
+	}
+	last := largeBacklog[len(largeBacklog)-1].GetId()
+	b.do("trace the last of a large backlog", chromedp.Navigate(page+"#/actor/"+large+"/notification/"+last))
+	b.waitText("#trace-state", "Waiting: saved, in no bundle yet.")
+	b.do("acknowledge the large backlog", chromedp.Click(chromedp.CSS("#trace-section button.danger")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")),
+		chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "the actor has left the market"),
+		chromedp.WaitEnabled(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitText("#notice", "Acknowledged 150 notifications in 150 bundles on the actor's behalf; the audit log names each bundle.")
+	if left, err := h.client.Peek(ctx, large, messagehubv1.PeekGroup_PEEK_GROUP_ALL, ""); err != nil || left != nil {
+		t.Fatalf("after acknowledging the large backlog, Peek returned %v, %v; want nothing", left, err)
+	}
+
 	// The audit log on the actor's page names both remedies and their
 	// reasons.
 	b.do("back to the actor", chromedp.Navigate(page+"#/actor/"+actor))

@@ -83,6 +83,9 @@ func New(store store.Store, opts Options, logger *slog.Logger) *Hub {
 	if opts.MaxCabinetDrawers <= 0 {
 		opts.MaxCabinetDrawers = catalog.MaxDrawers
 	}
+	if opts.MaxAcknowledgeBundles <= 0 {
+		opts.MaxAcknowledgeBundles = DefaultMaxAcknowledgeBundles
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

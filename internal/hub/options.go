@@ -58,6 +58,10 @@ type Options struct {
 	// BellPoll is how often the bells of the other instances sharing the
 	// store are read (bells.go); 0 means DefaultBellPoll.
 	BellPoll time.Duration
+	// MaxAcknowledgeBundles bounds the bundles one AcknowledgeOnBehalf
+	// dequeues (its answer lists each of them, and the audit log records
+	// each); 0 means DefaultMaxAcknowledgeBundles. Tests set a small one.
+	MaxAcknowledgeBundles int
 	// BellErrors, when set, is called for each failed ring or read of the
 	// bells (BellRing, BellRead): a metric.
 	BellErrors func(op string)

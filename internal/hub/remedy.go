@@ -149,25 +149,42 @@ const timeFormat = "2006-01-02T15:04:05.000Z"
 
 // Acknowledged is what AcknowledgeOnBehalf dequeued.
 type Acknowledged struct {
-	// Bundles are the bundles dequeued, in order, as dequeued.
+	// Bundles are the bundles dequeued, in order, as dequeued: at most
+	// Options.MaxAcknowledgeBundles.
 	Bundles []bundle.Record
 	// Notifications is the count of notifications in them.
 	Notifications int64
+	// More says the call stopped at Options.MaxAcknowledgeBundles with
+	// notifications up to the one named still to dequeue: the same call
+	// again goes on from there.
+	More bool
 }
+
+// DefaultMaxAcknowledgeBundles is Options.MaxAcknowledgeBundles' default.
+// A bundle takes a few requests of the store (about 6 on Cosmos DB), so a
+// call of this many bundles ends well within an operator's timeout of
+// 30 s, its answer (one id per bundle) stays small, and so do the audit
+// events it writes.
+const DefaultMaxAcknowledgeBundles = 100
 
 // AcknowledgeOnBehalf dequeues, on the recipient's behalf, every
 // notification of its cabinet (origin, contentType) up to and including
-// notification upTo, which must be waiting or pending in that cabinet. It
-// does what the actor's own Peek and Dequeue would: bundles are cut by the
-// bundling rule (the last one ends at upTo), created under ids the hub makes
-// up and acknowledged, so the cursor moves, the domain gets a dequeue notice
-// for each and retention keeps them like any dequeued bundle. A pending
-// bundle of the cabinet in the way is acknowledged whole, even when upTo
-// lies within it; one of another cabinet of the same peek group stops it
-// (ErrOtherBundlePending: it is released or dequeued first).
+// notification upTo, which must be waiting, pending or dequeued in that
+// cabinet. It does what the actor's own Peek and Dequeue would: bundles are
+// cut by the bundling rule (the last one ends at upTo), created under ids
+// the hub makes up and acknowledged, so the cursor moves, the domain gets a
+// dequeue notice for each and retention keeps them like any dequeued
+// bundle. A pending bundle of the cabinet in the way is acknowledged whole,
+// even when upTo lies within it; one of another cabinet of the same peek
+// group stops it (ErrOtherBundlePending: it is released or dequeued first).
 //
-// A call that fails part-way keeps what it dequeued (its error names those
-// bundles); calling it again goes on from there.
+// One call dequeues at most Options.MaxAcknowledgeBundles bundles, each
+// durable before the next is cut; when notifications up to upTo remain, it
+// says so (More) and the same call again goes on from there. A notification
+// dequeued already (by an earlier call, or the actor) leaves nothing to do:
+// the answer is empty, not an error. A call that fails part-way keeps what
+// it dequeued (its error names those bundles); calling it again goes on
+// from there.
 func (r *Hub) AcknowledgeOnBehalf(ctx context.Context, recipient string, origin domain.Origin, contentType, upTo string) (Acknowledged, error) {
 	if err := r.begin(); err != nil {
 		return Acknowledged{}, err
@@ -178,11 +195,11 @@ func (r *Hub) AcknowledgeOnBehalf(ctx context.Context, recipient string, origin 
 	if err != nil {
 		return Acknowledged{}, err
 	}
-	if err := checkTarget(target, key, recipient, upTo); err != nil {
+	if err := checkTarget(target, key, recipient, upTo); err != nil || target.State == TraceDequeued {
 		return Acknowledged{}, err
 	}
 	var done Acknowledged
-	for {
+	for len(done.Bundles) < r.opts.MaxAcknowledgeBundles {
 		if r.opsCtx.Err() != nil { // Close waits for this call: stop between bundles
 			return done, progress(errClosed, done)
 		}
@@ -198,18 +215,24 @@ func (r *Hub) AcknowledgeOnBehalf(ctx context.Context, recipient string, origin 
 			done.Notifications += int64(st.dequeued.Count)
 		}
 	}
+	// The bound is reached right after a dequeue: no bundle of the call's
+	// is left pending. One more read says whether the target is reached.
+	state, err := r.store.LoadRecipient(ctx, recipient)
+	if err != nil {
+		return done, progress(err, done)
+	}
+	done.More = !reached(state, key, target)
+	return done, nil
 }
 
-// checkTarget refuses a target that is not waiting or pending in the
-// cabinet named.
+// checkTarget refuses a target that is not waiting, pending or dequeued in
+// the cabinet named.
 func checkTarget(t Trace, key catalog.Key, recipient, id string) error {
 	switch t.State {
 	case TraceNotFound:
 		return fmt.Errorf("%w: notification %s is not stored (never saved, or removed by retention)", domain.ErrNotFound, id)
 	case TraceElsewhere:
 		return fmt.Errorf("%w: notification %s is not one of recipient %s's", domain.ErrNotFound, id, recipient)
-	case TraceDequeued:
-		return fmt.Errorf("%w: notification %s was dequeued already", domain.ErrNotFound, id)
 	}
 	if t.Origin != key.Origin || t.ContentType != key.ContentType {
 		return fmt.Errorf("%w: notification %s is in cabinet %s/%s of recipient %s, not in %s/%s",
@@ -235,12 +258,7 @@ func (r *Hub) acknowledgeStep(ctx context.Context, recipient string, key catalog
 	if err != nil {
 		return step{}, err
 	}
-	e := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool { return e.Key() == key })
-	if e < 0 || !slices.ContainsFunc(state.Entries[e].Drawers, func(m drawer.Meta) bool { return m.ID == target.drawerID }) {
-		return step{finished: true}, nil
-	}
-	c := slices.IndexFunc(state.Cursors, func(c catalog.Cursor) bool { return c.Key() == key })
-	if c >= 0 && state.Cursors[c].Acked > target.Position {
+	if reached(state, key, target) {
 		return step{finished: true}, nil
 	}
 	group := domain.GroupOf(key.Origin)
@@ -268,6 +286,18 @@ func (r *Hub) acknowledgeStep(ctx context.Context, recipient string, key catalog
 	}
 	rec.ID = r.opts.NewID()
 	return step{}, r.store.CreateBundle(ctx, recipient, *rec, cursor)
+}
+
+// reached says whether target's position is acknowledged in state: the
+// cursor is past it, or its drawer has left the entry (only acknowledged
+// drawers do).
+func reached(state store.RecipientState, key catalog.Key, target Trace) bool {
+	e := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool { return e.Key() == key })
+	if e < 0 || !slices.ContainsFunc(state.Entries[e].Drawers, func(m drawer.Meta) bool { return m.ID == target.drawerID }) {
+		return true
+	}
+	c := slices.IndexFunc(state.Cursors, func(c catalog.Cursor) bool { return c.Key() == key })
+	return c >= 0 && state.Cursors[c].Acked > target.Position
 }
 
 // progress adds to err the bundles a failed AcknowledgeOnBehalf dequeued

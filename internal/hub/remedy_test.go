@@ -30,13 +30,20 @@ type remedyEnv struct {
 
 func newRemedyEnv(t *testing.T) *remedyEnv {
 	t.Helper()
+	return newRemedyEnvWith(t, 0)
+}
+
+// newRemedyEnvWith is newRemedyEnv whose AcknowledgeOnBehalf dequeues at
+// most maxAcknowledge bundles a call (0: the default).
+func newRemedyEnvWith(t *testing.T, maxAcknowledge int) *remedyEnv {
+	t.Helper()
 	inner, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := &remedyEnv{store: &writeCounter{Store: inner}, now: time.UnixMilli(1_700_000_000_000)}
 	env.hub = hub.New(env.store, hub.Options{
-		MaxBundleWeight: 4, Retention: time.Hour, SweepInterval: time.Hour,
+		MaxBundleWeight: 4, Retention: time.Hour, SweepInterval: time.Hour, MaxAcknowledgeBundles: maxAcknowledge,
 		Now:     func() time.Time { env.mu.Lock(); defer env.mu.Unlock(); return env.now },
 		Notices: func(domain.Origin) bool { return true },
 		ForgetBundles: func(_ context.Context, _ string, ids []string, _ func(context.Context) error) error {
@@ -270,9 +277,9 @@ func TestAcknowledgeOnBehalfTakesThePendingBundleInTheWay(t *testing.T) {
 }
 
 // Requests that cannot be served are refused with a clear error and change
-// nothing: a notification unknown, another recipient's, of another cabinet
-// or dequeued already, and a cabinet blocked by another cabinet's pending
-// bundle of the same peek group.
+// nothing: a notification unknown, another recipient's or of another
+// cabinet, and a cabinet blocked by another cabinet's pending bundle of the
+// same peek group. A notification dequeued already leaves nothing to do.
 func TestAcknowledgeOnBehalfRefusesAndChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	env := newRemedyEnv(t)
@@ -300,7 +307,6 @@ func TestAcknowledgeOnBehalfRefusesAndChangesNothing(t *testing.T) {
 	}{
 		{"an unknown notification", domain.OriginMarketRoles, "rsm-004", uuid.NewString(), domain.ErrNotFound, "not stored"},
 		{"another recipient's", domain.OriginMarketRoles, "rsm-004", foreign[0], domain.ErrNotFound, "not one of recipient"},
-		{"dequeued already", domain.OriginMarketRoles, "rsm-004", roles[2], domain.ErrNotFound, "dequeued already"},
 		{"another cabinet's", domain.OriginMarketRoles, "rsm-004", charges[0], domain.ErrInvalidArgument, "DOMAIN_CHARGES/rsm-031"},
 		{"another content type", domain.OriginCharges, "rsm-032", charges[0], domain.ErrInvalidArgument, "not in DOMAIN_CHARGES/rsm-032"},
 	} {
@@ -308,16 +314,71 @@ func TestAcknowledgeOnBehalfRefusesAndChangesNothing(t *testing.T) {
 		wantErr(t, tc.what, err, tc.kind, tc.words)
 	}
 
+	done, err := env.hub.AcknowledgeOnBehalf(ctx, recipient, domain.OriginMarketRoles, "rsm-004", roles[2])
+	if err != nil || len(done.Bundles) != 0 || done.Notifications != 0 || done.More {
+		t.Fatalf("acknowledging up to a dequeued notification: %+v, %v; want nothing to do", done, err)
+	}
+
 	// A market roles notification saved now is blocked by the charges
 	// bundle pending in the master data group.
 	later := env.save(t, recipient, domain.OriginMarketRoles, "rsm-004", 1, true)
 	before++
-	_, err := env.hub.AcknowledgeOnBehalf(ctx, recipient, domain.OriginMarketRoles, "rsm-004", later[0])
+	_, err = env.hub.AcknowledgeOnBehalf(ctx, recipient, domain.OriginMarketRoles, "rsm-004", later[0])
 	wantErr(t, "another cabinet's pending bundle in the group", err, domain.ErrOtherBundlePending, pending.ID)
 	if n := env.store.n(); n != before {
 		t.Fatalf("refused calls wrote %d times", n-before)
 	}
 	if b := env.peek(t, recipient, domain.GroupMasterData, ""); b.ID != pending.ID {
 		t.Fatalf("the pending bundle changed: %+v", b)
+	}
+}
+
+// A backlog of notifications that do not support bundling is one bundle
+// each: one call dequeues at most MaxAcknowledgeBundles of them, durable,
+// says whether notifications up to the one named remain, and the same call
+// again goes on from there until none do; a further call finds nothing to
+// do. Every bundle dequeued is answered once and noticed to the domain.
+func TestAcknowledgeOnBehalfDequeuesABoundedNumberOfBundlesACall(t *testing.T) {
+	ctx := context.Background()
+	env := newRemedyEnvWith(t, 3)
+	for _, tc := range []struct {
+		n     int
+		calls []int // bundles per call
+	}{
+		{8, []int{3, 3, 2}},
+		{6, []int{3, 3}}, // the last call ends at the bound: nothing more
+	} {
+		recipient := uuid.NewString()
+		ids := env.save(t, recipient, domain.OriginCharges, "rsm-031", tc.n, false)
+		var answered []string
+		for i, want := range tc.calls {
+			done, err := env.hub.AcknowledgeOnBehalf(ctx, recipient, domain.OriginCharges, "rsm-031", ids[tc.n-1])
+			if err != nil {
+				t.Fatalf("%d notifications, call %d: %v", tc.n, i, err)
+			}
+			if more := i < len(tc.calls)-1; len(done.Bundles) != want || done.Notifications != int64(want) || done.More != more {
+				t.Fatalf("%d notifications, call %d: %d bundles, %d notifications, more %t; want %d, %d, %t",
+					tc.n, i, len(done.Bundles), done.Notifications, done.More, want, want, more)
+			}
+			for _, b := range done.Bundles {
+				answered = append(answered, b.ID)
+			}
+			// What the call answered is durable: the actor's cursor is past it.
+			tr, err := env.hub.TraceNotification(ctx, recipient, ids[len(answered)-1])
+			if err != nil || tr.State != hub.TraceDequeued {
+				t.Fatalf("notification %d after call %d: %+v, %v", len(answered)-1, i, tr, err)
+			}
+		}
+		slices.Sort(answered)
+		if got := env.notices(t, recipient); !slices.Equal(got, answered) || len(answered) != tc.n {
+			t.Fatalf("%d notifications: notices %v, answered %v", tc.n, got, answered)
+		}
+		done, err := env.hub.AcknowledgeOnBehalf(ctx, recipient, domain.OriginCharges, "rsm-031", ids[tc.n-1])
+		if err != nil || len(done.Bundles) != 0 || done.More {
+			t.Fatalf("%d notifications, once more: %+v, %v; want nothing to do", tc.n, done, err)
+		}
+		if b := env.peek(t, recipient, domain.GroupAll, ""); b != nil {
+			t.Fatalf("%d notifications: the actor still peeks %v", tc.n, b.NotificationIDs)
+		}
 	}
 }

@@ -242,6 +242,9 @@ function release(recipient, bundle, done) {
   });
 }
 
+// maxBundlesNamed bounds the bundle ids an acknowledgement's notice lists.
+const maxBundlesNamed = 10;
+
 // acknowledge asks to confirm acknowledging a cabinet up to a notification
 // on the actor's behalf, with a reason.
 function acknowledge(recipient, domain, contentType, upTo, done) {
@@ -252,10 +255,33 @@ function acknowledge(recipient, domain, contentType, upTo, done) {
     fields: [{ id: 'confirm-up-to', label: 'Up to and including notification (UUID)', value: upTo, pattern: uuidPattern }],
     action: 'Acknowledge',
     run: async (reason, fields) => {
-      const answer = await admin.acknowledge(recipient, domain, contentType, fields['confirm-up-to'], reason);
-      const bundles = answer.bundleIds || [];
-      return `Acknowledged ${plural(answer.notifications, 'notification')} in ${plural(bundles.length, 'bundle')} ` +
-        `on the actor's behalf${bundles.length ? ` (${bundles.join(', ')})` : ''}.`;
+      // The hub dequeues a bounded number of bundles a call and says when
+      // more remain: call again until none do. What a call dequeued stays
+      // dequeued, whatever a later call does.
+      let notifications = 0;
+      let bundles = 0;
+      const named = []; // the first bundles' ids, for the notice
+      for (let more = true; more;) {
+        let answer;
+        try {
+          answer = await admin.acknowledge(recipient, domain, contentType, fields['confirm-up-to'], reason);
+        } catch (err) {
+          if (!bundles) throw err;
+          throw new Error(`${err instanceof APIError ? err.describe() : err.message} Before that, ` +
+            `${plural(notifications, 'notification')} were acknowledged in ${plural(bundles, 'bundle')}; ` +
+            'acknowledge again to go on from there.');
+        }
+        const ids = answer.bundleIds || [];
+        notifications += Number(answer.notifications || 0);
+        bundles += ids.length;
+        named.push(...ids.slice(0, maxBundlesNamed + 1 - named.length));
+        more = Boolean(answer.more);
+        if (more && !ids.length) throw new Error('AcknowledgeOnBehalf dequeued nothing and says more remain.');
+      }
+      if (!bundles) return 'Nothing to acknowledge: the notification is dequeued already.';
+      const which = bundles <= maxBundlesNamed ? ` (${named.join(', ')})` : '; the audit log names each bundle';
+      return `Acknowledged ${plural(notifications, 'notification')} in ${plural(bundles, 'bundle')} ` +
+        `on the actor's behalf${which}.`;
     },
     done,
   });

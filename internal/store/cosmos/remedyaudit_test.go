@@ -117,7 +117,7 @@ func TestAReleaseWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 // that applied though its answers were lost past the transport's resends
 // is a bundle dequeued, which the call answers and the audit log records;
 // answered as failed, the call named no bundle, and the operator's next
-// try found the notification dequeued already.
+// try found nothing left to do, which records nothing.
 func TestAnAcknowledgementWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 	for _, kind := range []cosmostest.FaultKind{cosmostest.LostUnavailable, cosmostest.LostTimeout, cosmostest.LostReset} {
 		t.Run(string(kind), func(t *testing.T) {

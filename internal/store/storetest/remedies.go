@@ -189,17 +189,7 @@ func (h *harness) remedies(t *testing.T) {
 	if done.Notifications != 7 || len(dequeued) != 3 || dequeued[0] != again.ID {
 		t.Fatalf("acknowledged %d in %v, want 7 in the pending %s and two more", done.Notifications, dequeued, again.ID)
 	}
-	notices, err := e.store.Notices(ctx(t), []domain.Origin{domain.OriginMeteringPoints}, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var told []string
-	for _, n := range notices {
-		if n.Recipient == r {
-			told = append(told, n.BundleID)
-		}
-	}
-	expectIDs(t, "bundles the domain is told of", slices.Sorted(slices.Values(told)), slices.Sorted(slices.Values(dequeued)))
+	expectIDs(t, "bundles the domain is told of", e.noticed(r, domain.OriginMeteringPoints), slices.Sorted(slices.Values(dequeued)))
 	expectIDs(t, "the actor's next bundle", e.peek(r, domain.GroupAll, "").NotificationIDs, ids(ns[7:]))
 	st, err := e.store.LoadRecipient(ctx(t), r)
 	if err != nil {
@@ -208,4 +198,65 @@ func (h *harness) remedies(t *testing.T) {
 	if cur := cursorOf(st, domain.OriginMeteringPoints, "mp"); cur.Acked != 7 {
 		t.Fatalf("cursor at %d, want 7", cur.Acked)
 	}
+}
+
+// acknowledgeInBoundedCalls acknowledges, on the actor's behalf, a backlog
+// of notifications that do not support bundling (a bundle each) in calls of
+// at most MaxAcknowledgeBundles bundles: each call's bundles are durable
+// (the cursor is past them) when it answers, it says whether more remain,
+// the same call again goes on from there, and once none remain a further
+// call finds nothing to do. The domain is told of every bundle, once.
+func (h *harness) acknowledgeInBoundedCalls(t *testing.T) {
+	e := h.env(t, hub.Options{MaxAcknowledgeBundles: 2, Notices: func(domain.Origin) bool { return true }})
+	r := newRecipient()
+	ns := notes(5, r, domain.OriginCharges, "ch")
+	for i := range ns {
+		ns[i].SupportsBundling = false
+	}
+	e.save(ns...)
+	var answered []string
+	for call, want := range []int{2, 2, 1} {
+		done, err := e.repo.AcknowledgeOnBehalf(ctx(t), r, domain.OriginCharges, "ch", ns[4].ID)
+		if err != nil {
+			t.Fatalf("call %d: %v", call, err)
+		}
+		if more := call < 2; len(done.Bundles) != want || done.Notifications != int64(want) || done.More != more {
+			t.Fatalf("call %d: %d bundles, %d notifications, more %t; want %d, %d, %t", call, len(done.Bundles), done.Notifications, done.More, want, want, more)
+		}
+		for _, b := range done.Bundles {
+			answered = append(answered, b.ID)
+		}
+		st, err := e.store.LoadRecipient(ctx(t), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur := cursorOf(st, domain.OriginCharges, "ch"); cur.Acked != int64(len(answered)) {
+			t.Fatalf("after call %d the cursor is at %d, want %d", call, cur.Acked, len(answered))
+		}
+	}
+	done, err := e.repo.AcknowledgeOnBehalf(ctx(t), r, domain.OriginCharges, "ch", ns[4].ID)
+	if err != nil || len(done.Bundles) != 0 || done.More {
+		t.Fatalf("once more: %+v, %v; want nothing to do", done, err)
+	}
+	expectIDs(t, "bundles the domain is told of", e.noticed(r, domain.OriginCharges), slices.Sorted(slices.Values(answered)))
+	if b, err := e.repo.Peek(ctx(t), r, domain.GroupAll, ""); err != nil || b != nil {
+		t.Fatalf("the actor's peek after the acknowledgement: %+v, %v", b, err)
+	}
+}
+
+// noticed is the ids of the bundles of recipient whose dequeue the outbox
+// tells origin of (at most 100 notices read), sorted.
+func (e *env) noticed(recipient string, origin domain.Origin) []string {
+	e.t.Helper()
+	notices, err := e.store.Notices(ctx(e.t), []domain.Origin{origin}, 100)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var told []string
+	for _, n := range notices {
+		if n.Recipient == recipient {
+			told = append(told, n.BundleID)
+		}
+	}
+	return slices.Sorted(slices.Values(told))
 }

@@ -51,6 +51,7 @@ func RunRepository(t *testing.T, newStore Factory) {
 	t.Run("FullBundleSpansDrawers", h.fullBundleSpansDrawers)
 	t.Run("RetentionRemovesOnlyAcknowledged", h.retention)
 	t.Run("ReleaseAndAcknowledgeOnBehalf", h.remedies)
+	t.Run("AcknowledgeOnBehalfInBoundedCalls", h.acknowledgeInBoundedCalls)
 }
 
 type harness struct{ newStore Factory }

@@ -1543,13 +1543,18 @@ func (x *AcknowledgeOnBehalfRequest) GetReason() string {
 	return ""
 }
 
-// AcknowledgeOnBehalfResponse says what was dequeued.
+// AcknowledgeOnBehalfResponse says what this call dequeued.
 type AcknowledgeOnBehalfResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The bundles dequeued on the actor's behalf (their ids appear in the
-	// domain's dequeue notices and the audit log).
-	BundleIds     []string `protobuf:"bytes,1,rep,name=bundle_ids,json=bundleIds,proto3" json:"bundle_ids,omitempty"`
-	Notifications int64    `protobuf:"varint,2,opt,name=notifications,proto3" json:"notifications,omitempty"`
+	// The bundles this call dequeued on the actor's behalf, at most 100 (their
+	// ids appear in the domain's dequeue notices and the audit log).
+	BundleIds []string `protobuf:"bytes,1,rep,name=bundle_ids,json=bundleIds,proto3" json:"bundle_ids,omitempty"`
+	// The notifications in them.
+	Notifications int64 `protobuf:"varint,2,opt,name=notifications,proto3" json:"notifications,omitempty"`
+	// True when the call stopped at its bound of bundles with notifications
+	// up to up_to_notification_id still to dequeue: call again with the same
+	// request until it is false.
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1596,6 +1601,13 @@ func (x *AcknowledgeOnBehalfResponse) GetNotifications() int64 {
 		return x.Notifications
 	}
 	return 0
+}
+
+func (x *AcknowledgeOnBehalfResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
 }
 
 // ListAuditEventsRequest: one actor's events in [from_ms, to_ms).
@@ -2029,11 +2041,12 @@ const file_messagehub_admin_v1_admin_proto_rawDesc = "" +
 	"\x06domain\x18\x02 \x01(\x0e2\x15.messagehub.v1.DomainR\x06domain\x12!\n" +
 	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x121\n" +
 	"\x15up_to_notification_id\x18\x04 \x01(\tR\x12upToNotificationId\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"b\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"v\n" +
 	"\x1bAcknowledgeOnBehalfResponse\x12\x1d\n" +
 	"\n" +
 	"bundle_ids\x18\x01 \x03(\tR\tbundleIds\x12$\n" +
-	"\rnotifications\x18\x02 \x01(\x03R\rnotifications\"\xa0\x01\n" +
+	"\rnotifications\x18\x02 \x01(\x03R\rnotifications\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"\xa0\x01\n" +
 	"\x16ListAuditEventsRequest\x12\x1c\n" +
 	"\trecipient\x18\x01 \x01(\tR\trecipient\x12\x17\n" +
 	"\afrom_ms\x18\x02 \x01(\x03R\x06fromMs\x12\x13\n" +

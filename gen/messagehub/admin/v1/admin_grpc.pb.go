@@ -70,8 +70,12 @@ type AdminClient interface {
 	ReleaseBundle(ctx context.Context, in *ReleaseBundleRequest, opts ...grpc.CallOption) (*ReleaseBundleResponse, error)
 	// AcknowledgeOnBehalf dequeues, on the actor's behalf, every notification
 	// of one cabinet up to and including a given notification, as Dequeue
-	// does (the domain gets its dequeue notices). Needs a reason; recorded in
-	// the audit log.
+	// does (the domain gets its dequeue notices). One call dequeues at most
+	// 100 bundles, each durable before the next; when notifications up to the
+	// one named remain, the answer says so (more) and the same call again
+	// goes on from there. Naming a notification dequeued already answers
+	// nothing dequeued. Needs a reason; recorded in the audit log, one event
+	// per bundle.
 	AcknowledgeOnBehalf(ctx context.Context, in *AcknowledgeOnBehalfRequest, opts ...grpc.CallOption) (*AcknowledgeOnBehalfResponse, error)
 	// ListAuditEvents pages through the audit log of one actor (recipient)
 	// over a time range, oldest first: every admin action, and every Peek,
@@ -216,8 +220,12 @@ type AdminServer interface {
 	ReleaseBundle(context.Context, *ReleaseBundleRequest) (*ReleaseBundleResponse, error)
 	// AcknowledgeOnBehalf dequeues, on the actor's behalf, every notification
 	// of one cabinet up to and including a given notification, as Dequeue
-	// does (the domain gets its dequeue notices). Needs a reason; recorded in
-	// the audit log.
+	// does (the domain gets its dequeue notices). One call dequeues at most
+	// 100 bundles, each durable before the next; when notifications up to the
+	// one named remain, the answer says so (more) and the same call again
+	// goes on from there. Naming a notification dequeued already answers
+	// nothing dequeued. Needs a reason; recorded in the audit log, one event
+	// per bundle.
 	AcknowledgeOnBehalf(context.Context, *AcknowledgeOnBehalfRequest) (*AcknowledgeOnBehalfResponse, error)
 	// ListAuditEvents pages through the audit log of one actor (recipient)
 	// over a time range, oldest first: every admin action, and every Peek,

@@ -1136,6 +1136,16 @@ func (m *AcknowledgeOnBehalfResponse) MarshalToSizedBufferVT(dAtA []byte) (int, 
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.More {
+		i--
+		if m.More {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x18
+	}
 	if m.Notifications != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Notifications))
 		i--
@@ -1889,6 +1899,9 @@ func (m *AcknowledgeOnBehalfResponse) SizeVT() (n int) {
 	}
 	if m.Notifications != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Notifications))
+	}
+	if m.More {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -4815,6 +4828,26 @@ func (m *AcknowledgeOnBehalfResponse) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field More", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.More = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
