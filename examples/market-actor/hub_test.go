@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/gateway"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/internal/store/pebble"
+)
+
+// realHub serves the real gateway in front of the real gRPC server over the
+// embedded store on loopback, and returns its URL and a gRPC client of the
+// same server (to save notifications as a domain does).
+func realHub(t *testing.T) (string, messagehubv1.MessageHubClient) {
+	t.Helper()
+	store, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := hub.New(store, hub.Options{}, nil)
+	t.Cleanup(func() { repo.Close(); _ = store.Close() })
+	srv, hs := server.NewGRPCServer(repo, slog.New(slog.DiscardHandler))
+	server.SetServing(hs, true)
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("passthrough:///in-process", append(gateway.InProcessDialOptions(),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize), grpc.MaxCallRecvMsgSize(server.MaxSendMsgSize)),
+	)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	handler, err := gateway.New(context.Background(), conn, http.NotFoundHandler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(handler)
+	t.Cleanup(web.Close)
+	return web.URL, messagehubv1.NewMessageHubClient(conn)
+}
+
+// cutDocuments drops the connection, as a network does, in the middle of
+// the body of the first `cuts` content peeks: their answers end after a few
+// bytes of the document.
+type cutDocuments struct {
+	cuts atomic.Int32
+	next http.RoundTripper
+}
+
+func (c *cutDocuments) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err != nil || req.URL.Path != "/v1/peek/content" || resp.StatusCode != http.StatusOK || c.cuts.Add(-1) < 0 {
+		return resp, err
+	}
+	resp.Body = &cutBody{ReadCloser: resp.Body, left: 10}
+	return resp, nil
+}
+
+type cutBody struct {
+	io.ReadCloser
+	left int
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n, err := b.ReadCloser.Read(p[:min(len(p), b.left)])
+	b.left -= n
+	return n, err
+}
+
+// saveOne saves one notification for a new recipient and returns the
+// recipient.
+func saveOne(t *testing.T, hubClient messagehubv1.MessageHubClient) string {
+	t.Helper()
+	recipient := uuid.NewString()
+	_, err := hubClient.Save(t.Context(), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{{
+		Id: uuid.NewString(), Recipient: recipient, Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES,
+		ContentType: "TimeSeries", SupportsBundling: true, Weight: 1,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recipient
+}
+
+// A document whose answer is cut short is fetched again (every content
+// peek of the pending bundle answers the same bytes), and only the whole
+// document is stored before the dequeue.
+func TestADocumentCutShortIsFetchedAgain(t *testing.T) {
+	url, hubClient := realHub(t)
+	recipient := saveOne(t, hubClient)
+	cutter := &cutDocuments{next: http.DefaultTransport}
+	cutter.cuts.Store(1)
+	out := t.TempDir()
+	a := &actor{hub: url, recipient: recipient, out: out, web: &http.Client{Transport: cutter, Timeout: 30 * time.Second}}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if bundles, notifications, err := a.run(ctx, 10, 50*time.Millisecond); err != nil || bundles != 1 || notifications != 1 {
+		t.Fatalf("%d bundles, %d notifications, %v; want 1, 1, no error", bundles, notifications, err)
+	}
+	files, err := os.ReadDir(out)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("out folder: %v, %v; want the one document", files, err)
+	}
+	data, err := os.ReadFile(filepath.Join(out, files[0].Name()))
+	var doc bundle
+	if err != nil || json.Unmarshal(data, &doc) != nil || doc.ID+".json" != files[0].Name() {
+		t.Fatalf("stored document %s: %q, %v; want the whole bundle document", files[0].Name(), data, err)
+	}
+}
+
+// When every answer is cut short the actor stops with the error, and the
+// out folder holds no part of the document under the bundle's name (where
+// it would pass for the whole document); the bundle stays pending.
+func TestADocumentNeverReadWholeLeavesNothingStored(t *testing.T) {
+	url, hubClient := realHub(t)
+	recipient := saveOne(t, hubClient)
+	cutter := &cutDocuments{next: http.DefaultTransport}
+	cutter.cuts.Store(attempts)
+	out := t.TempDir()
+	a := &actor{hub: url, recipient: recipient, out: out, web: &http.Client{Transport: cutter, Timeout: 30 * time.Second}}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if bundles, _, err := a.run(ctx, 10, 50*time.Millisecond); err == nil || bundles != 0 {
+		t.Fatalf("%d bundles, %v; want none and the error", bundles, err)
+	}
+	if files, err := os.ReadDir(out); err != nil || len(files) != 0 {
+		names := make([]string, 0, len(files))
+		for _, f := range files {
+			names = append(names, f.Name())
+		}
+		t.Fatalf("out folder holds %q (%v) after no document was read whole; want nothing", names, err)
+	}
+	resp, err := http.Get(url + "/v1/peek?recipient=" + recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("peek after the failed fetch: %s; want the bundle still pending", resp.Status)
+	}
+}
