@@ -8,6 +8,9 @@
 //   - 200: a bundle. Its id is in the MessageId header. Fetch its data
 //     (GET /v1/peek/content answers the bundle's document), store it, and only
 //     then dequeue it. A 503 there has Retry-After: the document is being made.
+//     A document cut short (a dropped connection) is fetched again: every
+//     content peek of the pending bundle answers the same bytes. Write it
+//     to a temporary file and rename it only once it is whole and synced.
 //   - 204: nothing to deliver now. Peek with ?wait=20s (--wait): the hub holds
 //     the peek until a bundle is saved for the actor or the wait is over, so
 //     after a 204 peek again at once. Without a wait, back off (up to a
@@ -191,12 +194,22 @@ func (a *actor) fetch(ctx context.Context, bundleID string) error {
 		}
 		switch {
 		case resp.StatusCode == http.StatusOK:
-			err := fmt.Errorf("the content peek answered bundle %q, not %q: is another poller dequeuing?", resp.Header.Get("MessageId"), bundleID)
-			if resp.Header.Get("MessageId") == bundleID {
-				err = a.store(bundleID, resp.Header.Get("Content-Type"), resp.Body)
+			if id := resp.Header.Get("MessageId"); id != bundleID {
+				_ = resp.Body.Close()
+				return fmt.Errorf("the content peek answered bundle %q, not %q: is another poller dequeuing?", id, bundleID)
 			}
+			body := &bodyReader{r: resp.Body}
+			err := a.store(bundleID, resp.Header.Get("Content-Type"), body)
 			_ = resp.Body.Close()
-			return err
+			if err == nil || body.err == nil || attempt == attempts || ctx.Err() != nil {
+				return err
+			}
+			// The answer was cut short (a dropped connection): every
+			// content peek of the pending bundle answers the same bytes,
+			// so ask again.
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
 		case (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && attempt < attempts:
 			wait := backoff(attempt)
 			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
@@ -214,27 +227,63 @@ func (a *actor) fetch(ctx context.Context, bundleID string) error {
 	}
 }
 
+// bodyReader remembers a failed read of an answer's body, so that a body
+// cut short is told apart from a failed write of the document.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.err = err
+	}
+	return n, err
+}
+
 // store keeps a bundle's document: a real actor writes it to its own
-// system, durably, before it dequeues.
+// system, durably, before it dequeues. The document is written to a
+// temporary file and renamed to the bundle's name only once it is whole
+// and synced, and the folder is synced after the rename, so the bundle's
+// name never holds part of a document (an answer cut short, a crash while
+// writing) and a dequeued bundle's document survives a crash.
 func (a *actor) store(bundleID, mediaType string, body io.Reader) error {
 	if a.out == "" {
 		_, err := io.Copy(io.Discard, body)
 		return err
 	}
-	name := filepath.Join(a.out, bundleID+extensionOf(mediaType))
-	f, err := os.Create(name) //nolint:gosec // a file named by the bundle id in the folder the operator gave
+	f, err := os.CreateTemp(a.out, "."+bundleID+"-*.part")
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, body); err != nil {
-		_ = f.Close()
+	if err := writeSynced(f, body); err != nil {
+		_ = os.Remove(f.Name())
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
+	if err := os.Rename(f.Name(), filepath.Join(a.out, bundleID+extensionOf(mediaType))); err != nil {
+		_ = os.Remove(f.Name())
 		return err
 	}
-	return f.Close()
+	return syncDir(a.out)
+}
+
+// writeSynced copies body into f, syncs and closes it.
+func writeSynced(f *os.File, body io.Reader) error {
+	_, err := io.Copy(f, body)
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir) //nolint:gosec // the folder the operator gave
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }
 
 func extensionOf(mediaType string) string {
