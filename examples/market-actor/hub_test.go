@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -15,15 +13,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
-	"github.com/energydatahub/messagehub/internal/gateway"
-	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
-	"github.com/energydatahub/messagehub/internal/store/pebble"
+	"github.com/energydatahub/messagehub/test/hubtest"
 )
 
 // realHub serves the real gateway in front of the real gRPC server over the
@@ -31,33 +24,10 @@ import (
 // same server (to save notifications as a domain does).
 func realHub(t *testing.T) (string, messagehubv1.MessageHubClient) {
 	t.Helper()
-	store, err := pebble.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := hub.New(store, hub.Options{}, nil)
-	t.Cleanup(func() { repo.Close(); _ = store.Close() })
-	srv, hs := server.NewGRPCServer(repo, slog.New(slog.DiscardHandler))
+	srv, hs := server.NewGRPCServer(hubtest.Open(t), slog.New(slog.DiscardHandler))
 	server.SetServing(hs, true)
-	lis := bufconn.Listen(1 << 20)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient("passthrough:///in-process", append(gateway.InProcessDialOptions(),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(server.MaxRecvMsgSize), grpc.MaxCallRecvMsgSize(server.MaxSendMsgSize)),
-	)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	handler, err := gateway.New(context.Background(), conn, http.NotFoundHandler())
-	if err != nil {
-		t.Fatal(err)
-	}
-	web := httptest.NewServer(handler)
-	t.Cleanup(web.Close)
-	return web.URL, messagehubv1.NewMessageHubClient(conn)
+	url, conn := hubtest.Gateway(t, hubtest.Serve(t, srv))
+	return url, messagehubv1.NewMessageHubClient(conn)
 }
 
 // cutDocuments drops the connection, as a network does, in the middle of
