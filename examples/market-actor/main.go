@@ -50,16 +50,10 @@ func main() {
 	out := flag.String("out", "", "folder to write each bundle's document into (empty: fetched and dropped)")
 	wait := flag.Duration("wait", 20*time.Second, "how long each peek may wait for a bundle (at most 30s; 0: answer at once and back off)")
 	flag.Parse()
-	// A call may take its wait and then the answer's own time.
-	a := &actor{hub: strings.TrimSuffix(*hub, "/"), recipient: *recipient, out: *out, wait: *wait,
-		web: &http.Client{Timeout: *wait + 30*time.Second}}
-	if *tokenFile != "" {
-		token, err := os.ReadFile(*tokenFile) //nolint:gosec // the operator names the file
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		a.token = strings.TrimSpace(string(token))
+	a, err := newActor(*hub, *recipient, *tokenFile, *out, *wait)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -70,6 +64,21 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("dequeued %d bundles with %d notifications\n", n, notes)
+}
+
+// newActor is the actor of the flags: tokenFile may be empty (no token).
+func newActor(hub, recipient, tokenFile, out string, wait time.Duration) (*actor, error) {
+	// A call may take its wait and then the answer's own time.
+	a := &actor{hub: strings.TrimSuffix(hub, "/"), recipient: recipient, out: out, wait: wait,
+		web: &http.Client{Timeout: wait + 30*time.Second}}
+	if tokenFile != "" {
+		token, err := os.ReadFile(tokenFile) //nolint:gosec // the operator names the file
+		if err != nil {
+			return nil, err
+		}
+		a.token = strings.TrimSpace(string(token))
+	}
+	return a, nil
 }
 
 type actor struct {

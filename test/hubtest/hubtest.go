@@ -48,7 +48,7 @@ func Serve(t testing.TB, srv *grpc.Server) string {
 // Gateway serves the HTTP gateway, dialing the gRPC server at addr as the
 // hub dials its own, on loopback until t ends. It returns the gateway's
 // URL and the connection to the gRPC server.
-func Gateway(t testing.TB, addr string) (string, *grpc.ClientConn) {
+func Gateway(t testing.TB, addr string, opts ...gateway.Option) (string, *grpc.ClientConn) {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, append(gateway.InProcessDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// The largest bundle is over gRPC's default of 4 MiB.
@@ -57,7 +57,7 @@ func Gateway(t testing.TB, addr string) (string, *grpc.ClientConn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	handler, err := gateway.New(context.Background(), conn, http.NotFoundHandler())
+	handler, err := gateway.New(context.Background(), conn, http.NotFoundHandler(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
