@@ -43,7 +43,7 @@ import (
 func main() {
 	hub := flag.String("hub", "http://127.0.0.1:8080", "the hub's HTTP gateway")
 	recipient := flag.String("recipient", "", "this actor's id (a UUID); leave empty with --token-file: the token says who you are")
-	tokenFile := flag.String("token-file", "", "bearer token of this actor (see make dev-tokens)")
+	tokenFile := flag.String("token-file", "", "file of this actor's bearer token, read at every call so that a token renewed in place is used (see make dev-tokens)")
 	maxBundles := flag.Int("bundles", 100, "stop after this many bundles")
 	idle := flag.Duration("idle", 2*time.Second, "stop after finding nothing for this long")
 	timeout := flag.Duration("timeout", time.Minute, "how long the whole run may take")
@@ -72,20 +72,37 @@ func newActor(hub, recipient, tokenFile, out string, wait time.Duration) (*actor
 	a := &actor{hub: strings.TrimSuffix(hub, "/"), recipient: recipient, out: out, wait: wait,
 		web: &http.Client{Timeout: wait + 30*time.Second}}
 	if tokenFile != "" {
-		token, err := os.ReadFile(tokenFile) //nolint:gosec // the operator names the file
-		if err != nil {
+		// Read now too, so that a missing or empty file is said at once.
+		if _, err := readToken(tokenFile); err != nil {
 			return nil, err
 		}
-		a.token = strings.TrimSpace(string(token))
+		a.tokenFile = tokenFile
 	}
 	return a, nil
 }
 
+// readToken reads a bearer token from file. It is read at every call, so
+// that a token renewed in place (a mounted secret, a projected
+// service-account token) is used from the next call on, never an expired
+// one read at the start.
+func readToken(file string) (string, error) {
+	data, err := os.ReadFile(file) //nolint:gosec // the operator names the file
+	if err != nil {
+		return "", err
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("token file %s is empty", file)
+	}
+	return token, nil
+}
+
 type actor struct {
-	hub, recipient, token string
-	out                   string        // folder the documents are written to; empty: read and dropped
-	wait                  time.Duration // how long a peek may wait for a bundle (?wait=)
-	web                   *http.Client
+	hub, recipient string
+	tokenFile      string        // the bearer token's file, read at every call; empty: no token
+	out            string        // folder the documents are written to; empty: read and dropped
+	wait           time.Duration // how long a peek may wait for a bundle (?wait=)
+	web            *http.Client
 }
 
 // bundle is the part of a peeked bundle this actor uses.
@@ -374,8 +391,12 @@ func (a *actor) call(ctx context.Context, method, path string, query url.Values)
 	if err != nil {
 		return nil, err
 	}
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
+	if a.tokenFile != "" {
+		token, err := readToken(a.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	return a.web.Do(req)
 }
