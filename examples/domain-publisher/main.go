@@ -9,8 +9,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -21,25 +23,38 @@ import (
 )
 
 func main() {
-	hub := flag.String("hub", "127.0.0.1:50051", "the hub's gRPC address")
-	recipient := flag.String("recipient", "", "the market actor the data is for (a UUID)")
-	count := flag.Int("count", 100, "how many notifications to publish")
-	batch := flag.Int("batch", 1000, "notifications per Save (at most 10,000)")
-	tokenFile := flag.String("token-file", "", "bearer token of a domain (sent over TLS; see make dev-tokens)")
-	loopback := flag.Bool("token-over-loopback", false, "send the token in plaintext to a hub on loopback (development only)")
-	timeout := flag.Duration("timeout", time.Minute, "how long the whole run may take")
-	flag.Parse()
-	if _, err := uuid.Parse(*recipient); err != nil {
-		fmt.Fprintln(os.Stderr, "--recipient must be a UUID")
-		os.Exit(2)
-	}
-	if err := publish(*hub, *recipient, *count, *batch, *tokenFile, *loopback, *timeout); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "domain-publisher:", err)
+		if errors.As(err, new(usageError)) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
 
-func publish(hub, recipient string, count, batch int, tokenFile string, loopback bool, timeout time.Duration) error {
+// usageError is a flag the publisher cannot run with.
+type usageError struct{ error }
+
+// run publishes as the command line args say and reports to stdout.
+func run(args []string, stdout io.Writer) error {
+	flags := flag.NewFlagSet("domain-publisher", flag.ContinueOnError)
+	hub := flags.String("hub", "127.0.0.1:50051", "the hub's gRPC address")
+	recipient := flags.String("recipient", "", "the market actor the data is for (a UUID)")
+	count := flags.Int("count", 100, "how many notifications to publish")
+	batch := flags.Int("batch", 1000, "notifications per Save (at most 10,000)")
+	tokenFile := flags.String("token-file", "", "bearer token of a domain (sent over TLS; see make dev-tokens)")
+	loopback := flags.Bool("token-over-loopback", false, "send the token in plaintext to a hub on loopback (development only)")
+	timeout := flags.Duration("timeout", time.Minute, "how long the whole run may take")
+	if err := flags.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if _, err := uuid.Parse(*recipient); err != nil {
+		return usageError{errors.New("--recipient must be a UUID")}
+	}
+	return publish(stdout, *hub, *recipient, *count, *batch, *tokenFile, *loopback, *timeout)
+}
+
+func publish(stdout io.Writer, hub, recipient string, count, batch int, tokenFile string, loopback bool, timeout time.Duration) error {
 	opts := client.Options{Plaintext: true}
 	if tokenFile != "" {
 		// Read at every call, so a renewed token is used at once.
@@ -75,6 +90,6 @@ func publish(hub, recipient string, count, batch int, tokenFile string, loopback
 		}
 		saved, duplicates, done = saved+res.Saved, duplicates+res.Duplicates, done+n
 	}
-	fmt.Printf("published %d notifications for %s (%d stored, %d already there)\n", count, recipient, saved, duplicates)
+	_, _ = fmt.Fprintf(stdout, "published %d notifications for %s (%d stored, %d already there)\n", count, recipient, saved, duplicates)
 	return nil
 }
