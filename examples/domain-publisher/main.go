@@ -4,7 +4,11 @@
 //	go run ./examples/domain-publisher --hub 127.0.0.1:50051 --recipient <actor UUID> --count 1000
 //
 // A retry resends the same notification ids, so a save whose answer was
-// lost is counted as duplicates, never stored twice.
+// lost is counted as duplicates, never stored twice. The ids come from the
+// run's id (--run) and the notification's place in the run, as a real domain
+// derives them from the data they announce: a run that failed is run again
+// with the --run it names, saves the same ids, and what the hub already
+// stored is counted as duplicates, not delivered twice.
 package main
 
 import (
@@ -14,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,16 +50,34 @@ func run(args []string, stdout io.Writer) error {
 	tokenFile := flags.String("token-file", "", "bearer token of a domain (sent over TLS; see make dev-tokens)")
 	loopback := flags.Bool("token-over-loopback", false, "send the token in plaintext to a hub on loopback (development only)")
 	timeout := flags.Duration("timeout", time.Minute, "how long the whole run may take")
+	runID := flags.String("run", "", "the id (a UUID) of a failed run to run again with the same notification ids (empty: a new run)")
 	if err := flags.Parse(args); err != nil {
 		return usageError{err}
 	}
 	if _, err := uuid.Parse(*recipient); err != nil {
 		return usageError{errors.New("--recipient must be a UUID")}
 	}
-	return publish(stdout, *hub, *recipient, *count, *batch, *tokenFile, *loopback, *timeout)
+	id := uuid.New()
+	if *runID != "" {
+		var err error
+		if id, err = uuid.Parse(*runID); err != nil {
+			return usageError{errors.New("--run must be a UUID")}
+		}
+	}
+	if err := publish(stdout, *hub, *recipient, id, *count, *batch, *tokenFile, *loopback, *timeout); err != nil {
+		return fmt.Errorf("%w (run again with --run %s: the same notification ids, so none is stored twice)", err, id)
+	}
+	return nil
 }
 
-func publish(stdout io.Writer, hub, recipient string, count, batch int, tokenFile string, loopback bool, timeout time.Duration) error {
+// notificationID is the id of notification i of a run for recipient: the
+// same at every run of that id, different for every other run, recipient
+// and place.
+func notificationID(run uuid.UUID, recipient string, i int) string {
+	return uuid.NewSHA1(run, []byte(recipient+"/"+strconv.Itoa(i))).String()
+}
+
+func publish(stdout io.Writer, hub, recipient string, run uuid.UUID, count, batch int, tokenFile string, loopback bool, timeout time.Duration) error {
 	opts := client.Options{Plaintext: true}
 	if tokenFile != "" {
 		// Read at every call, so a renewed token is used at once.
@@ -80,7 +103,7 @@ func publish(stdout io.Writer, hub, recipient string, count, batch int, tokenFil
 		notes := make([]*client.Notification, n)
 		for i := range notes {
 			notes[i] = &client.Notification{
-				Id: uuid.NewString(), Recipient: recipient, Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES,
+				Id: notificationID(run, recipient, done+i), Recipient: recipient, Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES,
 				ContentType: "TimeSeries", DocumentType: "rsm-014", SupportsBundling: true, Weight: 1,
 			}
 		}
