@@ -57,11 +57,23 @@ func Gateway(t testing.TB, addr string, opts ...gateway.Option) (string, *grpc.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
+	return Front(t, conn, nil, opts...), conn
+}
+
+// Front serves the HTTP gateway in front of conn on loopback until t ends
+// and returns its URL; configure, when not nil, sets up the HTTP server
+// before it starts.
+func Front(t testing.TB, conn grpc.ClientConnInterface, configure func(*httptest.Server), opts ...gateway.Option) string {
+	t.Helper()
 	handler, err := gateway.New(context.Background(), conn, http.NotFoundHandler(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	web := httptest.NewServer(handler)
+	web := httptest.NewUnstartedServer(handler)
+	if configure != nil {
+		configure(web)
+	}
+	web.Start()
 	t.Cleanup(web.Close)
-	return web.URL, conn
+	return web.URL
 }
