@@ -17,7 +17,8 @@
 //     bound) and peek again.
 //   - 404 on dequeue after a dequeue whose answer was lost (a timeout, a
 //     dropped connection): the first dequeue went through. Carry on.
-//   - 429/503: the hub is busy or stopping: back off and retry the same call.
+//   - 429/503: the hub is busy or stopping: back off, at least the
+//     Retry-After it asks for, and retry the same call.
 //
 // A peek before the dequeue returns the same bundle again, so a crash
 // between fetching and dequeuing loses nothing.
@@ -163,42 +164,44 @@ const attempts = 5
 // answer is simply asked again.
 func (a *actor) peek(ctx context.Context, wait time.Duration) (*bundle, error) {
 	for attempt := 1; ; attempt++ {
-		b, retry, err := a.peekOnce(ctx, wait)
+		b, retryAfter, retry, err := a.peekOnce(ctx, wait)
 		if !retry || attempt == attempts {
 			return b, err
 		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := sleep(ctx, max(backoff(attempt), retryAfter)); err != nil {
 			return nil, err
 		}
 	}
 }
 
-func (a *actor) peekOnce(ctx context.Context, wait time.Duration) (b *bundle, retry bool, err error) {
+// peekOnce peeks once; retry says whether asking again may help, and
+// retryAfter is the pause the hub asked for (zero if none).
+func (a *actor) peekOnce(ctx context.Context, wait time.Duration) (b *bundle, retryAfter time.Duration, retry bool, err error) {
 	query := url.Values{}
 	if wait > 0 {
 		query.Set("wait", wait.Round(time.Millisecond).String())
 	}
 	resp, err := a.call(ctx, http.MethodGet, "/v1/peek", query)
 	if err != nil {
-		return nil, ctx.Err() == nil, err
+		return nil, 0, ctx.Err() == nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	switch resp.StatusCode {
 	case http.StatusNoContent:
-		return nil, false, nil
+		return nil, 0, false, nil
 	case http.StatusOK:
 		b = new(bundle)
 		if err := json.NewDecoder(resp.Body).Decode(b); err != nil {
-			return nil, true, err
+			return nil, 0, true, err
 		}
 		if id := resp.Header.Get("MessageId"); id != b.ID {
-			return nil, false, fmt.Errorf("MessageId %q is not the bundle's id %q", id, b.ID)
+			return nil, 0, false, fmt.Errorf("MessageId %q is not the bundle's id %q", id, b.ID)
 		}
-		return b, false, nil
+		return b, 0, false, nil
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		return nil, true, statusError(resp)
+		return nil, retryAfterOf(resp), true, statusError(resp)
 	default:
-		return nil, false, statusError(resp)
+		return nil, 0, false, statusError(resp)
 	}
 }
 
@@ -237,10 +240,7 @@ func (a *actor) fetch(ctx context.Context, bundleID string) error {
 				return err
 			}
 		case (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && attempt < attempts:
-			wait := backoff(attempt)
-			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-				wait = time.Duration(s) * time.Second
-			}
+			wait := max(backoff(attempt), retryAfterOf(resp))
 			_ = resp.Body.Close()
 			if err := sleep(ctx, wait); err != nil {
 				return err
@@ -348,13 +348,22 @@ func (a *actor) dequeue(ctx context.Context, bundleID string) error {
 		case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && attempt < attempts:
 			// A 503 may come from a proxy after the hub did the work.
 			lost = true
-			if err := sleep(ctx, backoff(attempt)); err != nil {
+			if err := sleep(ctx, max(backoff(attempt), retryAfterOf(resp))); err != nil {
 				return err
 			}
 		default:
 			return statusError(resp)
 		}
 	}
+}
+
+// retryAfterOf is the pause a busy answer (429, 503) asks for in its
+// Retry-After header, in seconds; zero if it asks for none.
+func retryAfterOf(resp *http.Response) time.Duration {
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return 0
 }
 
 // backoff is the pause before the next try: exponential from 200 ms, with
