@@ -128,11 +128,14 @@ func (f TokenFile) Token(context.Context) (string, error) {
 // RetryPolicy says how calls are retried. Zero fields take the defaults.
 // The pause before retry n is between half and all of
 // min(InitialBackoff*2^(n-1), MaxBackoff), at random; with the defaults the
-// five attempts of a call span about 1.5 s of pauses at most.
+// five attempts of a call span about 1.5 s of pauses at most. A MaxBackoff
+// given caps every pause, the first as well (an InitialBackoff over it is
+// lowered to it); an InitialBackoff given over the default MaxBackoff
+// raises that to it.
 type RetryPolicy struct {
 	MaxAttempts    int           // default 5; 1 turns retries off
-	InitialBackoff time.Duration // default 100 ms
-	MaxBackoff     time.Duration // default 5 s
+	InitialBackoff time.Duration // default 100 ms (at most MaxBackoff)
+	MaxBackoff     time.Duration // default 5 s (at least InitialBackoff)
 	AttemptTimeout time.Duration // default 30 s
 }
 
@@ -140,11 +143,16 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = 5
 	}
-	if p.InitialBackoff <= 0 {
-		p.InitialBackoff = 100 * time.Millisecond
-	}
-	if p.MaxBackoff < p.InitialBackoff {
+	switch {
+	case p.MaxBackoff <= 0 && p.InitialBackoff <= 0:
+		p.InitialBackoff, p.MaxBackoff = 100*time.Millisecond, 5*time.Second
+	case p.MaxBackoff <= 0:
 		p.MaxBackoff = max(5*time.Second, p.InitialBackoff)
+	case p.InitialBackoff <= 0:
+		p.InitialBackoff = min(100*time.Millisecond, p.MaxBackoff)
+	default:
+		// The cap given bounds every pause, the first as well.
+		p.InitialBackoff = min(p.InitialBackoff, p.MaxBackoff)
 	}
 	if p.AttemptTimeout <= 0 {
 		p.AttemptTimeout = 30 * time.Second

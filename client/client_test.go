@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,9 +21,8 @@ import (
 
 	"github.com/energydatahub/messagehub/client"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
-	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
-	"github.com/energydatahub/messagehub/internal/store/pebble"
+	"github.com/energydatahub/messagehub/test/hubtest"
 )
 
 // fault decides, per call, whether the hub fails it with UNAVAILABLE before
@@ -67,22 +65,9 @@ func (f *fault) interceptor(ctx context.Context, req any, info *grpc.UnaryServer
 // with f's faults in front.
 func startHub(t *testing.T, f *fault) string {
 	t.Helper()
-	store, err := pebble.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := hub.New(store, hub.Options{}, nil)
-	t.Cleanup(func() { repo.Close(); _ = store.Close() })
-	svc := server.NewService(repo)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(f.interceptor, server.UnaryErrorInterceptor(slog.New(slog.DiscardHandler))))
-	messagehubv1.RegisterMessageHubServer(srv, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	messagehubv1.RegisterMessageHubServer(srv, server.NewService(hubtest.Open(t)))
+	return hubtest.Serve(t, srv)
 }
 
 func newClient(t *testing.T, addr string) *client.Client {

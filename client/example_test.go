@@ -38,10 +38,13 @@ func ExampleClient_Save() {
 }
 
 // A market actor peeks, stores what the bundle announces, then dequeues.
+// It runs for longer than a token lives, so it reads its token from the
+// file where it is renewed in place (a StaticToken would be sent after it
+// expired).
 func ExampleClient_Peek() {
 	c, err := client.New("hub.example.org:443", client.Options{
 		TLS:    &tls.Config{MinVersion: tls.VersionTLS12},
-		Tokens: client.StaticToken(os.Getenv("MESSAGEHUB_TOKEN")),
+		Tokens: client.TokenFile(os.Getenv("MESSAGEHUB_TOKEN_FILE")),
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
-	"github.com/energydatahub/messagehub/internal/store/pebble"
+	"github.com/energydatahub/messagehub/test/hubtest"
 )
 
 // startWaitingHub serves the real service (unary and streaming) over the
@@ -23,23 +22,12 @@ import (
 // when a Peek is waiting.
 func startWaitingHub(t *testing.T) (string, *hub.Hub) {
 	t.Helper()
-	store, err := pebble.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := hub.New(store, hub.Options{}, nil)
-	t.Cleanup(func() { repo.Close(); _ = store.Close() })
+	repo := hubtest.Open(t)
 	logger := slog.New(slog.DiscardHandler)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(server.UnaryErrorInterceptor(logger)),
 		grpc.ChainStreamInterceptor(server.StreamErrorInterceptor(logger)))
 	messagehubv1.RegisterMessageHubServer(srv, server.NewService(repo))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String(), repo
+	return hubtest.Serve(t, srv), repo
 }
 
 // untilWaiting holds the test until the hub has a peek waiting; a peek

@@ -4,14 +4,21 @@
 //	go run ./examples/domain-publisher --hub 127.0.0.1:50051 --recipient <actor UUID> --count 1000
 //
 // A retry resends the same notification ids, so a save whose answer was
-// lost is counted as duplicates, never stored twice.
+// lost is counted as duplicates, never stored twice. The ids come from the
+// run's id (--run) and the notification's place in the run, as a real domain
+// derives them from the data they announce: a run that failed is run again
+// with the --run it names, saves the same ids, and what the hub already
+// stored is counted as duplicates, not delivered twice.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,25 +28,56 @@ import (
 )
 
 func main() {
-	hub := flag.String("hub", "127.0.0.1:50051", "the hub's gRPC address")
-	recipient := flag.String("recipient", "", "the market actor the data is for (a UUID)")
-	count := flag.Int("count", 100, "how many notifications to publish")
-	batch := flag.Int("batch", 1000, "notifications per Save (at most 10,000)")
-	tokenFile := flag.String("token-file", "", "bearer token of a domain (sent over TLS; see make dev-tokens)")
-	loopback := flag.Bool("token-over-loopback", false, "send the token in plaintext to a hub on loopback (development only)")
-	timeout := flag.Duration("timeout", time.Minute, "how long the whole run may take")
-	flag.Parse()
-	if _, err := uuid.Parse(*recipient); err != nil {
-		fmt.Fprintln(os.Stderr, "--recipient must be a UUID")
-		os.Exit(2)
-	}
-	if err := publish(*hub, *recipient, *count, *batch, *tokenFile, *loopback, *timeout); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "domain-publisher:", err)
+		if errors.As(err, new(usageError)) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
 
-func publish(hub, recipient string, count, batch int, tokenFile string, loopback bool, timeout time.Duration) error {
+// usageError is a flag the publisher cannot run with.
+type usageError struct{ error }
+
+// run publishes as the command line args say and reports to stdout.
+func run(args []string, stdout io.Writer) error {
+	flags := flag.NewFlagSet("domain-publisher", flag.ContinueOnError)
+	hub := flags.String("hub", "127.0.0.1:50051", "the hub's gRPC address")
+	recipient := flags.String("recipient", "", "the market actor the data is for (a UUID)")
+	count := flags.Int("count", 100, "how many notifications to publish")
+	batch := flags.Int("batch", 1000, "notifications per Save (at most 10,000)")
+	tokenFile := flags.String("token-file", "", "bearer token of a domain (sent over TLS; see make dev-tokens)")
+	loopback := flags.Bool("token-over-loopback", false, "send the token in plaintext to a hub on loopback (development only)")
+	timeout := flags.Duration("timeout", time.Minute, "how long the whole run may take")
+	runID := flags.String("run", "", "the id (a UUID) of a failed run to run again with the same notification ids (empty: a new run)")
+	if err := flags.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if _, err := uuid.Parse(*recipient); err != nil {
+		return usageError{errors.New("--recipient must be a UUID")}
+	}
+	id := uuid.New()
+	if *runID != "" {
+		var err error
+		if id, err = uuid.Parse(*runID); err != nil {
+			return usageError{errors.New("--run must be a UUID")}
+		}
+	}
+	if err := publish(stdout, *hub, *recipient, id, *count, *batch, *tokenFile, *loopback, *timeout); err != nil {
+		return fmt.Errorf("%w (run again with --run %s: the same notification ids, so none is stored twice)", err, id)
+	}
+	return nil
+}
+
+// notificationID is the id of notification i of a run for recipient: the
+// same at every run of that id, different for every other run, recipient
+// and place.
+func notificationID(run uuid.UUID, recipient string, i int) string {
+	return uuid.NewSHA1(run, []byte(recipient+"/"+strconv.Itoa(i))).String()
+}
+
+func publish(stdout io.Writer, hub, recipient string, run uuid.UUID, count, batch int, tokenFile string, loopback bool, timeout time.Duration) error {
 	opts := client.Options{Plaintext: true}
 	if tokenFile != "" {
 		// Read at every call, so a renewed token is used at once.
@@ -65,7 +103,7 @@ func publish(hub, recipient string, count, batch int, tokenFile string, loopback
 		notes := make([]*client.Notification, n)
 		for i := range notes {
 			notes[i] = &client.Notification{
-				Id: uuid.NewString(), Recipient: recipient, Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES,
+				Id: notificationID(run, recipient, done+i), Recipient: recipient, Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES,
 				ContentType: "TimeSeries", DocumentType: "rsm-014", SupportsBundling: true, Weight: 1,
 			}
 		}
@@ -75,6 +113,6 @@ func publish(hub, recipient string, count, batch int, tokenFile string, loopback
 		}
 		saved, duplicates, done = saved+res.Saved, duplicates+res.Duplicates, done+n
 	}
-	fmt.Printf("published %d notifications for %s (%d stored, %d already there)\n", count, recipient, saved, duplicates)
+	_, _ = fmt.Fprintf(stdout, "published %d notifications for %s (%d stored, %d already there)\n", count, recipient, saved, duplicates)
 	return nil
 }

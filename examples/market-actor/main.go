@@ -8,13 +8,17 @@
 //   - 200: a bundle. Its id is in the MessageId header. Fetch its data
 //     (GET /v1/peek/content answers the bundle's document), store it, and only
 //     then dequeue it. A 503 there has Retry-After: the document is being made.
+//     A document cut short (a dropped connection) is fetched again: every
+//     content peek of the pending bundle answers the same bytes. Write it
+//     to a temporary file and rename it only once it is whole and synced.
 //   - 204: nothing to deliver now. Peek with ?wait=20s (--wait): the hub holds
 //     the peek until a bundle is saved for the actor or the wait is over, so
 //     after a 204 peek again at once. Without a wait, back off (up to a
 //     bound) and peek again.
 //   - 404 on dequeue after a dequeue whose answer was lost (a timeout, a
 //     dropped connection): the first dequeue went through. Carry on.
-//   - 429/503: the hub is busy or stopping: back off and retry the same call.
+//   - 429/503: the hub is busy or stopping: back off, at least the
+//     Retry-After it asks for, and retry the same call.
 //
 // A peek before the dequeue returns the same bundle again, so a crash
 // between fetching and dequeuing loses nothing.
@@ -40,23 +44,17 @@ import (
 func main() {
 	hub := flag.String("hub", "http://127.0.0.1:8080", "the hub's HTTP gateway")
 	recipient := flag.String("recipient", "", "this actor's id (a UUID); leave empty with --token-file: the token says who you are")
-	tokenFile := flag.String("token-file", "", "bearer token of this actor (see make dev-tokens)")
+	tokenFile := flag.String("token-file", "", "file of this actor's bearer token, read at every call so that a token renewed in place is used (see make dev-tokens)")
 	maxBundles := flag.Int("bundles", 100, "stop after this many bundles")
 	idle := flag.Duration("idle", 2*time.Second, "stop after finding nothing for this long")
 	timeout := flag.Duration("timeout", time.Minute, "how long the whole run may take")
 	out := flag.String("out", "", "folder to write each bundle's document into (empty: fetched and dropped)")
 	wait := flag.Duration("wait", 20*time.Second, "how long each peek may wait for a bundle (at most 30s; 0: answer at once and back off)")
 	flag.Parse()
-	// A call may take its wait and then the answer's own time.
-	a := &actor{hub: strings.TrimSuffix(*hub, "/"), recipient: *recipient, out: *out, wait: *wait,
-		web: &http.Client{Timeout: *wait + 30*time.Second}}
-	if *tokenFile != "" {
-		token, err := os.ReadFile(*tokenFile) //nolint:gosec // the operator names the file
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		a.token = strings.TrimSpace(string(token))
+	a, err := newActor(*hub, *recipient, *tokenFile, *out, *wait)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -69,11 +67,43 @@ func main() {
 	fmt.Printf("dequeued %d bundles with %d notifications\n", n, notes)
 }
 
+// newActor is the actor of the flags: tokenFile may be empty (no token).
+func newActor(hub, recipient, tokenFile, out string, wait time.Duration) (*actor, error) {
+	// A call may take its wait and then the answer's own time.
+	a := &actor{hub: strings.TrimSuffix(hub, "/"), recipient: recipient, out: out, wait: wait,
+		web: &http.Client{Timeout: wait + 30*time.Second}}
+	if tokenFile != "" {
+		// Read now too, so that a missing or empty file is said at once.
+		if _, err := readToken(tokenFile); err != nil {
+			return nil, err
+		}
+		a.tokenFile = tokenFile
+	}
+	return a, nil
+}
+
+// readToken reads a bearer token from file. It is read at every call, so
+// that a token renewed in place (a mounted secret, a projected
+// service-account token) is used from the next call on, never an expired
+// one read at the start.
+func readToken(file string) (string, error) {
+	data, err := os.ReadFile(file) //nolint:gosec // the operator names the file
+	if err != nil {
+		return "", err
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("token file %s is empty", file)
+	}
+	return token, nil
+}
+
 type actor struct {
-	hub, recipient, token string
-	out                   string        // folder the documents are written to; empty: read and dropped
-	wait                  time.Duration // how long a peek may wait for a bundle (?wait=)
-	web                   *http.Client
+	hub, recipient string
+	tokenFile      string        // the bearer token's file, read at every call; empty: no token
+	out            string        // folder the documents are written to; empty: read and dropped
+	wait           time.Duration // how long a peek may wait for a bundle (?wait=)
+	web            *http.Client
 }
 
 // bundle is the part of a peeked bundle this actor uses.
@@ -134,42 +164,44 @@ const attempts = 5
 // answer is simply asked again.
 func (a *actor) peek(ctx context.Context, wait time.Duration) (*bundle, error) {
 	for attempt := 1; ; attempt++ {
-		b, retry, err := a.peekOnce(ctx, wait)
+		b, retryAfter, retry, err := a.peekOnce(ctx, wait)
 		if !retry || attempt == attempts {
 			return b, err
 		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := sleep(ctx, max(backoff(attempt), retryAfter)); err != nil {
 			return nil, err
 		}
 	}
 }
 
-func (a *actor) peekOnce(ctx context.Context, wait time.Duration) (b *bundle, retry bool, err error) {
+// peekOnce peeks once; retry says whether asking again may help, and
+// retryAfter is the pause the hub asked for (zero if none).
+func (a *actor) peekOnce(ctx context.Context, wait time.Duration) (b *bundle, retryAfter time.Duration, retry bool, err error) {
 	query := url.Values{}
 	if wait > 0 {
 		query.Set("wait", wait.Round(time.Millisecond).String())
 	}
 	resp, err := a.call(ctx, http.MethodGet, "/v1/peek", query)
 	if err != nil {
-		return nil, ctx.Err() == nil, err
+		return nil, 0, ctx.Err() == nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	switch resp.StatusCode {
 	case http.StatusNoContent:
-		return nil, false, nil
+		return nil, 0, false, nil
 	case http.StatusOK:
 		b = new(bundle)
 		if err := json.NewDecoder(resp.Body).Decode(b); err != nil {
-			return nil, true, err
+			return nil, 0, true, err
 		}
 		if id := resp.Header.Get("MessageId"); id != b.ID {
-			return nil, false, fmt.Errorf("MessageId %q is not the bundle's id %q", id, b.ID)
+			return nil, 0, false, fmt.Errorf("MessageId %q is not the bundle's id %q", id, b.ID)
 		}
-		return b, false, nil
+		return b, 0, false, nil
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		return nil, true, statusError(resp)
+		return nil, retryAfterOf(resp), true, statusError(resp)
 	default:
-		return nil, false, statusError(resp)
+		return nil, 0, false, statusError(resp)
 	}
 }
 
@@ -191,17 +223,24 @@ func (a *actor) fetch(ctx context.Context, bundleID string) error {
 		}
 		switch {
 		case resp.StatusCode == http.StatusOK:
-			err := fmt.Errorf("the content peek answered bundle %q, not %q: is another poller dequeuing?", resp.Header.Get("MessageId"), bundleID)
-			if resp.Header.Get("MessageId") == bundleID {
-				err = a.store(bundleID, resp.Header.Get("Content-Type"), resp.Body)
+			if id := resp.Header.Get("MessageId"); id != bundleID {
+				_ = resp.Body.Close()
+				return fmt.Errorf("the content peek answered bundle %q, not %q: is another poller dequeuing?", id, bundleID)
 			}
+			body := &bodyReader{r: resp.Body}
+			err := a.store(bundleID, resp.Header.Get("Content-Type"), body)
 			_ = resp.Body.Close()
-			return err
-		case (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && attempt < attempts:
-			wait := backoff(attempt)
-			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-				wait = time.Duration(s) * time.Second
+			if err == nil || body.err == nil || attempt == attempts || ctx.Err() != nil {
+				return err
 			}
+			// The answer was cut short (a dropped connection): every
+			// content peek of the pending bundle answers the same bytes,
+			// so ask again.
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
+		case (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && attempt < attempts:
+			wait := max(backoff(attempt), retryAfterOf(resp))
 			_ = resp.Body.Close()
 			if err := sleep(ctx, wait); err != nil {
 				return err
@@ -214,27 +253,63 @@ func (a *actor) fetch(ctx context.Context, bundleID string) error {
 	}
 }
 
+// bodyReader remembers a failed read of an answer's body, so that a body
+// cut short is told apart from a failed write of the document.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.err = err
+	}
+	return n, err
+}
+
 // store keeps a bundle's document: a real actor writes it to its own
-// system, durably, before it dequeues.
+// system, durably, before it dequeues. The document is written to a
+// temporary file and renamed to the bundle's name only once it is whole
+// and synced, and the folder is synced after the rename, so the bundle's
+// name never holds part of a document (an answer cut short, a crash while
+// writing) and a dequeued bundle's document survives a crash.
 func (a *actor) store(bundleID, mediaType string, body io.Reader) error {
 	if a.out == "" {
 		_, err := io.Copy(io.Discard, body)
 		return err
 	}
-	name := filepath.Join(a.out, bundleID+extensionOf(mediaType))
-	f, err := os.Create(name) //nolint:gosec // a file named by the bundle id in the folder the operator gave
+	f, err := os.CreateTemp(a.out, "."+bundleID+"-*.part")
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, body); err != nil {
-		_ = f.Close()
+	if err := writeSynced(f, body); err != nil {
+		_ = os.Remove(f.Name())
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
+	if err := os.Rename(f.Name(), filepath.Join(a.out, bundleID+extensionOf(mediaType))); err != nil {
+		_ = os.Remove(f.Name())
 		return err
 	}
-	return f.Close()
+	return syncDir(a.out)
+}
+
+// writeSynced copies body into f, syncs and closes it.
+func writeSynced(f *os.File, body io.Reader) error {
+	_, err := io.Copy(f, body)
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir) //nolint:gosec // the folder the operator gave
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }
 
 func extensionOf(mediaType string) string {
@@ -273,13 +348,22 @@ func (a *actor) dequeue(ctx context.Context, bundleID string) error {
 		case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && attempt < attempts:
 			// A 503 may come from a proxy after the hub did the work.
 			lost = true
-			if err := sleep(ctx, backoff(attempt)); err != nil {
+			if err := sleep(ctx, max(backoff(attempt), retryAfterOf(resp))); err != nil {
 				return err
 			}
 		default:
 			return statusError(resp)
 		}
 	}
+}
+
+// retryAfterOf is the pause a busy answer (429, 503) asks for in its
+// Retry-After header, in seconds; zero if it asks for none.
+func retryAfterOf(resp *http.Response) time.Duration {
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return 0
 }
 
 // backoff is the pause before the next try: exponential from 200 ms, with
@@ -316,8 +400,12 @@ func (a *actor) call(ctx context.Context, method, path string, query url.Values)
 	if err != nil {
 		return nil, err
 	}
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
+	if a.tokenFile != "" {
+		token, err := readToken(a.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	return a.web.Do(req)
 }

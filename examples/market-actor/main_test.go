@@ -24,6 +24,8 @@ type fakeHub struct {
 	dequeued                bool
 	dequeues                int
 	waits                   []string // the wait parameter of each peek
+	retryAfter              string   // the Retry-After of the busy peeks
+	peekTimes               []time.Time
 }
 
 func (f *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -32,8 +34,12 @@ func (f *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/peek":
 		f.waits = append(f.waits, r.URL.Query().Get("wait"))
+		f.peekTimes = append(f.peekTimes, time.Now())
 		if f.busyPeeks > 0 {
 			f.busyPeeks--
+			if f.retryAfter != "" {
+				w.Header().Set("Retry-After", f.retryAfter)
+			}
 			http.Error(w, `{"code":14,"message":"stopping"}`, http.StatusServiceUnavailable)
 			return
 		}
@@ -137,5 +143,21 @@ func TestPeeksWaitWithinTheIdleBound(t *testing.T) {
 		if err != nil || d <= 0 || d > idle {
 			t.Fatalf("a peek asked to wait %q, want a duration within the idle bound of %s", w, idle)
 		}
+	}
+}
+
+// A busy hub's Retry-After is waited before the peek is asked again: the
+// hub says when it expects to have room, and the actor's own backoff
+// (100 ms at first) would spend its attempts before that.
+func TestABusyPeekWaitsTheRetryAfter(t *testing.T) {
+	hub := &fakeHub{busyPeeks: 1, retryAfter: "1"}
+	if bundles, _, err := runAgainst(t, hub, t.TempDir()); err != nil || bundles != 1 {
+		t.Fatalf("%d bundles, %v; want 1", bundles, err)
+	}
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	// A lower bound only: a slow machine makes the gap longer, never shorter.
+	if len(hub.peekTimes) < 2 || hub.peekTimes[1].Sub(hub.peekTimes[0]) < time.Second {
+		t.Fatalf("peeks at %v; want the second a Retry-After of 1 s after the busy first", hub.peekTimes)
 	}
 }

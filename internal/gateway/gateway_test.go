@@ -30,6 +30,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
+	"github.com/energydatahub/messagehub/test/hubtest"
 )
 
 // stack is the gateway in front of the real gRPC server, repository and
@@ -77,17 +78,7 @@ func newStackServing(t *testing.T, serverOpts []server.Option, configure func(*h
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	handler, err := gateway.New(context.Background(), conn, http.NotFoundHandler(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	web := httptest.NewUnstartedServer(handler)
-	if configure != nil {
-		configure(web)
-	}
-	web.Start()
-	t.Cleanup(web.Close)
-	s.url = web.URL
+	s.url = hubtest.Front(t, conn, configure, opts...)
 	return s
 }
 
