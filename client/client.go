@@ -29,8 +29,10 @@
 // PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND, INTERNAL) are the caller's to
 // handle and are returned at once; status.Code reads the code of the error
 // returned (the last attempt's). RESOURCE_EXHAUSTED on Save means the hub is
-// short of disk and refuses saves until space is freed: after the attempts,
-// keep the notifications and save them again later, with the same ids.
+// short of disk and refuses saves until space is freed, or that a cabinet
+// of the Save holds as many notifications not yet dequeued as it may (its
+// actor must dequeue first): after the attempts, keep the notifications and
+// save them again later, with the same ids.
 //
 // # Tokens
 //
