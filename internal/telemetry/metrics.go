@@ -106,15 +106,15 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.peeks = counter("messagehub.peeks", "{call}",
 		"Successful Peek calls, by outcome: bundle (a bundle was returned) or empty.")
 	m.bundlesPeeked = counter("messagehub.bundles.peeked", "{bundle}",
-		"New bundles cut by Peek; a re-peek of a pending bundle is not counted again.")
+		"New bundles cut by Peek or an operator's AcknowledgeOnBehalf; a re-peek of a pending bundle is not counted again.")
 	m.bundleNotifications = histogram("messagehub.bundle.notifications", "{notification}",
 		"Notifications per new bundle.", bundleSizeBuckets)
 	m.bundleWeight = histogram("messagehub.bundle.weight", "1",
 		"Total weight per new bundle.", bundleSizeBuckets)
 	m.bundlesDequeued = counter("messagehub.bundles.dequeued", "{bundle}",
-		"Bundles acknowledged by Dequeue.")
+		"Bundles acknowledged by Dequeue or an operator's AcknowledgeOnBehalf.")
 	m.notificationsDequeued = counter("messagehub.notifications.dequeued", "{notification}",
-		"Notifications acknowledged by Dequeue.")
+		"Notifications acknowledged by Dequeue or an operator's AcknowledgeOnBehalf.")
 	m.storeErrors = counter("messagehub.store.operation.errors", "{error}",
 		"Failed store operations, by operation and kind of error (conflict is an optimistic-concurrency retry).")
 	m.requests = counter("messagehub.store.requests", "{request}",
