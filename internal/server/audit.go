@@ -25,7 +25,9 @@ import (
 //   - an actor's Peek that returned a bundle, PeekContent that sent one,
 //     and Dequeue; an empty Peek fetched nothing and is not recorded;
 //   - an operator's remedies (ReleaseBundle, AcknowledgeOnBehalf: one
-//     event per bundle dequeued), written before the call answers;
+//     event per bundle dequeued, or one naming no bundle when there was
+//     nothing left to dequeue, so the operator's call and reason are
+//     kept), written before the call answers;
 //   - an operator's look at a recipient's queue (GetBacklog,
 //     PreviewNextBundle, TraceNotification) as INSPECT.
 //
