@@ -24,7 +24,7 @@ function problem(err) {
 
 // filled replaces node's content with what load resolves to, or the
 // problem it met.
-async function filled(node, load) {
+export async function filled(node, load) {
   try {
     node.replaceChildren(await load());
   } catch (err) {
