@@ -22,13 +22,24 @@ function problem(err) {
   return el('p', { class: 'error' }, `The console failed: ${err.message}`);
 }
 
+// latest is the last load started for each node that filled fills.
+const latest = new WeakMap();
+
 // filled replaces node's content with what load resolves to, or the
-// problem it met.
+// problem it met, unless a later load for node started meanwhile (the
+// operator changed the group, the page or the range): the answers may
+// come back in any order, and the node shows the last one asked for.
 export async function filled(node, load) {
+  const ticket = {};
+  latest.set(node, ticket);
+  let content;
   try {
-    node.replaceChildren(await load());
+    content = await load();
   } catch (err) {
-    node.replaceChildren(problem(err));
+    content = problem(err);
+  }
+  if (latest.get(node) === ticket) {
+    node.replaceChildren(content);
   }
 }
 
