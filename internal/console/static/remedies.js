@@ -51,6 +51,11 @@ export function confirmRemedy({ title, what, fields = [], action, run, done }) {
 
 reason.addEventListener('input', check);
 document.getElementById('confirm-cancel').addEventListener('click', () => dialog.close());
+// A remedy acts on the actor of the page it was asked from: another page
+// (Back, a link, the header's field) closes its confirmation, which would
+// otherwise stand over the other actor's page. This module's listener runs
+// before the page's, which shows the new page.
+window.addEventListener('hashchange', () => dialog.close());
 ok.addEventListener('click', async () => {
   if (!complete()) {
     return;
