@@ -43,6 +43,19 @@ export async function filled(node, load) {
   }
 }
 
+// pageButtons are the Previous and Next buttons of a paged list; pages
+// holds the page tokens up to the page shown ('' for the first), and show
+// shows the page of the last. Each button sets the tokens as of the page it
+// is on: a second click before the next page is shown asks for that same
+// page again, not for one further.
+function pageButtons(pages, next, show) {
+  const depth = pages.length;
+  return [
+    el('button', { type: 'button', disabled: depth === 1, onclick: () => { pages.length = depth - 1; show(); } }, 'Previous page'),
+    el('button', { type: 'button', disabled: !next, onclick: () => { pages.length = depth; pages.push(next); show(); } }, 'Next page'),
+  ];
+}
+
 function placeholder(id) {
   return el('div', { id }, el('p', { class: 'muted' }, 'Loading…'));
 }
@@ -66,8 +79,7 @@ function overview() {
       table('recipients-table', ['Actor', '#Waiting', 'Oldest waiting since', '#Pending bundles'], rows,
         'No recipient has a backlog.'),
       el('p', { class: 'toolbar' },
-        el('button', { type: 'button', disabled: pages.length === 1, onclick: () => { pages.pop(); showPage(); } }, 'Previous page'),
-        el('button', { type: 'button', disabled: !next, onclick: () => { pages.push(next); showPage(); } }, 'Next page'),
+        pageButtons(pages, next, showPage),
         el('span', { class: 'muted' }, `Figures computed ${when(answer.computedAtMs)}.`)));
   });
   const orderSelect = el('select', {
@@ -168,8 +180,7 @@ function actor(recipient) {
     return el('div', {},
       table('audit-table', ['When', 'Action', 'Who', 'Bundle', 'Detail'], rows, 'No event in this time range.'),
       el('p', { class: 'toolbar' },
-        el('button', { type: 'button', disabled: auditPages.length === 1, onclick: () => { auditPages.pop(); showAudit(); } }, 'Previous page'),
-        el('button', { type: 'button', disabled: !next, onclick: () => { auditPages.push(next); showAudit(); } }, 'Next page')));
+        pageButtons(auditPages, next, showAudit)));
   });
   const auditForm = el('form', {
     id: 'audit-form', class: 'toolbar',
