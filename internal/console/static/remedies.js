@@ -1,7 +1,8 @@
 // The confirmation of a remedy: a dialog that says what will happen, asks
 // for the reason the audit log records (and any field the remedy needs),
 // and calls the hub only when confirmed. The dialog stays open with the
-// hub's answer when the call fails.
+// hub's answer when the call fails; another page closes it, and a refusal
+// that comes after shows above the page.
 
 import { APIError } from './api.js';
 import { el, say } from './dom.js';
@@ -62,15 +63,24 @@ ok.addEventListener('click', async () => {
   }
   const values = Object.fromEntries(inputs().map((i) => [i.id, i.value.trim()]));
   ok.disabled = true;
-  const { run, done } = current;
+  const remedy = current;
   try {
-    const message = await run(reason.value.trim(), values);
-    dialog.close();
+    const message = await remedy.run(reason.value.trim(), values);
+    if (current === remedy) {
+      dialog.close();
+    }
     say(message);
-    done();
+    remedy.done();
   } catch (err) {
-    failure.textContent = err instanceof APIError ? err.describe() : err.message;
-    failure.hidden = false;
-    check();
+    const text = err instanceof APIError ? err.describe() : err.message;
+    if (current === remedy && dialog.open) {
+      failure.textContent = text;
+      failure.hidden = false;
+      check();
+    } else {
+      // The operator left the confirmation (Cancel, another page) while
+      // the hub had the call: the page says it failed.
+      say(text);
+    }
   }
 });
