@@ -10,15 +10,16 @@ import (
 )
 
 // proxy is a loopback HTTP proxy in front of a hub's HTTP port, for
-// holding a call the console makes while the test does something else:
-// each request hold picks is announced on held, and goes on to the hub
-// once the test closes the channel it was announced with.
+// changing or holding a call the console makes: hook sees each request
+// first, may change it, and says whether to hold it; a held request is
+// announced on held, and goes on to the hub once the test closes the
+// channel it was announced with.
 type proxy struct {
 	url  string
 	held chan chan struct{}
 }
 
-func startProxy(t *testing.T, h *hub, hold func(*http.Request) bool) *proxy {
+func startProxy(t *testing.T, h *hub, hook func(*http.Request) bool) *proxy {
 	t.Helper()
 	target, err := url.Parse("http://" + h.app.HTTPAddr())
 	if err != nil {
@@ -29,7 +30,7 @@ func startProxy(t *testing.T, h *hub, hold func(*http.Request) bool) *proxy {
 	forward := httputil.NewSingleHostReverseProxy(target)
 	p := &proxy{held: make(chan chan struct{})}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hold(r) {
+		if hook(r) {
 			goOn := make(chan struct{})
 			select {
 			case p.held <- goOn:
