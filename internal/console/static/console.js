@@ -51,9 +51,24 @@ export async function filled(node, load) {
 function pageButtons(pages, next, show) {
   const depth = pages.length;
   return [
-    el('button', { type: 'button', disabled: depth === 1, onclick: () => { pages.length = depth - 1; show(); } }, 'Previous page'),
+    previousButton(pages, show),
     el('button', { type: 'button', disabled: !next, onclick: () => { pages.length = depth; pages.push(next); show(); } }, 'Next page'),
   ];
+}
+
+function previousButton(pages, show) {
+  const depth = pages.length;
+  return el('button', { type: 'button', disabled: depth === 1, onclick: () => { pages.length = depth - 1; show(); } }, 'Previous page');
+}
+
+// pageProblem is a page of a list whose call failed: the problem, and the
+// buttons to go back to the page before or ask for this one again, so
+// that the list stays usable.
+function pageProblem(err, pages, show) {
+  const depth = pages.length;
+  return el('div', {}, problem(err), el('p', { class: 'toolbar' },
+    previousButton(pages, show),
+    el('button', { type: 'button', onclick: () => { pages.length = depth; show(); } }, 'Try again')));
 }
 
 function placeholder(id) {
@@ -70,7 +85,12 @@ function overview() {
   let order = 'RECIPIENT_ORDER_OLDEST';
   const pages = ['']; // page tokens of the pages seen, for going back
   const showPage = () => filled(list, async () => {
-    const answer = await admin.listRecipients(order, recipientsPageSize, pages[pages.length - 1]);
+    let answer;
+    try {
+      answer = await admin.listRecipients(order, recipientsPageSize, pages[pages.length - 1]);
+    } catch (err) {
+      return pageProblem(err, pages, showPage);
+    }
     const rows = (answer.recipients || []).map((r) => [
       actorLink(r.recipient), count(r.waiting), when(r.oldestWaitingSavedAtMs), count(r.pendingBundles),
     ]);
@@ -172,7 +192,12 @@ function actor(recipient) {
   let auditRange = {};
   const showRange = () => { auditRange = { from: inputMs(from.value), to: inputMs(to.value) }; };
   const showAudit = () => filled(audit, async () => {
-    const answer = await admin.audit(recipient, auditRange.from, auditRange.to, auditPages[auditPages.length - 1]);
+    let answer;
+    try {
+      answer = await admin.audit(recipient, auditRange.from, auditRange.to, auditPages[auditPages.length - 1]);
+    } catch (err) {
+      return pageProblem(err, auditPages, showAudit);
+    }
     const rows = (answer.events || []).map((e) => [
       when(e.atMs), label(e.action, 'AUDIT_ACTION_'), e.subject, e.bundleId ? el('span', { class: 'mono' }, e.bundleId) : '—', e.detail || '',
     ]);
