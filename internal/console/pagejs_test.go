@@ -2,8 +2,6 @@ package console_test
 
 import (
 	"testing"
-
-	"github.com/chromedp/chromedp"
 )
 
 // A part of a page shows the answer of the last call made for it: an
@@ -39,14 +37,44 @@ func TestAnEarlierAnswerDoesNotReplaceALaterOne(t *testing.T) {
 		}
 		return shown;
 	})()`
-	got, err := chromedp.Run(b.ctx, chromedp.Evaluate[map[string]string](race, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := b.texts(race)
 	for _, outcome := range []string{"answer", "failure"} {
 		if got[outcome] != "the later answer" {
 			t.Errorf("after an earlier call's %s arrived last, the part shows %q; want the later answer", outcome, got[outcome])
 		}
 	}
 	b.do("after the answers")
+}
+
+// The hub's 64-bit figures (JSON strings) are shown to the unit: a
+// cabinet's waiting weight (up to 2^31-1 per notification) passes 2^53,
+// where a JavaScript number no longer holds every integer.
+func TestCountsShowEveryDigit(t *testing.T) {
+	b := emptyConsole(t)
+	const format = `(async () => {
+		const { count, plural } = await import('/console/dom.js');
+		return {
+			big: count('9007199254740993'),
+			max: count('9223372036854775807'),
+			negative: count('-9007199254740993'),
+			small: count('1234'),
+			number: count(42),
+			missing: count(undefined),
+			empty: count(''),
+			one: plural('1', 'bundle'),
+			many: plural('9007199254740993', 'bundle'),
+		};
+	})()`
+	b.wantTexts("counts", format, map[string]string{
+		"big":      "9,007,199,254,740,993",
+		"max":      "9,223,372,036,854,775,807",
+		"negative": "-9,007,199,254,740,993",
+		"small":    "1,234",
+		"number":   "42",
+		"missing":  "0",
+		"empty":    "0",
+		"one":      "1 bundle",
+		"many":     "9,007,199,254,740,993 bundles",
+	})
+	b.do("after formatting")
 }
