@@ -69,7 +69,7 @@ func TestARemedyRefusedAfterLeavingItsPageSaysSo(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")),
 		chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "the actor asked for it"),
 		chromedp.WaitEnabled(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")))
-	goOn := p.hold(ctx, t)
+	p.hold(ctx, t)
 	b.do("go back to the other actor", chromedp.NavigateBack())
 	b.waitText("#actor-recipient", other)
 	// Meanwhile someone else released the bundle: the hub refuses the
@@ -79,7 +79,7 @@ func TestARemedyRefusedAfterLeavingItsPageSaysSo(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	close(goOn)
+	p.release()
 	b.do("wait for the refusal", chromedp.Poll[chromedp.Void](
 		`!document.querySelector('#notice').hidden || !document.querySelector('#confirm-error').hidden`,
 		chromedp.WithPollingTimeout(0)))
@@ -91,4 +91,33 @@ func TestARemedyRefusedAfterLeavingItsPageSaysSo(t *testing.T) {
 	if !strings.Contains(notice, "ReleaseBundle failed (") {
 		t.Errorf("the page says %q; want the hub's refusal of the release", notice)
 	}
+}
+
+// While a part of the page waits for the hub, it says so: the next bundle
+// of the peek group chosen before is not left on show under the group
+// chosen since.
+func TestAPartWaitingForTheHubShowsNothingStale(t *testing.T) {
+	h := startHub(t)
+	ctx := browserContext(t)
+	actor := uuid.NewString()
+	if _, err := h.client.Save(ctx, notification(actor, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, h, func(r *http.Request) bool {
+		return r.URL.Query().Get("group") == "PEEK_GROUP_MASTER_DATA"
+	})
+	b := startBrowser(ctx, t)
+	b.do("open the actor", chromedp.Navigate(p.url+"/console/#/actor/"+actor))
+	b.waitText("#preview-result", "the next Peek would cut this one now")
+	b.choose("#preview-group", "PEEK_GROUP_MASTER_DATA")
+	p.hold(ctx, t)
+	shown, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.querySelector('#preview').textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown != "Loading…" {
+		t.Errorf("while the master data preview is on its way, the preview shows %q; want Loading…", shown)
+	}
+	p.release()
+	b.waitText("#preview-result", "The next Peek of this group would find nothing.")
 }
