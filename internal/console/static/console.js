@@ -29,9 +29,12 @@ const latest = new WeakMap();
 // problem it met, unless a later load for node started meanwhile (the
 // operator changed the group, the page or the range): the answers may
 // come back in any order, and the node shows the last one asked for.
+// Until then it says it is loading: what it showed answered another
+// question (the group, page or range before).
 export async function filled(node, load) {
   const ticket = {};
   latest.set(node, ticket);
+  node.replaceChildren(loading());
   let content;
   try {
     content = await load();
@@ -71,8 +74,10 @@ function pageProblem(err, pages, show) {
     el('button', { type: 'button', onclick: () => { pages.length = depth; show(); } }, 'Try again')));
 }
 
+const loading = () => el('p', { class: 'muted' }, 'Loading…');
+
 function placeholder(id) {
-  return el('div', { id }, el('p', { class: 'muted' }, 'Loading…'));
+  return el('div', { id }, loading());
 }
 
 const actorLink = (recipient) => el('a', { href: `#/actor/${recipient}`, class: 'mono' }, recipient);
