@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -120,4 +121,39 @@ func TestAPartWaitingForTheHubShowsNothingStale(t *testing.T) {
 	}
 	p.release()
 	b.waitText("#preview-result", "The next Peek of this group would find nothing.")
+}
+
+// A remedy's reason is bounded at 500 characters, counted as the hub
+// counts them (code points): a reason of 300 characters outside the Basic
+// Multilingual Plane (two UTF-16 units each) can be given, and the hub
+// takes it.
+func TestAReasonIsCountedInCharacters(t *testing.T) {
+	h := startHub(t)
+	ctx := browserContext(t)
+	actor := uuid.NewString()
+	n := notification(actor, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
+	if _, err := h.client.Save(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	b := startBrowser(ctx, t)
+	b.do("open the actor", chromedp.Navigate("http://"+h.app.HTTPAddr()+"/console/#/actor/"+actor))
+	b.waitText("#cabinets", "TimeSeries")
+	b.do("ask to acknowledge its cabinet", chromedp.Click(chromedp.CSS("#cabinets button.danger")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")))
+	reason := strings.Repeat("𝔘", 300)
+	enabled, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
+		document.querySelector('#confirm-up-to').value = %q;
+		const reason = document.querySelector('#confirm-reason');
+		reason.value = %q;
+		reason.dispatchEvent(new Event('input'));
+		return reason.value.length === 600 && reason.value.length <= reason.maxLength && !document.querySelector('#confirm-ok').disabled;
+	})()`, n.GetId(), reason)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !enabled {
+		t.Fatal("a reason of 300 characters (600 UTF-16 units) cannot be given")
+	}
+	b.do("acknowledge", chromedp.Click(chromedp.CSS("#confirm-ok")))
+	b.waitText("#notice", "Acknowledged 1 notification")
 }
