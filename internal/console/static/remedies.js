@@ -20,9 +20,12 @@ function inputs() {
   return [...fieldsBox.querySelectorAll('input')];
 }
 
+// complete says whether the remedy may be confirmed: a reason of 1 to
+// maxReason characters, counted as the hub counts them (code points, not
+// UTF-16 units), and every field as its pattern says.
 function complete() {
-  const r = reason.value.trim();
-  return r.length > 0 && r.length <= maxReason && inputs().every((i) => current.patterns[i.id].test(i.value.trim()));
+  const length = [...reason.value.trim()].length;
+  return length > 0 && length <= maxReason && inputs().every((i) => current.patterns[i.id].test(i.value.trim()));
 }
 
 function check() {
