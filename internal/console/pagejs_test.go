@@ -78,3 +78,16 @@ func TestCountsShowEveryDigit(t *testing.T) {
 	})
 	b.do("after formatting")
 }
+
+// An enum value the console's hub does not know (an audit action written
+// by a newer hub into the store they share, during an upgrade) comes as
+// its number: the page shows the number, and the rest of its table.
+func TestAnUnknownEnumValueShowsItsNumber(t *testing.T) {
+	b := emptyConsole(t)
+	const labels = `(async () => {
+		const { label, domainLabel } = await import('/console/dom.js');
+		return { known: label('AUDIT_ACTION_RELEASE_BUNDLE', 'AUDIT_ACTION_'), unknown: label(7, 'AUDIT_ACTION_'), domain: domainLabel(9), none: label('', 'X_') };
+	})()`
+	b.wantTexts("labels", labels, map[string]string{"known": "release bundle", "unknown": "7", "domain": "9", "none": "—"})
+	b.do("after the labels")
+}
