@@ -104,9 +104,14 @@ export function when(ms) {
 }
 
 // label turns an enum name into words: DOMAIN_TIME_SERIES -> time series.
+// A value the hub's build does not name (written into the store by a newer
+// hub) comes as its number, which is shown as it is.
 export function label(name, prefix) {
   if (!name) {
     return '—';
+  }
+  if (typeof name !== 'string') {
+    return String(name);
   }
   return name.replace(prefix, '').toLowerCase().replaceAll('_', ' ');
 }
