@@ -216,6 +216,26 @@ func (b *browser) choose(selector, value string) {
 		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).dispatchEvent(new Event('change'))`, selector)))
 }
 
+// texts runs script, a promise of an object of strings, in the page and
+// returns the object.
+func (b *browser) texts(script string) map[string]string {
+	b.t.Helper()
+	got, err := chromedp.Run(b.ctx, chromedp.Evaluate[map[string]string](script, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("run in the page: %v", err)
+	}
+	return got
+}
+
+// wantTexts runs script (as texts does) and fails the test unless it
+// returns want.
+func (b *browser) wantTexts(what, script string, want map[string]string) {
+	b.t.Helper()
+	if got := b.texts(script); !maps.Equal(got, want) {
+		b.t.Errorf("%s %q, want %q", what, got, want)
+	}
+}
+
 // text is the text of the element of the CSS selector, once it is there.
 func (b *browser) text(selector string) string {
 	b.t.Helper()
@@ -541,20 +561,13 @@ func TestARefusedCallSaysWhy(t *testing.T) {
 		return Object.fromEntries([0, 401, 403, 404, 501].map((status) =>
 			[status, new APIError('ListAuditEvents', status, 'what the hub said').describe()]));
 	})()`
-	got, err := chromedp.Run(b.ctx, chromedp.Evaluate[map[string]string](describe, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{
+	b.wantTexts("messages", describe, map[string]string{
 		"0":   "ListAuditEvents: the hub did not answer (what the hub said).",
 		"401": "ListAuditEvents: the hub refused the token (401: what the hub said). Enter an admin token above.",
 		"403": "ListAuditEvents: the token may not call this (403: what the hub said); it needs the admin role.",
 		"404": "ListAuditEvents failed (404): what the hub said",
 		"501": "ListAuditEvents is not available on this hub: it is not implemented (501).",
-	}
-	if !maps.Equal(got, want) {
-		t.Errorf("messages %q, want %q", got, want)
-	}
+	})
 }
 
 // emptyConsole is a browser showing the console of a hub with nothing

@@ -22,18 +22,62 @@ function problem(err) {
   return el('p', { class: 'error' }, `The console failed: ${err.message}`);
 }
 
+// latest is the last load started for each node that filled fills.
+const latest = new WeakMap();
+
 // filled replaces node's content with what load resolves to, or the
-// problem it met.
-async function filled(node, load) {
+// problem it met, unless a later load for node started meanwhile (the
+// operator changed the group, the page or the range): the answers may
+// come back in any order, and the node shows the last one asked for.
+// Until then it says it is loading: what it showed answered another
+// question (the group, page or range before).
+export async function filled(node, load) {
+  const ticket = {};
+  latest.set(node, ticket);
+  node.replaceChildren(loading());
+  let content;
   try {
-    node.replaceChildren(await load());
+    content = await load();
   } catch (err) {
-    node.replaceChildren(problem(err));
+    content = problem(err);
+  }
+  if (latest.get(node) === ticket) {
+    node.replaceChildren(content);
   }
 }
 
+// pageButtons are the Previous and Next buttons of a paged list; pages
+// holds the page tokens up to the page shown ('' for the first), and show
+// shows the page of the last. Each button sets the tokens as of the page it
+// is on: a second click before the next page is shown asks for that same
+// page again, not for one further.
+function pageButtons(pages, next, show) {
+  const depth = pages.length;
+  return [
+    previousButton(pages, show),
+    el('button', { type: 'button', disabled: !next, onclick: () => { pages.length = depth; pages.push(next); show(); } }, 'Next page'),
+  ];
+}
+
+function previousButton(pages, show) {
+  const depth = pages.length;
+  return el('button', { type: 'button', disabled: depth === 1, onclick: () => { pages.length = depth - 1; show(); } }, 'Previous page');
+}
+
+// pageProblem is a page of a list whose call failed: the problem, and the
+// buttons to go back to the page before or ask for this one again, so
+// that the list stays usable.
+function pageProblem(err, pages, show) {
+  const depth = pages.length;
+  return el('div', {}, problem(err), el('p', { class: 'toolbar' },
+    previousButton(pages, show),
+    el('button', { type: 'button', onclick: () => { pages.length = depth; show(); } }, 'Try again')));
+}
+
+const loading = () => el('p', { class: 'muted' }, 'Loading…');
+
 function placeholder(id) {
-  return el('div', { id }, el('p', { class: 'muted' }, 'Loading…'));
+  return el('div', { id }, loading());
 }
 
 const actorLink = (recipient) => el('a', { href: `#/actor/${recipient}`, class: 'mono' }, recipient);
@@ -46,7 +90,12 @@ function overview() {
   let order = 'RECIPIENT_ORDER_OLDEST';
   const pages = ['']; // page tokens of the pages seen, for going back
   const showPage = () => filled(list, async () => {
-    const answer = await admin.listRecipients(order, recipientsPageSize, pages[pages.length - 1]);
+    let answer;
+    try {
+      answer = await admin.listRecipients(order, recipientsPageSize, pages[pages.length - 1]);
+    } catch (err) {
+      return pageProblem(err, pages, showPage);
+    }
     const rows = (answer.recipients || []).map((r) => [
       actorLink(r.recipient), count(r.waiting), when(r.oldestWaitingSavedAtMs), count(r.pendingBundles),
     ]);
@@ -55,8 +104,7 @@ function overview() {
       table('recipients-table', ['Actor', '#Waiting', 'Oldest waiting since', '#Pending bundles'], rows,
         'No recipient has a backlog.'),
       el('p', { class: 'toolbar' },
-        el('button', { type: 'button', disabled: pages.length === 1, onclick: () => { pages.pop(); showPage(); } }, 'Previous page'),
-        el('button', { type: 'button', disabled: !next, onclick: () => { pages.push(next); showPage(); } }, 'Next page'),
+        pageButtons(pages, next, showPage),
         el('span', { class: 'muted' }, `Figures computed ${when(answer.computedAtMs)}.`)));
   });
   const orderSelect = el('select', {
@@ -149,7 +197,12 @@ function actor(recipient) {
   let auditRange = {};
   const showRange = () => { auditRange = { from: inputMs(from.value), to: inputMs(to.value) }; };
   const showAudit = () => filled(audit, async () => {
-    const answer = await admin.audit(recipient, auditRange.from, auditRange.to, auditPages[auditPages.length - 1]);
+    let answer;
+    try {
+      answer = await admin.audit(recipient, auditRange.from, auditRange.to, auditPages[auditPages.length - 1]);
+    } catch (err) {
+      return pageProblem(err, auditPages, showAudit);
+    }
     const rows = (answer.events || []).map((e) => [
       when(e.atMs), label(e.action, 'AUDIT_ACTION_'), e.subject, e.bundleId ? el('span', { class: 'mono' }, e.bundleId) : '—', e.detail || '',
     ]);
@@ -157,8 +210,7 @@ function actor(recipient) {
     return el('div', {},
       table('audit-table', ['When', 'Action', 'Who', 'Bundle', 'Detail'], rows, 'No event in this time range.'),
       el('p', { class: 'toolbar' },
-        el('button', { type: 'button', disabled: auditPages.length === 1, onclick: () => { auditPages.pop(); showAudit(); } }, 'Previous page'),
-        el('button', { type: 'button', disabled: !next, onclick: () => { auditPages.push(next); showAudit(); } }, 'Next page')));
+        pageButtons(auditPages, next, showAudit)));
   });
   const auditForm = el('form', {
     id: 'audit-form', class: 'toolbar',

@@ -53,10 +53,16 @@ export function section(id, title, ...children) {
   return el('section', { id }, el('h2', {}, title), ...children);
 }
 
-// The hub's int64 fields are JSON strings; counts and times fit a number.
+// The hub's int64 fields are JSON strings; times and the figures a page
+// computes with (compares, plots) fit a number.
 export const num = (value) => Number(value || 0);
 
+// count shows a figure to the unit: an integer string as a BigInt, since a
+// number past 2^53 (a cabinet's waiting weight can be) loses its last digits.
 export function count(value) {
+  if (typeof value === 'string' && /^-?\d+$/.test(value)) {
+    return BigInt(value).toLocaleString('en');
+  }
   return num(value).toLocaleString('en');
 }
 
@@ -98,9 +104,14 @@ export function when(ms) {
 }
 
 // label turns an enum name into words: DOMAIN_TIME_SERIES -> time series.
+// A value the hub's build does not name (written into the store by a newer
+// hub) comes as its number, which is shown as it is.
 export function label(name, prefix) {
   if (!name) {
     return '—';
+  }
+  if (typeof name !== 'string') {
+    return String(name);
   }
   return name.replace(prefix, '').toLowerCase().replaceAll('_', ' ');
 }

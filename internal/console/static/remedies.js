@@ -1,7 +1,8 @@
 // The confirmation of a remedy: a dialog that says what will happen, asks
 // for the reason the audit log records (and any field the remedy needs),
 // and calls the hub only when confirmed. The dialog stays open with the
-// hub's answer when the call fails.
+// hub's answer when the call fails; another page closes it, and a refusal
+// that comes after shows above the page.
 
 import { APIError } from './api.js';
 import { el, say } from './dom.js';
@@ -19,9 +20,12 @@ function inputs() {
   return [...fieldsBox.querySelectorAll('input')];
 }
 
+// complete says whether the remedy may be confirmed: a reason of 1 to
+// maxReason characters, counted as the hub counts them (code points, not
+// UTF-16 units), and every field as its pattern says.
 function complete() {
-  const r = reason.value.trim();
-  return r.length > 0 && r.length <= maxReason && inputs().every((i) => current.patterns[i.id].test(i.value.trim()));
+  const length = [...reason.value.trim()].length;
+  return length > 0 && length <= maxReason && inputs().every((i) => current.patterns[i.id].test(i.value.trim()));
 }
 
 function check() {
@@ -51,21 +55,35 @@ export function confirmRemedy({ title, what, fields = [], action, run, done }) {
 
 reason.addEventListener('input', check);
 document.getElementById('confirm-cancel').addEventListener('click', () => dialog.close());
+// A remedy acts on the actor of the page it was asked from: another page
+// (Back, a link, the header's field) closes its confirmation, which would
+// otherwise stand over the other actor's page. This module's listener runs
+// before the page's, which shows the new page.
+window.addEventListener('hashchange', () => dialog.close());
 ok.addEventListener('click', async () => {
   if (!complete()) {
     return;
   }
   const values = Object.fromEntries(inputs().map((i) => [i.id, i.value.trim()]));
   ok.disabled = true;
-  const { run, done } = current;
+  const remedy = current;
   try {
-    const message = await run(reason.value.trim(), values);
-    dialog.close();
+    const message = await remedy.run(reason.value.trim(), values);
+    if (current === remedy) {
+      dialog.close();
+    }
     say(message);
-    done();
+    remedy.done();
   } catch (err) {
-    failure.textContent = err instanceof APIError ? err.describe() : err.message;
-    failure.hidden = false;
-    check();
+    const text = err instanceof APIError ? err.describe() : err.message;
+    if (current === remedy && dialog.open) {
+      failure.textContent = text;
+      failure.hidden = false;
+      check();
+    } else {
+      // The operator left the confirmation (Cancel, another page) while
+      // the hub had the call: the page says it failed.
+      say(text);
+    }
   }
 });
