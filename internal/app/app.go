@@ -224,7 +224,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	// Non-browser clients send no Origin nor Sec-Fetch-Site and pass.
 	handler = http.NewCrossOriginProtection().Handler(handler)
 	if cfg.Auth == AuthNone {
-		handler = loopbackHost(handler)
+		handler = loopbackHost(sameOriginOnly(handler))
 	}
 	a.httpSrv = a.newHTTPServer(a.tel.HTTPHandler(handler, a.HTTPAddr()))
 	return a, nil

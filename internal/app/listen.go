@@ -133,6 +133,23 @@ func serveHTTP(srv *http.Server, lis net.Listener, tlsConfig *tls.Config) error 
 	return nil
 }
 
+// sameOriginOnly refuses (403) a request a browser marks as made by a page
+// of another origin (Sec-Fetch-Site other than same-origin or none), reads
+// included: with --auth none a GET has effects too (a Peek cuts a bundle,
+// an inspection is audited), and cross-origin protection stops only the
+// other methods. Clients that are not browsers send no Sec-Fetch-Site.
+func sameOriginOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch site := r.Header.Get("Sec-Fetch-Site"); site {
+		case "", "same-origin", "none":
+			next.ServeHTTP(w, r)
+		default:
+			http.Error(w, "--auth none: the hub answers no request a page of another origin makes ("+
+				"Sec-Fetch-Site: "+strconv.Quote(site)+")", http.StatusForbidden)
+		}
+	})
+}
+
 // loopbackHost refuses (421) a request that names the hub by anything but
 // a loopback address or "localhost": with --auth none nothing else stops a
 // site whose name a browser was made to resolve to 127.0.0.1 (DNS

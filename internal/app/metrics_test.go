@@ -179,6 +179,34 @@ func TestWithAuthNoneTheMetricsListenerRefusesAnotherHost(t *testing.T) {
 	}
 }
 
+// With --auth none a page of another site may not make the operator's
+// browser read through the hub either: a GET has effects too (a Peek cuts
+// a bundle, an inspection is audited). Browsers name a cross-site request
+// in Sec-Fetch-Site; clients that are not browsers send none and pass, as
+// do the console's own calls (same-origin).
+func TestWithAuthNoneACrossSiteReadIsRefused(t *testing.T) {
+	r := start(t, testConfig(t))
+	peek := "http://" + r.app.HTTPAddr() + "/v1/peek?recipient=" + uuid.NewString()
+	for site, want := range map[string]int{"cross-site": http.StatusForbidden, "same-site": http.StatusForbidden, "same-origin": http.StatusNoContent, "none": http.StatusNoContent, "": http.StatusNoContent} {
+		req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, peek, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if site != "" {
+			req.Header.Set("Sec-Fetch-Site", site)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET /v1/peek with Sec-Fetch-Site %q: %d %.200s; want %d", site, resp.StatusCode, body, want)
+		}
+	}
+}
+
 func sendHost(t *testing.T, url, host string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, url, nil)
