@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -76,7 +75,7 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	contentType := fs.String("content-type", "", "acknowledge: the cabinet's content type")
 	upTo := fs.String("up-to", "", "acknowledge: the last notification id to dequeue")
 	to := fs.String("to", "", "backup: the new directory to write, on the hub's host; audit: the events before this time (RFC 3339)")
-	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt); to a hub off loopback, with --tls only")
+	tokenFile := fs.String("token-file", "", "a file holding a bearer token with the admin role (with --auth jwt), read at every call; to a hub off loopback, with --tls only")
 	useTLS := fs.Bool("tls", false, "connect with TLS (the system's roots)")
 	// A full copy of a large store onto another volume takes minutes, and a
 	// backup whose caller stops waiting is not kept.
@@ -106,18 +105,19 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if *useTLS {
 		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(creds))
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if *tokenFile != "" {
+		// Read now too, so that a missing file is said before any call.
+		if _, err := tokenFileCredentials(*tokenFile).GetRequestMetadata(ctx); err != nil {
+			return err
+		}
+		dial = append(dial, grpc.WithPerRPCCredentials(tokenFileCredentials(*tokenFile)))
+	}
+	conn, err := grpc.NewClient(*addr, dial...)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close() }()
-	if *tokenFile != "" {
-		token, err := os.ReadFile(*tokenFile) //nolint:gosec // the operator names the file
-		if err != nil {
-			return err
-		}
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+strings.TrimSpace(string(token)))
-	}
 	client := adminv1.NewAdminClient(conn)
 	if call == "acknowledge" {
 		// Its calls are as many as the backlog needs: --timeout is each one's.
@@ -254,6 +254,23 @@ func acknowledge(ctx context.Context, client adminv1.AdminClient, req *adminv1.A
 	_, err := fmt.Fprintln(out, done)
 	return err
 }
+
+// tokenFileCredentials sends the bearer token of a file, read at every
+// call: acknowledge's calls may outlive a token, and one renewed in place
+// (a mounted secret) is used from the next call on.
+type tokenFileCredentials string
+
+func (f tokenFileCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	token, err := os.ReadFile(string(f)) //nolint:gosec // the operator names the file
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"authorization": "Bearer " + strings.TrimSpace(string(token))}, nil
+}
+
+// RequireTransportSecurity is false: runAdmin itself sends a token in
+// plaintext only to a hub on loopback.
+func (tokenFileCredentials) RequireTransportSecurity() bool { return false }
 
 // recipientOrders are the --order values of "admin recipients".
 var recipientOrders = map[string]adminv1.RecipientOrder{

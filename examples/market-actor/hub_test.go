@@ -167,17 +167,8 @@ func (r *renewToken) RoundTrip(req *http.Request) (*http.Response, error) {
 // once that has expired.
 func TestATokenRenewedInItsFileIsUsed(t *testing.T) {
 	issuer := authtest.NewIssuer(t, "https://issuer.test", "messagehub")
-	var now atomic.Pointer[time.Time]
 	start := time.Now()
-	now.Store(&start)
-	verifier, err := auth.NewVerifier(auth.Config{
-		JWKSFile: issuer.WriteJWKS(t), Issuer: issuer.Issuer, Audience: issuer.Audience,
-		Now: func() time.Time { return *now.Load() }, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	authorizer := auth.NewAuthorizer(verifier)
+	authorizer, setClock := hubtest.Authorizer(t, issuer, start)
 	url, hubClient := realHubWith(t, []server.Option{server.WithAuthorizer(authorizer)},
 		[]gateway.Option{gateway.WithAuthentication(auth.LogRefusals(slog.New(slog.DiscardHandler), nil, authorizer.Authenticate))})
 
@@ -207,8 +198,7 @@ func TestATokenRenewedInItsFileIsUsed(t *testing.T) {
 		if err := os.WriteFile(tokenFile, []byte(issuer.RS256(t, renewed)), 0o600); err != nil {
 			t.Error(err)
 		}
-		later := start.Add(2 * time.Hour) // the first token has expired
-		now.Store(&later)
+		setClock(start.Add(2 * time.Hour)) // the first token has expired
 	}}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -209,7 +209,8 @@ func (s *stopAfterAcknowledge) LoadRecipient(ctx context.Context, recipient stri
 // (without the bound, one answer names every bundle, past a client's
 // receive limit once the work is done: at 64 MiB, about 1.7 million
 // bundles; here a limit of 8 KiB and 250 bundles), and the audit log
-// records every bundle dequeued, once.
+// records every bundle dequeued, once, and nothing of a call that found
+// nothing to do.
 func TestAcknowledgingALargeBacklogTakesBoundedCalls(t *testing.T) {
 	st, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
@@ -263,6 +264,12 @@ func TestAcknowledgingALargeBacklogTakesBoundedCalls(t *testing.T) {
 	}
 	if len(answered) != n || notifications != n {
 		t.Fatalf("answered %d bundles, %d notifications; want %d", len(answered), notifications, n)
+	}
+	// Once more, up to a notification dequeued: nothing to do, and nothing
+	// recorded (the log records each bundle dequeued, and this call
+	// dequeued none).
+	if resp, err := client.AcknowledgeOnBehalf(ctxT(t), req); err != nil || len(resp.GetBundleIds()) != 0 || resp.GetMore() {
+		t.Fatalf("once more: %v, %v; want nothing to do", resp, err)
 	}
 	page, err := client.ListAuditEvents(ctxT(t), &adminv1.ListAuditEventsRequest{Recipient: recipient, PageSize: 1000}, grpc.MaxCallRecvMsgSize(1<<20))
 	if err != nil {

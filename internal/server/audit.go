@@ -25,9 +25,7 @@ import (
 //   - an actor's Peek that returned a bundle, PeekContent that sent one,
 //     and Dequeue; an empty Peek fetched nothing and is not recorded;
 //   - an operator's remedies (ReleaseBundle, AcknowledgeOnBehalf: one
-//     event per bundle dequeued, or one naming no bundle when there was
-//     nothing left to dequeue, so the operator's call and reason are
-//     kept), written before the call answers;
+//     event per bundle dequeued), written before the call answers;
 //   - an operator's look at a recipient's queue (GetBacklog,
 //     PreviewNextBundle, TraceNotification) as INSPECT.
 //
@@ -79,7 +77,8 @@ var auditCalls = map[string]auditCall{
 }
 
 // auditEvents returns the events a successful call of method records (none
-// for a method that records nothing, or a Peek that found nothing). at and
+// for a method that records nothing, a Peek that found nothing, or an
+// AcknowledgeOnBehalf that dequeued nothing). at and
 // subject are when and by whom.
 func auditEvents(method string, req, resp any, subject string, at time.Time) []audit.Event {
 	call, ok := auditCalls[method]
@@ -105,7 +104,11 @@ func auditEvents(method string, req, resp any, subject string, at time.Time) []a
 	case *adminv1.PreviewNextBundleResponse:
 		bundles = []string{r.GetBundle().GetBundleId()}
 	case interface{ GetBundleIds() []string }: // AcknowledgeOnBehalf
-		bundles = r.GetBundleIds()
+		// One event per bundle dequeued: a call that found the notification
+		// dequeued already changed nothing, and records nothing.
+		if bundles = r.GetBundleIds(); len(bundles) == 0 {
+			return nil
+		}
 	case interface{ GetBundleId() string }: // inspections naming a bundle
 		bundles = []string{r.GetBundleId()}
 	}

@@ -6,14 +6,19 @@ package hubtest
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/energydatahub/messagehub/internal/auth"
+	"github.com/energydatahub/messagehub/internal/auth/authtest"
 	"github.com/energydatahub/messagehub/internal/gateway"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
@@ -76,4 +81,20 @@ func Front(t testing.TB, conn grpc.ClientConnInterface, configure func(*httptest
 	web.Start()
 	t.Cleanup(web.Close)
 	return web.URL
+}
+
+// Authorizer checks the tokens of issuer on a clock that starts at start,
+// and returns it and what sets the clock (to make a token expire).
+func Authorizer(t testing.TB, issuer *authtest.Issuer, start time.Time) (*auth.Authorizer, func(time.Time)) {
+	t.Helper()
+	var now atomic.Pointer[time.Time]
+	now.Store(&start)
+	verifier, err := auth.NewVerifier(auth.Config{
+		JWKSFile: issuer.WriteJWKS(t), Issuer: issuer.Issuer, Audience: issuer.Audience,
+		Now: func() time.Time { return *now.Load() }, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return auth.NewAuthorizer(verifier), func(at time.Time) { now.Store(&at) }
 }
