@@ -517,9 +517,9 @@ func TestADequeueRacingAReleaseOfItsBundleIsNotFound(t *testing.T) {
 
 // Acknowledging on a recipient's behalf makes the actor's writes, bundle
 // after bundle: each of them under every fault a write may meet. Asked
-// again after an error, as an operator would (NOT_FOUND "dequeued
-// already" says the first call got there), every notification up to the
-// one named ends acknowledged, none after it, none is left pending, and the
+// again after an error, as an operator would (when the first call got
+// there, the repeat finds nothing to do), every notification up to the one
+// named ends acknowledged, none after it, none is left pending, and the
 // cabinet serves the next save.
 func TestAcknowledgingOnBehalfSurvivesALostOrRefusedAnswer(t *testing.T) {
 	writes := []storeWrite{storeWrites[7], storeWrites[8]} // create bundle, acknowledge

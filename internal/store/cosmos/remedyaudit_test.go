@@ -4,11 +4,15 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
@@ -61,29 +65,12 @@ func remedyEvents(t *testing.T, client adminv1.AdminClient, recipient string, ac
 	return out
 }
 
-// callLosingAnswers makes an operator's call while fault loses the answers
-// of its writes, and, when it failed, makes it again with the fault cleared,
-// as the operator is told to.
-func callLosingAnswers(t *testing.T, db string, fault cosmostest.Fault, call func() error) {
-	t.Helper()
-	inject(t, db, fault)
-	err := call()
-	if fired(t, db) == 0 {
-		t.Fatal("the fault never fired; the test tested nothing")
-	}
-	clearFaults(t, db)
-	if err != nil {
-		again := call()
-		t.Logf("first call: %v; second: %v", err, again)
-	}
-}
-
 // A release whose answers are lost for longer than the transport's resends
 // applied all the same: the bundle is released. The operator is told so
 // (the store finds its own effect on the primary), and the audit log
-// records it; answered as failed, the release took effect unrecorded, and
-// the operator's second call found the bundle released already, which
-// records nothing either.
+// records it; answered as failed, the release would take effect
+// unrecorded. The operator's repeat finds the bundle released (NOT_FOUND)
+// and records nothing.
 func TestAReleaseWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 	for _, kind := range []cosmostest.FaultKind{cosmostest.LostUnavailable, cosmostest.LostTimeout, cosmostest.LostReset} {
 		t.Run(string(kind), func(t *testing.T) {
@@ -99,10 +86,19 @@ func TestAReleaseWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 				t.Fatalf("peek = %v, %v", b, err)
 			}
 			req := &adminv1.ReleaseBundleRequest{Recipient: r, BundleId: b.ID, Reason: "the actor lost its state"}
-			callLosingAnswers(t, db, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "released", Kind: kind, Count: 6}, func() error {
-				_, err := client.ReleaseBundle(ctx, req)
-				return err
-			})
+			// 6 firings: more than the transport's attempts of one batch.
+			inject(t, db, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "released", Kind: kind, Count: 6})
+			_, err = client.ReleaseBundle(ctx, req)
+			if fired(t, db) == 0 {
+				t.Fatal("the fault never fired; the test tested nothing")
+			}
+			clearFaults(t, db)
+			if err != nil {
+				t.Fatalf("the release whose answers were lost: %v; want it answered as done", err)
+			}
+			if _, err := client.ReleaseBundle(ctx, req); status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "released") {
+				t.Fatalf("the release repeated: %v; want NOT_FOUND, released", err)
+			}
 			if _, err := h.Peek(ctx, r, domain.GroupAll, b.ID); err == nil {
 				t.Fatal("the bundle is still pending: the test expects the release to have applied")
 			}
@@ -113,11 +109,19 @@ func TestAReleaseWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 	}
 }
 
-// The same of an acknowledgement on the actor's behalf: a dequeue batch
-// that applied though its answers were lost past the transport's resends
-// is a bundle dequeued, which the call answers and the audit log records;
-// answered as failed, the call named no bundle, and the operator's next
-// try found nothing left to do, which records nothing.
+// An acknowledgement on the actor's behalf whose dequeue batch applied
+// though its answers were lost past the transport's resends, in a call
+// that then fails, and that the operator repeats as told: a bundle each of
+// three notifications; the second bundle's dequeue answers are lost (the
+// store finds its own effect on the primary, so the call counts that bundle
+// dequeued), and the third bundle's create batch is refused until the
+// transport gives up, so the call fails naming the two bundles it dequeued,
+// which the audit log records (a partial answer). The repeat dequeues the
+// third; a further repeat finds nothing to do and records nothing. The log
+// ends with exactly one event per bundle dequeued, and each notification
+// is dequeued once, in the bundle its event names. Were the lost answers
+// taken for a failure, the first call would name only the first bundle and
+// the second would be dequeued unrecorded.
 func TestAnAcknowledgementWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 	for _, kind := range []cosmostest.FaultKind{cosmostest.LostUnavailable, cosmostest.LostTimeout, cosmostest.LostReset} {
 		t.Run(string(kind), func(t *testing.T) {
@@ -126,6 +130,9 @@ func TestAnAcknowledgementWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 			ctx := context.Background()
 			r := uuid.NewString()
 			ns := notifications(3, r, 1)
+			for i := range ns {
+				ns[i].SupportsBundling = false // a bundle each
+			}
 			if _, err := h.Save(ctx, ns); err != nil {
 				t.Fatal(err)
 			}
@@ -133,21 +140,62 @@ func TestAnAcknowledgementWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 				Recipient: r, Domain: messagehubv1.Domain(ns[0].Origin), ContentType: ns[0].ContentType,
 				UpToNotificationId: ns[2].ID, Reason: "the actor cannot parse them",
 			}
-			var resp *adminv1.AcknowledgeOnBehalfResponse // the first call's
-			callLosingAnswers(t, db, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "dequeued", Kind: kind, Count: 6}, func() error {
-				answer, err := client.AcknowledgeOnBehalf(ctx, req)
-				if resp == nil {
-					resp = answer
-				}
-				return err
-			})
-			trace, terr := h.TraceNotification(ctx, r, ns[2].ID)
-			if terr != nil || trace.State != hub.TraceDequeued || trace.Bundle == nil {
-				t.Fatalf("the last notification after the calls: %+v, %v; want it dequeued", trace, terr)
+			// The first bundle's dequeue and the first two bundles' creates
+			// pass; then each rule fires 6 times, more than the transport's
+			// attempts of one batch.
+			inject(t, db,
+				cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "dequeued", Kind: kind, Skip: 1, Count: 6},
+				cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "slot", Kind: cosmostest.Refuse503, Skip: 2, Count: 6})
+			_, err := client.AcknowledgeOnBehalf(ctx, req)
+			rules, ferr := server.Faults()
+			if ferr != nil {
+				t.Fatal(ferr)
 			}
-			events := remedyEvents(t, client, r, adminv1.AuditAction_AUDIT_ACTION_ACKNOWLEDGE_ON_BEHALF)
-			if len(events) != 1 || events[0].GetBundleId() != trace.Bundle.ID {
-				t.Fatalf("audit events of the acknowledgement %v (answer %v); want one, of bundle %s", events, resp, trace.Bundle.ID)
+			// The refusal shows in the first call's failure, checked below.
+			if i := slices.IndexFunc(rules, func(f cosmostest.FaultState) bool { return f.DB == db && f.Type == "dequeued" }); i < 0 || rules[i].Fired == 0 {
+				t.Fatalf("no dequeue answer was lost; the test tested nothing (first call: %v)", err)
+			}
+			clearFaults(t, db)
+			bundles := make([]string, len(ns)) // the bundle each notification was dequeued in
+			for i, n := range ns[:2] {
+				trace, terr := h.TraceNotification(ctx, r, n.ID)
+				if terr != nil || trace.State != hub.TraceDequeued || trace.Bundle == nil {
+					t.Fatalf("notification %d after the first call: %+v, %v; want it dequeued", i, trace, terr)
+				}
+				bundles[i] = trace.Bundle.ID
+				if err == nil || !strings.Contains(err.Error(), trace.Bundle.ID) {
+					t.Fatalf("first call: %v; want it failed, naming bundle %s it dequeued", err, trace.Bundle.ID)
+				}
+			}
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("first call: %v; want UNAVAILABLE", err)
+			}
+			again, err := client.AcknowledgeOnBehalf(ctx, req)
+			if err != nil || len(again.GetBundleIds()) != 1 || again.GetNotifications() != 1 || again.GetMore() {
+				t.Fatalf("the repeat: %v, %v; want the last bundle, nothing more", again, err)
+			}
+			bundles[2] = again.GetBundleIds()[0]
+			if nothing, err := client.AcknowledgeOnBehalf(ctx, req); err != nil || len(nothing.GetBundleIds()) != 0 || nothing.GetMore() {
+				t.Fatalf("a further repeat: %v, %v; want nothing to do", nothing, err)
+			}
+			for i, n := range ns {
+				trace, terr := h.TraceNotification(ctx, r, n.ID)
+				if terr != nil || trace.State != hub.TraceDequeued || trace.Bundle == nil || trace.Bundle.ID != bundles[i] {
+					t.Fatalf("notification %d after the calls: %+v, %v; want it dequeued in bundle %s", i, trace, terr, bundles[i])
+				}
+			}
+			if b, err := h.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
+				t.Fatalf("the actor peeks %+v, %v after the acknowledgement; want nothing", b, err)
+			}
+			var recorded []string
+			for _, e := range remedyEvents(t, client, r, adminv1.AuditAction_AUDIT_ACTION_ACKNOWLEDGE_ON_BEHALF) {
+				recorded = append(recorded, e.GetBundleId())
+			}
+			slices.Sort(recorded)
+			want := slices.Clone(bundles)
+			slices.Sort(want)
+			if !slices.Equal(recorded, want) || len(slices.Compact(slices.Clone(want))) != len(ns) {
+				t.Fatalf("audit events of the acknowledgement name bundles %v; want one each of %v", recorded, bundles)
 			}
 		})
 	}

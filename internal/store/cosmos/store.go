@@ -606,8 +606,8 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, rec bundle.Re
 		// bundle is dequeued, at the moment we dequeued it. A dequeue that
 		// applied is answered as done, so that an acknowledgement on the
 		// actor's behalf names (and the audit log records) the bundle it
-		// dequeued; answered as failed, it named none, and its next try
-		// found the notifications dequeued already.
+		// dequeued; answered as failed, it would name none, and its next
+		// try would find nothing to do, which records nothing.
 		var now bundleDoc
 		ours, rerr := s.ownReplay(ctx, s.recipients, recipient, doc.ID, &now, func() bool {
 			return now.T == typeDequeued && now.DequeuedAt == doc.DequeuedAt
