@@ -157,3 +157,40 @@ func TestAReasonIsCountedInCharacters(t *testing.T) {
 	b.do("acknowledge", chromedp.Click(chromedp.CSS("#confirm-ok")))
 	b.waitText("#notice", "Acknowledged 1 notification")
 }
+
+// An acknowledgement that ends after the operator went to another actor's
+// page (its calls go on against the actor it was confirmed for) says so
+// on the page the operator is on, naming that actor: "Acknowledged 1
+// notification ... on the actor's behalf" alone, above the other actor's
+// page, reads as done to the other actor.
+func TestARemedyEndingAfterLeavingItsPageNamesItsActor(t *testing.T) {
+	h := startHub(t)
+	ctx := browserContext(t)
+	actor, other := uuid.NewString(), uuid.NewString()
+	n := notification(actor, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
+	if _, err := h.client.Save(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, h, func(r *http.Request) bool {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, ":acknowledge")
+	})
+	b := startBrowser(ctx, t)
+	page := p.url + "/console/#/actor/"
+	b.do("open the other actor", chromedp.Navigate(page+other))
+	b.waitText("#actor-recipient", other)
+	b.do("open the actor", chromedp.Navigate(page+actor))
+	b.waitText("#cabinets", "TimeSeries")
+	b.do("acknowledge its cabinet", chromedp.Click(chromedp.CSS("#cabinets button.danger")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")),
+		chromedp.SendKeys(chromedp.CSS("#confirm-up-to"), n.GetId()),
+		chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "the actor asked for it"),
+		chromedp.WaitEnabled(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")))
+	p.hold(ctx, t)
+	b.do("go back to the other actor", chromedp.NavigateBack())
+	b.waitText("#actor-recipient", other)
+	p.release()
+	b.waitText("#notice", "Acknowledged 1 notification")
+	if notice := b.text("#notice"); !strings.Contains(notice, actor) {
+		t.Errorf("on the other actor's page, the notice says %q; want it to name the actor acknowledged for, %s", notice, actor)
+	}
+}
