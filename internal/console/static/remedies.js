@@ -35,9 +35,11 @@ function check() {
 // confirmRemedy opens the dialog for a remedy: title, what (the
 // consequences), fields ([{id, label, value, pattern}]), action (the
 // button's words), run(reason, values) resolving to the message to show,
-// and done() called after it succeeded.
-export function confirmRemedy({ title, what, fields = [], action, run, done }) {
-  current = { run, done, patterns: {} };
+// done() called after it succeeded, and about (what the remedy acts on,
+// e.g. "Actor <id>"), which the notice names when the answer comes after
+// the operator left the confirmation.
+export function confirmRemedy({ title, what, fields = [], action, run, done, about }) {
+  current = { run, done, about, patterns: {} };
   document.getElementById('confirm-title').textContent = title;
   document.getElementById('confirm-what').textContent = what;
   fieldsBox.replaceChildren(...fields.flatMap((f) => {
@@ -67,23 +69,26 @@ ok.addEventListener('click', async () => {
   const values = Object.fromEntries(inputs().map((i) => [i.id, i.value.trim()]));
   ok.disabled = true;
   const remedy = current;
+  // left says whether the operator left the confirmation (Cancel, another
+  // page) while the hub had the call: the notice then shows above a page
+  // that may be another actor's, and names what the remedy acted on.
+  const left = () => current !== remedy || !dialog.open;
+  const told = (text) => (left() ? `${remedy.about}: ${text}` : text);
   try {
     const message = await remedy.run(reason.value.trim(), values);
-    if (current === remedy) {
+    say(told(message));
+    if (!left()) {
       dialog.close();
     }
-    say(message);
     remedy.done();
   } catch (err) {
     const text = err instanceof APIError ? err.describe() : err.message;
-    if (current === remedy && dialog.open) {
+    if (left()) {
+      say(told(text));
+    } else {
       failure.textContent = text;
       failure.hidden = false;
       check();
-    } else {
-      // The operator left the confirmation (Cancel, another page) while
-      // the hub had the call: the page says it failed.
-      say(text);
     }
   }
 });
