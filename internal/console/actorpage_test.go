@@ -194,3 +194,39 @@ func TestARemedyEndingAfterLeavingItsPageNamesItsActor(t *testing.T) {
 		t.Errorf("on the other actor's page, the notice says %q; want it to name the actor acknowledged for, %s", notice, actor)
 	}
 }
+
+// While a remedy's calls are on their way (an acknowledgement repeats its
+// call while the hub says more remain), its button stays disabled, even
+// when the operator edits the reason: a second press would run the remedy
+// a second time alongside the first.
+func TestARemedyUnderWayCannotBeConfirmedAgain(t *testing.T) {
+	h := startHub(t)
+	ctx := browserContext(t)
+	actor := uuid.NewString()
+	n := notification(actor, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
+	if _, err := h.client.Save(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, h, func(r *http.Request) bool {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, ":acknowledge")
+	})
+	b := startBrowser(ctx, t)
+	b.do("open the actor", chromedp.Navigate(p.url+"/console/#/actor/"+actor))
+	b.waitText("#cabinets", "TimeSeries")
+	b.do("acknowledge its cabinet", chromedp.Click(chromedp.CSS("#cabinets button.danger")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")),
+		chromedp.SendKeys(chromedp.CSS("#confirm-up-to"), n.GetId()),
+		chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "the actor asked for it"),
+		chromedp.WaitEnabled(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")))
+	p.hold(ctx, t)
+	b.do("edit the reason", chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "."))
+	disabled, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.querySelector('#confirm-ok').disabled`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !disabled {
+		t.Errorf("while the acknowledgement is on its way, editing the reason enables its button again")
+	}
+	p.release()
+	b.waitText("#notice", "Acknowledged 1 notification")
+}
