@@ -28,8 +28,11 @@ function complete() {
   return length > 0 && length <= maxReason && inputs().every((i) => current.patterns[i.id].test(i.value.trim()));
 }
 
+// check enables the button when the remedy may be confirmed and is not
+// under way already: an acknowledgement's calls take a while, and editing
+// the reason meanwhile must not allow running it a second time alongside.
 function check() {
-  ok.disabled = !complete();
+  ok.disabled = current.busy || !complete();
 }
 
 // confirmRemedy opens the dialog for a remedy: title, what (the
@@ -39,7 +42,7 @@ function check() {
 // e.g. "Actor <id>"), which the notice names when the answer comes after
 // the operator left the confirmation.
 export function confirmRemedy({ title, what, fields = [], action, run, done, about }) {
-  current = { run, done, about, patterns: {} };
+  current = { run, done, about, patterns: {}, busy: false };
   document.getElementById('confirm-title').textContent = title;
   document.getElementById('confirm-what').textContent = what;
   fieldsBox.replaceChildren(...fields.flatMap((f) => {
@@ -63,12 +66,13 @@ document.getElementById('confirm-cancel').addEventListener('click', () => dialog
 // before the page's, which shows the new page.
 window.addEventListener('hashchange', () => dialog.close());
 ok.addEventListener('click', async () => {
-  if (!complete()) {
+  if (current.busy || !complete()) {
     return;
   }
   const values = Object.fromEntries(inputs().map((i) => [i.id, i.value.trim()]));
-  ok.disabled = true;
   const remedy = current;
+  remedy.busy = true;
+  ok.disabled = true;
   // left says whether the operator left the confirmation (Cancel, another
   // page) while the hub had the call: the notice then shows above a page
   // that may be another actor's, and names what the remedy acted on.
@@ -82,6 +86,7 @@ ok.addEventListener('click', async () => {
     }
     remedy.done();
   } catch (err) {
+    remedy.busy = false;
     const text = err instanceof APIError ? err.describe() : err.message;
     if (left()) {
       say(told(text));
