@@ -158,23 +158,24 @@ func TestAReasonIsCountedInCharacters(t *testing.T) {
 	b.waitText("#notice", "Acknowledged 1 notification")
 }
 
-// An acknowledgement that ends after the operator went to another actor's
-// page (its calls go on against the actor it was confirmed for) says so
-// on the page the operator is on, naming that actor: "Acknowledged 1
-// notification ... on the actor's behalf" alone, above the other actor's
-// page, reads as done to the other actor.
-func TestARemedyEndingAfterLeavingItsPageNamesItsActor(t *testing.T) {
+// acknowledgementUnderWay opens an actor's page, after another actor's
+// (for Back), and confirms acknowledging its cabinet through a proxy that
+// holds the call: it returns when the hub has not answered yet, with the
+// browser, the proxy (release lets the call go on), the actor and the
+// other actor.
+func acknowledgementUnderWay(t *testing.T) (b *browser, p *proxy, actor, other string) {
+	t.Helper()
 	h := startHub(t)
 	ctx := browserContext(t)
-	actor, other := uuid.NewString(), uuid.NewString()
+	actor, other = uuid.NewString(), uuid.NewString()
 	n := notification(actor, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
 	if _, err := h.client.Save(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	p := startProxy(t, h, func(r *http.Request) bool {
+	p = startProxy(t, h, func(r *http.Request) bool {
 		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, ":acknowledge")
 	})
-	b := startBrowser(ctx, t)
+	b = startBrowser(ctx, t)
 	page := p.url + "/console/#/actor/"
 	b.do("open the other actor", chromedp.Navigate(page+other))
 	b.waitText("#actor-recipient", other)
@@ -186,6 +187,16 @@ func TestARemedyEndingAfterLeavingItsPageNamesItsActor(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "the actor asked for it"),
 		chromedp.WaitEnabled(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")))
 	p.hold(ctx, t)
+	return b, p, actor, other
+}
+
+// An acknowledgement that ends after the operator went to another actor's
+// page (its calls go on against the actor it was confirmed for) says so
+// on the page the operator is on, naming that actor: "Acknowledged 1
+// notification ... on the actor's behalf" alone, above the other actor's
+// page, reads as done to the other actor.
+func TestARemedyEndingAfterLeavingItsPageNamesItsActor(t *testing.T) {
+	b, p, actor, other := acknowledgementUnderWay(t)
 	b.do("go back to the other actor", chromedp.NavigateBack())
 	b.waitText("#actor-recipient", other)
 	p.release()
@@ -200,25 +211,7 @@ func TestARemedyEndingAfterLeavingItsPageNamesItsActor(t *testing.T) {
 // when the operator edits the reason: a second press would run the remedy
 // a second time alongside the first.
 func TestARemedyUnderWayCannotBeConfirmedAgain(t *testing.T) {
-	h := startHub(t)
-	ctx := browserContext(t)
-	actor := uuid.NewString()
-	n := notification(actor, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
-	if _, err := h.client.Save(ctx, n); err != nil {
-		t.Fatal(err)
-	}
-	p := startProxy(t, h, func(r *http.Request) bool {
-		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, ":acknowledge")
-	})
-	b := startBrowser(ctx, t)
-	b.do("open the actor", chromedp.Navigate(p.url+"/console/#/actor/"+actor))
-	b.waitText("#cabinets", "TimeSeries")
-	b.do("acknowledge its cabinet", chromedp.Click(chromedp.CSS("#cabinets button.danger")),
-		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")),
-		chromedp.SendKeys(chromedp.CSS("#confirm-up-to"), n.GetId()),
-		chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "the actor asked for it"),
-		chromedp.WaitEnabled(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")))
-	p.hold(ctx, t)
+	b, p, _, _ := acknowledgementUnderWay(t)
 	b.do("edit the reason", chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "."))
 	disabled, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.querySelector('#confirm-ok').disabled`))
 	if err != nil {
