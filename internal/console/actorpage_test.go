@@ -223,3 +223,24 @@ func TestARemedyUnderWayCannotBeConfirmedAgain(t *testing.T) {
 	p.release()
 	b.waitText("#notice", "Acknowledged 1 notification")
 }
+
+// An acknowledgement that ends after the operator went to another page
+// leaves that page as the operator set it: the refresh it makes of its own
+// actor's page is not made of the other page (which would go back to its
+// first peek group, audit range and page).
+func TestARemedyEndingAfterLeavingItsPageLeavesTheOtherPageAlone(t *testing.T) {
+	b, p, _, other := acknowledgementUnderWay(t)
+	b.do("go back to the other actor", chromedp.NavigateBack())
+	b.waitText("#actor-recipient", other)
+	b.waitText("#preview-result", "The next Peek of this group would find nothing.")
+	b.choose("#preview-group", "PEEK_GROUP_MASTER_DATA")
+	p.release()
+	b.waitText("#notice", "Acknowledged 1 notification")
+	group, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.querySelector('#preview-group').value`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if group != "PEEK_GROUP_MASTER_DATA" {
+		t.Errorf("after the acknowledgement of the first actor ended, the other actor's page shows peek group %q; want the one chosen, master data", group)
+	}
+}
