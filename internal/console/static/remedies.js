@@ -38,11 +38,12 @@ function check() {
 // confirmRemedy opens the dialog for a remedy: title, what (the
 // consequences), fields ([{id, label, value, pattern}]), action (the
 // button's words), run(reason, values) resolving to the message to show,
-// done() called after it succeeded, and about (what the remedy acts on,
-// e.g. "Actor <id>"), which the notice names when the answer comes after
-// the operator left the confirmation.
+// done() called after it succeeded (it refreshes the page the remedy was
+// asked from: not when the operator is on another page by then), and about
+// (what the remedy acts on, e.g. "Actor <id>"), which the notice names when
+// the answer comes after the operator left the confirmation.
 export function confirmRemedy({ title, what, fields = [], action, run, done, about }) {
-  current = { run, done, about, patterns: {}, busy: false };
+  current = { run, done, about, page: location.hash, patterns: {}, busy: false };
   document.getElementById('confirm-title').textContent = title;
   document.getElementById('confirm-what').textContent = what;
   fieldsBox.replaceChildren(...fields.flatMap((f) => {
@@ -84,7 +85,9 @@ ok.addEventListener('click', async () => {
     if (!left()) {
       dialog.close();
     }
-    remedy.done();
+    if (location.hash === remedy.page) {
+      remedy.done();
+    }
   } catch (err) {
     remedy.busy = false;
     const text = err instanceof APIError ? err.describe() : err.message;
