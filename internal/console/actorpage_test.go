@@ -157,3 +157,90 @@ func TestAReasonIsCountedInCharacters(t *testing.T) {
 	b.do("acknowledge", chromedp.Click(chromedp.CSS("#confirm-ok")))
 	b.waitText("#notice", "Acknowledged 1 notification")
 }
+
+// acknowledgementUnderWay opens an actor's page, after another actor's
+// (for Back), and confirms acknowledging its cabinet through a proxy that
+// holds the call: it returns when the hub has not answered yet, with the
+// browser, the proxy (release lets the call go on), the actor and the
+// other actor.
+func acknowledgementUnderWay(t *testing.T) (b *browser, p *proxy, actor, other string) {
+	t.Helper()
+	h := startHub(t)
+	ctx := browserContext(t)
+	actor, other = uuid.NewString(), uuid.NewString()
+	n := notification(actor, messagehubv1.Domain_DOMAIN_TIME_SERIES, "TimeSeries")
+	if _, err := h.client.Save(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	p = startProxy(t, h, func(r *http.Request) bool {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, ":acknowledge")
+	})
+	b = startBrowser(ctx, t)
+	page := p.url + "/console/#/actor/"
+	b.do("open the other actor", chromedp.Navigate(page+other))
+	b.waitText("#actor-recipient", other)
+	b.do("open the actor", chromedp.Navigate(page+actor))
+	b.waitText("#cabinets", "TimeSeries")
+	b.do("acknowledge its cabinet", chromedp.Click(chromedp.CSS("#cabinets button.danger")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")),
+		chromedp.SendKeys(chromedp.CSS("#confirm-up-to"), n.GetId()),
+		chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "the actor asked for it"),
+		chromedp.WaitEnabled(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")))
+	p.hold(ctx, t)
+	return b, p, actor, other
+}
+
+// An acknowledgement that ends after the operator went to another actor's
+// page (its calls go on against the actor it was confirmed for) says so
+// on the page the operator is on, naming that actor: "Acknowledged 1
+// notification ... on the actor's behalf" alone, above the other actor's
+// page, reads as done to the other actor.
+func TestARemedyEndingAfterLeavingItsPageNamesItsActor(t *testing.T) {
+	b, p, actor, other := acknowledgementUnderWay(t)
+	b.do("go back to the other actor", chromedp.NavigateBack())
+	b.waitText("#actor-recipient", other)
+	p.release()
+	b.waitText("#notice", "Acknowledged 1 notification")
+	if notice := b.text("#notice"); !strings.Contains(notice, actor) {
+		t.Errorf("on the other actor's page, the notice says %q; want it to name the actor acknowledged for, %s", notice, actor)
+	}
+}
+
+// While a remedy's calls are on their way (an acknowledgement repeats its
+// call while the hub says more remain), its button stays disabled, even
+// when the operator edits the reason: a second press would run the remedy
+// a second time alongside the first.
+func TestARemedyUnderWayCannotBeConfirmedAgain(t *testing.T) {
+	b, p, _, _ := acknowledgementUnderWay(t)
+	b.do("edit the reason", chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "."))
+	disabled, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.querySelector('#confirm-ok').disabled`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !disabled {
+		t.Errorf("while the acknowledgement is on its way, editing the reason enables its button again")
+	}
+	p.release()
+	b.waitText("#notice", "Acknowledged 1 notification")
+}
+
+// An acknowledgement that ends after the operator went to another page
+// leaves that page as the operator set it: the refresh it makes of its own
+// actor's page is not made of the other page (which would go back to its
+// first peek group, audit range and page).
+func TestARemedyEndingAfterLeavingItsPageLeavesTheOtherPageAlone(t *testing.T) {
+	b, p, _, other := acknowledgementUnderWay(t)
+	b.do("go back to the other actor", chromedp.NavigateBack())
+	b.waitText("#actor-recipient", other)
+	b.waitText("#preview-result", "The next Peek of this group would find nothing.")
+	b.choose("#preview-group", "PEEK_GROUP_MASTER_DATA")
+	p.release()
+	b.waitText("#notice", "Acknowledged 1 notification")
+	group, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.querySelector('#preview-group').value`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if group != "PEEK_GROUP_MASTER_DATA" {
+		t.Errorf("after the acknowledgement of the first actor ended, the other actor's page shows peek group %q; want the one chosen, master data", group)
+	}
+}

@@ -291,6 +291,7 @@ function release(recipient, bundle, done) {
       return `Released bundle ${bundle.bundleId}.`;
     },
     done,
+    about: `Actor ${recipient}`,
   });
 }
 
@@ -336,6 +337,7 @@ function acknowledge(recipient, domain, contentType, upTo, done) {
         `on the actor's behalf${which}.`;
     },
     done,
+    about: `Actor ${recipient}`,
   });
 }
 

@@ -28,16 +28,22 @@ function complete() {
   return length > 0 && length <= maxReason && inputs().every((i) => current.patterns[i.id].test(i.value.trim()));
 }
 
+// check enables the button when the remedy may be confirmed and is not
+// under way already: an acknowledgement's calls take a while, and editing
+// the reason meanwhile must not allow running it a second time alongside.
 function check() {
-  ok.disabled = !complete();
+  ok.disabled = current.busy || !complete();
 }
 
 // confirmRemedy opens the dialog for a remedy: title, what (the
 // consequences), fields ([{id, label, value, pattern}]), action (the
 // button's words), run(reason, values) resolving to the message to show,
-// and done() called after it succeeded.
-export function confirmRemedy({ title, what, fields = [], action, run, done }) {
-  current = { run, done, patterns: {} };
+// done() called after it succeeded (it refreshes the page the remedy was
+// asked from: not when the operator is on another page by then), and about
+// (what the remedy acts on, e.g. "Actor <id>"), which the notice names when
+// the answer comes after the operator left the confirmation.
+export function confirmRemedy({ title, what, fields = [], action, run, done, about }) {
+  current = { run, done, about, page: location.hash, patterns: {}, busy: false };
   document.getElementById('confirm-title').textContent = title;
   document.getElementById('confirm-what').textContent = what;
   fieldsBox.replaceChildren(...fields.flatMap((f) => {
@@ -61,29 +67,36 @@ document.getElementById('confirm-cancel').addEventListener('click', () => dialog
 // before the page's, which shows the new page.
 window.addEventListener('hashchange', () => dialog.close());
 ok.addEventListener('click', async () => {
-  if (!complete()) {
+  if (current.busy || !complete()) {
     return;
   }
   const values = Object.fromEntries(inputs().map((i) => [i.id, i.value.trim()]));
-  ok.disabled = true;
   const remedy = current;
+  remedy.busy = true;
+  ok.disabled = true;
+  // left says whether the operator left the confirmation (Cancel, another
+  // page) while the hub had the call: the notice then shows above a page
+  // that may be another actor's, and names what the remedy acted on.
+  const left = () => current !== remedy || !dialog.open;
+  const told = (text) => (left() ? `${remedy.about}: ${text}` : text);
   try {
     const message = await remedy.run(reason.value.trim(), values);
-    if (current === remedy) {
+    say(told(message));
+    if (!left()) {
       dialog.close();
     }
-    say(message);
-    remedy.done();
+    if (location.hash === remedy.page) {
+      remedy.done();
+    }
   } catch (err) {
+    remedy.busy = false;
     const text = err instanceof APIError ? err.describe() : err.message;
-    if (current === remedy && dialog.open) {
+    if (left()) {
+      say(told(text));
+    } else {
       failure.textContent = text;
       failure.hidden = false;
       check();
-    } else {
-      // The operator left the confirmation (Cancel, another page) while
-      // the hub had the call: the page says it failed.
-      say(text);
     }
   }
 });
