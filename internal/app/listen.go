@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/energydatahub/messagehub/internal/console"
 	"github.com/energydatahub/messagehub/internal/lograte"
 	"github.com/energydatahub/messagehub/internal/server"
 )
@@ -137,11 +139,17 @@ func serveHTTP(srv *http.Server, lis net.Listener, tlsConfig *tls.Config) error 
 // of another origin (Sec-Fetch-Site other than same-origin or none), reads
 // included: with --auth none a GET has effects too (a Peek cuts a bundle,
 // an inspection is audited), and cross-origin protection stops only the
-// other methods. Clients that are not browsers send no Sec-Fetch-Site.
+// other methods. Clients that are not browsers send no Sec-Fetch-Site. The
+// console's files pass: they hold no data and do nothing by themselves,
+// and an operator may follow a link to them from another site.
 func sameOriginOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch site := r.Header.Get("Sec-Fetch-Site"); site {
-		case "", "same-origin", "none":
+		site := r.Header.Get("Sec-Fetch-Site")
+		p := path.Clean(r.URL.Path) // what the gateway's mux routes by
+		consoleFile := (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+			(p == console.Path || strings.HasPrefix(p, console.Path+"/"))
+		switch {
+		case site == "" || site == "same-origin" || site == "none" || consoleFile:
 			next.ServeHTTP(w, r)
 		default:
 			http.Error(w, "--auth none: the hub answers no request a page of another origin makes ("+

@@ -205,6 +205,36 @@ func TestWithAuthNoneACrossSiteReadIsRefused(t *testing.T) {
 			t.Errorf("GET /v1/peek with Sec-Fetch-Site %q: %d %.200s; want %d", site, resp.StatusCode, body, want)
 		}
 	}
+	// The console's pages hold no data and do nothing by themselves: a link
+	// to them from another site (a runbook in a wiki) opens them.
+	req, err := http.NewRequestWithContext(callContext(t), http.MethodGet, "http://"+r.app.HTTPAddr()+"/console/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	req.Header.Set("Sec-Fetch-Mode", "navigate")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a link from another site to the console: %d, want 200", resp.StatusCode)
+	}
+	// A path that only starts with the console's is no console file.
+	req, err = http.NewRequestWithContext(callContext(t), http.MethodGet, "http://"+r.app.HTTPAddr()+"/console/%2e%2e/v1/peek?recipient="+uuid.NewString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a cross-site GET of /console/%%2e%%2e/v1/peek: %d, want 403", resp.StatusCode)
+	}
 }
 
 func sendHost(t *testing.T, url, host string) (int, []byte) {
