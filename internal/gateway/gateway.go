@@ -189,6 +189,9 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 	notFound := notFound(mux)
 	for _, rt := range routes {
 		pattern, verb := splitVerb(rt.path)
+		if strings.HasPrefix(pattern, "/v1/") || strings.HasPrefix(pattern, "/admin/v1/") {
+			rt.handler = noStore(rt.handler)
+		}
 		root.Handle(rt.method+" "+pattern, withVerb(verb, rt.handler, notFound))
 		root.Handle(pattern, withVerb(verb, methodNotAllowed(mux, rt.method), notFound))
 	}
@@ -410,4 +413,14 @@ type bearerChallenge struct{ http.ResponseWriter }
 func (b bearerChallenge) WriteHeader(code int) {
 	b.Header().Set("WWW-Authenticate", `Bearer realm="messagehub"`)
 	b.ResponseWriter.WriteHeader(code)
+}
+
+// noStore marks every answer of next as one no cache may keep: each is one
+// caller's data (a bundle, its document, a backlog, an audit page) or an
+// error about it.
+func noStore(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
 }

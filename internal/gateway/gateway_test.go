@@ -500,3 +500,33 @@ func TestAPathWithAnEscapedSlashIsNoRoute(t *testing.T) {
 	}
 	s.nothingPending(t, recipient)
 }
+
+// Every answer of the API is one caller's data (a bundle, a backlog, an
+// audit page) or an error about it: no cache, a browser's or a shared
+// one, may keep it.
+func TestAnswersOfTheAPIAreNotStored(t *testing.T) {
+	s := newStack(t)
+	recipient := uuid.NewString()
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/notifications", saveJSON(recipient, "")},
+		{http.MethodGet, "/v1/peek?recipient=" + recipient, ""},
+		{http.MethodGet, "/v1/peek/content?recipient=" + uuid.NewString(), ""},
+		{http.MethodDelete, "/v1/dequeue/" + uuid.NewString() + "?recipient=" + recipient, ""},
+		{http.MethodGet, "/admin/v1/recipients/" + recipient + "/backlog", ""},
+		{http.MethodGet, "/admin/v1/recipients", ""},
+		{http.MethodGet, "/admin/v1/recipients/not-a-uuid/backlog", ""},
+	} {
+		var body io.Reader
+		if tc.body != "" {
+			body = strings.NewReader(tc.body)
+		}
+		req := newRequest(t, tc.method, s.url+tc.path, body)
+		if tc.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, _ := call(t, req)
+		if got := resp.Header.Get("Cache-Control"); got != "no-store" {
+			t.Errorf("%s %s: %d with Cache-Control %q, want no-store", tc.method, tc.path, resp.StatusCode, got)
+		}
+	}
+}
