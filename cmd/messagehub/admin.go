@@ -224,7 +224,7 @@ func acknowledge(ctx context.Context, client adminv1.AdminClient, req *adminv1.A
 		cancel()
 		if err != nil {
 			if status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil {
-				err = fmt.Errorf("call %d did not finish within --timeout (%s): %w", calls, timeout, err)
+				err = fmt.Errorf("call %d did not finish within --timeout (%s), and may have dequeued bundles of its own (the audit log names them): %w", calls, timeout, err)
 			}
 			return fmt.Errorf("%w; before it, %d notifications were dequeued in %d bundles (in the audit log): "+
 				"the same command goes on from what is dequeued", err, notifications, bundles)
