@@ -139,3 +139,45 @@ func TestADirStoreDocumentNamesItsBundle(t *testing.T) {
 		t.Fatal("a bundle name with a line break was taken")
 	}
 }
+
+// A document stored again under an id, as long as the one removed and in
+// the same tick of the filesystem's clock (a second on HFS+, two on FAT, a
+// jiffy on ext4), is another version: a removal by the version read of the
+// first leaves it alone.
+func TestADirStoreDocumentStoredAgainInTheSameTickIsAnotherVersion(t *testing.T) {
+	dir := t.TempDir()
+	docs, err := content.OpenDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = docs.Close() })
+	k := content.Key{Recipient: "r", BundleID: "b", Bundle: "0123456789abcdef0123456789abcdef"}
+	contenttest.Put(t, docs, k, "text/plain", []byte("first"))
+	file := filepath.Join(dir, "r", "b")
+	first, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := docs.Version(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := docs.Delete(t.Context(), k); err != nil {
+		t.Fatal(err)
+	}
+	contenttest.Put(t, docs, k, "text/plain", []byte("later"))
+	// The clock's tick, made explicit: the later file has the first's time.
+	if err := os.Chtimes(file, first.ModTime(), first.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := docs.Open(t.Context(), k)
+	if err != nil {
+		t.Fatalf("the later document is gone, removed by the first's version: %v", err)
+	}
+	if data := string(read(t, doc)); data != "later" {
+		t.Fatalf("stored %q, want the later document", data)
+	}
+}
