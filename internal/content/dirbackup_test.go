@@ -181,3 +181,44 @@ func TestADirStoreDocumentStoredAgainInTheSameTickIsAnotherVersion(t *testing.T)
 		t.Fatalf("stored %q, want the later document", data)
 	}
 }
+
+// A file written before files carried their version is still read: its
+// version is its time and size, and a removal by that version takes it.
+func TestADirStoreReadsAVersion2Document(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "r"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "r", "b"), []byte("messagehub-document-v2\nbundle-x\ntext/plain\nold"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	docs, err := content.OpenDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = docs.Close() })
+	k := content.Key{Recipient: "r", BundleID: "b"}
+	doc, err := docs.Open(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data := string(read(t, doc)); doc.Bundle != "bundle-x" || doc.MediaType != "text/plain" || data != "old" {
+		t.Fatalf("read bundle %q, %s, %q", doc.Bundle, doc.MediaType, data)
+	}
+	version, bundle, err := docs.Stored(t.Context(), k)
+	if err != nil || bundle != "bundle-x" || version == "" {
+		t.Fatalf("Stored %q %q %v", version, bundle, err)
+	}
+	if err := docs.DeleteVersion(t.Context(), k, "another"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := docs.Version(t.Context(), k); err != nil || v != version {
+		t.Fatalf("after a removal by another version: %q %v, want %q", v, err, version)
+	}
+	if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := docs.Version(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
+		t.Fatalf("after removal by its version: %v", err)
+	}
+}

@@ -14,8 +14,9 @@ import (
 )
 
 // DirStore keeps each document in a file of its own under a folder: one
-// folder per recipient, one file per bundle: a format line, the identity of
-// the bundle it was built for, the media type, then the document. A
+// folder per recipient, one file per bundle: a format line, the file's
+// version (random, its own), the identity of the bundle it was built for,
+// the media type, then the document. A
 // document is written to a temporary file, synced, and linked into place
 // (never over a document stored already), so a crash leaves either the
 // whole document or none. Every access goes through an os.Root, so no path
@@ -23,7 +24,10 @@ import (
 type DirStore struct{ root *os.Root }
 
 const (
-	fileMagic = "messagehub-document-v2\n"
+	fileMagic = "messagehub-document-v3\n"
+	// fileMagicV2 is the format before files carried their version: such a
+	// file's version is its modification time and size.
+	fileMagicV2 = "messagehub-document-v2\n"
 	// fileMagicV1 is the format before documents named their bundle: such a
 	// file is opened with no identity, so it is never taken for the
 	// document of the bundle being served, and is built again.
@@ -64,32 +68,64 @@ func (s *DirStore) path(key Key) string {
 
 // Open returns the stored document of key, or ErrNotStored.
 func (s *DirStore) Open(_ context.Context, key Key) (*Document, error) {
-	f, err := s.root.Open(s.path(key))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNotStored
-	}
+	f, h, err := s.open(key)
 	if err != nil {
 		return nil, err
 	}
-	r := bufio.NewReader(f)
-	magic, err := r.ReadString('\n')
-	if err != nil || (magic != fileMagic && magic != fileMagicV1) {
-		_ = f.Close()
-		return nil, fmt.Errorf("document %s/%s: not a document file", key.Recipient, key.BundleID)
-	}
-	var bundle string
-	if magic == fileMagic {
-		bundle, err = r.ReadString('\n')
-	}
-	var mediaType string
-	if err == nil {
-		mediaType, err = r.ReadString('\n')
+	return &Document{MediaType: h.mediaType, Bundle: h.bundle, Body: readCloser{Reader: h.body, Closer: f}}, nil
+}
+
+// header is what a document file says before the document.
+type header struct {
+	version, bundle, mediaType string
+	body                       *bufio.Reader
+}
+
+// open opens the file of key and reads its header; the caller closes the
+// file.
+func (s *DirStore) open(key Key) (*os.File, header, error) {
+	f, err := s.root.Open(s.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, header{}, ErrNotStored
 	}
 	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
+		return nil, header{}, err
 	}
-	return &Document{MediaType: strings.TrimSuffix(mediaType, "\n"), Bundle: strings.TrimSuffix(bundle, "\n"), Body: readCloser{Reader: r, Closer: f}}, nil
+	h, err := readHeader(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, header{}, fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
+	}
+	return f, h, nil
+}
+
+func readHeader(f *os.File) (header, error) {
+	h := header{body: bufio.NewReader(f)}
+	line := func() (string, error) {
+		l, err := h.body.ReadString('\n')
+		return strings.TrimSuffix(l, "\n"), err
+	}
+	magic, err := h.body.ReadString('\n')
+	if err != nil || (magic != fileMagic && magic != fileMagicV2 && magic != fileMagicV1) {
+		return header{}, errors.New("not a document file")
+	}
+	if magic == fileMagic {
+		h.version, err = line()
+	} else {
+		// An older file is never stored again in place, so its time and
+		// size name it until it is removed.
+		var fi fs.FileInfo
+		if fi, err = f.Stat(); err == nil {
+			h.version = fmt.Sprintf("%d-%d", fi.ModTime().UnixNano(), fi.Size())
+		}
+	}
+	if err == nil && magic != fileMagicV1 {
+		h.bundle, err = line()
+	}
+	if err == nil {
+		h.mediaType, err = line()
+	}
+	return h, err
 }
 
 type readCloser struct {
@@ -114,7 +150,8 @@ func (s *DirStore) Create(_ context.Context, key Key, mediaType string) (Staged,
 		return nil, err
 	}
 	w := &stagedFile{root: s.root, f: f, w: bufio.NewWriterSize(f, 1<<20), temp: temp, final: s.path(key)}
-	if _, err := w.w.WriteString(fileMagic + key.Bundle + "\n" + mediaType + "\n"); err != nil {
+	version := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+	if _, err := w.w.WriteString(fileMagic + version + "\n" + key.Bundle + "\n" + mediaType + "\n"); err != nil {
 		w.Abort()
 		return nil, err
 	}
@@ -130,33 +167,23 @@ func (s *DirStore) Delete(_ context.Context, key Key) error {
 	return err
 }
 
-// Version is the file's modification time and size: a document stored
-// again is another file, renamed into place.
-func (s *DirStore) Version(_ context.Context, key Key) (string, error) {
-	fi, err := s.root.Stat(s.path(key))
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", ErrNotStored
-	}
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%d-%d", fi.ModTime().UnixNano(), fi.Size()), nil
+// Version is the version written in the file's header: a document stored
+// again is another file with another version, even one as long as the
+// first and written in the same tick of the filesystem's clock.
+func (s *DirStore) Version(ctx context.Context, key Key) (string, error) {
+	version, _, err := s.Stored(ctx, key)
+	return version, err
 }
 
-// Stored is Version, then the bundle named in the file's header: a file
-// renamed into place between the two has another version, which no
-// removal by the version read takes.
-func (s *DirStore) Stored(ctx context.Context, key Key) (version, bundle string, err error) {
-	version, err = s.Version(ctx, key)
+// Stored is the version and the bundle named in the file's header, read
+// in one look.
+func (s *DirStore) Stored(_ context.Context, key Key) (version, bundle string, err error) {
+	f, h, err := s.open(key)
 	if err != nil {
 		return "", "", err
 	}
-	doc, err := s.Open(ctx, key)
-	if err != nil {
-		return "", "", err
-	}
-	_ = doc.Body.Close()
-	return version, doc.Bundle, nil
+	_ = f.Close()
+	return h.version, h.bundle, nil
 }
 
 // DeleteVersion removes the file if it is still version. The look and the
@@ -185,7 +212,7 @@ type stagedFile struct {
 
 func (s *stagedFile) Write(p []byte) (int, error) { return s.w.Write(p) }
 
-// Commit syncs the file, renames it into place and syncs the folder, so the
+// Commit syncs the file, links it into place and syncs the folder, so the
 // document survives a crash once Commit returns.
 func (s *stagedFile) Commit() error {
 	if s.done {
