@@ -93,3 +93,95 @@ func TestTheFiguresReadARecipientAtLeastAsFreshAsTheFeedThatNamedIt(t *testing.T
 	}
 	t.Logf("%d of %d recipients named by the feed", len(last), recipients)
 }
+
+// A recount (the figures' holder taking the lease over, or the daily one)
+// first finds where the change feed is now (ChangedBacklog from no
+// cursor), then counts every recipient (ScanBacklog), and from then on
+// reads only what the feed shows after that point. The count must see at
+// least what the feed's start showed: a change the feed has gone past but
+// the count's replica had not yet applied is in neither, and its
+// recipient's figures stay as before it until it changes again or the
+// next recount, a day later.
+//
+// As above, each read is served as of a random moment up to an hour back
+// and the saves are half an hour old: over the eight ranges, the start of
+// the feed goes past some of them at even odds, and the count, a read of
+// its own, misses them at even odds. Each round saves to new recipients
+// and recounts as the holder does; without the bound on the count, a round
+// hits it about half the time, so that the rounds all miss it 1 in 4,000
+// times.
+func TestARecountSeesAtLeastWhatTheFeedItStartsAfterShowed(t *testing.T) {
+	const rounds, recipients, reads = 12, 16, 3
+	opts := cosmostest.Default()
+	opts.Lag, opts.LagFixed, opts.Ranges = time.Hour, false, 8
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	stores := make([]*cosmos.Store, 2)
+	for i := range stores {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
+			Throughput: "manual=100000",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		stores[i] = s
+	}
+	a := hub.New(withoutBells{stores[0]}, hub.Options{}, nil)
+	t.Cleanup(a.Close)
+	holder := stores[1]
+	ctx := context.Background()
+	saved := 0
+	for round := range rounds {
+		for range recipients {
+			if _, err := a.Save(ctx, notifications(1, uuid.NewString(), 1)); err != nil {
+				t.Fatal(err)
+			}
+			saved++
+		}
+		if err := srv.AdvanceClock(30 * time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		// The holder's recount, then its updates: a recipient read later
+		// replaces what the recount read of it.
+		start, err := holder.ChangedBacklog(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := map[string]int64{}
+		set := func(r store.RecipientRecords) {
+			n := int64(0)
+			for _, e := range r.Entries {
+				n += e.Total
+			}
+			for _, c := range r.Cursors {
+				n -= c.Acked
+			}
+			waiting[r.Recipient] = n
+		}
+		if _, err := holder.ScanBacklog(ctx, func(r store.RecipientRecords) error { set(r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		cursor := start.Cursor
+		for range reads {
+			ch, err := holder.ChangedBacklog(ctx, cursor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cursor = ch.Cursor
+			for _, r := range ch.Recipients {
+				set(r)
+			}
+		}
+		counted := 0
+		for _, n := range waiting {
+			if n == 1 {
+				counted++
+			}
+		}
+		if counted != saved {
+			t.Fatalf("round %d: a recount and %d reads of the changes after it count %d recipients with a notification waiting; %d have one", round, reads, counted, saved)
+		}
+	}
+}
