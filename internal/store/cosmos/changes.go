@@ -49,7 +49,9 @@ func (s *Store) changedBacklog(ctx context.Context, cursor string) (store.Backlo
 		// The recipients named are read next with this store's tokens:
 		// without the page's, a replica behind it could serve them their
 		// state before the change, which the feed, gone on past it, would
-		// not name again.
+		// not name again. From no cursor, the pages up to the present name
+		// none, and the recount that follows (ScanBacklog) reads with
+		// their tokens for the same reason.
 		s.tokens.note(containerRecipients, token)
 		for _, raw := range docs {
 			pk, err := recipientOf(raw)

@@ -20,9 +20,10 @@ const (
 // page comes back empty (every partition key range is at the present) or
 // maxFeedPages pages are read. The empty cursor starts the feed at from
 // (nil: the oldest change it keeps) and reads up to the present without
-// calling fn, to find where the present is. fn also gets the page's
-// session token (of the range it was read from), for reads that must see
-// what the page showed. It returns the cursor after the last page read,
+// showing fn the documents (nil), to find where the present is. fn also
+// gets the page's session token (of the range it was read from), for reads
+// that must see what the page showed: also a page passed over on the way
+// to the present, whose changes the cursor returned is past. It returns the cursor after the last page read,
 // also with an error (what was read before it is done), and the request
 // units the reads cost.
 func followFeed(ctx context.Context, c *azcosmos.ContainerClient, cursor string, from *time.Time, fn func(docs [][]byte, token string) error) (string, float64, error) {
@@ -47,14 +48,15 @@ func followFeed(ctx context.Context, c *azcosmos.ContainerClient, cursor string,
 		if len(resp.Items) == 0 {
 			break
 		}
-		if starting {
-			continue
-		}
 		token := ""
 		if resp.RawResponse != nil {
 			token = resp.RawResponse.Header.Get(sessionTokenHeader)
 		}
-		if err := fn(resp.Items, token); err != nil {
+		docs := resp.Items
+		if starting {
+			docs = nil // before the present: only its token counts
+		}
+		if err := fn(docs, token); err != nil {
 			return cursor, cost, err
 		}
 	}
