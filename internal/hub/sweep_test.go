@@ -390,6 +390,85 @@ func TestARecipientWhoseSweepFailsDoesNotStopThePass(t *testing.T) {
 	}
 }
 
+// stuckStore has a recipient that dequeued at dequeued, which it names
+// from its second pass on to the passes that look back as far, and whose
+// visits fail for ever (a partition full, a record it cannot read). Each
+// DueRecipients call moves its clock an hour on; it reports every call's
+// since, and the since of every visit of the failing recipient.
+type stuckStore struct {
+	*failingSweepStore
+	now      time.Time
+	dequeued time.Time
+	n        int
+	passes   chan time.Time
+	visits   chan time.Time
+}
+
+func (s *stuckStore) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.now
+}
+
+func (s *stuckStore) DueRecipients(_ context.Context, _, since time.Time, fn func(string) error) error {
+	s.mu.Lock()
+	n := s.n
+	s.n++
+	s.now = s.now.Add(time.Hour)
+	s.mu.Unlock()
+	select {
+	case s.passes <- since:
+	default: // the test has read what it needs: never block the sweeper
+	}
+	if n >= 1 && !since.After(s.dequeued) {
+		return fn(s.bad)
+	}
+	return nil
+}
+
+func (s *stuckStore) LoadRetention(ctx context.Context, recipient string, due, since time.Time) (store.RetentionState, error) {
+	if recipient == s.bad {
+		select {
+		case s.visits <- since:
+		default:
+		}
+	}
+	return s.failingSweepStore.LoadRetention(ctx, recipient, due, since)
+}
+
+// A recipient whose sweep keeps failing is visited again by every pass,
+// looking back as far as its first failed visit, while the passes
+// themselves go on from the last one's start: the others' visits and the
+// query of who dequeued since do not look ever further back (each pass
+// would read every bundle dequeued since the failure, at last every one
+// retained).
+func TestARecipientWhoseSweepKeepsFailingDoesNotHoldTheNextPassesBack(t *testing.T) {
+	at := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
+	const interval, retention = 20 * time.Millisecond, 24 * time.Hour
+	s := &stuckStore{
+		failingSweepStore: &failingSweepStore{sweptStore: &sweptStore{}, bad: "bad"},
+		now:               at, dequeued: at.Add(30 * time.Minute), passes: make(chan time.Time, 10), visits: make(chan time.Time, 10),
+	}
+	repo := New(s, Options{SweepInterval: interval, Retention: retention, Now: s.Now}, nil)
+	t.Cleanup(repo.Close)
+	var passes []time.Time
+	for range 4 {
+		passes = append(passes, <-s.passes)
+	}
+	// Pass i starts at at+i hours; pass 1 (the second) is the first to
+	// meet the failing recipient.
+	for i := 2; i < 4; i++ {
+		if want := at.Add(time.Duration(i-1) * time.Hour).Add(-sweepSkew); !passes[i].Equal(want) {
+			t.Fatalf("pass %d asked for the recipients dequeued since %v; want the previous pass's start less the margin, %v (all: %v)", i, passes[i], want, passes)
+		}
+	}
+	for i := range 3 {
+		if v := <-s.visits; !v.Equal(passes[1]) {
+			t.Fatalf("visit %d of the failing recipient looked back to %v; want its first visit's since, %v", i, v, passes[1])
+		}
+	}
+}
+
 // stolenLeaseStore is a leasedStore whose first pass finds the lease taken
 // over by another instance once it began, and each of whose visits in that
 // pass lasts longer than half the interval, so that the pass asks for the
