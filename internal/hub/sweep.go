@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -32,8 +33,11 @@ func (r *Hub) sweepLoop(ctx context.Context) {
 	defer timer.Stop()
 	// The start of this holder's last pass: the next visits the recipients
 	// that dequeued since. A new holder looks back two intervals, as far as
-	// a holder that stopped can have left undone.
+	// a holder that stopped can have left undone. retry: the recipients
+	// whose visit failed in a pass that visited all the others, each with
+	// the since of its visit, which the next pass visits again.
 	var last time.Time
+	var retry map[string]time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -51,7 +55,7 @@ func (r *Hub) sweepLoop(ctx context.Context) {
 			if since.IsZero() {
 				since = started.Add(-2 * r.opts.SweepInterval)
 			}
-			swept, err := r.sweepTurn(ctx, holder, since.Add(-sweepSkew))
+			swept, failed, err := r.sweepTurn(ctx, holder, since.Add(-sweepSkew), retry)
 			switch {
 			case errors.Is(err, store.ErrNotHolder):
 				// The pass outlasted its lease (this instance stalled, or
@@ -60,10 +64,19 @@ func (r *Hub) sweepLoop(ctx context.Context) {
 				// as this one did.
 				r.logger.Warn(SweepLeaseLost, "err", err)
 				last = since
+			case err != nil && failed != nil:
+				// Every recipient was visited, and only these failed: the
+				// next pass visits them again, looking back as far, and
+				// goes on from this one's start. Held at the last pass
+				// that succeeded, one recipient that never sweeps (a full
+				// partition, a record it cannot read) would make every
+				// pass visit and read all that was dequeued since.
+				r.logger.Error("retention sweep failed", "err", err)
+				last, retry = started, failed
 			case err != nil && ctx.Err() == nil:
 				r.logger.Error("retention sweep failed", "err", err)
 			case err == nil && swept:
-				last = started
+				last, retry = started, nil
 			}
 			timer.Reset(jittered(r.opts.SweepInterval))
 		}
@@ -83,16 +96,18 @@ const SweepLeaseLost = "the sweep lease was taken over during a retention pass; 
 // sweepTurn runs one pass if this instance may: on a shared store only the
 // holder of the lease sweeps, at low priority. The lease outlasts the pass
 // and is extended as the pass goes on; a holder that dies frees it after two
-// intervals. It reports whether it swept; a pass that lost the lease
-// midway reports store.ErrNotHolder.
-func (r *Hub) sweepTurn(ctx context.Context, holder string, since time.Time) (bool, error) {
+// intervals. It reports whether it swept and the recipients that failed
+// (sweepPass); a pass that lost the lease midway reports
+// store.ErrNotHolder.
+func (r *Hub) sweepTurn(ctx context.Context, holder string, since time.Time, retry map[string]time.Time) (bool, map[string]time.Time, error) {
 	interval := r.opts.SweepInterval
 	hold := func(ctx context.Context) (bool, error) { return r.store.HoldSweepLease(ctx, holder, 2*interval) }
 	ctx = r.store.LowPriority(ctx)
 	if held, err := hold(ctx); err != nil || !held {
-		return false, err
+		return false, nil, err
 	}
-	return true, r.sweepPass(ctx, since, interval/2, hold)
+	failed, err := r.sweepPass(ctx, since, interval/2, hold, retry)
+	return true, failed, err
 }
 
 // SweepNow runs one retention pass at once, without waiting for the
@@ -104,13 +119,15 @@ func (r *Hub) SweepNow(ctx context.Context) error { return r.sweep(ctx) }
 // its lease: it visits the recipients with something due and those that
 // dequeued since since (the start of the previous pass, less a margin).
 func (r *Hub) SweepSince(ctx context.Context, since time.Time) error {
-	return r.sweepPass(ctx, since, 0, nil)
+	_, err := r.sweepPass(ctx, since, 0, nil, nil)
+	return err
 }
 
 // sweep is a pass that visits every recipient retaining a dequeued bundle
 // (since the cutoff: every retained one is dequeued before or after it).
 func (r *Hub) sweep(ctx context.Context) error {
-	return r.sweepPass(ctx, r.opts.Now().Add(-r.opts.Retention), 0, nil)
+	_, err := r.sweepPass(ctx, r.opts.Now().Add(-r.opts.Retention), 0, nil, nil)
+	return err
 }
 
 // RetentionWaits is the debug line of a retention pass that waits for the one
@@ -129,8 +146,11 @@ const RetentionWaits = "a retention sweep waits for the one running on this inst
 // store.ErrNotHolder once the visits under way end (their removals are
 // conditional on what they read, so they remove nothing the new holder's
 // pass or a later bundle owns). A recipient whose sweep fails is reported
-// once the others are swept.
-func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duration, hold func(context.Context) (bool, error)) error {
+// once the others are swept: the error names it, and failed holds every
+// such recipient with the since of its visit (nil unless the pass visited
+// every recipient). The recipients of retry are visited too, each looking
+// back to its own since when that is earlier.
+func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duration, hold func(context.Context) (bool, error), retry map[string]time.Time) (map[string]time.Time, error) {
 	// One pass at a time on an instance (the sweeper's turn, SweepNow):
 	// two would visit the same recipients, the later one only to meet
 	// conflicts, and the embedded store's documents (content.DirStore) are
@@ -147,17 +167,27 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 		select {
 		case r.sweeping <- struct{}{}:
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 	defer func() { <-r.sweeping }()
 	cutoff := r.opts.Now().Add(-r.opts.Retention)
 	var due []string
+	visits := map[string]time.Time{} // recipient → the since of its visit
 	if err := r.store.DueRecipients(ctx, cutoff, since, func(recipient string) error {
 		due = append(due, recipient)
+		visits[recipient] = since
 		return nil
 	}); err != nil {
-		return err
+		return nil, err
+	}
+	for _, recipient := range slices.Sorted(maps.Keys(retry)) {
+		if at, listed := visits[recipient]; !listed || retry[recipient].Before(at) {
+			if !listed {
+				due = append(due, recipient)
+			}
+			visits[recipient] = retry[recipient]
+		}
 	}
 	r.pruneAudit(ctx, cutoff)
 	g, gctx := errgroup.WithContext(ctx)
@@ -167,6 +197,13 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 		failed []string
 		first  error
 	)
+	failedSince := func() map[string]time.Time {
+		out := make(map[string]time.Time, len(failed))
+		for _, recipient := range failed {
+			out[recipient] = visits[recipient]
+		}
+		return out
+	}
 	held := time.Now()
 	for i, recipient := range due {
 		if gctx.Err() != nil {
@@ -178,12 +215,12 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 				if err == nil {
 					err = fmt.Errorf("%w: the sweep lease was taken over with %d of %d recipients not visited", store.ErrNotHolder, len(due)-i, len(due))
 				}
-				return err
+				return nil, err
 			}
 			held = time.Now()
 		}
 		g.Go(func() error {
-			err := r.sweepRecipient(gctx, recipient, cutoff, since)
+			err := r.sweepRecipient(gctx, recipient, cutoff, visits[recipient])
 			switch {
 			case err == nil, errors.Is(err, store.ErrConflict): // someone wrote meanwhile; the next pass looks again
 				return nil
@@ -202,12 +239,12 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return err
+		return nil, err
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("retention of %d recipients failed (%s first): %w", len(failed), failed[0], first)
+		return failedSince(), fmt.Errorf("retention of %d recipients failed (%s first): %w", len(failed), failed[0], first)
 	}
-	return nil
+	return nil, nil
 }
 
 // sweepRecipient removes what retention allows of one recipient. It reads
