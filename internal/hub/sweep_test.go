@@ -390,35 +390,23 @@ func TestARecipientWhoseSweepFailsDoesNotStopThePass(t *testing.T) {
 	}
 }
 
-// stuckStore has a recipient that dequeued at dequeued, which it names
-// from its second pass on to the passes that look back as far, and whose
-// visits fail for ever (a partition full, a record it cannot read). Each
-// DueRecipients call moves its clock an hour on; it reports every call's
-// since, and the since of every visit of the failing recipient.
+// stuckStore is a dueStore with a recipient that dequeued at dequeued,
+// which it names from its second pass on to the passes that look back as
+// far, and whose visits fail for ever (a partition full, a record it
+// cannot read). It reports the since of every visit of that recipient.
 type stuckStore struct {
-	*failingSweepStore
-	now      time.Time
+	*dueStore
+	bad      string
 	dequeued time.Time
-	n        int
-	passes   chan time.Time
 	visits   chan time.Time
 }
 
-func (s *stuckStore) Now() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.now
-}
-
-func (s *stuckStore) DueRecipients(_ context.Context, _, since time.Time, fn func(string) error) error {
+func (s *stuckStore) DueRecipients(ctx context.Context, due, since time.Time, fn func(string) error) error {
 	s.mu.Lock()
 	n := s.n
-	s.n++
-	s.now = s.now.Add(time.Hour)
 	s.mu.Unlock()
-	select {
-	case s.passes <- since:
-	default: // the test has read what it needs: never block the sweeper
+	if err := s.dueStore.DueRecipients(ctx, due, since, fn); err != nil {
+		return err
 	}
 	if n >= 1 && !since.After(s.dequeued) {
 		return fn(s.bad)
@@ -430,10 +418,11 @@ func (s *stuckStore) LoadRetention(ctx context.Context, recipient string, due, s
 	if recipient == s.bad {
 		select {
 		case s.visits <- since:
-		default:
+		default: // the test has read what it needs: never block the sweeper
 		}
+		return store.RetentionState{}, errors.New("partition full")
 	}
-	return s.failingSweepStore.LoadRetention(ctx, recipient, due, since)
+	return s.dueStore.LoadRetention(ctx, recipient, due, since)
 }
 
 // A recipient whose sweep keeps failing is visited again by every pass,
@@ -446,14 +435,14 @@ func TestARecipientWhoseSweepKeepsFailingDoesNotHoldTheNextPassesBack(t *testing
 	at := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
 	const interval, retention = 20 * time.Millisecond, 24 * time.Hour
 	s := &stuckStore{
-		failingSweepStore: &failingSweepStore{sweptStore: &sweptStore{}, bad: "bad"},
-		now:               at, dequeued: at.Add(30 * time.Minute), passes: make(chan time.Time, 10), visits: make(chan time.Time, 10),
+		dueStore: &dueStore{sweptStore: &sweptStore{}, calls: make(chan dueCall, 10), now: at},
+		bad:      "bad", dequeued: at.Add(30 * time.Minute), visits: make(chan time.Time, 10),
 	}
 	repo := New(s, Options{SweepInterval: interval, Retention: retention, Now: s.Now}, nil)
 	t.Cleanup(repo.Close)
 	var passes []time.Time
 	for range 4 {
-		passes = append(passes, <-s.passes)
+		passes = append(passes, (<-s.calls).since)
 	}
 	// Pass i starts at at+i hours; pass 1 (the second) is the first to
 	// meet the failing recipient.

@@ -115,22 +115,8 @@ func TestARecountSeesAtLeastWhatTheFeedItStartsAfterShowed(t *testing.T) {
 	opts := cosmostest.Default()
 	opts.Lag, opts.LagFixed, opts.Ranges = time.Hour, false, 8
 	srv := cosmostest.StartWith(t, opts)
-	db := cosmostest.UniqueID("db")
-	stores := make([]*cosmos.Store, 2)
-	for i := range stores {
-		s, err := cosmos.Open(context.Background(), cosmos.Config{
-			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
-			Throughput: "manual=100000",
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		stores[i] = s
-	}
-	a := hub.New(withoutBells{stores[0]}, hub.Options{}, nil)
-	t.Cleanup(a.Close)
-	holder := stores[1]
+	stores, repos := twoInstances(t, srv)
+	a, holder := repos[0], stores[1]
 	ctx := context.Background()
 	saved := 0
 	for round := range rounds {
