@@ -3,6 +3,7 @@ package pebble
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -28,20 +29,11 @@ func TestTheHubOverPebbleWithRemediesAndBundleIDsAnswersAsTheModel(t *testing.T)
 }
 
 func runRemedyModel(t *testing.T, seed uint64, steps int) {
-	dir := t.TempDir()
-	s, err := Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Add(int64(time.Millisecond))) }
 	const limit = 20
-	open := func() *hub.Hub {
-		return hub.New(s, hub.Options{Now: clock, SweepInterval: time.Hour, MaxBundleWeight: limit, MaxAcknowledgeBundles: 3}, nil)
-	}
-	repo := open()
-	defer func() { repo.Close(); _ = s.Close() }()
+	h := openModelHub(t, hub.Options{Now: clock, SweepInterval: time.Hour, MaxBundleWeight: limit, MaxAcknowledgeBundles: 3})
 	ctx := context.Background()
 	rnd := rand.New(rand.NewPCG(seed, 7)) //nolint:gosec // a test's spread
 	recipients := []string{uuid.NewString(), uuid.NewString()}
@@ -50,123 +42,51 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 	freed := map[string][]string{}       // per recipient: ids retention removed
 	lastDequeue := map[string][]string{} // recipient|bundle -> notification ids
 	for _, r := range recipients {
-		model[r] = &modelRecipient{items: map[modelCab][]modelItem{}, acked: map[modelCab]int{}, pending: map[domain.PeekGroup]*modelPending{}}
+		model[r] = newModelRecipient()
 		used[r] = map[string]bool{}
-	}
-	cabs := []modelCab{
-		{domain.OriginTimeSeries, "a"}, {domain.OriginTimeSeries, "b"}, {domain.OriginCharges, "a"},
-		{domain.OriginMeteringPoints, "a"}, {domain.OriginAggregations, "a"},
 	}
 	created := 0
 
-	// cutFrom is the bundle the rule cuts from cabinet c at its cursor,
-	// ended before position end.
-	cutFrom := func(m *modelRecipient, c modelCab, end int) []string {
-		var ids []string
-		var weight int64
-		for i := m.acked[c]; i < len(m.items[c]) && i < end; i++ {
-			it := m.items[c][i]
-			if len(ids) == 0 {
-				ids, weight = append(ids, it.n.ID), it.n.Weight
-				if !it.n.SupportsBundling {
-					break
-				}
-				continue
-			}
-			if !it.n.SupportsBundling || weight+it.n.Weight > limit {
-				break
-			}
-			ids, weight = append(ids, it.n.ID), weight+it.n.Weight
-		}
-		return ids
-	}
-	pendingOf := func(m *modelRecipient, g domain.PeekGroup) []*modelPending {
-		var pend []*modelPending
-		for pg, p := range m.pending {
-			if g.IsAll() || pg == g {
-				pend = append(pend, p)
-			}
-		}
-		slices.SortFunc(pend, func(a, b *modelPending) int { return a.created - b.created })
-		return pend
-	}
-	expected := func(m *modelRecipient, g domain.PeekGroup) (*modelPending, []string) {
-		if pend := pendingOf(m, g); len(pend) > 0 {
-			return pend[0], pend[0].ids
-		}
-		var best *modelCab
-		bestSeq := 0
-		for _, c := range cabs {
-			if !g.Contains(c.origin) || m.acked[c] >= len(m.items[c]) {
-				continue
-			}
-			if seq := m.items[c][m.acked[c]].seq; best == nil || seq < bestSeq {
-				best, bestSeq = &c, seq
-			}
-		}
-		if best == nil {
-			return nil, nil
-		}
-		ids := cutFrom(m, *best, len(m.items[*best]))
-		return &modelPending{cab: *best, ids: ids}, ids
-	}
 	dequeued := func(step int, r, id string, ids []string) {
 		used[r][id] = true
 		lastDequeue[r+"|"+id] = ids
-		b, err := repo.DequeuedBundle(ctx, r, id)
+		b, err := h.repo.DequeuedBundle(ctx, r, id)
 		if err != nil || !slices.Equal(b.NotificationIDs, ids) {
 			t.Fatalf("seed %d step %d: dequeued bundle %s reads back %v, %v; want %v", seed, step, id, b, err, ids)
 		}
 	}
 
-	peek := func(step int, r string, g domain.PeekGroup, id string) {
+	peek := func(step int, r string, g domain.PeekGroup, id string) *domain.Bundle {
 		m := model[r]
-		pend := pendingOf(m, g)
+		pend := m.pendingIn(g)
 		var wantErr error
 		switch {
 		case id == "":
 		case slices.ContainsFunc(pend, func(p *modelPending) bool { return p.id == id }):
 		case len(pend) > 0:
 			wantErr = domain.ErrOtherBundlePending
-		case used[r][id] || slices.ContainsFunc(pendingOf(m, domain.GroupAll), func(p *modelPending) bool { return p.id == id }):
+		case used[r][id] || slices.ContainsFunc(m.pendingIn(domain.GroupAll), func(p *modelPending) bool { return p.id == id }):
 			wantErr = domain.ErrBundleIDInUse
 		}
-		want, wantIDs := expected(m, g)
-		if id != "" && wantErr == nil {
-			if i := slices.IndexFunc(pend, func(p *modelPending) bool { return p.id == id }); i >= 0 {
-				want, wantIDs = pend[i], pend[i].ids
-			}
+		want := m.next(g, limit)
+		if i := slices.IndexFunc(pend, func(p *modelPending) bool { return p.id == id }); id != "" && i >= 0 {
+			want = pend[i]
 		}
-		b, err := repo.Peek(ctx, r, g, id)
+		b, err := h.repo.Peek(ctx, r, g, id)
 		if wantErr != nil {
 			if !errors.Is(err, wantErr) {
 				t.Fatalf("seed %d step %d: peek %v %s: %v, %v; want %v", seed, step, g, id, b, err, wantErr)
 			}
-			return
+			return nil
 		}
 		if err != nil {
 			t.Fatalf("seed %d step %d: peek %v %s: %v", seed, step, g, id, err)
 		}
-		if want == nil {
-			if b != nil {
-				t.Fatalf("seed %d step %d: peek %v returned %d notifications, want none", seed, step, g, len(b.NotificationIDs))
-			}
-			return
-		}
-		if b == nil || !slices.Equal(b.NotificationIDs, wantIDs) {
-			t.Fatalf("seed %d step %d: peek %v %s returned %v, want %v from %v", seed, step, g, id, b, wantIDs, want.cab)
-		}
-		if want.id != "" && b.ID != want.id {
-			t.Fatalf("seed %d step %d: peek %v returned bundle %s, want the pending %s", seed, step, g, b.ID, want.id)
-		}
-		if id != "" && b.ID != id {
+		if b != nil && id != "" && b.ID != id {
 			t.Fatalf("seed %d step %d: peek %v with id %s returned bundle %s", seed, step, g, id, b.ID)
 		}
-		if want.id == "" {
-			created++
-			want.id, want.created = b.ID, created
-			m.pending[domain.GroupOf(want.cab.origin)] = want
-		}
+		m.peeked(t, fmt.Sprintf("seed %d step %d: peek %v %q", seed, step, g, id), b, want, &created)
+		return b
 	}
 
 	for step := range steps {
@@ -177,11 +97,11 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 		case op < 30: // save
 			var ns []domain.Notification
 			for range 1 + rnd.IntN(12) {
-				c := cabs[rnd.IntN(len(cabs))]
+				c := modelCabs[rnd.IntN(len(modelCabs))]
 				ns = append(ns, domain.Notification{ID: uuid.NewString(), Recipient: r, Origin: c.origin,
 					ContentType: c.ct, DocumentType: "d", SupportsBundling: rnd.IntN(8) != 0, Weight: int64(1 + rnd.IntN(limit+2))})
 			}
-			if _, err := repo.Save(ctx, slices.Clone(ns)); err != nil {
+			if _, err := h.repo.Save(ctx, slices.Clone(ns)); err != nil {
 				t.Fatalf("seed %d step %d: save: %v", seed, step, err)
 			}
 			for _, n := range ns {
@@ -196,7 +116,7 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 			case 0:
 				id = uuid.NewString()
 			case 1:
-				if p := pendingOf(m, domain.GroupAll); len(p) > 0 {
+				if p := m.pendingIn(domain.GroupAll); len(p) > 0 {
 					id = p[rnd.IntN(len(p))].id
 				}
 			case 2:
@@ -216,11 +136,10 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 				if p == nil {
 					continue
 				}
-				if err := repo.Dequeue(ctx, r, p.id); err != nil {
+				if err := h.repo.Dequeue(ctx, r, p.id); err != nil {
 					t.Fatalf("seed %d step %d: dequeue: %v", seed, step, err)
 				}
-				m.acked[p.cab] += len(p.ids)
-				delete(m.pending, g)
+				m.dequeued(p.id)
 				dequeued(step, r, p.id, p.ids)
 				break
 			}
@@ -230,7 +149,7 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 				if p == nil {
 					continue
 				}
-				if _, err := repo.ReleaseBundle(ctx, r, p.id); err != nil {
+				if _, err := h.repo.ReleaseBundle(ctx, r, p.id); err != nil {
 					t.Fatalf("seed %d step %d: release: %v", seed, step, err)
 				}
 				delete(m.pending, g)
@@ -239,7 +158,7 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 				break
 			}
 		case op < 88: // an operator acknowledges a cabinet up to a notification
-			c := cabs[rnd.IntN(len(cabs))]
+			c := modelCabs[rnd.IntN(len(modelCabs))]
 			if len(m.items[c]) == 0 {
 				continue
 			}
@@ -257,7 +176,7 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 						acked += len(p.ids)
 					}
 					for acked <= k {
-						ids := cutFrom(&modelRecipient{items: m.items, acked: map[modelCab]int{c: acked}}, c, k+1)
+						ids := (&modelRecipient{items: m.items, acked: map[modelCab]int{c: acked}}).cut(c, k+1, limit)
 						want = append(want, ids)
 						acked += len(ids)
 					}
@@ -265,7 +184,7 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 			}
 			var got []hub.Acknowledged
 			for {
-				a, err := repo.AcknowledgeOnBehalf(ctx, r, c.origin, c.ct, m.items[c][k].n.ID)
+				a, err := h.repo.AcknowledgeOnBehalf(ctx, r, c.origin, c.ct, m.items[c][k].n.ID)
 				if m.acked[c] > k && errors.Is(err, domain.ErrNotFound) {
 					break // dequeued, and retention may have removed it
 				}
@@ -289,7 +208,7 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 			var gotIDs [][]string
 			for _, a := range got {
 				for _, rec := range a.Bundles {
-					b, err := repo.DequeuedBundle(ctx, r, rec.ID)
+					b, err := h.repo.DequeuedBundle(ctx, r, rec.ID)
 					if err != nil {
 						t.Fatalf("seed %d step %d: acknowledged bundle %s: %v", seed, step, rec.ID, err)
 					}
@@ -315,7 +234,7 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 					used[rr] = map[string]bool{}
 				}
 			}
-			if err := repo.SweepNow(ctx); err != nil {
+			if err := h.repo.SweepNow(ctx); err != nil {
 				t.Fatalf("seed %d step %d: sweep: %v", seed, step, err)
 			}
 		case op < 96: // a dequeued bundle read back
@@ -324,49 +243,19 @@ func runRemedyModel(t *testing.T, seed uint64, steps int) {
 				if !used[rr][id] {
 					continue
 				}
-				b, err := repo.DequeuedBundle(ctx, rr, id)
+				b, err := h.repo.DequeuedBundle(ctx, rr, id)
 				if err != nil || !slices.Equal(b.NotificationIDs, ids) {
 					t.Fatalf("seed %d step %d: dequeued bundle %s reads back %v, %v; want %v", seed, step, id, b, err, ids)
 				}
 				break
 			}
 		case op < 98: // a clean restart
-			repo.Close()
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if s, err = Open(dir, nil); err != nil {
-				t.Fatal(err)
-			}
-			repo = open()
+			h.restart(t)
 		default: // a crash
-			repo.Close()
-			s = crashAndReopen(t, s, dir)
-			repo = open()
+			h.crash(t)
 		}
 	}
 	for _, r := range recipients {
-		for i := 0; ; i++ {
-			if i > 100_000 {
-				t.Fatal("draining does not end")
-			}
-			m := model[r]
-			want, _ := expected(m, domain.GroupAll)
-			peek(steps, r, domain.GroupAll, "")
-			if want == nil {
-				break
-			}
-			p := pendingOf(m, domain.GroupAll)[0]
-			if err := repo.Dequeue(ctx, r, p.id); err != nil {
-				t.Fatal(err)
-			}
-			m.acked[p.cab] += len(p.ids)
-			delete(m.pending, domain.GroupOf(p.cab.origin))
-		}
-		for _, c := range cabs {
-			if model[r].acked[c] != len(model[r].items[c]) {
-				t.Fatalf("%s %v: %d of %d delivered", r, c, model[r].acked[c], len(model[r].items[c]))
-			}
-		}
+		h.drain(t, r, model[r], func() *domain.Bundle { return peek(steps, r, domain.GroupAll, "") })
 	}
 }
