@@ -42,13 +42,19 @@ func (s *Store) openIDIndex(dir string) error {
 	if err != nil {
 		s.logger.Warn("the saved id index is not usable; indexing the stored ids", "err", err)
 	}
-	if x == nil {
-		return s.buildIDIndex()
-	}
+	// The token goes whether or not the file was used: a file that could
+	// not be read now (a read error) may read again at a later Open, which
+	// after this store's writes and a crash must not load it.
 	if !s.readOnly {
 		if err := s.db.Delete(filterTokenKey, pebble.Sync); err != nil {
+			if x != nil {
+				freeSlots(x.slots)
+			}
 			return err
 		}
+	}
+	if x == nil {
+		return s.buildIDIndex()
 	}
 	s.ids = x
 	s.logger.Info("stored ids loaded", "ids", x.count, "took", time.Since(t0).Round(time.Millisecond).String())

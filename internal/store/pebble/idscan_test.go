@@ -3,6 +3,8 @@ package pebble
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -188,6 +190,61 @@ func TestSavedIDIndexIsUsedOnlyIfNothingWroteSince(t *testing.T) {
 		if _, _, ok, err := s.storedID(&u); !ok || err != nil {
 			t.Fatalf("id %s stored before the crash is not found (%v)", id, err)
 		}
+	}
+}
+
+// A saved index that cannot be read at an Open (a read error of its file;
+// here the file is moved aside for that Open) is indexed anew, and its
+// token goes all the same: the store then takes writes the file does not
+// describe, so after a crash, with the file readable again, the next Open
+// must not load it.
+func TestASavedIDIndexThatCouldNotBeReadIsNotLoadedAfterWritesAndACrash(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := []string{uuid.NewString()}
+	if err := saveIDs(t, s, before); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, idIndexFile)
+	if err := os.Rename(file, file+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	after := []string{uuid.NewString(), uuid.NewString()}
+	if err := saveIDs(t, s, after); err != nil {
+		t.Fatal(err)
+	}
+	s.writer.Close() // a crash: nothing saved at Close
+	if err := s.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(file+".aside", file); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	found, err := s.LookupIDs(context.Background(), append(before, after...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range append(before, after...) {
+		if _, ok := found[id]; !ok {
+			t.Errorf("id %s stored before the crash is not found", id)
+		}
+	}
+	var exists *store.IDsExistError
+	if err := saveIDs(t, s, after); !errors.As(err, &exists) {
+		t.Fatalf("a save of ids stored before the crash: %v, want them named as existing", err)
 	}
 }
 
