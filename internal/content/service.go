@@ -428,16 +428,11 @@ func (s *Service) stored(key Key) bool {
 
 // attempt asks the provider once, holding the lease (if any): it renews the
 // lease while the provider answers, stops asking if the lease is lost, and
-// releases it at the end.
+// releases it at the end, however it ends.
 func (s *Service) attempt(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.AttemptTimeout)
 	defer cancel()
 	if s.opts.Lease != nil {
-		// The holder before us may have stored the document just before we
-		// took its expired or released lease.
-		if s.stored(key) {
-			return nil
-		}
 		renewed := make(chan struct{})
 		go func() {
 			defer close(renewed)
@@ -452,6 +447,11 @@ func (s *Service) attempt(key Key, bundle *messagehubv1.Bundle, provider message
 				log.Warn("releasing a bundle's lease failed; it expires by itself", "error", err)
 			}
 		}()
+		// The holder before us may have stored the document just before we
+		// took its expired or released lease.
+		if s.stored(key) {
+			return nil
+		}
 	}
 	// Another bundle's document under the id would stand in the way of
 	// this one's (a document is never replaced).
