@@ -162,10 +162,11 @@ func TestALeaseTakenOverStopsTheCallAndTheNewHoldersDocumentIsServed(t *testing.
 	}
 }
 
-// An instance that finds a bundle's lease held by another (one that died
-// while its domain answered, say) says once, at info, who holds it and until
-// when, and takes the build over when that lease expires.
-func TestAWaitForAnotherHoldersLeaseIsLoggedOnceAndEndsAtItsExpiry(t *testing.T) {
+// leasedBundle starts a domain that answers at once and a bundle whose
+// lease holder holds until then, and returns the options of a Service
+// that keeps documents in a folder and takes that lease.
+func leasedBundle(t *testing.T, holder string, until time.Time) (content.Options, *contenttest.Provider, *messagehubv1.Bundle, *memLease) {
+	t.Helper()
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
 		return contenttest.Document("application/json", []byte(`{"a":1}`), 3)
 	})
@@ -176,17 +177,25 @@ func TestAWaitForAnotherHoldersLeaseIsLoggedOnceAndEndsAtItsExpiry(t *testing.T)
 	b := newBundle()
 	lease := &memLease{holder: map[string]string{}, until: map[string]time.Time{}}
 	k := b.Recipient + "/" + b.Id
-	until := time.Now().Add(300 * time.Millisecond)
-	lease.holder[k], lease.until[k] = "a-dead-instance", until
-	logs := &lockedBuffer{}
-	s := content.NewService(content.Options{
+	lease.holder[k], lease.until[k] = holder, until
+	return content.Options{
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
 		Store:     store,
 		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
 		RetryMin:  5 * time.Millisecond, RetryMax: 20 * time.Millisecond,
 		Lease: lease, LeaseDuration: time.Minute,
-		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-	})
+	}, provider, b, lease
+}
+
+// An instance that finds a bundle's lease held by another (one that died
+// while its domain answered, say) says once, at info, who holds it and until
+// when, and takes the build over when that lease expires.
+func TestAWaitForAnotherHoldersLeaseIsLoggedOnceAndEndsAtItsExpiry(t *testing.T) {
+	until := time.Now().Add(300 * time.Millisecond)
+	opts, _, b, _ := leasedBundle(t, "a-dead-instance", until)
+	logs := &lockedBuffer{}
+	opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	s := content.NewService(opts)
 	t.Cleanup(s.Close)
 	doc, err := s.Document(within(t, time.Minute), b)
 	if err != nil {
@@ -255,25 +264,10 @@ func (l *heldSecondTake) AcquireBuild(ctx context.Context, recipient, bundleID, 
 // serves it without asking the domain, and releases the lease it took,
 // so that no instance waits for it to run out.
 func TestALeaseTakenAfterTheDocumentWasStoredIsReleased(t *testing.T) {
-	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
-		return contenttest.Document("application/json", []byte(`{"a":1}`), 3)
-	})
-	store, err := content.OpenDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := newBundle()
-	mem := &memLease{holder: map[string]string{}, until: map[string]time.Time{}}
-	k := b.Recipient + "/" + b.Id
-	mem.holder[k], mem.until[k] = "another instance", time.Now().Add(time.Hour)
+	opts, provider, b, mem := leasedBundle(t, "another instance", time.Now().Add(time.Hour))
 	lease := &heldSecondTake{Lease: mem, reached: make(chan struct{}), goOn: make(chan struct{})}
-	s := content.NewService(content.Options{
-		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
-		Store:     store,
-		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
-		RetryMin:  5 * time.Millisecond, RetryMax: 20 * time.Millisecond,
-		Lease: lease, LeaseDuration: time.Minute,
-	})
+	opts.Lease = lease
+	s := content.NewService(opts)
 	t.Cleanup(s.Close)
 	served := make(chan string, 1)
 	go func() {
@@ -294,7 +288,7 @@ func TestALeaseTakenAfterTheDocumentWasStoredIsReleased(t *testing.T) {
 	// other instance stores the document and releases its lease before the
 	// service's next try.
 	<-lease.reached
-	contenttest.Put(t, store, content.Key{Recipient: b.Recipient, BundleID: b.Id, Bundle: content.Identity(b)}, "text/plain", []byte("theirs"))
+	contenttest.Put(t, opts.Store, content.Key{Recipient: b.Recipient, BundleID: b.Id, Bundle: content.Identity(b)}, "text/plain", []byte("theirs"))
 	if err := mem.ReleaseBuild(t.Context(), b.Recipient, b.Id, "another instance"); err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +301,7 @@ func TestALeaseTakenAfterTheDocumentWasStoredIsReleased(t *testing.T) {
 	}
 	mem.mu.Lock()
 	defer mem.mu.Unlock()
-	if h, ok := mem.holder[k]; ok {
+	if h, ok := mem.holder[b.Recipient+"/"+b.Id]; ok {
 		t.Fatalf("the lease is still held by %q after the document was served", h)
 	}
 }
