@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,10 +162,11 @@ func TestALeaseTakenOverStopsTheCallAndTheNewHoldersDocumentIsServed(t *testing.
 	}
 }
 
-// An instance that finds a bundle's lease held by another (one that died
-// while its domain answered, say) says once, at info, who holds it and until
-// when, and takes the build over when that lease expires.
-func TestAWaitForAnotherHoldersLeaseIsLoggedOnceAndEndsAtItsExpiry(t *testing.T) {
+// leasedBundle starts a domain that answers at once and a bundle whose
+// lease holder holds until then, and returns the options of a Service
+// that keeps documents in a folder and takes that lease.
+func leasedBundle(t *testing.T, holder string, until time.Time) (content.Options, *contenttest.Provider, *messagehubv1.Bundle, *memLease) {
+	t.Helper()
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
 		return contenttest.Document("application/json", []byte(`{"a":1}`), 3)
 	})
@@ -174,17 +177,25 @@ func TestAWaitForAnotherHoldersLeaseIsLoggedOnceAndEndsAtItsExpiry(t *testing.T)
 	b := newBundle()
 	lease := &memLease{holder: map[string]string{}, until: map[string]time.Time{}}
 	k := b.Recipient + "/" + b.Id
-	until := time.Now().Add(300 * time.Millisecond)
-	lease.holder[k], lease.until[k] = "a-dead-instance", until
-	logs := &lockedBuffer{}
-	s := content.NewService(content.Options{
+	lease.holder[k], lease.until[k] = holder, until
+	return content.Options{
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
 		Store:     store,
 		Pending:   func(context.Context, string, string) (bool, error) { return true, nil },
 		RetryMin:  5 * time.Millisecond, RetryMax: 20 * time.Millisecond,
 		Lease: lease, LeaseDuration: time.Minute,
-		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-	})
+	}, provider, b, lease
+}
+
+// An instance that finds a bundle's lease held by another (one that died
+// while its domain answered, say) says once, at info, who holds it and until
+// when, and takes the build over when that lease expires.
+func TestAWaitForAnotherHoldersLeaseIsLoggedOnceAndEndsAtItsExpiry(t *testing.T) {
+	until := time.Now().Add(300 * time.Millisecond)
+	opts, _, b, _ := leasedBundle(t, "a-dead-instance", until)
+	logs := &lockedBuffer{}
+	opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	s := content.NewService(opts)
 	t.Cleanup(s.Close)
 	doc, err := s.Document(within(t, time.Minute), b)
 	if err != nil {
@@ -230,4 +241,67 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// heldSecondTake is a Lease whose second AcquireBuild waits, once it is
+// called (reached closes), until goOn closes.
+type heldSecondTake struct {
+	content.Lease
+	calls         atomic.Int32
+	reached, goOn chan struct{}
+}
+
+func (l *heldSecondTake) AcquireBuild(ctx context.Context, recipient, bundleID, holder string, d time.Duration) (string, time.Time, error) {
+	if l.calls.Add(1) == 2 {
+		close(l.reached)
+		<-l.goOn
+	}
+	return l.Lease.AcquireBuild(ctx, recipient, bundleID, holder, d)
+}
+
+// An instance waiting for another's build takes the lease once it is
+// released, and finds the document the other stored just before: it
+// serves it without asking the domain, and releases the lease it took,
+// so that no instance waits for it to run out.
+func TestALeaseTakenAfterTheDocumentWasStoredIsReleased(t *testing.T) {
+	opts, provider, b, mem := leasedBundle(t, "another instance", time.Now().Add(time.Hour))
+	lease := &heldSecondTake{Lease: mem, reached: make(chan struct{}), goOn: make(chan struct{})}
+	opts.Lease = lease
+	s := content.NewService(opts)
+	t.Cleanup(s.Close)
+	served := make(chan string, 1)
+	go func() {
+		doc, err := s.Document(within(t, time.Minute), b)
+		if err != nil {
+			t.Error(err)
+			served <- ""
+			return
+		}
+		data, err := io.ReadAll(doc.Body)
+		_ = doc.Body.Close()
+		if err != nil {
+			t.Error(err)
+		}
+		served <- string(data)
+	}()
+	// The service found the other instance's lease and no document; the
+	// other instance stores the document and releases its lease before the
+	// service's next try.
+	<-lease.reached
+	contenttest.Put(t, opts.Store, content.Key{Recipient: b.Recipient, BundleID: b.Id, Bundle: content.Identity(b)}, "text/plain", []byte("theirs"))
+	if err := mem.ReleaseBuild(t.Context(), b.Recipient, b.Id, "another instance"); err != nil {
+		t.Fatal(err)
+	}
+	close(lease.goOn)
+	if got := <-served; got != "theirs" {
+		t.Fatalf("served %q, want the other instance's document", got)
+	}
+	if n := provider.Creates(b.Id); n != 0 {
+		t.Fatalf("the domain was asked %d times, want never", n)
+	}
+	mem.mu.Lock()
+	defer mem.mu.Unlock()
+	if h, ok := mem.holder[b.Recipient+"/"+b.Id]; ok {
+		t.Fatalf("the lease is still held by %q after the document was served", h)
+	}
 }

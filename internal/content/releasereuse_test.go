@@ -36,6 +36,8 @@ type reuseEnv struct {
 	docs  content.Store
 	repo  *hub.Hub
 	srv   *cosmostest.Server // nil: pebble
+	db    string             // the Cosmos DB database, with the test server
+	now   func() time.Time   // the instances' clock
 	dir   string             // the documents' folder, with pebble
 
 	mu    sync.Mutex
@@ -53,6 +55,7 @@ func newReuseEnv(t *testing.T, kind string, forget func(forgetFunc) forgetFunc) 
 	t.Helper()
 	e := &reuseEnv{ctx: within(t, 2*time.Minute)}
 	now := func() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return time.Now().Add(e.ahead) }
+	e.now = now
 	switch kind {
 	case "directory":
 		s, err := pebble.Open(t.TempDir(), nil)
@@ -68,14 +71,9 @@ func newReuseEnv(t *testing.T, kind string, forget func(forgetFunc) forgetFunc) 
 		t.Cleanup(func() { _ = docs.Close() })
 		e.store, e.docs = s, docs
 	case "azurite":
-		e.srv = cosmostest.Start(t)
+		e.srv, e.db = cosmostest.Start(t), cosmostest.UniqueID("db")
 		azurite := azuritetest.Start(t)
-		s, err := cosmos.Open(e.ctx, cosmos.Config{Endpoint: e.srv.Endpoint, Key: e.srv.Key, Provision: true, Database: cosmostest.UniqueID("db"),
-			Transport: cosmostest.NewHTTPClient(), Retention: reuseRetention, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
+		s := e.openCosmos(t)
 		docs, err := blobstore.Open(e.ctx, blobstore.Config{ConnectionString: azurite.ConnectionString(), Container: azuritetest.UniqueContainer("reuse"), Provision: true})
 		if err != nil {
 			t.Fatal(err)
@@ -87,6 +85,19 @@ func newReuseEnv(t *testing.T, kind string, forget func(forgetFunc) forgetFunc) 
 	e.repo = hub.New(e.store, hub.Options{Retention: reuseRetention, ForgetBundles: forget(content.Forget(e.docs)), Now: now}, nil)
 	t.Cleanup(e.repo.Close)
 	return e
+}
+
+// openCosmos opens a store on the environment's Cosmos DB database, as
+// each instance sharing it does.
+func (e *reuseEnv) openCosmos(t *testing.T) *cosmos.Store {
+	t.Helper()
+	s, err := cosmos.Open(e.ctx, cosmos.Config{Endpoint: e.srv.Endpoint, Key: e.srv.Key, Provision: true, Database: e.db,
+		Transport: cosmostest.NewHTTPClient(), Retention: reuseRetention, Now: e.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // pastRetention moves the clocks past the retention of what is released

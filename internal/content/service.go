@@ -49,7 +49,9 @@ type Options struct {
 	Metrics ProviderMetrics
 	// Lease, when set, makes instances that share the store ask a domain
 	// once per bundle: only the holder of the bundle's lease asks, the others
-	// wait for its document. Within one Service builds are serialized anyway.
+	// wait for its document. Within one Service the peeks of a bundle share
+	// one build, and the builds under one id (an earlier bundle's and a
+	// later one's) share the instance's lease of it.
 	Lease Lease
 	// LeaseDuration is how long a lease lasts unless renewed (default
 	// DefaultLeaseDuration); the holder renews it every third of it while it
@@ -92,10 +94,27 @@ type Service struct {
 
 	mu       sync.Mutex
 	building map[Key]*build
+	leases   map[Key]*idLease // by recipient and bundle id (no Bundle)
 
 	ctx  context.Context // ends at Close
 	stop context.CancelFunc
 	wg   sync.WaitGroup
+}
+
+// idLease is this Service's share of the lease of one bundle id. The lease
+// names the instance, and the builds of an earlier and a later bundle under
+// the id run here at once (a build is the bundle's): every attempt that
+// holds the lease counts, and only the last to end releases it, else the
+// first to end would let another instance take the lease and ask the
+// domain for the bundle still being asked for here.
+type idLease struct {
+	// mu is held across the store's calls that take the lease for an
+	// attempt or release it, so that a release never drops the lease
+	// another build just took. Renewals go without: while one runs, its
+	// attempt counts, and nothing releases the lease.
+	mu      sync.Mutex
+	holding int // attempts holding the lease (under mu)
+	users   int // callers of withLease on it (under Service.mu)
 }
 
 // build is one bundle's document being asked for; done closes when the
@@ -120,7 +139,7 @@ func NewService(opts Options) *Service {
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.LeaseDuration = cmp.Or(opts.LeaseDuration, DefaultLeaseDuration)
 	ctx, stop := context.WithCancel(context.Background())
-	return &Service{opts: opts, holder: holderName(), building: map[Key]*build{}, ctx: ctx, stop: stop}
+	return &Service{opts: opts, holder: holderName(), building: map[Key]*build{}, leases: map[Key]*idLease{}, ctx: ctx, stop: stop}
 }
 
 // holderName names this Service on leases so that an operator reading
@@ -412,12 +431,62 @@ func (s *Service) discard(ctx context.Context, key Key, bundle *messagehubv1.Bun
 }
 
 // acquire takes the bundle's lease and returns who holds it and until when;
-// without a Lease this Service is the only one to ask.
-func (s *Service) acquire(key Key) (string, time.Time, error) {
+// without a Lease this Service is the only one to ask. Once this Service
+// holds it, the attempt that follows releases it (release).
+func (s *Service) acquire(key Key) (holder string, until time.Time, err error) {
 	if s.opts.Lease == nil {
 		return s.holder, time.Time{}, nil
 	}
-	return s.opts.Lease.AcquireBuild(s.ctx, key.Recipient, key.BundleID, s.holder, s.opts.LeaseDuration)
+	s.withLease(key, func(l *idLease) {
+		holder, until, err = s.opts.Lease.AcquireBuild(s.ctx, key.Recipient, key.BundleID, s.holder, s.opts.LeaseDuration)
+		if err == nil && holder == s.holder {
+			l.holding++
+		}
+	})
+	return holder, until, err
+}
+
+// release gives up an attempt's hold of the bundle's lease, and the lease
+// itself when no other attempt here holds it.
+func (s *Service) release(key Key, log *slog.Logger) {
+	s.withLease(key, func(l *idLease) {
+		if l.holding--; l.holding > 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
+		defer cancel()
+		if err := s.opts.Lease.ReleaseBuild(ctx, key.Recipient, key.BundleID, s.holder); err != nil {
+			log.Warn("releasing a bundle's lease failed; it expires by itself", "error", err)
+		}
+	})
+}
+
+// withLease runs f on this Service's share of the lease of key's bundle
+// id, alone among the takes and releases of that id's lease.
+func (s *Service) withLease(key Key, f func(*idLease)) {
+	id := Key{Recipient: key.Recipient, BundleID: key.BundleID}
+	s.mu.Lock()
+	l := s.leases[id]
+	if l == nil {
+		l = &idLease{}
+		s.leases[id] = l
+	}
+	l.users++
+	s.mu.Unlock()
+
+	l.mu.Lock()
+	f(l)
+	l.mu.Unlock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.users--; l.users == 0 {
+		l.mu.Lock() // free: only users take it
+		if l.holding == 0 {
+			delete(s.leases, id)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // stored reports whether the document of key's bundle is stored.
@@ -428,16 +497,11 @@ func (s *Service) stored(key Key) bool {
 
 // attempt asks the provider once, holding the lease (if any): it renews the
 // lease while the provider answers, stops asking if the lease is lost, and
-// releases it at the end.
+// releases it at the end, however it ends.
 func (s *Service) attempt(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.AttemptTimeout)
 	defer cancel()
 	if s.opts.Lease != nil {
-		// The holder before us may have stored the document just before we
-		// took its expired or released lease.
-		if s.stored(key) {
-			return nil
-		}
 		renewed := make(chan struct{})
 		go func() {
 			defer close(renewed)
@@ -446,12 +510,13 @@ func (s *Service) attempt(key Key, bundle *messagehubv1.Bundle, provider message
 		defer func() {
 			cancel()
 			<-renewed
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(s.ctx), 5*time.Second)
-			defer rcancel()
-			if err := s.opts.Lease.ReleaseBuild(rctx, key.Recipient, key.BundleID, s.holder); err != nil {
-				log.Warn("releasing a bundle's lease failed; it expires by itself", "error", err)
-			}
+			s.release(key, log)
 		}()
+		// The holder before us may have stored the document just before we
+		// took its expired or released lease.
+		if s.stored(key) {
+			return nil
+		}
 	}
 	// Another bundle's document under the id would stand in the way of
 	// this one's (a document is never replaced).
