@@ -1,0 +1,142 @@
+package cosmos_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// migrationOnLaggingReplicas is an id index migration from 4 buckets to 8
+// on a server whose replicas answer an hour behind any read whose session
+// token does not cover what it asks for. The old instance saved one
+// notification (ns) before the migration began; the other instance (next)
+// began it and wrote nothing in the partition key range that holds that
+// notification's old bucket, and the clock is past the both-layouts phase:
+// next writes the new layout only, and reads both.
+type migrationOnLaggingReplicas struct {
+	srv        *cosmostest.Server
+	db         string
+	clock      *costClock
+	old, next  *cosmos.Store
+	oldHub     *hub.Hub
+	nextHub    *hub.Hub
+	recipient  string
+	ns         []domain.Notification
+	rangeOfOld string
+	ids        *azcosmos.ContainerClient
+}
+
+func newMigrationOnLaggingReplicas(t *testing.T) *migrationOnLaggingReplicas {
+	t.Helper()
+	opts := cosmostest.Default()
+	opts.Lag, opts.LagFixed = time.Hour, true
+	m := &migrationOnLaggingReplicas{srv: cosmostest.StartWith(t, opts), db: cosmostest.UniqueID("db"), clock: &costClock{now: time.Now()}}
+	openAt := func(cfg cosmos.Config) *cosmos.Store {
+		t.Helper()
+		cfg.Endpoint, cfg.Key, cfg.Provision, cfg.Database, cfg.Transport = m.srv.Endpoint, m.srv.Key, true, m.db, cosmostest.NewHTTPClient()
+		cfg.Now = m.clock.Now
+		s, err := cosmos.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	m.old = openAt(cosmos.Config{IDBuckets: 4})
+	m.oldHub = hub.New(m.old, hub.Options{}, nil)
+	t.Cleanup(m.oldHub.Close)
+	ids, err := cosmostest.NewClient(t, m.srv).NewContainer(m.db, "ids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ids = ids
+	m.recipient = uuid.NewString()
+	// An id whose old bucket is in another range than its new one: next's
+	// writes of the new layout carry no token of the old bucket's range.
+	m.ns = notifications(1, m.recipient, 1)
+	for m.rangeOf(t, cosmos.Bucket(4, m.ns[0].ID)) == m.rangeOf(t, cosmos.Bucket(8, m.ns[0].ID)) {
+		m.ns[0].ID = uuid.NewString()
+	}
+	m.rangeOfOld = m.rangeOf(t, cosmos.Bucket(4, m.ns[0].ID))
+	saveExpecting(t, m.oldHub, m.ns, 1, 0)
+	m.next = openAt(cosmos.Config{IDBuckets: 8, MigrateIDBuckets: true})
+	m.nextHub = hub.New(m.next, hub.Options{}, nil)
+	t.Cleanup(m.nextHub.Close)
+	m.clock.advance(16 * time.Minute)
+	return m
+}
+
+// rangeOf is the partition key range that holds bucket of the ids
+// container: the one the session token of a read there names.
+func (m *migrationOnLaggingReplicas) rangeOf(t *testing.T, bucket string) string {
+	t.Helper()
+	b := m.ids.NewTransactionalBatch(azcosmos.NewPartitionKeyString(bucket))
+	b.ReadItem("none", nil)
+	resp, err := m.ids.ExecuteTransactionalBatch(context.Background(), b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng, _, ok := strings.Cut(resp.SessionToken, ":")
+	if !ok || strings.Contains(resp.SessionToken, ",") {
+		t.Fatalf("the token of a read of bucket %s names no one range: %q", bucket, resp.SessionToken)
+	}
+	return rng
+}
+
+// freshElsewhere is a notification for the recipient whose old and new
+// buckets are both outside the range of ns's old bucket.
+func (m *migrationOnLaggingReplicas) freshElsewhere(t *testing.T) []domain.Notification {
+	t.Helper()
+	ns := notifications(1, m.recipient, 1)
+	for m.rangeOf(t, cosmos.Bucket(4, ns[0].ID)) == m.rangeOfOld || m.rangeOf(t, cosmos.Bucket(8, ns[0].ID)) == m.rangeOfOld {
+		ns[0].ID = uuid.NewString()
+	}
+	return ns
+}
+
+// The look at whether the old layout is empty must see the ids other
+// instances wrote there, not only this instance's: ids saved before the
+// migration began by another instance are kept in the old layout alone,
+// and a look that missed them would end the migration, after which
+// lookups read the new layout only and those ids are saved again instead
+// of found as duplicates.
+func TestTheOldLayoutIsFoundEmptyOnlyByAReadThatSeesOtherInstancesIDs(t *testing.T) {
+	m := newMigrationOnLaggingReplicas(t)
+	// next's first save past the both-layouts phase starts the look.
+	fresh := m.freshElsewhere(t)
+	saveExpecting(t, m.nextHub, fresh, 1, 0)
+	waitForIDMigrationCheck(t, m.next)
+	c, err := cosmostest.NewClient(t, m.srv).NewContainer(m.db, "recipients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString("_settings")) // on the primary
+	b.ReadItem("settings", nil)
+	resp, err := c.ExecuteTransactionalBatch(context.Background(), b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		IDBuckets     int `json:"idBuckets"`
+		NextIDBuckets int `json:"nextIdBuckets"`
+	}
+	if err := json.Unmarshal(resp.OperationResults[0].ResourceBody, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.IDBuckets != 4 || got.NextIDBuckets != 8 {
+		t.Fatalf("settings after the look at the old layout: %+v; want the migration from 4 to 8 still under way", got)
+	}
+	m.clock.advance(time.Minute) // the settings are read again
+	saveExpecting(t, m.oldHub, m.ns, 0, 1)
+	drainExactly(t, m.oldHub, m.recipient, append(ids(m.ns), ids(fresh)...))
+}
