@@ -3,6 +3,7 @@ package cosmos_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -139,4 +140,23 @@ func TestTheOldLayoutIsFoundEmptyOnlyByAReadThatSeesOtherInstancesIDs(t *testing
 	m.clock.advance(time.Minute) // the settings are read again
 	saveExpecting(t, m.oldHub, m.ns, 0, 1)
 	drainExactly(t, m.oldHub, m.recipient, append(ids(m.ns), ids(fresh)...))
+}
+
+// Past the both-layouts phase a save writes the new layout only and reads
+// both, so nothing it wrote makes a replica have the old layout's ids: its
+// look-up must read the old buckets as their primaries have them. A resend
+// of ids another instance saved before the migration began, kept in the old
+// layout alone, read from a replica behind them, was stored a second time.
+func TestAResendPastTheBothLayoutsPhaseFindsIDsOtherInstancesKeptInTheOldLayout(t *testing.T) {
+	m := newMigrationOnLaggingReplicas(t)
+	res, err := m.nextHub.Save(context.Background(), m.ns)
+	switch {
+	case err == nil && res.Saved != 0:
+		t.Fatalf("the resend through the migrating instance = %+v; its id was stored again", res)
+	case err != nil && !errors.Is(err, domain.ErrUnavailable):
+		t.Fatalf("the resend through the migrating instance: %v; want duplicates, or unavailable while its replica shows the save pending", err)
+	}
+	t.Logf("the resend through the migrating instance: %+v, %v", res, err)
+	saveExpecting(t, m.oldHub, m.ns, 0, 1)
+	drainExactly(t, m.oldHub, m.recipient, ids(m.ns))
 }
