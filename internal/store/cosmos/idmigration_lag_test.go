@@ -42,18 +42,7 @@ func newMigrationOnLaggingReplicas(t *testing.T) *migrationOnLaggingReplicas {
 	opts := cosmostest.Default()
 	opts.Lag, opts.LagFixed = time.Hour, true
 	m := &migrationOnLaggingReplicas{srv: cosmostest.StartWith(t, opts), db: cosmostest.UniqueID("db"), clock: &costClock{now: time.Now()}}
-	openAt := func(cfg cosmos.Config) *cosmos.Store {
-		t.Helper()
-		cfg.Endpoint, cfg.Key, cfg.Provision, cfg.Database, cfg.Transport = m.srv.Endpoint, m.srv.Key, true, m.db, cosmostest.NewHTTPClient()
-		cfg.Now = m.clock.Now
-		s, err := cosmos.Open(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	m.old = openAt(cosmos.Config{IDBuckets: 4})
+	m.old = openOnServer(t, m.srv, m.db, m.clock, cosmos.Config{IDBuckets: 4})
 	m.oldHub = hub.New(m.old, hub.Options{}, nil)
 	t.Cleanup(m.oldHub.Close)
 	ids, err := cosmostest.NewClient(t, m.srv).NewContainer(m.db, "ids")
@@ -70,11 +59,51 @@ func newMigrationOnLaggingReplicas(t *testing.T) *migrationOnLaggingReplicas {
 	}
 	m.rangeOfOld = m.rangeOf(t, cosmos.Bucket(4, m.ns[0].ID))
 	saveExpecting(t, m.oldHub, m.ns, 1, 0)
-	m.next = openAt(cosmos.Config{IDBuckets: 8, MigrateIDBuckets: true})
+	m.next = openOnServer(t, m.srv, m.db, m.clock, cosmos.Config{IDBuckets: 8, MigrateIDBuckets: true})
 	m.nextHub = hub.New(m.next, hub.Options{}, nil)
 	t.Cleanup(m.nextHub.Close)
 	m.clock.advance(16 * time.Minute)
 	return m
+}
+
+// openOnServer opens a store on database db of srv with cfg, on clock.
+func openOnServer(t *testing.T, srv *cosmostest.Server, db string, clock *costClock, cfg cosmos.Config) *cosmos.Store {
+	t.Helper()
+	cfg.Endpoint, cfg.Key, cfg.Provision, cfg.Database, cfg.Transport = srv.Endpoint, srv.Key, true, db, cosmostest.NewHTTPClient()
+	cfg.Now = clock.Now
+	s, err := cosmos.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// idBuckets is the id index's bucket count a settings document records,
+// and the count it migrates to (0: none).
+type idBuckets struct {
+	IDBuckets     int `json:"idBuckets"`
+	NextIDBuckets int `json:"nextIdBuckets"`
+}
+
+// idBucketsOn reads the settings of database db of srv on the primary.
+func idBucketsOn(t *testing.T, srv *cosmostest.Server, db string) idBuckets {
+	t.Helper()
+	c, err := cosmostest.NewClient(t, srv).NewContainer(db, "recipients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString("_settings")) // on the primary
+	b.ReadItem("settings", nil)
+	resp, err := c.ExecuteTransactionalBatch(context.Background(), b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got idBuckets
+	if err := json.Unmarshal(resp.OperationResults[0].ResourceBody, &got); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // rangeOf is the partition key range that holds bucket of the ids
@@ -117,24 +146,7 @@ func TestTheOldLayoutIsFoundEmptyOnlyByAReadThatSeesOtherInstancesIDs(t *testing
 	fresh := m.freshElsewhere(t)
 	saveExpecting(t, m.nextHub, fresh, 1, 0)
 	waitForIDMigrationCheck(t, m.next)
-	c, err := cosmostest.NewClient(t, m.srv).NewContainer(m.db, "recipients")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString("_settings")) // on the primary
-	b.ReadItem("settings", nil)
-	resp, err := c.ExecuteTransactionalBatch(context.Background(), b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		IDBuckets     int `json:"idBuckets"`
-		NextIDBuckets int `json:"nextIdBuckets"`
-	}
-	if err := json.Unmarshal(resp.OperationResults[0].ResourceBody, &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.IDBuckets != 4 || got.NextIDBuckets != 8 {
+	if got := idBucketsOn(t, m.srv, m.db); got.IDBuckets != 4 || got.NextIDBuckets != 8 {
 		t.Fatalf("settings after the look at the old layout: %+v; want the migration from 4 to 8 still under way", got)
 	}
 	m.clock.advance(time.Minute) // the settings are read again
