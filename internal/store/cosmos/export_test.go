@@ -70,3 +70,6 @@ func IDMigrationCheck(s *Store) (begun, ended bool) {
 // DequeuedTTL is the ttl a dequeued bundle's document that names no
 // drawers carries, in seconds.
 func DequeuedTTL(retention time.Duration) int32 { return dequeuedTTL(retention) }
+
+// Bucket is the id index's partition of id in a layout of count buckets.
+func Bucket(count int, id string) string { return bucket(count, id) }

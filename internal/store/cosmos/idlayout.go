@@ -169,20 +169,25 @@ func (s *Store) finishMigration(ctx context.Context, d settingsDoc) {
 // the first document that counts: a query, and a point read of a commit
 // record per document met.
 //
-// The queries carry the token of the ids this instance wrote: a replica
-// that lags behind them may miss documents of the old layout and answer
-// that it is empty, and the migration would end with ids the lookups no
-// longer read (saved again instead of found as duplicates). A range's
-// token covers every write there up to this instance's last one.
+// Each bucket's query carries the token its primary answers now
+// (primaryToken): a replica that lags behind the ids written there may
+// miss them and answer that the bucket is empty, and the migration would
+// end with ids the lookups no longer read (saved again instead of found
+// as duplicates). The ids of the old layout were written by any instance,
+// most of them before the migration began, so no token this instance
+// holds covers them.
 func (s *Store) bucketsEmpty(ctx context.Context, count int) (bool, error) {
 	var held atomic.Bool
-	token := s.tokens.get(containerIDs)
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for _, b := range buckets(count) {
 		g.Go(func() error {
+			token, err := s.primaryToken(ctx, s.ids, b)
+			if err != nil {
+				return err
+			}
 			pager := s.ids.NewQueryItemsPager("SELECT c.id, c.s, c.st FROM c", azcosmos.NewPartitionKeyString(b),
-				&azcosmos.QueryOptions{PageSizeHint: 1, SessionToken: token})
+				&azcosmos.QueryOptions{PageSizeHint: 1, SessionToken: &token})
 			for pager.More() && !held.Load() {
 				page, err := pager.NextPage(ctx)
 				if err != nil {

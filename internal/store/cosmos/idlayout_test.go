@@ -155,48 +155,20 @@ func TestTheOldLayoutIsFoundEmptyOnlyByAReadThatSeesItsIDs(t *testing.T) {
 	srv := cosmostest.StartWith(t, opts)
 	db := cosmostest.UniqueID("db")
 	clock := &costClock{now: time.Now()}
-	openAt := func(cfg cosmos.Config) *cosmos.Store {
-		t.Helper()
-		cfg.Endpoint, cfg.Key, cfg.Provision, cfg.Database, cfg.Transport = srv.Endpoint, srv.Key, true, db, cosmostest.NewHTTPClient()
-		cfg.Now = clock.Now
-		s, err := cosmos.Open(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	old := openAt(cosmos.Config{IDBuckets: 4})
+	old := openOnServer(t, srv, db, clock, cosmos.Config{IDBuckets: 4})
 	oldHub := hub.New(old, hub.Options{}, nil)
 	t.Cleanup(oldHub.Close)
 	r := uuid.NewString()
 	before := notifications(50, r, 1)
 	saveExpecting(t, oldHub, before, 50, 0)
-	_ = openAt(cosmos.Config{IDBuckets: 8, MigrateIDBuckets: true})
+	_ = openOnServer(t, srv, db, clock, cosmos.Config{IDBuckets: 8, MigrateIDBuckets: true})
 
 	// Past the both-layouts phase the old instance's next save writes the
 	// new layout only and starts the look at the old one.
 	clock.advance(16 * time.Minute)
 	saveExpecting(t, oldHub, notifications(1, r, 1), 1, 0)
 	waitForIDMigrationCheck(t, old)
-	c, err := cosmostest.NewClient(t, srv).NewContainer(db, "recipients")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString("_settings")) // on the primary
-	b.ReadItem("settings", nil)
-	resp, err := c.ExecuteTransactionalBatch(context.Background(), b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		IDBuckets     int `json:"idBuckets"`
-		NextIDBuckets int `json:"nextIdBuckets"`
-	}
-	if err := json.Unmarshal(resp.OperationResults[0].ResourceBody, &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.IDBuckets != 4 || got.NextIDBuckets != 8 {
+	if got := idBucketsOn(t, srv, db); got.IDBuckets != 4 || got.NextIDBuckets != 8 {
 		t.Fatalf("settings after the look at the old layout: %+v; want the migration from 4 to 8 still under way", got)
 	}
 	clock.advance(time.Minute) // the settings are read again

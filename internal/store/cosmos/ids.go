@@ -169,6 +169,14 @@ func (s *Store) dropAbortedIDDocs(ctx context.Context, hits []idHit, states map[
 // documents of the save named by except. Ids are sent packed and in chunks:
 // a query's text and parameters must stay under 512 KB, and the 20,000 ids
 // of the largest group commit would be 780 KB as canonical strings.
+//
+// A save's look-up sees the ids other saves wrote in a bucket through the
+// token of its own id document there, written just before. A layout that
+// saves no longer write (the old one, past a migration's both-layouts
+// phase) holds no document of this save: its buckets are read with the
+// token their primaries answer (primaryToken), else a replica behind the
+// ids another instance kept there would miss them and the save would store
+// them again.
 func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHit, error) {
 	layout, err := s.layout(ctx)
 	if err != nil {
@@ -177,8 +185,10 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 	type part struct {
 		bucket string
 		ids    []string
+		anchor bool // read with the bucket's primary token
 	}
 	byBucket := map[string][]string{}
+	anchor := map[string]bool{}
 	var order []string
 	add := func(bucket, id string) {
 		if _, ok := byBucket[bucket]; !ok {
@@ -187,14 +197,17 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 		byBucket[bucket] = append(byBucket[bucket], id)
 	}
 	for _, count := range layout.read {
+		unwritten := !slices.Contains(layout.write, count)
 		for _, id := range ids {
-			add(bucket(count, id), packID(id))
+			b := bucket(count, id)
+			add(b, packID(id))
+			anchor[b] = unwritten
 		}
 	}
 	var parts []part
 	for _, b := range order {
 		for _, chunk := range chunkIDs(byBucket[b], maxLookupBytes) {
-			parts = append(parts, part{bucket: b, ids: chunk})
+			parts = append(parts, part{bucket: b, ids: chunk, anchor: anchor[b]})
 		}
 	}
 	var mu sync.Mutex
@@ -208,7 +221,18 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 			for _, id := range p.ids {
 				asked[id] = true
 			}
-			return s.query(ctx, s.ids, p.bucket, lookupSQL, params, func(raw []byte) error {
+			opts := &azcosmos.QueryOptions{QueryParameters: params, SessionToken: s.tokens.get(containerIDs)}
+			if p.anchor {
+				token, err := s.primaryToken(ctx, s.ids, p.bucket)
+				if err != nil {
+					return err
+				}
+				if opts.SessionToken != nil {
+					token = mergeTokens(token, *opts.SessionToken)
+				}
+				opts.SessionToken = &token
+			}
+			return queryWith(ctx, s.ids, p.bucket, lookupSQL, opts, func(raw []byte) error {
 				var d idDoc
 				if err := json.Unmarshal(raw, &d); err != nil {
 					return err

@@ -926,6 +926,28 @@ func (s *Store) readOnPrimary(ctx context.Context, c *azcosmos.ContainerClient, 
 	return true, json.Unmarshal(op.ResourceBody, into)
 }
 
+// primaryToken returns the session token the primary of partition pk's
+// range answers now, for a query of that partition to carry: it sees every
+// write that succeeded there, whichever instance made it. A transactional
+// batch runs on the primary; its one read asks for an id no document has
+// (1 RU).
+func (s *Store) primaryToken(ctx context.Context, c *azcosmos.ContainerClient, pk string) (string, error) {
+	b := c.NewTransactionalBatch(azcosmos.NewPartitionKeyString(pk))
+	b.ReadItem(primaryTokenID, nil)
+	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil {
+		return "", err
+	}
+	if resp.SessionToken == "" {
+		return "", fmt.Errorf("cosmos: a read of partition %s on the primary answered no session token", pk)
+	}
+	return resp.SessionToken, nil
+}
+
+// primaryTokenID is the id primaryToken reads: no document is named so
+// (the store's ids are GUIDs or carry a prefix).
+const primaryTokenID = "~token"
+
 // errOutcomeUnknown is a write whose outcome no one knows: it was refused
 // as conflicting, which a resend meeting the first attempt's own effect
 // also is, and the read on the primary that tells the two apart failed.
