@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -80,13 +81,33 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq
 	if err := r.store.Acknowledge(ctx, recipient, rec, cursor); err != nil {
-		return bundle.Record{}, err
+		if errors.Is(err, store.ErrConflict) {
+			return bundle.Record{}, err // refused: nothing applied
+		}
+		return bundle.Record{}, &DequeueUnknown{Bundle: rec, Err: err}
 	}
 	if rec.Notice && r.opts.OnNotice != nil {
 		r.opts.OnNotice(store.Notice{Recipient: recipient, BundleID: rec.ID, Origin: rec.Origin, DequeuedAt: rec.DequeuedAt})
 	}
 	return rec, nil
 }
+
+// DequeueUnknown is the error of a bundle's dequeue whose write failed
+// without saying whether it applied: its answer was lost and the store could
+// not tell (a remote store's look on its primary failed too), or the call
+// ended while it was written. Bundle, as it would be dequeued, may be
+// dequeued: a repeat of the call finds it so, and does nothing, so this
+// error is the only word of that dequeue (the audit log records it).
+type DequeueUnknown struct {
+	Bundle bundle.Record
+	Err    error
+}
+
+func (e *DequeueUnknown) Error() string {
+	return fmt.Sprintf("the dequeue of bundle %s may have applied (its outcome is unknown): %v", e.Bundle.ID, e.Err)
+}
+
+func (e *DequeueUnknown) Unwrap() error { return e.Err }
 
 // DequeuedBundle returns a dequeued bundle of the recipient as it was
 // dequeued; ErrNotFound once retention removed it. It reads the one record.

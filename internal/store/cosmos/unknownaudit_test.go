@@ -6,11 +6,13 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/audit"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/test/cosmostest"
@@ -27,6 +29,19 @@ func lostDequeue(t *testing.T, db string) {
 		cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", ID: "^b:", Body: `"operationType":"Read"`, Kind: cosmostest.Refuse503})
 }
 
+// savedForAudit serves a hub on a database of its own with the audit log
+// (auditedConn) and saves n notifications for a recipient of their own.
+func savedForAudit(t *testing.T, n int) (string, *grpc.ClientConn, *hub.Hub, *audit.Log, []domain.Notification) {
+	t.Helper()
+	db := cosmostest.UniqueID("db")
+	conn, h, log := auditedConn(t, db)
+	ns := notifications(n, uuid.NewString(), 1)
+	if _, err := h.Save(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return db, conn, h, log, ns
+}
+
 // An acknowledgement on the actor's behalf whose dequeue applied, though
 // its answers were lost and the store's look on the primary failed, is in
 // the audit log: the call fails UNAVAILABLE naming nothing it knows
@@ -34,15 +49,9 @@ func lostDequeue(t *testing.T, db string) {
 // records nothing, so the record of the failed call is the only one of
 // that bundle's dequeue. It says the outcome was not known.
 func TestAnAcknowledgementOfUnknownOutcomeIsRecorded(t *testing.T) {
-	db := cosmostest.UniqueID("db")
-	conn, h, _ := auditedConn(t, db)
+	db, conn, h, _, ns := savedForAudit(t, 1)
 	client := adminv1.NewAdminClient(conn)
-	ctx := context.Background()
-	r := uuid.NewString()
-	ns := notifications(1, r, 1)
-	if _, err := h.Save(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
+	ctx, r := context.Background(), ns[0].Recipient
 	req := &adminv1.AcknowledgeOnBehalfRequest{
 		Recipient: r, Domain: messagehubv1.Domain(ns[0].Origin), ContentType: ns[0].ContentType,
 		UpToNotificationId: ns[0].ID, Reason: "the actor cannot parse it",
@@ -76,14 +85,9 @@ func TestAnAcknowledgementOfUnknownOutcomeIsRecorded(t *testing.T) {
 // so the record of the failed call is the only one of that dequeue. It
 // says the outcome was not known.
 func TestADequeueOfUnknownOutcomeIsRecorded(t *testing.T) {
-	db := cosmostest.UniqueID("db")
-	conn, h, log := auditedConn(t, db)
+	db, conn, h, log, ns := savedForAudit(t, 2)
 	actor := messagehubv1.NewMessageHubClient(conn)
-	ctx := context.Background()
-	r := uuid.NewString()
-	if _, err := h.Save(ctx, notifications(2, r, 1)); err != nil {
-		t.Fatal(err)
-	}
+	ctx, r := context.Background(), ns[0].Recipient
 	peeked, err := actor.Peek(ctx, &messagehubv1.PeekRequest{Recipient: r})
 	if err != nil || peeked.GetBundle() == nil {
 		t.Fatalf("peek = %v, %v", peeked, err)
