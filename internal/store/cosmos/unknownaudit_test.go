@@ -22,10 +22,14 @@ import (
 // answers lost past the transport's resends, and the store's reads on the
 // primary of a bundle (which tell a lost answer from a refusal) fail, so
 // that no one knows whether the dequeue applied; it does.
-func lostDequeue(t *testing.T, db string) {
+func lostDequeue(t *testing.T, db string) { lostBundleWrite(t, db, "dequeued") }
+
+// lostBundleWrite is lostDequeue for the batches writing a bundle of type
+// typ ("dequeued", "released").
+func lostBundleWrite(t *testing.T, db, typ string) {
 	t.Helper()
 	inject(t, db,
-		cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "dequeued", Kind: cosmostest.LostUnavailable, Count: 6},
+		cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: typ, Kind: cosmostest.LostUnavailable, Count: 6},
 		cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", ID: "^b:", Body: `"operationType":"Read"`, Kind: cosmostest.Refuse503})
 }
 
@@ -117,5 +121,38 @@ func TestADequeueOfUnknownOutcomeIsRecorded(t *testing.T) {
 	events := remedyEvents(t, adminv1.NewAdminClient(conn), r, adminv1.AuditAction_AUDIT_ACTION_DEQUEUE)
 	if len(events) != 1 || events[0].GetBundleId() != id || !strings.Contains(events[0].GetDetail(), "outcome unknown") {
 		t.Fatalf("audit events of the dequeue: %v; want one, of bundle %s, with the outcome unknown", events, id)
+	}
+}
+
+// A release that applied, though its answers were lost and the store's
+// look on the primary failed, is in the audit log: the call fails
+// UNAVAILABLE, and the operator's repeat finds the bundle released
+// (NOT_FOUND), so the record of the failed call is the only one of that
+// release. It says the outcome was not known.
+func TestAReleaseOfUnknownOutcomeIsRecorded(t *testing.T) {
+	db, conn, h, _, ns := savedForAudit(t, 2)
+	client := adminv1.NewAdminClient(conn)
+	ctx, r := context.Background(), ns[0].Recipient
+	b, err := h.Peek(ctx, r, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek = %v, %v", b, err)
+	}
+	req := &adminv1.ReleaseBundleRequest{Recipient: r, BundleId: b.ID, Reason: "the actor lost its state"}
+	lostBundleWrite(t, db, "released")
+	_, err = client.ReleaseBundle(ctx, req)
+	if fired(t, db) == 0 {
+		t.Fatal("the faults never fired; the test tested nothing")
+	}
+	clearFaults(t, db)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("the release of unknown outcome: %v; want UNAVAILABLE", err)
+	}
+	if _, err := client.ReleaseBundle(ctx, req); status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "released") {
+		t.Fatalf("the release repeated: %v; want NOT_FOUND, released (the test expects the release to have applied)", err)
+	}
+	events := remedyEvents(t, client, r, adminv1.AuditAction_AUDIT_ACTION_RELEASE_BUNDLE)
+	if len(events) != 1 || events[0].GetBundleId() != b.ID ||
+		!strings.Contains(events[0].GetDetail(), req.Reason) || !strings.Contains(events[0].GetDetail(), "outcome unknown") {
+		t.Fatalf("audit events of the release: %v; want one, of bundle %s, with the reason and the outcome unknown", events, b.ID)
 	}
 }
