@@ -84,7 +84,7 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 		if errors.Is(err, store.ErrConflict) {
 			return bundle.Record{}, err // refused: nothing applied
 		}
-		return bundle.Record{}, &DequeueUnknown{Bundle: rec, Err: err}
+		return bundle.Record{}, &OutcomeUnknown{Change: "dequeue", Bundle: rec, Err: err}
 	}
 	if rec.Notice && r.opts.OnNotice != nil {
 		r.opts.OnNotice(store.Notice{Recipient: recipient, BundleID: rec.ID, Origin: rec.Origin, DequeuedAt: rec.DequeuedAt})
@@ -92,22 +92,25 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 	return rec, nil
 }
 
-// DequeueUnknown is the error of a bundle's dequeue whose write failed
-// without saying whether it applied: its answer was lost and the store could
-// not tell (a remote store's look on its primary failed too), or the call
-// ended while it was written. Bundle, as it would be dequeued, may be
-// dequeued: a repeat of the call finds it so, and does nothing, so this
-// error is the only word of that dequeue (the audit log records it).
-type DequeueUnknown struct {
+// OutcomeUnknown is the error of a bundle's dequeue or release whose write
+// failed without saying whether it applied: its answer was lost and the
+// store could not tell (a remote store's look on its primary failed too),
+// or the call ended while it was written. Bundle, as read before the write,
+// may be dequeued or released: a repeat of the call finds it so and does
+// nothing, so this error is the only word of that change (the audit log
+// records it).
+type OutcomeUnknown struct {
+	// Change is what was written: "dequeue" or "release".
+	Change string
 	Bundle bundle.Record
 	Err    error
 }
 
-func (e *DequeueUnknown) Error() string {
-	return fmt.Sprintf("the dequeue of bundle %s may have applied (its outcome is unknown): %v", e.Bundle.ID, e.Err)
+func (e *OutcomeUnknown) Error() string {
+	return fmt.Sprintf("the %s of bundle %s may have applied (its outcome is unknown): %v", e.Change, e.Bundle.ID, e.Err)
 }
 
-func (e *DequeueUnknown) Unwrap() error { return e.Err }
+func (e *OutcomeUnknown) Unwrap() error { return e.Err }
 
 // DequeuedBundle returns a dequeued bundle of the recipient as it was
 // dequeued; ErrNotFound once retention removed it. It reads the one record.

@@ -29,9 +29,9 @@ import (
 //     event per bundle dequeued), written before the call answers;
 //   - an operator's look at a recipient's queue (GetBacklog,
 //     PreviewNextBundle, TraceNotification) as INSPECT;
-//   - a Dequeue or AcknowledgeOnBehalf that failed after writing a
-//     bundle's dequeue whose outcome is unknown (hub.DequeueUnknown),
-//     marked so.
+//   - a Dequeue, AcknowledgeOnBehalf or ReleaseBundle that failed after
+//     writing a bundle's dequeue or release whose outcome is unknown
+//     (hub.OutcomeUnknown), marked so.
 //
 // Actors' events and inspections are buffered (Auditor.Record): the call
 // never waits for the audit log nor fails because of it.
@@ -203,14 +203,14 @@ func (o *options) keep(ctx context.Context, method string, events []audit.Event)
 	return nil
 }
 
-// outcomeUnknown marks the event of a dequeue that may have applied
-// (hub.DequeueUnknown).
-const outcomeUnknown = " [outcome unknown: the store's answer was lost; the dequeue may have applied]"
+// outcomeUnknown marks the event of a dequeue or release that may have
+// applied (hub.OutcomeUnknown).
+const outcomeUnknown = " [outcome unknown: the store's answer was lost; it may have applied]"
 
 // failedEvents returns the events of a call that failed with err: what it
-// did before it failed (PartialAnswer), and the dequeue it made whose
-// outcome is unknown (hub.DequeueUnknown), which no repeat of the call
-// records, since a repeat finds it done.
+// did before it failed (PartialAnswer), and the dequeue or release it
+// wrote whose outcome is unknown (hub.OutcomeUnknown), which no repeat of
+// the call records, since a repeat finds it done.
 func (o *options) failedEvents(ctx context.Context, method string, req any, err error) []audit.Event {
 	subject, at := o.subject(ctx), time.Now()
 	var events []audit.Event
@@ -218,10 +218,10 @@ func (o *options) failedEvents(ctx context.Context, method string, req any, err 
 	if errors.As(err, &partial) {
 		events = auditEvents(method, req, partial.Answer, subject, at)
 	}
-	var unknown *hub.DequeueUnknown
+	var unknown *hub.OutcomeUnknown
 	if errors.As(err, &unknown) {
-		// Without an answer the call's event names no bundle but Dequeue's
-		// own: the bundle is the one whose dequeue is unknown.
+		// Without an answer the call's event names no bundle but the
+		// request's: the bundle is the one whose change is unknown.
 		for _, e := range auditEvents(method, req, nil, subject, at) {
 			e.BundleID = unknown.Bundle.ID
 			e.Detail = truncate(e.Detail, max(audit.MaxDetail-len(outcomeUnknown), 0)) + outcomeUnknown
