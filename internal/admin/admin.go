@@ -11,6 +11,7 @@ package admin
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"google.golang.org/grpc"
@@ -68,7 +69,7 @@ func (s *Service) GetBacklog(ctx context.Context, req *adminv1.GetBacklogRequest
 	if err != nil {
 		return nil, err
 	}
-	resp := &adminv1.GetBacklogResponse{}
+	resp := &adminv1.GetBacklogResponse{CabinetCount: int32(min(b.CabinetCount, math.MaxInt32))} //nolint:gosec // bounded
 	for _, c := range b.Cabinets {
 		resp.Cabinets = append(resp.Cabinets, &adminv1.CabinetBacklog{
 			Domain:                 messagehubv1.Domain(c.Origin),

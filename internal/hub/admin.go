@@ -38,16 +38,24 @@ type CabinetBacklog struct {
 // hold millions.
 const MaxWeighed = 10_000
 
+// MaxBacklogCabinets bounds the cabinets a backlog lists: a recipient has a
+// cabinet per content type a domain saved for it, with no bound, and each
+// listed costs the reads of its weights and about 280 bytes of the answer
+// (gRPC clients take 4 MiB by default, about 15,000 of them).
+const MaxBacklogCabinets = 1_000
+
 // RecipientBacklog is a recipient's backlog: its cabinets with waiting
-// notifications (oldest first) and its pending bundles (oldest first).
+// notifications (the oldest MaxBacklogCabinets, oldest first), how many
+// there are, and its pending bundles (oldest first).
 type RecipientBacklog struct {
-	Cabinets []CabinetBacklog
-	Pending  []bundle.Record
+	Cabinets     []CabinetBacklog
+	CabinetCount int
+	Pending      []bundle.Record
 }
 
 // Backlog reads the recipient's backlog: one read of its state
-// (LoadRecipient), and the drawers of each cabinet's first MaxWeighed
-// waiting notifications, for their weight.
+// (LoadRecipient), and the drawers of each listed cabinet's first
+// MaxWeighed waiting notifications, for their weight.
 func (r *Hub) Backlog(ctx context.Context, recipient string) (RecipientBacklog, error) {
 	if err := r.begin(); err != nil {
 		return RecipientBacklog{}, err
@@ -57,7 +65,11 @@ func (r *Hub) Backlog(ctx context.Context, recipient string) (RecipientBacklog, 
 	if err != nil {
 		return RecipientBacklog{}, err
 	}
-	var out RecipientBacklog
+	type waiting struct {
+		backlog   CabinetBacklog
+		candidate catalog.Candidate
+	}
+	var cabinets []waiting
 	for _, c := range catalog.Candidates(state.Entries, state.Cursors, domain.GroupAll) {
 		e := c.Entry
 		cb := CabinetBacklog{Origin: e.Origin, ContentType: e.ContentType, Total: e.Total, Acked: c.Cursor.Acked}
@@ -73,14 +85,21 @@ func (r *Hub) Backlog(ctx context.Context, recipient string) (RecipientBacklog, 
 				cb.InPending += int64(rec.Count)
 			}
 		}
-		if cb.Weight, cb.WeightPartial, err = r.waitingWeight(ctx, state.Head.Watermark, c); err != nil {
+		cabinets = append(cabinets, waiting{cb, c})
+	}
+	slices.SortFunc(cabinets, func(x, y waiting) int {
+		a, b := x.backlog, y.backlog
+		return cmp.Or(cmp.Compare(a.OldestSavedAt, b.OldestSavedAt), cmp.Compare(a.Origin, b.Origin), cmp.Compare(a.ContentType, b.ContentType))
+	})
+	// Only the cabinets listed are weighed.
+	out := RecipientBacklog{CabinetCount: len(cabinets)}
+	for _, w := range cabinets[:min(len(cabinets), MaxBacklogCabinets)] {
+		cb := w.backlog
+		if cb.Weight, cb.WeightPartial, err = r.waitingWeight(ctx, state.Head.Watermark, w.candidate); err != nil {
 			return RecipientBacklog{}, err
 		}
 		out.Cabinets = append(out.Cabinets, cb)
 	}
-	slices.SortFunc(out.Cabinets, func(a, b CabinetBacklog) int {
-		return cmp.Or(cmp.Compare(a.OldestSavedAt, b.OldestSavedAt), cmp.Compare(a.Origin, b.Origin), cmp.Compare(a.ContentType, b.ContentType))
-	})
 	out.Pending = pendingIn(state, domain.GroupAll)
 	return out, nil
 }

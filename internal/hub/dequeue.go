@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -80,13 +81,36 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq
 	if err := r.store.Acknowledge(ctx, recipient, rec, cursor); err != nil {
-		return bundle.Record{}, err
+		if errors.Is(err, store.ErrConflict) {
+			return bundle.Record{}, err // refused: nothing applied
+		}
+		return bundle.Record{}, &OutcomeUnknown{Change: "dequeue", Bundle: rec, Err: err}
 	}
 	if rec.Notice && r.opts.OnNotice != nil {
 		r.opts.OnNotice(store.Notice{Recipient: recipient, BundleID: rec.ID, Origin: rec.Origin, DequeuedAt: rec.DequeuedAt})
 	}
 	return rec, nil
 }
+
+// OutcomeUnknown is the error of a bundle's dequeue or release whose write
+// failed without saying whether it applied: its answer was lost and the
+// store could not tell (a remote store's look on its primary failed too),
+// or the call ended while it was written. Bundle, as read before the write,
+// may be dequeued or released: a repeat of the call finds it so and does
+// nothing, so this error is the only word of that change (the audit log
+// records it).
+type OutcomeUnknown struct {
+	// Change is what was written: "dequeue" or "release".
+	Change string
+	Bundle bundle.Record
+	Err    error
+}
+
+func (e *OutcomeUnknown) Error() string {
+	return fmt.Sprintf("the %s of bundle %s may have applied (its outcome is unknown): %v", e.Change, e.Bundle.ID, e.Err)
+}
+
+func (e *OutcomeUnknown) Unwrap() error { return e.Err }
 
 // DequeuedBundle returns a dequeued bundle of the recipient as it was
 // dequeued; ErrNotFound once retention removed it. It reads the one record.

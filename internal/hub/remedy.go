@@ -70,7 +70,10 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 		released := state.Pending[i]
 		released.State, released.ReleasedAt = bundle.Released, r.opts.Now()
 		if err := r.store.ReleaseBundle(ctx, recipient, released); err != nil {
-			return bundle.Record{}, err
+			if errors.Is(err, store.ErrConflict) {
+				return bundle.Record{}, err // refused: nothing applied
+			}
+			return bundle.Record{}, &OutcomeUnknown{Change: "release", Bundle: state.Pending[i], Err: err}
 		}
 		return state.Pending[i], nil
 	})

@@ -14,6 +14,7 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/audit"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
 )
 
 // The audit log is recorded here, in one place for every call: after a call
@@ -27,7 +28,10 @@ import (
 //   - an operator's remedies (ReleaseBundle, AcknowledgeOnBehalf: one
 //     event per bundle dequeued), written before the call answers;
 //   - an operator's look at a recipient's queue (GetBacklog,
-//     PreviewNextBundle, TraceNotification) as INSPECT.
+//     PreviewNextBundle, TraceNotification) as INSPECT;
+//   - a Dequeue, AcknowledgeOnBehalf or ReleaseBundle that failed after
+//     writing a bundle's dequeue or release whose outcome is unknown
+//     (hub.OutcomeUnknown), marked so.
 //
 // Actors' events and inspections are buffered (Auditor.Record): the call
 // never waits for the audit log nor fails because of it.
@@ -172,11 +176,15 @@ func (p *PartialAnswer) Unwrap() error { return p.Err }
 // caller still waits.
 const remedyRecordTime = 5 * time.Second
 
-// record keeps the events of a successful call: a remedy's before it
-// answers (a failure to write it fails the call, saying the remedy took
-// effect), the others buffered.
+// record keeps the events of a successful call (see keep).
 func (o *options) record(ctx context.Context, method string, req, resp any) error {
-	events := auditEvents(method, req, resp, o.subject(ctx), time.Now())
+	return o.keep(ctx, method, auditEvents(method, req, resp, o.subject(ctx), time.Now()))
+}
+
+// keep keeps events of a call of method: a remedy's before it answers (a
+// failure to write them fails the call, saying the remedy took effect),
+// the others buffered.
+func (o *options) keep(ctx context.Context, method string, events []audit.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -195,8 +203,36 @@ func (o *options) record(ctx context.Context, method string, req, resp any) erro
 	return nil
 }
 
+// outcomeUnknown marks the event of a dequeue or release that may have
+// applied (hub.OutcomeUnknown).
+const outcomeUnknown = " [outcome unknown: the store's answer was lost; it may have applied]"
+
+// failedEvents returns the events of a call that failed with err: what it
+// did before it failed (PartialAnswer), and the dequeue or release it
+// wrote whose outcome is unknown (hub.OutcomeUnknown), which no repeat of
+// the call records, since a repeat finds it done.
+func (o *options) failedEvents(ctx context.Context, method string, req any, err error) []audit.Event {
+	subject, at := o.subject(ctx), time.Now()
+	var events []audit.Event
+	var partial *PartialAnswer
+	if errors.As(err, &partial) {
+		events = auditEvents(method, req, partial.Answer, subject, at)
+	}
+	var unknown *hub.OutcomeUnknown
+	if errors.As(err, &unknown) {
+		// Without an answer the call's event names no bundle but the
+		// request's: the bundle is the one whose change is unknown.
+		for _, e := range auditEvents(method, req, nil, subject, at) {
+			e.BundleID = unknown.Bundle.ID
+			e.Detail = truncate(e.Detail, max(audit.MaxDetail-len(outcomeUnknown), 0)) + outcomeUnknown
+			events = append(events, e)
+		}
+	}
+	return events
+}
+
 // unaryAuditInterceptor records what a successful unary call did, and what
-// a call that failed part-way did (PartialAnswer). It comes after the
+// a failed call did or may have done (failedEvents). It comes after the
 // authorizer, whose context names the caller and which may have filled in
 // the request's recipient.
 func unaryAuditInterceptor(o *options) grpc.UnaryServerInterceptor {
@@ -215,11 +251,8 @@ func unaryAuditInterceptor(o *options) grpc.UnaryServerInterceptor {
 		}
 		resp, err := handler(ctx, req)
 		if err != nil {
-			var partial *PartialAnswer
-			if errors.As(err, &partial) {
-				if rerr := o.record(ctx, info.FullMethod, req, partial.Answer); rerr != nil {
-					return nil, fmt.Errorf("%w (%s)", rerr, err.Error())
-				}
+			if rerr := o.keep(ctx, info.FullMethod, o.failedEvents(ctx, info.FullMethod, req, err)); rerr != nil {
+				return nil, fmt.Errorf("%w (%s)", rerr, err.Error())
 			}
 			return resp, err
 		}

@@ -146,10 +146,16 @@ function actor(recipient) {
       `${count(p.startPosition)}–${count(p.endPosition)}`,
       el('button', { type: 'button', class: 'danger', onclick: () => release(recipient, p, refresh) }, 'Release…'),
     ]);
+    // The hub lists the oldest cabinets only (1,000): say how many there are.
+    const more = (b.cabinetCount || 0) > cabinets.length
+      ? el('p', { id: 'cabinets-more', class: 'muted' },
+        `The oldest ${count(cabinets.length)} of ${count(b.cabinetCount)} cabinets with a backlog are listed.`)
+      : null;
     return el('div', {},
       el('h3', {}, 'Cabinets'),
       table('cabinets', ['Domain', 'Content type', '#Waiting', '#In a pending bundle', '#Weight', 'Oldest waiting since',
         'Acknowledged / handed out', ''], cabinets, 'Nothing waiting: the actor has no backlog.'),
+      more,
       el('h3', {}, 'Pending bundles'),
       table('pending-bundles', ['Bundle', 'Peek group', 'Domain', 'Content type', '#Notifications', '#Weight',
         'Created', 'Positions', ''], pending, 'No bundle is pending.'));

@@ -30,6 +30,15 @@ import (
 // log recorded as the service records it, and returns a client and the hub.
 func auditedAdmin(t *testing.T, db string) (adminv1.AdminClient, *hub.Hub) {
 	t.Helper()
+	conn, h, _ := auditedConn(t, db)
+	return adminv1.NewAdminClient(conn), h
+}
+
+// auditedConn serves the MessageHub and Admin APIs of a hub on database db,
+// with the audit log recorded as the services record it, and returns a
+// connection to them, the hub and the audit log.
+func auditedConn(t *testing.T, db string) (*grpc.ClientConn, *hub.Hub, *audit.Log) {
+	t.Helper()
 	h := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
 	t.Cleanup(h.Close)
 	log := audit.NewLog(h, audit.Options{})
@@ -46,7 +55,7 @@ func auditedAdmin(t *testing.T, db string) (adminv1.AdminClient, *hub.Hub) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return adminv1.NewAdminClient(conn), h
+	return conn, h, log
 }
 
 // remedyEvents returns the recipient's audit events of action.

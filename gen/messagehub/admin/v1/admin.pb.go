@@ -266,12 +266,18 @@ func (x *GetBacklogRequest) GetRecipient() string {
 // GetBacklogResponse is the recipient's backlog.
 type GetBacklogResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Cabinets with notifications not yet dequeued, oldest waiting first.
+	// Cabinets with notifications not yet dequeued, oldest waiting first: at
+	// most 1,000 (a recipient has a cabinet per content type saved for it,
+	// which nothing bounds; the list of all would outgrow a client's message
+	// limit).
 	Cabinets []*CabinetBacklog `protobuf:"bytes,1,rep,name=cabinets,proto3" json:"cabinets,omitempty"`
 	// Bundles peeked and not yet dequeued, oldest first.
 	PendingBundles []*PendingBundle `protobuf:"bytes,2,rep,name=pending_bundles,json=pendingBundles,proto3" json:"pending_bundles,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How many cabinets have notifications not yet dequeued: more than
+	// cabinets lists when over 1,000.
+	CabinetCount  int32 `protobuf:"varint,3,opt,name=cabinet_count,json=cabinetCount,proto3" json:"cabinet_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetBacklogResponse) Reset() {
@@ -316,6 +322,13 @@ func (x *GetBacklogResponse) GetPendingBundles() []*PendingBundle {
 		return x.PendingBundles
 	}
 	return nil
+}
+
+func (x *GetBacklogResponse) GetCabinetCount() int32 {
+	if x != nil {
+		return x.CabinetCount
+	}
+	return 0
 }
 
 // CabinetBacklog is one cabinet's part of the backlog.
@@ -1949,10 +1962,11 @@ const file_messagehub_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x1fmessagehub/admin/v1/admin.proto\x12\x13messagehub.admin.v1\x1a\x1emessagehub/v1/messagehub.proto\"1\n" +
 	"\x11GetBacklogRequest\x12\x1c\n" +
-	"\trecipient\x18\x01 \x01(\tR\trecipient\"\xa2\x01\n" +
+	"\trecipient\x18\x01 \x01(\tR\trecipient\"\xc7\x01\n" +
 	"\x12GetBacklogResponse\x12?\n" +
 	"\bcabinets\x18\x01 \x03(\v2#.messagehub.admin.v1.CabinetBacklogR\bcabinets\x12K\n" +
-	"\x0fpending_bundles\x18\x02 \x03(\v2\".messagehub.admin.v1.PendingBundleR\x0ependingBundles\"\x92\x03\n" +
+	"\x0fpending_bundles\x18\x02 \x03(\v2\".messagehub.admin.v1.PendingBundleR\x0ependingBundles\x12#\n" +
+	"\rcabinet_count\x18\x03 \x01(\x05R\fcabinetCount\"\x92\x03\n" +
 	"\x0eCabinetBacklog\x12-\n" +
 	"\x06domain\x18\x01 \x01(\x0e2\x15.messagehub.v1.DomainR\x06domain\x12!\n" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x18\n" +

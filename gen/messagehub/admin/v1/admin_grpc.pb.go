@@ -47,8 +47,8 @@ const (
 // buf:lint:ignore SERVICE_SUFFIX
 type AdminClient interface {
 	// GetBacklog lists the recipient's cabinets (domain, content type) with
-	// notifications waiting, and its pending bundles. One read of the
-	// recipient's state.
+	// notifications waiting, the oldest 1,000 of them, and its pending
+	// bundles. One read of the recipient's state.
 	GetBacklog(ctx context.Context, in *GetBacklogRequest, opts ...grpc.CallOption) (*GetBacklogResponse, error)
 	// PreviewNextBundle says what the next Peek of the group (without a
 	// bundle_id) would return, without creating it: the pending bundle of
@@ -197,8 +197,8 @@ func (c *adminClient) Backup(ctx context.Context, in *BackupRequest, opts ...grp
 // buf:lint:ignore SERVICE_SUFFIX
 type AdminServer interface {
 	// GetBacklog lists the recipient's cabinets (domain, content type) with
-	// notifications waiting, and its pending bundles. One read of the
-	// recipient's state.
+	// notifications waiting, the oldest 1,000 of them, and its pending
+	// bundles. One read of the recipient's state.
 	GetBacklog(context.Context, *GetBacklogRequest) (*GetBacklogResponse, error)
 	// PreviewNextBundle says what the next Peek of the group (without a
 	// bundle_id) would return, without creating it: the pending bundle of

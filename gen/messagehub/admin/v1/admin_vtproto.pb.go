@@ -89,6 +89,11 @@ func (m *GetBacklogResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.CabinetCount != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CabinetCount))
+		i--
+		dAtA[i] = 0x18
+	}
 	if len(m.PendingBundles) > 0 {
 		for iNdEx := len(m.PendingBundles) - 1; iNdEx >= 0; iNdEx-- {
 			size, err := m.PendingBundles[iNdEx].MarshalToSizedBufferVT(dAtA[:i])
@@ -1470,6 +1475,9 @@ func (m *GetBacklogResponse) SizeVT() (n int) {
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
 	}
+	if m.CabinetCount != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.CabinetCount))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2200,6 +2208,25 @@ func (m *GetBacklogResponse) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field CabinetCount", wireType)
+			}
+			m.CabinetCount = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.CabinetCount |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
