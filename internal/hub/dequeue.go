@@ -81,10 +81,7 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq
 	if err := r.store.Acknowledge(ctx, recipient, rec, cursor); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return bundle.Record{}, err // refused: nothing applied
-		}
-		return bundle.Record{}, &OutcomeUnknown{Change: "dequeue", Bundle: rec, Err: err}
+		return bundle.Record{}, outcome("dequeue", rec, err)
 	}
 	if rec.Notice && r.opts.OnNotice != nil {
 		r.opts.OnNotice(store.Notice{Recipient: recipient, BundleID: rec.ID, Origin: rec.Origin, DequeuedAt: rec.DequeuedAt})
@@ -111,6 +108,18 @@ func (e *OutcomeUnknown) Error() string {
 }
 
 func (e *OutcomeUnknown) Unwrap() error { return e.Err }
+
+// outcome is the error of a failed write of change to rec: the store's own
+// refusal when it wrote nothing (a conflict, its limits, a full disk or
+// partition, its credentials), else OutcomeUnknown.
+func outcome(change string, rec bundle.Record, err error) error {
+	for _, refused := range []error{store.ErrConflict, store.ErrTooLarge, domain.ErrStorageFull, domain.ErrStoreRefuses} {
+		if errors.Is(err, refused) {
+			return err
+		}
+	}
+	return &OutcomeUnknown{Change: change, Bundle: rec, Err: err}
+}
 
 // DequeuedBundle returns a dequeued bundle of the recipient as it was
 // dequeued; ErrNotFound once retention removed it. It reads the one record.

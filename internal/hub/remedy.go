@@ -70,10 +70,7 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 		released := state.Pending[i]
 		released.State, released.ReleasedAt = bundle.Released, r.opts.Now()
 		if err := r.store.ReleaseBundle(ctx, recipient, released); err != nil {
-			if errors.Is(err, store.ErrConflict) {
-				return bundle.Record{}, err // refused: nothing applied
-			}
-			return bundle.Record{}, &OutcomeUnknown{Change: "release", Bundle: state.Pending[i], Err: err}
+			return bundle.Record{}, outcome("release", state.Pending[i], err)
 		}
 		return state.Pending[i], nil
 	})
