@@ -13,7 +13,8 @@ import (
 )
 
 // Writer stores events durably (store.Store's AppendAudit): all of them or,
-// on error, possibly some. Writing an event twice stores it once.
+// on error, possibly some. Writing the same events again (a write that
+// failed, repeated) stores each once.
 type Writer interface {
 	AppendAudit(ctx context.Context, events []Event) error
 	// Hold keeps the writer open for the events written with the context
@@ -48,13 +49,22 @@ type Options struct {
 // it), Record in batches, so that an actor's call never waits for the audit
 // log nor fails because of it. A flush hands every buffered event to the
 // Writer in one call, ordered by recipient, which a store writes as one
-// write per recipient. Close flushes what is left.
+// write per recipient; a flush that failed is written again as it was, on
+// its own, before the events recorded since. Close flushes what is left.
 type Log struct {
 	w    Writer
 	opts Options
 
-	mu        sync.Mutex
-	buf       []Event
+	mu  sync.Mutex
+	buf []Event
+	// failed is the batch of a flush that failed, as it was written: the
+	// next flush writes it again on its own, so that a store writes it as
+	// the same writes (on Cosmos DB the same documents, each named by its
+	// first event's key, which a repeat finds when a lost answer hid that
+	// it was created). With the events recorded since, an earlier key
+	// among them would name another document, and its events would be
+	// stored twice.
+	failed    []Event
 	closed    bool
 	kick      chan struct{} // a flush is due before the interval
 	stop      chan struct{}
@@ -107,15 +117,15 @@ func (l *Log) Hold(ctx context.Context) (held context.Context, release func(), e
 func (l *Log) Record(e Event) {
 	e = withKey(e)
 	l.mu.Lock()
-	if l.closed || len(l.buf) >= l.opts.MaxBuffered {
+	if l.closed || len(l.failed)+len(l.buf) >= l.opts.MaxBuffered {
 		l.mu.Unlock()
 		l.drop(1)
 		return
 	}
 	l.buf = append(l.buf, e)
 	n := len(l.buf)
+	l.buffered.Store(int64(len(l.failed) + n))
 	l.mu.Unlock()
-	l.buffered.Store(int64(n))
 	if n >= l.opts.FlushEvents {
 		select {
 		case l.kick <- struct{}{}:
@@ -158,16 +168,31 @@ func (l *Log) run() {
 	}
 }
 
-// Flush writes every buffered event now. Events a failed write did not
-// store go back to the buffer while it has room, for the next flush.
+// Flush writes every buffered event now: first the batch of a flush that
+// failed, as it was, then the events recorded since. A batch that fails is
+// kept for the next flush while the buffer has room; what is recorded
+// meanwhile waits until it is written.
 func (l *Log) Flush(ctx context.Context) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
 	l.mu.Lock()
+	retry := l.failed
+	l.mu.Unlock()
+	if len(retry) > 0 {
+		if err := l.write(ctx, retry); err != nil {
+			l.opts.Logger.Warn("audit log: writing the events of a failed flush failed again; kept for the next flush",
+				"events", len(retry), "error", err)
+			return err
+		}
+		l.mu.Lock()
+		l.failed = nil
+		l.mu.Unlock()
+	}
+	l.mu.Lock()
 	batch := l.buf
 	l.buf = nil
-	l.mu.Unlock()
 	l.buffered.Store(0)
+	l.mu.Unlock()
 	if len(batch) == 0 {
 		return nil
 	}
@@ -175,9 +200,7 @@ func (l *Log) Flush(ctx context.Context) error {
 	slices.SortStableFunc(batch, func(a, b Event) int {
 		return strings.Compare(a.Recipient+a.Key, b.Recipient+b.Key)
 	})
-	wctx, cancel := context.WithTimeout(ctx, flushTimeout)
-	err := l.w.AppendAudit(wctx, batch)
-	cancel()
+	err := l.write(ctx, batch)
 	if err == nil {
 		return nil
 	}
@@ -186,17 +209,25 @@ func (l *Log) Flush(ctx context.Context) error {
 	if !l.closed {
 		room = max(l.opts.MaxBuffered-len(l.buf), 0)
 	}
-	kept := batch[:min(room, len(batch))]
-	l.buf = append(kept, l.buf...)
-	n := len(l.buf)
+	// What is kept is the batch's beginning: every write of it that may
+	// have been stored is written again alike, or not at all.
+	l.failed = batch[:min(room, len(batch))]
+	kept := len(l.failed)
+	l.buffered.Store(int64(kept + len(l.buf)))
 	l.mu.Unlock()
-	l.buffered.Store(int64(n))
-	if lost := len(batch) - len(kept); lost > 0 {
+	if lost := len(batch) - kept; lost > 0 {
 		l.drop(lost)
 	}
 	l.opts.Logger.Warn("audit log: writing buffered events failed; kept for the next flush while there is room",
-		"events", len(batch), "kept", len(kept), "error", err)
+		"events", len(batch), "kept", kept, "error", err)
 	return err
+}
+
+// write hands events to the Writer, within flushTimeout.
+func (l *Log) write(ctx context.Context, events []Event) error {
+	wctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	return l.w.AppendAudit(wctx, events)
 }
 
 // Close stops the periodic flushes and writes what is buffered, within ctx
@@ -216,8 +247,8 @@ func (l *Log) Close(ctx context.Context) error {
 	err := l.Flush(ctx)
 	l.mu.Lock()
 	l.closed = true
-	lost := len(l.buf)
-	l.buf = nil
+	lost := len(l.failed) + len(l.buf)
+	l.failed, l.buf = nil, nil
 	l.mu.Unlock()
 	if lost > 0 {
 		l.drop(lost)
