@@ -174,7 +174,8 @@ const remedyRecordTime = 5 * time.Second
 
 // record keeps the events of a successful call: a remedy's before it
 // answers (a failure to write it fails the call, saying the remedy took
-// effect), the others buffered.
+// effect and that its record waits for the audit log's next flush), the
+// others buffered.
 func (o *options) record(ctx context.Context, method string, req, resp any) error {
 	events := auditEvents(method, req, resp, o.subject(ctx), time.Now())
 	if len(events) == 0 {
@@ -189,7 +190,7 @@ func (o *options) record(ctx context.Context, method string, req, resp any) erro
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), remedyRecordTime)
 	defer cancel()
 	if err := o.auditor.Write(wctx, events...); err != nil {
-		return fmt.Errorf("%w: %s took effect, but its audit record could not be written: %w",
+		return fmt.Errorf("%w: %s took effect, but its audit record could not be written yet (it is kept for the audit log's next flush): %w",
 			domain.ErrUnavailable, method[strings.LastIndex(method, "/")+1:], err)
 	}
 	return nil
