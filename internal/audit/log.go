@@ -13,7 +13,8 @@ import (
 )
 
 // Writer stores events durably (store.Store's AppendAudit): all of them or,
-// on error, possibly some. Writing an event twice stores it once.
+// on error, possibly some. Writing the same events again (a write that
+// failed, repeated) stores each once.
 type Writer interface {
 	AppendAudit(ctx context.Context, events []Event) error
 	// Hold keeps the writer open for the events written with the context
@@ -48,13 +49,25 @@ type Options struct {
 // it), Record in batches, so that an actor's call never waits for the audit
 // log nor fails because of it. A flush hands every buffered event to the
 // Writer in one call, ordered by recipient, which a store writes as one
-// write per recipient. Close flushes what is left.
+// write per recipient; a flush or Write that failed is written again as it
+// was, on its own, by the next flush, before the events recorded since.
+// Close flushes what is left.
 type Log struct {
 	w    Writer
 	opts Options
 
-	mu        sync.Mutex
-	buf       []Event
+	mu  sync.Mutex
+	buf []Event
+	// failed are the batches of flushes and Writes that failed, each as
+	// it was written, oldest first; failedN counts their events. The next
+	// flush writes each again on its own, so that a store writes it as the
+	// same writes (on Cosmos DB the same documents, each named by its
+	// first event's key, which a repeat finds when a lost answer hid that
+	// it was created). With the events recorded since, an earlier key
+	// among them would name another document, and its events would be
+	// stored twice.
+	failed    [][]Event
+	failedN   int
 	closed    bool
 	kick      chan struct{} // a flush is due before the interval
 	stop      chan struct{}
@@ -86,13 +99,21 @@ func NewLog(w Writer, opts Options) *Log {
 }
 
 // Write stores events before it returns: for a remedy, whose answer says
-// it is recorded. Their keys are made here where they have none.
+// it is recorded. Their keys are made here where they have none. Events it
+// fails to store (the remedy took effect all the same) are kept, as a
+// failed flush's are, and written by the next flush.
 func (l *Log) Write(ctx context.Context, events ...Event) error {
 	keyed := make([]Event, len(events))
 	for i, e := range events {
 		keyed[i] = withKey(e)
 	}
-	return l.w.AppendAudit(ctx, keyed)
+	err := l.w.AppendAudit(ctx, keyed)
+	if err != nil {
+		kept := l.keep(keyed)
+		l.opts.Logger.Warn("audit log: writing a remedy's events failed; kept for the next flush while there is room",
+			"events", len(keyed), "kept", kept, "error", err)
+	}
+	return err
 }
 
 // Hold keeps the writer open for the events written with the context
@@ -107,15 +128,15 @@ func (l *Log) Hold(ctx context.Context) (held context.Context, release func(), e
 func (l *Log) Record(e Event) {
 	e = withKey(e)
 	l.mu.Lock()
-	if l.closed || len(l.buf) >= l.opts.MaxBuffered {
+	if l.closed || l.failedN+len(l.buf) >= l.opts.MaxBuffered {
 		l.mu.Unlock()
 		l.drop(1)
 		return
 	}
 	l.buf = append(l.buf, e)
 	n := len(l.buf)
+	l.buffered.Store(int64(l.failedN + n))
 	l.mu.Unlock()
-	l.buffered.Store(int64(n))
 	if n >= l.opts.FlushEvents {
 		select {
 		case l.kick <- struct{}{}:
@@ -127,7 +148,8 @@ func (l *Log) Record(e Event) {
 // Dropped is how many events were dropped since the log started.
 func (l *Log) Dropped() int64 { return l.dropped.Load() }
 
-// Buffered is how many events wait for the next flush.
+// Buffered is how many events wait for the next flush: those recorded, and
+// those of writes that failed.
 func (l *Log) Buffered() int64 { return l.buffered.Load() }
 
 func (l *Log) drop(n int) {
@@ -158,16 +180,38 @@ func (l *Log) run() {
 	}
 }
 
-// Flush writes every buffered event now. Events a failed write did not
-// store go back to the buffer while it has room, for the next flush.
+// Flush writes every buffered event now: first the batches that failed,
+// each as it was, then the events recorded since. A batch that fails is
+// kept for the next flush while the buffer has room; what is recorded
+// meanwhile waits until it is written.
 func (l *Log) Flush(ctx context.Context) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
+	for {
+		// Only a flush removes a failed batch; Write may add one meanwhile.
+		l.mu.Lock()
+		if len(l.failed) == 0 {
+			l.mu.Unlock()
+			break
+		}
+		retry := l.failed[0]
+		l.mu.Unlock()
+		if err := l.write(ctx, retry); err != nil {
+			l.opts.Logger.Warn("audit log: writing events that failed before failed again; kept for the next flush",
+				"events", len(retry), "error", err)
+			return err
+		}
+		l.mu.Lock()
+		l.failed = l.failed[1:]
+		l.failedN -= len(retry)
+		l.buffered.Store(int64(l.failedN + len(l.buf)))
+		l.mu.Unlock()
+	}
 	l.mu.Lock()
 	batch := l.buf
 	l.buf = nil
+	l.buffered.Store(int64(l.failedN))
 	l.mu.Unlock()
-	l.buffered.Store(0)
 	if len(batch) == 0 {
 		return nil
 	}
@@ -175,28 +219,44 @@ func (l *Log) Flush(ctx context.Context) error {
 	slices.SortStableFunc(batch, func(a, b Event) int {
 		return strings.Compare(a.Recipient+a.Key, b.Recipient+b.Key)
 	})
-	wctx, cancel := context.WithTimeout(ctx, flushTimeout)
-	err := l.w.AppendAudit(wctx, batch)
-	cancel()
+	err := l.write(ctx, batch)
 	if err == nil {
 		return nil
 	}
+	kept := l.keep(batch)
+	l.opts.Logger.Warn("audit log: writing buffered events failed; kept for the next flush while there is room",
+		"events", len(batch), "kept", kept, "error", err)
+	return err
+}
+
+// keep queues a batch that failed for the next flush, as much of its
+// beginning as the buffer has room for (none once closed), and returns how
+// many events it kept; the others are dropped. Its beginning: every write
+// of it that may have been stored is written again alike, or not at all.
+func (l *Log) keep(batch []Event) int {
 	l.mu.Lock()
 	room := 0
 	if !l.closed {
-		room = max(l.opts.MaxBuffered-len(l.buf), 0)
+		room = max(l.opts.MaxBuffered-l.failedN-len(l.buf), 0)
 	}
-	kept := batch[:min(room, len(batch))]
-	l.buf = append(kept, l.buf...)
-	n := len(l.buf)
+	kept := min(room, len(batch))
+	if kept > 0 {
+		l.failed = append(l.failed, batch[:kept])
+		l.failedN += kept
+	}
+	l.buffered.Store(int64(l.failedN + len(l.buf)))
 	l.mu.Unlock()
-	l.buffered.Store(int64(n))
-	if lost := len(batch) - len(kept); lost > 0 {
+	if lost := len(batch) - kept; lost > 0 {
 		l.drop(lost)
 	}
-	l.opts.Logger.Warn("audit log: writing buffered events failed; kept for the next flush while there is room",
-		"events", len(batch), "kept", len(kept), "error", err)
-	return err
+	return kept
+}
+
+// write hands events to the Writer, within flushTimeout.
+func (l *Log) write(ctx context.Context, events []Event) error {
+	wctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	return l.w.AppendAudit(wctx, events)
 }
 
 // Close stops the periodic flushes and writes what is buffered, within ctx
@@ -214,11 +274,14 @@ func (l *Log) Close(ctx context.Context) error {
 	close(l.stop)
 	<-l.stopped
 	err := l.Flush(ctx)
+	l.flushMu.Lock() // no flush under way takes a failed batch meanwhile
 	l.mu.Lock()
 	l.closed = true
-	lost := len(l.buf)
-	l.buf = nil
+	lost := l.failedN + len(l.buf)
+	l.failed, l.failedN, l.buf = nil, 0, nil
+	l.buffered.Store(0)
 	l.mu.Unlock()
+	l.flushMu.Unlock()
 	if lost > 0 {
 		l.drop(lost)
 	}

@@ -21,6 +21,7 @@ import (
 type sink struct {
 	mu      sync.Mutex
 	writes  [][]audit.Event
+	refused [][]audit.Event // the writes failed while told to
 	fail    error
 	entered chan struct{} // told of every write that starts
 	hold    chan struct{} // when set, writes wait for it to close
@@ -42,11 +43,12 @@ func (s *sink) AppendAudit(ctx context.Context, events []audit.Event) error {
 			return ctx.Err()
 		}
 	}
-	if fail != nil {
-		return fail
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if fail != nil {
+		s.refused = append(s.refused, slices.Clone(events))
+		return fail
+	}
 	s.writes = append(s.writes, slices.Clone(events))
 	return nil
 }
@@ -159,13 +161,21 @@ func TestCloseFlushesTheBuffer(t *testing.T) {
 	}
 }
 
-// Events a failed flush did not store wait for the next one.
+// Events a failed flush did not store wait for the next one, which writes
+// them again as they were, on their own, and the events recorded since in
+// a write after them: a store writes the same batch as the same writes,
+// which find what a write whose answer was lost stored. Merged with an
+// event recorded since whose key is earlier, the batch would be other
+// writes (on Cosmos DB, a document of another id, holding it again).
 func TestAFailedFlushKeepsItsEventsForTheNext(t *testing.T) {
 	s := newSink()
-	s.fail = errors.New("store unavailable")
+	s.fail = errors.New("the answer was lost")
 	l := audit.NewLog(s, audit.Options{FlushInterval: never})
 	defer func() { _ = l.Close(context.Background()) }()
-	first := event(uuid.NewString())
+	r := uuid.NewString()
+	at := time.Now()
+	first := event(r)
+	first.At = at
 	l.Record(first)
 	if err := l.Flush(context.Background()); err == nil {
 		t.Fatal("a flush the store refused succeeded")
@@ -173,16 +183,24 @@ func TestAFailedFlushKeepsItsEventsForTheNext(t *testing.T) {
 	s.mu.Lock()
 	s.fail = nil
 	s.mu.Unlock()
-	l.Record(event(uuid.NewString()))
+	earlier := event(r)
+	earlier.At = at.Add(-time.Millisecond) // its call took its time before the flush
+	l.Record(earlier)
+	if got := l.Buffered(); got != 2 {
+		t.Fatalf("buffered %d; want the failed flush's event and the new one", got)
+	}
 	if err := l.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got := s.events()
-	if len(got) != 2 || !slices.ContainsFunc(got, func(e audit.Event) bool { return e.BundleID == first.BundleID }) {
-		t.Fatalf("written %v; want both events, the first one kept from the failed flush", got)
+	s.mu.Lock()
+	writes := s.writes
+	s.mu.Unlock()
+	if len(writes) != 2 || len(writes[0]) != 1 || writes[0][0].BundleID != first.BundleID ||
+		len(writes[1]) != 1 || writes[1][0].BundleID != earlier.BundleID {
+		t.Fatalf("writes %v; want the failed flush's event alone, then the new one", writes)
 	}
-	if l.Dropped() != 0 {
-		t.Fatalf("dropped %d", l.Dropped())
+	if l.Dropped() != 0 || l.Buffered() != 0 {
+		t.Fatalf("dropped %d, buffered %d; want none", l.Dropped(), l.Buffered())
 	}
 }
 
@@ -204,6 +222,58 @@ func TestWriteStoresBeforeItReturns(t *testing.T) {
 	if l.Buffered() != 1 {
 		t.Fatalf("buffered %d; the recorded event waits for its flush", l.Buffered())
 	}
+}
+
+// A remedy's record whose write failed (the remedy took effect) is kept,
+// and written again as it was, on its own, by the next flush: it is not
+// lost, and a write whose answer was lost after it stored them stores its
+// events once.
+func TestAWriteThatFailedIsWrittenAgainByTheNextFlush(t *testing.T) {
+	s := newSink()
+	s.fail = errors.New("the store is unreachable")
+	l := audit.NewLog(s, audit.Options{FlushInterval: never})
+	defer func() { _ = l.Close(context.Background()) }()
+	r := uuid.NewString()
+	remedy := []audit.Event{event(r), event(r)}
+	for i := range remedy {
+		remedy[i].Action = audit.ActionAcknowledgeOnBehalf
+	}
+	if err := l.Write(context.Background(), remedy...); err == nil {
+		t.Fatal("a write the store refused succeeded")
+	}
+	s.mu.Lock()
+	s.fail = nil
+	refused := s.refused
+	s.mu.Unlock()
+	if len(refused) != 1 {
+		t.Fatalf("refused writes %v; want the remedy's", refused)
+	}
+	if got := l.Buffered(); got != 2 {
+		t.Fatalf("buffered %d; want the remedy's 2 events kept", got)
+	}
+	recorded := event(r)
+	recorded.At = time.Now().Add(-time.Second)
+	l.Record(recorded)
+	if err := l.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	writes := s.writes
+	s.mu.Unlock()
+	if len(writes) != 2 || !slices.Equal(keys(writes[0]), keys(refused[0])) || len(writes[1]) != 1 || writes[1][0].BundleID != recorded.BundleID {
+		t.Fatalf("writes %v; want the remedy's as it was refused %v, then the recorded event", writes, refused)
+	}
+	if l.Dropped() != 0 || l.Buffered() != 0 {
+		t.Fatalf("dropped %d, buffered %d; want none", l.Dropped(), l.Buffered())
+	}
+}
+
+func keys(events []audit.Event) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.Key
+	}
+	return out
 }
 
 // Keys sort as their times do, and a page cursor is checked.

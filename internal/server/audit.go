@@ -182,8 +182,9 @@ func (o *options) record(ctx context.Context, method string, req, resp any) erro
 }
 
 // keep keeps events of a call of method: a remedy's before it answers (a
-// failure to write them fails the call, saying the remedy took effect),
-// the others buffered.
+// failure to write them fails the call, saying the remedy took effect and
+// that its record waits for the audit log's next flush), the others
+// buffered.
 func (o *options) keep(ctx context.Context, method string, events []audit.Event) error {
 	if len(events) == 0 {
 		return nil
@@ -197,7 +198,7 @@ func (o *options) keep(ctx context.Context, method string, events []audit.Event)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), remedyRecordTime)
 	defer cancel()
 	if err := o.auditor.Write(wctx, events...); err != nil {
-		return fmt.Errorf("%w: %s took effect, but its audit record could not be written: %w",
+		return fmt.Errorf("%w: %s took effect, but its audit record could not be written yet (it is kept for the audit log's next flush): %w",
 			domain.ErrUnavailable, method[strings.LastIndex(method, "/")+1:], err)
 	}
 	return nil

@@ -362,9 +362,10 @@ type Backup interface {
 // time), for the retention period.
 type AuditLog interface {
 	// AppendAudit stores events of any recipients, durably when it returns
-	// nil; an event whose key is stored already is stored once. Events
-	// arrive grouped by recipient (audit.Log sorts them), which a store may
-	// write as one write per recipient.
+	// nil. The events of a write that failed, written again as they were
+	// (all of them or their beginning, as audit.Log does), are stored once.
+	// Events arrive grouped by recipient (audit.Log sorts them), which a
+	// store may write as one write per recipient.
 	AppendAudit(ctx context.Context, events []audit.Event) error
 	// AuditEvents returns up to q.Limit of the recipient's events that
 	// q.Contains, in key order, and the key to continue after when more are

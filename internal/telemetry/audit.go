@@ -17,7 +17,7 @@ func (t *Telemetry) ObserveAuditLog(dropped, buffered func() int64) error {
 		}, func() float64 { return float64(dropped()) })),
 		t.registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "messagehub_audit_events_buffered",
-			Help: "Audit events of actors' calls waiting for the next flush to the store.",
+			Help: "Audit events waiting for the next flush to the store: actors' calls' and inspections', and those of writes the store refused.",
 		}, func() float64 { return float64(buffered()) })),
 	)
 }

@@ -137,8 +137,9 @@ func (s *Store) appendAudit(ctx context.Context, events []audit.Event) error {
 }
 
 // writeAuditDoc creates d. A document of its id exists when a flush that
-// failed (or whose answer was lost) wrote it already, perhaps with fewer
-// events: the events it lacks are written as a document of their own.
+// failed (its answer lost) created it, and is written again as it was
+// (audit.Log): its events are stored. Those of d that it lacks, were it
+// written with fewer, are written as a document of their own.
 func (s *Store) writeAuditDoc(ctx context.Context, d auditDoc) error {
 	pk := azcosmos.NewPartitionKeyString(d.PK)
 	for {

@@ -2,13 +2,16 @@ package cosmos_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/internal/store/storetest"
 	"github.com/energydatahub/messagehub/test/cosmostest"
@@ -91,4 +94,78 @@ func TestAuditEventsWhoseDetailJSONEscapesFitTheirDocuments(t *testing.T) {
 	if read != len(events) {
 		t.Fatalf("read back %d events of %d", read, len(events))
 	}
+}
+
+// A flush whose documents were created though their answers were lost
+// fails, and its events are written again by the next flush, together with
+// an event recorded meanwhile whose key is earlier (its call took its time
+// before the failed flush took the buffer, and recorded it after): each
+// event is stored once, in the documents of the recipient's partition.
+// Were the retry's document named by its first key, the earlier event's,
+// it would be created beside the first and hold its event again.
+func TestAFlushRetriedAfterLostAnswersStoresEachEventOnce(t *testing.T) {
+	ctx := context.Background()
+	db := cosmostest.UniqueID("db")
+	h := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
+	t.Cleanup(h.Close)
+	// No periodic flush: the test flushes.
+	log := audit.NewLog(h, audit.Options{FlushInterval: time.Hour})
+	t.Cleanup(func() { _ = log.Close(ctx) })
+	r := uuid.NewString()
+	at := time.Now().Truncate(time.Millisecond)
+	later := audit.Event{At: at, Action: audit.ActionDequeue, Subject: r, Recipient: r, BundleID: uuid.NewString()}
+	earlier := audit.Event{At: at.Add(-time.Millisecond), Action: audit.ActionPeek, Subject: r, Recipient: r, BundleID: later.BundleID}
+	log.Record(later)
+	// 6 firings: more than the transport's attempts of one create.
+	inject(t, db, cosmostest.Fault{Ops: []string{"create"}, Coll: "audit", Kind: cosmostest.LostTimeout, Count: 6})
+	if err := log.Flush(ctx); err == nil {
+		t.Fatal("the flush whose answers were lost succeeded; the test expects it to fail")
+	}
+	if fired(t, db) == 0 {
+		t.Fatal("the fault never fired; the test tested nothing")
+	}
+	clearFaults(t, db)
+	log.Record(earlier)
+	if err := log.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if stored := storedAuditEvents(t, db, r); stored != 2 {
+		t.Fatalf("the recipient's documents hold %d events; want its 2, each once", stored)
+	}
+	page, err := h.AuditEvents(ctx, audit.Range(r, time.Time{}, time.Time{}, "", 10))
+	if err != nil || len(page.Events) != 2 || page.Events[0].Action != audit.ActionPeek || page.Events[1].Action != audit.ActionDequeue {
+		t.Fatalf("read back %+v, %v; want the peek, then the dequeue", page.Events, err)
+	}
+}
+
+// storedAuditEvents counts the events the recipient's audit documents hold,
+// repeats included. The query sees every write before it: it carries the
+// session token of a document the test writes into the partition first,
+// which holds no events.
+func storedAuditEvents(t *testing.T, db, r string) int {
+	t.Helper()
+	ctx := context.Background()
+	c := containerOf(t, db, "audit")
+	pk := azcosmos.NewPartitionKeyString(r)
+	marker, err := c.CreateItem(ctx, pk, []byte(`{"id":"`+uuid.NewString()+`","pk":"`+r+`"}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pager := c.NewQueryItemsPager("SELECT VALUE ARRAY_LENGTH(c.ev) FROM c WHERE IS_DEFINED(c.ev)", pk,
+		&azcosmos.QueryOptions{SessionToken: marker.SessionToken})
+	stored := 0
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range page.Items {
+			var n int
+			if err := json.Unmarshal(raw, &n); err != nil {
+				t.Fatal(err)
+			}
+			stored += n
+		}
+	}
+	return stored
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
@@ -27,21 +28,23 @@ import (
 )
 
 // auditedAdmin serves the Admin API of a hub on database db, with the audit
-// log recorded as the service records it, and returns a client and the hub.
-func auditedAdmin(t *testing.T, db string) (adminv1.AdminClient, *hub.Hub) {
+// log recorded as the service records it, and returns a client, the hub and
+// the audit log, which flushes when the test says.
+func auditedAdmin(t *testing.T, db string) (adminv1.AdminClient, *hub.Hub, *audit.Log) {
 	t.Helper()
-	conn, h, _ := auditedConn(t, db)
-	return adminv1.NewAdminClient(conn), h
+	conn, h, log := auditedConn(t, db)
+	return adminv1.NewAdminClient(conn), h, log
 }
 
 // auditedConn serves the MessageHub and Admin APIs of a hub on database db,
 // with the audit log recorded as the services record it, and returns a
-// connection to them, the hub and the audit log.
+// connection to them, the hub and the audit log, which flushes when the
+// test says.
 func auditedConn(t *testing.T, db string) (*grpc.ClientConn, *hub.Hub, *audit.Log) {
 	t.Helper()
 	h := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
 	t.Cleanup(h.Close)
-	log := audit.NewLog(h, audit.Options{})
+	log := audit.NewLog(h, audit.Options{FlushInterval: time.Hour})
 	t.Cleanup(func() { _ = log.Close(context.Background()) })
 	srv, _ := grpcserver.NewGRPCServer(h, slog.New(slog.DiscardHandler), grpcserver.WithAudit(log, func(context.Context) string { return "op" }))
 	admin.Register(srv, h)
@@ -56,6 +59,21 @@ func auditedConn(t *testing.T, db string) (*grpc.ClientConn, *hub.Hub, *audit.Lo
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn, h, log
+}
+
+// pendingBundle saves n notifications of a new recipient and peeks them:
+// the recipient and its pending bundle.
+func pendingBundle(t *testing.T, h *hub.Hub, n int) (string, *domain.Bundle) {
+	t.Helper()
+	r := uuid.NewString()
+	if _, err := h.Save(context.Background(), notifications(n, r, 1)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.Peek(context.Background(), r, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek = %v, %v", b, err)
+	}
+	return r, b
 }
 
 // remedyEvents returns the recipient's audit events of action.
@@ -84,20 +102,13 @@ func TestAReleaseWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 	for _, kind := range []cosmostest.FaultKind{cosmostest.LostUnavailable, cosmostest.LostTimeout, cosmostest.LostReset} {
 		t.Run(string(kind), func(t *testing.T) {
 			db := cosmostest.UniqueID("db")
-			client, h := auditedAdmin(t, db)
+			client, h, _ := auditedAdmin(t, db)
 			ctx := context.Background()
-			r := uuid.NewString()
-			if _, err := h.Save(ctx, notifications(3, r, 1)); err != nil {
-				t.Fatal(err)
-			}
-			b, err := h.Peek(ctx, r, domain.GroupAll, "")
-			if err != nil || b == nil {
-				t.Fatalf("peek = %v, %v", b, err)
-			}
+			r, b := pendingBundle(t, h, 3)
 			req := &adminv1.ReleaseBundleRequest{Recipient: r, BundleId: b.ID, Reason: "the actor lost its state"}
 			// 6 firings: more than the transport's attempts of one batch.
 			inject(t, db, cosmostest.Fault{Ops: []string{"batch"}, Coll: "recipients", Type: "released", Kind: kind, Count: 6})
-			_, err = client.ReleaseBundle(ctx, req)
+			_, err := client.ReleaseBundle(ctx, req)
 			if fired(t, db) == 0 {
 				t.Fatal("the fault never fired; the test tested nothing")
 			}
@@ -135,7 +146,7 @@ func TestAnAcknowledgementWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 	for _, kind := range []cosmostest.FaultKind{cosmostest.LostUnavailable, cosmostest.LostTimeout, cosmostest.LostReset} {
 		t.Run(string(kind), func(t *testing.T) {
 			db := cosmostest.UniqueID("db")
-			client, h := auditedAdmin(t, db)
+			client, h, _ := auditedAdmin(t, db)
 			ctx := context.Background()
 			r := uuid.NewString()
 			ns := notifications(3, r, 1)
@@ -205,6 +216,41 @@ func TestAnAcknowledgementWhoseAnswersAreLostIsRecordedOnce(t *testing.T) {
 			slices.Sort(want)
 			if !slices.Equal(recorded, want) || len(slices.Compact(slices.Clone(want))) != len(ns) {
 				t.Fatalf("audit events of the acknowledgement name bundles %v; want one each of %v", recorded, bundles)
+			}
+		})
+	}
+}
+
+// A release whose audit record cannot be written took effect all the same:
+// the call fails, saying so and that its record waits for the audit log's
+// next flush, which writes it. Refused, the record was not stored; its
+// answers lost, it was, and the flush writes it again as the same
+// document: either way the log then holds it once.
+func TestAReleaseWhoseRecordFailsIsRecordedByTheNextFlush(t *testing.T) {
+	for _, kind := range []cosmostest.FaultKind{cosmostest.Refuse503, cosmostest.LostTimeout} {
+		t.Run(string(kind), func(t *testing.T) {
+			db := cosmostest.UniqueID("db")
+			client, h, log := auditedAdmin(t, db)
+			ctx := context.Background()
+			r, b := pendingBundle(t, h, 1)
+			// 6 firings: more than the transport's attempts of one create.
+			inject(t, db, cosmostest.Fault{Ops: []string{"create"}, Coll: "audit", Kind: kind, Count: 6})
+			_, err := client.ReleaseBundle(ctx, &adminv1.ReleaseBundleRequest{Recipient: r, BundleId: b.ID, Reason: "the actor lost its state"})
+			if fired(t, db) == 0 {
+				t.Fatal("the fault never fired; the test tested nothing")
+			}
+			clearFaults(t, db)
+			if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "took effect") || !strings.Contains(err.Error(), "next flush") {
+				t.Fatalf("the release whose record failed: %v; want UNAVAILABLE, saying it took effect and its record waits", err)
+			}
+			if err := log.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if events := remedyEvents(t, client, r, adminv1.AuditAction_AUDIT_ACTION_RELEASE_BUNDLE); len(events) != 1 || events[0].GetBundleId() != b.ID {
+				t.Fatalf("audit events of the release %v; want one, of bundle %s", events, b.ID)
+			}
+			if stored := storedAuditEvents(t, db, r); stored != 1 {
+				t.Fatalf("the recipient's documents hold %d events; want the release's, once", stored)
 			}
 		})
 	}

@@ -193,8 +193,8 @@ func auditOverlappingWrites(t *testing.T, s store.Store) {
 	}
 }
 
-// A flush whose answer was lost is written again, perhaps with events
-// recorded since: every event is stored once.
+// A flush whose answer was lost is written again as it was, then with more
+// events after its own: every event comes back once.
 func auditWrittenTwice(t *testing.T, s store.Store) {
 	r := newRecipient()
 	base := auditBase()
