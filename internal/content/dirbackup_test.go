@@ -182,43 +182,77 @@ func TestADirStoreDocumentStoredAgainInTheSameTickIsAnotherVersion(t *testing.T)
 	}
 }
 
-// A file written before files carried their version is still read: its
-// version is its time and size, and a removal by that version takes it.
-func TestADirStoreReadsAVersion2Document(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.Mkdir(filepath.Join(dir, "r"), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "r", "b"), []byte("messagehub-document-v2\nbundle-x\ntext/plain\nold"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	docs, err := content.OpenDirStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = docs.Close() })
-	k := content.Key{Recipient: "r", BundleID: "b"}
-	doc, err := docs.Open(t.Context(), k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if data := string(read(t, doc)); doc.Bundle != "bundle-x" || doc.MediaType != "text/plain" || data != "old" {
-		t.Fatalf("read bundle %q, %s, %q", doc.Bundle, doc.MediaType, data)
-	}
-	version, bundle, err := docs.Stored(t.Context(), k)
-	if err != nil || bundle != "bundle-x" || version == "" {
-		t.Fatalf("Stored %q %q %v", version, bundle, err)
-	}
-	if err := docs.DeleteVersion(t.Context(), k, "another"); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := docs.Version(t.Context(), k); err != nil || v != version {
-		t.Fatalf("after a removal by another version: %q %v, want %q", v, err, version)
-	}
-	if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := docs.Version(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
-		t.Fatalf("after removal by its version: %v", err)
+// A file in another format than the one this build writes (one a
+// development build wrote, one cut short, one that is no document) is not
+// read as a document: it names no bundle and carries nothing, so it is
+// never served, and it has a version of its own, so that a peek's build
+// (discard), retention and a release remove it and the bundle's document
+// can be stored under its name.
+func TestADirStoreFileOfAnotherFormatIsADocumentOfNoBundle(t *testing.T) {
+	for name, data := range map[string]string{
+		"version 2":      "messagehub-document-v2\nbundle-x\ntext/plain\nold",
+		"version 1":      "messagehub-document-v1\ntext/plain\nold",
+		"header cut":     "messagehub-document-v3\n0123456789abcdef0123456789abcdef\nbundle-x",
+		"empty":          "",
+		"not a document": "old",
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Mkdir(filepath.Join(dir, "r"), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "r", "b"), []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			docs, err := content.OpenDirStore(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = docs.Close() })
+			k := content.Key{Recipient: "r", BundleID: "b", Bundle: "0123456789abcdef0123456789abcdef"}
+			doc, err := docs.Open(t.Context(), k)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			if body := string(read(t, doc)); doc.Bundle != "" || body != "" {
+				t.Fatalf("Open names bundle %q and carries %q; want none and nothing", doc.Bundle, body)
+			}
+			version, bundle, err := docs.Stored(t.Context(), k)
+			if err != nil || bundle != "" || version == "" {
+				t.Fatalf("Stored %q %q %v; want a version and no bundle", version, bundle, err)
+			}
+			if v, err := docs.Version(t.Context(), k); err != nil || v != version {
+				t.Fatalf("Version %q %v; Stored's %q", v, err, version)
+			}
+			// A version of this build's format is not the file's.
+			other := content.Key{Recipient: "r", BundleID: "other"}
+			contenttest.Put(t, docs, other, "text/plain", []byte("doc"))
+			v3, err := docs.Version(t.Context(), other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := docs.DeleteVersion(t.Context(), k, v3); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := docs.Version(t.Context(), k); err != nil || v != version {
+				t.Fatalf("after a removal by another version: %q %v, want %q", v, err, version)
+			}
+			// Retention and a release remove it by the version they read.
+			asRead := func(context.Context) error { return nil }
+			if err := content.Forget(docs)(t.Context(), "r", []string{"b"}, asRead); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := docs.Version(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
+				t.Fatalf("after retention: %v, want it removed", err)
+			}
+			contenttest.Put(t, docs, k, "text/plain", []byte("built"))
+			doc, err = docs.Open(t.Context(), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body := string(read(t, doc)); doc.Bundle != k.Bundle || body != "built" {
+				t.Fatalf("the document stored once it went: bundle %q, %q", doc.Bundle, body)
+			}
+		})
 	}
 }
