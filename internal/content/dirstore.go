@@ -16,8 +16,9 @@ import (
 // DirStore keeps each document in a file of its own under a folder: one
 // folder per recipient, one file per bundle: a format line, the file's
 // version (random, its own), the identity of the bundle it was built for,
-// the media type, then the document. A
-// document is written to a temporary file, synced, and linked into place
+// the media type, then the document. Only this format is read: a file of
+// another (one a development build wrote, one cut short) is a document of
+// no bundle holding nothing (Open). A document is written to a temporary file, synced, and linked into place
 // (never over a document stored already), so a crash leaves either the
 // whole document or none. Every access goes through an os.Root, so no path
 // can leave the folder.
@@ -25,13 +26,11 @@ type DirStore struct{ root *os.Root }
 
 const (
 	fileMagic = "messagehub-document-v3\n"
-	// fileMagicV2 is the format before files carried their version: such a
-	// file's version is its modification time and size.
-	fileMagicV2 = "messagehub-document-v2\n"
-	// fileMagicV1 is the format before documents named their bundle: such a
-	// file is opened with no identity, so it is never taken for the
-	// document of the bundle being served, and is built again.
-	fileMagicV1 = "messagehub-document-v1\n"
+
+	// otherFormat is the version of a file that is not a whole document of
+	// fileMagic's format (one a development build wrote, or no document):
+	// a version of this format is 32 hex digits, so never this one.
+	otherFormat = "other-format"
 
 	tempSuffix = ".tmp"
 )
@@ -66,11 +65,20 @@ func (s *DirStore) path(key Key) string {
 	return path.Join(key.Recipient, key.BundleID)
 }
 
-// Open returns the stored document of key, or ErrNotStored.
+// Open returns the stored document of key, or ErrNotStored. A file of
+// another format is a document of no bundle with nothing in it: it is never
+// served (the service serves a document only for the bundle it names), and
+// its version (otherFormat) lets the service's discard, retention and a
+// release remove it, so that the bundle's document can be stored under its
+// name.
 func (s *DirStore) Open(_ context.Context, key Key) (*Document, error) {
 	f, h, err := s.open(key)
 	if err != nil {
 		return nil, err
+	}
+	if h.version == otherFormat {
+		_ = f.Close()
+		return &Document{Body: io.NopCloser(strings.NewReader(""))}, nil
 	}
 	return &Document{MediaType: h.mediaType, Bundle: h.bundle, Body: readCloser{Reader: h.body, Closer: f}}, nil
 }
@@ -99,33 +107,25 @@ func (s *DirStore) open(key Key) (*os.File, header, error) {
 	return f, h, nil
 }
 
+// readHeader reads the format line, the version, the bundle and the media
+// type. A file that is not a whole header of this format (another format's,
+// one cut short, an empty one) has the version otherFormat and names
+// nothing; a failed read is an error.
 func readHeader(f *os.File) (header, error) {
 	h := header{body: bufio.NewReader(f)}
-	line := func() (string, error) {
+	var lines [4]string
+	for i := range lines {
 		l, err := h.body.ReadString('\n')
-		return strings.TrimSuffix(l, "\n"), err
-	}
-	magic, err := h.body.ReadString('\n')
-	if err != nil || (magic != fileMagic && magic != fileMagicV2 && magic != fileMagicV1) {
-		return header{}, errors.New("not a document file")
-	}
-	if magic == fileMagic {
-		h.version, err = line()
-	} else {
-		// An older file is never stored again in place, so its time and
-		// size name it until it is removed.
-		var fi fs.FileInfo
-		if fi, err = f.Stat(); err == nil {
-			h.version = fmt.Sprintf("%d-%d", fi.ModTime().UnixNano(), fi.Size())
+		if errors.Is(err, io.EOF) || (i == 0 && l != fileMagic) {
+			return header{version: otherFormat}, nil
 		}
+		if err != nil {
+			return header{}, err
+		}
+		lines[i] = strings.TrimSuffix(l, "\n")
 	}
-	if err == nil && magic != fileMagicV1 {
-		h.bundle, err = line()
-	}
-	if err == nil {
-		h.mediaType, err = line()
-	}
-	return h, err
+	h.version, h.bundle, h.mediaType = lines[1], lines[2], lines[3]
+	return h, nil
 }
 
 type readCloser struct {
