@@ -256,3 +256,40 @@ func TestADirStoreFileOfAnotherFormatIsADocumentOfNoBundle(t *testing.T) {
 		})
 	}
 }
+
+// A removal by version is a look, then the removal: a document removed and
+// stored again under the id between the two (another remover took the
+// version looked at, and a later bundle's build stored its own) is another
+// version, which the removal leaves, as it would any one stored since.
+func TestADirStoreRemovalByVersionLeavesADocumentStoredAgainMeanwhile(t *testing.T) {
+	docs, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = docs.Close() })
+	k := content.Key{Recipient: "r", BundleID: "b", Bundle: "0123456789abcdef0123456789abcdef"}
+	contenttest.Put(t, docs, k, "text/plain", []byte("earlier"))
+	version, err := docs.Version(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content.OnDirStoreStep(docs, func(step string) {
+		if step == "looked" {
+			content.OnDirStoreStep(docs, nil)
+			if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
+				t.Error(err)
+			}
+			contenttest.Put(t, docs, k, "text/plain", []byte("later"))
+		}
+	})
+	if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := docs.Open(t.Context(), k)
+	if err != nil {
+		t.Fatalf("the document stored again meanwhile is gone: %v", err)
+	}
+	if data := string(read(t, doc)); data != "later" {
+		t.Fatalf("stored %q, want the later document", data)
+	}
+}

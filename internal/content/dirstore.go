@@ -22,7 +22,18 @@ import (
 // (never over a document stored already), so a crash leaves either the
 // whole document or none. Every access goes through an os.Root, so no path
 // can leave the folder.
-type DirStore struct{ root *os.Root }
+type DirStore struct {
+	root *os.Root
+	// step, when set (by tests), is called at the named steps of a
+	// removal, so that a test can act between them.
+	step func(string)
+}
+
+func (s *DirStore) at(step string) {
+	if s.step != nil {
+		s.step(step)
+	}
+}
 
 const (
 	fileMagic = "messagehub-document-v3\n"
@@ -199,6 +210,7 @@ func (s *DirStore) DeleteVersion(ctx context.Context, key Key, version string) e
 	if err != nil {
 		return err
 	}
+	s.at("looked")
 	return s.Delete(ctx, key)
 }
 
