@@ -145,20 +145,9 @@ func TestADirStoreDocumentNamesItsBundle(t *testing.T) {
 // jiffy on ext4), is another version: a removal by the version read of the
 // first leaves it alone.
 func TestADirStoreDocumentStoredAgainInTheSameTickIsAnotherVersion(t *testing.T) {
-	dir := t.TempDir()
-	docs, err := content.OpenDirStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = docs.Close() })
-	k := content.Key{Recipient: "r", BundleID: "b", Bundle: "0123456789abcdef0123456789abcdef"}
-	contenttest.Put(t, docs, k, "text/plain", []byte("first"))
+	dir, docs, k, version := storedDocument(t)
 	file := filepath.Join(dir, "r", "b")
 	first, err := os.Stat(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	version, err := docs.Version(t.Context(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,15 +159,42 @@ func TestADirStoreDocumentStoredAgainInTheSameTickIsAnotherVersion(t *testing.T)
 	if err := os.Chtimes(file, first.ModTime(), first.ModTime()); err != nil {
 		t.Fatal(err)
 	}
+	removalLeaves(t, docs, k, version, "later")
+}
+
+// storedDocument opens a folder store in a temporary folder and stores a
+// document under k, of version.
+func storedDocument(t *testing.T) (dir string, docs *content.DirStore, k content.Key, version string) {
+	t.Helper()
+	dir = t.TempDir()
+	docs, err := content.OpenDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = docs.Close() })
+	k = content.Key{Recipient: "r", BundleID: "b", Bundle: "0123456789abcdef0123456789abcdef"}
+	contenttest.Put(t, docs, k, "text/plain", []byte("first")) // as long as "later"
+	version, err = docs.Version(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, docs, k, version
+}
+
+// removalLeaves removes version of k and checks that the document stored
+// under k is want.
+func removalLeaves(t *testing.T, docs *content.DirStore, k content.Key, version, want string) {
+	t.Helper()
 	if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
 		t.Fatal(err)
 	}
+	content.OnDirStoreStep(docs, nil)
 	doc, err := docs.Open(t.Context(), k)
 	if err != nil {
-		t.Fatalf("the later document is gone, removed by the first's version: %v", err)
+		t.Fatalf("the document %q is gone: %v", want, err)
 	}
-	if data := string(read(t, doc)); data != "later" {
-		t.Fatalf("stored %q, want the later document", data)
+	if data := string(read(t, doc)); data != want {
+		t.Fatalf("stored %q, want %q", data, want)
 	}
 }
 
@@ -262,17 +278,7 @@ func TestADirStoreFileOfAnotherFormatIsADocumentOfNoBundle(t *testing.T) {
 // version looked at, and a later bundle's build stored its own) is another
 // version, which the removal leaves, as it would any one stored since.
 func TestADirStoreRemovalByVersionLeavesADocumentStoredAgainMeanwhile(t *testing.T) {
-	docs, err := content.OpenDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = docs.Close() })
-	k := content.Key{Recipient: "r", BundleID: "b", Bundle: "0123456789abcdef0123456789abcdef"}
-	contenttest.Put(t, docs, k, "text/plain", []byte("earlier"))
-	version, err := docs.Version(t.Context(), k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, docs, k, version := storedDocument(t)
 	content.OnDirStoreStep(docs, func(step string) {
 		if step == "looked" {
 			content.OnDirStoreStep(docs, nil)
@@ -282,14 +288,39 @@ func TestADirStoreRemovalByVersionLeavesADocumentStoredAgainMeanwhile(t *testing
 			contenttest.Put(t, docs, k, "text/plain", []byte("later"))
 		}
 	})
-	if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
-		t.Fatal(err)
-	}
-	doc, err := docs.Open(t.Context(), k)
-	if err != nil {
-		t.Fatalf("the document stored again meanwhile is gone: %v", err)
-	}
-	if data := string(read(t, doc)); data != "later" {
-		t.Fatalf("stored %q, want the later document", data)
+	removalLeaves(t, docs, k, version, "later")
+}
+
+// A removal by version moves the file aside before it looks at it again,
+// and the name holds nothing meanwhile: a document stored under it then
+// stays, whether the file moved aside is the version removed (it goes) or
+// a document stored again after the removal's look (it goes too, as it
+// is never linked back over one stored since). Nothing is left aside.
+func TestADirStoreRemovalByVersionLeavesADocumentStoredWhileTheFileIsAside(t *testing.T) {
+	for name, replaced := range map[string]bool{"the version removed": false, "stored again after the look": true} {
+		t.Run(name, func(t *testing.T) {
+			dir, docs, k, version := storedDocument(t)
+			content.OnDirStoreStep(docs, func(step string) {
+				switch step {
+				case "looked":
+					if replaced {
+						if err := docs.Delete(t.Context(), k); err != nil {
+							t.Error(err)
+						}
+						contenttest.Put(t, docs, k, "text/plain", []byte("stored again"))
+					}
+				case "aside":
+					if _, err := docs.Version(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
+						t.Errorf("while the file is aside, its name holds %v", err)
+					}
+					contenttest.Put(t, docs, k, "text/plain", []byte("stored while aside"))
+				}
+			})
+			removalLeaves(t, docs, k, version, "stored while aside")
+			entries, err := os.ReadDir(filepath.Join(dir, "r"))
+			if err != nil || len(entries) != 1 {
+				t.Fatalf("the folder holds %v (%v), want the document alone", entries, err)
+			}
+		})
 	}
 }

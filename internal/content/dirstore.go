@@ -103,7 +103,17 @@ type header struct {
 // open opens the file of key and reads its header; the caller closes the
 // file.
 func (s *DirStore) open(key Key) (*os.File, header, error) {
-	f, err := s.root.Open(s.path(key))
+	f, h, err := s.openFile(s.path(key))
+	if err != nil && !errors.Is(err, ErrNotStored) {
+		err = fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
+	}
+	return f, h, err
+}
+
+// openFile opens the file at p and reads its header; the caller closes the
+// file.
+func (s *DirStore) openFile(p string) (*os.File, header, error) {
+	f, err := s.root.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, header{}, ErrNotStored
 	}
@@ -113,7 +123,7 @@ func (s *DirStore) open(key Key) (*os.File, header, error) {
 	h, err := readHeader(f)
 	if err != nil {
 		_ = f.Close()
-		return nil, header{}, fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
+		return nil, header{}, err
 	}
 	return f, h, nil
 }
@@ -197,11 +207,18 @@ func (s *DirStore) Stored(_ context.Context, key Key) (version, bundle string, e
 	return h.version, h.bundle, nil
 }
 
-// DeleteVersion removes the file if it is still version. The look and the
-// removal are two steps: a folder serves one instance, whose retention
-// passes run one at a time (hub.sweepPass), and a document is stored again
-// under an id only once retention removed the bundle's record, after its
-// document.
+// DeleteVersion removes the file if it is still version. A look at the
+// name, then a removal of the name, would take a document removed and
+// stored again under it in between (a late build's removal and a later
+// bundle's peek both remove a document, and the later bundle's build
+// stores its own). So the file found version at the look is moved aside,
+// under a name of its own, and what was moved is looked at again: it goes
+// if it is version, else it is linked back, never over a document stored
+// under the name meanwhile (that one stays, and the moved one goes: the
+// service serves a document only for the bundle it names, and builds a
+// missing one). While a file is aside, which takes a rename and a look,
+// its name holds nothing; the name of a file that is version holds nothing
+// after the removal anyway.
 func (s *DirStore) DeleteVersion(ctx context.Context, key Key, version string) error {
 	now, err := s.Version(ctx, key)
 	if errors.Is(err, ErrNotStored) || (err == nil && now != version) {
@@ -211,7 +228,34 @@ func (s *DirStore) DeleteVersion(ctx context.Context, key Key, version string) e
 		return err
 	}
 	s.at("looked")
-	return s.Delete(ctx, key)
+	final := s.path(key)
+	// A crash leaves the file aside, a temporary file that the next open
+	// removes.
+	aside := fmt.Sprintf("%s.%016x.removed%s", final, rand.Uint64(), tempSuffix)
+	if err := s.root.Rename(final, aside); errors.Is(err, fs.ErrNotExist) {
+		return nil // removed meanwhile
+	} else if err != nil {
+		return err
+	}
+	s.at("aside")
+	f, h, err := s.openFile(aside)
+	if err == nil {
+		_ = f.Close()
+		if h.version == version {
+			return s.root.Remove(aside)
+		}
+	}
+	back := place(s.root, aside, final)
+	if back == nil {
+		back = syncDir(s.root, path.Dir(final))
+	}
+	if err == nil {
+		err = back
+	}
+	if err != nil {
+		return fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
+	}
+	return nil
 }
 
 type stagedFile struct {
@@ -258,16 +302,20 @@ func (s *stagedFile) Commit() error {
 // on this instance (an earlier bundle's, whose bundle went, and a later
 // bundle's), and the late answer must not take the place of a document
 // that may have been served; the service never serves a document for
-// another bundle than the one it names. A folder on a filesystem without
-// hard links has the file renamed into place.
-func (s *stagedFile) place() error {
-	err := s.root.Link(s.temp, s.final)
+// another bundle than the one it names.
+func (s *stagedFile) place() error { return place(s.root, s.temp, s.final) }
+
+// place links the file at from under the name to, unless a file is there
+// already, and removes from. A folder on a filesystem without hard links
+// has the file renamed into place.
+func place(root *os.Root, from, to string) error {
+	err := root.Link(from, to)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
-		return s.root.Rename(s.temp, s.final)
+		return root.Rename(from, to)
 	}
-	// The document is in place (or another one is): a temporary file left
-	// by a failed removal goes when the folder is next opened.
-	_ = s.root.Remove(s.temp)
+	// The file is in place (or another one is): a temporary file left by a
+	// failed removal goes when the folder is next opened.
+	_ = root.Remove(from)
 	return nil
 }
 
