@@ -324,3 +324,34 @@ func TestADirStoreRemovalByVersionLeavesADocumentStoredWhileTheFileIsAside(t *te
 		})
 	}
 }
+
+// On a filesystem without hard links a document is still stored whole or
+// not at all, and never over one stored already: a second build's commit
+// under the id counts as done and leaves the first document, as with hard
+// links; once that one is removed, the next is stored.
+func TestADirStoreWithoutHardLinksNeverStoresOverADocument(t *testing.T) {
+	dir, docs, k, version := storedDocument(t)
+	content.WithoutHardLinks(docs)
+	contenttest.Put(t, docs, k, "text/plain", []byte("other"))
+	if v, err := docs.Version(t.Context(), k); err != nil || v != version {
+		t.Fatalf("after a second commit: version %q %v, want the first's %q", v, err, version)
+	}
+	doc, err := docs.Open(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data := string(read(t, doc)); data != "first" {
+		t.Fatalf("stored %q, want the first document", data)
+	}
+	if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := docs.Version(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
+		t.Fatalf("after its removal: %v", err)
+	}
+	contenttest.Put(t, docs, k, "text/plain", []byte("later"))
+	removalLeaves(t, docs, k, version, "later")
+	if entries, err := os.ReadDir(filepath.Join(dir, "r")); err != nil || len(entries) != 1 {
+		t.Fatalf("the folder holds %v (%v), want the document alone", entries, err)
+	}
+}

@@ -24,6 +24,9 @@ import (
 // can leave the folder.
 type DirStore struct {
 	root *os.Root
+	// link is root.Link; tests make it fail as on a filesystem without
+	// hard links.
+	link func(from, to string) error
 	// step, when set (by tests), is called at the named steps of a
 	// removal, so that a test can act between them.
 	step func(string)
@@ -66,7 +69,7 @@ func OpenDirStore(dir string) (*DirStore, error) {
 		_ = root.Close()
 		return nil, fmt.Errorf("content folder: removing unfinished documents: %w", err)
 	}
-	return &DirStore{root: root}, nil
+	return &DirStore{root: root, link: root.Link}, nil
 }
 
 // Close releases the folder.
@@ -170,7 +173,7 @@ func (s *DirStore) Create(_ context.Context, key Key, mediaType string) (Staged,
 	if err != nil {
 		return nil, err
 	}
-	w := &stagedFile{root: s.root, f: f, w: bufio.NewWriterSize(f, 1<<20), temp: temp, final: s.path(key)}
+	w := &stagedFile{store: s, root: s.root, f: f, w: bufio.NewWriterSize(f, 1<<20), temp: temp, final: s.path(key)}
 	version := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
 	if _, err := w.w.WriteString(fileMagic + version + "\n" + key.Bundle + "\n" + mediaType + "\n"); err != nil {
 		w.Abort()
@@ -245,7 +248,7 @@ func (s *DirStore) DeleteVersion(ctx context.Context, key Key, version string) e
 			return s.root.Remove(aside)
 		}
 	}
-	back := place(s.root, aside, final)
+	back := s.place(aside, final)
 	if back == nil {
 		back = syncDir(s.root, path.Dir(final))
 	}
@@ -259,6 +262,7 @@ func (s *DirStore) DeleteVersion(ctx context.Context, key Key, version string) e
 }
 
 type stagedFile struct {
+	store       *DirStore
 	root        *os.Root
 	f           *os.File
 	w           *bufio.Writer
@@ -303,19 +307,19 @@ func (s *stagedFile) Commit() error {
 // bundle's), and the late answer must not take the place of a document
 // that may have been served; the service never serves a document for
 // another bundle than the one it names.
-func (s *stagedFile) place() error { return place(s.root, s.temp, s.final) }
+func (s *stagedFile) place() error { return s.store.place(s.temp, s.final) }
 
 // place links the file at from under the name to, unless a file is there
 // already, and removes from. A folder on a filesystem without hard links
 // has the file renamed into place.
-func place(root *os.Root, from, to string) error {
-	err := root.Link(from, to)
+func (s *DirStore) place(from, to string) error {
+	err := s.link(from, to)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
-		return root.Rename(from, to)
+		return s.root.Rename(from, to)
 	}
 	// The file is in place (or another one is): a temporary file left by a
 	// failed removal goes when the folder is next opened.
-	_ = root.Remove(from)
+	_ = s.root.Remove(from)
 	return nil
 }
 
