@@ -295,11 +295,23 @@ func TestADirStoreRemovalByVersionLeavesADocumentStoredAgainMeanwhile(t *testing
 // and the name holds nothing meanwhile: a document stored under it then
 // stays, whether the file moved aside is the version removed (it goes) or
 // a document stored again after the removal's look (it goes too, as it
-// is never linked back over one stored since). Nothing is left aside.
+// is never put back over one stored since, with or without hard links).
+// Nothing is left aside.
 func TestADirStoreRemovalByVersionLeavesADocumentStoredWhileTheFileIsAside(t *testing.T) {
-	for name, replaced := range map[string]bool{"the version removed": false, "stored again after the look": true} {
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name                string
+		replaced, hardLinks bool
+	}{
+		{"the version removed", false, true},
+		{"stored again after the look", true, true},
+		{"stored again after the look, without hard links", true, false},
+	} {
+		replaced := c.replaced
+		t.Run(c.name, func(t *testing.T) {
 			dir, docs, k, version := storedDocument(t)
+			if !c.hardLinks {
+				content.WithoutHardLinks(docs)
+			}
 			content.OnDirStoreStep(docs, func(step string) {
 				switch step {
 				case "looked":

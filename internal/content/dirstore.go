@@ -18,10 +18,12 @@ import (
 // version (random, its own), the identity of the bundle it was built for,
 // the media type, then the document. Only this format is read: a file of
 // another (one a development build wrote, one cut short) is a document of
-// no bundle holding nothing (Open). A document is written to a temporary file, synced, and linked into place
-// (never over a document stored already), so a crash leaves either the
-// whole document or none. Every access goes through an os.Root, so no path
-// can leave the folder.
+// no bundle holding nothing (Open). A document is written to a temporary
+// file, synced, and linked into place (never over a document stored
+// already; on a filesystem without hard links, renamed by a rename that
+// never replaces a file), so a crash leaves either the whole document or
+// none. Every access goes through an os.Root, so no path can leave the
+// folder.
 type DirStore struct {
 	root *os.Root
 	// link is root.Link; tests make it fail as on a filesystem without
@@ -216,12 +218,12 @@ func (s *DirStore) Stored(_ context.Context, key Key) (version, bundle string, e
 // bundle's peek both remove a document, and the later bundle's build
 // stores its own). So the file found version at the look is moved aside,
 // under a name of its own, and what was moved is looked at again: it goes
-// if it is version, else it is linked back, never over a document stored
-// under the name meanwhile (that one stays, and the moved one goes: the
-// service serves a document only for the bundle it names, and builds a
-// missing one). While a file is aside, which takes a rename and a look,
-// its name holds nothing; the name of a file that is version holds nothing
-// after the removal anyway.
+// if it is version, else it is put back (place), never over a document
+// stored under the name meanwhile (that one stays, and the moved one
+// goes: the service serves a document only for the bundle it names, and
+// builds a missing one). While a file is aside, which takes a rename and
+// a look, its name holds nothing; the name of a file that is version
+// holds nothing after the removal anyway.
 func (s *DirStore) DeleteVersion(ctx context.Context, key Key, version string) error {
 	now, err := s.Version(ctx, key)
 	if errors.Is(err, ErrNotStored) || (err == nil && now != version) {
@@ -310,12 +312,20 @@ func (s *stagedFile) Commit() error {
 func (s *stagedFile) place() error { return s.store.place(s.temp, s.final) }
 
 // place links the file at from under the name to, unless a file is there
-// already, and removes from. A folder on a filesystem without hard links
-// has the file renamed into place.
+// already, and removes from. On a filesystem without hard links (FAT,
+// exFAT, an SMB share such as Azure Files) the link fails otherwise, and
+// from is renamed to to by a rename that never replaces a file, which
+// keeps a document whole or absent, and never over another.
 func (s *DirStore) place(from, to string) error {
 	err := s.link(from, to)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
-		return s.root.Rename(from, to)
+		rerr := renameNoReplace(s.root, from, to)
+		if rerr == nil {
+			return nil
+		}
+		if !errors.Is(rerr, fs.ErrExist) {
+			return errors.Join(err, rerr)
+		}
 	}
 	// The file is in place (or another one is): a temporary file left by a
 	// failed removal goes when the folder is next opened.
