@@ -142,11 +142,11 @@ func readHeader(f *os.File) (header, error) {
 	var lines [4]string
 	for i := range lines {
 		l, err := h.body.ReadString('\n')
-		if errors.Is(err, io.EOF) || (i == 0 && l != fileMagic) {
-			return header{version: otherFormat}, nil
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, io.EOF) {
 			return header{}, err
+		}
+		if err != nil || (i == 0 && l != fileMagic) {
+			return header{version: otherFormat}, nil
 		}
 		lines[i] = strings.TrimSuffix(l, "\n")
 	}
@@ -175,7 +175,7 @@ func (s *DirStore) Create(_ context.Context, key Key, mediaType string) (Staged,
 	if err != nil {
 		return nil, err
 	}
-	w := &stagedFile{store: s, root: s.root, f: f, w: bufio.NewWriterSize(f, 1<<20), temp: temp, final: s.path(key)}
+	w := &stagedFile{store: s, f: f, w: bufio.NewWriterSize(f, 1<<20), temp: temp, final: s.path(key)}
 	version := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
 	if _, err := w.w.WriteString(fileMagic + version + "\n" + key.Bundle + "\n" + mediaType + "\n"); err != nil {
 		w.Abort()
@@ -265,7 +265,6 @@ func (s *DirStore) DeleteVersion(ctx context.Context, key Key, version string) e
 
 type stagedFile struct {
 	store       *DirStore
-	root        *os.Root
 	f           *os.File
 	w           *bufio.Writer
 	temp, final string
@@ -291,7 +290,7 @@ func (s *stagedFile) Commit() error {
 		err = s.place()
 	}
 	if err == nil {
-		err = syncDir(s.root, path.Dir(s.final))
+		err = syncDir(s.store.root, path.Dir(s.final))
 	}
 	if err != nil {
 		s.Abort()
@@ -340,7 +339,7 @@ func (s *stagedFile) Abort() {
 	}
 	s.done = true
 	_ = s.f.Close()
-	_ = s.root.Remove(s.temp)
+	_ = s.store.root.Remove(s.temp)
 }
 
 func syncDir(root *os.Root, dir string) error {
