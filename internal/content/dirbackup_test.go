@@ -145,20 +145,9 @@ func TestADirStoreDocumentNamesItsBundle(t *testing.T) {
 // jiffy on ext4), is another version: a removal by the version read of the
 // first leaves it alone.
 func TestADirStoreDocumentStoredAgainInTheSameTickIsAnotherVersion(t *testing.T) {
-	dir := t.TempDir()
-	docs, err := content.OpenDirStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = docs.Close() })
-	k := content.Key{Recipient: "r", BundleID: "b", Bundle: "0123456789abcdef0123456789abcdef"}
-	contenttest.Put(t, docs, k, "text/plain", []byte("first"))
+	dir, docs, k, version := storedDocument(t)
 	file := filepath.Join(dir, "r", "b")
 	first, err := os.Stat(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	version, err := docs.Version(t.Context(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,55 +159,211 @@ func TestADirStoreDocumentStoredAgainInTheSameTickIsAnotherVersion(t *testing.T)
 	if err := os.Chtimes(file, first.ModTime(), first.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
-		t.Fatal(err)
-	}
-	doc, err := docs.Open(t.Context(), k)
-	if err != nil {
-		t.Fatalf("the later document is gone, removed by the first's version: %v", err)
-	}
-	if data := string(read(t, doc)); data != "later" {
-		t.Fatalf("stored %q, want the later document", data)
-	}
+	removalLeaves(t, docs, k, version, "later")
 }
 
-// A file written before files carried their version is still read: its
-// version is its time and size, and a removal by that version takes it.
-func TestADirStoreReadsAVersion2Document(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.Mkdir(filepath.Join(dir, "r"), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "r", "b"), []byte("messagehub-document-v2\nbundle-x\ntext/plain\nold"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// storedDocument opens a folder store in a temporary folder and stores a
+// document under k, of version.
+func storedDocument(t *testing.T) (dir string, docs *content.DirStore, k content.Key, version string) {
+	t.Helper()
+	dir = t.TempDir()
 	docs, err := content.OpenDirStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = docs.Close() })
-	k := content.Key{Recipient: "r", BundleID: "b"}
+	k = content.Key{Recipient: "r", BundleID: "b", Bundle: "0123456789abcdef0123456789abcdef"}
+	contenttest.Put(t, docs, k, "text/plain", []byte("first")) // as long as "later"
+	version, err = docs.Version(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, docs, k, version
+}
+
+// removalLeaves removes version of k and checks that the document stored
+// under k is want.
+func removalLeaves(t *testing.T, docs *content.DirStore, k content.Key, version, want string) {
+	t.Helper()
+	if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
+		t.Fatal(err)
+	}
+	content.OnDirStoreStep(docs, nil)
+	doc, err := docs.Open(t.Context(), k)
+	if err != nil {
+		t.Fatalf("the document %q is gone: %v", want, err)
+	}
+	if data := string(read(t, doc)); data != want {
+		t.Fatalf("stored %q, want %q", data, want)
+	}
+}
+
+// A file in another format than the one this build writes (one a
+// development build wrote, one cut short, one that is no document) is not
+// read as a document: it names no bundle and carries nothing, so it is
+// never served, and it has a version of its own, so that a peek's build
+// (discard), retention and a release remove it and the bundle's document
+// can be stored under its name.
+func TestADirStoreFileOfAnotherFormatIsADocumentOfNoBundle(t *testing.T) {
+	for name, data := range map[string]string{
+		"version 2":      "messagehub-document-v2\nbundle-x\ntext/plain\nold",
+		"version 1":      "messagehub-document-v1\ntext/plain\nold",
+		"header cut":     "messagehub-document-v3\n0123456789abcdef0123456789abcdef\nbundle-x",
+		"empty":          "",
+		"not a document": "old",
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Mkdir(filepath.Join(dir, "r"), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "r", "b"), []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			docs, err := content.OpenDirStore(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = docs.Close() })
+			k := content.Key{Recipient: "r", BundleID: "b", Bundle: "0123456789abcdef0123456789abcdef"}
+			doc, err := docs.Open(t.Context(), k)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			if body := string(read(t, doc)); doc.Bundle != "" || body != "" {
+				t.Fatalf("Open names bundle %q and carries %q; want none and nothing", doc.Bundle, body)
+			}
+			version, bundle, err := docs.Stored(t.Context(), k)
+			if err != nil || bundle != "" || version == "" {
+				t.Fatalf("Stored %q %q %v; want a version and no bundle", version, bundle, err)
+			}
+			if v, err := docs.Version(t.Context(), k); err != nil || v != version {
+				t.Fatalf("Version %q %v; Stored's %q", v, err, version)
+			}
+			// A version of this build's format is not the file's.
+			other := content.Key{Recipient: "r", BundleID: "other"}
+			contenttest.Put(t, docs, other, "text/plain", []byte("doc"))
+			v3, err := docs.Version(t.Context(), other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := docs.DeleteVersion(t.Context(), k, v3); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := docs.Version(t.Context(), k); err != nil || v != version {
+				t.Fatalf("after a removal by another version: %q %v, want %q", v, err, version)
+			}
+			// Retention and a release remove it by the version they read.
+			asRead := func(context.Context) error { return nil }
+			if err := content.Forget(docs)(t.Context(), "r", []string{"b"}, asRead); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := docs.Version(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
+				t.Fatalf("after retention: %v, want it removed", err)
+			}
+			contenttest.Put(t, docs, k, "text/plain", []byte("built"))
+			doc, err = docs.Open(t.Context(), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body := string(read(t, doc)); doc.Bundle != k.Bundle || body != "built" {
+				t.Fatalf("the document stored once it went: bundle %q, %q", doc.Bundle, body)
+			}
+		})
+	}
+}
+
+// A removal by version is a look, then the removal: a document removed and
+// stored again under the id between the two (another remover took the
+// version looked at, and a later bundle's build stored its own) is another
+// version, which the removal leaves, as it would any one stored since.
+func TestADirStoreRemovalByVersionLeavesADocumentStoredAgainMeanwhile(t *testing.T) {
+	_, docs, k, version := storedDocument(t)
+	content.OnDirStoreStep(docs, func(step string) {
+		if step == "looked" {
+			content.OnDirStoreStep(docs, nil)
+			if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
+				t.Error(err)
+			}
+			contenttest.Put(t, docs, k, "text/plain", []byte("later"))
+		}
+	})
+	removalLeaves(t, docs, k, version, "later")
+}
+
+// A removal by version moves the file aside before it looks at it again,
+// and the name holds nothing meanwhile: a document stored under it then
+// stays, whether the file moved aside is the version removed (it goes) or
+// a document stored again after the removal's look (it goes too, as it
+// is never put back over one stored since, with or without hard links).
+// Nothing is left aside.
+func TestADirStoreRemovalByVersionLeavesADocumentStoredWhileTheFileIsAside(t *testing.T) {
+	for _, c := range []struct {
+		name                string
+		replaced, hardLinks bool
+	}{
+		{"the version removed", false, true},
+		{"stored again after the look", true, true},
+		{"stored again after the look, without hard links", true, false},
+	} {
+		replaced := c.replaced
+		t.Run(c.name, func(t *testing.T) {
+			dir, docs, k, version := storedDocument(t)
+			if !c.hardLinks {
+				content.WithoutHardLinks(docs)
+			}
+			content.OnDirStoreStep(docs, func(step string) {
+				switch step {
+				case "looked":
+					if replaced {
+						if err := docs.Delete(t.Context(), k); err != nil {
+							t.Error(err)
+						}
+						contenttest.Put(t, docs, k, "text/plain", []byte("stored again"))
+					}
+				case "aside":
+					if _, err := docs.Version(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
+						t.Errorf("while the file is aside, its name holds %v", err)
+					}
+					contenttest.Put(t, docs, k, "text/plain", []byte("stored while aside"))
+				}
+			})
+			removalLeaves(t, docs, k, version, "stored while aside")
+			entries, err := os.ReadDir(filepath.Join(dir, "r"))
+			if err != nil || len(entries) != 1 {
+				t.Fatalf("the folder holds %v (%v), want the document alone", entries, err)
+			}
+		})
+	}
+}
+
+// On a filesystem without hard links a document is still stored whole or
+// not at all, and never over one stored already: a second build's commit
+// under the id counts as done and leaves the first document, as with hard
+// links; once that one is removed, the next is stored.
+func TestADirStoreWithoutHardLinksNeverStoresOverADocument(t *testing.T) {
+	dir, docs, k, version := storedDocument(t)
+	content.WithoutHardLinks(docs)
+	contenttest.Put(t, docs, k, "text/plain", []byte("other"))
+	if v, err := docs.Version(t.Context(), k); err != nil || v != version {
+		t.Fatalf("after a second commit: version %q %v, want the first's %q", v, err, version)
+	}
 	doc, err := docs.Open(t.Context(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if data := string(read(t, doc)); doc.Bundle != "bundle-x" || doc.MediaType != "text/plain" || data != "old" {
-		t.Fatalf("read bundle %q, %s, %q", doc.Bundle, doc.MediaType, data)
-	}
-	version, bundle, err := docs.Stored(t.Context(), k)
-	if err != nil || bundle != "bundle-x" || version == "" {
-		t.Fatalf("Stored %q %q %v", version, bundle, err)
-	}
-	if err := docs.DeleteVersion(t.Context(), k, "another"); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := docs.Version(t.Context(), k); err != nil || v != version {
-		t.Fatalf("after a removal by another version: %q %v, want %q", v, err, version)
+	if data := string(read(t, doc)); data != "first" {
+		t.Fatalf("stored %q, want the first document", data)
 	}
 	if err := docs.DeleteVersion(t.Context(), k, version); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := docs.Version(t.Context(), k); !errors.Is(err, content.ErrNotStored) {
-		t.Fatalf("after removal by its version: %v", err)
+		t.Fatalf("after its removal: %v", err)
+	}
+	contenttest.Put(t, docs, k, "text/plain", []byte("later"))
+	removalLeaves(t, docs, k, version, "later")
+	if entries, err := os.ReadDir(filepath.Join(dir, "r")); err != nil || len(entries) != 1 {
+		t.Fatalf("the folder holds %v (%v), want the document alone", entries, err)
 	}
 }

@@ -16,22 +16,37 @@ import (
 // DirStore keeps each document in a file of its own under a folder: one
 // folder per recipient, one file per bundle: a format line, the file's
 // version (random, its own), the identity of the bundle it was built for,
-// the media type, then the document. A
-// document is written to a temporary file, synced, and linked into place
-// (never over a document stored already), so a crash leaves either the
-// whole document or none. Every access goes through an os.Root, so no path
-// can leave the folder.
-type DirStore struct{ root *os.Root }
+// the media type, then the document. Only this format is read: a file of
+// another (one a development build wrote, one cut short) is a document of
+// no bundle holding nothing (Open). A document is written to a temporary
+// file, synced, and linked into place (never over a document stored
+// already; on a filesystem without hard links, renamed by a rename that
+// never replaces a file), so a crash leaves either the whole document or
+// none. Every access goes through an os.Root, so no path can leave the
+// folder.
+type DirStore struct {
+	root *os.Root
+	// link is root.Link; tests make it fail as on a filesystem without
+	// hard links.
+	link func(from, to string) error
+	// step, when set (by tests), is called at the named steps of a
+	// removal, so that a test can act between them.
+	step func(string)
+}
+
+func (s *DirStore) at(step string) {
+	if s.step != nil {
+		s.step(step)
+	}
+}
 
 const (
 	fileMagic = "messagehub-document-v3\n"
-	// fileMagicV2 is the format before files carried their version: such a
-	// file's version is its modification time and size.
-	fileMagicV2 = "messagehub-document-v2\n"
-	// fileMagicV1 is the format before documents named their bundle: such a
-	// file is opened with no identity, so it is never taken for the
-	// document of the bundle being served, and is built again.
-	fileMagicV1 = "messagehub-document-v1\n"
+
+	// otherFormat is the version of a file that is not a whole document of
+	// fileMagic's format (one a development build wrote, or no document):
+	// a version of this format is 32 hex digits, so never this one.
+	otherFormat = "other-format"
 
 	tempSuffix = ".tmp"
 )
@@ -56,7 +71,7 @@ func OpenDirStore(dir string) (*DirStore, error) {
 		_ = root.Close()
 		return nil, fmt.Errorf("content folder: removing unfinished documents: %w", err)
 	}
-	return &DirStore{root: root}, nil
+	return &DirStore{root: root, link: root.Link}, nil
 }
 
 // Close releases the folder.
@@ -66,11 +81,20 @@ func (s *DirStore) path(key Key) string {
 	return path.Join(key.Recipient, key.BundleID)
 }
 
-// Open returns the stored document of key, or ErrNotStored.
+// Open returns the stored document of key, or ErrNotStored. A file of
+// another format is a document of no bundle with nothing in it: it is never
+// served (the service serves a document only for the bundle it names), and
+// its version (otherFormat) lets the service's discard, retention and a
+// release remove it, so that the bundle's document can be stored under its
+// name.
 func (s *DirStore) Open(_ context.Context, key Key) (*Document, error) {
 	f, h, err := s.open(key)
 	if err != nil {
 		return nil, err
+	}
+	if h.version == otherFormat {
+		_ = f.Close()
+		return &Document{Body: io.NopCloser(strings.NewReader(""))}, nil
 	}
 	return &Document{MediaType: h.mediaType, Bundle: h.bundle, Body: readCloser{Reader: h.body, Closer: f}}, nil
 }
@@ -84,7 +108,17 @@ type header struct {
 // open opens the file of key and reads its header; the caller closes the
 // file.
 func (s *DirStore) open(key Key) (*os.File, header, error) {
-	f, err := s.root.Open(s.path(key))
+	f, h, err := s.openFile(s.path(key))
+	if err != nil && !errors.Is(err, ErrNotStored) {
+		err = fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
+	}
+	return f, h, err
+}
+
+// openFile opens the file at p and reads its header; the caller closes the
+// file.
+func (s *DirStore) openFile(p string) (*os.File, header, error) {
+	f, err := s.root.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, header{}, ErrNotStored
 	}
@@ -94,38 +128,30 @@ func (s *DirStore) open(key Key) (*os.File, header, error) {
 	h, err := readHeader(f)
 	if err != nil {
 		_ = f.Close()
-		return nil, header{}, fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
+		return nil, header{}, err
 	}
 	return f, h, nil
 }
 
+// readHeader reads the format line, the version, the bundle and the media
+// type. A file that is not a whole header of this format (another format's,
+// one cut short, an empty one) has the version otherFormat and names
+// nothing; a failed read is an error.
 func readHeader(f *os.File) (header, error) {
 	h := header{body: bufio.NewReader(f)}
-	line := func() (string, error) {
+	var lines [4]string
+	for i := range lines {
 		l, err := h.body.ReadString('\n')
-		return strings.TrimSuffix(l, "\n"), err
-	}
-	magic, err := h.body.ReadString('\n')
-	if err != nil || (magic != fileMagic && magic != fileMagicV2 && magic != fileMagicV1) {
-		return header{}, errors.New("not a document file")
-	}
-	if magic == fileMagic {
-		h.version, err = line()
-	} else {
-		// An older file is never stored again in place, so its time and
-		// size name it until it is removed.
-		var fi fs.FileInfo
-		if fi, err = f.Stat(); err == nil {
-			h.version = fmt.Sprintf("%d-%d", fi.ModTime().UnixNano(), fi.Size())
+		if err != nil && !errors.Is(err, io.EOF) {
+			return header{}, err
 		}
+		if err != nil || (i == 0 && l != fileMagic) {
+			return header{version: otherFormat}, nil
+		}
+		lines[i] = strings.TrimSuffix(l, "\n")
 	}
-	if err == nil && magic != fileMagicV1 {
-		h.bundle, err = line()
-	}
-	if err == nil {
-		h.mediaType, err = line()
-	}
-	return h, err
+	h.version, h.bundle, h.mediaType = lines[1], lines[2], lines[3]
+	return h, nil
 }
 
 type readCloser struct {
@@ -149,7 +175,7 @@ func (s *DirStore) Create(_ context.Context, key Key, mediaType string) (Staged,
 	if err != nil {
 		return nil, err
 	}
-	w := &stagedFile{root: s.root, f: f, w: bufio.NewWriterSize(f, 1<<20), temp: temp, final: s.path(key)}
+	w := &stagedFile{store: s, f: f, w: bufio.NewWriterSize(f, 1<<20), temp: temp, final: s.path(key)}
 	version := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
 	if _, err := w.w.WriteString(fileMagic + version + "\n" + key.Bundle + "\n" + mediaType + "\n"); err != nil {
 		w.Abort()
@@ -186,11 +212,18 @@ func (s *DirStore) Stored(_ context.Context, key Key) (version, bundle string, e
 	return h.version, h.bundle, nil
 }
 
-// DeleteVersion removes the file if it is still version. The look and the
-// removal are two steps: a folder serves one instance, whose retention
-// passes run one at a time (hub.sweepPass), and a document is stored again
-// under an id only once retention removed the bundle's record, after its
-// document.
+// DeleteVersion removes the file if it is still version. A look at the
+// name, then a removal of the name, would take a document removed and
+// stored again under it in between (a late build's removal and a later
+// bundle's peek both remove a document, and the later bundle's build
+// stores its own). So the file found version at the look is moved aside,
+// under a name of its own, and what was moved is looked at again: it goes
+// if it is version, else it is put back (place), never over a document
+// stored under the name meanwhile (that one stays, and the moved one
+// goes: the service serves a document only for the bundle it names, and
+// builds a missing one). While a file is aside, which takes a rename and
+// a look, its name holds nothing; the name of a file that is version
+// holds nothing after the removal anyway.
 func (s *DirStore) DeleteVersion(ctx context.Context, key Key, version string) error {
 	now, err := s.Version(ctx, key)
 	if errors.Is(err, ErrNotStored) || (err == nil && now != version) {
@@ -199,11 +232,39 @@ func (s *DirStore) DeleteVersion(ctx context.Context, key Key, version string) e
 	if err != nil {
 		return err
 	}
-	return s.Delete(ctx, key)
+	s.at("looked")
+	final := s.path(key)
+	// A crash leaves the file aside, a temporary file that the next open
+	// removes.
+	aside := fmt.Sprintf("%s.%016x.removed%s", final, rand.Uint64(), tempSuffix)
+	if err := s.root.Rename(final, aside); errors.Is(err, fs.ErrNotExist) {
+		return nil // removed meanwhile
+	} else if err != nil {
+		return err
+	}
+	s.at("aside")
+	f, h, err := s.openFile(aside)
+	if err == nil {
+		_ = f.Close()
+		if h.version == version {
+			return s.root.Remove(aside)
+		}
+	}
+	back := s.place(aside, final)
+	if back == nil {
+		back = syncDir(s.root, path.Dir(final))
+	}
+	if err == nil {
+		err = back
+	}
+	if err != nil {
+		return fmt.Errorf("document %s/%s: %w", key.Recipient, key.BundleID, err)
+	}
+	return nil
 }
 
 type stagedFile struct {
-	root        *os.Root
+	store       *DirStore
 	f           *os.File
 	w           *bufio.Writer
 	temp, final string
@@ -229,7 +290,7 @@ func (s *stagedFile) Commit() error {
 		err = s.place()
 	}
 	if err == nil {
-		err = syncDir(s.root, path.Dir(s.final))
+		err = syncDir(s.store.root, path.Dir(s.final))
 	}
 	if err != nil {
 		s.Abort()
@@ -246,16 +307,28 @@ func (s *stagedFile) Commit() error {
 // on this instance (an earlier bundle's, whose bundle went, and a later
 // bundle's), and the late answer must not take the place of a document
 // that may have been served; the service never serves a document for
-// another bundle than the one it names. A folder on a filesystem without
-// hard links has the file renamed into place.
-func (s *stagedFile) place() error {
-	err := s.root.Link(s.temp, s.final)
+// another bundle than the one it names.
+func (s *stagedFile) place() error { return s.store.place(s.temp, s.final) }
+
+// place links the file at from under the name to, unless a file is there
+// already, and removes from. On a filesystem without hard links (FAT,
+// exFAT, an SMB share such as Azure Files) the link fails otherwise, and
+// from is renamed to to by a rename that never replaces a file, which
+// keeps a document whole or absent, and never over another.
+func (s *DirStore) place(from, to string) error {
+	err := s.link(from, to)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
-		return s.root.Rename(s.temp, s.final)
+		rerr := renameNoReplace(s.root, from, to)
+		if rerr == nil {
+			return nil
+		}
+		if !errors.Is(rerr, fs.ErrExist) {
+			return errors.Join(err, rerr)
+		}
 	}
-	// The document is in place (or another one is): a temporary file left
-	// by a failed removal goes when the folder is next opened.
-	_ = s.root.Remove(s.temp)
+	// The file is in place (or another one is): a temporary file left by a
+	// failed removal goes when the folder is next opened.
+	_ = s.root.Remove(from)
 	return nil
 }
 
@@ -266,7 +339,7 @@ func (s *stagedFile) Abort() {
 	}
 	s.done = true
 	_ = s.f.Close()
-	_ = s.root.Remove(s.temp)
+	_ = s.store.root.Remove(s.temp)
 }
 
 func syncDir(root *os.Root, dir string) error {

@@ -367,10 +367,10 @@ func TestALateBuildOfAnEarlierBundleIsNotServedForALaterBundleOfTheID(t *testing
 	}
 }
 
-// A document stored before documents named their bundle (a file of the
-// first format; a blob without the metadata) cannot show that it is the
-// pending bundle's: it is not served, and the bundle's document is built
-// again.
+// A document that names no bundle (a file in another format than the
+// folder's, here one a development build wrote; a blob without the
+// metadata) cannot show that it is the pending bundle's: it is not served,
+// and the bundle's document is built again.
 func TestADocumentThatNamesNoBundleIsBuiltAgain(t *testing.T) {
 	for _, kind := range reuseStores {
 		t.Run(kind, func(t *testing.T) {
@@ -378,7 +378,7 @@ func TestADocumentThatNamesNoBundleIsBuiltAgain(t *testing.T) {
 			a := newIDActor(e.ctx, t, e.repo, e.docs, e.store)
 			a.save()
 			b := a.peek()
-			const old = "stored before documents named their bundle"
+			const old = "a document of no bundle"
 			if e.dir != "" {
 				if err := os.MkdirAll(filepath.Join(e.dir, a.recipient), 0o750); err != nil {
 					t.Fatal(err)

@@ -425,7 +425,7 @@ func (s *Service) discard(ctx context.Context, key Key, bundle *messagehubv1.Bun
 	if !held {
 		return fmt.Errorf("%w: bundle %s is no longer pending", domain.ErrNotFound, key.BundleID)
 	}
-	s.opts.Logger.Info("the document stored under a pending bundle's id was built for another bundle (an earlier one under the id, or stored before documents named their bundle); it is removed and built again",
+	s.opts.Logger.Info("the document stored under a pending bundle's id was built for another bundle (an earlier one under the id, or it names none); it is removed and built again",
 		"recipient", key.Recipient, "bundle", key.BundleID)
 	return s.opts.Store.DeleteVersion(ctx, key, v)
 }

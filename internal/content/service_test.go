@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -763,5 +764,82 @@ func wantNotStored(t *testing.T, store content.Store, b *messagehubv1.Bundle) {
 			_ = doc.Body.Close()
 		}
 		t.Fatalf("the document of the released bundle: %v; want it not stored", err)
+	}
+}
+
+// The build of an earlier bundle whose domain answered once a later bundle
+// took the id removes its document (keep), and so does the later bundle's
+// peek (discard), which then has the later one's document built and
+// stored. The build's removal, looked at before the peek's and carried out
+// after the later document was stored, must leave that document: else the
+// later bundle's domain is asked again for a document the actor may have
+// been served.
+func TestALateBuildsRemovalLeavesTheDocumentOfALaterBundleStoredMeanwhile(t *testing.T) {
+	store, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	earlier := newBundle()
+	later := &messagehubv1.Bundle{Id: earlier.GetId(), Recipient: earlier.GetRecipient(), Origin: earlier.GetOrigin(),
+		ContentType: earlier.GetContentType(), NotificationIds: []string{uuid.NewString()}, Weight: 1}
+	var pending atomic.Pointer[messagehubv1.Bundle] // the bundle pending under the id
+	pending.Store(earlier)
+	asked, answer := make(chan struct{}), make(chan struct{})
+	provider := contenttest.Start(t, func(b *messagehubv1.Bundle, calls int) contenttest.Answer {
+		ans := contenttest.Document("text/plain", fmt.Appendf(nil, "%s #%d", b.GetNotificationIds()[0], calls), 1024)
+		if calls == 0 {
+			close(asked)
+			ans.Hold = answer
+		}
+		return ans
+	})
+	// The build's removal (the first) waits after its look until told.
+	looked, remove := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	content.OnDirStoreStep(store, func(step string) {
+		if step == "looked" && first.CompareAndSwap(false, true) {
+			close(looked)
+			<-remove
+		}
+	})
+	service := content.NewService(content.Options{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)},
+		Store:     store,
+		Holds: func(_ context.Context, _, _ string, ids []string) (bool, error) {
+			return slices.Equal(ids, pending.Load().GetNotificationIds()), nil
+		},
+		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+	})
+	ctx := within(t, time.Minute)
+	built := make(chan error, 1)
+	go func() {
+		_, err := service.Document(ctx, earlier)
+		built <- err
+	}()
+	<-asked
+	pending.Store(later) // the earlier bundle went, the later one took the id
+	close(answer)
+	<-looked
+	doc, err := service.Document(ctx, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := later.GetNotificationIds()[0] + " #1"
+	if got := string(read(t, doc)); got != want {
+		t.Fatalf("the later bundle was served %q, want %q", got, want)
+	}
+	close(remove)
+	if err := <-built; !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("the build of the earlier bundle: %v, want not found (its bundle went)", err)
+	}
+	service.Close()
+	key := content.Key{Recipient: later.GetRecipient(), BundleID: later.GetId()}
+	stored, err := store.Open(ctx, key)
+	if err != nil {
+		t.Fatalf("the later bundle's document, served, is gone: %v", err)
+	}
+	if got := string(read(t, stored)); stored.Bundle != content.Identity(later) || got != want {
+		t.Fatalf("stored for bundle %q: %q, want the later bundle's %q", stored.Bundle, got, want)
 	}
 }

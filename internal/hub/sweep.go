@@ -153,9 +153,7 @@ const RetentionWaits = "a retention sweep waits for the one running on this inst
 func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duration, hold func(context.Context) (bool, error), retry map[string]time.Time) (map[string]time.Time, error) {
 	// One pass at a time on an instance (the sweeper's turn, SweepNow):
 	// two would visit the same recipients, the later one only to meet
-	// conflicts, and the embedded store's documents (content.DirStore) are
-	// removed on their version in two steps, a look and a removal, which
-	// only passes that do not overlap keep apart. Passes of two instances
+	// conflicts. Passes of two instances
 	// overlap only when one outlasts its lease; a recipient's sweep removes
 	// the documents of the bundles it read only while those are as read
 	// (store.Retention.BundlesAsRead), on the version found before, so
