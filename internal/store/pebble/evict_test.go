@@ -7,8 +7,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/energydatahub/messagehub/internal/bundle"
-	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/figures"
@@ -105,13 +103,8 @@ func TestRecountsOfTheFiguresKeepNoRecipientInMemory(t *testing.T) {
 // load from disk would serve (and keep) a save that is not acknowledged, and
 // that a crash loses, to the peeks.
 func TestEvictionKeepsTheRecordsOfAWriteNotYetDurable(t *testing.T) {
-	s := openTemp(t)
-	defer s.Close()
+	s, r := withOneSaved(t)
 	ctx := context.Background()
-	r := uuid.NewString()
-	if err := saveIDsFor(t, s, r, []string{uuid.NewString()}); err != nil {
-		t.Fatal(err)
-	}
 	before, err := s.LoadRecipient(ctx, r)
 	if err != nil {
 		t.Fatal(err)
@@ -142,27 +135,9 @@ func TestEvictionKeepsTheRecordsOfAWriteNotYetDurable(t *testing.T) {
 // the peeks, and its notice is not in the outbox (a domain told of it
 // would be told of a dequeue that a crash undoes).
 func TestEvictionKeepsABundlePendingUntilItsDequeueIsDurable(t *testing.T) {
-	s := openTemp(t)
-	defer s.Close()
+	s, r := withOneSaved(t)
 	ctx := context.Background()
-	r := uuid.NewString()
-	if err := saveIDsFor(t, s, r, []string{uuid.NewString()}); err != nil {
-		t.Fatal(err)
-	}
-	cursor := catalog.Cursor{Origin: domain.OriginCharges, ContentType: "x"}
-	pending := bundle.Record{ID: uuid.NewString(), Origin: domain.OriginCharges, ContentType: "x",
-		Group: domain.GroupMasterData, Start: 0, End: 1, Count: 1, Weight: 1, State: bundle.Pending, CreatedAt: time.Now()}
-	if err := s.CreateBundle(ctx, r, pending, cursor); err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.LoadRecipient(ctx, r)
-	if err != nil || len(st.Pending) != 1 {
-		t.Fatalf("pending %+v (%v)", st.Pending, err)
-	}
-	done := st.Pending[0]
-	done.State, done.DequeuedAt, done.Notice = bundle.Dequeued, time.Now(), true
-	acked := cursor
-	acked.Acked = 1
+	done, acked := dequeueOfOne(t, s, r)
 	group, errs := queueWrites(s, func() error { return s.Acknowledge(ctx, r, done, acked) })
 	finish := s.applyGroup(group) // in pebble; its fsync has not ended
 	s.evictIdle()
