@@ -103,6 +103,24 @@ func (s *Store) publishRead(r [16]byte, rec *records) *records {
 	return rec
 }
 
+// pin keeps the recipient's records published, and in memory, until the
+// write group that changes them (from rec, what the group read) is
+// published: pebble shows the group to reads from disk before its fsync, so
+// a load that found nothing published would read, and keep, changes that are
+// not durable. rec is durable when nothing is published: had an earlier
+// group not yet durable changed it, that group's pin would have kept the
+// records published. A group whose fsync fails is never published, so its
+// pins stay, and readers keep the durable records.
+func (s *Store) pin(r [16]byte, rec *records) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	s.pinned[r]++
+	if s.cache[r] == nil {
+		rec.used.Store(true)
+		s.cache[r] = rec
+	}
+}
+
 // An idle recipient costs no memory: each eviction round drops the records
 // of recipients nobody read or wrote since the round before (they are on
 // disk; the next use reads them again). The retention sweep visits every
@@ -125,11 +143,12 @@ func (s *Store) evictLoop() {
 // evictIdle drops the records not used since the last round and marks the
 // rest unused. A load that read from disk before the round does not cache
 // what it read (see LoadRecipient): it may be older than what was evicted.
+// Pinned records stay, however long their group's fsync takes (see pin).
 func (s *Store) evictIdle() (evicted int) {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
 	for r, rec := range s.cache {
-		if !rec.used.Swap(false) {
+		if !rec.used.Swap(false) && s.pinned[r] == 0 {
 			delete(s.cache, r)
 			evicted++
 		}

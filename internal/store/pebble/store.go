@@ -61,8 +61,9 @@ type Store struct {
 	// (records.go). Records are never changed once published.
 	cacheMu    sync.RWMutex
 	cache      map[[16]byte]*records
-	cacheEpoch uint64        // counts eviction rounds that dropped records
-	evictStop  chan struct{} // closed by Close
+	pinned     map[[16]byte]int // per recipient, the write groups changing its records not yet published (pin)
+	cacheEpoch uint64           // counts eviction rounds that dropped records
+	evictStop  chan struct{}    // closed by Close
 
 	// noticesAt is where the next Notices call goes on (notices.go).
 	noticesAt noticeResume
@@ -153,7 +154,7 @@ func OpenWith(dir string, logger *slog.Logger, o Options) (*Store, error) {
 	// Tell a second process who holds the directory; only read while locked.
 	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 	s := &Store{
-		db: db, dir: dir, logger: logger, cache: make(map[[16]byte]*records), readOnly: opts.ReadOnly, refusal: o.ReadOnly, room: o.Room,
+		db: db, dir: dir, logger: logger, cache: make(map[[16]byte]*records), pinned: map[[16]byte]int{}, readOnly: opts.ReadOnly, refusal: o.ReadOnly, room: o.Room,
 		unsynced:  unsyncedRecords{latest: map[[16]byte]unsyncedRecord{}},
 		evictStop: make(chan struct{}),
 	}
@@ -237,8 +238,9 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string, _ ...store.
 	}
 	// Pebble shows a write group before its fsync, so what was read may not
 	// be durable. But the writer publishes what it read of a recipient
-	// before it applies a change to it: if records were published meanwhile,
-	// they are durable and win. Only recipients that have data are kept in
+	// before it applies a change to it, and keeps it published until the
+	// change is durable (pin): if records were published meanwhile, they are
+	// durable and win. Only recipients that have data are kept in
 	// memory, so peeks for unknown recipients cannot grow the cache. If an
 	// eviction round ran meanwhile, newer records may have gone: then what
 	// was read is returned but not kept.

@@ -66,6 +66,7 @@ func (tx *txn) change(r [16]byte, rec *records, changes recordMaps, fn func(*rec
 	if !ok {
 		clone = &records{head: rec.head, entries: rec.entries, cursors: rec.cursors, pending: rec.pending}
 		tx.touched[r] = clone
+		tx.s.pin(r, rec)
 	}
 	copyNow := changes &^ clone.copied
 	if copyNow&entriesMap != 0 {

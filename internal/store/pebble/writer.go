@@ -122,12 +122,16 @@ func answer(group []writeReq, errs []error, groupErr error) {
 	}
 }
 
-// publish makes a durable group's control records what readers see.
+// publish makes a durable group's control records what readers see, and
+// lets go of its pins.
 func (s *Store) publish(touched map[[16]byte]*records) {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
 	for r, rec := range touched {
 		rec.used.Store(true)
 		s.cache[r] = rec
+		if s.pinned[r]--; s.pinned[r] == 0 {
+			delete(s.pinned, r)
+		}
 	}
 }

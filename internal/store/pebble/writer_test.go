@@ -23,13 +23,8 @@ import (
 // Writes that race land in the same write group; the group must still let
 // exactly one of two conflicting writes through.
 func TestConflictingWritesInOneGroupHaveOneWinner(t *testing.T) {
-	s := openTemp(t)
-	defer s.Close()
+	s, r := withOneSaved(t)
 	ctx := context.Background()
-	r := uuid.NewString()
-	if err := saveIDsFor(t, s, r, []string{uuid.NewString()}); err != nil {
-		t.Fatal(err)
-	}
 	cursor := catalog.Cursor{Origin: domain.OriginCharges, ContentType: "x"}
 	newBundle := func() bundle.Record {
 		return bundle.Record{ID: uuid.NewString(), Origin: domain.OriginCharges, ContentType: "x",
@@ -185,7 +180,9 @@ func TestAGroupCopiesOnlyTheMapsItChanges(t *testing.T) {
 		cursors: map[catalog.Key]catalog.Cursor{k: {Version: "1"}},
 		pending: map[string]bundle.Record{"b": {ID: "b"}},
 	}
-	tx := &txn{touched: map[[16]byte]*records{}}
+	s := openTemp(t)
+	defer s.Close()
+	tx := &txn{s: s, touched: map[[16]byte]*records{}}
 	r := [16]byte{1}
 	tx.change(r, published, entriesMap, func(rec *records) {
 		rec.entries[k] = catalog.Entry{Version: "2"}
