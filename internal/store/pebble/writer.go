@@ -95,7 +95,7 @@ func (s *Store) applyGroup(group []writeReq) func() {
 	s.ids.change(tx.newIDs, tx.goneIDs)
 	seq := s.unsynced.add(tx.touched)
 	return func() {
-		err := tx.batch.SyncWait()
+		err := syncBatch(tx.batch)
 		tx.batch.Close()
 		// A group applied after one whose fsync failed was built on it: it
 		// fails too, and so does every later one (the store must be reopened).
@@ -114,6 +114,10 @@ func (s *Store) applyGroup(group []writeReq) func() {
 // applyBatch applies a group's batch to pebble without waiting for its
 // fsync (a variable for tests, which make it fail).
 var applyBatch = func(db *pebble.DB, b *pebble.Batch) error { return db.ApplyNoSyncWait(b, pebble.Sync) }
+
+// syncBatch waits for an applied group's fsync (a variable for tests, which
+// make it fail).
+var syncBatch = (*pebble.Batch).SyncWait
 
 // answer tells every request its outcome: its own error, else groupErr.
 func answer(group []writeReq, errs []error, groupErr error) {

@@ -237,3 +237,30 @@ func TestAGroupPebbleRefusesFailsEveryWriteAfterIt(t *testing.T) {
 		t.Fatalf("the refused save is visible: %+v", st)
 	}
 }
+
+// A write group checked against an earlier group whose fsync then failed is
+// answered with that failure, whatever its own checks said: an id found
+// "already stored" in a group that never became durable is not stored, and
+// a resend told so would be lost.
+func TestAGroupCheckedAgainstAGroupWhoseSyncFailedFailsToo(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ids := []string{uuid.NewString()}
+	first, firstErrs := queueWrites(s, func() error { return saveIDsFor(t, s, uuid.NewString(), ids) })
+	finishFirst := s.applyGroup(first)
+	resend, resendErrs := queueWrites(s, func() error { return saveIDsFor(t, s, uuid.NewString(), ids) })
+	finishResend := s.applyGroup(resend)
+
+	failed := errors.New("fsync failed for the test")
+	syncToDisk := syncBatch
+	syncBatch = func(*pebble.Batch) error { return failed }
+	finishFirst()
+	syncBatch = syncToDisk
+	if err := <-firstErrs[0]; !errors.Is(err, failed) {
+		t.Fatalf("the save whose fsync failed: %v, want the failure", err)
+	}
+	finishResend()
+	if err := <-resendErrs[0]; !errors.Is(err, failed) {
+		t.Fatalf("a resend of its ids, checked against it: %v, want the failure", err)
+	}
+}
