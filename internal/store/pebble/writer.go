@@ -78,7 +78,7 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		// Every operation failed its checks, perhaps against groups not yet
 		// durable: answered in order, after those.
 		tx.batch.Close()
-		return func() { answer(group, errs, nil) }
+		return func() { answer(group, errs, s.syncErr) }
 	}
 	tx.writeBatch()
 	if err := applyBatch(s.db, tx.batch); err != nil {
@@ -119,10 +119,13 @@ var applyBatch = func(db *pebble.DB, b *pebble.Batch) error { return db.ApplyNoS
 // make it fail).
 var syncBatch = (*pebble.Batch).SyncWait
 
-// answer tells every request its outcome: its own error, else groupErr.
+// answer tells every request its outcome: groupErr when set (the group,
+// or one it was checked against, is not durable: its own checks may have
+// read what never became durable, such as an id "already stored"), else
+// its own error.
 func answer(group []writeReq, errs []error, groupErr error) {
 	for i, req := range group {
-		req.done <- cmp.Or(errs[i], groupErr)
+		req.done <- cmp.Or(groupErr, errs[i])
 	}
 }
 
