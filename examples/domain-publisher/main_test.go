@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -70,5 +72,68 @@ func TestAFailedRunRunAgainStoresNothingTwice(t *testing.T) {
 	}
 	if got := len(resp.GetBundle().GetNotificationIds()); got != count {
 		t.Fatalf("the actor is delivered %d notifications for the %d published (the failed run said: %v)", got, count, failed)
+	}
+}
+
+// holdSaves holds every Save until release is closed, telling arrived
+// when one reaches the hub.
+type holdSaves struct{ arrived, release chan struct{} }
+
+func (h *holdSaves) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info.FullMethod == messagehubv1.MessageHub_Save_FullMethodName {
+		h.arrived <- struct{}{}
+		<-h.release
+	}
+	return handler(ctx, req)
+}
+
+// lockedBuilder is the run's stdout, read by the test while the run writes.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A run killed while its first Save is in flight (a deploy, the OOM
+// killer) says nothing at its end: the run id that saves the same ids
+// again is out before anything is saved.
+func TestARunNamesItselfBeforeItSaves(t *testing.T) {
+	hold := &holdSaves{arrived: make(chan struct{}, 1), release: make(chan struct{})}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(hold.interceptor, server.UnaryErrorInterceptor(slog.New(slog.DiscardHandler))))
+	messagehubv1.RegisterMessageHubServer(srv, server.NewService(hubtest.Open(t)))
+	addr := hubtest.Serve(t, srv)
+	recipient := uuid.NewString()
+	args := []string{"--hub", addr, "--recipient", recipient, "--count", "2"}
+
+	out := &lockedBuilder{}
+	done := make(chan error, 1)
+	go func() { done <- run(args, out) }()
+	<-hold.arrived // the first Save is in flight: a crash now leaves only what was printed
+	printed := out.String()
+	m := regexp.MustCompile(`--run ([0-9a-f-]{36})`).FindStringSubmatch(printed)
+	close(hold.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if m == nil {
+		t.Fatalf("while its first Save was in flight the run had printed %q, naming no --run to run it again with", printed)
+	}
+	again := &lockedBuilder{}
+	if err := run(append(args, "--run", m[1]), again); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(again.String(), "(0 stored, 2 already there)") {
+		t.Fatalf("the run again with the id printed: %q; want both notifications already there", again)
 	}
 }
