@@ -8,7 +8,9 @@
 // run's id (--run) and the notification's place in the run, as a real domain
 // derives them from the data they announce: a run that failed is run again
 // with the --run it names, saves the same ids, and what the hub already
-// stored is counted as duplicates, not delivered twice.
+// stored is counted as duplicates, not delivered twice. The run's id is
+// printed before the first Save, so that a run killed midway is run again
+// the same way.
 package main
 
 import (
@@ -94,6 +96,12 @@ func publish(stdout io.Writer, hub, recipient string, run uuid.UUID, count, batc
 		return err
 	}
 	defer func() { _ = c.Close() }()
+	// Said before the first Save: a run killed with a Save in flight (a
+	// deploy, the OOM killer) reports no failure of its own, and run again
+	// under a new id its notifications would reach the actor twice.
+	if _, err := fmt.Fprintf(stdout, "run %s (if it stops before it ends, run it again with --run %s: the same notification ids)\n", run, run); err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
