@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"regexp"
@@ -135,5 +136,19 @@ func TestARunNamesItselfBeforeItSaves(t *testing.T) {
 	}
 	if !strings.Contains(again.String(), "(0 stored, 2 already there)") {
 		t.Fatalf("the run again with the id printed: %q; want both notifications already there", again)
+	}
+}
+
+// A count or batch the hub cannot take is a usage error, said before
+// anything is sent.
+func TestACountOrBatchOutOfRangeIsAUsageError(t *testing.T) {
+	recipient := uuid.NewString()
+	for _, bad := range [][]string{{"--batch", "-1"}, {"--batch", "0"}, {"--batch", "10001"}, {"--count", "-3"}, {"--count", "0"}} {
+		args := append([]string{"--hub", "127.0.0.1:1", "--recipient", recipient}, bad...)
+		var out strings.Builder
+		err := run(args, &out)
+		if !errors.As(err, new(usageError)) || out.Len() != 0 {
+			t.Errorf("%v: %v, printed %q; want a usage error before anything is done", bad, err, out.String())
+		}
 	}
 }
