@@ -39,6 +39,9 @@ func main() {
 	}
 }
 
+// maxBatch is the most notifications a Save holds.
+const maxBatch = 10_000
+
 // usageError is a flag the publisher cannot run with.
 type usageError struct{ error }
 
@@ -48,7 +51,7 @@ func run(args []string, stdout io.Writer) error {
 	hub := flags.String("hub", "127.0.0.1:50051", "the hub's gRPC address")
 	recipient := flags.String("recipient", "", "the market actor the data is for (a UUID)")
 	count := flags.Int("count", 100, "how many notifications to publish")
-	batch := flags.Int("batch", 1000, "notifications per Save (at most 10,000)")
+	batch := flags.Int("batch", 1000, "notifications per Save (1 to 10,000)")
 	tokenFile := flags.String("token-file", "", "bearer token of a domain (sent over TLS; see make dev-tokens)")
 	loopback := flags.Bool("token-over-loopback", false, "send the token in plaintext to a hub on loopback (development only)")
 	timeout := flags.Duration("timeout", time.Minute, "how long the whole run may take")
@@ -58,6 +61,12 @@ func run(args []string, stdout io.Writer) error {
 	}
 	if _, err := uuid.Parse(*recipient); err != nil {
 		return usageError{errors.New("--recipient must be a UUID")}
+	}
+	if *count < 1 {
+		return usageError{fmt.Errorf("--count %d: publish at least one notification", *count)}
+	}
+	if *batch < 1 || *batch > maxBatch {
+		return usageError{fmt.Errorf("--batch %d: a Save holds 1 to %d notifications", *batch, maxBatch)}
 	}
 	id := uuid.New()
 	if *runID != "" {
