@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -88,23 +87,12 @@ func (h *holdSaves) interceptor(ctx context.Context, req any, info *grpc.UnarySe
 	return handler(ctx, req)
 }
 
-// lockedBuilder is the run's stdout, read by the test while the run writes.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
+// printed is the run's stdout as the lines it wrote, each in the channel
+// before the run goes on: what is in it was printed before whatever the
+// run did next.
+type printed chan string
 
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+func (p printed) Write(b []byte) (int, error) { p <- string(b); return len(b), nil }
 
 // A run killed while its first Save is in flight (a deploy, the OOM
 // killer) says nothing at its end: the run id that saves the same ids
@@ -117,25 +105,29 @@ func TestARunNamesItselfBeforeItSaves(t *testing.T) {
 	recipient := uuid.NewString()
 	args := []string{"--hub", addr, "--recipient", recipient, "--count", "2"}
 
-	out := &lockedBuilder{}
+	out := make(printed, 10)
 	done := make(chan error, 1)
 	go func() { done <- run(args, out) }()
 	<-hold.arrived // the first Save is in flight: a crash now leaves only what was printed
-	printed := out.String()
-	m := regexp.MustCompile(`--run ([0-9a-f-]{36})`).FindStringSubmatch(printed)
+	var first string
+	select {
+	case first = <-out:
+	default:
+	}
+	m := regexp.MustCompile(`--run ([0-9a-f-]{36})`).FindStringSubmatch(first)
 	close(hold.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if m == nil {
-		t.Fatalf("while its first Save was in flight the run had printed %q, naming no --run to run it again with", printed)
+		t.Fatalf("while its first Save was in flight the run had printed %q, naming no --run to run it again with", first)
 	}
-	again := &lockedBuilder{}
-	if err := run(append(args, "--run", m[1]), again); err != nil {
+	var again strings.Builder
+	if err := run(append(args, "--run", m[1]), &again); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(again.String(), "(0 stored, 2 already there)") {
-		t.Fatalf("the run again with the id printed: %q; want both notifications already there", again)
+		t.Fatalf("the run again with the id printed: %q; want both notifications already there", again.String())
 	}
 }
 
