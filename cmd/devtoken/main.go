@@ -67,6 +67,9 @@ func main() {
 }
 
 func run(c config, stdout io.Writer) error {
+	if c.valid <= 0 {
+		return fmt.Errorf("--valid %s: tokens must be valid for some time (e.g. 24h)", c.valid)
+	}
 	for _, id := range []*string{&c.actor, &c.domain, &c.admin} {
 		if *id == "" {
 			*id = uuid.NewString()

@@ -115,3 +115,19 @@ func readTokens(t *testing.T, dir string) []string {
 	}
 	return toks
 }
+
+// Tokens that are expired when made are refused before anything is
+// written: the hub would refuse every one of them.
+func TestAValidityThatIsNotPositiveIsRefused(t *testing.T) {
+	for _, valid := range []time.Duration{0, -time.Hour} {
+		dir := filepath.Join(t.TempDir(), "dev-auth")
+		var out strings.Builder
+		err := run(config{out: dir, issuer: "https://dev.test/", audience: "hub", valid: valid}, &out)
+		if err == nil || !strings.Contains(err.Error(), "--valid") {
+			t.Errorf("--valid %s: %v; want a refusal naming --valid", valid, err)
+		}
+		if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) || out.Len() != 0 {
+			t.Errorf("--valid %s wrote %s (%v) and said %.80q; want nothing", valid, dir, statErr, out.String())
+		}
+	}
+}

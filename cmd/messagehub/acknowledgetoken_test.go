@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,5 +83,27 @@ func TestTheAdminAcknowledgeCommandSendsTheTokenRenewedInItsFile(t *testing.T) {
 	}
 	if !bytes.Contains(out.Bytes(), []byte("call 2: dequeued 1 notifications")) || !bytes.Contains(out.Bytes(), []byte("dequeued 101 notifications of recipient")) {
 		t.Fatalf("acknowledge said\n%s\nwant two calls", out.String())
+	}
+}
+
+// A token file that holds no token (a secret not populated yet) is said as
+// such, before any call, as the Go client's TokenFile says it: not sent as
+// "Bearer " for the hub to answer UNAUTHENTICATED about a malformed header.
+func TestTheAdminCommandSaysAnEmptyTokenFile(t *testing.T) {
+	issuer := authtest.NewIssuer(t, "https://issuer.test", "messagehub")
+	authorizer, _ := hubtest.Authorizer(t, issuer, time.Now())
+	h := hubtest.Open(t)
+	srv, _ := server.NewGRPCServer(h, slog.New(slog.DiscardHandler), server.WithAuthorizer(authorizer))
+	server.RegisterService(srv, &adminv1.Admin_ServiceDesc, admin.NewService(h))
+	addr := hubtest.Serve(t, srv)
+
+	tokenFile := filepath.Join(t.TempDir(), "admin.jwt")
+	if err := os.WriteFile(tokenFile, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := runAdmin(t.Context(), []string{"backlog", "--addr", addr, "--token-file", tokenFile, "--recipient", uuid.NewString()}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), tokenFile+" is empty") {
+		t.Fatalf("an empty token file: %v; want it said to be empty", err)
 	}
 }

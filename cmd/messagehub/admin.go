@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	hubclient "github.com/energydatahub/messagehub/client"
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/app"
@@ -260,12 +260,14 @@ func acknowledge(ctx context.Context, client adminv1.AdminClient, req *adminv1.A
 // (a mounted secret) is used from the next call on.
 type tokenFileCredentials string
 
-func (f tokenFileCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	token, err := os.ReadFile(string(f)) //nolint:gosec // the operator names the file
+func (f tokenFileCredentials) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
+	// Read as the Go client reads one: a file without a token (a secret
+	// not populated yet) is said to be empty, not sent as "Bearer ".
+	token, err := hubclient.TokenFile(f).Token(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return map[string]string{"authorization": "Bearer " + strings.TrimSpace(string(token))}, nil
+	return map[string]string{"authorization": "Bearer " + token}, nil
 }
 
 // RequireTransportSecurity is false: runAdmin itself sends a token in

@@ -8,7 +8,9 @@
 // run's id (--run) and the notification's place in the run, as a real domain
 // derives them from the data they announce: a run that failed is run again
 // with the --run it names, saves the same ids, and what the hub already
-// stored is counted as duplicates, not delivered twice.
+// stored is counted as duplicates, not delivered twice. The run's id is
+// printed before the first Save, so that a run killed midway is run again
+// the same way.
 package main
 
 import (
@@ -37,6 +39,9 @@ func main() {
 	}
 }
 
+// maxBatch is the most notifications a Save holds.
+const maxBatch = 10_000
+
 // usageError is a flag the publisher cannot run with.
 type usageError struct{ error }
 
@@ -46,7 +51,7 @@ func run(args []string, stdout io.Writer) error {
 	hub := flags.String("hub", "127.0.0.1:50051", "the hub's gRPC address")
 	recipient := flags.String("recipient", "", "the market actor the data is for (a UUID)")
 	count := flags.Int("count", 100, "how many notifications to publish")
-	batch := flags.Int("batch", 1000, "notifications per Save (at most 10,000)")
+	batch := flags.Int("batch", 1000, "notifications per Save (1 to 10,000)")
 	tokenFile := flags.String("token-file", "", "bearer token of a domain (sent over TLS; see make dev-tokens)")
 	loopback := flags.Bool("token-over-loopback", false, "send the token in plaintext to a hub on loopback (development only)")
 	timeout := flags.Duration("timeout", time.Minute, "how long the whole run may take")
@@ -56,6 +61,12 @@ func run(args []string, stdout io.Writer) error {
 	}
 	if _, err := uuid.Parse(*recipient); err != nil {
 		return usageError{errors.New("--recipient must be a UUID")}
+	}
+	if *count < 1 {
+		return usageError{fmt.Errorf("--count %d: publish at least one notification", *count)}
+	}
+	if *batch < 1 || *batch > maxBatch {
+		return usageError{fmt.Errorf("--batch %d: a Save holds 1 to %d notifications", *batch, maxBatch)}
 	}
 	id := uuid.New()
 	if *runID != "" {
@@ -94,6 +105,12 @@ func publish(stdout io.Writer, hub, recipient string, run uuid.UUID, count, batc
 		return err
 	}
 	defer func() { _ = c.Close() }()
+	// Said before the first Save: a run killed with a Save in flight (a
+	// deploy, the OOM killer) reports no failure of its own, and run again
+	// under a new id its notifications would reach the actor twice.
+	if _, err := fmt.Fprintf(stdout, "run %s (if it stops before it ends, run it again with --run %s: the same notification ids)\n", run, run); err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -70,5 +72,75 @@ func TestAFailedRunRunAgainStoresNothingTwice(t *testing.T) {
 	}
 	if got := len(resp.GetBundle().GetNotificationIds()); got != count {
 		t.Fatalf("the actor is delivered %d notifications for the %d published (the failed run said: %v)", got, count, failed)
+	}
+}
+
+// holdSaves holds every Save until release is closed, telling arrived
+// when one reaches the hub.
+type holdSaves struct{ arrived, release chan struct{} }
+
+func (h *holdSaves) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info.FullMethod == messagehubv1.MessageHub_Save_FullMethodName {
+		h.arrived <- struct{}{}
+		<-h.release
+	}
+	return handler(ctx, req)
+}
+
+// printed is the run's stdout as the lines it wrote, each in the channel
+// before the run goes on: what is in it was printed before whatever the
+// run did next.
+type printed chan string
+
+func (p printed) Write(b []byte) (int, error) { p <- string(b); return len(b), nil }
+
+// A run killed while its first Save is in flight (a deploy, the OOM
+// killer) says nothing at its end: the run id that saves the same ids
+// again is out before anything is saved.
+func TestARunNamesItselfBeforeItSaves(t *testing.T) {
+	hold := &holdSaves{arrived: make(chan struct{}, 1), release: make(chan struct{})}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(hold.interceptor, server.UnaryErrorInterceptor(slog.New(slog.DiscardHandler))))
+	messagehubv1.RegisterMessageHubServer(srv, server.NewService(hubtest.Open(t)))
+	addr := hubtest.Serve(t, srv)
+	recipient := uuid.NewString()
+	args := []string{"--hub", addr, "--recipient", recipient, "--count", "2"}
+
+	out := make(printed, 10)
+	done := make(chan error, 1)
+	go func() { done <- run(args, out) }()
+	<-hold.arrived // the first Save is in flight: a crash now leaves only what was printed
+	var first string
+	select {
+	case first = <-out:
+	default:
+	}
+	m := regexp.MustCompile(`--run ([0-9a-f-]{36})`).FindStringSubmatch(first)
+	close(hold.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if m == nil {
+		t.Fatalf("while its first Save was in flight the run had printed %q, naming no --run to run it again with", first)
+	}
+	var again strings.Builder
+	if err := run(append(args, "--run", m[1]), &again); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(again.String(), "(0 stored, 2 already there)") {
+		t.Fatalf("the run again with the id printed: %q; want both notifications already there", again.String())
+	}
+}
+
+// A count or batch the hub cannot take is a usage error, said before
+// anything is sent.
+func TestACountOrBatchOutOfRangeIsAUsageError(t *testing.T) {
+	recipient := uuid.NewString()
+	for _, bad := range [][]string{{"--batch", "-1"}, {"--batch", "0"}, {"--batch", "10001"}, {"--count", "-3"}, {"--count", "0"}} {
+		args := append([]string{"--hub", "127.0.0.1:1", "--recipient", recipient}, bad...)
+		var out strings.Builder
+		err := run(args, &out)
+		if !errors.As(err, new(usageError)) || out.Len() != 0 {
+			t.Errorf("%v: %v, printed %q; want a usage error before anything is done", bad, err, out.String())
+		}
 	}
 }

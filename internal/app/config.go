@@ -119,6 +119,46 @@ type setting struct {
 // their environment variables take.
 var listFlags = map[string]bool{"content-provider": true}
 
+// boolFlags are switches: the flag alone turns the setting on
+// (--cosmos-id-buckets-migrate, as the docs and the hub's errors write it),
+// and a value may still follow, after '=' or a space (boolValues).
+var boolFlags = map[string]bool{"cosmos-provision": true, "cosmos-id-buckets-migrate": true, "content-provider-tls": true}
+
+// switchValue is a boolean setting's flag: the flag package sets it to
+// "true" when it stands alone; the value is checked with the others'.
+type switchValue struct{ v *string }
+
+func (s switchValue) String() string {
+	if s.v == nil { // the flag package's zero value, for its usage text
+		return ""
+	}
+	return *s.v
+}
+
+func (s switchValue) Set(v string) error { *s.v = v; return nil }
+
+func (switchValue) IsBoolFlag() bool { return true }
+
+// boolValues joins a switch and the value after it (--cosmos-provision
+// false) into one argument, as the flag package reads a bool flag's value
+// only after '='. The hub takes no other arguments, so a word after a
+// switch that is not a flag can only be its value.
+func boolValues(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			return append(out, args[i:]...)
+		}
+		name := strings.TrimLeft(arg, "-")
+		if arg != name && boolFlags[name] && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			arg, i = arg+"="+args[i+1], i+1
+		}
+		out = append(out, arg)
+	}
+	return out
+}
+
 var settings = []setting{
 	{"grpc-addr", "MESSAGEHUB_GRPC_ADDR", "127.0.0.1:50051", "address the gRPC server listens on (port 0 picks a free one)",
 		func(c *Config, v string) error { return nonEmpty(v, &c.GRPCAddr) }},
@@ -384,6 +424,12 @@ func ParseConfig(args []string, getenv func(string) string, output io.Writer) (C
 	values := make([]*string, len(settings))
 	for i, s := range settings {
 		usage := fmt.Sprintf("%s (env %s)", s.usage, s.env)
+		if boolFlags[s.flag] {
+			values[i] = new(string)
+			*values[i] = s.def
+			fs.Var(switchValue{values[i]}, s.flag, usage)
+			continue
+		}
 		if !listFlags[s.flag] {
 			values[i] = fs.String(s.flag, s.def, usage)
 			continue
@@ -396,7 +442,7 @@ func ParseConfig(args []string, getenv func(string) string, output io.Writer) (C
 		})
 	}
 	showVersion := fs.Bool("version", false, "print the version, commit and build time, and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(boolValues(args)); err != nil {
 		return Config{}, err
 	}
 	if *showVersion {

@@ -400,3 +400,40 @@ func TestCheckBoundRefusesAListenerOffLoopbackOnlyWithAuthNone(t *testing.T) {
 		})
 	}
 }
+
+// A boolean setting's flag stands alone, as the docs and the hub's own
+// errors write it ("add --cosmos-id-buckets-migrate"), wherever it is on
+// the command line; a value given (=false, or after a space as the other
+// flags take theirs) is still read.
+func TestBooleanFlagsStandAlone(t *testing.T) {
+	base := []string{"--store", "cosmos", "--cosmos-endpoint", "https://acct.documents.azure.com:443/", "--cosmos-key", "k"}
+	cfg, err := ParseConfig(append([]string{"--cosmos-id-buckets-migrate", "--cosmos-id-buckets", "8"}, append(base, "--cosmos-provision=false")...), envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("--cosmos-id-buckets-migrate before another flag: %v", err)
+	}
+	if !cfg.Cosmos.MigrateIDBuckets || cfg.Cosmos.IDBuckets != 8 || cfg.Cosmos.Provision {
+		t.Fatalf("got %+v; want the migration to 8 buckets, without provisioning", cfg.Cosmos)
+	}
+	cfg, err = ParseConfig(append(base, "--cosmos-id-buckets-migrate"), envOf(nil), io.Discard)
+	if err != nil || !cfg.Cosmos.MigrateIDBuckets {
+		t.Fatalf("--cosmos-id-buckets-migrate last: %v, %+v", err, cfg.Cosmos)
+	}
+	cfg, err = ParseConfig([]string{"--content-provider-tls", "--content-provider", "DOMAIN_TIME_SERIES=ts:50061"}, envOf(nil), io.Discard)
+	if err != nil || !cfg.Content.TLS {
+		t.Fatalf("--content-provider-tls before --content-provider: %v, %+v", err, cfg.Content)
+	}
+	cfg, err = ParseConfig(append([]string{"--cosmos-provision", "false", "--cosmos-id-buckets-migrate", "true"}, base...), envOf(nil), io.Discard)
+	if err != nil || cfg.Cosmos.Provision || !cfg.Cosmos.MigrateIDBuckets {
+		t.Fatalf("--cosmos-provision false --cosmos-id-buckets-migrate true: %v, %+v", err, cfg.Cosmos)
+	}
+	if _, err := ParseConfig(append(base, "--cosmos-provision", "maybe"), envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), `--cosmos-provision: not a boolean: "maybe"`) {
+		t.Fatalf("--cosmos-provision maybe: %v; want it refused as not a boolean", err)
+	}
+	var usage strings.Builder
+	_, _ = ParseConfig([]string{"-h"}, envOf(nil), &usage)
+	for _, name := range []string{"cosmos-provision", "cosmos-id-buckets-migrate", "content-provider-tls"} {
+		if strings.Contains(usage.String(), "-"+name+" string") {
+			t.Errorf("usage shows --%s as taking a string:\n%s", name, usage.String())
+		}
+	}
+}
