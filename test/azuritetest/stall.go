@@ -3,8 +3,6 @@ package azuritetest
 import (
 	"io"
 	"net"
-	"net/url"
-	"strings"
 	"sync"
 	"testing"
 )
@@ -25,76 +23,29 @@ type Stall struct {
 // t.Cleanup.
 func (s *Server) StallAnswers(t testing.TB, n int64) *Stall {
 	t.Helper()
-	endpoint, err := url.Parse(s.BlobEndpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	stalled, left := make(chan struct{}), make(chan struct{})
 	var stalledOnce, leftOnce sync.Once
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		open   []net.Conn
-		closed bool
-	)
-	track := func(conns ...net.Conn) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		open = append(open, conns...)
-		return !closed
-	}
-	t.Cleanup(func() {
-		_ = lis.Close()
-		mu.Lock()
-		closed = true
-		for _, c := range open {
-			_ = c.Close()
+	connection := s.relay(t, func(c net.Conn, target string, _ int) {
+		defer func() { _ = c.Close() }()
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			return
 		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
+		defer func() { _ = up.Close() }()
+		quiet := make(chan struct{})
+		go func() {
+			if m, _ := io.CopyN(c, up, n); m == n {
+				close(quiet)
+				stalledOnce.Do(func() { close(stalled) })
 			}
-			up, err := net.Dial("tcp", endpoint.Host)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			if !track(c, up) {
-				_ = c.Close()
-				_ = up.Close()
-				return
-			}
-			quiet := make(chan struct{})
-			wg.Go(func() {
-				// The client's requests pass until it closes the connection.
-				_, _ = io.Copy(up, c)
-				select {
-				case <-quiet:
-					leftOnce.Do(func() { close(left) })
-				default:
-				}
-				_ = c.Close()
-				_ = up.Close()
-			})
-			wg.Go(func() {
-				if m, _ := io.CopyN(c, up, n); m == n {
-					close(quiet)
-					stalledOnce.Do(func() { close(stalled) })
-				}
-			})
+		}()
+		// The client's requests pass until it closes the connection.
+		_, _ = io.Copy(up, c)
+		select {
+		case <-quiet:
+			leftOnce.Do(func() { close(left) })
+		default:
 		}
 	})
-	return &Stall{
-		ConnectionString: strings.Replace(s.ConnectionString(), endpoint.Host, lis.Addr().String(), 1),
-		Stalled:          stalled, Left: left,
-	}
+	return &Stall{ConnectionString: connection, Stalled: stalled, Left: left}
 }
