@@ -83,6 +83,7 @@ func Identity(b *messagehubv1.Bundle) string {
 type Store interface {
 	// Open returns the stored document of key, or ErrNotStored. ctx bounds
 	// the opening; the body can be read after ctx ends, until it is closed.
+	// Closing the body while a Read waits ends that Read.
 	Open(ctx context.Context, key Key) (*Document, error)
 	// Create stages a new document of the media type for key.
 	Create(ctx context.Context, key Key, mediaType string) (Staged, error)

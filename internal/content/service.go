@@ -243,6 +243,7 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 	waitingFor := "" // the other holder this build last said it waits for
 	failures := 0    // attempts of this build that failed
 	for {
+		taken := time.Now() // the lease, when taken, lasts from no earlier
 		holder, until, err := s.acquire(key)
 		switch {
 		case err == nil && holder != s.holder:
@@ -258,7 +259,7 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 			}
 			pause = s.opts.RetryMin
 		case err == nil:
-			err = s.attempt(key, bundle, provider, log)
+			err = s.attempt(key, bundle, provider, taken, log)
 			if err == nil {
 				if failures > 0 {
 					log.Info("bundle document built after failed attempts", "attempts", failures+1)
@@ -495,17 +496,17 @@ func (s *Service) stored(key Key) bool {
 	return err == nil && bundle == key.Bundle
 }
 
-// attempt asks the provider once, holding the lease (if any): it renews the
-// lease while the provider answers, stops asking if the lease is lost, and
-// releases it at the end, however it ends.
-func (s *Service) attempt(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient, log *slog.Logger) error {
+// attempt asks the provider once, holding the lease (if any) taken when
+// taken was: it renews the lease while the provider answers, stops asking
+// if the lease is lost, and releases it at the end, however it ends.
+func (s *Service) attempt(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient, taken time.Time, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.AttemptTimeout)
 	defer cancel()
 	if s.opts.Lease != nil {
 		renewed := make(chan struct{})
 		go func() {
 			defer close(renewed)
-			s.renew(ctx, cancel, key, log)
+			s.renew(ctx, cancel, key, taken, log)
 		}()
 		defer func() {
 			cancel()
@@ -543,20 +544,41 @@ func (s *Service) attempt(key Key, bundle *messagehubv1.Bundle, provider message
 	return err
 }
 
-// renew keeps the lease until ctx ends; a lease found taken cancels the
-// attempt, whose document (if any) the store keeps from replacing another.
-func (s *Service) renew(ctx context.Context, cancel context.CancelFunc, key Key, log *slog.Logger) {
+// renew keeps the lease, taken when taken was, until ctx ends. A lease
+// found taken cancels the attempt, whose document (if any) the store keeps
+// from replacing another; so does a lease not renewed while a third of it
+// is left (the store failing): it may expire unrenewed, and another
+// instance that takes it then asks the domain too. A lease lasts from no
+// earlier than its take or renewal was sent, so that is when it counts from.
+func (s *Service) renew(ctx context.Context, cancel context.CancelFunc, key Key, taken time.Time, log *slog.Logger) {
+	d := s.opts.LeaseDuration
+	stopAt := taken.Add(d - d/3)
+	wait := d / 3
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(s.opts.LeaseDuration / 3):
+		case <-time.After(min(wait, time.Until(stopAt))):
 		}
-		holder, _, err := s.opts.Lease.AcquireBuild(ctx, key.Recipient, key.BundleID, s.holder, s.opts.LeaseDuration)
-		if err == nil && holder != s.holder {
+		sent := time.Now()
+		rctx, rcancel := context.WithDeadline(ctx, stopAt)
+		holder, _, err := s.opts.Lease.AcquireBuild(rctx, key.Recipient, key.BundleID, s.holder, d)
+		rcancel()
+		switch {
+		case err == nil && holder != s.holder:
 			log.Warn("a bundle's lease was taken over while its domain was asked; this attempt stops", "holder", holder)
 			cancel()
 			return
+		case err == nil:
+			stopAt, wait = sent.Add(d-d/3), d/3
+		case ctx.Err() != nil:
+			return
+		case !time.Now().Before(stopAt):
+			log.Warn("a bundle's lease could not be renewed while its domain was asked; this attempt stops before the lease can expire and another instance ask the domain too", "error", err)
+			cancel()
+			return
+		default:
+			wait = d / 12 // a failed renewal is tried again sooner
 		}
 	}
 }

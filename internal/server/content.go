@@ -90,6 +90,10 @@ func (s *Service) peekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 		return true, sendHeld(stream, first)
 	}
 	defer func() { _ = doc.Body.Close() }()
+	// A read of the document may wait for as long as its download stays
+	// quiet (a connection that stops carrying data without closing): the
+	// caller leaving ends it, so that the call returns what it holds.
+	defer context.AfterFunc(stream.Context(), func() { _ = doc.Body.Close() })()
 	first.MediaType = doc.MediaType
 	return true, sendDocument(stream, first, doc.Body)
 }

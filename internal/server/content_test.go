@@ -247,22 +247,73 @@ func TestPeekContentActsForTheCaller(t *testing.T) {
 // resumptions break, and far less than the document comes back.
 func brokenDownloads(t *testing.T) (*content.Service, []byte) {
 	t.Helper()
-	azurite := azuritetest.Start(t)
-	container := azuritetest.UniqueContainer("cut")
-	data := bytes.Repeat([]byte("0123456789abcdef"), 200_000) // 3.2 MB
+	azurite, container, data := storedDocument(t)
+	return documentsAt(t, azurite.CutAnswers(t, 256<<10), container), data
+}
+
+// storedDocument stores a 3.2 MB document of the bundle the tests' hub
+// answers (timeSeriesBundle(1)) in a container of Azurite's.
+func storedDocument(t *testing.T) (azurite *azuritetest.Server, container string, data []byte) {
+	t.Helper()
+	azurite = azuritetest.Start(t)
+	container = azuritetest.UniqueContainer("cut")
+	data = bytes.Repeat([]byte("0123456789abcdef"), 200_000) // 3.2 MB
 	direct, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: azurite.ConnectionString(), Container: container, Provision: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The document of the bundle the tests' hub answers (timeSeriesBundle(1)).
 	contenttest.Put(t, direct, content.Key{Recipient: recipient, BundleID: bundleID, Bundle: content.Identity(apiconv.Bundle(timeSeriesBundle(1)))}, "application/xml", data)
-	cut, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: azurite.CutAnswers(t, 256<<10), Container: container})
+	return azurite, container, data
+}
+
+// documentsAt serves the documents of the container through the account
+// that connection reaches.
+func documentsAt(t *testing.T, connection, container string) *content.Service {
+	t.Helper()
+	docs, err := blobstore.Open(t.Context(), blobstore.Config{ConnectionString: connection, Container: container})
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := content.NewService(content.Options{Store: cut})
-	t.Cleanup(docs.Close)
-	return docs, data
+	service := content.NewService(content.Options{Store: docs})
+	t.Cleanup(service.Close)
+	return service
+}
+
+// A stored document whose download goes quiet half-way (the connection to
+// Azure Blob Storage stops carrying data without closing) holds the
+// content peek reading it. Once the caller leaves, the peek must stop
+// reading and return, freeing what it holds (the download, and the share
+// of the answers' budget of its read buffer): else every such peek stays
+// for as long as the connection stays quiet, for ever if it never closes.
+func TestAContentPeekWhoseDocumentsDownloadStallsEndsWhenItsCallerLeaves(t *testing.T) {
+	azurite, container, _ := storedDocument(t)
+	stall := azurite.StallAnswers(t, 256<<10)
+	conn, _ := testConn(t, &recordingHub{bundle: timeSeriesBundle(1)}, WithDocuments(documentsAt(t, stall.ConnectionString, container), time.Minute))
+	ctx, leave := context.WithCancel(ctxT(t))
+	defer leave()
+	stream, err := messagehubv1.NewMessageHubClient(conn).PeekContent(ctx, &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	received := make(chan error, 1)
+	go func() {
+		_, err := stream.Recv()
+		received <- err
+	}()
+	select {
+	case <-stall.Stalled:
+	case err := <-received:
+		t.Fatalf("the peek answered (%v) before the download went quiet", err)
+	}
+	leave()
+	if err := <-received; status.Code(err) != codes.Canceled {
+		t.Fatalf("the caller that left got %v", err)
+	}
+	select {
+	case <-stall.Left:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the content peek still reads the stalled download 30 s after its caller left")
+	}
 }
 
 func TestPeekContentOfADocumentWhoseDownloadBreaksEndsInAnError(t *testing.T) {

@@ -19,6 +19,15 @@ import (
 // Requests pass whole. The proxy and its connections close at t.Cleanup.
 func (s *Server) CutAnswers(t testing.TB, n int64) string {
 	t.Helper()
+	return s.relay(t, func(c net.Conn, target string, index int) { cut(c, target, n, index == 0) })
+}
+
+// relay starts a proxy to s that hands each connection it accepts (counted
+// from 0) to serve, with Azurite's address, and returns a connection
+// string of s's account through it. At t.Cleanup the proxy stops, closes
+// the connections it accepted and waits for serve to return.
+func (s *Server) relay(t testing.TB, serve func(c net.Conn, target string, index int)) string {
+	t.Helper()
 	endpoint, err := url.Parse(s.BlobEndpoint)
 	if err != nil {
 		t.Fatal(err)
@@ -49,9 +58,8 @@ func (s *Server) CutAnswers(t testing.TB, n int64) string {
 		mu.Unlock()
 		wg.Wait()
 	})
-	accepted := 0
 	wg.Go(func() {
-		for {
+		for accepted := 0; ; accepted++ {
 			c, err := lis.Accept()
 			if err != nil {
 				return
@@ -60,9 +68,7 @@ func (s *Server) CutAnswers(t testing.TB, n int64) string {
 				_ = c.Close()
 				return
 			}
-			first := accepted == 0
-			accepted++
-			wg.Go(func() { cut(c, endpoint.Host, n, first) })
+			wg.Go(func() { serve(c, endpoint.Host, accepted) })
 		}
 	})
 	return strings.Replace(s.ConnectionString(), endpoint.Host, lis.Addr().String(), 1)

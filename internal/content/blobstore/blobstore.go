@@ -154,7 +154,7 @@ func (s *Store) Create(ctx context.Context, key content.Key, mediaType string) (
 	}
 	return &staged{
 		ctx: ctx, b: s.c.NewBlockBlobClient(name(key)), mediaType: mediaType, bundle: key.Bundle,
-		prefix: hex.EncodeToString(prefix[:]), buf: make([]byte, 0, s.blockSize),
+		prefix: hex.EncodeToString(prefix[:]), blockSize: s.blockSize,
 	}, nil
 }
 
@@ -222,10 +222,13 @@ type staged struct {
 	// prefix makes this writer's block ids its own: two writers staging the
 	// same blob at once never commit each other's blocks.
 	prefix string
-	buf    []byte
-	blocks []string
-	done   bool
-	err    error
+	// buf grows as the document comes, up to blockSize, so that a document
+	// smaller than a block holds its own size, not a block's.
+	buf       []byte
+	blockSize int
+	blocks    []string
+	done      bool
+	err       error
 }
 
 func (w *staged) Write(p []byte) (int, error) {
@@ -234,10 +237,10 @@ func (w *staged) Write(p []byte) (int, error) {
 	}
 	n := len(p)
 	for len(p) > 0 {
-		take := min(len(p), cap(w.buf)-len(w.buf))
+		take := min(len(p), w.blockSize-len(w.buf))
 		w.buf = append(w.buf, p[:take]...)
 		p = p[take:]
-		if len(w.buf) == cap(w.buf) {
+		if len(w.buf) == w.blockSize {
 			if err := w.flush(); err != nil {
 				return 0, err
 			}

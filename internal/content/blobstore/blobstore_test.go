@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/energydatahub/messagehub/internal/content"
@@ -254,6 +255,44 @@ func TestADocumentNamesItsBundle(t *testing.T) {
 		}
 		if v, err := s.Version(t.Context(), k); err != nil || v != version {
 			t.Fatalf("Version %q, %v; Stored's %q", v, err, version)
+		}
+	}
+}
+
+// A document is staged a block (4 MiB) at a time, and one smaller than a
+// block holds its own size, not a block's: each build whose domain is
+// streaming its document holds its staged document, and many builds of
+// small documents at once (actors peeking at the same time) must not hold
+// 4 MiB each.
+func TestAStagedSmallDocumentDoesNotHoldAWholeBlock(t *testing.T) {
+	s := openBlocks(t, 4<<20)
+	const documents = 8
+	data := bytes.Repeat([]byte("<small/>"), 1000)
+	keys := make([]content.Key, documents)
+	staged := make([]content.Staged, documents)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range staged {
+		keys[i] = key()
+		w, err := s.Create(t.Context(), keys[i], "application/xml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		staged[i] = w
+	}
+	runtime.ReadMemStats(&after)
+	if held := after.TotalAlloc - before.TotalAlloc; held > documents<<20 {
+		t.Fatalf("staging %d documents of %d bytes took %d bytes, over 1 MiB each", documents, len(data), held)
+	}
+	for i, w := range staged {
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if _, got := read(t, s, keys[i]); !bytes.Equal(got, data) {
+			t.Fatalf("document %d: %d bytes stored, want %d", i, len(got), len(data))
 		}
 	}
 }

@@ -22,11 +22,14 @@ import (
 // Answer is what the provider does for one request: it sends chunks, then
 // returns err. Hold, when set, is waited for (or the call's end) first;
 // Stall, when set, after the chunks are sent, before err is returned.
+// Call, when set, is given the call's context as the call starts: it ends
+// as the provider hears that the hub stopped the call.
 type Answer struct {
 	Chunks []*messagehubv1.BundleContentChunk
 	Err    error
 	Hold   <-chan struct{}
 	Stall  <-chan struct{}
+	Call   func(context.Context)
 }
 
 // Provider is a BundleContentProvider on a loopback listener.
@@ -94,6 +97,9 @@ func (p *Provider) CreateBundleContent(req *messagehubv1.CreateBundleContentRequ
 	p.creates[req.GetBundle().GetId()]++
 	p.mu.Unlock()
 	a := p.answer(req.GetBundle(), calls)
+	if a.Call != nil {
+		a.Call(stream.Context())
+	}
 	if a.Hold != nil {
 		select {
 		case <-a.Hold:
