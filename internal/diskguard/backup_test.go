@@ -93,3 +93,41 @@ func TestABackupOntoAnotherVolumeIsNotHeldToTheReserve(t *testing.T) {
 		t.Fatalf("a backup onto another volume: %v", err)
 	}
 }
+
+// A data directory reached through a symbolic link (a volume mounted
+// elsewhere and linked into place) is as large as what it holds: a backup
+// onto its volume is held to the reserve by that size, not passed as if
+// the directory were empty.
+func TestABackupOfADataDirectoryReachedThroughALinkNeedsRoomForIt(t *testing.T) {
+	parent := t.TempDir()
+	real := filepath.Join(parent, "volume", "data")
+	if err := os.MkdirAll(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(parent, "data")
+	if err := os.Symlink(real, dir); err != nil {
+		t.Fatal(err)
+	}
+	const reserve = 1 << 20
+	var free atomic.Uint64
+	free.Store(1 << 30)
+	g := diskguard.New(dir, reserve, func(string) (uint64, error) { return free.Load(), nil }, time.Hour, slog.New(slog.DiscardHandler))
+	defer g.Close()
+	h := openHub(t, dir, g)
+	defer h.close(t)
+	ctx := context.Background()
+	for range 20 {
+		if err := h.save(ctx, g, uuid.NewString()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size, err := diskguard.DirBytes(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free.Store(reserve + size/2)
+	g.Refresh()
+	if err := h.store.Backup(ctx, filepath.Join(parent, "refused")); !errors.Is(err, domain.ErrStorageFull) {
+		t.Fatalf("a backup that would eat into the reserve: %v; want ErrStorageFull", err)
+	}
+}
