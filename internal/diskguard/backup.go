@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"path/filepath"
+	"os"
 
 	"github.com/energydatahub/messagehub/internal/domain"
 )
@@ -38,10 +38,17 @@ func (s *guardedStore) Backup(ctx context.Context, dir string) error {
 	return s.Store.Backup(ctx, dir)
 }
 
-// DirBytes is the size of the regular files under dir.
+// DirBytes is the size of the regular files under dir. A dir that is a
+// symbolic link (a data directory on a volume mounted elsewhere and linked
+// into place) is the folder it leads to; links inside it are not followed.
 func DirBytes(dir string) (uint64, error) {
+	return dirBytes(os.DirFS(dir))
+}
+
+// dirBytes is DirBytes over the folder fsys.
+func dirBytes(fsys fs.FS) (uint64, error) {
 	var n uint64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(fsys, ".", func(_ string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
