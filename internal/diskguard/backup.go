@@ -2,6 +2,7 @@ package diskguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -48,13 +49,18 @@ func DirBytes(dir string) (uint64, error) {
 // dirBytes is DirBytes over the folder fsys.
 func dirBytes(fsys fs.FS) (uint64, error) {
 	var n uint64
-	err := fs.WalkDir(fsys, ".", func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			var info fs.FileInfo
+			if info, err = d.Info(); err == nil {
+				n += uint64(info.Size()) //nolint:gosec // a file's size is not negative
+			}
 		}
-		info, err := d.Info()
-		if err == nil {
-			n += uint64(info.Size()) //nolint:gosec // a file's size is not negative
+		// The store and its documents remove files as they go (a table a
+		// compaction replaced, a document build's temporary file): one
+		// listed and gone before it is looked at takes no space.
+		if p != "." && errors.Is(err, fs.ErrNotExist) {
+			return nil
 		}
 		return err
 	})
