@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,5 +65,53 @@ func TestAReadOnlyStoreIsBackedUpWithItsIDIndex(t *testing.T) {
 	found, err := copied.LookupIDs(ctx, []string{n.ID})
 	if err != nil || len(found) != 1 {
 		t.Fatalf("the copy knows %v (%v); want the saved id", found, err)
+	}
+}
+
+// A backup copied into the data directory rather than as it (cp -a BACKUP
+// data with data made already, or a backup copied into a new volume that is
+// then mounted as the data directory) leaves no store in the data
+// directory, and one in a folder of it: the store is not created afresh
+// beside it, to serve nothing while the backup sits unused, but refused
+// with a message naming the folder.
+func TestAStoreIsNotCreatedBesideABackupCopiedIntoItsFolder(t *testing.T) {
+	parent := t.TempDir()
+	s, err := pebble.Open(filepath.Join(parent, "old"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := hub.New(s, hub.Options{}, nil)
+	ctx := context.Background()
+	n := domain.Notification{ID: uuid.NewString(), Recipient: uuid.NewString(), Origin: domain.OriginCharges,
+		ContentType: "c", DocumentType: "c", SupportsBundling: true, Weight: 1}
+	if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(parent, "backup-1")
+	if err := s.Backup(ctx, backup); err != nil {
+		t.Fatal(err)
+	}
+	repo.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(parent, "data")
+	if err := os.Mkdir(data, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(backup, filepath.Join(data, "backup-1")); err != nil {
+		t.Fatal(err)
+	}
+
+	opened, err := pebble.Open(data, nil)
+	if err == nil {
+		_ = opened.Close()
+		t.Fatal("a new store was created in a data directory holding a backup in a folder; want it refused")
+	}
+	if !strings.Contains(err.Error(), "backup-1") {
+		t.Fatalf("refused with %q; want it to name the folder holding a store", err)
+	}
+	if manifests, _ := filepath.Glob(filepath.Join(data, "MANIFEST-*")); len(manifests) > 0 {
+		t.Fatalf("the refused open created a store in %s: %v", data, manifests)
 	}
 }
