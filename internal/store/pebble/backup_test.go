@@ -22,18 +22,8 @@ import (
 // than indexing the stored ids again; a store closed is not backed up.
 func TestAReadOnlyStoreIsBackedUpWithItsIDIndex(t *testing.T) {
 	dir := t.TempDir()
-	s, err := pebble.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := hub.New(s, hub.Options{}, nil)
+	s, n := storeWithASave(t, dir)
 	ctx := context.Background()
-	n := domain.Notification{ID: uuid.NewString(), Recipient: uuid.NewString(), Origin: domain.OriginCharges,
-		ContentType: "c", DocumentType: "c", SupportsBundling: true, Weight: 1}
-	if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
-		t.Fatal(err)
-	}
-	repo.Close()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -76,22 +66,11 @@ func TestAReadOnlyStoreIsBackedUpWithItsIDIndex(t *testing.T) {
 // with a message naming the folder.
 func TestAStoreIsNotCreatedBesideABackupCopiedIntoItsFolder(t *testing.T) {
 	parent := t.TempDir()
-	s, err := pebble.Open(filepath.Join(parent, "old"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := hub.New(s, hub.Options{}, nil)
-	ctx := context.Background()
-	n := domain.Notification{ID: uuid.NewString(), Recipient: uuid.NewString(), Origin: domain.OriginCharges,
-		ContentType: "c", DocumentType: "c", SupportsBundling: true, Weight: 1}
-	if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := storeWithASave(t, filepath.Join(parent, "old"))
 	backup := filepath.Join(parent, "backup-1")
-	if err := s.Backup(ctx, backup); err != nil {
+	if err := s.Backup(context.Background(), backup); err != nil {
 		t.Fatal(err)
 	}
-	repo.Close()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -114,4 +93,21 @@ func TestAStoreIsNotCreatedBesideABackupCopiedIntoItsFolder(t *testing.T) {
 	if manifests, _ := filepath.Glob(filepath.Join(data, "MANIFEST-*")); len(manifests) > 0 {
 		t.Fatalf("the refused open created a store in %s: %v", data, manifests)
 	}
+}
+
+// storeWithASave opens a store in dir and saves a notification into it.
+func storeWithASave(t *testing.T, dir string) (*pebble.Store, domain.Notification) {
+	t.Helper()
+	s, err := pebble.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := hub.New(s, hub.Options{}, nil)
+	defer repo.Close()
+	n := domain.Notification{ID: uuid.NewString(), Recipient: uuid.NewString(), Origin: domain.OriginCharges,
+		ContentType: "c", DocumentType: "c", SupportsBundling: true, Weight: 1}
+	if _, err := repo.Save(context.Background(), []domain.Notification{n}); err != nil {
+		t.Fatal(err)
+	}
+	return s, n
 }
