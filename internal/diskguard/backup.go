@@ -2,9 +2,10 @@ package diskguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
+	"os"
 
 	"github.com/energydatahub/messagehub/internal/domain"
 )
@@ -38,16 +39,28 @@ func (s *guardedStore) Backup(ctx context.Context, dir string) error {
 	return s.Store.Backup(ctx, dir)
 }
 
-// DirBytes is the size of the regular files under dir.
+// DirBytes is the size of the regular files under dir. A dir that is a
+// symbolic link (a data directory on a volume mounted elsewhere and linked
+// into place) is the folder it leads to; links inside it are not followed.
 func DirBytes(dir string) (uint64, error) {
+	return dirBytes(os.DirFS(dir))
+}
+
+// dirBytes is DirBytes over the folder fsys.
+func dirBytes(fsys fs.FS) (uint64, error) {
 	var n uint64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			var info fs.FileInfo
+			if info, err = d.Info(); err == nil {
+				n += uint64(info.Size()) //nolint:gosec // a file's size is not negative
+			}
 		}
-		info, err := d.Info()
-		if err == nil {
-			n += uint64(info.Size()) //nolint:gosec // a file's size is not negative
+		// The store and its documents remove files as they go (a table a
+		// compaction replaced, a document build's temporary file): one
+		// listed and gone before it is looked at takes no space.
+		if p != "." && errors.Is(err, fs.ErrNotExist) {
+			return nil
 		}
 		return err
 	})

@@ -23,14 +23,40 @@ import (
 func TestABackupOntoTheDataVolumeNeedsRoomForTheDataDirectory(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "data")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	backupNeedsRoom(t, parent, dir, dir)
+}
+
+// A data directory reached through a symbolic link (a volume mounted
+// elsewhere and linked into place) is as large as what it holds: a backup
+// onto its volume is held to the reserve by that size, not passed as if
+// the directory were empty.
+func TestABackupOfADataDirectoryReachedThroughALinkNeedsRoomForIt(t *testing.T) {
+	parent := t.TempDir()
+	real := filepath.Join(parent, "volume", "data")
+	if err := os.MkdirAll(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(parent, "data")
+	if err := os.Symlink(real, dir); err != nil {
+		t.Fatal(err)
+	}
+	backupNeedsRoom(t, parent, dir, real)
+}
+
+// backupNeedsRoom opens a hub in dir (the folder real, or a link to it),
+// saves into it, and backs it up into parent: refused while the volume
+// has room for the reserve but not for what real holds, written once it
+// has room for both.
+func backupNeedsRoom(t *testing.T, parent, dir, real string) {
+	t.Helper()
 	const reserve = 1 << 20
 	var free atomic.Uint64
 	free.Store(1 << 30)
 	g := diskguard.New(dir, reserve, func(string) (uint64, error) { return free.Load(), nil }, time.Hour, slog.New(slog.DiscardHandler))
 	defer g.Close()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	h := openHub(t, dir, g)
 	defer h.close(t)
 	ctx := context.Background()
@@ -39,7 +65,7 @@ func TestABackupOntoTheDataVolumeNeedsRoomForTheDataDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	size, err := diskguard.DirBytes(dir)
+	size, err := diskguard.DirBytes(real)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,10 +130,15 @@ func OpenWith(dir string, logger *slog.Logger, o Options) (*Store, error) {
 	// are not compressed only to be decompressed again (Saves of 1,000 over
 	// 100 recipients; docs/performance.md).
 	opts.Levels[0].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
-	if o.ReadOnly != nil {
-		if manifests, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(manifests) == 0 {
+	if !holdsStore(dir) {
+		if o.ReadOnly != nil {
 			return nil, fmt.Errorf("open embedded store in %s: no store there yet to open read-only: %w", dir, o.ReadOnly)
 		}
+		if err := checkNoStoreInside(dir); err != nil {
+			return nil, err
+		}
+	}
+	if o.ReadOnly != nil {
 		opts.ReadOnly = true
 		// Whoever asked says why (the disk guard logs the full volume).
 		logger.Error("the embedded store is opened read-only: its writes fail until the hub is restarted", "dir", dir)
@@ -168,6 +173,32 @@ func OpenWith(dir string, logger *slog.Logger, o Options) (*Store, error) {
 	s.writer = groupcommit.New(maxWriteGroup, groupcommit.Options[writeReq]{MaxWeight: maxWriteGroup, Prepare: s.applyGroup})
 	go s.evictLoop()
 	return s, nil
+}
+
+// holdsStore says whether dir holds a store (pebble's manifest).
+func holdsStore(dir string) bool {
+	manifests, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
+	return len(manifests) > 0
+}
+
+// checkNoStoreInside refuses to create a store in dir when a folder of dir
+// holds one: a backup copied into the data directory rather than as it
+// (cp -a BACKUP data with data made already, a backup copied into a new
+// volume then mounted as the data directory). A store made beside it
+// would serve nothing while the backup sits unused.
+func checkNoStoreInside(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil // a new directory, or one pebble says why it cannot use
+	}
+	for _, e := range entries {
+		if sub := filepath.Join(dir, e.Name()); e.IsDir() && holdsStore(sub) {
+			return fmt.Errorf("open embedded store: the data directory %s holds no store, but its folder %s does "+
+				"(a backup copied into the data directory rather than as it?): give that folder as --data-dir, "+
+				"or move its contents up into %s; no new store is created beside it", dir, sub, dir)
+		}
+	}
+	return nil
 }
 
 // pidFile names the process that has the directory open.
