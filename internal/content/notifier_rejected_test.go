@@ -2,10 +2,10 @@ package content_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,8 +18,6 @@ import (
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store"
-	"github.com/energydatahub/messagehub/internal/store/cosmos"
-	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
 // A notice its domain always refuses (here RESOURCE_EXHAUSTED, as from a
@@ -34,14 +32,7 @@ func TestANoticeItsDomainRefusesDoesNotHoldUpTheDomain(t *testing.T) {
 
 // The same on Cosmos DB.
 func TestANoticeItsDomainRefusesDoesNotHoldUpTheDomainOnCosmos(t *testing.T) {
-	srv := cosmostest.Start(t)
-	s, err := cosmos.Open(within(t, time.Minute), cosmos.Config{Endpoint: srv.Endpoint, Key: srv.Key, Provision: true,
-		Database: cosmostest.UniqueID("db"), Transport: cosmostest.NewHTTPClient()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
-	t.Cleanup(func() { repo.Close(); _ = s.Close() })
+	s, repo := openCosmosWithNotices(t)
 	checkRefusedNotice(t, s, repo)
 }
 
@@ -60,12 +51,14 @@ func checkRefusedNotice(t *testing.T, outbox store.Outbox, repo *hub.Hub) {
 	clock := newFakeClock()
 	client := &clockedProvider{BundleContentProviderClient: provider.Client(t), clock: clock, calls: map[string][]time.Time{}}
 	logs := &lockedBuffer{}
+	metrics := &heldNotices{}
 	notifier := content.StartNotifier(content.NotifierOptions{
 		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: client},
 		Notices:   outbox,
 		Bundle:    repo.NoticedBundle,
 		Clock:     clock,
 		Logger:    slog.New(slog.NewJSONHandler(logs, nil)),
+		Metrics:   metrics,
 	})
 	defer notifier.Close()
 
@@ -86,17 +79,7 @@ func checkRefusedNotice(t *testing.T, outbox store.Outbox, repo *hub.Hub) {
 	}
 	// Ten minutes more: each refused notice backs off on its own, from
 	// 1 s doubling up to a minute: some fifteen calls, not one a look.
-	for start := clock.Now(); clock.Now().Sub(start) < 10*time.Minute; {
-		select {
-		case w := <-clock.waits:
-			if w.d > time.Minute {
-				t.Fatalf("a wait of %v; want none longer than RetryMax (1 min)", w.d)
-			}
-			clock.fire(w)
-		case <-ctx.Done():
-			t.Fatal("the notifier stopped waiting")
-		}
-	}
+	clock.fireFor(ctx, t, 10*time.Minute)
 	client.mu.Lock()
 	for _, id := range refused {
 		if n := len(client.calls[id]); n < 5 || n > 25 {
@@ -110,16 +93,10 @@ func checkRefusedNotice(t *testing.T, outbox store.Outbox, repo *hub.Hub) {
 	// The log says which notices are held back and why, once each, not
 	// once a look.
 	warned, heldBack := map[string]int{}, map[string]int{}
-	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
-		var l struct{ Level, Msg, Bundle, Error string }
-		if err := json.Unmarshal([]byte(line), &l); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if l.Level == "WARN" && l.Bundle != "" {
-			warned[l.Bundle]++
-			if strings.Contains(l.Msg, "held back") && strings.Contains(l.Error, "ResourceExhausted") {
-				heldBack[l.Bundle]++
-			}
+	for _, l := range bundleWarnings(t, logs) {
+		warned[l.Bundle]++
+		if strings.Contains(l.Msg, "held back") && strings.Contains(l.Error, "ResourceExhausted") {
+			heldBack[l.Bundle]++
 		}
 	}
 	for _, id := range refused {
@@ -127,6 +104,10 @@ func checkRefusedNotice(t *testing.T, outbox store.Outbox, repo *hub.Hub) {
 			t.Errorf("a refused notice has %d warnings in the log, %d of them saying it is held back and why; want one of those, and at most one more",
 				warned[id], heldBack[id])
 		}
+	}
+
+	if held := metrics.count("DOMAIN_TIME_SERIES", "refused"); held != int64(len(refused)) {
+		t.Errorf("%d notices counted as held back for being refused; want %d", held, len(refused))
 	}
 
 	for _, id := range refused {
@@ -143,6 +124,9 @@ func checkRefusedNotice(t *testing.T, outbox store.Outbox, repo *hub.Hub) {
 		}
 	}
 	notifier.Close()
+	if held := metrics.count("DOMAIN_TIME_SERIES", "refused"); held != 0 {
+		t.Errorf("%d notices counted as held back once every one was told", held)
+	}
 	for id, n := range told {
 		if n != 1 {
 			t.Errorf("bundle %s told %d times", id, n)
@@ -150,5 +134,99 @@ func checkRefusedNotice(t *testing.T, outbox store.Outbox, repo *hub.Hub) {
 	}
 	if n, _, err := outbox.NoticeBacklog(context.Background()); err != nil || n != 0 {
 		t.Fatalf("%d notices left after delivery (%v)", n, err)
+	}
+}
+
+// heldNotices counts the notices a notifier holds back, by domain and
+// reason, as the telemetry gauge would.
+type heldNotices struct {
+	mu   sync.Mutex
+	held map[[2]string]int64
+}
+
+func (h *heldNotices) RecordNoticesHeld(_ context.Context, origin, reason string, delta int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held == nil {
+		h.held = map[[2]string]int64{}
+	}
+	h.held[[2]string{origin, reason}] += delta
+}
+
+func (h *heldNotices) count(origin, reason string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held[[2]string{origin, reason}]
+}
+
+func (h *heldNotices) total() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n int64
+	for _, v := range h.held {
+		n += v
+	}
+	return n
+}
+
+// A domain that is down (every call fails) is still backed off as a
+// whole: its looks thin out, doubling up to RetryMax, each asks it at most
+// twice (its oldest notice, and once that has failed before, one more, to
+// learn whether the domain takes any), no notice is held back, and once it
+// is up again it hears of its dequeues in their order.
+func TestADomainThatIsDownIsBackedOffAsAWholeAndToldInOrder(t *testing.T) {
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	provider.FailDequeued(1 << 30)
+	outbox, repo := openWithNotices(t, hub.Options{Notices: func(domain.Origin) bool { return true }})
+	ctx := within(t, time.Minute)
+	bundles := dequeueAll(ctx, t, repo, slices.Repeat([]domain.Origin{domain.OriginTimeSeries}, 5)...)[domain.OriginTimeSeries]
+	notices := &countingNotices{Outbox: outbox}
+	client := &countingProvider{BundleContentProviderClient: provider.Client(t)}
+	metrics := &heldNotices{}
+	clock := newFakeClock()
+	notifier := content.StartNotifier(content.NotifierOptions{
+		Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: client},
+		Notices:   notices,
+		Bundle:    repo.NoticedBundle,
+		Clock:     clock,
+		Metrics:   metrics,
+	})
+	defer notifier.Close()
+
+	var last time.Duration
+	for start := clock.Now(); clock.Now().Sub(start) < 10*time.Minute; {
+		select {
+		case w := <-clock.waits:
+			if w.d < last || w.d > time.Minute {
+				t.Fatalf("a wait of %v after one of %v; want the domain's backoff, doubling up to a minute", w.d, last)
+			}
+			last = w.d
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatal("the notifier stopped waiting")
+		}
+	}
+	looks, calls := notices.looks.Load(), client.calls.Load()
+	if looks > 20 || calls > 2*looks {
+		t.Fatalf("%d looks and %d calls in ten minutes of a domain down; want ≤ 20 looks (1 s doubling to a minute), ≤ 2 calls a look", looks, calls)
+	}
+	if held := metrics.total(); held != 0 {
+		t.Fatalf("%d notices held back while the domain is down; want none", held)
+	}
+
+	provider.FailDequeued(0)
+	var told []string
+	for len(told) < len(bundles) {
+		select {
+		case b := <-provider.Told():
+			told = append(told, b.GetId())
+		case w := <-clock.waits:
+			clock.fire(w)
+		case <-ctx.Done():
+			t.Fatal("the domain that is up again was never told of its dequeues")
+		}
+	}
+	if !slices.Equal(told, bundles) {
+		t.Fatalf("told %v; want the dequeues' order %v", told, bundles)
 	}
 }
