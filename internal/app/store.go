@@ -132,6 +132,7 @@ func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 			Signal:  signal,
 			Grace:   grace,
 			Logger:  a.logger,
+			Metrics: a.tel.Metrics,
 		})
 	if err != nil {
 		return nil, nil, err

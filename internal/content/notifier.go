@@ -32,7 +32,9 @@ type NotifierOptions struct {
 	// once through Signal (within Interval while the domain is busy). A domain
 	// whose delivery failed is looked at again after a backoff of its own,
 	// doubling from Interval up to RetryMax (default 1 min); so is a domain
-	// whose look or removal failed in the store.
+	// whose look or removal failed in the store, and so is each notice held
+	// back (its bundle cannot be read, or its domain refuses it while it
+	// takes others).
 	Interval, IdleMax, RetryMax time.Duration
 	// Signal, sent when this instance's dequeue wrote a notice, starts a look
 	// at once and tells the notifier which notices are its own; nil: none.
@@ -50,9 +52,18 @@ type NotifierOptions struct {
 	// Batch is how many notices one look takes (default 100).
 	Batch  int
 	Logger *slog.Logger
+	// Metrics, when set, counts the notices held back (telemetry.Metrics).
+	Metrics NoticeMetrics
 	// Clock is the time the notifier waits by; nil is the real one (tests
 	// drive their own, so that they count looks instead of timing them).
 	Clock Clock
+}
+
+// NoticeMetrics counts the notices a Notifier holds back, by domain and
+// reason: "unreadable" (their bundle cannot be read) or "refused" (their
+// domain refuses them while it takes its other notices).
+type NoticeMetrics interface {
+	RecordNoticesHeld(ctx context.Context, origin, reason string, delta int64)
 }
 
 // NoticeSignal wakes a Notifier's worker of a domain when this instance's dequeue
@@ -185,7 +196,9 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // Each domain has a worker of its own, which looks at that domain's notices
 // only, tells it of them in order and backs off on its own when it fails:
 // however long a domain's calls hang or however many notices it has, the
-// other domains' workers never wait for it.
+// other domains' workers never wait for it. A notice the domain refuses
+// while it takes others (one it cannot receive or handle) is kept and held
+// back on a backoff of its own, and does not hold up the domain's others.
 type Notifier struct {
 	opts      NotifierOptions
 	stopping  chan struct{} // closed by Close: no new notice is started
@@ -260,70 +273,132 @@ type worker struct {
 	n      *Notifier
 	origin domain.Origin
 	wake   <-chan struct{} // the signal; nil: none
-	// held are the notices whose bundle could not be read, each left out
-	// until its own backoff ends: a look skips them without a read, and
-	// tries the notices not held before the held ones whose backoff ended.
-	// The outbox lists a batch after the last one it listed (store.Outbox),
-	// so the notices behind unreadable ones, however many, come up in turn.
+	// held are the notices whose bundle could not be read, or which the
+	// domain refused while it took others, each left out until its own
+	// backoff ends: a look skips them without a read, and tries the
+	// notices not held before the held ones whose backoff ended. The
+	// outbox lists a batch after the last one it listed (store.Outbox), so
+	// the notices behind held ones, however many, come up in turn.
 	held map[noticeID]heldNotice
-	// holdsFull says the last failed read found the holds full (and said
-	// so in the log once).
+	// holdsFull says the last hold found the holds full (and said so in
+	// the log once).
 	holdsFull bool
+	// failed holds the look (numbered by looks) in which each notice's
+	// call last failed, until it is told: when a call fails, the notice
+	// tried next, to learn whether the domain takes any, is the one that
+	// failed longest ago (first those that never did), so that a run of
+	// notices the domain refuses does not look like a domain that is down.
+	failed map[noticeID]int
+	looks  int
 }
 
 // maxHeldBatches bounds the notices a worker holds, in batches. A notice
-// whose read fails beyond it is not held: it is read again each time the
-// looks come round to it, a batch at most per look like any other.
+// whose read fails beyond it, or that its domain refuses, is not held: it
+// is tried again each time the looks come round to it, a batch at most per
+// look like any other.
 const maxHeldBatches = 10
 
 // heldNotice is a notice left out until the time set, after a failed read
-// of its bundle; wait is its backoff, doubling from Interval up to RetryMax.
+// of its bundle or a call its domain refused; wait is its backoff,
+// doubling from Interval up to RetryMax.
 type heldNotice struct {
-	until time.Time
-	wait  time.Duration
+	until   time.Time
+	wait    time.Duration
+	refused bool // by the domain; false: its bundle could not be read
 }
 
-// unreadable leaves a notice whose bundle could not be read out for a
-// while, unless the worker holds as many as it may, and logs the failure:
-// at warn when the notice is held for the first time, at debug when it
-// fails again, so that a bundle that never becomes readable is one warning,
-// not one a look. That the holds are full is one warning too, until they
-// are not.
-func (w *worker) unreadable(notice store.Notice, err error) {
-	log := w.n.opts.Logger
+func (h heldNotice) reason() string {
+	if h.refused {
+		return "refused"
+	}
+	return "unreadable"
+}
+
+// setHold holds a notice, and counts it.
+func (w *worker) setHold(id noticeID, h heldNotice) {
 	if w.held == nil {
 		w.held = map[noticeID]heldNotice{}
 	}
+	prev, had := w.held[id]
+	w.held[id] = h
+	if had && prev.refused == h.refused {
+		return
+	}
+	if had {
+		w.countHeld(prev, -1)
+	}
+	w.countHeld(h, 1)
+}
+
+// release forgets a notice's hold, if any.
+func (w *worker) release(id noticeID) {
+	if h, ok := w.held[id]; ok {
+		delete(w.held, id)
+		w.countHeld(h, -1)
+	}
+}
+
+func (w *worker) countHeld(h heldNotice, delta int64) {
+	if m := w.n.opts.Metrics; m != nil {
+		m.RecordNoticesHeld(context.Background(), w.origin.Name(), h.reason(), delta)
+	}
+}
+
+// hold leaves a notice out for a while, after its bundle could not be read
+// or its domain refused it (refused) while it took others, unless the
+// worker holds as many as it may, and logs why: at warn when the notice is
+// held for the first time (or for another reason), at debug when it fails
+// again, so that a notice that never goes through is one warning, not one
+// a look. That the holds are full is one warning too, until they are not.
+func (w *worker) hold(notice store.Notice, refused bool, err error) {
+	log := w.n.opts.Logger
 	id := idOf(notice)
 	prev, again := w.held[id]
+	msg := "reading a dequeued bundle failed; it is held back and tried again later"
+	if refused {
+		msg = "the domain refused the notice of one dequeue while it took others; it is held back and tried again later"
+	}
 	if !again && len(w.held) >= maxHeldBatches*w.n.opts.Batch {
 		if !w.holdsFull {
-			log.Warn("more notices' bundles cannot be read than the notifier holds back; the others are read again whenever a look lists them",
+			log.Warn("more notices fail than the notifier holds back; the others are tried again whenever a look lists them",
 				"origin", w.origin, "held", len(w.held))
 			w.holdsFull = true
 		}
-		log.Debug("reading a dequeued bundle failed; it is tried again later", "bundle", notice.BundleID, "error", err)
+		log.Debug(msg, "bundle", notice.BundleID, "origin", w.origin, "error", err)
 		return
+	}
+	if again && prev.refused != refused {
+		prev, again = heldNotice{}, false
 	}
 	wait := min(max(2*prev.wait, w.n.opts.Interval), w.n.opts.RetryMax)
-	w.held[id] = heldNotice{until: w.n.opts.Clock.Now().Add(wait), wait: wait}
+	w.setHold(id, heldNotice{until: w.n.opts.Clock.Now().Add(wait), wait: wait, refused: refused})
+	level := slog.LevelWarn
 	if again {
-		log.Debug("reading a dequeued bundle failed again; it is tried again later", "bundle", notice.BundleID, "error", err, "retry_in", wait)
-		return
+		level = slog.LevelDebug
 	}
-	log.Warn("reading a dequeued bundle failed; it is tried again later", "bundle", notice.BundleID, "error", err)
+	log.Log(context.Background(), level, msg, "bundle", notice.BundleID, "origin", w.origin, "error", err, "retry_in", wait)
 }
 
-// keepHeld forgets the holds of notices a look that listed every notice of
-// the domain (a short batch) no longer lists: told, here or by another
-// instance. A full batch is only part of the outbox, so it forgets none.
+// keepHeld forgets the holds and failures of notices a look that listed
+// every notice of the domain (a short batch) no longer lists: told, here or
+// by another instance. A full batch is only part of the outbox, so it
+// forgets none; the failures are only a preference, so they are forgotten
+// once they are as many as the holds may be.
 func (w *worker) keepHeld(listed []store.Notice, every bool) {
-	if len(w.held) > 0 && every {
+	if (len(w.held) > 0 || len(w.failed) > 0) && every {
 		ids := make(map[noticeID]bool, len(listed))
 		for _, notice := range listed {
 			ids[idOf(notice)] = true
 		}
-		maps.DeleteFunc(w.held, func(id noticeID, _ heldNotice) bool { return !ids[id] })
+		for id := range w.held {
+			if !ids[id] {
+				w.release(id)
+			}
+		}
+		maps.DeleteFunc(w.failed, func(id noticeID, _ int) bool { return !ids[id] })
+	}
+	if len(w.failed) > maxHeldBatches*w.n.opts.Batch {
+		clear(w.failed)
 	}
 	if len(w.held) < maxHeldBatches*w.n.opts.Batch {
 		w.holdsFull = false
@@ -332,6 +407,11 @@ func (w *worker) keepHeld(listed []store.Notice, every bool) {
 
 func (w *worker) loop(ctx context.Context) {
 	n := w.n
+	defer func() { // a notifier that stopped holds nothing back
+		for id := range w.held {
+			w.release(id)
+		}
+	}()
 	wait := time.Duration(0) // notices left by the last run go out at once
 	idle := n.opts.Interval
 	var retry, storeWait time.Duration // backoffs after the domain or the store failed
@@ -405,8 +485,17 @@ type roundResult struct {
 }
 
 // round tells the domain of one batch of its notices, in order, and removes
-// the delivered ones. Once the domain fails, the rest of the batch waits
-// until a look lists it again.
+// the delivered ones. A failed call is the domain's failure, which ends the
+// look (the domain backs off as a whole and its notices keep their order),
+// unless the domain takes another notice in the same look: then the notice
+// was refused on its own, and is held back on a backoff of its own while
+// the domain hears of the rest (a notice held so fails again without
+// ending the look). After a failure, the notice tried next is the one whose
+// call failed longest ago (next), so a run of refused notices at the head
+// of the outbox is got past, a notice a look; a notice that never failed
+// is not tried further in a look where the domain took none, so a domain
+// that is down is asked once a backoff, twice once its first notice has
+// failed before.
 func (w *worker) round(ctx context.Context) roundResult {
 	n, log := w.n, w.n.opts.Logger
 	notices, err := n.opts.Notices.Notices(ctx, []domain.Origin{w.origin}, n.opts.Batch)
@@ -419,19 +508,26 @@ func (w *worker) round(ctx context.Context) roundResult {
 	w.keepHeld(notices, len(notices) < n.opts.Batch)
 	due, dueIn := w.due(notices)
 	res := roundResult{found: len(due), dueIn: dueIn, full: len(notices) >= n.opts.Batch}
+	w.looks++
 	var done []store.Notice
+	var failing []failedCall   // failed calls since the domain last took one, none of them held
+	took, left := false, false // the domain took a notice in this look; every notice was tried
+	tried := make([]bool, len(due))
 	unread, answered := 0, 0 // bundle reads that failed, and that the store answered
-	for _, notice := range due {
-		if n.stopped() {
+	for !n.stopped() {
+		i := w.next(due, tried, len(failing) > 0)
+		if i < 0 {
+			left = true
 			break
 		}
+		tried[i] = true
+		notice := due[i]
+		id := idOf(notice)
 		b, err := n.opts.Bundle(ctx, notice)
-		if err == nil || errors.Is(err, domain.ErrNotFound) {
-			delete(w.held, idOf(notice))
-		}
 		if errors.Is(err, domain.ErrNotFound) {
 			log.Warn("a dequeued bundle was removed by retention before its domain heard of it", "bundle", notice.BundleID)
 			answered++
+			w.told(id)
 			done = append(done, notice)
 			continue
 		}
@@ -443,14 +539,18 @@ func (w *worker) round(ctx context.Context) roundResult {
 			// This bundle may be the only one that cannot be read, or one
 			// of a run of them: it is backed off on its own and the domain
 			// hears of the rest, each read once in this look.
-			w.unreadable(notice, err)
+			w.hold(notice, false, err)
 			unread++
 			continue
+		}
+		if h, ok := w.held[id]; ok && !h.refused {
+			w.release(id)
 		}
 		answered++
 		provider := n.opts.Providers[b.Origin]
 		if provider == nil {
 			log.Warn("the domain of a dequeued bundle has no provider any more; it is not told", "bundle", b.ID, "origin", b.Origin)
+			w.told(id)
 			done = append(done, notice)
 			continue
 		}
@@ -458,13 +558,47 @@ func (w *worker) round(ctx context.Context) roundResult {
 		_, err = provider.BundleDequeued(cctx, &messagehubv1.BundleDequeuedRequest{Bundle: apiconv.Bundle(b)})
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("telling a domain of a dequeue failed; it is tried again", "bundle", b.ID, "origin", b.Origin, "error", err)
+			if ctx.Err() != nil {
+				res.failed = true
+				break
 			}
-			res.failed = true
-			break
+			if w.held[id].refused { // refused before, while the domain took others
+				w.hold(notice, true, err)
+				continue
+			}
+			_, before := w.failed[id]
+			if w.failed == nil {
+				w.failed = map[noticeID]int{}
+			}
+			w.failed[id] = w.looks
+			failing = append(failing, failedCall{notice, err, before})
+			if len(failing) > 1 || !took && !before {
+				break // the domain is failing: it is not asked more now
+			}
+			continue
 		}
+		// The domain answered: the calls that failed before were refused.
+		for _, f := range failing {
+			w.hold(f.notice, true, f.err)
+		}
+		failing, took = nil, true
+		w.told(id)
 		done = append(done, notice)
+	}
+	switch {
+	case len(failing) == 0:
+	case left && took:
+		// Nothing was left to try after it, and the domain took others.
+		w.hold(failing[0].notice, true, failing[0].err)
+	default:
+		res.failed = true
+		for _, f := range failing {
+			level := slog.LevelWarn
+			if f.before {
+				level = slog.LevelDebug
+			}
+			log.Log(ctx, level, "telling a domain of a dequeue failed; it is tried again", "bundle", f.notice.BundleID, "origin", w.origin, "error", f.err)
+		}
 	}
 	// Reads that all failed, more than one, say the store is failing: the
 	// domain waits for the store's backoff, so a store that fails every
@@ -487,12 +621,51 @@ func (w *worker) round(ctx context.Context) roundResult {
 	return res
 }
 
+// failedCall is a notice whose call failed in a look, with its error, and
+// whether its call had failed before.
+type failedCall struct {
+	notice store.Notice
+	err    error
+	before bool
+}
+
+// next returns the index of the notice to try next among those not tried
+// in this look, -1 when none is left: the first in order, or after a
+// failed call (afterFailure) the one whose call failed longest ago, first
+// those that never failed, to learn whether the domain takes any.
+func (w *worker) next(due []store.Notice, tried []bool, afterFailure bool) int {
+	best, bestLook := -1, 0
+	for i, notice := range due {
+		if tried[i] {
+			continue
+		}
+		if !afterFailure {
+			return i
+		}
+		look := w.failed[idOf(notice)]
+		if best < 0 || look < bestLook {
+			best, bestLook = i, look
+		}
+		if look == 0 {
+			break
+		}
+	}
+	return best
+}
+
+// told forgets a notice's hold and failures once it is told (or need not be).
+func (w *worker) told(id noticeID) {
+	w.release(id)
+	delete(w.failed, id)
+}
+
 // due returns the notices to tell now: this instance's own, and those of
 // other instances once they are Grace old (their instance tells them before
-// that), in order, less those held after a failed read until their backoff
-// ends, which follow the others once it has; and how long until the first
-// one left out is due. The held ones go last because their backoffs end
-// together with the store's: first, they would fill every batch again.
+// that), in order, less those held back (an unreadable bundle, a refused
+// call) until their backoff ends, which follow the others once it has; and
+// how long until the first one left out is due. The held ones go last
+// because their backoffs end together with the store's or the domain's:
+// first, they would fill every batch again, or end every look.
 func (w *worker) due(notices []store.Notice) ([]store.Notice, time.Duration) {
 	grace := w.n.opts.Grace
 	if grace <= 0 && len(w.held) == 0 {

@@ -116,6 +116,24 @@ func (c *fakeClock) After(d time.Duration) <-chan time.Time {
 	return w.fire
 }
 
+// fireFor fires the notifier's waits as they come until d has passed on
+// the clock; a wait longer than RetryMax's default (1 min), the longest a
+// notifier with default options makes, fails the test.
+func (c *fakeClock) fireFor(ctx context.Context, t *testing.T, d time.Duration) {
+	t.Helper()
+	for start := c.Now(); c.Now().Sub(start) < d; {
+		select {
+		case w := <-c.waits:
+			if w.d > time.Minute {
+				t.Fatalf("a wait of %v; want none longer than RetryMax (1 min)", w.d)
+			}
+			c.fire(w)
+		case <-ctx.Done():
+			t.Fatal("the notifier stopped waiting")
+		}
+	}
+}
+
 func (c *fakeClock) fire(w fakeWait) {
 	c.mu.Lock()
 	c.now = c.now.Add(w.d)
@@ -632,15 +650,7 @@ func TestANoticeWhoseBundleCannotBeReadDoesNotHoldUpTheDomain(t *testing.T) {
 	}
 	// Ten minutes more: its backoff doubles from 1 s up to 1 min, some
 	// fifteen reads instead of one per look.
-	start := clock.Now()
-	for clock.Now().Sub(start) < 10*time.Minute {
-		select {
-		case w := <-clock.waits:
-			clock.fire(w)
-		case <-ctx.Done():
-			t.Fatal("the notifier stopped waiting")
-		}
-	}
+	clock.fireFor(ctx, t, 10*time.Minute)
 	if n := reads.Load(); n > 20 {
 		t.Fatalf("the unreadable bundle was read %d times in ten minutes; want it backed off (≤ 20)", n)
 	}
@@ -700,6 +710,15 @@ func TestARunOfUnreadableNoticesLongerThanTheHoldsDoesNotHoldUpTheDomain(t *test
 
 // The same on Cosmos DB.
 func TestARunOfUnreadableNoticesLongerThanTheHoldsDoesNotHoldUpTheDomainOnCosmos(t *testing.T) {
+	s, repo := openCosmosWithNotices(t)
+	checkUnreadableNotices(t, s, repo, 2, 25, 100)
+}
+
+// openCosmosWithNotices opens a Cosmos DB store on a test server and a
+// repository on it whose every domain gets notices, both closed when the
+// test ends.
+func openCosmosWithNotices(t *testing.T) (*cosmos.Store, *hub.Hub) {
+	t.Helper()
 	srv := cosmostest.Start(t)
 	s, err := cosmos.Open(within(t, time.Minute), cosmos.Config{Endpoint: srv.Endpoint, Key: srv.Key, Provision: true,
 		Database: cosmostest.UniqueID("db"), Transport: cosmostest.NewHTTPClient()})
@@ -708,7 +727,7 @@ func TestARunOfUnreadableNoticesLongerThanTheHoldsDoesNotHoldUpTheDomainOnCosmos
 	}
 	repo := hub.New(s, hub.Options{Notices: func(domain.Origin) bool { return true }}, nil)
 	t.Cleanup(func() { repo.Close(); _ = s.Close() })
-	checkUnreadableNotices(t, s, repo, 2, 25, 100)
+	return s, repo
 }
 
 // checkUnreadableNotices dequeues bundles whose reads fail, then one that
@@ -766,26 +785,13 @@ func checkUnreadableNotices(t *testing.T, outbox store.Outbox, repo *hub.Hub, ba
 	}
 	// Ten minutes more of looks that read the unreadable bundles again.
 	before := failed.Load()
-	for start := clock.Now(); clock.Now().Sub(start) < 10*time.Minute; {
-		select {
-		case w := <-clock.waits:
-			clock.fire(w)
-		case <-ctx.Done():
-			t.Fatal("the notifier stopped waiting")
-		}
-	}
+	clock.fireFor(ctx, t, 10*time.Minute)
 	if failed.Load()-before < int64(unreadable) {
 		t.Fatalf("%d failed reads in ten minutes; want each unreadable bundle read again", failed.Load()-before)
 	}
 	warned := map[string]int{}
-	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
-		var l struct{ Level, Msg, Bundle string }
-		if err := json.Unmarshal([]byte(line), &l); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if l.Level == "WARN" && l.Bundle != "" {
-			warned[l.Bundle]++
-		}
+	for _, l := range bundleWarnings(t, logs) {
+		warned[l.Bundle]++
 	}
 	if most := slices.Max(append(slices.Collect(maps.Values(warned)), 0)); most > 1 {
 		t.Errorf("a bundle that cannot be read has %d warnings in the log; want one however often it is read", most)
@@ -817,4 +823,23 @@ func checkUnreadableNotices(t *testing.T, outbox store.Outbox, repo *hub.Hub, ba
 	if n, _, err := outbox.NoticeBacklog(context.Background()); err != nil || n != 0 {
 		t.Fatalf("%d notices left after delivery (%v)", n, err)
 	}
+}
+
+// bundleWarning is a warning of the notifier's JSON log about one bundle.
+type bundleWarning struct{ Level, Msg, Bundle, Error string }
+
+// bundleWarnings returns the warnings in logs that name a bundle.
+func bundleWarnings(t *testing.T, logs *lockedBuffer) []bundleWarning {
+	t.Helper()
+	var out []bundleWarning
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		var l bundleWarning
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if l.Level == "WARN" && l.Bundle != "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }

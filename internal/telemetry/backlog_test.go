@@ -120,9 +120,11 @@ func TestProviderCallsAreExposedUnderTheirDocumentedNames(t *testing.T) {
 	tel.Metrics.RecordProviderCall(context.Background(), "DOMAIN_CHARGES", "ok", 20*time.Millisecond, 1234)
 	for _, delta := range []int64{1, 1, -1} {
 		tel.Metrics.RecordBuildBackoff(context.Background(), delta)
+		tel.Metrics.RecordNoticesHeld(context.Background(), "DOMAIN_CHARGES", "refused", delta)
 	}
 	for series, want := range map[string]float64{
 		`messagehub_content_builds_backoff`:                                             1,
+		`messagehub_content_notices_held{origin="DOMAIN_CHARGES",reason="refused"}`:     1,
 		`messagehub_content_provider_calls_total{origin="DOMAIN_CHARGES",outcome="ok"}`: 1,
 		`messagehub_content_stored_bytes_total{origin="DOMAIN_CHARGES"}`:                1234,
 		`messagehub_content_provider_duration_seconds_count{origin="DOMAIN_CHARGES"}`:   1,

@@ -33,6 +33,7 @@ const (
 	attrOutcome   = attribute.Key("outcome")
 	attrStatus    = attribute.Key("status_code")
 	attrOrigin    = attribute.Key("origin")
+	attrReason    = attribute.Key("reason")
 )
 
 // Metrics records MessageHub's domain metrics. Its methods are safe for
@@ -55,6 +56,7 @@ type Metrics struct {
 	contentBytes          metric.Int64Counter
 	jwksReloads           metric.Int64Counter
 	buildsInBackoff       metric.Int64UpDownCounter
+	noticesHeld           metric.Int64UpDownCounter
 	bellErrors            metric.Int64Counter
 
 	// The attributes of each store operation's duration, made once: a new
@@ -132,6 +134,9 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	var err error
 	m.buildsInBackoff, err = meter.Int64UpDownCounter("messagehub.content.builds.backoff", metric.WithUnit("{build}"),
 		metric.WithDescription("Bundle document builds waiting out a backoff after their domain's provider failed."))
+	made(err)
+	m.noticesHeld, err = meter.Int64UpDownCounter("messagehub.content.notices.held", metric.WithUnit("{notice}"),
+		metric.WithDescription("Notices of dequeues the notifier holds back on a backoff of their own while their domain hears of the others, by origin and reason: unreadable (their bundle cannot be read) or refused (the domain refuses them while it takes others)."))
 	made(err)
 	m.requestCharge, err = meter.Float64Counter("messagehub.store.request.charge", metric.WithUnit("{request_unit}"),
 		metric.WithDescription("Request units charged by a remote store backend (Cosmos DB), by operation."))
@@ -238,6 +243,12 @@ func (m *Metrics) RecordProviderCall(ctx context.Context, origin, outcome string
 // implements content.ProviderMetrics with RecordProviderCall.
 func (m *Metrics) RecordBuildBackoff(ctx context.Context, delta int64) {
 	m.buildsInBackoff.Add(ctx, delta)
+}
+
+// RecordNoticesHeld adds delta to the notices held back of a domain, by
+// reason ("unreadable" or "refused"); it implements content.NoticeMetrics.
+func (m *Metrics) RecordNoticesHeld(ctx context.Context, origin, reason string, delta int64) {
+	m.noticesHeld.Add(ctx, delta, metric.WithAttributes(attrOrigin.String(origin), attrReason.String(reason)))
 }
 
 // RecordJWKSReload counts a reload of a changed JWKS file, by outcome ("ok"

@@ -43,6 +43,7 @@ type Provider struct {
 	answer       func(*messagehubv1.Bundle, int) Answer
 	creates      map[string]int // bundle id → CreateBundleContent calls
 	failDequeued int
+	rejected     map[string]error // bundle id → the error every BundleDequeued of it returns
 	told         chan *messagehubv1.Bundle
 }
 
@@ -136,10 +137,29 @@ func (p *Provider) FailDequeued(n int) {
 	p.failDequeued = n
 }
 
+// RejectDequeued makes every BundleDequeued call of the bundle fail with
+// err (a status error), as a domain that refuses that one bundle would;
+// nil takes it again.
+func (p *Provider) RejectDequeued(bundleID string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rejected == nil {
+		p.rejected = map[string]error{}
+	}
+	if err == nil {
+		delete(p.rejected, bundleID)
+		return
+	}
+	p.rejected[bundleID] = err
+}
+
 // BundleDequeued hands the bundle to Told.
 func (p *Provider) BundleDequeued(_ context.Context, req *messagehubv1.BundleDequeuedRequest) (*messagehubv1.BundleDequeuedResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.rejected[req.GetBundle().GetId()]; err != nil {
+		return nil, err
+	}
 	if p.failDequeued > 0 {
 		p.failDequeued--
 		return nil, status.Error(codes.Unavailable, "provider down (test)")
