@@ -245,4 +245,7 @@ func TestAFailedLookKeepsWhatWasWrittenCounted(t *testing.T) {
 	if err := g.Check(); err != nil || g.Available() != 500<<20 {
 		t.Fatalf("after a good look with 500 MiB free: %v, %d available", err, g.Available())
 	}
+	if !strings.Contains(logs.String(), "can be read again") {
+		t.Fatalf("the good look after a failed one is not logged: %s", logs.String())
+	}
 }
