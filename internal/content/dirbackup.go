@@ -59,7 +59,7 @@ func (s *DirStore) copyFile(p, dst string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	err = os.Link(src, dst)
+	err = s.linkOut(src, dst)
 	if !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) {
 		return info.Size(), err
 	}
