@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 )
 
 // CopyTo copies every stored document into dir, which must not exist, and
@@ -52,7 +51,11 @@ func (s *DirStore) CopyTo(dir string) (int64, error) {
 }
 
 // copyFile links the document at p to dst, or copies it (synced) when
-// linking fails across volumes.
+// linking fails: across volumes, on a filesystem without hard links or at
+// its limit of links, each of which answers its own error (EXDEV, EPERM,
+// EOPNOTSUPP, EMLINK, Windows' ERROR_NOT_SAME_DEVICE). A copy is always
+// right, only slower; a document gone meanwhile, or a file already at
+// dst, is not copied.
 func (s *DirStore) copyFile(p, dst string) (int64, error) {
 	src := filepath.Join(s.root.Name(), p)
 	info, err := os.Stat(src)
@@ -60,7 +63,7 @@ func (s *DirStore) copyFile(p, dst string) (int64, error) {
 		return 0, err
 	}
 	err = s.linkOut(src, dst)
-	if !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) {
+	if err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrExist) {
 		return info.Size(), err
 	}
 	in, err := s.root.Open(p)
