@@ -1,6 +1,7 @@
 package content
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +16,7 @@ import (
 // document is never changed once stored, only replaced or deleted, which
 // leaves the link alone), else copies. Documents being written are left
 // out. Everything it writes is synced before it returns.
-func (s *DirStore) CopyTo(dir string) (int64, error) {
+func (s *DirStore) CopyTo(_ context.Context, dir string) (int64, error) {
 	if err := os.Mkdir(dir, 0o750); err != nil {
 		return 0, fmt.Errorf("copy documents: %w", err)
 	}
