@@ -113,13 +113,8 @@ func run(c config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// A hub may be reading jwks.json: it gets the old or the new document,
-	// never half of one.
-	tmp := filepath.Join(c.out, "."+jwksFile+".tmp")
-	if err := os.WriteFile(tmp, jwks, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(c.out, jwksFile)); err != nil {
+	// jwks.json first: a token is never there before the key that checks it.
+	if err := replaceFile(c.out, jwksFile, jwks); err != nil {
 		return err
 	}
 	for name, data := range map[string][]byte{
@@ -127,7 +122,7 @@ func run(c config, stdout io.Writer) error {
 		// The ids too, for scripts: a domain saves for the actor's id.
 		"domain.id": []byte(c.domain + "\n"), "actor.id": []byte(c.actor + "\n"), "admin.id": []byte(c.admin + "\n"),
 	} {
-		if err := os.WriteFile(filepath.Join(c.out, name), data, 0o600); err != nil {
+		if err := replaceFile(c.out, name, data); err != nil {
 			return err
 		}
 	}
@@ -148,6 +143,18 @@ Then, for example:
   go run ./cmd/messagehub admin backlog --recipient %[3]s --token-file %[1]s/admin.jwt
 `, c.out, c.domain, c.actor, c.valid, c.issuer, c.audience)
 	return err
+}
+
+// replaceFile writes data to the file name in dir by a rename of a file
+// written beside it: a hub reading jwks.json, or a client its --token-file,
+// meanwhile gets the old file or the new one whole, never an empty or half
+// one.
+func replaceFile(dir, name string, data []byte) error {
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
 }
 
 // signingKey reads the P-256 key of path, or makes one and writes it there

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,6 +129,49 @@ func TestAValidityThatIsNotPositiveIsRefused(t *testing.T) {
 		}
 		if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) || out.Len() != 0 {
 			t.Errorf("--valid %s wrote %s (%v) and said %.80q; want nothing", valid, dir, statErr, out.String())
+		}
+	}
+}
+
+// A run again replaces each token file by a rename, never rewrites it in
+// place: a client reading its --token-file meanwhile reads the whole old
+// token or the whole new one, never an empty or half-written file. A
+// reader holding the old file open still reads the whole old token.
+func TestARunAgainReplacesTheTokenFilesWhole(t *testing.T) {
+	dir := t.TempDir()
+	c := config{out: dir, issuer: "https://dev.test/", audience: "hub", valid: time.Hour}
+	if err := run(c, &strings.Builder{}); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"domain.jwt", "actor.jwt", "admin.jwt"}
+	old := readTokens(t, dir)
+	held := make([]*os.File, len(names))
+	for i, name := range names {
+		f, err := os.Open(filepath.Join(dir, name)) //nolint:gosec // the test's folder
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		held[i] = f
+	}
+	if err := run(c, &strings.Builder{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range names {
+		b, err := io.ReadAll(held[i])
+		if err != nil || strings.TrimSpace(string(b)) != old[i] {
+			t.Errorf("%s held open across a run reads %q, %v; want the whole old token", name, b, err)
+		}
+		was, err := held[i].Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if os.SameFile(was, now) {
+			t.Errorf("%s was rewritten in place, not replaced", name)
 		}
 	}
 }

@@ -97,7 +97,7 @@ func (b backup) backupInto(ctx context.Context, staging, dir string) error {
 	b.copying.Lock()
 	defer b.copying.Unlock()
 	docs := filepath.Join(staging, documentsFolder)
-	if _, err := b.docs.CopyTo(docs); err != nil {
+	if _, err := b.docs.CopyTo(ctx, docs); err != nil {
 		return err
 	}
 	whole := filepath.Join(staging, "backup")

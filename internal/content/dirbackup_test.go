@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/google/uuid"
@@ -43,7 +44,7 @@ func TestCopyToCopiesStoredDocumentsOnly(t *testing.T) {
 	defer unfinished.Abort()
 
 	dir := filepath.Join(t.TempDir(), "content")
-	n, err := docs.CopyTo(dir)
+	n, err := docs.CopyTo(ctx, dir)
 	if err != nil || n <= 0 {
 		t.Fatalf("CopyTo: %d bytes, %v", n, err)
 	}
@@ -64,7 +65,7 @@ func TestCopyToCopiesStoredDocumentsOnly(t *testing.T) {
 	if _, err := copied.Open(ctx, staged); !errors.Is(err, content.ErrNotStored) {
 		t.Fatalf("a document being written was copied: %v", err)
 	}
-	if _, err := docs.CopyTo(dir); !errors.Is(err, os.ErrExist) {
+	if _, err := docs.CopyTo(ctx, dir); !errors.Is(err, os.ErrExist) {
 		t.Fatalf("CopyTo into an existing folder: %v", err)
 	}
 }
@@ -365,5 +366,104 @@ func TestADirStoreWithoutHardLinksNeverStoresOverADocument(t *testing.T) {
 	removalLeaves(t, docs, k, version, "later")
 	if entries, err := os.ReadDir(filepath.Join(dir, "r")); err != nil || len(entries) != 1 {
 		t.Fatalf("the folder holds %v (%v), want the document alone", entries, err)
+	}
+}
+
+// commitDocument stores body as the document of key.
+func commitDocument(t *testing.T, docs *content.DirStore, key content.Key, body string) {
+	t.Helper()
+	doc, err := docs.Create(context.Background(), key, "application/xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(doc, body); err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A backup onto a filesystem that cannot hard-link the documents copies
+// them, whatever the link's error: a filesystem without hard links answers
+// EOPNOTSUPP (ENOTSUP, the same number on Linux) or EPERM, one at its link
+// limit EMLINK, another volume EXDEV (ERROR_NOT_SAME_DEVICE on Windows).
+func TestCopyToCopiesWhatItCannotLink(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.EOPNOTSUPP, syscall.EMLINK, syscall.EXDEV, syscall.EPERM} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			docs, err := content.OpenDirStore(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer docs.Close()
+			content.SetBackupLink(docs, func(oldname, newname string) error {
+				return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: errno}
+			})
+			key := content.Key{Recipient: uuid.NewString(), BundleID: uuid.NewString()}
+			commitDocument(t, docs, key, "<stored/>")
+			dir := filepath.Join(t.TempDir(), "content")
+			if n, err := docs.CopyTo(context.Background(), dir); err != nil || n <= 0 {
+				t.Fatalf("CopyTo with links failing with %v: %d bytes, %v", errno, n, err)
+			}
+			copied, err := content.OpenDirStore(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer copied.Close()
+			got, err := copied.Open(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(got.Body)
+			_ = got.Body.Close()
+			if string(body) != "<stored/>" {
+				t.Fatalf("the copy serves %q", body)
+			}
+		})
+	}
+}
+
+// A backup whose context ends stops copying the documents: the copy held
+// at one document while the context is cancelled copies none after it,
+// returns the context's error and leaves no folder behind.
+func TestCopyToStopsWhenItsContextEnds(t *testing.T) {
+	docs, err := content.OpenDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer docs.Close()
+	recipient := uuid.NewString()
+	for range 5 {
+		commitDocument(t, docs, content.Key{Recipient: recipient, BundleID: uuid.NewString()}, "<stored/>")
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var links int
+	content.SetBackupLink(docs, func(oldname, newname string) error {
+		links++
+		if links == 1 {
+			close(held)
+			<-release
+		}
+		return os.Link(oldname, newname)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "content")
+	done := make(chan error, 1)
+	go func() {
+		_, err := docs.CopyTo(ctx, dir)
+		done <- err
+	}()
+	<-held
+	cancel()
+	close(release)
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("CopyTo cancelled at its first document: %v", err)
+	}
+	if links != 1 {
+		t.Fatalf("%d documents linked, %d after the context ended; want none after", links, links-1)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a cancelled copy left %s: %v", dir, err)
 	}
 }

@@ -29,6 +29,9 @@ type DirStore struct {
 	// link is root.Link; tests make it fail as on a filesystem without
 	// hard links.
 	link func(from, to string) error
+	// linkOut is os.Link, with which a backup links a document (by its
+	// path) into a folder outside this one; tests make it fail.
+	linkOut func(oldname, newname string) error
 	// step, when set (by tests), is called at the named steps of a
 	// removal, so that a test can act between them.
 	step func(string)
@@ -71,7 +74,7 @@ func OpenDirStore(dir string) (*DirStore, error) {
 		_ = root.Close()
 		return nil, fmt.Errorf("content folder: removing unfinished documents: %w", err)
 	}
-	return &DirStore{root: root, link: root.Link}, nil
+	return &DirStore{root: root, link: root.Link, linkOut: os.Link}, nil
 }
 
 // Close releases the folder.

@@ -17,3 +17,7 @@ func WithoutHardLinks(s *DirStore) {
 		return &os.LinkError{Op: "linkat", Old: from, New: to, Err: syscall.EPERM}
 	}
 }
+
+// SetBackupLink has a backup (CopyTo) link its documents out of the folder
+// with link instead of os.Link.
+func SetBackupLink(s *DirStore, link func(oldname, newname string) error) { s.linkOut = link }

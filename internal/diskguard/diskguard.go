@@ -137,11 +137,13 @@ func (g *Guard) Close() {
 // reserve.
 func (g *Guard) Floor() uint64 { return g.reserve / 2 }
 
-// Refresh looks at the free space now. A change of level is logged once; an
-// error reading the free space leaves the last measure (a guard that cannot
-// see the disk does not stop saves). What was written before the look is in
-// what it measured, so it is no longer counted; what is written while the
-// volume is being read stays counted, perhaps twice until the next look.
+// Refresh looks at the free space now. A change of level is logged once. What
+// was written before a look is in what it measured, so it is no longer
+// counted; what is written while the volume is being read stays counted,
+// perhaps twice until the next look. An error reading the free space leaves
+// the last measure and keeps counting what is written since it (the estimate
+// only goes down until a look succeeds); a guard that never read the disk
+// does not stop saves.
 func (g *Guard) Refresh() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -150,8 +152,8 @@ func (g *Guard) Refresh() {
 	g.acct.Unlock()
 	avail, err := g.free(g.dir)
 	g.acct.Lock()
-	g.acct.written -= before
 	if err == nil {
+		g.acct.written -= before
 		g.acct.measured, g.acct.looked = avail, true
 	}
 	if !g.acct.refusedSinceLook {
@@ -161,10 +163,14 @@ func (g *Guard) Refresh() {
 	g.acct.Unlock()
 	if err != nil {
 		if !g.unread {
-			g.logger.Warn("cannot read the free space of the data volume; the guard keeps its last state", "dir", g.dir, "error", err)
+			g.logger.Warn("cannot read the free space of the data volume; the guard keeps its last measure, less what "+
+				"is written until a look succeeds", "dir", g.dir, "error", err)
 		}
 		g.unread = true
 		return
+	}
+	if g.unread {
+		g.logger.Info("the free space of the data volume can be read again", "dir", g.dir, "free_bytes", avail)
 	}
 	g.unread = false
 	level := int32(LevelOK)

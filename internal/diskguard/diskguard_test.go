@@ -211,3 +211,41 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// A look that fails keeps what was written since the last good look
+// counted: the guard's estimate only goes down until a look succeeds, so
+// writes that ate into the reserve are not let through again by a volume
+// that cannot be read.
+func TestAFailedLookKeepsWhatWasWrittenCounted(t *testing.T) {
+	var logs bytes.Buffer
+	v := &volume{}
+	v.free.Store(100 << 20)
+	g := New("/data", 40<<20, v.read, time.Hour, slog.New(slog.NewJSONHandler(&logs, nil)))
+	defer g.Close()
+	if err := g.Room(70 << 20); err != nil {
+		t.Fatalf("70 MiB written on 100 MiB free with a 40 MiB reserve: %v", err)
+	}
+	if err := g.Check(); !errors.Is(err, domain.ErrStorageFull) {
+		t.Fatalf("a save with about 30 MiB left of a 40 MiB reserve: %v", err)
+	}
+	v.fail.Store(true)
+	g.Refresh()
+	if err := g.Check(); !errors.Is(err, domain.ErrStorageFull) {
+		t.Fatalf("a save after a failed look, with about 30 MiB left of a 40 MiB reserve: %v", err)
+	}
+	if got := g.Available(); got != 30<<20 {
+		t.Fatalf("estimated free space after a failed look: %d, want %d", got, 30<<20)
+	}
+	if !strings.Contains(logs.String(), "cannot read the free space") {
+		t.Fatalf("the failed look is not logged: %s", logs.String())
+	}
+	v.fail.Store(false) // a good look counts from what it sees
+	v.free.Store(500 << 20)
+	g.Refresh()
+	if err := g.Check(); err != nil || g.Available() != 500<<20 {
+		t.Fatalf("after a good look with 500 MiB free: %v, %d available", err, g.Available())
+	}
+	if !strings.Contains(logs.String(), "can be read again") {
+		t.Fatalf("the good look after a failed one is not logged: %s", logs.String())
+	}
+}
