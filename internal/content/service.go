@@ -23,6 +23,10 @@ const (
 	DefaultRetryMin       = 500 * time.Millisecond
 	DefaultRetryMax       = time.Minute
 	DefaultAttemptTimeout = 5 * time.Minute
+	// DefaultMaxBuildMemory is the default of Options.MaxBuildMemory: about
+	// 60 builds of small bundles, 7 of the largest at the default bundle
+	// weight limit (about 16 MiB each).
+	DefaultMaxBuildMemory = 256 << 20
 )
 
 // Options configures a Service.
@@ -57,6 +61,10 @@ type Options struct {
 	// DefaultLeaseDuration); the holder renews it every third of it while it
 	// asks, so an instance that dies holds a bundle up for this long at most.
 	LeaseDuration time.Duration
+	// MaxBuildMemory bounds the memory of the builds running at once
+	// (default DefaultMaxBuildMemory); a peek that would start one beyond it
+	// is refused with ErrTooManyBuilds.
+	MaxBuildMemory int64
 }
 
 // DefaultLeaseDuration is the default of Options.LeaseDuration.
@@ -163,6 +171,11 @@ func (s *Service) Close() {
 // as its caller's time ends: routine while a domain is slow (the build goes
 // on, and the actor peeks again), unlike the store failing.
 var ErrNotReady = fmt.Errorf("%w: document not ready", domain.ErrUnavailable)
+
+// ErrTooManyBuilds is Document's answer when the bundle's build would take
+// more memory than the builds running may hold (Options.MaxBuildMemory):
+// its domain is not asked, and the actor peeks again (an ErrNotReady).
+var ErrTooManyBuilds = fmt.Errorf("%w: the hub builds as many documents as its memory for them allows", ErrNotReady)
 
 // Document returns the document of a pending bundle, asking its domain for
 // it if it is not stored yet. It returns nil and no error when the bundle's

@@ -843,3 +843,56 @@ func TestALateBuildsRemovalLeavesTheDocumentOfALaterBundleStoredMeanwhile(t *tes
 		t.Fatalf("stored for bundle %q: %q, want the later bundle's %q", stored.Bundle, got, want)
 	}
 }
+
+// Every bundle whose document is asked for while its domain is down has a
+// build of its own, holding its bundle through every backoff and room for
+// the provider's answer. The builds are bounded by Options.MaxBuildMemory:
+// a peek that would start one beyond it is refused at once, without asking
+// the domain, and one that finds room once a build ended is served.
+func TestBuildsBeyondTheirMemoryAreRefused(t *testing.T) {
+	provider, down := downDomain(t)
+	metrics := &recorded{}
+	// Room for two builds of small bundles (each counts the provider's
+	// largest chunk and its bundle), not three.
+	s := hourBackoffService(t, provider, content.Options{Metrics: metrics, MaxBuildMemory: 3 * content.MaxProviderChunkBytes})
+	const peeks = 10
+	bundles := make([]*messagehubv1.Bundle, peeks)
+	refused := 0
+	for i := range bundles {
+		bundles[i] = newBundle()
+		_, err := s.Document(within(t, 50*time.Millisecond), bundles[i])
+		if !errors.Is(err, domain.ErrUnavailable) {
+			t.Fatalf("peek %d: %v, want unavailable while the domain is down", i, err)
+		}
+		if errors.Is(err, content.ErrTooManyBuilds) {
+			refused++
+			if !strings.Contains(err.Error(), "12.0MiB") || !strings.Contains(err.Error(), "peek again") {
+				t.Errorf("peek %d refused with %q: want the budget and a hint to peek again", i, err)
+			}
+		}
+	}
+	if refused != peeks-2 {
+		t.Fatalf("%d of %d peeks of distinct bundles refused; want %d: the builds running at once grow with the callers, each holding its bundle and room for the provider's answer",
+			refused, peeks, peeks-2)
+	}
+	for i, b := range bundles[2:] {
+		if n := provider.Creates(b.Id); n != 0 {
+			t.Fatalf("the domain was asked %d times for refused bundle %d", n, i+2)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); metrics.inBackoff() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d builds in backoff; want the 2 that fit", metrics.inBackoff())
+		}
+	}
+	// The domain is back: the first build ends, and a refused bundle's
+	// build takes its room.
+	down.Store(false)
+	for _, b := range []*messagehubv1.Bundle{bundles[0], bundles[2]} {
+		doc, err := s.Document(within(t, 30*time.Second), b)
+		if err != nil {
+			t.Fatalf("bundle %s after the domain recovered: %v", b.Id, err)
+		}
+		_ = doc.Body.Close()
+	}
+}
