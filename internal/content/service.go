@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/protobuf/proto"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/lograte"
 )
 
 // Defaults of Options.
@@ -100,6 +102,15 @@ type Service struct {
 
 	holder string // this Service's name on leases
 
+	// memory bounds the builds running at once (Options.MaxBuildMemory):
+	// each holds its bundle through every backoff, as long as the bundle is
+	// pending, and its provider's answer a chunk at a time, so builds of
+	// many recipients' bundles while their domain is down or slow would
+	// otherwise grow without bound. Refusals are logged at warn, at most
+	// once a second: actors peeking again in a loop must not flood the log.
+	memory   *semaphore.Weighted
+	refusals lograte.Limiter
+
 	mu       sync.Mutex
 	building map[Key]*build
 	leases   map[Key]*idLease // by recipient and bundle id (no Bundle)
@@ -146,8 +157,12 @@ func NewService(opts Options) *Service {
 	opts.AttemptTimeout = cmp.Or(opts.AttemptTimeout, DefaultAttemptTimeout)
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.LeaseDuration = cmp.Or(opts.LeaseDuration, DefaultLeaseDuration)
+	opts.MaxBuildMemory = cmp.Or(max(opts.MaxBuildMemory, 0), DefaultMaxBuildMemory)
 	ctx, stop := context.WithCancel(context.Background())
-	return &Service{opts: opts, holder: holderName(), building: map[Key]*build{}, leases: map[Key]*idLease{}, ctx: ctx, stop: stop}
+	return &Service{
+		opts: opts, holder: holderName(), building: map[Key]*build{}, leases: map[Key]*idLease{}, ctx: ctx, stop: stop,
+		memory: semaphore.NewWeighted(opts.MaxBuildMemory), refusals: lograte.Limiter{Max: 1},
+	}
 }
 
 // holderName names this Service on leases so that an operator reading
@@ -181,7 +196,8 @@ var ErrTooManyBuilds = fmt.Errorf("%w: the hub builds as many documents as its m
 // it if it is not stored yet. It returns nil and no error when the bundle's
 // domain has no provider and nothing is stored. When the document is not
 // ready before ctx ends it returns an error wrapping ErrNotReady (a
-// domain.ErrUnavailable); the build goes on.
+// domain.ErrUnavailable); the build goes on. A build that does not fit in
+// Options.MaxBuildMemory is not started: ErrTooManyBuilds.
 //
 // A document is served only for the bundle it was built for (Identity): one
 // stored under the id for another bundle (an earlier one under a freed id,
@@ -204,7 +220,10 @@ func (s *Service) Document(ctx context.Context, bundle *messagehubv1.Bundle) (*D
 	if provider == nil {
 		return nil, nil
 	}
-	b := s.start(key, bundle, provider)
+	b, err := s.start(key, bundle, provider)
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case <-b.done:
 		if b.err != nil {
@@ -223,8 +242,9 @@ func (s *Service) Document(ctx context.Context, bundle *messagehubv1.Bundle) (*D
 	}
 }
 
-// start returns the build of key, starting one if none is running.
-func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient) *build {
+// start returns the build of key, starting one if none is running and it
+// fits in the builds' memory.
+func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient) (*build, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if b, ok := s.building[key]; ok {
@@ -232,7 +252,16 @@ func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehu
 		case b.asked <- struct{}{}:
 		default: // already asked
 		}
-		return b
+		return b, nil
+	}
+	weight := s.buildWeight(bundle)
+	if !s.memory.TryAcquire(weight) {
+		if ok, suppressed := s.refusals.Allow(time.Now()); ok {
+			s.opts.Logger.Warn("document build refused: the builds running take all the memory allowed them; actors peek again",
+				"limit_bytes", s.opts.MaxBuildMemory, "build_bytes", weight, "suppressed_since_last", suppressed)
+		}
+		return nil, fmt.Errorf("%w (%.1fMiB); the domain was not asked for bundle %s: peek again shortly",
+			ErrTooManyBuilds, float64(s.opts.MaxBuildMemory)/(1<<20), key.BundleID)
 	}
 	b := &build{done: make(chan struct{}), asked: make(chan struct{}, 1)}
 	s.building[key] = b
@@ -242,9 +271,19 @@ func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehu
 		s.mu.Lock()
 		delete(s.building, key)
 		s.mu.Unlock()
+		s.memory.Release(weight)
 		close(b.done)
 	})
-	return b
+	return b, nil
+}
+
+// buildWeight is what a build of bundle counts against the builds' memory:
+// its copy of the bundle (about its size on the wire: up to about 59 MB at
+// the highest bundle weight limit), the request's encoding as it is sent
+// (as much again) and the provider's largest chunk. A build heavier than
+// the whole budget takes all of it, so that it runs when no other does.
+func (s *Service) buildWeight(bundle *messagehubv1.Bundle) int64 {
+	return min(2*int64(proto.Size(bundle))+MaxProviderChunkBytes, s.opts.MaxBuildMemory)
 }
 
 // run asks the provider until the document is stored, the bundle is no
