@@ -17,3 +17,13 @@ func WithoutHardLinks(s *DirStore) {
 		return &os.LinkError{Op: "linkat", Old: from, New: to, Err: syscall.EPERM}
 	}
 }
+
+// BuildMemoryFree says whether none of the builds' memory
+// (Options.MaxBuildMemory) is held.
+func BuildMemoryFree(s *Service) bool {
+	if !s.memory.TryAcquire(s.opts.MaxBuildMemory) {
+		return false
+	}
+	s.memory.Release(s.opts.MaxBuildMemory)
+	return true
+}
