@@ -326,7 +326,7 @@ var settings = []setting{
 		"with --store cosmos: how old another instance's notice of a dequeue must be before this one tells the domain of it (each tells its own at once); how long a dead instance's dequeues wait",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Content.NoticeGrace) }},
 	{"content-max-build-memory", "MESSAGEHUB_CONTENT_MAX_BUILD_MEMORY", "256MiB",
-		"bytes the builds of bundles' documents running at once may hold (a build counts twice its bundle's size plus the 4MiB of a provider's chunk, as long as it runs, backoffs included; one larger than this runs alone); a content peek whose build does not fit is answered UNAVAILABLE without asking the domain",
+		"bytes the builds of bundles' documents running at once may hold (a build counts twice its bundle's size as long as it runs, backoffs included, and the 4MiB of a provider's chunk while it asks its domain; one larger than this runs alone); a content peek whose build does not fit is answered UNAVAILABLE without asking the domain",
 		func(c *Config, v string) error { return memorySize(v, &c.Content.BuildMemory) }},
 	{"http-read-timeout", "MESSAGEHUB_HTTP_READ_TIMEOUT", "60s", "longest time to read an HTTP request, body included",
 		func(c *Config, v string) error { return positiveDuration(v, &c.Limits.HTTPReadTimeout) }},

@@ -254,11 +254,11 @@ func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehu
 		}
 		return b, nil
 	}
-	weight := s.buildWeight(bundle)
-	if !s.memory.TryAcquire(weight) {
+	held, attempt := s.buildWeight(bundle)
+	if !s.memory.TryAcquire(held + attempt) { // its first attempt starts at once
 		if ok, suppressed := s.refusals.Allow(time.Now()); ok {
 			s.opts.Logger.Warn("document build refused: the builds running take all the memory allowed them; actors peek again",
-				"limit_bytes", s.opts.MaxBuildMemory, "build_bytes", weight, "suppressed_since_last", suppressed)
+				"limit_bytes", s.opts.MaxBuildMemory, "build_bytes", held+attempt, "suppressed_since_last", suppressed)
 		}
 		return nil, fmt.Errorf("%w (%.1fMiB); the domain was not asked for bundle %s: peek again shortly",
 			ErrTooManyBuilds, float64(s.opts.MaxBuildMemory)/(1<<20), key.BundleID)
@@ -267,37 +267,64 @@ func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehu
 	s.building[key] = b
 	bundle = proto.CloneOf(bundle) // the caller may reuse its message
 	s.wg.Go(func() {
-		b.err = s.run(key, bundle, provider, b.asked)
+		b.err = s.run(key, bundle, provider, b.asked, attempt)
 		s.mu.Lock()
 		delete(s.building, key)
 		s.mu.Unlock()
-		s.memory.Release(weight)
+		s.memory.Release(held)
 		close(b.done)
 	})
 	return b, nil
 }
 
 // buildWeight is what a build of bundle counts against the builds' memory:
-// its copy of the bundle (about its size on the wire: up to about 59 MB at
-// the highest bundle weight limit), the request's encoding as it is sent
-// (as much again) and the provider's largest chunk. A build heavier than
-// the whole budget takes all of it, so that it runs when no other does.
-func (s *Service) buildWeight(bundle *messagehubv1.Bundle) int64 {
-	return min(2*int64(proto.Size(bundle))+MaxProviderChunkBytes, s.opts.MaxBuildMemory)
+// held from its start to its end, its copy of the bundle (about its size
+// on the wire: up to about 59 MB at the highest bundle weight limit) and
+// the request's encoding as it is sent (as much again); and while an
+// attempt runs, the provider's largest chunk. A build waiting out a
+// backoff holds no chunk, so that the builds of a domain that is down take
+// only their bundles' room. The request's room is held throughout: a retry
+// then needs no more than a new build's start, so retries of large bundles
+// are not left out by starts of small ones. A build heavier than the whole
+// budget takes all of it, so that it runs when no other does.
+func (s *Service) buildWeight(bundle *messagehubv1.Bundle) (held, attempt int64) {
+	held = min(2*int64(proto.Size(bundle)), s.opts.MaxBuildMemory)
+	return held, min(MaxProviderChunkBytes, s.opts.MaxBuildMemory-held)
 }
+
+// errNoRoom is a retry of a build that the builds' memory has no room for
+// yet: the build waits for its next retry, as after a failed attempt.
+var errNoRoom = errors.New("no room in the builds' memory for an attempt yet")
 
 // run asks the provider until the document is stored, the bundle is no
 // longer pending, or the service closes, backing off between attempts; a
-// peek (asked) during a backoff ends it.
-func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient, asked <-chan struct{}) error {
+// peek (asked) during a backoff ends it. Each attempt holds room in the
+// builds' memory (attempt bytes, taken for the first by start) and gives
+// it back as it ends; a retry that finds no room waits for the next.
+func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient, asked <-chan struct{}, attempt int64) error {
 	log := s.opts.Logger.With("recipient", key.Recipient, "bundle", key.BundleID, "origin", bundle.GetOrigin().String())
 	pause := s.opts.RetryMin
 	waitingFor := "" // the other holder this build last said it waits for
 	failures := 0    // attempts of this build that failed
+	room := true     // holding the attempt's bytes
+	giveBack := func() {
+		if room {
+			s.memory.Release(attempt)
+			room = false
+		}
+	}
+	defer giveBack()
 	for {
+		var holder string
+		var until time.Time
+		err := errNoRoom
 		taken := time.Now() // the lease, when taken, lasts from no earlier
-		holder, until, err := s.acquire(key)
+		if room = room || s.memory.TryAcquire(attempt); room {
+			holder, until, err = s.acquire(key)
+		}
 		switch {
+		case errors.Is(err, errNoRoom):
+			log.Debug("no room in the builds' memory to ask the domain again; waiting for the next retry", "retry_in", pause)
 		case err == nil && holder != s.holder:
 			// Another instance asks the domain: wait for its document, as
 			// often as a first attempt would be retried, and take the build
@@ -312,6 +339,7 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 			pause = s.opts.RetryMin
 		case err == nil:
 			err = s.attempt(key, bundle, provider, taken, log)
+			giveBack() // keep may back off: without the answer's room
 			if err == nil {
 				if failures > 0 {
 					log.Info("bundle document built after failed attempts", "attempts", failures+1)
@@ -319,10 +347,11 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 				return s.keep(key, bundle, log)
 			}
 		}
+		giveBack()
 		if s.ctx.Err() != nil {
 			return fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, errNoRoom) {
 			// Every peek during the backoff asks again: the first failure of
 			// a build is the warning, the rest would repeat it per peek.
 			failures++
