@@ -40,7 +40,7 @@ func TestParseConfig(t *testing.T) {
 		LogLevel:        slog.LevelInfo,
 		Cosmos:          CosmosConfig{Database: "messagehub", Provision: true, IDBuckets: 4, Throughput: defaultCosmosThroughput},
 		ContentTimeout:  25 * time.Second,
-		Content:         ContentConfig{Blob: BlobConfig{Container: "messagehub-content"}, Lease: 30 * time.Second, NoticeGrace: time.Minute},
+		Content:         ContentConfig{Blob: BlobConfig{Container: "messagehub-content"}, Lease: 30 * time.Second, NoticeGrace: time.Minute, BuildMemory: 256 << 20},
 		Limits:          defaultLimits,
 		MinFreeDisk:     1 << 30,
 	}
@@ -119,6 +119,11 @@ func TestParseConfig(t *testing.T) {
 			name: "the memory of gRPC Saves takes a size",
 			env:  map[string]string{"MESSAGEHUB_GRPC_MAX_SAVE_MEMORY": "1GiB"},
 			want: with(func(c *Config) { c.Limits.GRPCSaveMemory = 1 << 30 }),
+		},
+		{
+			name: "the memory of document builds takes a size",
+			env:  map[string]string{"MESSAGEHUB_CONTENT_MAX_BUILD_MEMORY": "1GiB"},
+			want: with(func(c *Config) { c.Content.BuildMemory = 1 << 30 }),
 		},
 		{
 			name: "an empty env variable counts as unset",
@@ -212,6 +217,7 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "a body memory that is no size", env: map[string]string{"MESSAGEHUB_HTTP_MAX_BODY_MEMORY": "lots"}, wantErr: "MESSAGEHUB_HTTP_MAX_BODY_MEMORY"},
 		{name: "a save memory below 1MiB", args: []string{"--grpc-max-save-memory", "512KiB"}, wantErr: "--grpc-max-save-memory"},
 		{name: "a save memory over 1TiB", env: map[string]string{"MESSAGEHUB_GRPC_MAX_SAVE_MEMORY": "2TiB"}, wantErr: "MESSAGEHUB_GRPC_MAX_SAVE_MEMORY"},
+		{name: "a build memory below 1MiB", args: []string{"--content-max-build-memory", "512KiB"}, wantErr: "--content-max-build-memory"},
 		{name: "zero max connections", args: []string{"--max-connections", "0"}, wantErr: "positive integer"},
 		{name: "zero gRPC streams", env: map[string]string{"MESSAGEHUB_GRPC_MAX_STREAMS": "0"}, wantErr: "MESSAGEHUB_GRPC_MAX_STREAMS"},
 		{name: "a negative read timeout", args: []string{"--http-read-timeout", "-1s"}, wantErr: "--http-read-timeout"},

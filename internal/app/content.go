@@ -42,6 +42,9 @@ type ContentConfig struct {
 	// one tells its domain (with --store cosmos; each tells its own at
 	// once): how long a dead instance's dequeues wait.
 	NoticeGrace time.Duration
+	// BuildMemory bounds the bytes the builds of documents running at once
+	// hold (content.Options.MaxBuildMemory).
+	BuildMemory int64
 }
 
 // BlobConfig is an Azure Blob Storage container: ConnectionString (account
@@ -119,6 +122,10 @@ func contentService(cfg ContentConfig, svc content.Options, notifier content.Not
 			_ = c.Close()
 		}
 	}
+	// A build counts one chunk of its provider's answer (its weight against
+	// content.Options.MaxBuildMemory): the limit says so, whatever gRPC's
+	// default.
+	creds = append(creds, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(content.MaxProviderChunkBytes)))
 	providers := map[domain.Origin]messagehubv1.BundleContentProviderClient{}
 	for _, origin := range slices.Sorted(maps.Keys(cfg.Providers)) {
 		conn, err := grpc.NewClient(cfg.Providers[origin], creds...)

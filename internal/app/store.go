@@ -120,11 +120,12 @@ func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 			// sharing it ask a domain once.
 			Lease: measured,
 			// An instance that died holds a build up for this long at most.
-			LeaseDuration: a.cfg.Content.Lease,
-			Pending:       core.IsPending,
-			Holds:         core.HoldsBundle,
-			Logger:        a.logger,
-			Metrics:       a.tel.Metrics,
+			LeaseDuration:  a.cfg.Content.Lease,
+			MaxBuildMemory: a.cfg.Content.BuildMemory,
+			Pending:        core.IsPending,
+			Holds:          core.HoldsBundle,
+			Logger:         a.logger,
+			Metrics:        a.tel.Metrics,
 		},
 		content.NotifierOptions{
 			Notices: measured,

@@ -24,6 +24,10 @@ const (
 	// MaxMessageBytes bounds each message streamed to a client, so that
 	// clients with gRPC's default limits can read it.
 	MaxMessageBytes = 1 << 20
+	// MaxProviderChunkBytes is the largest message of a provider's answer
+	// the hub takes (gRPC's default, provider.proto): what one build's
+	// answer may hold in memory at once.
+	MaxProviderChunkBytes = 4 << 20
 )
 
 // ErrNotStored means that no document is stored for the bundle.

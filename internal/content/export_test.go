@@ -21,3 +21,13 @@ func WithoutHardLinks(s *DirStore) {
 // SetBackupLink has a backup (CopyTo) link its documents out of the folder
 // with link instead of os.Link.
 func SetBackupLink(s *DirStore, link func(oldname, newname string) error) { s.linkOut = link }
+
+// BuildMemoryFree says whether none of the builds' memory
+// (Options.MaxBuildMemory) is held.
+func BuildMemoryFree(s *Service) bool {
+	if !s.memory.TryAcquire(s.opts.MaxBuildMemory) {
+		return false
+	}
+	s.memory.Release(s.opts.MaxBuildMemory)
+	return true
+}

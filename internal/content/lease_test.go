@@ -51,11 +51,7 @@ func (l *memLease) ReleaseBuild(_ context.Context, recipient, bundleID, holder s
 // lease asks the domain, the other serves the document it stored.
 func TestInstancesSharingALeaseAskTheDomainOnce(t *testing.T) {
 	release := make(chan struct{})
-	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
-		a := contenttest.Document("application/json", []byte(`{"a":1}`), 3)
-		a.Hold = release
-		return a
-	})
+	provider := slowDomain(t, release)
 	dir := t.TempDir()
 	lease := &memLease{holder: map[string]string{}, until: map[string]time.Time{}}
 	services := make([]*content.Service, 2)

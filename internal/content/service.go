@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/protobuf/proto"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/lograte"
 )
 
 // Defaults of Options.
@@ -23,6 +25,10 @@ const (
 	DefaultRetryMin       = 500 * time.Millisecond
 	DefaultRetryMax       = time.Minute
 	DefaultAttemptTimeout = 5 * time.Minute
+	// DefaultMaxBuildMemory is the default of Options.MaxBuildMemory: about
+	// 60 builds of small bundles, 7 of the largest at the default bundle
+	// weight limit (about 16 MiB each).
+	DefaultMaxBuildMemory = 256 << 20
 )
 
 // Options configures a Service.
@@ -57,6 +63,10 @@ type Options struct {
 	// DefaultLeaseDuration); the holder renews it every third of it while it
 	// asks, so an instance that dies holds a bundle up for this long at most.
 	LeaseDuration time.Duration
+	// MaxBuildMemory bounds the memory of the builds running at once
+	// (default DefaultMaxBuildMemory); a peek that would start one beyond it
+	// is refused with ErrTooManyBuilds.
+	MaxBuildMemory int64
 }
 
 // DefaultLeaseDuration is the default of Options.LeaseDuration.
@@ -91,6 +101,15 @@ type Service struct {
 	opts Options
 
 	holder string // this Service's name on leases
+
+	// memory bounds the builds running at once (Options.MaxBuildMemory):
+	// each holds its bundle through every backoff, as long as the bundle is
+	// pending, and its provider's answer a chunk at a time, so builds of
+	// many recipients' bundles while their domain is down or slow would
+	// otherwise grow without bound. Refusals are logged at warn, at most
+	// once a second: actors peeking again in a loop must not flood the log.
+	memory   *semaphore.Weighted
+	refusals lograte.Limiter
 
 	mu       sync.Mutex
 	building map[Key]*build
@@ -138,8 +157,12 @@ func NewService(opts Options) *Service {
 	opts.AttemptTimeout = cmp.Or(opts.AttemptTimeout, DefaultAttemptTimeout)
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.LeaseDuration = cmp.Or(opts.LeaseDuration, DefaultLeaseDuration)
+	opts.MaxBuildMemory = cmp.Or(max(opts.MaxBuildMemory, 0), DefaultMaxBuildMemory)
 	ctx, stop := context.WithCancel(context.Background())
-	return &Service{opts: opts, holder: holderName(), building: map[Key]*build{}, leases: map[Key]*idLease{}, ctx: ctx, stop: stop}
+	return &Service{
+		opts: opts, holder: holderName(), building: map[Key]*build{}, leases: map[Key]*idLease{}, ctx: ctx, stop: stop,
+		memory: semaphore.NewWeighted(opts.MaxBuildMemory), refusals: lograte.Limiter{Max: 1},
+	}
 }
 
 // holderName names this Service on leases so that an operator reading
@@ -164,11 +187,17 @@ func (s *Service) Close() {
 // on, and the actor peeks again), unlike the store failing.
 var ErrNotReady = fmt.Errorf("%w: document not ready", domain.ErrUnavailable)
 
+// ErrTooManyBuilds is Document's answer when the bundle's build would take
+// more memory than the builds running may hold (Options.MaxBuildMemory):
+// its domain is not asked, and the actor peeks again (an ErrNotReady).
+var ErrTooManyBuilds = fmt.Errorf("%w: the hub builds as many documents as its memory for them allows", ErrNotReady)
+
 // Document returns the document of a pending bundle, asking its domain for
 // it if it is not stored yet. It returns nil and no error when the bundle's
 // domain has no provider and nothing is stored. When the document is not
 // ready before ctx ends it returns an error wrapping ErrNotReady (a
-// domain.ErrUnavailable); the build goes on.
+// domain.ErrUnavailable); the build goes on. A build that does not fit in
+// Options.MaxBuildMemory is not started: ErrTooManyBuilds.
 //
 // A document is served only for the bundle it was built for (Identity): one
 // stored under the id for another bundle (an earlier one under a freed id,
@@ -191,7 +220,10 @@ func (s *Service) Document(ctx context.Context, bundle *messagehubv1.Bundle) (*D
 	if provider == nil {
 		return nil, nil
 	}
-	b := s.start(key, bundle, provider)
+	b, err := s.start(key, bundle, provider)
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case <-b.done:
 		if b.err != nil {
@@ -210,8 +242,9 @@ func (s *Service) Document(ctx context.Context, bundle *messagehubv1.Bundle) (*D
 	}
 }
 
-// start returns the build of key, starting one if none is running.
-func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient) *build {
+// start returns the build of key, starting one if none is running and it
+// fits in the builds' memory.
+func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient) (*build, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if b, ok := s.building[key]; ok {
@@ -219,33 +252,79 @@ func (s *Service) start(key Key, bundle *messagehubv1.Bundle, provider messagehu
 		case b.asked <- struct{}{}:
 		default: // already asked
 		}
-		return b
+		return b, nil
+	}
+	held, attempt := s.buildWeight(bundle)
+	if !s.memory.TryAcquire(held + attempt) { // its first attempt starts at once
+		if ok, suppressed := s.refusals.Allow(time.Now()); ok {
+			s.opts.Logger.Warn("document build refused: the builds running take all the memory allowed them; actors peek again",
+				"limit_bytes", s.opts.MaxBuildMemory, "build_bytes", held+attempt, "suppressed_since_last", suppressed)
+		}
+		return nil, fmt.Errorf("%w (%.1fMiB); the domain was not asked for bundle %s: peek again shortly",
+			ErrTooManyBuilds, float64(s.opts.MaxBuildMemory)/(1<<20), key.BundleID)
 	}
 	b := &build{done: make(chan struct{}), asked: make(chan struct{}, 1)}
 	s.building[key] = b
 	bundle = proto.CloneOf(bundle) // the caller may reuse its message
 	s.wg.Go(func() {
-		b.err = s.run(key, bundle, provider, b.asked)
+		b.err = s.run(key, bundle, provider, b.asked, attempt)
 		s.mu.Lock()
 		delete(s.building, key)
 		s.mu.Unlock()
+		s.memory.Release(held)
 		close(b.done)
 	})
-	return b
+	return b, nil
 }
+
+// buildWeight is what a build of bundle counts against the builds' memory:
+// held from its start to its end, its copy of the bundle (about its size
+// on the wire: up to about 59 MB at the highest bundle weight limit) and
+// the request's encoding as it is sent (as much again); and while an
+// attempt runs, the provider's largest chunk. A build waiting out a
+// backoff holds no chunk, so that the builds of a domain that is down take
+// only their bundles' room. The request's room is held throughout: a retry
+// then needs no more than a new build's start, so retries of large bundles
+// are not left out by starts of small ones. A build heavier than the whole
+// budget takes all of it, so that it runs when no other does.
+func (s *Service) buildWeight(bundle *messagehubv1.Bundle) (held, attempt int64) {
+	held = min(2*int64(proto.Size(bundle)), s.opts.MaxBuildMemory)
+	return held, min(MaxProviderChunkBytes, s.opts.MaxBuildMemory-held)
+}
+
+// errNoRoom is a retry of a build that the builds' memory has no room for
+// yet: the build waits for its next retry, as after a failed attempt.
+var errNoRoom = errors.New("no room in the builds' memory for an attempt yet")
 
 // run asks the provider until the document is stored, the bundle is no
 // longer pending, or the service closes, backing off between attempts; a
-// peek (asked) during a backoff ends it.
-func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient, asked <-chan struct{}) error {
+// peek (asked) during a backoff ends it. Each attempt holds room in the
+// builds' memory (attempt bytes, taken for the first by start) and gives
+// it back as it ends; a retry that finds no room waits for the next.
+func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv1.BundleContentProviderClient, asked <-chan struct{}, attempt int64) error {
 	log := s.opts.Logger.With("recipient", key.Recipient, "bundle", key.BundleID, "origin", bundle.GetOrigin().String())
 	pause := s.opts.RetryMin
 	waitingFor := "" // the other holder this build last said it waits for
 	failures := 0    // attempts of this build that failed
+	room := true     // holding the attempt's bytes
+	giveBack := func() {
+		if room {
+			s.memory.Release(attempt)
+			room = false
+		}
+	}
+	defer giveBack()
 	for {
+		var holder string
+		var until time.Time
+		err := errNoRoom
 		taken := time.Now() // the lease, when taken, lasts from no earlier
-		holder, until, err := s.acquire(key)
+		if room = room || s.memory.TryAcquire(attempt); room {
+			holder, until, err = s.acquire(key)
+		}
 		switch {
+		case errors.Is(err, errNoRoom):
+			log.Debug("no room in the builds' memory to ask the domain again; waiting for the next retry", "retry_in", pause)
 		case err == nil && holder != s.holder:
 			// Another instance asks the domain: wait for its document, as
 			// often as a first attempt would be retried, and take the build
@@ -260,6 +339,7 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 			pause = s.opts.RetryMin
 		case err == nil:
 			err = s.attempt(key, bundle, provider, taken, log)
+			giveBack() // keep may back off: without the answer's room
 			if err == nil {
 				if failures > 0 {
 					log.Info("bundle document built after failed attempts", "attempts", failures+1)
@@ -267,10 +347,11 @@ func (s *Service) run(key Key, bundle *messagehubv1.Bundle, provider messagehubv
 				return s.keep(key, bundle, log)
 			}
 		}
+		giveBack()
 		if s.ctx.Err() != nil {
 			return fmt.Errorf("%w: shutting down", domain.ErrUnavailable)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, errNoRoom) {
 			// Every peek during the backoff asks again: the first failure of
 			// a build is the warning, the rest would repeat it per peek.
 			failures++

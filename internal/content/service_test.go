@@ -654,8 +654,19 @@ func downDomain(t *testing.T) (*contenttest.Provider, *atomic.Bool) {
 	return provider, &down
 }
 
+// slowDomain answers every bundle's document once answer is closed.
+func slowDomain(t *testing.T, answer <-chan struct{}) *contenttest.Provider {
+	t.Helper()
+	return contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		a := contenttest.Document("application/json", []byte(`{"a":1}`), 3)
+		a.Hold = answer
+		return a
+	})
+}
+
 // hourBackoffService serves the time series domain's documents from
-// provider into a folder of its own, with o's metrics and logger, backing
+// provider (and o's other providers') into a folder of its own, with o's
+// options, every bundle pending unless o.Pending says otherwise, backing
 // off for an hour after a failure: only a peek asks again.
 func hourBackoffService(t *testing.T, provider *contenttest.Provider, o content.Options) *content.Service {
 	t.Helper()
@@ -663,9 +674,14 @@ func hourBackoffService(t *testing.T, provider *contenttest.Provider, o content.
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Providers = map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginTimeSeries: provider.Client(t)}
+	if o.Providers == nil {
+		o.Providers = map[domain.Origin]messagehubv1.BundleContentProviderClient{}
+	}
+	o.Providers[domain.OriginTimeSeries] = provider.Client(t)
 	o.Store = store
-	o.Pending = func(context.Context, string, string) (bool, error) { return true, nil }
+	if o.Pending == nil {
+		o.Pending = func(context.Context, string, string) (bool, error) { return true, nil }
+	}
 	o.RetryMin, o.RetryMax = time.Hour, time.Hour
 	s := content.NewService(o)
 	t.Cleanup(s.Close)
@@ -842,4 +858,196 @@ func TestALateBuildsRemovalLeavesTheDocumentOfALaterBundleStoredMeanwhile(t *tes
 	if got := string(read(t, stored)); stored.Bundle != content.Identity(later) || got != want {
 		t.Fatalf("stored for bundle %q: %q, want the later bundle's %q", stored.Bundle, got, want)
 	}
+}
+
+// Every bundle whose document is asked for while its domain is slow has a
+// build of its own, holding its bundle and, while it asks, room for the
+// provider's answer. The builds are bounded by Options.MaxBuildMemory: a
+// peek that would start one beyond it is refused at once, without asking
+// the domain, and one that finds room once a build ended is served.
+func TestBuildsBeyondTheirMemoryAreRefused(t *testing.T) {
+	slow := make(chan struct{})
+	provider := slowDomain(t, slow)
+	// Room for two builds of small bundles asking at once (each counts the
+	// provider's largest chunk and its bundle), not three.
+	s := hourBackoffService(t, provider, content.Options{MaxBuildMemory: 3 * content.MaxProviderChunkBytes})
+	const peeks = 10
+	bundles := make([]*messagehubv1.Bundle, peeks)
+	refused := 0
+	for i := range bundles {
+		bundles[i] = newBundle()
+		_, err := s.Document(within(t, 50*time.Millisecond), bundles[i])
+		if !errors.Is(err, domain.ErrUnavailable) {
+			t.Fatalf("peek %d: %v, want unavailable while the domain is slow", i, err)
+		}
+		if errors.Is(err, content.ErrTooManyBuilds) {
+			refused++
+			if !strings.Contains(err.Error(), "12.0MiB") || !strings.Contains(err.Error(), "peek again") {
+				t.Errorf("peek %d refused with %q: want the budget and a hint to peek again", i, err)
+			}
+		}
+	}
+	if refused != peeks-2 {
+		t.Fatalf("%d of %d peeks of distinct bundles refused; want %d: the builds running at once grow with the callers, each holding its bundle and room for the provider's answer",
+			refused, peeks, peeks-2)
+	}
+	for i, b := range bundles[2:] {
+		if n := provider.Creates(b.Id); n != 0 {
+			t.Fatalf("the domain was asked %d times for refused bundle %d", n, i+2)
+		}
+	}
+	// The domain answers: the first build ends, and a refused bundle's
+	// build takes its room.
+	close(slow)
+	for _, b := range []*messagehubv1.Bundle{bundles[0], bundles[2]} {
+		doc, err := s.Document(within(t, 30*time.Second), b)
+		if err != nil {
+			t.Fatalf("bundle %s once the domain answered: %v", b.Id, err)
+		}
+		_ = doc.Body.Close()
+	}
+}
+
+// backoffStarts hears of every build that starts waiting out a backoff.
+type backoffStarts chan struct{}
+
+func (b backoffStarts) RecordBuildBackoff(_ context.Context, delta int64) {
+	if delta > 0 {
+		b <- struct{}{}
+	}
+}
+
+func (backoffStarts) RecordProviderCall(context.Context, string, string, time.Duration, int64) {}
+
+// chargesProvider answers every bundle of the charges domain at once, for
+// o.
+func chargesProvider(t *testing.T, o *content.Options) {
+	t.Helper()
+	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+		return contenttest.Document("text/plain", []byte("charges"), 3)
+	})
+	o.Providers = map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: provider.Client(t)}
+}
+
+func chargesBundle() *messagehubv1.Bundle {
+	b := newBundle()
+	b.Origin = messagehubv1.Domain_DOMAIN_CHARGES
+	return b
+}
+
+// A build waiting between attempts for its domain, which is down, holds
+// its bundle, not the room of a provider's answer, which only an attempt
+// needs: builds of one down domain's bundles do not take the room of
+// every other domain's builds. Once the domain is back, a peek has the
+// waiting build ask again, and it is served.
+func TestABuildWaitingForItsDomainHoldsNoRoomForAnAnswer(t *testing.T) {
+	provider, down := downDomain(t)
+	waiting := make(backoffStarts, 16)
+	// Room for two attempts at once.
+	o := content.Options{Metrics: waiting, MaxBuildMemory: 2 * content.MaxProviderChunkBytes}
+	chargesProvider(t, &o)
+	s := hourBackoffService(t, provider, o)
+	down1, down2 := newBundle(), newBundle()
+	for i, b := range []*messagehubv1.Bundle{down1, down2} {
+		_, err := s.Document(within(t, 50*time.Millisecond), b)
+		if errors.Is(err, content.ErrTooManyBuilds) || !errors.Is(err, content.ErrNotReady) {
+			t.Fatalf("peek %d of the down domain's bundles while its builds wait: %v; want not ready, not refused: a waiting build holds room for an answer it does not ask for", i+1, err)
+		}
+		<-waiting
+	}
+	doc, err := s.Document(within(t, 30*time.Second), chargesBundle())
+	if err != nil {
+		t.Fatalf("another domain's bundle while the down domain's builds wait: %v", err)
+	}
+	if got := string(read(t, doc)); got != "charges" {
+		t.Fatalf("another domain's document: %q", got)
+	}
+
+	down.Store(false)
+	for _, b := range []*messagehubv1.Bundle{down1, down2} {
+		doc, err := s.Document(within(t, 30*time.Second), b)
+		if err != nil {
+			t.Fatalf("bundle %s once its domain is back: %v", b.Id, err)
+		}
+		_ = doc.Body.Close()
+	}
+	if !content.BuildMemoryFree(s) {
+		t.Fatal("the builds ended, but their memory is still held")
+	}
+}
+
+// However a build ends, it gives back all the memory it held.
+func TestABuildGivesItsMemoryBackHoweverItEnds(t *testing.T) {
+	t.Run("stored", func(t *testing.T) {
+		o := content.Options{MaxBuildMemory: 2 * content.MaxProviderChunkBytes}
+		chargesProvider(t, &o)
+		provider, _ := downDomain(t)
+		s := hourBackoffService(t, provider, o)
+		doc, err := s.Document(within(t, 30*time.Second), chargesBundle())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = doc.Body.Close()
+		if !content.BuildMemoryFree(s) {
+			t.Fatal("a build that stored its document still holds memory")
+		}
+	})
+	t.Run("no longer pending", func(t *testing.T) {
+		provider, _ := downDomain(t)
+		waiting := make(backoffStarts, 16)
+		var pending atomic.Bool
+		pending.Store(true)
+		s := hourBackoffService(t, provider, content.Options{
+			Metrics: waiting, MaxBuildMemory: 2 * content.MaxProviderChunkBytes,
+			Pending: func(context.Context, string, string) (bool, error) { return pending.Load(), nil },
+		})
+		b := newBundle()
+		if _, err := s.Document(within(t, 50*time.Millisecond), b); !errors.Is(err, content.ErrNotReady) {
+			t.Fatalf("peek while the domain is down: %v", err)
+		}
+		<-waiting
+		pending.Store(false) // released: the peek's retry ends the build
+		if _, err := s.Document(within(t, 30*time.Second), b); !errors.Is(err, domain.ErrNotFound) {
+			t.Fatalf("peek of a released bundle: %v; want not found", err)
+		}
+		if !content.BuildMemoryFree(s) {
+			t.Fatal("a build whose bundle is no longer pending still holds memory")
+		}
+	})
+	t.Run("shut down while waiting, with no room to ask again, and while asking", func(t *testing.T) {
+		down, _ := downDomain(t)
+		hold := make(chan struct{})
+		defer close(hold)
+		asking := make(chan struct{})
+		slow := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer {
+			return contenttest.Answer{Hold: hold, Call: func(context.Context) { close(asking) }}
+		})
+		waiting := make(backoffStarts, 16)
+		s := hourBackoffService(t, down, content.Options{
+			Metrics: waiting, MaxBuildMemory: 2 * content.MaxProviderChunkBytes,
+			Providers: map[domain.Origin]messagehubv1.BundleContentProviderClient{domain.OriginCharges: slow.Client(t)},
+		})
+		waits := newBundle()
+		if _, err := s.Document(within(t, 50*time.Millisecond), waits); !errors.Is(err, content.ErrNotReady) {
+			t.Fatalf("peek while the domain is down: %v", err)
+		}
+		<-waiting
+		if _, err := s.Document(within(t, 50*time.Millisecond), chargesBundle()); errors.Is(err, content.ErrTooManyBuilds) || !errors.Is(err, content.ErrNotReady) {
+			t.Fatalf("peek of a slow domain's bundle: %v; want not ready", err)
+		}
+		<-asking
+		// The slow build's attempt takes the room the waiting build's next
+		// attempt needs: the waiting build waits again, without asking.
+		if _, err := s.Document(within(t, 50*time.Millisecond), waits); !errors.Is(err, content.ErrNotReady) {
+			t.Fatalf("peek again while the domain is down: %v", err)
+		}
+		<-waiting
+		if n := down.Creates(waits.Id); n != 1 {
+			t.Fatalf("the down domain was asked %d times; want once: no room for a second attempt", n)
+		}
+		s.Close()
+		if !content.BuildMemoryFree(s) {
+			t.Fatal("builds ended by the shutdown still hold memory")
+		}
+	})
 }
