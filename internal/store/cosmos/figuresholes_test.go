@@ -2,8 +2,6 @@ package cosmos_test
 
 import (
 	"context"
-	"net/http"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -21,19 +19,7 @@ import (
 // recipient's own load.
 func TestTheBacklogFiguresDoNotCountAnAbortedSavesHole(t *testing.T) {
 	db := cosmostest.UniqueID("db")
-	holding, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	fa := newFaulty()
-	fa.set(func(req *http.Request) int {
-		if !toContainer(req, "saves") || req.Method != http.MethodPut || !commits(t, req) {
-			return 0
-		}
-		once.Do(func() {
-			close(holding)
-			<-release
-		})
-		return http.StatusForbidden // every attempt of the commit is refused: A's save fails
-	})
+	fa, holding, release := heldFailingCommit(t)
 	a := hub.New(open(t, cosmos.Config{Database: db, Transport: fa}), hub.Options{}, nil)
 	t.Cleanup(a.Close)
 	sb := open(t, cosmos.Config{Database: db})
@@ -49,24 +35,9 @@ func TestTheBacklogFiguresDoNotCountAnAbortedSavesHole(t *testing.T) {
 	if _, err := b.Save(ctx, notifications(3, r, 1)); err != nil { // positions [0, 3)
 		t.Fatal(err)
 	}
-	fromA := make(chan error, 1)
-	go func() {
-		_, err := a.Save(ctx, notifications(5, r, 1)) // positions [3, 8), to be a hole
-		fromA <- err
-	}()
-	select {
-	case <-holding:
-	case err := <-fromA:
-		t.Fatalf("A's save answered %v before its commit", err)
-	}
-	_, errB := b.Save(ctx, notifications(2, r, 1)) // positions [8, 10), in the same drawer
-	close(release)
-	if err := <-fromA; err == nil {
-		t.Fatal("A's save succeeded though its commit was refused")
-	}
-	if errB != nil {
-		t.Fatalf("B's save while A's was in flight: %v", errB)
-	}
+	// A's positions [3, 8) become a hole between B's [0, 3) and [8, 10),
+	// in one drawer.
+	saveBesideAFailingSave(t, a, b, holding, release, notifications(5, r, 1), notifications(2, r, 1))
 
 	state, err := sb.LoadRecipient(ctx, r)
 	if err != nil {

@@ -4,13 +4,10 @@ import (
 	"context"
 	"testing"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
-	"github.com/energydatahub/messagehub/internal/store/cosmos"
-	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
 // A cabinet's cursor is created in the batch of its first bundle, after the
@@ -21,29 +18,10 @@ import (
 // Peek returned the bundle the actor had dequeued already, a second
 // delivery after its Dequeue.
 func TestAPeekWhoseLoadSpansAnotherInstancesDequeueDoesNotReturnTheDequeuedBundle(t *testing.T) {
-	opts := cosmostest.Default()
-	opts.Lag = 0 // each page shows every write before it: the one the test makes between them
-	srv := cosmostest.StartWith(t, opts)
-	db := cosmostest.UniqueID("db")
 	r := uuid.NewString()
 	// The load of a Peek (its head read on the primary) is the entry and
 	// the bundle in its first page, the cursor in the next.
-	paged := &pagedLoads{next: cosmostest.NewHTTPClient(), recipient: r, size: 2,
-		held: make(chan struct{}), release: make(chan struct{})}
-	repos := make([]*hub.Hub, 2)
-	for i, transport := range []policy.Transporter{paged, cosmostest.NewHTTPClient()} {
-		s, err := cosmos.Open(context.Background(), cosmos.Config{
-			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport,
-			Throughput: "manual=100000",
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		repos[i] = hub.New(withoutBells{s}, hub.Options{}, nil)
-		t.Cleanup(repos[i].Close)
-	}
-	a, b := repos[0], repos[1]
+	a, b, paged := pagedPairSized(t, r, 2, hub.Options{})
 	ctx := context.Background()
 	if _, err := b.Save(ctx, notifications(3, r, 1)); err != nil {
 		t.Fatal(err)
@@ -52,20 +30,7 @@ func TestAPeekWhoseLoadSpansAnotherInstancesDequeueDoesNotReturnTheDequeuedBundl
 	if err != nil || bundle == nil {
 		t.Fatalf("peek: %v, %v", bundle, err)
 	}
-	type answer struct {
-		b   *domain.Bundle
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		got, err := a.Peek(ctx, r, domain.GroupAll, "")
-		done <- answer{got, err}
-	}()
-	select {
-	case <-paged.held: // A's load read the entry and the pending bundle
-	case got := <-done:
-		t.Fatalf("A's peek answered %+v, %v without asking for a second page; the test tested nothing", got.b, got.err)
-	}
+	done := peekHeldBetweenPages(t, a, r, paged) // its load read the entry and the pending bundle
 	if err := b.Dequeue(ctx, r, bundle.ID); err != nil {
 		t.Fatal(err)
 	}
