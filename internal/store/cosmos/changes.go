@@ -31,8 +31,10 @@ const (
 	feedStartMargin = 5 * time.Second
 )
 
-// backlogOfQuery is the recount's query for one recipient.
-const backlogOfQuery = "SELECT c.pk, c.t, c.o, c.ct, c.tot, c.dr, c.ack, c.ca FROM c WHERE c.t IN ('entry', 'shelf', 'cursor', 'pending')"
+// backlogOfQuery is the recount's query for one recipient. An entry's holes
+// (h) come with its drawers: the hub counts the runs around them, and an
+// aborted save's positions are no notification.
+const backlogOfQuery = "SELECT c.pk, c.t, c.o, c.ct, c.tot, c.dr, c.h, c.ack, c.ca FROM c WHERE c.t IN ('entry', 'shelf', 'cursor', 'pending')"
 
 // changedBacklog reads the change feed from cursor on and each recipient
 // it names.

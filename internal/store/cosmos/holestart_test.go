@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/store/cosmos"
@@ -29,19 +30,7 @@ import (
 func TestASaveAfterAHoleAtADrawersStartKeepsTheDrawersBeforeIt(t *testing.T) {
 	cosmos.SetShelfDrawers(t, 1) // shelves of drawer.Capacity positions
 	db := cosmostest.UniqueID("db")
-	holding, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	fa := newFaulty()
-	fa.set(func(req *http.Request) int {
-		if !toContainer(req, "saves") || req.Method != http.MethodPut || !commits(t, req) {
-			return 0
-		}
-		once.Do(func() {
-			close(holding)
-			<-release
-		})
-		return http.StatusForbidden // every attempt of the commit is refused: A's save fails
-	})
+	fa, holding, release := heldFailingCommit(t)
 	a := hub.New(open(t, cosmos.Config{Database: db, Transport: fa}), hub.Options{}, nil)
 	t.Cleanup(a.Close)
 	fb := newFaulty()
@@ -59,25 +48,8 @@ func TestASaveAfterAHoleAtADrawersStartKeepsTheDrawersBeforeIt(t *testing.T) {
 	// A's save opens the next drawer at position 2 and fills it up to the
 	// shelf's end (drawer.Capacity), one position short of full.
 	failing := notifications(drawer.Capacity-2, r, 1)
-	fromA := make(chan error, 1)
-	go func() {
-		_, err := a.Save(ctx, failing)
-		fromA <- err
-	}()
-	select {
-	case <-holding:
-	case err := <-fromA:
-		t.Fatalf("A's save answered %v before its commit", err)
-	}
 	appended := notifications(1, r, 1) // position drawer.Capacity, in A's drawer
-	_, errB := b.Save(ctx, appended)
-	close(release)
-	if err := <-fromA; err == nil {
-		t.Fatal("A's save succeeded though its commit was refused")
-	}
-	if errB != nil {
-		t.Fatalf("B's save while A's was in flight: %v", errB)
-	}
+	saveBesideAFailingSave(t, a, b, holding, release, failing, appended)
 	state, err := sb.LoadRecipient(ctx, r)
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +63,54 @@ func TestASaveAfterAHoleAtADrawersStartKeepsTheDrawersBeforeIt(t *testing.T) {
 	}
 	expectShelves(t, sb, db, r)
 	drainExactly(t, b, r, ids(slices.Concat(first, appended, last)))
+}
+
+// heldFailingCommit is the network of an instance whose saves fail at
+// their commit, every attempt refused; the first commit is held until
+// release is closed (holding is closed then), so that another instance
+// saves while that save is in flight.
+func heldFailingCommit(t *testing.T) (f *faulty, holding, release chan struct{}) {
+	t.Helper()
+	holding, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f = newFaulty()
+	f.set(func(req *http.Request) int {
+		if !toContainer(req, "saves") || req.Method != http.MethodPut || !commits(t, req) {
+			return 0
+		}
+		once.Do(func() {
+			close(holding)
+			<-release
+		})
+		return http.StatusForbidden
+	})
+	return f, holding, release
+}
+
+// saveBesideAFailingSave saves failing through a, whose network is
+// heldFailingCommit's, and while its commit is held saves beside through b:
+// a's save fails, b's succeeds.
+func saveBesideAFailingSave(t *testing.T, a, b *hub.Hub, holding, release chan struct{}, failing, beside []domain.Notification) {
+	t.Helper()
+	ctx := context.Background()
+	fromA := make(chan error, 1)
+	go func() {
+		_, err := a.Save(ctx, failing)
+		fromA <- err
+	}()
+	select {
+	case <-holding:
+	case err := <-fromA:
+		t.Fatalf("A's save answered %v before its commit", err)
+	}
+	_, errB := b.Save(ctx, beside)
+	close(release)
+	if err := <-fromA; err == nil {
+		t.Fatal("A's save succeeded though its commit was refused")
+	}
+	if errB != nil {
+		t.Fatalf("B's save while A's was in flight: %v", errB)
+	}
 }
 
 // commits says req's body makes a commit record committed; the body is

@@ -169,27 +169,8 @@ func (p *pagedLoads) Do(req *http.Request) (*http.Response, error) {
 // starts at 0 but its cabinet is acknowledged up to 3") instead of being
 // read again, which finds the bundle dequeued: NOT_FOUND.
 func TestADequeueWhoseLoadSpansAnotherInstancesDequeueIsNotFound(t *testing.T) {
-	opts := cosmostest.Default()
-	opts.Lag = 0 // each page shows every write before it: the one the test makes between them
-	srv := cosmostest.StartWith(t, opts)
-	db := cosmostest.UniqueID("db")
 	r := uuid.NewString()
-	paged := &pagedLoads{next: cosmostest.NewHTTPClient(), recipient: r, size: 3,
-		held: make(chan struct{}), release: make(chan struct{})}
-	repos := make([]*hub.Hub, 2)
-	for i, transport := range []policy.Transporter{paged, cosmostest.NewHTTPClient()} {
-		s, err := cosmos.Open(context.Background(), cosmos.Config{
-			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport,
-			Throughput: "manual=100000",
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		repos[i] = hub.New(withoutBells{s}, hub.Options{}, nil)
-		t.Cleanup(repos[i].Close)
-	}
-	a, b := repos[0], repos[1]
+	a, b, paged := pagedPairSized(t, r, 3, hub.Options{})
 	ctx := context.Background()
 	ns := notifications(3, r, 1)
 	if _, err := b.Save(ctx, ns); err != nil {
@@ -221,6 +202,31 @@ func TestADequeueWhoseLoadSpansAnotherInstancesDequeueIsNotFound(t *testing.T) {
 	}
 }
 
+// peekAnswer is what a Peek answered.
+type peekAnswer struct {
+	b   *domain.Bundle
+	err error
+}
+
+// peekHeldBetweenPages starts a Peek of group ALL through a, whose network
+// is paged, and returns once its load asked for a next page (and is held
+// there until paged.release is closed); the Peek's answer comes on the
+// channel returned.
+func peekHeldBetweenPages(t *testing.T, a *hub.Hub, r string, paged *pagedLoads) <-chan peekAnswer {
+	t.Helper()
+	done := make(chan peekAnswer, 1)
+	go func() {
+		got, err := a.Peek(context.Background(), r, domain.GroupAll, "")
+		done <- peekAnswer{got, err}
+	}()
+	select {
+	case <-paged.held:
+	case got := <-done:
+		t.Fatalf("A's peek answered %+v, %v without asking for a second page; the test tested nothing", got.b, got.err)
+	}
+	return done
+}
+
 // pagedPair is two instances on one database of a server without replica
 // lag (each page of a load shows every write made before it), the first
 // answered in pages of one document of the recipient's partition and held
@@ -233,11 +239,17 @@ func pagedPair(t *testing.T, recipient string) (a, b *hub.Hub, paged *pagedLoads
 // pagedPairWith is pagedPair with hubs of opts.
 func pagedPairWith(t *testing.T, recipient string, opts hub.Options) (a, b *hub.Hub, paged *pagedLoads) {
 	t.Helper()
+	return pagedPairSized(t, recipient, 1, opts)
+}
+
+// pagedPairSized is pagedPairWith with pages of size documents.
+func pagedPairSized(t *testing.T, recipient string, size int, opts hub.Options) (a, b *hub.Hub, paged *pagedLoads) {
+	t.Helper()
 	serverOpts := cosmostest.Default()
 	serverOpts.Lag = 0
 	srv := cosmostest.StartWith(t, serverOpts)
 	db := cosmostest.UniqueID("db")
-	paged = &pagedLoads{next: cosmostest.NewHTTPClient(), recipient: recipient, size: 1,
+	paged = &pagedLoads{next: cosmostest.NewHTTPClient(), recipient: recipient, size: size,
 		held: make(chan struct{}), release: make(chan struct{})}
 	repos := make([]*hub.Hub, 2)
 	for i, transport := range []policy.Transporter{paged, cosmostest.NewHTTPClient()} {
@@ -274,20 +286,7 @@ func TestAPeekWhoseLoadSpansARecreatedEntryReadsTheNewOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	drainExactly(t, b, r, ids(old))
-	type answer struct {
-		b   *domain.Bundle
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		got, err := a.Peek(ctx, r, domain.GroupAll, "")
-		done <- answer{got, err}
-	}()
-	select {
-	case <-paged.held: // A's load read the old entry, its first document
-	case got := <-done:
-		t.Fatalf("A's peek answered %+v, %v without asking for a second page; the test tested nothing", got.b, got.err)
-	}
+	done := peekHeldBetweenPages(t, a, r, paged)
 	// Meanwhile: the pass after the drain, a save and a Peek through B.
 	if err := b.SweepSince(ctx, time.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
@@ -329,20 +328,7 @@ func TestAPeekWhoseLoadSpansTheRemovalOfADrainedEntryCutsNothingOfIt(t *testing.
 		t.Fatal(err)
 	}
 	drainExactly(t, b, r, ids(old))
-	type answer struct {
-		b   *domain.Bundle
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		got, err := a.Peek(ctx, r, domain.GroupAll, "")
-		done <- answer{got, err}
-	}()
-	select {
-	case <-paged.held: // A's load read the drained entry, its first document
-	case got := <-done:
-		t.Fatalf("A's peek answered %+v, %v without asking for a second page; the test tested nothing", got.b, got.err)
-	}
+	done := peekHeldBetweenPages(t, a, r, paged)
 	if err := b.SweepSince(ctx, time.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}

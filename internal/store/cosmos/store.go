@@ -388,6 +388,9 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, how loadHow
 			return nil
 		})
 	st.Entries = cat.catalog()
+	if err == nil && pages > 1 && !how.catalogOnly {
+		err = pendingAtCursors(recipient, st)
+	}
 	if err == nil && pages > 1 && !mayLag && !how.catalogOnly {
 		err = s.checkCursorless(ctx, recipient, st)
 	}
@@ -436,6 +439,25 @@ func (s *Store) checkCursorless(ctx context.Context, recipient string, st store.
 				return fmt.Errorf("%w: the load of recipient %s read entry %s as of before a change its later pages show",
 					store.ErrConflict, recipient, entryID(chunk[i].Key()))
 			}
+		}
+	}
+	return nil
+}
+
+// pendingAtCursors finds each pending bundle of a load answered in several
+// pages at its cabinet's cursor, as it is while the bundle is pending
+// (only its dequeue moves the cursor). A cabinet's cursor is created in the
+// batch of its first bundle, after it, so a page may hold the bundle
+// pending and a later one the cursor another instance's dequeue of it moved
+// past it meanwhile: answered from that state, a Peek would return the
+// dequeued bundle again. Such a load is a stale read: the caller reads
+// again.
+func pendingAtCursors(recipient string, st store.RecipientState) error {
+	for _, rec := range st.Pending {
+		k := catalog.Key{Origin: rec.Origin, ContentType: rec.ContentType}
+		if c := cursorIn(st, k); c.Acked != rec.Start {
+			return fmt.Errorf("%w: the load of recipient %s read bundle %s pending at position %d and its cabinet acknowledged up to %d, from pages of two moments",
+				store.ErrConflict, recipient, rec.ID, rec.Start, c.Acked)
 		}
 	}
 	return nil
