@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -284,5 +286,61 @@ func TestTheClientLinksNothingOfTheServer(t *testing.T) {
 		if strings.Contains(string(out), forbidden) {
 			t.Errorf("the client links %s", forbidden)
 		}
+	}
+}
+
+// A Dequeue attempt that never reached the hub (the connection was refused)
+// cannot have acknowledged the bundle: a NOT_FOUND after it is the caller's
+// to see, as without it.
+func TestADequeueRefusedBeforeItWasSentDoesNotHideNotFound(t *testing.T) {
+	f := &fault{methods: "Dequeue"} // counts the dequeues the hub receives
+	addr := startHub(t, f)
+	c := newClient(t, addr)
+	recipient := uuid.NewString()
+	if _, err := c.Save(within(t), notification(recipient)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v, %v", b, err)
+	}
+	if err := c.Dequeue(within(t), recipient, b.GetId()); err != nil { // another poller of the recipient
+		t.Fatal(err)
+	}
+
+	// A port nothing listens on: the first connection is refused, the next
+	// ones reach the hub.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := lis.Addr().String()
+	_ = lis.Close()
+	var dials atomic.Int32
+	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
+		if dials.Add(1) == 1 {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", closed)
+		}
+		return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	}
+	refused, err := client.New(addr, client.Options{
+		Plaintext: true,
+		Retry:     client.RetryPolicy{MaxAttempts: 100, InitialBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond},
+		DialOptions: []grpc.DialOption{
+			grpc.WithContextDialer(dialer),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: time.Millisecond, Multiplier: 1, MaxDelay: time.Millisecond}, MinConnectTimeout: 20 * time.Second}),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = refused.Close() }()
+	f.calls.Store(0)
+	err = refused.Dequeue(within(t), recipient, b.GetId())
+	if dials.Load() < 2 || f.calls.Load() != 1 {
+		t.Fatalf("%d dials, %d dequeues received by the hub; want the first dial refused and one dequeue received", dials.Load(), f.calls.Load())
+	}
+	if !errors.Is(err, client.ErrNotFound) || status.Code(err) != codes.NotFound {
+		t.Fatalf("a dequeue of a bundle already dequeued, whose first attempt was refused: %v, want ErrNotFound", err)
 	}
 }
