@@ -21,7 +21,10 @@
 //     is pending: peek again with a new id.
 //   - Dequeue: an attempt whose answer was lost may have acknowledged the
 //     bundle, and then the retry answers NOT_FOUND. Dequeue therefore treats
-//     NOT_FOUND after such an attempt as done (see ErrNotFound).
+//     NOT_FOUND after such an attempt (one sent on a connection that then
+//     failed, timed out or answered UNAVAILABLE or RESOURCE_EXHAUSTED) as
+//     done. An attempt never sent (the connection refused) acknowledged
+//     nothing: NOT_FOUND after it is returned (see ErrNotFound).
 //
 // DEADLINE_EXCEEDED is retried only when an attempt's own timeout
 // (RetryPolicy.AttemptTimeout) passed, never once the caller's context
@@ -72,6 +75,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/energydatahub/messagehub/codec"
@@ -348,13 +352,17 @@ var ErrNotFound = errors.New("client: no such pending bundle")
 func (c *Client) Dequeue(ctx context.Context, recipient, bundleID string) error {
 	lostAnswer := false // an earlier attempt may have acknowledged the bundle
 	return c.do(ctx, c.retry.AttemptTimeout, func(ctx context.Context) error {
-		_, err := c.hub.Dequeue(ctx, &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: bundleID})
+		// gRPC sets the peer only for an attempt that got a stream on a
+		// connection: one without (connection refused, no token) was
+		// never sent and cannot have acknowledged the bundle.
+		var sentTo peer.Peer
+		_, err := c.hub.Dequeue(ctx, &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: bundleID}, grpc.Peer(&sentTo))
 		switch code := status.Code(err); {
 		case code == codes.NotFound && lostAnswer:
 			return nil
 		case code == codes.NotFound:
 			return fmt.Errorf("%w: %w", ErrNotFound, err) // status.Code still reads NOT_FOUND
-		case retryable(code):
+		case retryable(code) && sentTo.Addr != nil:
 			lostAnswer = true
 		}
 		return err
