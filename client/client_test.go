@@ -344,3 +344,39 @@ func TestADequeueRefusedBeforeItWasSentDoesNotHideNotFound(t *testing.T) {
 		t.Fatalf("a dequeue of a bundle already dequeued, whose first attempt was refused: %v, want ErrNotFound", err)
 	}
 }
+
+// A caller whose context ends while the client pauses before a retry gets
+// the last attempt's error at once, and nothing more is sent.
+func TestACancelDuringTheBackoffEndsTheCall(t *testing.T) {
+	f := &fault{failN: 100, methods: "Peek"}
+	addr := startHub(t, f)
+	answered := make(chan struct{}, 1)
+	observe := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		answered <- struct{}{}
+		return err
+	}
+	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{InitialBackoff: time.Hour},
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(observe)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := c.Peek(ctx, uuid.NewString(), 0, "")
+		errs <- err
+	}()
+	<-answered // the first attempt failed: the client pauses for up to an hour
+	cancel()
+	select {
+	case err := <-errs:
+		if status.Code(err) != codes.Unavailable || f.calls.Load() != 1 {
+			t.Fatalf("got %v after %d attempts; want the first attempt's UNAVAILABLE and no other attempt", err, f.calls.Load())
+		}
+	case <-within(t).Done():
+		t.Fatal("the call went on pausing after its context was cancelled")
+	}
+}
