@@ -380,3 +380,28 @@ func TestACancelDuringTheBackoffEndsTheCall(t *testing.T) {
 		t.Fatal("the call went on pausing after its context was cancelled")
 	}
 }
+
+// A TokenFunc that asks an identity provider with the call's context and
+// outlives the attempt's own timeout is retried like an attempt the hub
+// did not answer in time; once the caller's context has ended, it is not.
+func TestATokenFuncOutlivingTheAttemptIsRetried(t *testing.T) {
+	f := (&fault{methods: "none"}).requireToken("fresh")
+	addr := startHub(t, f)
+	var asked atomic.Int32
+	tokens := client.TokenFunc(func(ctx context.Context) (string, error) {
+		if asked.Add(1) == 1 { // the identity provider does not answer
+			<-ctx.Done()
+			return "", ctx.Err()
+		}
+		return "fresh", nil
+	})
+	c, err := client.New(addr, client.Options{Plaintext: true, Tokens: tokens, TokensOverLoopback: true,
+		Retry: client.RetryPolicy{AttemptTimeout: 100 * time.Millisecond, InitialBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil || asked.Load() != 2 {
+		t.Fatalf("got %v after %d tokens asked; want the second attempt's token to be used", err, asked.Load())
+	}
+}
