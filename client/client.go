@@ -44,7 +44,10 @@
 // sent only over TLS, so that it cannot be read on the wire. To try tokens
 // against a hub on the same machine (`make dev-tokens`), set Plaintext and
 // TokensOverLoopback with a loopback target such as 127.0.0.1:50051; any
-// other target is refused.
+// other target is refused. A token source's error fails the call with
+// UNAUTHENTICATED, not retried (a TokenFile missing or empty), except when
+// the attempt's own timeout ended while the token was asked for: that
+// attempt is retried as one the hub did not answer in time.
 //
 // # Deadlines
 //
@@ -423,6 +426,12 @@ type bearer struct {
 
 func (b bearer) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
 	token, err := b.tokens.Token(ctx)
+	if err != nil && ctx.Err() != nil {
+		// The attempt's time ran out while the token was asked for: its
+		// code says so, so that do retries it as any attempt that timed
+		// out (gRPC makes any other error UNAUTHENTICATED).
+		return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(), "client: token: %v", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("client: token: %w", err)
 	}
