@@ -89,6 +89,27 @@ func notification(recipient string) *client.Notification {
 	}
 }
 
+// saved saves a notification for a new recipient and returns the recipient.
+func saved(t *testing.T, c *client.Client) string {
+	t.Helper()
+	recipient := uuid.NewString()
+	if _, err := c.Save(within(t), notification(recipient)); err != nil {
+		t.Fatal(err)
+	}
+	return recipient
+}
+
+// pending saves a notification for a new recipient and peeks its bundle.
+func pending(t *testing.T, c *client.Client) (recipient string, b *client.Bundle) {
+	t.Helper()
+	recipient = saved(t, c)
+	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v, %v", b, err)
+	}
+	return recipient, b
+}
+
 func within(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -115,14 +136,7 @@ func TestSaveRetriesUnavailableWithTheSameIDs(t *testing.T) {
 func TestADequeueWhoseAnswerWasLostIsDone(t *testing.T) {
 	f := &fault{failN: 1, lose: true, methods: "Dequeue"}
 	c := newClient(t, startHub(t, f))
-	recipient := uuid.NewString()
-	if _, err := c.Save(within(t), notification(recipient)); err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
-	if err != nil || b == nil {
-		t.Fatalf("peek: %v, %v", b, err)
-	}
+	recipient, b := pending(t, c)
 	if err := c.Dequeue(within(t), recipient, b.GetId()); err != nil {
 		t.Fatalf("a dequeue acknowledged by an attempt whose answer was lost: %v", err)
 	}
@@ -143,10 +157,7 @@ func TestADequeueWhoseAnswerWasLostIsDone(t *testing.T) {
 func TestAPeekWithABundleIDIsRetriedToTheSameBundle(t *testing.T) {
 	f := &fault{failN: 1, lose: true, methods: "Peek"}
 	c := newClient(t, startHub(t, f))
-	recipient, bundleID := uuid.NewString(), uuid.NewString()
-	if _, err := c.Save(within(t), notification(recipient)); err != nil {
-		t.Fatal(err)
-	}
+	recipient, bundleID := saved(t, c), uuid.NewString()
 	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, bundleID)
 	if err != nil || b.GetId() != bundleID || f.calls.Load() != 2 {
 		t.Fatalf("peek: %v, %v after %d attempts; want bundle %s after 2", b, err, f.calls.Load(), bundleID)
@@ -296,14 +307,7 @@ func TestADequeueRefusedBeforeItWasSentDoesNotHideNotFound(t *testing.T) {
 	f := &fault{methods: "Dequeue"} // counts the dequeues the hub receives
 	addr := startHub(t, f)
 	c := newClient(t, addr)
-	recipient := uuid.NewString()
-	if _, err := c.Save(within(t), notification(recipient)); err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
-	if err != nil || b == nil {
-		t.Fatalf("peek: %v, %v", b, err)
-	}
+	recipient, b := pending(t, c)
 	if err := c.Dequeue(within(t), recipient, b.GetId()); err != nil { // another poller of the recipient
 		t.Fatal(err)
 	}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content"
 	"github.com/energydatahub/messagehub/internal/server"
@@ -45,11 +43,7 @@ func TestAPeekContentBrokenOffIsRetriedFromTheStart(t *testing.T) {
 	docs := &brokenOnce{doc: bytes.Repeat([]byte("0123456789abcdef"), 3*content.MaxMessageBytes/16)}
 	srv, _ := server.NewGRPCServer(hubtest.Open(t), slog.New(slog.DiscardHandler), server.WithDocuments(docs, time.Minute))
 	c := newClient(t, hubtest.Serve(t, srv))
-	recipient := uuid.NewString()
-	if _, err := c.Save(within(t), notification(recipient)); err != nil {
-		t.Fatal(err)
-	}
-	got, err := c.PeekContent(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
+	got, err := c.PeekContent(within(t), saved(t, c), messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
 	if err != nil || got == nil {
 		t.Fatalf("PeekContent: %v, %v", got, err)
 	}
