@@ -21,7 +21,10 @@
 //     is pending: peek again with a new id.
 //   - Dequeue: an attempt whose answer was lost may have acknowledged the
 //     bundle, and then the retry answers NOT_FOUND. Dequeue therefore treats
-//     NOT_FOUND after such an attempt as done (see ErrNotFound).
+//     NOT_FOUND after such an attempt (one sent on a connection that then
+//     failed, timed out or answered UNAVAILABLE or RESOURCE_EXHAUSTED) as
+//     done. An attempt never sent (the connection refused) acknowledged
+//     nothing: NOT_FOUND after it is returned (see ErrNotFound).
 //
 // DEADLINE_EXCEEDED is retried only when an attempt's own timeout
 // (RetryPolicy.AttemptTimeout) passed, never once the caller's context
@@ -41,14 +44,21 @@
 // sent only over TLS, so that it cannot be read on the wire. To try tokens
 // against a hub on the same machine (`make dev-tokens`), set Plaintext and
 // TokensOverLoopback with a loopback target such as 127.0.0.1:50051; any
-// other target is refused.
+// other target is refused. A token source's error fails the call with
+// UNAUTHENTICATED, not retried (a TokenFile missing or empty), except when
+// the attempt's own timeout ended while the token was asked for: that
+// attempt is retried as one the hub did not answer in time.
 //
 // # Deadlines
 //
 // Give every call a context with a deadline. A Save of 10,000 notifications
 // or a Peek of a full bundle takes well under a second on a healthy hub;
 // 30 s per call leaves room for retries. Each attempt is also bounded by
-// RetryPolicy.AttemptTimeout.
+// RetryPolicy.AttemptTimeout, which a Peek or PeekContent with Wait(d)
+// extends by d and a second: the hub ends a wait a second before the
+// attempt's deadline, so the attempt has the whole wait and then
+// AttemptTimeout to answer, whatever AttemptTimeout is. Give the call's
+// context more than d and a second too, or the hub cuts the wait to fit it.
 package client
 
 import (
@@ -68,6 +78,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/energydatahub/messagehub/codec"
@@ -138,7 +149,7 @@ type RetryPolicy struct {
 	MaxAttempts    int           // default 5; 1 turns retries off
 	InitialBackoff time.Duration // default 100 ms (at most MaxBackoff)
 	MaxBackoff     time.Duration // default 5 s (at least InitialBackoff)
-	AttemptTimeout time.Duration // default 30 s
+	AttemptTimeout time.Duration // default 30 s; a Peek's Wait(d) adds d and a second
 }
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
@@ -226,7 +237,7 @@ type SaveResult struct {
 // Save stores the notifications all or nothing (1..10,000 of them).
 func (c *Client) Save(ctx context.Context, notifications ...*Notification) (SaveResult, error) {
 	var res SaveResult
-	err := c.do(ctx, func(ctx context.Context) error {
+	err := c.do(ctx, c.retry.AttemptTimeout, func(ctx context.Context) error {
 		resp, err := c.hub.Save(ctx, &messagehubv1.SaveRequest{Notifications: notifications})
 		if err == nil {
 			res = SaveResult{Saved: int(resp.GetSaved()), Duplicates: int(resp.GetDuplicates())}
@@ -246,9 +257,11 @@ type PeekOption func(*messagehubv1.PeekRequest)
 // more is INVALID_ARGUMENT) for a bundle: the hub answers as soon as one is
 // saved, or with nothing when d is over. Peeking again at once after an
 // empty answer then costs one call per d instead of one per polling
-// interval, and a bundle arrives without the interval's delay. The hub ends
-// the wait a second before the attempt's deadline (RetryPolicy.AttemptTimeout
-// and ctx), so give both more than d.
+// interval, and a bundle arrives without the interval's delay. Each attempt
+// of the call gets d and a second on top of RetryPolicy.AttemptTimeout (the
+// hub ends the wait a second before the deadline it is given); the hub
+// still ends the wait a second before ctx's deadline, so give ctx more than
+// d and a second.
 func Wait(d time.Duration) PeekOption {
 	return func(req *messagehubv1.PeekRequest) {
 		ms := max(d.Milliseconds(), 0)
@@ -256,12 +269,24 @@ func Wait(d time.Duration) PeekOption {
 	}
 }
 
-func peekRequest(recipient string, group PeekGroup, bundleID string, opts []PeekOption) *messagehubv1.PeekRequest {
+// waitMargin is how long before its deadline the hub ends a Peek's wait.
+const waitMargin = time.Second
+
+// peekRequest builds a Peek's request and the timeout of each of its
+// attempts: AttemptTimeout, plus the wait and the hub's margin when it
+// waits, so that a short AttemptTimeout does not cut the wait to nothing
+// (an answer at once, and a caller peeking again at once would poll the
+// hub without pause).
+func (c *Client) peekRequest(recipient string, group PeekGroup, bundleID string, opts []PeekOption) (*messagehubv1.PeekRequest, time.Duration) {
 	req := &messagehubv1.PeekRequest{Recipient: recipient, Group: group, BundleId: bundleID}
 	for _, opt := range opts {
 		opt(req)
 	}
-	return req
+	timeout := c.retry.AttemptTimeout
+	if req.GetWaitMs() > 0 {
+		timeout += time.Duration(req.GetWaitMs())*time.Millisecond + waitMargin
+	}
+	return req, timeout
 }
 
 // Peek returns the recipient's next bundle of the group, or nil when there
@@ -269,9 +294,9 @@ func peekRequest(recipient string, group PeekGroup, bundleID string, opts []Peek
 // empty (the hub makes one). With --auth jwt an actor may leave recipient
 // empty: it peeks as itself.
 func (c *Client) Peek(ctx context.Context, recipient string, group PeekGroup, bundleID string, opts ...PeekOption) (*Bundle, error) {
-	req := peekRequest(recipient, group, bundleID, opts)
+	req, timeout := c.peekRequest(recipient, group, bundleID, opts)
 	var b *Bundle
-	err := c.do(ctx, func(ctx context.Context) error {
+	err := c.do(ctx, timeout, func(ctx context.Context) error {
 		resp, err := c.hub.Peek(ctx, req)
 		b = resp.GetBundle()
 		return err
@@ -294,9 +319,9 @@ type Content struct {
 // UNAVAILABLE answer (the domain has not built the document yet within the
 // hub's content timeout) is retried like any other.
 func (c *Client) PeekContent(ctx context.Context, recipient string, group PeekGroup, bundleID string, opts ...PeekOption) (*Content, error) {
-	req := peekRequest(recipient, group, bundleID, opts)
+	req, timeout := c.peekRequest(recipient, group, bundleID, opts)
 	var content *Content
-	err := c.do(ctx, func(ctx context.Context) error {
+	err := c.do(ctx, timeout, func(ctx context.Context) error {
 		content = nil
 		stream, err := c.hub.PeekContent(ctx, req)
 		if err != nil {
@@ -329,14 +354,18 @@ var ErrNotFound = errors.New("client: no such pending bundle")
 // Dequeue acknowledges a pending bundle: it is never delivered again.
 func (c *Client) Dequeue(ctx context.Context, recipient, bundleID string) error {
 	lostAnswer := false // an earlier attempt may have acknowledged the bundle
-	return c.do(ctx, func(ctx context.Context) error {
-		_, err := c.hub.Dequeue(ctx, &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: bundleID})
+	return c.do(ctx, c.retry.AttemptTimeout, func(ctx context.Context) error {
+		// gRPC sets the peer only for an attempt that got a stream on a
+		// connection: one without (connection refused, no token) was
+		// never sent and cannot have acknowledged the bundle.
+		var sentTo peer.Peer
+		_, err := c.hub.Dequeue(ctx, &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: bundleID}, grpc.Peer(&sentTo))
 		switch code := status.Code(err); {
 		case code == codes.NotFound && lostAnswer:
 			return nil
 		case code == codes.NotFound:
 			return fmt.Errorf("%w: %w", ErrNotFound, err) // status.Code still reads NOT_FOUND
-		case retryable(code):
+		case retryable(code) && sentTo.Addr != nil:
 			lostAnswer = true
 		}
 		return err
@@ -350,11 +379,11 @@ func retryable(code codes.Code) bool {
 }
 
 // do runs call until it succeeds, fails for good, runs out of attempts or
-// the caller's context ends.
-func (c *Client) do(ctx context.Context, call func(context.Context) error) error {
+// the caller's context ends; each attempt is bounded by timeout.
+func (c *Client) do(ctx context.Context, timeout time.Duration, call func(context.Context) error) error {
 	pause := c.retry.InitialBackoff
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, c.retry.AttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, timeout)
 		err := call(actx)
 		cancel()
 		if err == nil || !retryable(status.Code(err)) || attempt == c.retry.MaxAttempts || ctx.Err() != nil {
@@ -397,6 +426,12 @@ type bearer struct {
 
 func (b bearer) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
 	token, err := b.tokens.Token(ctx)
+	if err != nil && ctx.Err() != nil {
+		// The attempt's time ran out while the token was asked for: its
+		// code says so, so that do retries it as any attempt that timed
+		// out (gRPC makes any other error UNAUTHENTICATED).
+		return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(), "client: token: %v", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("client: token: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -87,6 +89,27 @@ func notification(recipient string) *client.Notification {
 	}
 }
 
+// saved saves a notification for a new recipient and returns the recipient.
+func saved(t *testing.T, c *client.Client) string {
+	t.Helper()
+	recipient := uuid.NewString()
+	if _, err := c.Save(within(t), notification(recipient)); err != nil {
+		t.Fatal(err)
+	}
+	return recipient
+}
+
+// pending saves a notification for a new recipient and peeks its bundle.
+func pending(t *testing.T, c *client.Client) (recipient string, b *client.Bundle) {
+	t.Helper()
+	recipient = saved(t, c)
+	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v, %v", b, err)
+	}
+	return recipient, b
+}
+
 func within(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -113,14 +136,7 @@ func TestSaveRetriesUnavailableWithTheSameIDs(t *testing.T) {
 func TestADequeueWhoseAnswerWasLostIsDone(t *testing.T) {
 	f := &fault{failN: 1, lose: true, methods: "Dequeue"}
 	c := newClient(t, startHub(t, f))
-	recipient := uuid.NewString()
-	if _, err := c.Save(within(t), notification(recipient)); err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "")
-	if err != nil || b == nil {
-		t.Fatalf("peek: %v, %v", b, err)
-	}
+	recipient, b := pending(t, c)
 	if err := c.Dequeue(within(t), recipient, b.GetId()); err != nil {
 		t.Fatalf("a dequeue acknowledged by an attempt whose answer was lost: %v", err)
 	}
@@ -141,10 +157,7 @@ func TestADequeueWhoseAnswerWasLostIsDone(t *testing.T) {
 func TestAPeekWithABundleIDIsRetriedToTheSameBundle(t *testing.T) {
 	f := &fault{failN: 1, lose: true, methods: "Peek"}
 	c := newClient(t, startHub(t, f))
-	recipient, bundleID := uuid.NewString(), uuid.NewString()
-	if _, err := c.Save(within(t), notification(recipient)); err != nil {
-		t.Fatal(err)
-	}
+	recipient, bundleID := saved(t, c), uuid.NewString()
 	b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, bundleID)
 	if err != nil || b.GetId() != bundleID || f.calls.Load() != 2 {
 		t.Fatalf("peek: %v, %v after %d attempts; want bundle %s after 2", b, err, f.calls.Load(), bundleID)
@@ -284,5 +297,115 @@ func TestTheClientLinksNothingOfTheServer(t *testing.T) {
 		if strings.Contains(string(out), forbidden) {
 			t.Errorf("the client links %s", forbidden)
 		}
+	}
+}
+
+// A Dequeue attempt that never reached the hub (the connection was refused)
+// cannot have acknowledged the bundle: a NOT_FOUND after it is the caller's
+// to see, as without it.
+func TestADequeueRefusedBeforeItWasSentDoesNotHideNotFound(t *testing.T) {
+	f := &fault{methods: "Dequeue"} // counts the dequeues the hub receives
+	addr := startHub(t, f)
+	c := newClient(t, addr)
+	recipient, b := pending(t, c)
+	if err := c.Dequeue(within(t), recipient, b.GetId()); err != nil { // another poller of the recipient
+		t.Fatal(err)
+	}
+
+	// A port nothing listens on: the first connection is refused, the next
+	// ones reach the hub.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := lis.Addr().String()
+	_ = lis.Close()
+	var dials atomic.Int32
+	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
+		if dials.Add(1) == 1 {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", closed)
+		}
+		return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	}
+	refused, err := client.New(addr, client.Options{
+		Plaintext: true,
+		Retry:     client.RetryPolicy{MaxAttempts: 100, InitialBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond},
+		DialOptions: []grpc.DialOption{
+			grpc.WithContextDialer(dialer),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: time.Millisecond, Multiplier: 1, MaxDelay: time.Millisecond}, MinConnectTimeout: 20 * time.Second}),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = refused.Close() }()
+	f.calls.Store(0)
+	err = refused.Dequeue(within(t), recipient, b.GetId())
+	if dials.Load() < 2 || f.calls.Load() != 1 {
+		t.Fatalf("%d dials, %d dequeues received by the hub; want the first dial refused and one dequeue received", dials.Load(), f.calls.Load())
+	}
+	if !errors.Is(err, client.ErrNotFound) || status.Code(err) != codes.NotFound {
+		t.Fatalf("a dequeue of a bundle already dequeued, whose first attempt was refused: %v, want ErrNotFound", err)
+	}
+}
+
+// A caller whose context ends while the client pauses before a retry gets
+// the last attempt's error at once, and nothing more is sent.
+func TestACancelDuringTheBackoffEndsTheCall(t *testing.T) {
+	f := &fault{failN: 100, methods: "Peek"}
+	addr := startHub(t, f)
+	answered := make(chan struct{}, 1)
+	observe := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		answered <- struct{}{}
+		return err
+	}
+	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{InitialBackoff: time.Hour},
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(observe)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := c.Peek(ctx, uuid.NewString(), 0, "")
+		errs <- err
+	}()
+	<-answered // the first attempt failed: the client pauses for up to an hour
+	cancel()
+	select {
+	case err := <-errs:
+		if status.Code(err) != codes.Unavailable || f.calls.Load() != 1 {
+			t.Fatalf("got %v after %d attempts; want the first attempt's UNAVAILABLE and no other attempt", err, f.calls.Load())
+		}
+	case <-within(t).Done():
+		t.Fatal("the call went on pausing after its context was cancelled")
+	}
+}
+
+// A TokenFunc that asks an identity provider with the call's context and
+// outlives the attempt's own timeout is retried like an attempt the hub
+// did not answer in time; once the caller's context has ended, it is not.
+func TestATokenFuncOutlivingTheAttemptIsRetried(t *testing.T) {
+	f := (&fault{methods: "none"}).requireToken("fresh")
+	addr := startHub(t, f)
+	var asked atomic.Int32
+	tokens := client.TokenFunc(func(ctx context.Context) (string, error) {
+		if asked.Add(1) == 1 { // the identity provider does not answer
+			<-ctx.Done()
+			return "", ctx.Err()
+		}
+		return "fresh", nil
+	})
+	c, err := client.New(addr, client.Options{Plaintext: true, Tokens: tokens, TokensOverLoopback: true,
+		Retry: client.RetryPolicy{AttemptTimeout: 100 * time.Millisecond, InitialBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil || asked.Load() != 2 {
+		t.Fatalf("got %v after %d tokens asked; want the second attempt's token to be used", err, asked.Load())
 	}
 }

@@ -115,3 +115,59 @@ func TestAPeekWithWaitAndNothingAnswersNilAfterTheWait(t *testing.T) {
 		t.Fatalf("a wait over MaxWait: %v, want INVALID_ARGUMENT", err)
 	}
 }
+
+// A Peek with Wait waits even when RetryPolicy.AttemptTimeout is shorter
+// than the wait and the hub's one-second margin: it is not answered at once
+// (an actor peeking again at once would then poll the hub without pause),
+// and a Save made while it waits is answered. PeekContent likewise.
+func TestAPeekWithWaitWaitsUnderAShortAttemptTimeout(t *testing.T) {
+	addr, h := startWaitingHub(t)
+	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{AttemptTimeout: 500 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	ctx := within(t)
+	recipient := uuid.NewString()
+	peeks := map[string]func() (*client.Bundle, error){
+		"Peek": func() (*client.Bundle, error) {
+			return c.Peek(ctx, recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "", client.Wait(20*time.Second))
+		},
+		"PeekContent": func() (*client.Bundle, error) {
+			content, err := c.PeekContent(ctx, recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, "", client.Wait(20*time.Second))
+			if content == nil {
+				return nil, err
+			}
+			return content.Bundle, err
+		},
+	}
+	for _, name := range []string{"Peek", "PeekContent"} {
+		type answer struct {
+			b   *client.Bundle
+			err error
+		}
+		answers := make(chan answer, 1)
+		go func() {
+			b, err := peeks[name]()
+			answers <- answer{b, err}
+		}()
+		for h.Waiting() == 0 {
+			select {
+			case a := <-answers:
+				t.Fatalf("%s with Wait(20s) and AttemptTimeout 500ms answered %v, %v without waiting", name, a.b, a.err)
+			case <-time.After(time.Millisecond):
+			}
+		}
+		saved := notification(recipient)
+		if _, err := c.Save(ctx, saved); err != nil {
+			t.Fatal(err)
+		}
+		a := <-answers
+		if got := a.b.GetNotificationIds(); a.err != nil || len(got) != 1 || got[0] != saved.GetId() {
+			t.Fatalf("%s answered %v, %v; want the notification saved while it waited", name, got, a.err)
+		}
+		if err := c.Dequeue(ctx, recipient, a.b.GetId()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
