@@ -245,3 +245,29 @@ func hubWithItsOnePlaceTaken(t *testing.T) *watchedHub {
 	t.Cleanup(stop)
 	return inner
 }
+
+// Stopping the waits (the start of a shutdown's drain) ends a Peek beyond
+// the waiters' bound as it ends the others: it has no wake-up of its own,
+// and its next re-check, up to DefaultWaitRecheck away, would hold the
+// drain that long.
+func TestStoppingWaitsEndsAPeekBeyondTheWaitersBound(t *testing.T) {
+	h := hubWithItsOnePlaceTaken(t)
+	conn, _ := testConn(t, h, noRecheck)
+	client := messagehubv1.NewMessageHubClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*MaxWait)
+	defer cancel()
+	errs := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := client.Peek(ctx, &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: uint32(MaxWait.Milliseconds())})
+		errs <- err
+	}()
+	<-h.asleep
+	h.StopWaits()
+	if err := <-errs; err != nil {
+		t.Fatalf("a Peek ended by StopWaits: %v, want an empty answer", err)
+	}
+	if took := time.Since(start); took >= DefaultWaitRecheck {
+		t.Fatalf("the Peek beyond the bound answered after %s, at a re-check: stopping the waits did not end it", took)
+	}
+}
