@@ -27,9 +27,12 @@ var errWaitsStopped = fmt.Errorf("%w: waits have stopped", domain.ErrUnavailable
 // that commits closes the channels of its recipients' waiters. A channel is
 // closed once; the waiter registers again for its next wait.
 type wakeups struct {
-	mu           sync.Mutex
-	byRecipient  map[string]map[chan struct{}]struct{}
-	stopped      bool
+	mu          sync.Mutex
+	byRecipient map[string]map[chan struct{}]struct{}
+	stopped     bool
+	// halted is closed when waits stop: what a waiter without a place
+	// (ErrTooManyWaiters), which no channel of its own wakes, waits on.
+	halted       chan struct{}
 	perRecipient int
 	total        int
 	// n counts the waiters, read without the lock so that a Save finds
@@ -47,7 +50,7 @@ func newWakeups(perRecipient, total int) *wakeups {
 	if total <= 0 {
 		total = DefaultMaxWaiters
 	}
-	return &wakeups{byRecipient: make(map[string]map[chan struct{}]struct{}), perRecipient: perRecipient, total: total}
+	return &wakeups{byRecipient: make(map[string]map[chan struct{}]struct{}), halted: make(chan struct{}), perRecipient: perRecipient, total: total}
 }
 
 // Watch registers a waiter for recipient. Its channel is closed when a Save
@@ -77,6 +80,11 @@ func (r *Hub) Watch(recipient string) (wake <-chan struct{}, stop func(), err er
 	return ch, func() { w.remove(recipient, ch) }, nil
 }
 
+// WaitsStopped returns a channel that is closed when waits stop
+// (StopWaits, Close): a waiting call refused a place (ErrTooManyWaiters)
+// ends its wait on it, as the registered waiters end theirs.
+func (r *Hub) WaitsStopped() <-chan struct{} { return r.wakes.halted }
+
 // Waiting is the number of registered waiters: what tests wait for before
 // they save, and an operator's measure of long polls in progress.
 func (r *Hub) Waiting() int { return int(r.wakes.n.Load()) }
@@ -87,6 +95,9 @@ func (r *Hub) StopWaits() {
 	w := r.wakes
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !w.stopped {
+		close(w.halted)
+	}
 	w.stopped = true
 	for recipient := range w.byRecipient {
 		w.wakeLocked(recipient)

@@ -35,6 +35,10 @@ type Waker interface {
 	// sharing the store wake the waiters now, and returns a channel closed
 	// when that stops (hub.Hub.FollowingOthers).
 	FollowingOthers() (bool, <-chan struct{})
+	// WaitsStopped returns a channel closed when waits stop, which also
+	// ends the wait of a Peek that found no place among the waiters
+	// (hub.Hub.WaitsStopped).
+	WaitsStopped() <-chan struct{}
 }
 
 // WithWaitRecheck sets how often a waiting Peek looks again by itself when
@@ -71,7 +75,7 @@ func (s *Service) peekWaiting(ctx context.Context, recipient string, group domai
 	over := time.NewTimer(wait)
 	defer over.Stop()
 	for {
-		var wake <-chan struct{}
+		var wake, halted <-chan struct{}
 		stop := func() {}
 		if s.waker != nil {
 			w, st, err := s.waker.Watch(recipient)
@@ -79,7 +83,9 @@ func (s *Service) peekWaiting(ctx context.Context, recipient string, group domai
 			case errors.Is(err, hub.ErrTooManyWaiters):
 				// No place to be woken from: the re-checks alone find
 				// the bundle, rather than an answer at once that the
-				// client would follow with another wait at once.
+				// client would follow with another wait at once. Waits
+				// stopping still end it, as they end the others.
+				halted = s.waker.WaitsStopped()
 			case err != nil:
 				// Waits have stopped (a shutdown): answer now.
 				return s.hub.Peek(ctx, recipient, group, bundleID)
@@ -92,7 +98,7 @@ func (s *Service) peekWaiting(ctx context.Context, recipient string, group domai
 			stop()
 			return b, err
 		}
-		ended, err := s.sleep(ctx, wake, over.C)
+		ended, err := s.sleep(ctx, wake, halted, over.C)
 		stop()
 		switch {
 		case err != nil:
@@ -108,12 +114,13 @@ func (s *Service) peekWaiting(ctx context.Context, recipient string, group domai
 	}
 }
 
-// sleep waits for the wake-up, the end of the wait (ended) or, when the
-// waiter cannot rely on being woken, the next re-check. A waker that stops
+// sleep waits for the wake-up, the waits stopping (halted: for a waiter
+// without a wake-up), the end of the wait (ended) or, when the waiter
+// cannot rely on being woken, the next re-check. A waker that stops
 // following the other instances' Saves while it sleeps starts the
 // re-checks from then on, without a look at once (all waiters would look
 // at the same moment).
-func (s *Service) sleep(ctx context.Context, wake <-chan struct{}, over <-chan time.Time) (ended bool, err error) {
+func (s *Service) sleep(ctx context.Context, wake, halted <-chan struct{}, over <-chan time.Time) (ended bool, err error) {
 	recheck := cmp.Or(s.waitRecheck, DefaultWaitRecheck)
 	if wake == nil {
 		// Without a place among the waiters nothing wakes it, not even a
@@ -136,6 +143,8 @@ func (s *Service) sleep(ctx context.Context, wake <-chan struct{}, over <-chan t
 	for {
 		select {
 		case <-wake:
+			return false, nil
+		case <-halted:
 			return false, nil
 		case <-again:
 			return false, nil

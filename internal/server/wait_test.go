@@ -194,11 +194,7 @@ func TestAPeekBeyondTheWaitersBoundStillWaits(t *testing.T) {
 // hour). Without that, a Save made while it waits was found by no look at
 // all, and the Peek answered empty at the end of its wait.
 func TestAPeekBeyondTheWaitersBoundFindsASaveWhileItWaits(t *testing.T) {
-	h := hubWithItsOnePlaceTaken(t)
-	conn, _ := testConn(t, h, noRecheck)
-	client := messagehubv1.NewMessageHubClient(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*MaxWait)
-	defer cancel()
+	h, client, ctx := beyondTheBound(t)
 	if n := saveWhileAPeekWaits(ctx, t, client, h, uint32(MaxWait.Milliseconds()), 2); n != 2 {
 		t.Fatalf("the Peek beyond the bound answered %d notifications, want the 2 saved while it waited %s", n, MaxWait)
 	}
@@ -228,6 +224,18 @@ func saveWhileAPeekWaits(ctx context.Context, t *testing.T, client messagehubv1.
 	return len(got.resp.GetBundle().GetNotificationIds())
 }
 
+// beyondTheBound is a client of a server whose hub has its one place for
+// the recipient's waiters taken, with no re-checks but those of a Peek
+// beyond the bound, and a context long enough for a Peek's longest wait.
+func beyondTheBound(t *testing.T) (*watchedHub, messagehubv1.MessageHubClient, context.Context) {
+	t.Helper()
+	h := hubWithItsOnePlaceTaken(t)
+	conn, _ := testConn(t, h, noRecheck)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*MaxWait)
+	t.Cleanup(cancel)
+	return h, messagehubv1.NewMessageHubClient(conn), ctx
+}
+
 // hubWithItsOnePlaceTaken is a hub over the embedded store with one place
 // for the recipient's waiters, taken until the test ends.
 func hubWithItsOnePlaceTaken(t *testing.T) *watchedHub {
@@ -244,4 +252,26 @@ func hubWithItsOnePlaceTaken(t *testing.T) *watchedHub {
 	}
 	t.Cleanup(stop)
 	return inner
+}
+
+// Stopping the waits (the start of a shutdown's drain) ends a Peek beyond
+// the waiters' bound as it ends the others: it has no wake-up of its own,
+// and its next re-check, up to DefaultWaitRecheck away, would hold the
+// drain that long.
+func TestStoppingWaitsEndsAPeekBeyondTheWaitersBound(t *testing.T) {
+	h, client, ctx := beyondTheBound(t)
+	errs := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := client.Peek(ctx, &messagehubv1.PeekRequest{Recipient: recipient, WaitMs: uint32(MaxWait.Milliseconds())})
+		errs <- err
+	}()
+	<-h.asleep
+	h.StopWaits()
+	if err := <-errs; err != nil {
+		t.Fatalf("a Peek ended by StopWaits: %v, want an empty answer", err)
+	}
+	if took := time.Since(start); took >= DefaultWaitRecheck {
+		t.Fatalf("the Peek beyond the bound answered after %s, at a re-check: stopping the waits did not end it", took)
+	}
 }
