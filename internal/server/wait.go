@@ -21,6 +21,10 @@ const MaxWait = 30 * time.Second
 // the 5 s polling that waiting replaces.
 const DefaultWaitRecheck = 5 * time.Second
 
+// unwokenRecheck is the longest re-check of a waiter without a wake-up
+// (a variable for tests, which make it longer than they wait).
+var unwokenRecheck = DefaultWaitRecheck
+
 // waitMargin is how long before the call's deadline a wait ends, so that
 // the caller gets its empty answer rather than DEADLINE_EXCEEDED.
 const waitMargin = time.Second
@@ -127,7 +131,7 @@ func (s *Service) sleep(ctx context.Context, wake, halted <-chan struct{}, over 
 		// Save on this instance: a longer recheck, set where the wake-up
 		// is trusted alone (an embedded store), would find no Save made
 		// during the wait.
-		recheck = min(recheck, DefaultWaitRecheck)
+		recheck = min(recheck, unwokenRecheck)
 	}
 	var again <-chan time.Time
 	var lost <-chan struct{}
