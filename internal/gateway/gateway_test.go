@@ -259,6 +259,27 @@ func TestAWrongMethodOnAKnownRouteIs405(t *testing.T) {
 	}
 }
 
+// A HEAD of a GET route answers as its GET does, without the body: the 405
+// of another method allows HEAD, and load balancers probe /healthz with it.
+func TestAHeadOfAGetRouteAnswersAsItsGet(t *testing.T) {
+	s := newStack(t)
+	recipient := uuid.NewString()
+	s.saveOne(t, recipient, domain.OriginCharges)
+	for _, path := range []string{"/healthz", "/v1/peek?recipient=" + recipient, "/v1/peek/masterdata?recipient=" + recipient + "&wait=1s",
+		"/v1/peek/content?recipient=" + recipient, "/admin/v1/recipients", "/openapi.json"} {
+		got, _ := call(t, newRequest(t, http.MethodGet, s.url+path, nil))
+		head, err := http.DefaultClient.Do(newRequest(t, http.MethodHead, s.url+path, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = head.Body.Close()
+		if head.StatusCode != got.StatusCode || head.Header.Get(gateway.MessageIDHeader) != got.Header.Get(gateway.MessageIDHeader) {
+			t.Errorf("HEAD %s: %d, MessageId %q; GET: %d, MessageId %q", path,
+				head.StatusCode, head.Header.Get(gateway.MessageIDHeader), got.StatusCode, got.Header.Get(gateway.MessageIDHeader))
+		}
+	}
+}
+
 // endless is a body of n bytes that never ends in valid JSON, produced as it
 // is read.
 type endless struct{ left int64 }
