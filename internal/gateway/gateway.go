@@ -192,6 +192,9 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		if strings.HasPrefix(pattern, "/v1/") || strings.HasPrefix(pattern, "/admin/v1/") {
 			rt.handler = noStore(rt.handler)
 		}
+		if rt.method == http.MethodGet {
+			rt.handler = headAsGet(rt.handler)
+		}
 		root.Handle(rt.method+" "+pattern, withVerb(verb, rt.handler, notFound))
 		root.Handle(pattern, withVerb(verb, methodNotAllowed(mux, rt.method), notFound))
 	}
@@ -219,6 +222,20 @@ func utf8Only(mux *runtime.ServeMux, next http.Handler) http.Handler {
 			writeError(mux, w, r, http.StatusBadRequest,
 				status.Error(codes.InvalidArgument, "the path and the query must be UTF-8 once their %-escapes are decoded"))
 			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// headAsGet serves a HEAD as the GET it asks about: http.ServeMux routes
+// HEAD to GET patterns, and the 405 of another method allows it, but
+// grpc-gateway knows GET only and would answer HEAD 501. The server drops
+// the body, as it does for any HEAD.
+func headAsGet(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			r = r.Clone(r.Context())
+			r.Method = http.MethodGet
 		}
 		next.ServeHTTP(w, r)
 	})
