@@ -253,7 +253,9 @@ func TestAGroupCheckedAgainstAGroupWhoseSyncFailedFailsToo(t *testing.T) {
 
 	failed := errors.New("fsync failed for the test")
 	syncToDisk := syncBatch
-	syncBatch = func(*pebble.Batch) error { return failed }
+	// Pebble is done with the batch once its own sync returns: the group's
+	// batch is closed after this, so the failure comes after it.
+	syncBatch = func(b *pebble.Batch) error { _ = b.SyncWait(); return failed }
 	finishFirst()
 	syncBatch = syncToDisk
 	if err := <-firstErrs[0]; !errors.Is(err, failed) {
