@@ -71,6 +71,10 @@ func (r *Hub) peekOnce(ctx context.Context, recipient string, group domain.PeekG
 	}
 
 	rec, items, cursor, err := r.cut(ctx, state, group)
+	if err == nil && rec == nil {
+		// Nothing to deliver, perhaps only until a save's lease ends.
+		r.wakes.wakeAfter(recipient, state.HeldFor)
+	}
 	if err != nil || rec == nil {
 		return nil, err
 	}

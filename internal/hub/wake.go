@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/energydatahub/messagehub/internal/domain"
 )
@@ -41,6 +42,10 @@ type wakeups struct {
 	// bell tells the other instances sharing the store whom a Save woke
 	// (bells.go).
 	bell *bell
+	// heldTimers wake a recipient's waiters when the lease of a save that
+	// holds its notifications out of sight ends (wakeAfter), one per
+	// recipient.
+	heldTimers map[string]*time.Timer
 }
 
 func newWakeups(perRecipient, total int) *wakeups {
@@ -50,7 +55,7 @@ func newWakeups(perRecipient, total int) *wakeups {
 	if total <= 0 {
 		total = DefaultMaxWaiters
 	}
-	return &wakeups{byRecipient: make(map[string]map[chan struct{}]struct{}), halted: make(chan struct{}), perRecipient: perRecipient, total: total}
+	return &wakeups{byRecipient: make(map[string]map[chan struct{}]struct{}), heldTimers: make(map[string]*time.Timer), halted: make(chan struct{}), perRecipient: perRecipient, total: total}
 }
 
 // Watch registers a waiter for recipient. Its channel is closed when a Save
@@ -101,6 +106,10 @@ func (r *Hub) StopWaits() {
 	w.stopped = true
 	for recipient := range w.byRecipient {
 		w.wakeLocked(recipient)
+	}
+	for recipient, t := range w.heldTimers {
+		t.Stop()
+		delete(w.heldTimers, recipient)
 	}
 }
 
@@ -162,6 +171,12 @@ func (w *wakeups) wakeAll() {
 }
 
 func (w *wakeups) wakeLocked(recipient string) {
+	// The woken look again, and set a timer anew if a save still holds
+	// the recipient's notifications (wakeAfter).
+	if t := w.heldTimers[recipient]; t != nil {
+		t.Stop()
+		delete(w.heldTimers, recipient)
+	}
 	set := w.byRecipient[recipient]
 	if set == nil {
 		return
@@ -171,6 +186,35 @@ func (w *wakeups) wakeLocked(recipient string) {
 	}
 	w.n.Add(-int64(len(set)))
 	delete(w.byRecipient, recipient)
+}
+
+// wakeAfter wakes recipient's waiters after held
+// (store.RecipientState.HeldFor) when it has any: a peek that found nothing
+// because a save holds the recipient's notifications out of sight looks
+// again once that save's lease ends, when its load settles the save. Its process may have died, and then
+// no Save and no bell says so. One timer per recipient, stopped when its
+// waiters are woken otherwise (their next peek sets it again if needed), so
+// a live save's reservation costs no look more: its commit wakes them.
+func (w *wakeups) wakeAfter(recipient string, held time.Duration) {
+	if held <= 0 || w.n.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byRecipient[recipient] == nil || w.heldTimers[recipient] != nil {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(held, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		// Stopped as it fired: the waiters were woken, and a later timer
+		// may be this recipient's now.
+		if w.heldTimers[recipient] == t {
+			w.wakeLocked(recipient)
+		}
+	})
+	w.heldTimers[recipient] = t
 }
 
 // remove unregisters a waiter that stopped waiting; one already woken is

@@ -72,6 +72,12 @@ type RecipientState struct {
 	// and nothing waits, so Entries, Cursors and Pending were not read
 	// and are empty. Head is the head as stored.
 	Idle bool
+	// HeldFor is how long from the load until the first lease ends of a
+	// save that holds the recipient's notifications out of sight (a
+	// reservation, Cosmos DB); zero when none does. The save's process
+	// may have died: then only a load after that settles it, and no Save
+	// wakes the peeks waiting to see what it held back.
+	HeldFor time.Duration
 }
 
 // LoadOption lets a caller of LoadRecipient take a cheaper reading of the

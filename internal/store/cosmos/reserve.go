@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
@@ -812,6 +813,17 @@ func (s *Store) readManyOnPrimary(ctx context.Context, c *azcosmos.ContainerClie
 func (s *Store) hasExpired(h headDoc) bool {
 	now := s.cfg.Now().UnixMilli()
 	return slices.ContainsFunc(h.Reservations, func(r reservation) bool { return r.Expires < now })
+}
+
+// heldFor is how long until the load of a recipient settles the first of
+// the head's reservations to end (store.RecipientState.HeldFor):
+// resolveExpired takes a reservation whose lease ended before now.
+func (s *Store) heldFor(h headDoc) time.Duration {
+	if len(h.Reservations) == 0 {
+		return 0
+	}
+	first := slices.MinFunc(h.Reservations, func(a, b reservation) int { return cmp.Compare(a.Expires, b.Expires) })
+	return time.Duration(max(first.Expires+1-s.cfg.Now().UnixMilli(), 1)) * time.Millisecond
 }
 
 // resolveExpired settles the reservations of saves that outlived their

@@ -42,36 +42,13 @@ func TestSettlingADeadInstancesSaveWakesThePeeksWaitingEverywhere(t *testing.T) 
 			}
 			return ids(ns)
 		}},
-		{"pending, holding a later save back", func(t *testing.T, f *faulty, dying, live *hub.Hub, r string) []string {
-			f.dieAtCommit()
-			if _, err := dying.Save(ctx, notifications(1, r, 1)); err == nil {
-				t.Fatal("the save whose process died at its commit succeeded")
-			}
-			later := notifications(2, r, 1)
-			if _, err := live.Save(ctx, later); err != nil {
-				t.Fatal(err)
-			}
-			return ids(later)
-		}},
+		{"pending, holding a later save back", holdBack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var now atomic.Int64
 			now.Store(time.Now().UnixNano())
-			db := cosmostest.UniqueID("db")
-			// hubOn opens an instance; without bells it rings and reads none.
-			hubOn := func(transport policy.Transporter, bells bool) (*hub.Hub, *cosmos.Store) {
-				s := open(t, cosmos.Config{Database: db, Transport: transport, Lease: time.Minute,
-					Now: func() time.Time { return time.Unix(0, now.Load()) }})
-				t.Cleanup(func() { _ = s.Close() })
-				var h *hub.Hub
-				if bells {
-					h = hub.New(s, hub.Options{SweepInterval: time.Hour}, nil)
-				} else {
-					h = hub.New(withoutBells{s}, hub.Options{SweepInterval: time.Hour}, nil)
-				}
-				t.Cleanup(h.Close)
-				return h, s
-			}
+			hubOn := instancesOn(t, cosmos.Config{Database: cosmostest.UniqueID("db"), Lease: time.Minute,
+				Now: func() time.Time { return time.Unix(0, now.Load()) }})
 			f := newFaulty()
 			dying, dyingStore := hubOn(f, false)
 			cosmos.SetFinalizeFor(dyingStore, 0)
@@ -112,6 +89,41 @@ func TestSettlingADeadInstancesSaveWakesThePeeksWaitingEverywhere(t *testing.T) 
 	}
 }
 
+// holdBack has dying's process die at the commit of a save for r, its
+// reservation left in r's head, and live save after it: it returns the ids
+// of live's save, which the reservation holds back.
+func holdBack(t *testing.T, f *faulty, dying, live *hub.Hub, r string) []string {
+	t.Helper()
+	f.dieAtCommit()
+	if _, err := dying.Save(context.Background(), notifications(1, r, 1)); err == nil {
+		t.Fatal("the save whose process died at its commit succeeded")
+	}
+	later := notifications(2, r, 1)
+	if _, err := live.Save(context.Background(), later); err != nil {
+		t.Fatal(err)
+	}
+	return ids(later)
+}
+
+// instancesOn returns a function that opens an instance on cfg's database
+// through transport; without bells it rings and reads none.
+func instancesOn(t *testing.T, cfg cosmos.Config) func(transport policy.Transporter, bells bool) (*hub.Hub, *cosmos.Store) {
+	return func(transport policy.Transporter, bells bool) (*hub.Hub, *cosmos.Store) {
+		cfg := cfg
+		cfg.Transport = transport
+		s := open(t, cfg)
+		t.Cleanup(func() { _ = s.Close() })
+		var h *hub.Hub
+		if bells {
+			h = hub.New(s, hub.Options{SweepInterval: time.Hour}, nil)
+		} else {
+			h = hub.New(withoutBells{s}, hub.Options{SweepInterval: time.Hour}, nil)
+		}
+		t.Cleanup(h.Close)
+		return h, s
+	}
+}
+
 // until waits for cond, checking every few milliseconds, for at most 30 s.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -120,5 +132,47 @@ func until(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("after 30 s: %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A save's process dies at its commit, its reservation holding back a
+// later save of another instance, and a peek waits for the recipient.
+// Nothing loads the recipient when the dead save's lease ends, and no Save
+// follows: the waiting peek must still look again once the lease has
+// ended, when the held-back notifications become deliverable, rather than
+// sleep to the end of its wait (the peek's load settles the dead save).
+func TestAPeekWaitingBehindADeadSavesReservationLooksAgainWhenItsLeaseEnds(t *testing.T) {
+	ctx := context.Background()
+	// The stores' clock runs ahead by shift once the saves are made, so
+	// that the dead save's lease (twice the 30 s its Save may take) has
+	// about 10 s left when the waiting peek first looks.
+	var shift atomic.Int64
+	hubOn := instancesOn(t, cosmos.Config{Database: cosmostest.UniqueID("db"), Lease: time.Second,
+		Now: func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }})
+	f := newFaulty()
+	dying, dyingStore := hubOn(f, false)
+	cosmos.SetFinalizeFor(dyingStore, 0)
+	live, _ := hubOn(nil, false)
+	waiting, _ := hubOn(nil, true)
+	r := uuid.NewString()
+
+	later := holdBack(t, f, dying, live, r)
+	shift.Store(int64(50 * time.Second))
+	until(t, "the waiting instance follows the bells", func() bool { ok, _ := waiting.FollowingOthers(); return ok })
+	wake, stop, err := waiting.Watch(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if b, err := waiting.Peek(ctx, r, domain.GroupAll, ""); err != nil || b != nil {
+		t.Fatalf("peek within the dead save's lease = %v, %v; want nothing yet", b, err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(40 * time.Second):
+		t.Fatal("the dead save's lease ended and the peek waiting behind its reservation was not woken")
+	}
+	if b, err := waiting.Peek(ctx, r, domain.GroupAll, ""); err != nil || b == nil || !slices.Equal(b.NotificationIDs, later) {
+		t.Fatalf("the woken peek = %v, %v; want %v", b, err, later)
 	}
 }

@@ -276,7 +276,8 @@ func (s *Store) Backup(context.Context, string) error { return errNoBackup }
 
 // LoadRecipient reads the head on the primary and then the catalog,
 // cursors and pending bundles in one query of the recipient's partition; a
-// head with expired reservations is repaired first. With store.MayBeIdle a
+// head with expired reservations is repaired first, and HeldFor says when
+// the first of those left ends. With store.MayBeIdle a
 // head that says idle (headDoc.idle), or no head at all, is the whole
 // answer: one request. With store.MayLag the primary read is left out and
 // the query reads the head too, as fresh as this instance's own writes.
@@ -296,6 +297,7 @@ func (s *Store) LoadRecipient(ctx context.Context, recipient string, opts ...sto
 	for attempt := 0; ; attempt++ {
 		st, head, err := s.loadRecipient(ctx, recipient, how)
 		if err != nil || attempt > 0 || !s.hasExpired(head) {
+			st.HeldFor = s.heldFor(head)
 			return st, storeError(err)
 		}
 		if err := s.resolveExpired(ctx, recipient); err != nil && !errors.Is(err, store.ErrConflict) {
