@@ -191,10 +191,11 @@ func (w *wakeups) wakeLocked(recipient string) {
 // wakeAfter wakes recipient's waiters after held
 // (store.RecipientState.HeldFor) when it has any: a peek that found nothing
 // because a save holds the recipient's notifications out of sight looks
-// again once that save's lease ends, when its load settles the save. Its process may have died, and then
-// no Save and no bell says so. One timer per recipient, stopped when its
-// waiters are woken otherwise (their next peek sets it again if needed), so
-// a live save's reservation costs no look more: its commit wakes them.
+// again once that save's lease ends, when its load settles the save. The
+// save's process may have died, and then no Save and no bell says so. One
+// timer per recipient, stopped when its waiters are woken otherwise (their
+// next peek sets it again if needed), so a live save's reservation costs no
+// look more: its commit wakes them.
 func (w *wakeups) wakeAfter(recipient string, held time.Duration) {
 	if held <= 0 || w.n.Load() == 0 {
 		return
