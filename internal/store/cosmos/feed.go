@@ -23,9 +23,9 @@ const (
 // showing fn the documents (nil), to find where the present is. fn also
 // gets the page's session token (of the range it was read from), for reads
 // that must see what the page showed: also a page passed over on the way
-// to the present, whose changes the cursor returned is past. It returns the cursor after the last page read,
-// also with an error (what was read before it is done), and the request
-// units the reads cost.
+// to the present, whose changes the cursor returned is past. It returns
+// the cursor after the last page read, also with an error (what was read
+// before it is done), and the request units the reads cost.
 func followFeed(ctx context.Context, c *azcosmos.ContainerClient, cursor string, from *time.Time, fn func(docs [][]byte, token string) error) (string, float64, error) {
 	starting := cursor == ""
 	var cost float64
