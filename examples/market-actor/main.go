@@ -71,7 +71,7 @@ func main() {
 func newActor(hub, recipient, tokenFile, out string, wait time.Duration) (*actor, error) {
 	// A call may take its wait and then the answer's own time.
 	a := &actor{hub: strings.TrimSuffix(hub, "/"), recipient: recipient, out: out, wait: wait,
-		web: &http.Client{Timeout: wait + 30*time.Second}}
+		web: newWeb(wait + 30*time.Second)}
 	if tokenFile != "" {
 		// Read now too, so that a missing or empty file is said at once.
 		if _, err := readToken(tokenFile); err != nil {
@@ -80,6 +80,12 @@ func newActor(hub, recipient, tokenFile, out string, wait time.Duration) (*actor
 		a.tokenFile = tokenFile
 	}
 	return a, nil
+}
+
+// newWeb is the actor's HTTP client: an answer must begin within
+// answerTimeout.
+func newWeb(answerTimeout time.Duration) *http.Client {
+	return &http.Client{Timeout: answerTimeout}
 }
 
 // readToken reads a bearer token from file. It is read at every call, so
@@ -104,6 +110,7 @@ type actor struct {
 	out            string        // folder the documents are written to; empty: read and dropped
 	wait           time.Duration // how long a peek may wait for a bundle (?wait=)
 	web            *http.Client
+	stall          time.Duration // how long an answer's body may send nothing; zero: defaultStall
 }
 
 // bundle is the part of a peeked bundle this actor uses.

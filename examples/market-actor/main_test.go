@@ -161,3 +161,77 @@ func TestABusyPeekWaitsTheRetryAfter(t *testing.T) {
 		t.Fatalf("peeks at %v; want the second a Retry-After of 1 s after the busy first", hub.peekTimes)
 	}
 }
+
+// slowDocuments serves a document of size bytes in chunks, flushing each
+// after a pause; stallFirst content peeks send half and then nothing more
+// until the client goes away.
+type slowDocuments struct {
+	mu         sync.Mutex
+	chunks     int
+	stallFirst int
+	contents   int
+}
+
+func (s *slowDocuments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/peek/content" {
+		(&fakeHub{}).ServeHTTP(w, r)
+		return
+	}
+	s.mu.Lock()
+	s.contents++
+	stall := s.contents <= s.stallFirst
+	s.mu.Unlock()
+	w.Header().Set("MessageId", bundleID)
+	w.Header().Set("Content-Type", "application/xml")
+	rc := http.NewResponseController(w)
+	for i := range s.chunks {
+		if stall && i == s.chunks/2 {
+			<-r.Context().Done() // silent, the connection left open
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+		_, _ = w.Write([]byte(strings.Repeat("x", 1024)))
+		_ = rc.Flush()
+	}
+}
+
+// A document whose answer takes longer than the wait for the answer's
+// headers is read whole: the timeout covers the headers, not a large
+// document arriving over a slow link.
+func TestADocumentSlowerThanTheAnswerTimeoutIsReadWhole(t *testing.T) {
+	srv := httptest.NewServer(&slowDocuments{chunks: 20}) // 20 pauses of 20 ms
+	defer srv.Close()
+	out := t.TempDir()
+	a := &actor{hub: srv.URL, recipient: "r", out: out, web: newWeb(100 * time.Millisecond)}
+	if err := a.fetch(t.Context(), bundleID); err != nil {
+		t.Fatalf("fetch: %v; want the whole document", err)
+	}
+	doc, err := os.ReadFile(filepath.Join(out, bundleID+".xml"))
+	if err != nil || len(doc) != 20*1024 {
+		t.Fatalf("stored document: %d bytes, %v; want 20 KiB", len(doc), err)
+	}
+}
+
+// A document whose answer stops without closing is given up on once no
+// byte came for the stall bound, and fetched again.
+func TestADocumentThatStallsIsFetchedAgain(t *testing.T) {
+	slow := &slowDocuments{chunks: 4, stallFirst: 1}
+	srv := httptest.NewServer(slow)
+	defer srv.Close()
+	out := t.TempDir()
+	a := &actor{hub: srv.URL, recipient: "r", out: out, web: newWeb(time.Minute), stall: 200 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := a.fetch(ctx, bundleID); err != nil {
+		t.Fatalf("fetch: %v; want the whole document from the second content peek", err)
+	}
+	doc, err := os.ReadFile(filepath.Join(out, bundleID+".xml"))
+	if err != nil || len(doc) != 4*1024 {
+		t.Fatalf("stored document: %d bytes, %v; want 4 KiB", len(doc), err)
+	}
+	slow.mu.Lock()
+	defer slow.mu.Unlock()
+	if slow.contents != 2 {
+		t.Fatalf("%d content peeks, want 2 (the stalled one and its retry)", slow.contents)
+	}
+}
