@@ -25,6 +25,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -82,10 +84,54 @@ func newActor(hub, recipient, tokenFile, out string, wait time.Duration) (*actor
 	return a, nil
 }
 
-// newWeb is the actor's HTTP client: an answer must begin within
-// answerTimeout.
+// newWeb is the actor's HTTP client: an answer's headers must come within
+// answerTimeout. Its body is not bounded in time, only against stalling
+// (actor.stall): a document of tens of MiB over a slow link takes minutes,
+// and a bound on the whole answer would cut it off at every attempt.
 func newWeb(answerTimeout time.Duration) *http.Client {
-	return &http.Client{Timeout: answerTimeout}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = answerTimeout
+	return &http.Client{Transport: t}
+}
+
+// defaultStall is how long an answer's body may send nothing before the
+// call is given up on (and, for a document, asked again).
+const defaultStall = 30 * time.Second
+
+// stallGuard cancels its call when its body has sent nothing for stall.
+type stallGuard struct {
+	body    io.ReadCloser
+	stall   time.Duration
+	timer   *time.Timer
+	stalled atomic.Bool
+	cancel  context.CancelFunc
+}
+
+func guardStall(resp *http.Response, stall time.Duration, cancel context.CancelFunc) {
+	g := &stallGuard{body: resp.Body, stall: stall, cancel: cancel}
+	g.timer = time.AfterFunc(stall, func() {
+		g.stalled.Store(true)
+		cancel()
+	})
+	resp.Body = g
+}
+
+func (g *stallGuard) Read(p []byte) (int, error) {
+	n, err := g.body.Read(p)
+	if n > 0 {
+		g.timer.Reset(g.stall)
+	}
+	if err != nil && !errors.Is(err, io.EOF) && g.stalled.Load() {
+		err = fmt.Errorf("the answer sent nothing for %s: %w", g.stall, err)
+	}
+	return n, err
+}
+
+func (g *stallGuard) Close() error {
+	g.timer.Stop()
+	err := g.body.Close()
+	g.cancel()
+	return err
 }
 
 // readToken reads a bearer token from file. It is read at every call, so
@@ -403,18 +449,27 @@ func (a *actor) call(ctx context.Context, method, path string, query url.Values)
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
 	if a.tokenFile != "" {
 		token, err := readToken(a.tokenFile)
 		if err != nil {
+			cancel()
 			return nil, err
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	return a.web.Do(req)
+	resp, err := a.web.Do(req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	guardStall(resp, cmp.Or(a.stall, defaultStall), cancel)
+	return resp, nil
 }
 
 func statusError(resp *http.Response) error {
