@@ -11,12 +11,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc"
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
 )
 
 // Each recorded call makes its event from its request and answer: the
@@ -136,6 +139,21 @@ func TestRemediesAreWrittenAndActorsCallsBuffered(t *testing.T) {
 	err := o.record(context.Background(), adminv1.Admin_ReleaseBundle_FullMethodName, release, &adminv1.ReleaseBundleResponse{})
 	if !errors.Is(err, domain.ErrUnavailable) || !strings.Contains(err.Error(), "ReleaseBundle took effect") {
 		t.Fatalf("a remedy whose record failed: %v; want UNAVAILABLE saying it took effect", err)
+	}
+}
+
+// A remedy whose outcome is unknown and whose record cannot be written
+// fails saying that it may have taken effect, not that it did.
+func TestARemedyOfUnknownOutcomeWhoseRecordFailsSaysItMayHaveTakenEffect(t *testing.T) {
+	o := &options{auditor: &auditor{fail: errors.New("store down")}, subject: func(context.Context) string { return "op" }}
+	r, b := uuid.NewString(), uuid.NewString()
+	release := &adminv1.ReleaseBundleRequest{Recipient: r, BundleId: b, Reason: "why"}
+	lost := &hub.OutcomeUnknown{Change: "release", Bundle: bundle.Record{ID: b}, Err: errors.New("answer lost")}
+	intercept := unaryAuditInterceptor(o)
+	_, err := intercept(context.Background(), release, &grpc.UnaryServerInfo{FullMethod: adminv1.Admin_ReleaseBundle_FullMethodName},
+		func(context.Context, any) (any, error) { return nil, lost })
+	if err == nil || strings.Contains(err.Error(), "took effect") || !strings.Contains(err.Error(), "may have taken effect") {
+		t.Fatalf("a remedy of unknown outcome whose record failed: %v; want it to say the remedy may have taken effect", err)
 	}
 }
 
