@@ -186,6 +186,12 @@ func (o *options) record(ctx context.Context, method string, req, resp any) erro
 // that its record waits for the audit log's next flush), the others
 // buffered.
 func (o *options) keep(ctx context.Context, method string, events []audit.Event) error {
+	return o.keepAs(ctx, method, events, "took effect")
+}
+
+// keepAs is keep, where effect says what the remedy did: "took effect", or
+// "may have taken effect" for one whose outcome is unknown.
+func (o *options) keepAs(ctx context.Context, method string, events []audit.Event, effect string) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -198,8 +204,8 @@ func (o *options) keep(ctx context.Context, method string, events []audit.Event)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), remedyRecordTime)
 	defer cancel()
 	if err := o.auditor.Write(wctx, events...); err != nil {
-		return fmt.Errorf("%w: %s took effect, but its audit record could not be written yet (it is kept for the audit log's next flush): %w",
-			domain.ErrUnavailable, method[strings.LastIndex(method, "/")+1:], err)
+		return fmt.Errorf("%w: %s %s, but its audit record could not be written yet (it is kept for the audit log's next flush): %w",
+			domain.ErrUnavailable, method[strings.LastIndex(method, "/")+1:], effect, err)
 	}
 	return nil
 }
@@ -252,7 +258,11 @@ func unaryAuditInterceptor(o *options) grpc.UnaryServerInterceptor {
 		}
 		resp, err := handler(ctx, req)
 		if err != nil {
-			if rerr := o.keep(ctx, info.FullMethod, o.failedEvents(ctx, info.FullMethod, req, err)); rerr != nil {
+			effect := "took effect"
+			if _, unknown := errors.AsType[*hub.OutcomeUnknown](err); unknown {
+				effect = "may have taken effect"
+			}
+			if rerr := o.keepAs(ctx, info.FullMethod, o.failedEvents(ctx, info.FullMethod, req, err), effect); rerr != nil {
 				return nil, fmt.Errorf("%w (%s)", rerr, err.Error())
 			}
 			return resp, err
