@@ -170,7 +170,7 @@ func TestATokenRenewedInItsFileIsUsed(t *testing.T) {
 	start := time.Now()
 	authorizer, setClock := hubtest.Authorizer(t, issuer, start)
 	url, hubClient := realHubWith(t, []server.Option{server.WithAuthorizer(authorizer)},
-		[]gateway.Option{gateway.WithAuthentication(auth.LogRefusals(slog.New(slog.DiscardHandler), nil, authorizer.Authenticate))})
+		[]gateway.Option{gateway.WithAuthentication(auth.LogRefusals(slog.New(slog.DiscardHandler), nil, authorizer.Admit))})
 
 	// The domain saves one notification for the actor, with its own token.
 	recipient := uuid.NewString()

@@ -145,7 +145,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		a.onClose("JWKS watch", func() error { stopWatch(); return nil })
 		authorizer := auth.NewAuthorizer(v)
 		opts = append(opts, server.WithAuthorizer(authorizer))
-		gatewayOpts = append(gatewayOpts, gateway.WithAuthentication(auth.LogRefusals(a.logger, nil, authorizer.Authenticate)))
+		gatewayOpts = append(gatewayOpts, gateway.WithAuthentication(auth.LogRefusals(a.logger, nil, authorizer.Admit)))
 	}
 	if a.tlsConfig, err = loadTLS(cfg); err != nil {
 		return nil, err

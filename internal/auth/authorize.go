@@ -130,15 +130,15 @@ func actAs(p Principal, recipient *string) error {
 	return nil
 }
 
-// Authenticate checks the Authorization header of an HTTP request as
-// Authorize checks a call's metadata, but only who the caller is, not what
-// it may do: the gateway asks it before reading a request's body.
-func (a *Authorizer) Authenticate(authorization []string) error {
-	token, err := parseBearer(authorization)
-	if err != nil {
-		return err
-	}
-	_, err = a.verifier.Verify(token)
+// Admit checks the Authorization header of an HTTP request for a call of
+// method as Authorize checks a call's metadata before its request is read:
+// who the caller is and whether its role may call method, not what its
+// request names. The gateway asks it before reading a request's body, so
+// that only a caller that may make the call has its body read (an actor's
+// token, say, never has a Save's); the gRPC server checks the call again.
+func (a *Authorizer) Admit(method string, authorization []string) error {
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{"authorization": authorization})
+	_, err := a.Authorize(ctx, method, nil)
 	return err
 }
 

@@ -4,9 +4,11 @@
 // the operators' Admin routes under /admin/v1, and their console (static
 // pages calling those routes) under /console.
 //
-// The gateway checks nothing itself: it forwards the Authorization header,
-// and the gRPC server authenticates, authorizes and validates every call, so
-// HTTP and gRPC callers meet the same rules.
+// The gateway forwards the Authorization header, and the gRPC server
+// authenticates, authorizes and validates every call, so HTTP and gRPC
+// callers meet the same rules. With WithAuthentication the gateway also asks,
+// before it reads a request's body, whether the token may make the route's
+// call at all, so that a caller's body is read only when it may.
 package gateway
 
 import (
@@ -80,7 +82,7 @@ type options struct {
 	maxBodyBytes  int64
 	maxBodyMemory int64
 	bodies        *semaphore.Weighted
-	authenticate  func(authorization []string, client string) error
+	authenticate  func(method string, authorization []string, client string) error
 	accessLog     *slog.Logger
 
 	contentPeeks        int           // documents being answered at once
@@ -91,6 +93,16 @@ type options struct {
 // WithAccessLog logs every request at debug level on logger.
 func WithAccessLog(logger *slog.Logger) Option { return func(o *options) { o.accessLog = logger } }
 
+// refusalLog is where a refusal the gateway answers itself is logged as
+// the gRPC server logs its own (server.ToStatus): the access log's logger,
+// or nowhere without one.
+func (o options) refusalLog() *slog.Logger {
+	if o.accessLog == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.accessLog
+}
+
 // WithMaxBodyBytes refuses request bodies over n bytes with 413.
 func WithMaxBodyBytes(n int64) Option { return func(o *options) { o.maxBodyBytes = n } }
 
@@ -100,9 +112,11 @@ func WithMaxBodyBytes(n int64) Option { return func(o *options) { o.maxBodyBytes
 func WithMaxBodyMemory(n int64) Option { return func(o *options) { o.maxBodyMemory = n } }
 
 // WithAuthentication checks every API request's Authorization header with
-// fn (told the client's address, for its log) before its body is read; a
-// refusal is 401.
-func WithAuthentication(fn func(authorization []string, client string) error) Option {
+// fn before its body is read: whether it may make the call of method (the
+// gRPC method of the request's route; fn is told the client's address too,
+// for its log). A refusal is answered as the gRPC server answers it: 401
+// for a missing or bad token, 403 for one whose role may not make the call.
+func WithAuthentication(fn func(method string, authorization []string, client string) error) Option {
 	return func(o *options) { o.authenticate = fn }
 }
 
@@ -148,9 +162,11 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 	if err := adminv1gw.RegisterAdminHandlerClient(ctx, mux, adminv1.NewAdminClient(conn)); err != nil {
 		return nil, fmt.Errorf("register admin routes: %w", err)
 	}
-	api := guard(mux, mux, o)
+	// api serves a route of the gRPC method named (the one grpc-gateway
+	// calls for it) behind its checks.
+	api := func(method string) http.Handler { return guard(mux, mux, o, method) }
 	peekAnswers := newAnswersInFlight(DefaultPeekAnswerBytes, DefaultPeekAnswerBytesPerConn)
-	peeks := budgetedPeeks(mux, api, peekAnswers, o)
+	peeks := budgetedPeeks(mux, api(messagehubv1.MessageHub_Peek_FullMethodName), peekAnswers, o)
 	type route struct {
 		method, path string
 		handler      http.Handler
@@ -159,19 +175,20 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		{http.MethodGet, "/openapi.json", serveJSON(openapi.Document)},
 		{http.MethodGet, "/openapi.v3.json", serveJSON(openapi.DocumentV3)},
 		{http.MethodGet, "/healthz", mux},
-		{http.MethodPost, "/v1/notifications", api},
+		{http.MethodPost, "/v1/notifications", api(messagehubv1.MessageHub_Save_FullMethodName)},
 		{http.MethodGet, "/v1/peek", peekWait(mux, peeks)},
-		{http.MethodDelete, "/v1/dequeue/{bundleId}", api},
-		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn), peekAnswers, o), o)},
-		{http.MethodGet, "/admin/v1/recipients/{recipient}/backlog", api},
-		{http.MethodGet, "/admin/v1/recipients/{recipient}/next-bundle", api},
-		{http.MethodGet, "/admin/v1/recipients/{recipient}/notifications/{notificationId}", api},
-		{http.MethodGet, "/admin/v1/recipients", api},
-		{http.MethodGet, "/admin/v1/backlog-history", api},
-		{http.MethodPost, "/admin/v1/recipients/{recipient}/bundles/{bundleId}:release", api},
-		{http.MethodPost, "/admin/v1/recipients/{recipient}:acknowledge", api},
-		{http.MethodPost, "/admin/v1/backup", api},
-		{http.MethodGet, "/admin/v1/recipients/{recipient}/audit", api},
+		{http.MethodDelete, "/v1/dequeue/{bundleId}", api(messagehubv1.MessageHub_Dequeue_FullMethodName)},
+		{http.MethodGet, "/v1/peek/content", guard(mux, peekContent(mux, messagehubv1.NewMessageHubClient(conn), peekAnswers, o), o,
+			messagehubv1.MessageHub_PeekContent_FullMethodName)},
+		{http.MethodGet, "/admin/v1/recipients/{recipient}/backlog", api(adminv1.Admin_GetBacklog_FullMethodName)},
+		{http.MethodGet, "/admin/v1/recipients/{recipient}/next-bundle", api(adminv1.Admin_PreviewNextBundle_FullMethodName)},
+		{http.MethodGet, "/admin/v1/recipients/{recipient}/notifications/{notificationId}", api(adminv1.Admin_TraceNotification_FullMethodName)},
+		{http.MethodGet, "/admin/v1/recipients", api(adminv1.Admin_ListRecipients_FullMethodName)},
+		{http.MethodGet, "/admin/v1/backlog-history", api(adminv1.Admin_GetBacklogHistory_FullMethodName)},
+		{http.MethodPost, "/admin/v1/recipients/{recipient}/bundles/{bundleId}:release", api(adminv1.Admin_ReleaseBundle_FullMethodName)},
+		{http.MethodPost, "/admin/v1/recipients/{recipient}:acknowledge", api(adminv1.Admin_AcknowledgeOnBehalf_FullMethodName)},
+		{http.MethodPost, "/admin/v1/backup", api(adminv1.Admin_Backup_FullMethodName)},
+		{http.MethodGet, "/admin/v1/recipients/{recipient}/audit", api(adminv1.Admin_ListAuditEvents_FullMethodName)},
 		{http.MethodGet, console.Path, console.Handler()}, {http.MethodGet, console.Path + "/", console.Handler()},
 	}
 	if metrics != nil {
@@ -302,15 +319,17 @@ func methodNotAllowed(mux *runtime.ServeMux, method string) http.Handler {
 	})
 }
 
-// guard checks the caller's token before anything of the body is read, and
-// bounds the body: a declared length over the limit is refused at once, an
-// undeclared one as soon as it passes the limit. Until the request is
-// answered, its body counts against the memory of all bodies in flight.
-func guard(mux *runtime.ServeMux, next http.Handler, o options) http.Handler {
+// guard checks that the caller's token may call method (the route's gRPC
+// method) before anything of the body is read, and bounds the body: a
+// declared length over the limit is refused at once, an undeclared one as
+// soon as it passes the limit. Until the request is answered, its body
+// counts against the memory of all bodies in flight.
+func guard(mux *runtime.ServeMux, next http.Handler, o options, method string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o.authenticate != nil {
-			if err := o.authenticate(r.Header.Values("Authorization"), r.RemoteAddr); err != nil {
-				writeError(mux, bearerChallenge{w}, r, http.StatusUnauthorized, status.Error(codes.Unauthenticated, err.Error()))
+			if err := o.authenticate(method, r.Header.Values("Authorization"), r.RemoteAddr); err != nil {
+				_, out := runtime.MarshalerForRequest(mux, r)
+				errorHandler(r.Context(), mux, out, w, r, server.ToStatus(o.refusalLog(), method, err))
 				return
 			}
 		}

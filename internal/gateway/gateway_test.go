@@ -334,7 +334,7 @@ func TestOversizedBodiesAre413AndNeverHeldWhole(t *testing.T) {
 
 func TestTheTokenIsCheckedBeforeTheBody(t *testing.T) {
 	var checked atomic.Int32
-	s := newStack(t, gateway.WithMaxBodyBytes(1<<20), gateway.WithAuthentication(func(h []string, _ string) error {
+	s := newStack(t, gateway.WithMaxBodyBytes(1<<20), gateway.WithAuthentication(func(_ string, h []string, _ string) error {
 		checked.Add(1)
 		if len(h) == 1 && h[0] == "Bearer good" {
 			return nil
@@ -492,7 +492,7 @@ func TestASaveOfManyEmptyNotificationsIsRefusedBeforeItIsDecoded(t *testing.T) {
 // bound, the budgets of peeks) are those of its routes, and grpc-gateway,
 // which matches the path unescaped, must not serve it past them.
 func TestAPathWithAnEscapedSlashIsNoRoute(t *testing.T) {
-	s := newStack(t, gateway.WithMaxBodyBytes(1<<20), gateway.WithAuthentication(func(h []string, _ string) error {
+	s := newStack(t, gateway.WithMaxBodyBytes(1<<20), gateway.WithAuthentication(func(_ string, h []string, _ string) error {
 		if len(h) == 1 && h[0] == "Bearer good" {
 			return nil
 		}
