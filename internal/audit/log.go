@@ -43,6 +43,8 @@ type Options struct {
 	// (and counted) rather than hold up the calls that make them.
 	MaxBuffered int
 	Logger      *slog.Logger
+	// after is time.After unless a test fires the timers itself.
+	after func(time.Duration) <-chan time.Time
 }
 
 // Log writes audit events: Write at once (remedies, whose answer waits for
@@ -92,6 +94,9 @@ func NewLog(w Writer, opts Options) *Log {
 	opts.MaxBuffered = cmp.Or(opts.MaxBuffered, DefaultMaxBuffered)
 	opts.FlushEvents = min(opts.FlushEvents, opts.MaxBuffered)
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	if opts.after == nil {
+		opts.after = time.After
+	}
 	l := &Log{w: w, opts: opts, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	l.runCtx, l.cancelRun = context.WithCancel(context.Background())
 	go l.run()
