@@ -37,7 +37,8 @@ type Options struct {
 	// FlushInterval is how often buffered events are written.
 	FlushInterval time.Duration
 	// FlushEvents starts a flush before the interval is up once this many
-	// events are buffered.
+	// events are buffered, unless the last flush failed: the next one then
+	// waits for the interval.
 	FlushEvents int
 	// MaxBuffered is the most events held for writing; more are dropped
 	// (and counted) rather than hold up the calls that make them.
@@ -180,8 +181,17 @@ func (l *Log) run() {
 		case <-tick.C:
 		case <-l.kick:
 		}
-		_ = l.Flush(l.runCtx) // a failure is logged; its events wait for the next
-
+		// A failure is logged; its events wait for the next flush, one
+		// interval later. Not sooner: while a full batch waits, every event
+		// recorded asks for a flush, and a store that refuses (full, or
+		// throttling) would be asked again at once, over and over.
+		for l.Flush(l.runCtx) != nil {
+			select {
+			case <-l.stop:
+				return
+			case <-l.opts.after(l.opts.FlushInterval):
+			}
+		}
 	}
 }
 
