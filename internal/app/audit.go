@@ -13,7 +13,8 @@ import (
 const auditFlushTimeout = 5 * time.Second
 
 // openAudit starts the audit log over the hub. It is closed (its buffer
-// written) after the servers stopped and before the hub closes.
+// written, and what the calls cut off record as they end) after the
+// servers stopped and before the hub closes.
 func (a *App) openAudit(w audit.Writer) (*audit.Log, error) {
 	opts := a.cfg.auditOptions
 	opts.Logger = a.logger

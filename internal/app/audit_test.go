@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/app"
 	"github.com/energydatahub/messagehub/internal/audit"
+	"github.com/energydatahub/messagehub/internal/bundle"
+	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
@@ -217,7 +220,17 @@ func TestTheAuditLogIsFlushedAtShutdown(t *testing.T) {
 	}
 
 	// Durable: the store, opened again, has both events.
-	s, err := pebble.Open(cfg.DataDir, nil)
+	want := []string{fmt.Sprintf("%d local %s", audit.ActionPeek, b), fmt.Sprintf("%d local %s", audit.ActionDequeue, b)}
+	if got := storedEvents(t, cfg.DataDir, recipient); !slices.Equal(got, want) {
+		t.Fatalf("events after a restart: %v; want %v", got, want)
+	}
+}
+
+// storedEvents opens the embedded store in dir (the App closed) and returns
+// the recipient's audit events as "action subject bundle", sorted.
+func storedEvents(t *testing.T, dir, recipient string) []string {
+	t.Helper()
+	s, err := pebble.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,8 +244,100 @@ func TestTheAuditLogIsFlushedAtShutdown(t *testing.T) {
 		got = append(got, fmt.Sprintf("%d %s %s", e.Action, e.Subject, e.BundleID))
 	}
 	slices.Sort(got)
+	return got
+}
+
+// stuckDequeue is the embedded store whose dequeues wait, whatever their
+// context says, until the test lets them go, and are then made (as a
+// write the store had taken before its call was cut off); the test is told
+// of each dequeue and each audit write that reaches it.
+type stuckDequeue struct {
+	store.Store
+	entered chan struct{}
+	release chan struct{}
+	audits  chan struct{}
+}
+
+func (s *stuckDequeue) Acknowledge(ctx context.Context, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.Store.Acknowledge(context.WithoutCancel(ctx), recipient, rec, cursor)
+}
+
+func (s *stuckDequeue) AppendAudit(ctx context.Context, events []audit.Event) error {
+	select {
+	case s.audits <- struct{}{}:
+	default:
+	}
+	return s.Store.AppendAudit(ctx, events)
+}
+
+// A Dequeue still running when shutdown cuts the servers off, whose
+// dequeue the store makes afterwards, is in the audit log: the log's last
+// flush waits for the calls still running (within its bound) rather than
+// dropping what they record once they end.
+func TestACallCutOffAtShutdownIsRecordedWhenItEnds(t *testing.T) {
+	cfg := testConfig(t)
+	// The drain is forced after 4.5 s; the audit log then has 0.75 s.
+	cfg.ShutdownTimeout = 6 * time.Second
+	app.SetAuditOptions(&cfg, audit.Options{FlushInterval: time.Hour})
+	stuck := &stuckDequeue{entered: make(chan struct{}, 1), release: make(chan struct{}), audits: make(chan struct{}, 1)}
+	app.WrapStore(&cfg, func(s store.Store) store.Store { stuck.Store = s; return stuck })
+	r := start(t, cfg)
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(stuck.release) }) }
+	t.Cleanup(letGo) // before the cleanup that closes the App again
+
+	recipient := uuid.NewString()
+	if _, err := r.client.Save(callContext(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(recipient)}}); err != nil {
+		t.Fatal(err)
+	}
+	peeked, err := r.client.Peek(callContext(t), &messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil || peeked.GetBundle() == nil {
+		t.Fatalf("Peek: %v %v", peeked, err)
+	}
+	b := peeked.GetBundle().GetId()
+	dequeued := make(chan error, 1)
+	go func() {
+		_, err := r.client.Dequeue(context.Background(), &messagehubv1.DequeueRequest{Recipient: recipient, BundleId: b})
+		dequeued <- err
+	}()
+	await := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(callTimeout):
+			t.Fatal(what)
+		}
+	}
+	await(stuck.entered, "the Dequeue's write did not reach the store")
+
+	r.stop()
+	closed := make(chan error, 1)
+	go func() { closed <- r.app.Close() }()
+	select {
+	case err := <-dequeued:
+		if err == nil {
+			t.Fatal("the Dequeue cut off by shutdown answered success")
+		}
+	case <-time.After(callTimeout):
+		t.Fatal("the Dequeue was not cut off")
+	}
+	// The audit log is writing its buffer (the Peek's event): only now does
+	// the store make the dequeue, and the call end.
+	await(stuck.audits, "the audit log's buffer was not written at shutdown")
+	letGo()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(cfg.ShutdownTimeout + closeMargin):
+		t.Fatal("Close did not return")
+	}
+
 	want := []string{fmt.Sprintf("%d local %s", audit.ActionPeek, b), fmt.Sprintf("%d local %s", audit.ActionDequeue, b)}
-	if !slices.Equal(got, want) {
+	if got := storedEvents(t, cfg.DataDir, recipient); !slices.Equal(got, want) {
 		t.Fatalf("events after a restart: %v; want %v", got, want)
 	}
 }

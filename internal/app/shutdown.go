@@ -25,7 +25,8 @@ import (
 //     close and their calls' contexts are cancelled, so a client whose call
 //     was cut off gets an error, never a success for what was not
 //     committed. Stopping does not wait for the handlers: one that waits
-//     for the store is left behind.
+//     for the store is left behind (the audit log, closing, waits for it
+//     within its bound, to record what it did).
 //  2. Closing, until ShutdownTimeout: everything New opened is released in
 //     reverse order (the hub lets queued saves commit, then the store
 //     closes). A step still running at the deadline is left running and

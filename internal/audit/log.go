@@ -37,12 +37,15 @@ type Options struct {
 	// FlushInterval is how often buffered events are written.
 	FlushInterval time.Duration
 	// FlushEvents starts a flush before the interval is up once this many
-	// events are buffered.
+	// events are buffered, unless the last flush failed: the next one then
+	// waits for the interval.
 	FlushEvents int
 	// MaxBuffered is the most events held for writing; more are dropped
 	// (and counted) rather than hold up the calls that make them.
 	MaxBuffered int
 	Logger      *slog.Logger
+	// after is time.After unless a test fires the timers itself.
+	after func(time.Duration) <-chan time.Time
 }
 
 // Log writes audit events: Write at once (remedies, whose answer waits for
@@ -51,7 +54,8 @@ type Options struct {
 // Writer in one call, ordered by recipient, which a store writes as one
 // write per recipient; a flush or Write that failed is written again as it
 // was, on its own, by the next flush, before the events recorded since.
-// Close flushes what is left.
+// Close flushes what is left, and what the calls begun (Begin) record until
+// they end.
 type Log struct {
 	w    Writer
 	opts Options
@@ -78,6 +82,10 @@ type Log struct {
 	// context ends, so that a flush the store holds up does not hold Close.
 	runCtx    context.Context
 	cancelRun context.CancelFunc
+	// calls counts the calls begun that have not ended (Begin); idle, set
+	// while Close waits for them, is closed when none is left. Under mu.
+	calls int
+	idle  chan struct{}
 
 	dropped   atomic.Int64
 	buffered  atomic.Int64
@@ -92,6 +100,9 @@ func NewLog(w Writer, opts Options) *Log {
 	opts.MaxBuffered = cmp.Or(opts.MaxBuffered, DefaultMaxBuffered)
 	opts.FlushEvents = min(opts.FlushEvents, opts.MaxBuffered)
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	if opts.after == nil {
+		opts.after = time.After
+	}
 	l := &Log{w: w, opts: opts, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	l.runCtx, l.cancelRun = context.WithCancel(context.Background())
 	go l.run()
@@ -120,6 +131,27 @@ func (l *Log) Write(ctx context.Context, events ...Event) error {
 // returned until release is called (Writer.Hold).
 func (l *Log) Hold(ctx context.Context) (held context.Context, release func(), err error) {
 	return l.w.Hold(ctx)
+}
+
+// Begin tells the log of a call that may record events; end, once it
+// recorded them (or nothing). Close waits for the calls begun to end before
+// its last flush: a call that a shutdown cut off may still end, and what it
+// did is then recorded.
+func (l *Log) Begin() (end func()) {
+	l.mu.Lock()
+	l.calls++
+	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.calls--; l.calls == 0 && l.idle != nil {
+				close(l.idle)
+				l.idle = nil
+			}
+		})
+	}
 }
 
 // Record buffers e for the next flush and returns at once. A full buffer
@@ -160,7 +192,7 @@ func (l *Log) drop(n int) {
 		return
 	}
 	since := total - l.droppedAt.Swap(total)
-	l.opts.Logger.Warn("audit log: events dropped: the buffer is full or the store does not take them",
+	l.opts.Logger.Warn("audit log: events dropped: the buffer is full, the store does not take them, or the log closed at shutdown",
 		"dropped", since, "dropped_total", total, "max_buffered", l.opts.MaxBuffered)
 }
 
@@ -175,8 +207,17 @@ func (l *Log) run() {
 		case <-tick.C:
 		case <-l.kick:
 		}
-		_ = l.Flush(l.runCtx) // a failure is logged; its events wait for the next
-
+		// A failure is logged; its events wait for the next flush, one
+		// interval later. Not sooner: while a full batch waits, every event
+		// recorded asks for a flush, and a store that refuses (full, or
+		// throttling) would be asked again at once, over and over.
+		for l.Flush(l.runCtx) != nil {
+			select {
+			case <-l.stop:
+				return
+			case <-l.opts.after(l.opts.FlushInterval):
+			}
+		}
 	}
 }
 
@@ -259,9 +300,11 @@ func (l *Log) write(ctx context.Context, events []Event) error {
 	return l.w.AppendAudit(wctx, events)
 }
 
-// Close stops the periodic flushes and writes what is buffered, within ctx
-// (a flush under way is cut off when ctx ends). What is not written by then,
-// and events recorded afterwards, are dropped.
+// Close stops the periodic flushes, writes what is buffered, waits for the
+// calls begun to end and writes what they recorded, all within ctx (a flush
+// under way is cut off when ctx ends). What is not written by then, and
+// events recorded afterwards, are dropped; the calls still running are
+// logged.
 func (l *Log) Close(ctx context.Context) error {
 	first := false
 	l.closeOnce.Do(func() { first = true })
@@ -273,11 +316,17 @@ func (l *Log) Close(ctx context.Context) error {
 	defer stopCutting()
 	close(l.stop)
 	<-l.stopped
+	// What is buffered first, so that a call that does not end costs it
+	// nothing; what fails is kept, and written again with what the calls
+	// recorded meanwhile.
+	_ = l.Flush(ctx)
+	l.awaitCalls(ctx)
 	err := l.Flush(ctx)
 	l.flushMu.Lock() // no flush under way takes a failed batch meanwhile
 	l.mu.Lock()
 	l.closed = true
 	lost := l.failedN + len(l.buf)
+	running := l.calls
 	l.failed, l.failedN, l.buf = nil, 0, nil
 	l.buffered.Store(0)
 	l.mu.Unlock()
@@ -285,10 +334,30 @@ func (l *Log) Close(ctx context.Context) error {
 	if lost > 0 {
 		l.drop(lost)
 	}
+	if running > 0 {
+		l.opts.Logger.Warn("audit log: closed with calls still running; what they record is dropped and counted as dropped",
+			"calls", running)
+	}
 	if err != nil {
 		return errors.Join(errors.New("audit log: the last flush failed"), err)
 	}
 	return nil
+}
+
+// awaitCalls waits until no call begun is running, or ctx ends.
+func (l *Log) awaitCalls(ctx context.Context) {
+	l.mu.Lock()
+	if l.calls == 0 {
+		l.mu.Unlock()
+		return
+	}
+	idle := make(chan struct{})
+	l.idle = idle
+	l.mu.Unlock()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
 }
 
 func withKey(e Event) Event {

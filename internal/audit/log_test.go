@@ -371,3 +371,41 @@ func TestEventsOfOneMillisecondKeepTheOrderTheyWereMade(t *testing.T) {
 		}
 	}
 }
+
+// Close waits for the calls begun to end and writes what they recorded;
+// those still running when its context ends are logged, and what they
+// record afterwards is dropped and counted.
+func TestCloseWaitsForTheCallsBegun(t *testing.T) {
+	s := newSink()
+	l := audit.NewLog(s, audit.Options{FlushInterval: never})
+	r := uuid.NewString()
+	end := l.Begin()
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(context.Background()) }()
+	e := event(r)
+	l.Record(e)
+	end()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if got := s.events(); len(got) != 1 || got[0].BundleID != e.BundleID || l.Dropped() != 0 {
+		t.Fatalf("stored %v, dropped %d; want the event of the call that ended during Close", got, l.Dropped())
+	}
+
+	var logged bytes.Buffer
+	l = audit.NewLog(s, audit.Options{FlushInterval: never, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	end = l.Begin()
+	defer end()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the shutdown's deadline
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logged.String(), "calls still running") || !strings.Contains(logged.String(), "calls=1") {
+		t.Fatalf("logged %q; want the call still running named", logged.String())
+	}
+	l.Record(event(r))
+	if got := l.Dropped(); got != 1 {
+		t.Fatalf("dropped %d; want the event recorded after Close", got)
+	}
+}

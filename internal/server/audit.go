@@ -45,6 +45,10 @@ type Auditor interface {
 	// Hold keeps what Write stores to open until release, for the events
 	// written with the context returned (audit.Log.Hold).
 	Hold(ctx context.Context) (held context.Context, release func(), err error)
+	// Begin tells it of a call that may record events, until end: its
+	// last flush waits for the call (audit.Log.Begin), which a shutdown
+	// may have cut off but not yet ended.
+	Begin() (end func())
 }
 
 // WithAudit records the audit log of every call in a; subject names a
@@ -244,7 +248,12 @@ func (o *options) failedEvents(ctx context.Context, method string, req any, err 
 // the request's recipient.
 func unaryAuditInterceptor(o *options) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if call, ok := auditCalls[info.FullMethod]; ok && call.action.Remedy() {
+		call, ok := auditCalls[info.FullMethod]
+		if !ok {
+			return handler(ctx, req)
+		}
+		defer o.auditor.Begin()()
+		if call.action.Remedy() {
 			// What the record is written to stays open from before the
 			// remedy starts until it is recorded: a shutdown beginning
 			// meanwhile would refuse the record of a remedy that took
@@ -283,6 +292,7 @@ func streamAuditInterceptor(o *options) grpc.StreamServerInterceptor {
 		if _, ok := auditCalls[info.FullMethod]; !ok {
 			return handler(srv, ss)
 		}
+		defer o.auditor.Begin()()
 		as := &auditedStream{ServerStream: ss}
 		err := handler(srv, as)
 		if as.bundle == nil {

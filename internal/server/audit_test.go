@@ -109,6 +109,8 @@ func (a *auditor) Hold(ctx context.Context) (context.Context, func(), error) {
 	return ctx, func() {}, nil
 }
 
+func (a *auditor) Begin() func() { return func() {} }
+
 func (a *auditor) Write(_ context.Context, events ...audit.Event) error {
 	if a.fail != nil {
 		return a.fail
