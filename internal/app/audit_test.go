@@ -278,8 +278,10 @@ func (s *stuckDequeue) AppendAudit(ctx context.Context, events []audit.Event) er
 // dropping what they record once they end.
 func TestACallCutOffAtShutdownIsRecordedWhenItEnds(t *testing.T) {
 	cfg := testConfig(t)
-	// The drain is forced after 4.5 s; the audit log then has 0.75 s.
-	cfg.ShutdownTimeout = 6 * time.Second
+	// The drain is forced after 12 s; the audit log then has 2 s for the
+	// Dequeue to end once released (a write and its event): a margin a
+	// busy machine does not use up.
+	cfg.ShutdownTimeout = 16 * time.Second
 	app.SetAuditOptions(&cfg, audit.Options{FlushInterval: time.Hour})
 	stuck := &stuckDequeue{entered: make(chan struct{}, 1), release: make(chan struct{}), audits: make(chan struct{}, 1)}
 	app.WrapStore(&cfg, func(s store.Store) store.Store { stuck.Store = s; return stuck })
