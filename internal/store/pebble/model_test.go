@@ -35,6 +35,7 @@ type modelPending struct {
 }
 
 type modelRecipient struct {
+	cabs    []modelCab // the cabinets it is saved to
 	items   map[modelCab][]modelItem
 	acked   map[modelCab]int
 	pending map[domain.PeekGroup]*modelPending
@@ -48,8 +49,12 @@ var modelCabs = []modelCab{
 	{domain.OriginMeteringPoints, "a"}, {domain.OriginAggregations, "a"},
 }
 
-func newModelRecipient() *modelRecipient {
-	return &modelRecipient{items: map[modelCab][]modelItem{}, acked: map[modelCab]int{}, pending: map[domain.PeekGroup]*modelPending{}}
+// newModelRecipient is a recipient saved to cabs, modelCabs when none.
+func newModelRecipient(cabs ...modelCab) *modelRecipient {
+	if len(cabs) == 0 {
+		cabs = modelCabs
+	}
+	return &modelRecipient{cabs: cabs, items: map[modelCab][]modelItem{}, acked: map[modelCab]int{}, pending: map[domain.PeekGroup]*modelPending{}}
 }
 
 // pendingIn is the recipient's pending bundles that a Peek of g sees, the
@@ -95,7 +100,7 @@ func (m *modelRecipient) next(g domain.PeekGroup, limit int64) *modelPending {
 	}
 	var best *modelCab
 	bestSeq := 0
-	for _, c := range modelCabs {
+	for _, c := range m.cabs {
 		if !g.Contains(c.origin) || m.acked[c] >= len(m.items[c]) {
 			continue
 		}
@@ -202,7 +207,7 @@ func (h *modelHub) drain(t *testing.T, r string, m *modelRecipient, peek func() 
 		}
 		m.dequeued(b.ID)
 	}
-	for _, c := range modelCabs {
+	for _, c := range m.cabs {
 		if m.acked[c] != len(m.items[c]) {
 			t.Fatalf("%s %v: %d of %d delivered", r, c, m.acked[c], len(m.items[c]))
 		}
