@@ -10,6 +10,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
 )
 
 // Pebble shows a write group to its own reads before the group is synced:
@@ -68,4 +69,39 @@ func dequeueOfOne(t *testing.T, s *Store, r string) (bundle.Record, catalog.Curs
 	done.State, done.DequeuedAt, done.Notice = bundle.Dequeued, time.Now(), true
 	cursor.Acked = 1
 	return done, cursor
+}
+
+// Pebble shows a save's id records to a look-up before the save is
+// synced. A trace of its notification must not answer from them: the
+// recipient's records, published only once the save is durable, do not
+// hold its drawer yet, so the operator would be told the notification is
+// another recipient's (or being removed) when it is the recipient's, on
+// its way, or never stored at all if a failed sync or a power loss
+// undoes the save.
+func TestATraceAnswersOnlyOnceTheSaveItFindsIsDurable(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	h := hub.New(s, hub.Options{}, nil)
+	defer h.Close()
+	r := uuid.NewString()
+	n := domain.Notification{ID: uuid.NewString(), Recipient: r, Origin: domain.OriginCharges, ContentType: "c", DocumentType: "c", Weight: 1}
+	group, errs := queueWrites(s, func() error {
+		_, err := h.Save(context.Background(), []domain.Notification{n})
+		return err
+	})
+	finish := s.applyGroup(group) // in pebble, not yet answered
+	// A trace that could not wait for the save to be durable (its call
+	// ended) has nothing to answer about it.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if tr, err := h.TraceNotification(ended, r, n.ID); err == nil {
+		t.Errorf("while the save is not durable a trace answers %+v", tr) // the save is finished all the same, or the hub's Close would wait for it
+	}
+	finish()
+	if err := <-errs[0]; err != nil {
+		t.Fatal(err)
+	}
+	if tr, err := h.TraceNotification(context.Background(), r, n.ID); err != nil || tr.State != hub.TraceWaiting {
+		t.Fatalf("once the save is durable a trace answers %+v (%v), want it waiting", tr, err)
+	}
 }
