@@ -2,6 +2,7 @@ package pebble
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -103,5 +104,21 @@ func TestATraceAnswersOnlyOnceTheSaveItFindsIsDurable(t *testing.T) {
 	}
 	if tr, err := h.TraceNotification(context.Background(), r, n.ID); err != nil || tr.State != hub.TraceWaiting {
 		t.Fatalf("once the save is durable a trace answers %+v (%v), want it waiting", tr, err)
+	}
+}
+
+// An id whose save's fsync failed is not stored: a look-up is answered
+// with the failure, not with the record pebble shows.
+func TestALookUpOfAnIDWhoseSaveFailedToSyncAnswersTheFailure(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	id := uuid.NewString()
+	group, errs := queueWrites(s, func() error { return saveIDsFor(t, s, uuid.NewString(), []string{id}) })
+	failed := finishWithFailedSync(s.applyGroup(group))
+	if err := <-errs[0]; !errors.Is(err, failed) {
+		t.Fatalf("the save whose fsync failed: %v, want the failure", err)
+	}
+	if found, err := s.LookupIDs(context.Background(), []string{id}); !errors.Is(err, failed) {
+		t.Fatalf("a look-up of its id: %+v (%v), want the failure", found, err)
 	}
 }
