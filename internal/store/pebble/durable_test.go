@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/energydatahub/messagehub/internal/audit"
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -120,5 +121,31 @@ func TestALookUpOfAnIDWhoseSaveFailedToSyncAnswersTheFailure(t *testing.T) {
 	}
 	if found, err := s.LookupIDs(context.Background(), []string{id}); !errors.Is(err, failed) {
 		t.Fatalf("a look-up of its id: %+v (%v), want the failure", found, err)
+	}
+}
+
+// The audit log shows an event only once it is durable: an operator shown
+// an event that a failed fsync or a power loss then undoes would find the
+// record of it gone.
+func TestAnAuditEventIsListedOnlyOnceItIsDurable(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	r, at := uuid.NewString(), time.Now()
+	e := audit.Event{Key: audit.NewKey(at), At: at, Action: audit.Action(1), Subject: "operator", Recipient: r, Detail: "written"}
+	group, errs := queueWrites(s, func() error { return s.AppendAudit(context.Background(), []audit.Event{e}) })
+	finish := s.applyGroup(group) // in pebble, not yet answered
+	// A listing that could not wait for the write to be durable (its call
+	// ended) has nothing to show of it.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if page, err := s.AuditEvents(ended, audit.Query{Recipient: r, Limit: 10}); err == nil && len(page.Events) > 0 {
+		t.Errorf("while its write is not durable the audit log lists %+v", page.Events)
+	}
+	finish()
+	if err := <-errs[0]; err != nil {
+		t.Fatal(err)
+	}
+	if page, err := s.AuditEvents(context.Background(), audit.Query{Recipient: r, Limit: 10}); err != nil || len(page.Events) != 1 || page.Events[0].Key != e.Key {
+		t.Fatalf("once its write is durable the audit log lists %+v (%v), want the event", page.Events, err)
 	}
 }
