@@ -64,8 +64,10 @@ func (s *Store) AppendAudit(ctx context.Context, events []audit.Event) error {
 
 // AuditEvents scans the recipient's range from after q.After to before
 // q.Before, reading one event more than the page to know whether more are
-// left.
-func (s *Store) AuditEvents(_ context.Context, q audit.Query) (audit.Page, error) {
+// left. It answers once what it read is durable: pebble shows a write
+// before its fsync, and an operator must not be shown an event a failed
+// fsync or a power loss removes.
+func (s *Store) AuditEvents(ctx context.Context, q audit.Query) (audit.Page, error) {
 	r, err := uuidBytes(q.Recipient)
 	if err != nil {
 		return audit.Page{}, err
@@ -98,6 +100,9 @@ func (s *Store) AuditEvents(_ context.Context, q audit.Query) (audit.Page, error
 		return nil
 	})
 	if err != nil && !errors.Is(err, errEnough) {
+		return audit.Page{}, err
+	}
+	if err := s.durability.settled(ctx); err != nil {
 		return audit.Page{}, err
 	}
 	return page, nil

@@ -57,6 +57,10 @@ type Store struct {
 	refusal   error                    // while readOnly, what every write fails with (Options.ReadOnly)
 	room      func(bytes uint64) error // see Options
 
+	// durability says which write groups applied to pebble are durable
+	// (durable.go): reads of pebble whose answers go out wait for it.
+	durability durability
+
 	// cache holds the published control records of recipients with data
 	// (records.go). Records are never changed once published.
 	cacheMu    sync.RWMutex
@@ -321,7 +325,11 @@ func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64,
 	return items, iter.Error()
 }
 
-// LookupIDs gets each id's record; absent ids are left out.
+// LookupIDs gets each id's record; absent ids are left out. It answers
+// once what it read is durable: pebble shows a save's id records before its
+// fsync, and a trace (its caller) would tell of a notification that the
+// recipient's published records do not hold yet, and that a failed fsync
+// or a power loss undoes.
 func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]store.IDRecord, error) {
 	found := make(map[string]store.IDRecord)
 	for _, id := range ids {
@@ -338,6 +346,9 @@ func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]store.I
 				return nil, err
 			}
 		}
+	}
+	if err := s.durability.settled(ctx); err != nil {
+		return nil, err
 	}
 	return found, nil
 }

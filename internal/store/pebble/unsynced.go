@@ -1,18 +1,13 @@
 package pebble
 
-import (
-	"slices"
-	"sync/atomic"
-)
+import "slices"
 
 // unsyncedRecords are the control records of groups applied to pebble and
-// not yet known durable, newest per recipient. Only the writer goroutine
-// reads and changes them; durable is set by the finishing goroutine.
+// not yet known durable, newest per recipient, under the groups' numbers
+// (durability). Only the writer goroutine reads and changes them.
 type unsyncedRecords struct {
-	latest  map[[16]byte]unsyncedRecord
-	groups  []unsyncedGroup
-	last    uint64
-	durable atomic.Uint64 // the last group published
+	latest map[[16]byte]unsyncedRecord
+	groups []unsyncedGroup
 }
 
 type unsyncedRecord struct {
@@ -25,16 +20,14 @@ type unsyncedGroup struct {
 	recipients [][16]byte
 }
 
-// add records a group's changed records and returns the group's number.
-func (u *unsyncedRecords) add(touched map[[16]byte]*records) uint64 {
-	u.last++
-	g := unsyncedGroup{seq: u.last, recipients: make([][16]byte, 0, len(touched))}
+// add records the changed records of group seq.
+func (u *unsyncedRecords) add(seq uint64, touched map[[16]byte]*records) {
+	g := unsyncedGroup{seq: seq, recipients: make([][16]byte, 0, len(touched))}
 	for r, rec := range touched {
-		u.latest[r] = unsyncedRecord{rec: rec, group: u.last}
+		u.latest[r] = unsyncedRecord{rec: rec, group: seq}
 		g.recipients = append(g.recipients, r)
 	}
 	u.groups = append(u.groups, g)
-	return u.last
 }
 
 func (u *unsyncedRecords) get(r [16]byte) *records {
@@ -44,10 +37,9 @@ func (u *unsyncedRecords) get(r [16]byte) *records {
 	return nil
 }
 
-// settle forgets the records of groups that are now durable: the published
-// ones are the same.
-func (u *unsyncedRecords) settle() {
-	durable := u.durable.Load()
+// settle forgets the records of the groups up to durable, the last one
+// published: the published ones are the same.
+func (u *unsyncedRecords) settle(durable uint64) {
 	n := 0
 	for _, g := range u.groups {
 		if g.seq > durable {

@@ -19,7 +19,8 @@ import (
 // synced. Only after the fsync are the new control records published to
 // readers and the callers answered. Pebble shows a batch to its own reads
 // before the fsync, which is why readers go through the published records
-// (records.go): nothing is visible to them before it is durable.
+// (records.go), or wait for the groups' fsyncs (durable.go): nothing is
+// visible to them before it is durable.
 
 // maxWriteGroup bounds how many operations share one batch.
 const maxWriteGroup = 256
@@ -59,7 +60,7 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		answer(group, make([]error, len(group)), s.applyErr)
 		return nil
 	}
-	s.unsynced.settle()
+	s.unsynced.settle(s.durability.last())
 	tx := &txn{
 		s:        s,
 		batch:    s.db.NewBatch(),
@@ -81,6 +82,7 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		return func() { answer(group, errs, s.syncErr) }
 	}
 	tx.writeBatch()
+	seq := s.durability.begin()
 	if err := applyBatch(s.db, tx.batch); err != nil {
 		_ = tx.batch.SyncWait() // pebble requires it before Close; returns at once when nothing was queued
 		tx.batch.Close()
@@ -89,11 +91,12 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		// group is applied either, until the hub is restarted.
 		s.applyErr = fmt.Errorf("embedded: applying a write group: %w; restart the hub", err)
 		s.logger.Error("the embedded store cannot apply writes; restart the hub", "err", err)
+		s.durability.failed(s.applyErr)
 		answer(group, errs, s.applyErr)
 		return nil
 	}
 	s.ids.change(tx.newIDs, tx.goneIDs)
-	seq := s.unsynced.add(tx.touched)
+	s.unsynced.add(seq, tx.touched)
 	return func() {
 		err := syncBatch(tx.batch)
 		tx.batch.Close()
@@ -105,7 +108,9 @@ func (s *Store) applyGroup(group []writeReq) func() {
 		}
 		if s.syncErr == nil {
 			s.publish(tx.touched)
-			s.unsynced.durable.Store(seq)
+			s.durability.reached(seq)
+		} else {
+			s.durability.failed(s.syncErr)
 		}
 		answer(group, errs, s.syncErr)
 	}

@@ -251,13 +251,7 @@ func TestAGroupCheckedAgainstAGroupWhoseSyncFailedFailsToo(t *testing.T) {
 	resend, resendErrs := queueWrites(s, func() error { return saveIDsFor(t, s, uuid.NewString(), ids) })
 	finishResend := s.applyGroup(resend)
 
-	failed := errors.New("fsync failed for the test")
-	syncToDisk := syncBatch
-	// Pebble is done with the batch once its own sync returns: the group's
-	// batch is closed after this, so the failure comes after it.
-	syncBatch = func(b *pebble.Batch) error { _ = b.SyncWait(); return failed }
-	finishFirst()
-	syncBatch = syncToDisk
+	failed := finishWithFailedSync(finishFirst)
 	if err := <-firstErrs[0]; !errors.Is(err, failed) {
 		t.Fatalf("the save whose fsync failed: %v, want the failure", err)
 	}
@@ -265,4 +259,17 @@ func TestAGroupCheckedAgainstAGroupWhoseSyncFailedFailsToo(t *testing.T) {
 	if err := <-resendErrs[0]; !errors.Is(err, failed) {
 		t.Fatalf("a resend of its ids, checked against it: %v, want the failure", err)
 	}
+}
+
+// finishWithFailedSync finishes a group applied by the test (applyGroup)
+// with its fsync failing, and returns the failure.
+func finishWithFailedSync(finish func()) error {
+	failed := errors.New("fsync failed for the test")
+	syncToDisk := syncBatch
+	// Pebble is done with the batch once its own sync returns: the group's
+	// batch is closed after this, so the failure comes after it.
+	syncBatch = func(b *pebble.Batch) error { _ = b.SyncWait(); return failed }
+	finish()
+	syncBatch = syncToDisk
+	return failed
 }
