@@ -1,0 +1,125 @@
+package cosmos_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/energydatahub/messagehub/internal/catalog"
+	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
+)
+
+// Instance A's save reserves the position after a cabinet's acknowledged
+// ones and is held before it writes its page; instance B's later save of
+// the cabinet writes its page after it, in the same drawer or, past a hole
+// that ends A's drawer, in the next one. Both are above the watermark, so
+// the cabinet's head is not written yet: Peeks answer the recipient's other
+// cabinet, then nothing, never UNAVAILABLE (with B's page in the next
+// drawer, every Peek took the read that missed A's position for a lagging
+// one until A's save ended, or its lease ran out). Once A's save completes,
+// its notification comes first.
+func TestAPeekBesideASaveWhosePageIsNotWrittenYetAnswersTheOtherCabinets(t *testing.T) {
+	for _, nextDrawer := range []bool{false, true} {
+		name := "the later save in the same drawer"
+		if nextDrawer {
+			name = "the later save in the next drawer"
+		}
+		t.Run(name, func(t *testing.T) {
+			db := cosmostest.UniqueID("db")
+			holding, held := make(chan struct{}), make(chan struct{})
+			release := sync.OnceFunc(func() { close(held) })
+			var armed atomic.Bool
+			var once sync.Once
+			fa := newFaulty()
+			fa.set(func(req *http.Request) int {
+				// The save's page batch: its reservation holds.
+				if armed.Load() && isBatch(req, "drawers", "") {
+					once.Do(func() {
+						close(holding)
+						<-held
+					})
+				}
+				return 0
+			})
+			a := hub.New(open(t, cosmos.Config{Database: db, Transport: fa}), hub.Options{}, nil)
+			t.Cleanup(a.Close)
+			fb := newFaulty()
+			sb := open(t, cosmos.Config{Database: db, Transport: fb})
+			b := hub.New(sb, hub.Options{}, nil)
+			t.Cleanup(b.Close)
+			t.Cleanup(release) // before the hubs close: a failed test leaves A's save held
+			ctx := context.Background()
+			r := uuid.NewString()
+
+			// The cabinet is acknowledged up to position 1, and its
+			// drawer's sequence numbers do not tell the next one (the
+			// other cabinet's is between): the Peek reads it.
+			first := notifications(1, r, 1)
+			if _, err := b.Save(ctx, first); err != nil {
+				t.Fatal(err)
+			}
+			drainExactly(t, b, r, ids(first))
+			other := notifications(1, r, 1)
+			other[0].ContentType = "rsm-012"
+			if _, err := b.Save(ctx, other); err != nil {
+				t.Fatal(err)
+			}
+
+			inFlight := notifications(1, r, 1) // position 1
+			armed.Store(true)
+			fromA := make(chan error, 1)
+			go func() {
+				_, err := a.Save(ctx, inFlight)
+				fromA <- err
+			}()
+			select {
+			case <-holding:
+			case err := <-fromA:
+				t.Fatalf("A's save answered %v before writing its page", err)
+			}
+			if nextDrawer {
+				abortSave(t, fb, b, notifications(1, r, 1)) // position 2: a hole that ends A's drawer
+			}
+			later := notifications(1, r, 1)
+			if _, err := b.Save(ctx, later); err != nil {
+				t.Fatal(err)
+			}
+			state, err := sb.LoadRecipient(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool { return e.ContentType == inFlight[0].ContentType })
+			d := state.Entries[i].Drawers
+			sameDrawer := len(d) == 1 && d[0].End() == 3
+			otherDrawer := len(d) == 2 && d[0].End() == 2 && d[1].Start == 3 && d[1].ID != d[0].ID
+			if nextDrawer && !otherDrawer || !nextDrawer && !sameDrawer {
+				t.Fatalf("the cabinet's runs are %+v: the test tested something else", d)
+			}
+
+			got, err := b.Peek(ctx, r, domain.GroupAll, "")
+			if err != nil || got == nil || !slices.Equal(got.NotificationIDs, ids(other)) {
+				t.Fatalf("Peek while A's save is in flight = %v, %v; want the other cabinet's %v", got, err, ids(other))
+			}
+			if err := b.Dequeue(ctx, r, got.ID); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := b.Peek(ctx, r, domain.GroupAll, ""); err != nil || got != nil {
+				t.Fatalf("Peek while A's save is in flight = %v, %v; want nothing", got, err)
+			}
+
+			release()
+			if err := <-fromA; err != nil {
+				t.Fatalf("A's save: %v", err)
+			}
+			drainExactly(t, b, r, ids(slices.Concat(inFlight, later)))
+		})
+	}
+}
