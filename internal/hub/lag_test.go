@@ -243,29 +243,8 @@ func stalePeek(t *testing.T, repo *hub.Hub, store *laggingStore, recipient strin
 // before it.
 func TestPeekNeverSkipsACabinetWhoseHeadItDidNotRead(t *testing.T) {
 	repo, store := lagEnv(t, 1, 2)
-	ctx := context.Background()
 	recipient := uuid.NewString()
-	note := func(origin domain.Origin, contentType string) domain.Notification {
-		return domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: origin, ContentType: contentType,
-			DocumentType: contentType, SupportsBundling: true, Weight: 1}
-	}
-	save := func(ns ...domain.Notification) {
-		t.Helper()
-		if _, err := repo.Save(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The time series cabinet is acknowledged up to position 1, whose
-	// sequence number neither its cursor (its last bundle ended with the
-	// cabinet) nor its drawer (the charges cabinet's numbers are between
-	// its own) tells: the Peek reads it.
-	save(note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginCharges, "rsm-033"))
-	for _, origin := range []domain.Origin{domain.OriginTimeSeries, domain.OriginCharges} {
-		done, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
-		if err != nil || done == nil || done.Origin != origin || repo.Dequeue(ctx, recipient, done.ID) != nil {
-			t.Fatalf("Peek = %v, %v; want the %v notification, dequeued", done, err, origin)
-		}
-	}
+	note, save := headToRead(t, repo, recipient)
 	older, newer := note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginAggregations, "rsm-014")
 	save(older)
 	save(newer)
@@ -284,25 +263,7 @@ func TestPeekNeverTakesAHeadItDidNotReadForOneNotWrittenYet(t *testing.T) {
 	repo, store := lagEnv(t, 1, 2)
 	ctx := context.Background()
 	recipient := uuid.NewString()
-	note := func(origin domain.Origin, contentType string) domain.Notification {
-		return domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: origin, ContentType: contentType,
-			DocumentType: contentType, SupportsBundling: true, Weight: 1}
-	}
-	save := func(ns ...domain.Notification) {
-		t.Helper()
-		if _, err := repo.Save(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// As in TestPeekNeverSkipsACabinetWhoseHeadItDidNotRead, the Peek
-	// reads the time series cabinet's head, at position 1.
-	save(note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginCharges, "rsm-033"))
-	for _, origin := range []domain.Origin{domain.OriginTimeSeries, domain.OriginCharges} {
-		done, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
-		if err != nil || done == nil || done.Origin != origin || repo.Dequeue(ctx, recipient, done.ID) != nil {
-			t.Fatalf("Peek = %v, %v; want the %v notification, dequeued", done, err, origin)
-		}
-	}
+	note, save := headToRead(t, repo, recipient)
 	older, newer := note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginTimeSeries, "rsm-012")
 	save(older)
 	saved, err := store.Store.LoadRecipient(ctx, recipient)
@@ -317,4 +278,32 @@ func TestPeekNeverTakesAHeadItDidNotReadForOneNotWrittenYet(t *testing.T) {
 	if b := stalePeek(t, repo, store, recipient); b == nil || !slices.Equal(b.NotificationIDs, []string{older.ID}) {
 		t.Fatalf("Peek after a stale read of the cabinet's head = %v, want the saved notification %s", b, older.ID)
 	}
+}
+
+// headToRead leaves the recipient's time series cabinet (rsm-012)
+// acknowledged up to position 1, whose sequence number neither its cursor
+// (its last bundle ended with the cabinet) nor its drawer (a charges
+// cabinet's number is between its own) tells: a Peek reads it. It returns
+// how to make and save the recipient's notifications.
+func headToRead(t *testing.T, repo *hub.Hub, recipient string) (note func(domain.Origin, string) domain.Notification, save func(...domain.Notification)) {
+	t.Helper()
+	ctx := context.Background()
+	note = func(origin domain.Origin, contentType string) domain.Notification {
+		return domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: origin, ContentType: contentType,
+			DocumentType: contentType, SupportsBundling: true, Weight: 1}
+	}
+	save = func(ns ...domain.Notification) {
+		t.Helper()
+		if _, err := repo.Save(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginCharges, "rsm-033"))
+	for _, origin := range []domain.Origin{domain.OriginTimeSeries, domain.OriginCharges} {
+		done, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+		if err != nil || done == nil || done.Origin != origin || repo.Dequeue(ctx, recipient, done.ID) != nil {
+			t.Fatalf("Peek = %v, %v; want the %v notification, dequeued", done, err, origin)
+		}
+	}
+	return note, save
 }

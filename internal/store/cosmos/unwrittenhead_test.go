@@ -12,8 +12,6 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/hub"
-	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
@@ -49,12 +47,7 @@ func TestAPeekBesideASaveWhosePageIsNotWrittenYetAnswersTheOtherCabinets(t *test
 				}
 				return 0
 			})
-			a := hub.New(open(t, cosmos.Config{Database: db, Transport: fa}), hub.Options{}, nil)
-			t.Cleanup(a.Close)
-			fb := newFaulty()
-			sb := open(t, cosmos.Config{Database: db, Transport: fb})
-			b := hub.New(sb, hub.Options{}, nil)
-			t.Cleanup(b.Close)
+			a, b, sb, fb := twoHubs(t, db, fa)
 			t.Cleanup(release) // before the hubs close: a failed test leaves A's save held
 			ctx := context.Background()
 			r := uuid.NewString()
@@ -75,16 +68,7 @@ func TestAPeekBesideASaveWhosePageIsNotWrittenYetAnswersTheOtherCabinets(t *test
 
 			inFlight := notifications(1, r, 1) // position 1
 			armed.Store(true)
-			fromA := make(chan error, 1)
-			go func() {
-				_, err := a.Save(ctx, inFlight)
-				fromA <- err
-			}()
-			select {
-			case <-holding:
-			case err := <-fromA:
-				t.Fatalf("A's save answered %v before writing its page", err)
-			}
+			fromA := saveHeld(t, a, inFlight, holding)
 			if nextDrawer {
 				abortSave(t, fb, b, notifications(1, r, 1)) // position 2: a hole that ends A's drawer
 			}
