@@ -321,6 +321,12 @@ func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64,
 	return items, iter.Error()
 }
 
+// ReadDrawerLatest is ReadDrawer: one process writes and reads the store,
+// so no read lags.
+func (s *Store) ReadDrawerLatest(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
+	return s.ReadDrawer(ctx, drawerID, from, to, limit)
+}
+
 // LookupIDs gets each id's record; absent ids are left out.
 func (s *Store) LookupIDs(ctx context.Context, ids []string) (map[string]store.IDRecord, error) {
 	found := make(map[string]store.IDRecord)
