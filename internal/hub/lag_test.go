@@ -18,26 +18,44 @@ import (
 
 // laggingStore answers drawer reads as a replica behind the catalog would:
 // while lags is above zero, each ReadDrawer leaves out positions [from, to)
-// of every drawer (a page the replica has not received yet).
+// of every drawer (a page the replica has not received yet) and returns
+// the items after them in their place. ReadDrawerLatest does not lag.
 type laggingStore struct {
 	store.Store
 	from, to int64
 
-	mu   sync.Mutex
-	lags int // stale reads still to serve
-	hid  int // stale reads served
+	mu        sync.Mutex
+	lags      int   // stale reads still to serve
+	hid       int   // stale reads served
+	watermark int64 // when above zero, the most a load's watermark shows
 }
 
 func (s *laggingStore) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
-	items, err := s.Store.ReadDrawer(ctx, drawerID, from, to, limit)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err != nil || s.lags == 0 {
-		return items, err
+	if s.lags == 0 {
+		return s.Store.ReadDrawer(ctx, drawerID, from, to, limit)
+	}
+	items, err := s.Store.ReadDrawer(ctx, drawerID, from, to, limit+int(s.to-s.from))
+	if err != nil {
+		return nil, err
 	}
 	s.lags--
 	s.hid++
-	return slices.DeleteFunc(items, func(it drawer.Item) bool { return it.Pos >= s.from && it.Pos < s.to }), nil
+	items = slices.DeleteFunc(items, func(it drawer.Item) bool { return it.Pos >= s.from && it.Pos < s.to })
+	return items[:min(len(items), limit)], nil
+}
+
+// LoadRecipient shows the watermark no higher than s.watermark, as while
+// the saves above it are under way.
+func (s *laggingStore) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
+	st, err := s.Store.LoadRecipient(ctx, recipient, opts...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watermark > 0 {
+		st.Head.Watermark = min(st.Head.Watermark, s.watermark)
+	}
+	return st, err
 }
 
 func (s *laggingStore) lag(n int) {
@@ -225,29 +243,8 @@ func stalePeek(t *testing.T, repo *hub.Hub, store *laggingStore, recipient strin
 // before it.
 func TestPeekNeverSkipsACabinetWhoseHeadItDidNotRead(t *testing.T) {
 	repo, store := lagEnv(t, 1, 2)
-	ctx := context.Background()
 	recipient := uuid.NewString()
-	note := func(origin domain.Origin, contentType string) domain.Notification {
-		return domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: origin, ContentType: contentType,
-			DocumentType: contentType, SupportsBundling: true, Weight: 1}
-	}
-	save := func(ns ...domain.Notification) {
-		t.Helper()
-		if _, err := repo.Save(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The time series cabinet is acknowledged up to position 1, whose
-	// sequence number neither its cursor (its last bundle ended with the
-	// cabinet) nor its drawer (the charges cabinet's numbers are between
-	// its own) tells: the Peek reads it.
-	save(note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginCharges, "rsm-033"))
-	for _, origin := range []domain.Origin{domain.OriginTimeSeries, domain.OriginCharges} {
-		done, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
-		if err != nil || done == nil || done.Origin != origin || repo.Dequeue(ctx, recipient, done.ID) != nil {
-			t.Fatalf("Peek = %v, %v; want the %v notification, dequeued", done, err, origin)
-		}
-	}
+	note, save := headToRead(t, repo, recipient)
 	older, newer := note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginAggregations, "rsm-014")
 	save(older)
 	save(newer)
@@ -255,4 +252,58 @@ func TestPeekNeverSkipsACabinetWhoseHeadItDidNotRead(t *testing.T) {
 	if b := stalePeek(t, repo, store, recipient); b == nil || !slices.Equal(b.NotificationIDs, []string{older.ID}) {
 		t.Fatalf("Peek after a stale read of the older cabinet's head = %v, want the older notification %s before %s", b, older.ID, newer.ID)
 	}
+}
+
+// A drawer read that lacks a cabinet's saved head and returns a later
+// position in its place, one whose sequence number is above the watermark
+// (its save is under way), is stale too, not a head that is not written
+// yet: the read of all the drawer holds finds the head, and the Peek reads
+// again rather than hide the cabinet until the later save ends.
+func TestPeekNeverTakesAHeadItDidNotReadForOneNotWrittenYet(t *testing.T) {
+	repo, store := lagEnv(t, 1, 2)
+	ctx := context.Background()
+	recipient := uuid.NewString()
+	note, save := headToRead(t, repo, recipient)
+	older, newer := note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginTimeSeries, "rsm-012")
+	save(older)
+	saved, err := store.Store.LoadRecipient(ctx, recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	save(newer) // position 2, its save under way
+	store.mu.Lock()
+	store.watermark = saved.Head.Watermark
+	store.mu.Unlock()
+
+	if b := stalePeek(t, repo, store, recipient); b == nil || !slices.Equal(b.NotificationIDs, []string{older.ID}) {
+		t.Fatalf("Peek after a stale read of the cabinet's head = %v, want the saved notification %s", b, older.ID)
+	}
+}
+
+// headToRead leaves the recipient's time series cabinet (rsm-012)
+// acknowledged up to position 1, whose sequence number neither its cursor
+// (its last bundle ended with the cabinet) nor its drawer (a charges
+// cabinet's number is between its own) tells: a Peek reads it. It returns
+// how to make and save the recipient's notifications.
+func headToRead(t *testing.T, repo *hub.Hub, recipient string) (note func(domain.Origin, string) domain.Notification, save func(...domain.Notification)) {
+	t.Helper()
+	ctx := context.Background()
+	note = func(origin domain.Origin, contentType string) domain.Notification {
+		return domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: origin, ContentType: contentType,
+			DocumentType: contentType, SupportsBundling: true, Weight: 1}
+	}
+	save = func(ns ...domain.Notification) {
+		t.Helper()
+		if _, err := repo.Save(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(note(domain.OriginTimeSeries, "rsm-012"), note(domain.OriginCharges, "rsm-033"))
+	for _, origin := range []domain.Origin{domain.OriginTimeSeries, domain.OriginCharges} {
+		done, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+		if err != nil || done == nil || done.Origin != origin || repo.Dequeue(ctx, recipient, done.ID) != nil {
+			t.Fatalf("Peek = %v, %v; want the %v notification, dequeued", done, err, origin)
+		}
+	}
+	return note, save
 }

@@ -220,10 +220,13 @@ func missing(e catalog.Entry, from, to int64) error {
 // that the entry's runs hold; 0 when it is not written yet (a save in flight
 // took the position in the entry before writing its page, and its numbers
 // are above the watermark). That position must hold an item: one found
-// further on means the read lags, and so does none in a run whose last
-// number is at or below the watermark (saved whole). Taken for unwritten,
-// such a read would hide the cabinet, and a newer cabinet's notifications
-// would be delivered before its own.
+// further on at or below the watermark means the read lags (numbers grow
+// with positions, so the missed one was saved), and so does none in a run
+// whose last number is at or below the watermark (saved whole). Taken for
+// unwritten, such a read would hide the cabinet, and a newer cabinet's
+// notifications would be delivered before its own. One found further on
+// above the watermark, a later save's that wrote its page first, tells
+// nothing: confirmUnwritten decides.
 func (r *Hub) firstSeqFrom(ctx context.Context, e catalog.Entry, pos, watermark int64) (int64, error) {
 	want, i := drawer.First(e.Drawers, pos)
 	if i < 0 {
@@ -238,16 +241,37 @@ func (r *Hub) firstSeqFrom(ctx context.Context, e catalog.Entry, pos, watermark 
 			return 0, err
 		}
 		if len(items) > 0 {
-			if items[0].Pos != want {
+			if items[0].Pos == want {
+				return items[0].Seq, nil
+			}
+			if items[0].Seq <= watermark {
 				return 0, missing(e, want, items[0].Pos)
 			}
-			return items[0].Seq, nil
+			return 0, r.confirmUnwritten(ctx, e, e.Drawers[i], want, items[0].Pos)
 		}
 		if d.LastSeq > 0 && d.LastSeq <= watermark {
 			return 0, missing(e, want, d.End())
 		}
 	}
 	return 0, nil
+}
+
+// confirmUnwritten tells apart the two reasons a read of the entry's run
+// from want on found nothing before found, a position above the watermark:
+// the read lags, or want's save, in flight, has not written it yet (its
+// number is then above the watermark too: a save writes its pages before
+// it commits, and the watermark stays below every save not finalized). A
+// read of everything the drawer holds decides: want found there is a stale
+// read (ErrConflict); not found, it is not written (nil).
+func (r *Hub) confirmUnwritten(ctx context.Context, e catalog.Entry, run drawer.Meta, want, found int64) error {
+	items, err := r.store.ReadDrawerLatest(ctx, run.ID, want, want+1, 1)
+	if err != nil {
+		return err
+	}
+	if len(items) > 0 {
+		return missing(e, want, found)
+	}
+	return nil
 }
 
 // materialize reads a bundle's notifications back from its drawers: those

@@ -213,6 +213,12 @@ type Store interface {
 	// to, in position order (a drawer.ReadFunc); none of a drawer never
 	// written. The hub reads only positions its catalog's runs hold.
 	ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error)
+	// ReadDrawerLatest is ReadDrawer answered from every write that
+	// succeeded before the call, whichever instance made it: where
+	// ReadDrawer may lag behind another instance's pages (Cosmos DB), this
+	// read never does, and may cost more. The hub asks it only to tell a
+	// position whose save has not written it yet from one a read missed.
+	ReadDrawerLatest(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error)
 	// LookupIDs returns the records of those ids that are stored; the others
 	// are left out.
 	LookupIDs(ctx context.Context, ids []string) (map[string]IDRecord, error)

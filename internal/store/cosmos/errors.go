@@ -230,6 +230,12 @@ func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64,
 	return v, storeError(err)
 }
 
+// ReadDrawerLatest is readDrawerLatest, its errors mapped.
+func (s *Store) ReadDrawerLatest(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
+	v, err := s.readDrawerLatest(ctx, drawerID, from, to, limit)
+	return v, storeError(err)
+}
+
 // ApplySweep is applySweep, its errors mapped.
 func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 	return storeError(s.applySweep(ctx, sw))

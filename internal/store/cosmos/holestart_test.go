@@ -31,12 +31,7 @@ func TestASaveAfterAHoleAtADrawersStartKeepsTheDrawersBeforeIt(t *testing.T) {
 	cosmos.SetShelfDrawers(t, 1) // shelves of drawer.Capacity positions
 	db := cosmostest.UniqueID("db")
 	fa, holding, release := heldFailingCommit(t)
-	a := hub.New(open(t, cosmos.Config{Database: db, Transport: fa}), hub.Options{}, nil)
-	t.Cleanup(a.Close)
-	fb := newFaulty()
-	sb := open(t, cosmos.Config{Database: db, Transport: fb})
-	b := hub.New(sb, hub.Options{}, nil)
-	t.Cleanup(b.Close)
+	a, b, sb, fb := twoHubs(t, db, fa)
 	ctx := context.Background()
 	r := uuid.NewString()
 
@@ -93,16 +88,7 @@ func heldFailingCommit(t *testing.T) (f *faulty, holding, release chan struct{})
 func saveBesideAFailingSave(t *testing.T, a, b *hub.Hub, holding, release chan struct{}, failing, beside []domain.Notification) {
 	t.Helper()
 	ctx := context.Background()
-	fromA := make(chan error, 1)
-	go func() {
-		_, err := a.Save(ctx, failing)
-		fromA <- err
-	}()
-	select {
-	case <-holding:
-	case err := <-fromA:
-		t.Fatalf("A's save answered %v before its commit", err)
-	}
+	fromA := saveHeld(t, a, failing, holding)
 	_, errB := b.Save(ctx, beside)
 	close(release)
 	if err := <-fromA; err == nil {
@@ -111,6 +97,36 @@ func saveBesideAFailingSave(t *testing.T, a, b *hub.Hub, holding, release chan s
 	if errB != nil {
 		t.Fatalf("B's save while A's was in flight: %v", errB)
 	}
+}
+
+// twoHubs opens two instances on db: a through fa's network, b on its
+// store sb through a network of its own, fb.
+func twoHubs(t *testing.T, db string, fa *faulty) (a, b *hub.Hub, sb *cosmos.Store, fb *faulty) {
+	t.Helper()
+	a = hub.New(open(t, cosmos.Config{Database: db, Transport: fa}), hub.Options{}, nil)
+	t.Cleanup(a.Close)
+	fb = newFaulty()
+	sb = open(t, cosmos.Config{Database: db, Transport: fb})
+	b = hub.New(sb, hub.Options{}, nil)
+	t.Cleanup(b.Close)
+	return a, b, sb, fb
+}
+
+// saveHeld saves ns through a in the background, and returns once the
+// save is held (holding is closed) the channel its answer comes on.
+func saveHeld(t *testing.T, a *hub.Hub, ns []domain.Notification, holding chan struct{}) <-chan error {
+	t.Helper()
+	fromA := make(chan error, 1)
+	go func() {
+		_, err := a.Save(context.Background(), ns)
+		fromA <- err
+	}()
+	select {
+	case <-holding:
+	case err := <-fromA:
+		t.Fatalf("A's save answered %v before it was held", err)
+	}
+	return fromA
 }
 
 // commits says req's body makes a commit record committed; the body is

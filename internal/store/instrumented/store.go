@@ -19,31 +19,32 @@ import (
 
 // Operation names, the values of the "operation" attribute.
 const (
-	OpLoadRecipient   = "load_recipient"
-	OpMarkIdle        = "mark_idle"
-	OpReadDrawer      = "read_drawer"
-	OpLookupIDs       = "lookup_ids"
-	OpCommitSaves     = "commit_saves"
-	OpBundleExists    = "bundle_exists"
-	OpCreateBundle    = "create_bundle"
-	OpAcknowledge     = "acknowledge"
-	OpReleaseBundle   = "release_bundle"
-	OpRecipients      = "recipients"
-	OpDequeuedBundles = "dequeued_bundles"
-	OpApplySweep      = "apply_sweep"
-	OpScanBacklog     = "scan_backlog"
-	OpChangedBacklog  = "changed_backlog"
-	OpReadFigures     = "read_figures"
-	OpWriteFigures    = "write_figures"
-	OpDueRecipients   = "due_recipients"
-	OpLoadRetention   = "load_retention"
-	OpBundlesAsRead   = "bundles_as_read"
-	OpNotices         = "notices"
-	OpRemoveNotices   = "remove_notices"
-	OpDequeuedBundle  = "dequeued_bundle"
-	OpRingBell        = "ring_bell"
-	OpReadBells       = "read_bells"
-	OpBackup          = "backup"
+	OpLoadRecipient    = "load_recipient"
+	OpMarkIdle         = "mark_idle"
+	OpReadDrawer       = "read_drawer"
+	OpReadDrawerLatest = "read_drawer_latest"
+	OpLookupIDs        = "lookup_ids"
+	OpCommitSaves      = "commit_saves"
+	OpBundleExists     = "bundle_exists"
+	OpCreateBundle     = "create_bundle"
+	OpAcknowledge      = "acknowledge"
+	OpReleaseBundle    = "release_bundle"
+	OpRecipients       = "recipients"
+	OpDequeuedBundles  = "dequeued_bundles"
+	OpApplySweep       = "apply_sweep"
+	OpScanBacklog      = "scan_backlog"
+	OpChangedBacklog   = "changed_backlog"
+	OpReadFigures      = "read_figures"
+	OpWriteFigures     = "write_figures"
+	OpDueRecipients    = "due_recipients"
+	OpLoadRetention    = "load_retention"
+	OpBundlesAsRead    = "bundles_as_read"
+	OpNotices          = "notices"
+	OpRemoveNotices    = "remove_notices"
+	OpDequeuedBundle   = "dequeued_bundle"
+	OpRingBell         = "ring_bell"
+	OpReadBells        = "read_bells"
+	OpBackup           = "backup"
 )
 
 // Store wraps a store.Store with metrics. What it does not measure (the
@@ -121,6 +122,13 @@ func (s *Store) MarkIdle(ctx context.Context, recipient string, head store.Head)
 // ReadDrawer implements store.Store.
 func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
 	return timedResult(ctx, s, OpReadDrawer, func() ([]drawer.Item, error) { return s.Store.ReadDrawer(ctx, drawerID, from, to, limit) })
+}
+
+// ReadDrawerLatest implements store.Store.
+func (s *Store) ReadDrawerLatest(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
+	return timedResult(ctx, s, OpReadDrawerLatest, func() ([]drawer.Item, error) {
+		return s.Store.ReadDrawerLatest(ctx, drawerID, from, to, limit)
+	})
 }
 
 // LookupIDs implements store.Store.

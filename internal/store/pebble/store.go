@@ -325,6 +325,12 @@ func (s *Store) ReadDrawer(ctx context.Context, drawerID string, from, to int64,
 	return items, iter.Error()
 }
 
+// ReadDrawerLatest is ReadDrawer: one process writes and reads the store,
+// so no read lags.
+func (s *Store) ReadDrawerLatest(ctx context.Context, drawerID string, from, to int64, limit int) ([]drawer.Item, error) {
+	return s.ReadDrawer(ctx, drawerID, from, to, limit)
+}
+
 // LookupIDs gets each id's record; absent ids are left out. It answers
 // once what it read is durable: pebble shows a save's id records before its
 // fsync, and a trace (its caller) would tell of a notification that the

@@ -36,7 +36,7 @@ func RunStore(t *testing.T, newStore Factory) {
 	run("CommitSavesIsAllOrNothingAcrossRecipients", commitAllOrNothing)
 	run("CommitSavesOnOneHeadAtOnceOneWins", commitOneWins)
 	run("CommitSavesNeverStoreOneIDTwice", commitOneIDOnce)
-	run("ReadDrawerHonoursFromToLimitAndOrder", readDrawerRanges)
+	run("ReadDrawerAndItsLatestHonourFromToLimitAndOrder", readDrawerRanges)
 	run("LookupIDsReturnsOnlyStoredIDs", lookupIDs)
 	run("BundleExistsForPendingAndDequeuedBundles", bundleExists)
 	run("CreateBundleStoresAPendingBundle", createStoresPending)
@@ -417,22 +417,28 @@ func readDrawerRanges(t *testing.T, s *storeEnv) {
 		{0, 2_503, 1, ns[:1]},   // the first item only
 		{2_502, 2_503, 5, ns[2_502:]},
 	}
-	for _, c := range cases {
-		items, err := s.store.ReadDrawer(ctx(t), d, c.from, c.to, c.limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make([]string, len(items))
-		for i, it := range items {
-			got[i] = it.ID
-			if want := c.from + int64(i); it.Pos != want {
-				t.Fatalf("read [%d, %d) limit %d: item %d at position %d, want %d", c.from, c.to, c.limit, i, it.Pos, want)
+	reads := []struct {
+		name string
+		read drawer.ReadFunc
+	}{{"read", s.store.ReadDrawer}, {"latest read", s.store.ReadDrawerLatest}}
+	for _, r := range reads {
+		for _, c := range cases {
+			items, err := r.read(ctx(t), d, c.from, c.to, c.limit)
+			if err != nil {
+				t.Fatal(err)
 			}
+			got := make([]string, len(items))
+			for i, it := range items {
+				got[i] = it.ID
+				if want := c.from + int64(i); it.Pos != want {
+					t.Fatalf("%s [%d, %d) limit %d: item %d at position %d, want %d", r.name, c.from, c.to, c.limit, i, it.Pos, want)
+				}
+			}
+			expectIDs(t, fmt.Sprintf("%s [%d, %d) limit %d", r.name, c.from, c.to, c.limit), got, ids(c.want))
 		}
-		expectIDs(t, fmt.Sprintf("read [%d, %d) limit %d", c.from, c.to, c.limit), got, ids(c.want))
-	}
-	if items, err := s.store.ReadDrawer(ctx(t), uuid.NewString(), 0, 10, 10); err != nil || len(items) != 0 {
-		t.Fatalf("a drawer never written read %d items (%v)", len(items), err)
+		if items, err := r.read(ctx(t), uuid.NewString(), 0, 10, 10); err != nil || len(items) != 0 {
+			t.Fatalf("%s of a drawer never written: %d items (%v)", r.name, len(items), err)
+		}
 	}
 }
 
