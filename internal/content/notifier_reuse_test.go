@@ -13,6 +13,8 @@ import (
 	"github.com/energydatahub/messagehub/internal/content/contenttest"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
+	"github.com/energydatahub/messagehub/internal/store/cosmos"
+	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
 // hubClock is the time a hub dequeues and sweeps by.
@@ -33,21 +35,29 @@ func (c *hubClock) set(t time.Time) {
 	c.now = t
 }
 
-// A bundle id is free again once retention removed its record, and a
-// notice of its earlier dequeue may still wait (its domain was failing).
-// This instance's dequeue of a new bundle under the id is its own notice,
-// told at once; dropping the old notice (its bundle is gone) must not make
-// the notifier forget that the new one is its own: it would then wait for
-// the grace and be told by every instance once overdue.
+// A bundle id is free again once retention removed its record, and on
+// Cosmos DB a notice of its earlier dequeue may still wait (its domain was
+// failing) until its ttl ends (the embedded store removes it with the
+// record). This instance's dequeue of a new bundle under the id is its own
+// notice, told at once; dropping the old notice (its bundle is gone) must
+// not make the notifier forget that the new one is its own: it would then
+// wait for the grace and be told by every instance once overdue.
 func TestAnOwnNoticeIsToldAtOnceAfterTheOldNoticeOfItsIDIsDropped(t *testing.T) {
 	provider := contenttest.Start(t, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
 	provider.FailDequeued(1) // the domain fails the old dequeue's call
 	signal := content.NewNoticeSignal()
 	wall := time.Now()
 	hclock := &hubClock{now: wall.Add(-2 * time.Hour)}
-	store, repo := openWithNotices(t, hub.Options{Notices: func(domain.Origin) bool { return true }, OnNotice: signal.Send,
-		Now: hclock.Now, Retention: time.Hour})
 	ctx := within(t, time.Minute)
+	srv := cosmostest.Start(t)
+	store, err := cosmos.Open(ctx, cosmos.Config{Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: cosmostest.UniqueID("db"),
+		Transport: cosmostest.NewHTTPClient(), Now: hclock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := hub.New(store, hub.Options{Notices: func(domain.Origin) bool { return true }, OnNotice: signal.Send,
+		Now: hclock.Now, Retention: time.Hour}, nil)
+	t.Cleanup(func() { repo.Close(); _ = store.Close() })
 	clock := newFakeClock()
 	clock.now = wall
 	notifier := content.StartNotifier(content.NotifierOptions{
@@ -85,13 +95,17 @@ func TestAnOwnNoticeIsToldAtOnceAfterTheOldNoticeOfItsIDIsDropped(t *testing.T) 
 		t.Fatal("no backoff after the failed call")
 	}
 
-	// Retention removes the old bundle's record; its notice stays.
+	// Retention removes the old bundle's record; its notice stays (its ttl
+	// is the store's retention, of a week).
 	hclock.set(wall.Add(-30 * time.Minute))
 	if err := repo.SweepNow(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.DequeuedBundle(ctx, recipient, id); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("the old bundle's record after retention: %v; want it gone, the test tests nothing", err)
+	}
+	if n, _, err := store.NoticeBacklog(ctx); err != nil || n != 1 {
+		t.Fatalf("%d notices (%v) after retention; want the old one still waiting, the test tests nothing", n, err)
 	}
 	hclock.set(wall)
 	cycleAs() // this instance's dequeue of a new bundle under the freed id

@@ -9,12 +9,23 @@ import "slices"
 // milliseconds), recorded in the drawers it fills. It returns the drawers as
 // they become and the pages to write; drawers is not modified.
 func Append(drawers []Meta, items []Item, newID func() string, at int64) ([]Meta, []Page) {
-	out := make([]Meta, len(drawers), len(drawers)+1+len(items)/Capacity)
+	return appendItems(drawers, items, newID, at, false)
+}
+
+// AppendClosing is Append with the last drawer closed first: the items go
+// into new drawers, whatever room the last one has left.
+func AppendClosing(drawers []Meta, items []Item, newID func() string, at int64) ([]Meta, []Page) {
+	return appendItems(drawers, items, newID, at, true)
+}
+
+func appendItems(drawers []Meta, items []Item, newID func() string, at int64, closed bool) ([]Meta, []Page) {
+	out := make([]Meta, len(drawers), len(drawers)+2+len(items)/Capacity)
 	copy(out, drawers)
 	var pages []Page
 	for len(items) > 0 {
-		if len(out) == 0 || out[len(out)-1].End() != items[0].Pos || lastHolds(out) >= Capacity {
+		if len(out) == 0 || closed || out[len(out)-1].End() != items[0].Pos || lastHolds(out) >= Capacity {
 			out = append(out, Meta{ID: newID(), Start: items[0].Pos, FirstSeq: items[0].Seq, FirstAt: at})
+			closed = false
 		}
 		last := &out[len(out)-1]
 		n := min(Capacity-lastHolds(out), len(items))

@@ -131,6 +131,24 @@ func runsOf(drawers []drawer.Meta, id string) []drawer.Meta {
 	return slices.DeleteFunc(slices.Clone(drawers), func(m drawer.Meta) bool { return m.ID != id })
 }
 
+// widest adds to runs, one drawer's, the runs of it that another record
+// names, in order of their start. Each record names the drawer as it was
+// when its bundle was dequeued: a run that a later save appended to is
+// shorter in an earlier record, so of two runs that start alike the
+// longer is kept.
+func widest(runs, more []drawer.Meta) []drawer.Meta {
+	for _, m := range more {
+		i, found := slices.BinarySearchFunc(runs, m.Start, func(d drawer.Meta, start int64) int { return cmp.Compare(d.Start, start) })
+		switch {
+		case !found:
+			runs = slices.Insert(runs, i, m)
+		case m.Count > runs[i].Count:
+			runs[i] = m
+		}
+	}
+	return runs
+}
+
 // Preview is what the next Peek of a group would return.
 type Preview struct {
 	// Pending: Record is pending already (Peek returns it again); else it
@@ -240,15 +258,15 @@ func (r *Hub) traceOnce(ctx context.Context, recipient, id string) (Trace, error
 	}
 	if len(runs) == 0 {
 		// Retention may have taken a dequeued bundle's drawers out of the
-		// entry; the bundle's record keeps them.
+		// entry; the bundles' records keep them.
 		if dequeued, err = r.store.DequeuedBundles(ctx, recipient); err != nil {
 			return Trace{}, err
 		}
 		loaded = true
 		for _, rec := range dequeued {
-			if runs = runsOf(rec.Drawers, idRec.DrawerID); len(runs) > 0 {
+			if named := runsOf(rec.Drawers, idRec.DrawerID); len(named) > 0 {
 				entry = catalog.Entry{Origin: rec.Origin, ContentType: rec.ContentType}
-				break
+				runs = widest(runs, named)
 			}
 		}
 	}

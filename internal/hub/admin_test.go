@@ -355,3 +355,54 @@ func TestAdminTraceNotification(t *testing.T) {
 		t.Fatalf("after retention: %+v", tr)
 	}
 }
+
+// A drawer that left its entry (the cabinet drained, the drawer opened
+// longer than the retention ago) is kept for the retained bundles that
+// read it, each of whose records names the drawer as it was at its
+// dequeue: the earlier one's a shorter run, before the later save was
+// appended to it. A trace of the later notification (and an
+// acknowledgement up to it) reads the drawer as far as any record names
+// it, whichever record comes first, and finds it dequeued.
+func TestAdminTraceFindsANotificationInAKeptDrawerPastAnEarlierRecordsRun(t *testing.T) {
+	ctx := context.Background()
+	env := newAdminEnv(t) // a retention of an hour
+	recipient := uuid.NewString()
+	// The records are listed in the order of their ids: the earlier
+	// bundle's, with the shorter run, first.
+	ids := []string{"00000000-0000-4000-8000-000000000000", "ffffffff-ffff-4fff-bfff-ffffffffffff"}
+	var saved []string
+	for i, at := range []time.Duration{0, 30 * time.Minute} { // saved at 0 and 40 minutes, dequeued at 10 and 40
+		env.advance(at)
+		saved = append(saved, env.save(t, recipient, domain.OriginCharges, 1)...)
+		if i == 0 {
+			env.advance(10 * time.Minute)
+		}
+		b, err := env.hub.Peek(ctx, recipient, domain.GroupAll, ids[i])
+		if err != nil || b == nil || len(b.NotificationIDs) != 1 || b.NotificationIDs[0] != saved[i] {
+			t.Fatalf("peek %d: %+v, %v", i, b, err)
+		}
+		if err := env.hub.Dequeue(ctx, recipient, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The drawer was opened 65 minutes ago: it leaves the drained cabinet,
+	// kept for both bundles, retained still.
+	env.advance(25 * time.Minute)
+	if err := env.hub.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := env.store.LoadRecipient(ctx, recipient)
+	if err != nil || len(st.Entries) != 0 {
+		t.Fatalf("entries after the sweep: %+v (%v); want the cabinet gone, the test tests nothing", st.Entries, err)
+	}
+	for i, id := range saved {
+		tr, err := env.hub.TraceNotification(ctx, recipient, id)
+		if err != nil || tr.State != hub.TraceDequeued || tr.Position != int64(i) || tr.Bundle == nil || tr.Bundle.ID != ids[i] {
+			t.Fatalf("trace of notification %d: %+v (%v); want it dequeued at position %d in bundle %s", i, tr, err, i, ids[i])
+		}
+	}
+	done, err := env.hub.AcknowledgeOnBehalf(ctx, recipient, domain.OriginCharges, "rsm-014", saved[1])
+	if err != nil || len(done.Bundles) != 0 || done.More {
+		t.Fatalf("acknowledging up to a dequeued notification: %+v (%v); want nothing to do", done, err)
+	}
+}

@@ -93,3 +93,62 @@ func TestACabinetFullOnlyInALaggingLoadTakesTheSave(t *testing.T) {
 		t.Fatalf("saved %d, want %d", res.Saved, len(big))
 	}
 }
+
+// A cabinet's last drawer opened longer than the retention ago with some of
+// it acknowledged takes no more notifications: they go into a new drawer.
+// A cabinet at its bound of drawers has no room for one, and its last
+// drawer takes them still, as it has room: a drawer closed for retention's
+// sake is not worth a refused save.
+func TestAnOldDrawerOfACabinetAtItsBoundTakesTheSave(t *testing.T) {
+	for _, bound := range []int{1, 2} {
+		inner, err := pebble.Open(t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		now := time.UnixMilli(1_700_000_000_000)
+		repo := hub.New(inner, hub.Options{MaxCabinetDrawers: bound, Retention: time.Hour, SweepInterval: time.Hour,
+			Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}, nil)
+		ctx := context.Background()
+		r := "6a1f3c2a-2222-4c39-9f0a-3f5c5f8f0a02"
+		if _, err := repo.Save(ctx, notes(2, r)); err != nil {
+			t.Fatal(err)
+		}
+		b, err := repo.Peek(ctx, r, domain.GroupAll, "")
+		if err == nil && b != nil {
+			err = repo.Dequeue(ctx, r, b.ID)
+		}
+		if err != nil || b == nil {
+			t.Fatalf("peek and dequeue: %v, %v", b, err)
+		}
+		if _, err := repo.Save(ctx, notes(1, r)); err != nil { // one left waiting
+			t.Fatal(err)
+		}
+		mu.Lock()
+		now = now.Add(2 * time.Hour)
+		mu.Unlock()
+		if _, err := repo.Save(ctx, notes(1, r)); err != nil {
+			t.Fatalf("bound %d: a save into a cabinet whose only drawer is older than the retention and partly acknowledged: %v", bound, err)
+		}
+		st, err := inner.LoadRecipient(ctx, r)
+		if err != nil || len(st.Entries) != 1 {
+			t.Fatalf("bound %d: entries %+v (%v)", bound, st.Entries, err)
+		}
+		if ids := drawerIDs(st.Entries[0].Drawers); len(ids) != bound {
+			t.Fatalf("bound %d: the cabinet's drawers %v; want %d", bound, ids, bound)
+		}
+		repo.Close()
+		_ = inner.Close()
+	}
+}
+
+// drawerIDs lists the drawers of runs, each once, in order.
+func drawerIDs(runs []drawer.Meta) []string {
+	var ids []string
+	for _, m := range runs {
+		if !slices.Contains(ids, m.ID) {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -234,8 +235,15 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 	plan := func(i int) {
 		state, err := r.store.LoadRecipient(ctx, recipients[i], load...)
 		if err == nil {
-			saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at)
+			closeBefore := at - r.opts.Retention.Milliseconds()
+			saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at, closeBefore)
 			err = checkCabinets(state, saves[i], r.opts.MaxCabinetDrawers)
+			if errors.Is(err, domain.ErrCabinetFull) {
+				// A drawer closed for retention's sake is not worth a
+				// refused save: the last one takes them, as it has room.
+				saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at, 0)
+				err = checkCabinets(state, saves[i], r.opts.MaxCabinetDrawers)
+			}
 		}
 		errs[i] = err
 	}
@@ -306,9 +314,11 @@ func classify(ns []domain.Notification, stored map[string]store.IDRecord, accept
 
 // PlanSave numbers one recipient's new notifications from its head, files
 // them into its cabinets' drawers and moves the watermark past them. fps
-// holds the notifications' fingerprints, for the id index. Exported for the
-// store contract suite, which plans writes exactly as the repository does.
-func PlanSave(recipient string, state store.RecipientState, ns []domain.Notification, fps map[string]store.Fingerprint, newID func() string, at int64) store.RecipientSave {
+// holds the notifications' fingerprints, for the id index. A cabinet's last
+// drawer opened before closeBefore (unix milliseconds; 0: none) takes no
+// more once some of it is acknowledged (closes). Exported for the store
+// contract suite, which plans writes exactly as the repository does.
+func PlanSave(recipient string, state store.RecipientState, ns []domain.Notification, fps map[string]store.Fingerprint, newID func() string, at, closeBefore int64) store.RecipientSave {
 	head := state.Head
 	seq := max(head.NextSeq, 1)
 	entries := make(map[catalog.Key]catalog.Entry, len(state.Entries))
@@ -338,7 +348,11 @@ func PlanSave(recipient string, state store.RecipientState, ns []domain.Notifica
 	for _, k := range order {
 		e := entries[k]
 		var pages []drawer.Page
-		e.Drawers, pages = drawer.Append(e.Drawers, items[k], newID, at)
+		if closes(e, state.Cursors, closeBefore) {
+			e.Drawers, pages = drawer.AppendClosing(e.Drawers, items[k], newID, at)
+		} else {
+			e.Drawers, pages = drawer.Append(e.Drawers, items[k], newID, at)
+		}
 		save.Entries = append(save.Entries, e)
 		save.Pages = append(save.Pages, pages...)
 		for _, p := range pages {
@@ -351,6 +365,25 @@ func PlanSave(recipient string, state store.RecipientState, ns []domain.Notifica
 	head.Watermark = seq - 1
 	save.Head = head
 	return save
+}
+
+// closes says whether a cabinet's last drawer takes no more notifications:
+// opened before closeBefore (0: never), with some of it acknowledged.
+// Retention removes a drawer once all of it is acknowledged; a last drawer
+// of a cabinet never drained when a sweep visits it (its actor always a
+// notification or more behind) would take saves until it is full, keeping
+// the acknowledged notifications in it, and their ids, for good. Closed,
+// it goes once the actor has caught up past it. A drawer none of which is
+// acknowledged frees nothing when closed: an actor that does not dequeue
+// does not fill its cabinet's bound with a drawer a retention.
+func closes(e catalog.Entry, cursors []catalog.Cursor, closeBefore int64) bool {
+	if closeBefore == 0 || len(e.Drawers) == 0 {
+		return false
+	}
+	lastID := e.Drawers[len(e.Drawers)-1].ID
+	first := e.Drawers[slices.IndexFunc(e.Drawers, func(d drawer.Meta) bool { return d.ID == lastID })] // its first run
+	c := slices.IndexFunc(cursors, func(c catalog.Cursor) bool { return c.Key() == e.Key() })
+	return first.FirstAt < closeBefore && c >= 0 && cursors[c].Acked > first.Start
 }
 
 // fingerprint hashes everything a notification says except its id with

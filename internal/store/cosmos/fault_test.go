@@ -512,7 +512,7 @@ func TestASaveReturnsWhenTheAccountStopsAnswering(t *testing.T) {
 	}
 	// The store's own Save, with no deadline: the hub's would make the lease
 	// twice its own 30 s.
-	save := hub.PlanSave(r, state, ns, fps, uuid.NewString, time.Now().UnixMilli())
+	save := hub.PlanSave(r, state, ns, fps, uuid.NewString, time.Now().UnixMilli(), 0)
 	inject(t, db, cosmostest.Fault{Kind: cosmostest.LostHold, Coll: "saves", Ops: []string{"replace", "read", "batch"}})
 
 	done := make(chan error, 1)

@@ -139,3 +139,49 @@ func retentionEnv(t *testing.T) (store.Store, *hub.Hub, func(d time.Duration)) {
 	t.Cleanup(func() { repo.Close(); _ = s.Close() })
 	return s, repo, func(d time.Duration) { now.Store(t0.Add(d).UnixNano()) }
 }
+
+// A cabinet whose actor dequeues all but the last notification, never
+// drained when a sweep visits it, never has a fully acknowledged last
+// drawer. A notification acknowledged in it still goes within about twice
+// the retention: the drawer takes new notifications for at most the
+// retention once some of it is acknowledged, then leaves once all of it is.
+// Kept for good, its id would make the notification, saved again past its
+// retention, a duplicate never delivered.
+func TestAnAcknowledgedNotificationOfACabinetNeverDrainedGoesWithinTwiceTheRetention(t *testing.T) {
+	ctx := context.Background()
+	s, repo, at := retentionEnv(t)
+	r := uuid.NewString()
+	var first domain.Notification
+	for i := range 7 { // a save every half retention; the one before it dequeued
+		at(time.Duration(i) * retention / 2)
+		n := domain.Notification{ID: uuid.NewString(), Recipient: r, Origin: domain.OriginCharges, ContentType: "c", DocumentType: "d", Weight: 1}
+		if i == 0 {
+			first = n
+		}
+		if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			b, err := repo.Peek(ctx, r, domain.GroupAll, "")
+			if err != nil || b == nil || len(b.NotificationIDs) != 1 {
+				t.Fatalf("peek: %v, %v", b, err)
+			}
+			if err := repo.Dequeue(ctx, r, b.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := repo.SweepNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first notification was dequeued at half the retention, two and
+	// a half retentions ago: the drawer took saves for a retention, the
+	// bundle of its last one is retained for another.
+	if found, err := s.LookupIDs(ctx, []string{first.ID}); err != nil || len(found) != 0 {
+		t.Fatalf("the id of a notification dequeued %s ago, past twice its retention of %s, is still stored (%v)", 2*retention+retention/2, retention, err)
+	}
+	res, err := repo.Save(ctx, []domain.Notification{first})
+	if err != nil || res.Saved != 1 {
+		t.Fatalf("saved again past its retention: %+v (%v), want it saved, not a duplicate", res, err)
+	}
+}

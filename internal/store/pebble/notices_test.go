@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -82,5 +83,48 @@ func TestANoticesBundleIsOnePointRead(t *testing.T) {
 	}
 	if n := store.lists.Load(); n != 0 {
 		t.Fatalf("the recipient's dequeued bundles were listed %d times", n)
+	}
+}
+
+// A notice lives no longer than its bundle's record: retention removes it
+// with the record. A domain whose provider was removed has no worker to
+// tell it (or to find its bundle gone), and its notices would otherwise
+// stay for good, the outbox's figures (its count, its oldest notice's age)
+// growing for ever; on Cosmos DB a notice's ttl is the retention too.
+func TestRetentionRemovesTheNoticeOfABundleItRemoves(t *testing.T) {
+	s, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ahead atomic.Int64 // how far the hub's clock is ahead
+	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	repo := hub.New(s, hub.Options{Retention: time.Hour, Now: now, Notices: func(domain.Origin) bool { return true }}, nil)
+	defer func() { repo.Close(); _ = s.Close() }()
+	ctx := context.Background()
+	recipient := uuid.NewString()
+	n := domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges, ContentType: "c", DocumentType: "c", Weight: 1}
+	if _, err := repo.Save(ctx, []domain.Notification{n}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v %v", b, err)
+	}
+	if err := repo.Dequeue(ctx, recipient, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := s.NoticeBacklog(ctx); err != nil || n != 1 {
+		t.Fatalf("%d notices (%v) after the dequeue, want 1", n, err)
+	}
+
+	ahead.Store(int64(2 * time.Hour))
+	if err := repo.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DequeuedBundle(ctx, recipient, b.ID); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("the bundle past its retention: %v; want it removed", err)
+	}
+	if n, oldest, err := s.NoticeBacklog(ctx); err != nil || n != 0 {
+		t.Fatalf("%d notices (%v), the oldest of %v, once retention removed their bundle; want none", n, err, oldest)
 	}
 }

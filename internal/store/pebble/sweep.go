@@ -24,7 +24,9 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *txn) error {
+	var untold []bundle.Record // deleted with their notice still waiting
+	err = s.write(ctx, func(tx *txn) error {
+		untold = untold[:0]
 		rec, err := tx.records(r)
 		if err != nil {
 			return err
@@ -77,6 +79,22 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 				return conflict("bundle %s changed since it was read", read.ID)
 			}
 			puts = append(puts, put{key: dequeuedKey(r, bid), del: true}, put{key: retainedKey(b, r, bid), del: true})
+			// Its notice goes with it, as a notice's ttl (the retention)
+			// takes it on Cosmos DB: told or not, nothing reads the bundle
+			// for it any more, and a notice of a domain that has no
+			// provider now (no worker looks at its notices) would stay for
+			// good, the outbox's figures growing for ever.
+			if b.Notice && b.State == bundle.Dequeued {
+				key := noticeKey(b.Origin, b.DequeuedAt.UnixNano(), r, bid)
+				_, waiting, err := s.get(key)
+				if err != nil {
+					return err
+				}
+				if waiting {
+					puts = append(puts, put{key: key, del: true})
+					untold = append(untold, b)
+				}
+			}
 		}
 		var gone []uint64
 		for _, id := range slices.Concat(sw.Drawers, unnamed) {
@@ -102,6 +120,14 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 		})
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for _, b := range untold {
+		s.logger.Warn("a dequeued bundle was removed by retention before its domain heard of it",
+			"recipient", sw.Recipient, "bundle", b.ID, "origin", b.Origin)
+	}
+	return nil
 }
 
 // keptUnnamed returns the drawers the sweep keeps that no bundle's record

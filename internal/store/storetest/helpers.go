@@ -119,5 +119,5 @@ func planSave(recipient string, state store.RecipientState, ns []domain.Notifica
 	for _, n := range ns {
 		fps[n.ID] = fingerprintOf(n)
 	}
-	return hub.PlanSave(recipient, state, ns, fps, uuid.NewString, at)
+	return hub.PlanSave(recipient, state, ns, fps, uuid.NewString, at, 0)
 }
