@@ -218,4 +218,8 @@ func TestATraceOnAnotherInstanceFindsAStoredNotificationWhoseReplicasLag(t *test
 		t.Fatalf("peek = %v, %v", bundle, err)
 	}
 	wantTrace(t, b, r, ns[1].ID, hub.TracePending, "on another instance once peeked")
+	if err := a.Dequeue(ctx, r, bundle.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantTrace(t, b, r, ns[1].ID, hub.TraceDequeued, "on another instance once dequeued")
 }
