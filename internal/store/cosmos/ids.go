@@ -37,11 +37,11 @@ func (s *Store) checkIDs(ctx context.Context, saveID string, plans []savePlan) e
 			ids = append(ids, rec.ID)
 		}
 	}
-	hits, err := s.lookup(ctx, ids, saveID)
+	hits, err := s.lookup(ctx, ids, saveID, false)
 	if err != nil {
 		return err
 	}
-	existing, states, inFlight, err := s.settledHits(ctx, hits)
+	existing, states, inFlight, err := s.settledHits(ctx, hits, s.saveState)
 	if err != nil {
 		return err
 	}
@@ -104,26 +104,41 @@ func (s *Store) unfinalizedOnPrimary(ctx context.Context, saveID string, plans [
 	return held.Load(), err
 }
 
-// lookupIDs returns the ids stored by committed saves.
+// lookupIDs returns the ids stored by committed saves, for an operator's
+// trace (and the remedy that traces its target first): what it answers is
+// told to the operator, or acted on, as the truth. A replica behind
+// another instance's writes would answer that a stored id is not (its id
+// document not there yet, or its save's record still pending), so every
+// bucket is read with the token its primary answers, and each save hit has
+// its commit record read on the primary: an id of a save that may still
+// abort, or that aborted, is left out; one of a committed save is not.
+// That costs one read of 1 RU per bucket looked in and one point read per
+// distinct save hit, on these operator calls only: a Save's own look-up
+// (checkIDs) takes a pending answer for "retry", which a later look-up
+// corrects.
 func (s *Store) lookupIDs(ctx context.Context, ids []string) (map[string]store.IDRecord, error) {
-	hits, err := s.lookup(ctx, ids, "")
+	hits, err := s.lookup(ctx, ids, "", true)
 	if err != nil {
 		return nil, err
 	}
-	found, _, _, err := s.settledHits(ctx, hits)
+	found, _, _, err := s.settledHits(ctx, hits, func(ctx context.Context, saveID, _ string) (string, error) {
+		d, err := s.readSaveOnPrimary(ctx, saveID)
+		return d.State, err
+	})
 	return found, err
 }
 
 // settledHits returns the hits whose save is committed, the state of each
-// save hit, and whether any belongs to a save still in flight. Each save's
-// record is read once, however many of its ids were hit.
-func (s *Store) settledHits(ctx context.Context, hits []idHit) (committed map[string]store.IDRecord, states map[string]string, inFlight bool, err error) {
+// save hit (read by stateOf), and whether any belongs to a save still in
+// flight. Each save's record is read once, however many of its ids were
+// hit.
+func (s *Store) settledHits(ctx context.Context, hits []idHit, stateOf func(ctx context.Context, saveID, token string) (string, error)) (committed map[string]store.IDRecord, states map[string]string, inFlight bool, err error) {
 	committed = make(map[string]store.IDRecord)
 	states = make(map[string]string)
 	for _, h := range hits {
 		state, ok := states[h.Save]
 		if !ok {
-			if state, err = s.saveState(ctx, h.Save, h.Token); err != nil {
+			if state, err = stateOf(ctx, h.Save, h.Token); err != nil {
 				return nil, nil, false, err
 			}
 			states[h.Save] = state
@@ -166,9 +181,11 @@ func (s *Store) dropAbortedIDDocs(ctx context.Context, hits []idHit, states map[
 }
 
 // lookup queries each bucket the ids fall in, in parallel, leaving out the
-// documents of the save named by except. Ids are sent packed and in chunks:
-// a query's text and parameters must stay under 512 KB, and the 20,000 ids
-// of the largest group commit would be 780 KB as canonical strings.
+// documents of the save named by except; anchored reads every bucket with
+// the token its primary answers (as below for an unwritten layout). Ids are
+// sent packed and in chunks: a query's text and parameters must stay under
+// 512 KB, and the 20,000 ids of the largest group commit would be 780 KB as
+// canonical strings.
 //
 // A save's look-up sees the ids other saves wrote in a bucket through the
 // token of its own id document there, written just before. A layout that
@@ -177,7 +194,7 @@ func (s *Store) dropAbortedIDDocs(ctx context.Context, hits []idHit, states map[
 // token their primaries answer (primaryToken), else a replica behind the
 // ids another instance kept there would miss them and the save would store
 // them again.
-func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHit, error) {
+func (s *Store) lookup(ctx context.Context, ids []string, except string, anchored bool) ([]idHit, error) {
 	layout, err := s.layout(ctx)
 	if err != nil {
 		return nil, err
@@ -201,7 +218,7 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string) ([]idHi
 		for _, id := range ids {
 			b := bucket(count, id)
 			add(b, packID(id))
-			anchor[b] = unwritten
+			anchor[b] = anchored || unwritten
 		}
 	}
 	var parts []part

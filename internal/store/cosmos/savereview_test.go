@@ -138,6 +138,18 @@ func holdRequests(match func(*http.Request) bool) *heldRequests {
 	return h
 }
 
+// heldAtCommit opens two instances on one database: a, whose replaces of
+// commit records (a save's commit, or its abort) held holds, and b.
+func heldAtCommit(t *testing.T) (held *heldRequests, a, b *hub.Hub) {
+	db := cosmostest.UniqueID("db")
+	held = holdRequests(func(req *http.Request) bool { return toContainer(req, "saves") && req.Method == http.MethodPut })
+	a = hub.New(open(t, cosmos.Config{Database: db, Transport: held}), hub.Options{}, nil)
+	t.Cleanup(a.Close)
+	b = hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
+	t.Cleanup(b.Close)
+	return held, a, b
+}
+
 // saveAnswer is what a Save answered.
 type saveAnswer struct {
 	res domain.SaveResult
@@ -323,12 +335,7 @@ func TestAReservePartBatchSurvivesALostOrRefusedAnswer(t *testing.T) {
 // try again; once A has committed, B's resend counts them as duplicates,
 // and they are delivered once.
 func TestASaveMeetingTheSameIDsPendingOnAnotherInstanceGivesWay(t *testing.T) {
-	db := cosmostest.UniqueID("db")
-	held := holdRequests(func(req *http.Request) bool { return toContainer(req, "saves") && req.Method == http.MethodPut })
-	a := hub.New(open(t, cosmos.Config{Database: db, Transport: held}), hub.Options{}, nil)
-	t.Cleanup(a.Close)
-	b := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
-	t.Cleanup(b.Close)
+	held, a, b := heldAtCommit(t)
 	r := uuid.NewString()
 	ns := notifications(3, r, 1)
 	// A's save may take its hub's longest time: B's attempts run meanwhile.
