@@ -233,9 +233,17 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 	errs := make([]error, len(recipients))
 	at := r.opts.Now().UnixMilli()
 	plan := func(i int) {
+		closeBefore := at - r.opts.Retention.Milliseconds()
 		state, err := r.store.LoadRecipient(ctx, recipients[i], load...)
+		if err == nil && state.Cursors == nil && slices.ContainsFunc(state.Entries, func(e catalog.Entry) bool { return openedBefore(e, closeBefore) }) {
+			// Whether a last drawer this old closes depends on its
+			// cabinet's cursor, which a save's load may leave out
+			// (store.CatalogOnly): read with the cursors. Only a cabinet
+			// whose last drawer is older than the retention costs it, once
+			// a retention when its actor dequeues.
+			state, err = r.store.LoadRecipient(ctx, recipients[i], withCursors(load)...)
+		}
 		if err == nil {
-			closeBefore := at - r.opts.Retention.Milliseconds()
 			saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at, closeBefore)
 			err = checkCabinets(state, saves[i], r.opts.MaxCabinetDrawers)
 			if errors.Is(err, domain.ErrCabinetFull) {
@@ -377,13 +385,29 @@ func PlanSave(recipient string, state store.RecipientState, ns []domain.Notifica
 // acknowledged frees nothing when closed: an actor that does not dequeue
 // does not fill its cabinet's bound with a drawer a retention.
 func closes(e catalog.Entry, cursors []catalog.Cursor, closeBefore int64) bool {
-	if closeBefore == 0 || len(e.Drawers) == 0 {
+	if !openedBefore(e, closeBefore) {
 		return false
 	}
-	lastID := e.Drawers[len(e.Drawers)-1].ID
-	first := e.Drawers[slices.IndexFunc(e.Drawers, func(d drawer.Meta) bool { return d.ID == lastID })] // its first run
 	c := slices.IndexFunc(cursors, func(c catalog.Cursor) bool { return c.Key() == e.Key() })
-	return first.FirstAt < closeBefore && c >= 0 && cursors[c].Acked > first.Start
+	return c >= 0 && cursors[c].Acked > lastDrawersFirstRun(e).Start
+}
+
+// openedBefore says whether the cabinet's last drawer was opened before
+// closeBefore (0: never).
+func openedBefore(e catalog.Entry, closeBefore int64) bool {
+	return closeBefore != 0 && len(e.Drawers) > 0 && lastDrawersFirstRun(e).FirstAt < closeBefore
+}
+
+// lastDrawersFirstRun is the first run of the cabinet's last drawer; e has
+// a drawer.
+func lastDrawersFirstRun(e catalog.Entry) drawer.Meta {
+	lastID := e.Drawers[len(e.Drawers)-1].ID
+	return e.Drawers[slices.IndexFunc(e.Drawers, func(d drawer.Meta) bool { return d.ID == lastID })]
+}
+
+// withCursors is a save's load options without store.CatalogOnly.
+func withCursors(load []store.LoadOption) []store.LoadOption {
+	return slices.DeleteFunc(slices.Clone(load), func(o store.LoadOption) bool { return o == store.CatalogOnly })
 }
 
 // fingerprint hashes everything a notification says except its id with

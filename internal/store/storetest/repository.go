@@ -50,6 +50,7 @@ func RunRepository(t *testing.T, newStore Factory) {
 	t.Run("DequeueNotFound", h.dequeueNotFound)
 	t.Run("FullBundleSpansDrawers", h.fullBundleSpansDrawers)
 	t.Run("RetentionRemovesOnlyAcknowledged", h.retention)
+	t.Run("AnAcknowledgedNotificationOfACabinetNeverDrainedGoesWithinTwiceTheRetention", h.neverDrainedCabinet)
 	t.Run("ReleaseAndAcknowledgeOnBehalf", h.remedies)
 	t.Run("AcknowledgeOnBehalfInBoundedCalls", h.acknowledgeInBoundedCalls)
 }
