@@ -30,7 +30,8 @@
 // (RetryPolicy.AttemptTimeout) passed, never once the caller's context
 // ended. Other codes (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION,
 // PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND, INTERNAL) are the caller's to
-// handle and are returned at once; status.Code reads the code of the error
+// handle and are returned at once (so is a Save over the hub's message size
+// limit: INVALID_ARGUMENT, never sent); status.Code reads the code of the error
 // returned (the last attempt's). RESOURCE_EXHAUSTED on Save means the hub is
 // short of disk and refuses saves until space is freed, or that a cabinet
 // of the Save holds as many notifications not yet dequeued as it may (its
@@ -234,11 +235,21 @@ type SaveResult struct {
 	Saved, Duplicates int
 }
 
-// Save stores the notifications all or nothing (1..10,000 of them).
+// Save stores the notifications all or nothing (1..10,000 of them). A
+// Save over the hub's message size limit is INVALID_ARGUMENT, not sent:
+// only an invalid one is that large (10,000 notifications of the longest
+// valid fields take about 6 MiB).
 func (c *Client) Save(ctx context.Context, notifications ...*Notification) (SaveResult, error) {
+	req := &messagehubv1.SaveRequest{Notifications: notifications}
+	if size := req.SizeVT(); size > maxSendBytes {
+		// gRPC would refuse it with RESOURCE_EXHAUSTED, which says to
+		// retry and to save again later: this Save can never be sent.
+		return SaveResult{}, status.Errorf(codes.InvalidArgument,
+			"client: a Save of %d bytes is over the hub's %d: it holds more than 10,000 notifications or fields longer than allowed", size, maxSendBytes)
+	}
 	var res SaveResult
 	err := c.do(ctx, c.retry.AttemptTimeout, func(ctx context.Context) error {
-		resp, err := c.hub.Save(ctx, &messagehubv1.SaveRequest{Notifications: notifications})
+		resp, err := c.hub.Save(ctx, req)
 		if err == nil {
 			res = SaveResult{Saved: int(resp.GetSaved()), Duplicates: int(resp.GetDuplicates())}
 		}
