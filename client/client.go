@@ -113,8 +113,9 @@ type StaticToken string
 func (s StaticToken) Token(context.Context) (string, error) { return string(s), nil }
 
 // TokenFunc adapts a function, such as one asking an identity provider for
-// a fresh token, to a TokenSource. It is called for every call: cache
-// tokens in it until shortly before they expire.
+// a fresh token, to a TokenSource. It is called for every call, at the
+// same time by calls made at the same time: cache tokens in it until
+// shortly before they expire, behind a mutex.
 type TokenFunc func(ctx context.Context) (string, error)
 
 // Token calls f.
