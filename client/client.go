@@ -17,8 +17,10 @@
 //     every answer is lost: a retry with it answers that bundle, and the id
 //     can be dequeued later. A retried Peek with a bundle id answers
 //     ALREADY_EXISTS if the bundle was dequeued in between (another poller
-//     of the same recipient did it) and FAILED_PRECONDITION if another bundle
-//     is pending: peek again with a new id.
+//     of the same recipient did it): peek again with a new id; and
+//     FAILED_PRECONDITION if another bundle is pending (another poller
+//     peeked it), whatever new id it names, until that bundle is dequeued:
+//     peek without a bundle id to get that bundle.
 //   - Dequeue: an attempt whose answer was lost may have acknowledged the
 //     bundle, and then the retry answers NOT_FOUND. Dequeue therefore treats
 //     NOT_FOUND after such an attempt (one sent on a connection that then

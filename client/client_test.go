@@ -437,3 +437,20 @@ func TestATokenFuncOutlivingTheAttemptIsRetried(t *testing.T) {
 		t.Fatalf("got %v after %d tokens asked; want the second attempt's token to be used", err, asked.Load())
 	}
 }
+
+// A Peek naming a bundle id while another bundle is pending answers
+// FAILED_PRECONDITION whatever new id it names; a Peek without an id (or
+// with the pending bundle's) answers the pending bundle, which the package
+// comment says to do.
+func TestAPeekWithANewIDWhileAnotherBundleIsPendingIsRefusedUntilPeekedWithout(t *testing.T) {
+	c := newClient(t, startHub(t, &fault{}))
+	recipient, pendingBundle := pending(t, c)
+	for range 2 {
+		if _, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, uuid.NewString()); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("a peek with a new id: %v, want FAILED_PRECONDITION", err)
+		}
+	}
+	if b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, ""); err != nil || b.GetId() != pendingBundle.GetId() {
+		t.Fatalf("a peek without an id: %v, %v; want the pending bundle %s", b, err, pendingBundle.GetId())
+	}
+}
