@@ -31,27 +31,9 @@ func TestTheProviderRendersABundleInEitherFormat(t *testing.T) {
 	}
 	for _, format := range []string{"json", "xml"} {
 		t.Run(format, func(t *testing.T) {
-			client := startProvider(t, format)
-			stream, err := client.CreateBundleContent(context.Background(), &messagehubv1.CreateBundleContentRequest{Bundle: bundle})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var mediaType string
-			var data []byte
-			for i := 0; ; i++ {
-				chunk, err := stream.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if i == 0 {
-					mediaType = chunk.GetMediaType()
-				}
-				data = append(data, chunk.GetData()...)
-			}
+			mediaType, data := readDocument(t, startProvider(t, format), bundle)
 			var doc document
+			var err error
 			switch format {
 			case "json":
 				err = json.Unmarshal(data, &doc)
@@ -65,6 +47,28 @@ func TestTheProviderRendersABundleInEitherFormat(t *testing.T) {
 				t.Fatalf("media type %q, bundle %q with %d notifications", mediaType, doc.BundleID, len(doc.Notifications))
 			}
 		})
+	}
+}
+
+// readDocument asks the provider for the bundle's document and reads it whole.
+func readDocument(t *testing.T, client messagehubv1.BundleContentProviderClient, bundle *messagehubv1.Bundle) (mediaType string, data []byte) {
+	t.Helper()
+	stream, err := client.CreateBundleContent(context.Background(), &messagehubv1.CreateBundleContentRequest{Bundle: bundle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return mediaType, data
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			mediaType = chunk.GetMediaType()
+		}
+		data = append(data, chunk.GetData()...)
 	}
 }
 
@@ -144,22 +148,8 @@ func TestTheLargestBundlesDocumentFitsTheHubsLimit(t *testing.T) {
 	bundle := largestBundle()
 	for _, format := range []string{"json", "xml"} {
 		t.Run(format, func(t *testing.T) {
-			stream, err := startProvider(t, format).CreateBundleContent(context.Background(), &messagehubv1.CreateBundleContentRequest{Bundle: bundle})
-			if err != nil {
-				t.Fatal(err)
-			}
-			size := 0
-			for {
-				chunk, err := stream.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				size += len(chunk.GetData())
-			}
-			if size > content.MaxDocumentBytes {
+			_, data := readDocument(t, startProvider(t, format), bundle)
+			if size := len(data); size > content.MaxDocumentBytes {
 				t.Fatalf("the largest bundle's %s document is %d bytes, over the %d the hub stores", format, size, content.MaxDocumentBytes)
 			}
 		})
