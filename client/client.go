@@ -17,8 +17,10 @@
 //     every answer is lost: a retry with it answers that bundle, and the id
 //     can be dequeued later. A retried Peek with a bundle id answers
 //     ALREADY_EXISTS if the bundle was dequeued in between (another poller
-//     of the same recipient did it) and FAILED_PRECONDITION if another bundle
-//     is pending: peek again with a new id.
+//     of the same recipient did it): peek again with a new id; and
+//     FAILED_PRECONDITION if another bundle is pending (another poller
+//     peeked it), whatever new id it names, until that bundle is dequeued:
+//     peek without a bundle id to get that bundle.
 //   - Dequeue: an attempt whose answer was lost may have acknowledged the
 //     bundle, and then the retry answers NOT_FOUND. Dequeue therefore treats
 //     NOT_FOUND after such an attempt (one sent on a connection that then
@@ -30,7 +32,8 @@
 // (RetryPolicy.AttemptTimeout) passed, never once the caller's context
 // ended. Other codes (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION,
 // PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND, INTERNAL) are the caller's to
-// handle and are returned at once; status.Code reads the code of the error
+// handle and are returned at once (so is a Save over the hub's message size
+// limit: INVALID_ARGUMENT, never sent); status.Code reads the code of the error
 // returned (the last attempt's). RESOURCE_EXHAUSTED on Save means the hub is
 // short of disk and refuses saves until space is freed, or that a cabinet
 // of the Save holds as many notifications not yet dequeued as it may (its
@@ -112,8 +115,9 @@ type StaticToken string
 func (s StaticToken) Token(context.Context) (string, error) { return string(s), nil }
 
 // TokenFunc adapts a function, such as one asking an identity provider for
-// a fresh token, to a TokenSource. It is called for every call: cache
-// tokens in it until shortly before they expire.
+// a fresh token, to a TokenSource. It is called for every call, at the
+// same time by calls made at the same time: cache tokens in it until
+// shortly before they expire, behind a mutex.
 type TokenFunc func(ctx context.Context) (string, error)
 
 // Token calls f.
@@ -234,11 +238,21 @@ type SaveResult struct {
 	Saved, Duplicates int
 }
 
-// Save stores the notifications all or nothing (1..10,000 of them).
+// Save stores the notifications all or nothing (1..10,000 of them). A
+// Save over the hub's message size limit is INVALID_ARGUMENT, not sent:
+// only an invalid one is that large (10,000 notifications of the longest
+// valid fields take about 6 MiB).
 func (c *Client) Save(ctx context.Context, notifications ...*Notification) (SaveResult, error) {
+	req := &messagehubv1.SaveRequest{Notifications: notifications}
+	if size := req.SizeVT(); size > maxSendBytes {
+		// gRPC would refuse it with RESOURCE_EXHAUSTED, which says to
+		// retry and to save again later: this Save can never be sent.
+		return SaveResult{}, status.Errorf(codes.InvalidArgument,
+			"client: a Save of %d bytes is over the hub's %d: it holds more than 10,000 notifications or fields longer than allowed", size, maxSendBytes)
+	}
 	var res SaveResult
 	err := c.do(ctx, c.retry.AttemptTimeout, func(ctx context.Context) error {
-		resp, err := c.hub.Save(ctx, &messagehubv1.SaveRequest{Notifications: notifications})
+		resp, err := c.hub.Save(ctx, req)
 		if err == nil {
 			res = SaveResult{Saved: int(resp.GetSaved()), Duplicates: int(resp.GetDuplicates())}
 		}

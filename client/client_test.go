@@ -202,6 +202,34 @@ func TestTheCallersMistakesAreNotRetried(t *testing.T) {
 	}
 }
 
+// A Save larger than the hub takes (only an invalid one is: a full Save of
+// valid notifications is about 6 MiB) can never be sent: it is the
+// caller's mistake, answered at once, not a RESOURCE_EXHAUSTED that the
+// caller is told to save again later.
+func TestASaveOverTheSizeLimitIsRefusedAtOnce(t *testing.T) {
+	var attempts atomic.Int32
+	count := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		attempts.Add(1)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	c, err := client.New(startHub(t, &fault{}), client.Options{Plaintext: true, DialOptions: []grpc.DialOption{count},
+		Retry: client.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	recipient, long := uuid.NewString(), strings.Repeat("x", 4<<10)
+	notes := make([]*client.Notification, 10_000) // 10,000 of about 4 KiB: over 32 MiB
+	for i := range notes {
+		notes[i] = notification(recipient)
+		notes[i].ContentType = long
+	}
+	_, err = c.Save(within(t), notes...)
+	if status.Code(err) != codes.InvalidArgument || attempts.Load() > 1 {
+		t.Fatalf("got %v after %d attempts; want INVALID_ARGUMENT at once", err, attempts.Load())
+	}
+}
+
 func TestRetriesStopAtMaxAttempts(t *testing.T) {
 	f := &fault{failN: 100, methods: "Peek"}
 	addr := startHub(t, f)
@@ -407,5 +435,22 @@ func TestATokenFuncOutlivingTheAttemptIsRetried(t *testing.T) {
 	defer func() { _ = c.Close() }()
 	if _, err := c.Peek(within(t), uuid.NewString(), 0, ""); err != nil || asked.Load() != 2 {
 		t.Fatalf("got %v after %d tokens asked; want the second attempt's token to be used", err, asked.Load())
+	}
+}
+
+// A Peek naming a bundle id while another bundle is pending answers
+// FAILED_PRECONDITION whatever new id it names; a Peek without an id (or
+// with the pending bundle's) answers the pending bundle, which the package
+// comment says to do.
+func TestAPeekWithANewIDWhileAnotherBundleIsPendingIsRefusedUntilPeekedWithout(t *testing.T) {
+	c := newClient(t, startHub(t, &fault{}))
+	recipient, pendingBundle := pending(t, c)
+	for range 2 {
+		if _, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, uuid.NewString()); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("a peek with a new id: %v, want FAILED_PRECONDITION", err)
+		}
+	}
+	if b, err := c.Peek(within(t), recipient, messagehubv1.PeekGroup_PEEK_GROUP_ALL, ""); err != nil || b.GetId() != pendingBundle.GetId() {
+		t.Fatalf("a peek without an id: %v, %v; want the pending bundle %s", b, err, pendingBundle.GetId())
 	}
 }

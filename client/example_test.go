@@ -27,8 +27,13 @@ func ExampleClient_Save() {
 	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The id is derived from the data the notification announces (here a
+	// metering point's time series of one day), never made anew at send
+	// time: saving it again after a failure, or after a restart, sends the
+	// same id, and what the hub already stored counts as a duplicate.
+	id := uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://domain.example.org/time-series/571313180000000005/2026-11-27"))
 	res, err := c.Save(ctx, &client.Notification{
-		Id: uuid.NewString(), Recipient: "0d9f3c2a-1111-4c39-9f0a-3f5c5f8f0a01",
+		Id: id.String(), Recipient: "0d9f3c2a-1111-4c39-9f0a-3f5c5f8f0a01",
 		Origin: messagehubv1.Domain_DOMAIN_TIME_SERIES, ContentType: "TimeSeries", SupportsBundling: true, Weight: 1,
 	})
 	if err != nil {

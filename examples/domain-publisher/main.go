@@ -59,9 +59,14 @@ func run(args []string, stdout io.Writer) error {
 	if err := flags.Parse(args); err != nil {
 		return usageError{err}
 	}
-	if _, err := uuid.Parse(*recipient); err != nil {
+	rid, err := uuid.Parse(*recipient)
+	if err != nil {
 		return usageError{errors.New("--recipient must be a UUID")}
 	}
+	// The hub takes a UUID in any case as one recipient: the ids derive
+	// from its one form, so that a run again naming it otherwise saves the
+	// same ids.
+	*recipient = rid.String()
 	if *count < 1 {
 		return usageError{fmt.Errorf("--count %d: publish at least one notification", *count)}
 	}
@@ -70,7 +75,6 @@ func run(args []string, stdout io.Writer) error {
 	}
 	id := uuid.New()
 	if *runID != "" {
-		var err error
 		if id, err = uuid.Parse(*runID); err != nil {
 			return usageError{errors.New("--run must be a UUID")}
 		}

@@ -39,13 +39,30 @@ func (l *loseSaves) interceptor(ctx context.Context, req any, info *grpc.UnarySe
 // lost) says how to run it again, and that run saves the same ids: the
 // actor gets each notification once, not once per run.
 func TestAFailedRunRunAgainStoresNothingTwice(t *testing.T) {
+	recipient := uuid.NewString()
+	runTwice(t, recipient, recipient)
+}
+
+// The hub takes a recipient's UUID in any case and stores it in lower
+// case: a run again naming the same recipient in another case (its id
+// copied from elsewhere) is the same recipient, and saves the same ids.
+func TestARunAgainNamingTheRecipientInAnotherCaseStoresNothingTwice(t *testing.T) {
+	recipient := uuid.NewString()
+	runTwice(t, strings.ToUpper(recipient), recipient)
+}
+
+// runTwice runs the publisher for first with every save answer lost, then
+// again as the failure says, for again, and checks that the actor is
+// delivered each notification once.
+func runTwice(t *testing.T, first, again string) {
+	t.Helper()
 	lose := &loseSaves{}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(lose.interceptor, server.UnaryErrorInterceptor(slog.New(slog.DiscardHandler))))
 	messagehubv1.RegisterMessageHubServer(srv, server.NewService(hubtest.Open(t)))
 	addr := hubtest.Serve(t, srv)
-	recipient := uuid.NewString()
+	recipient := strings.ToLower(again)
 	const count = 3
-	args := []string{"--hub", addr, "--recipient", recipient, "--count", strconv.Itoa(count)}
+	args := []string{"--hub", addr, "--recipient", first, "--count", strconv.Itoa(count)}
 
 	lose.on.Store(true)
 	failed := run(args, io.Discard)
@@ -53,6 +70,7 @@ func TestAFailedRunRunAgainStoresNothingTwice(t *testing.T) {
 		t.Fatal("a run whose every save answer was lost succeeded")
 	}
 	lose.on.Store(false)
+	args[3] = again
 	// The failed run names itself; run it again as it says.
 	if m := regexp.MustCompile(`--run ([0-9a-f-]{36})`).FindStringSubmatch(failed.Error()); m != nil {
 		args = append(args, "--run", m[1])
