@@ -2,8 +2,14 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,5 +185,32 @@ func TestCloseWithoutRunReleasesTheStore(t *testing.T) {
 	}
 	if err := second.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// A hub whose address is taken by another process fails to start with the
+// address in its error, having written nothing: no store is created in a
+// data directory that did not exist.
+func TestAnAddressInUseCreatesNoStore(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, flag := range []string{"--grpc-addr", "--http-addr", "--metrics-addr"} {
+		t.Run(flag, func(t *testing.T) {
+			dataDir := filepath.Join(t.TempDir(), "data")
+			a, err := app.New(t.Context(), testConfig(t, "--data-dir", dataDir, flag, taken.Addr().String()))
+			if err == nil {
+				_ = a.Close()
+				t.Fatalf("New with %s %s, an address in use, succeeded", flag, taken.Addr())
+			}
+			if !strings.Contains(err.Error(), taken.Addr().String()) {
+				t.Errorf("New = %v, want an error naming %s", err, taken.Addr())
+			}
+			if _, statErr := os.Stat(dataDir); !errors.Is(statErr, fs.ErrNotExist) {
+				t.Errorf("after New failed with %v, the data directory %s exists (stat: %v)", err, dataDir, statErr)
+			}
+		})
 	}
 }
