@@ -199,18 +199,44 @@ func TestAnAddressInUseCreatesNoStore(t *testing.T) {
 	defer taken.Close()
 	for _, flag := range []string{"--grpc-addr", "--http-addr", "--metrics-addr"} {
 		t.Run(flag, func(t *testing.T) {
-			dataDir := filepath.Join(t.TempDir(), "data")
-			a, err := app.New(t.Context(), testConfig(t, "--data-dir", dataDir, flag, taken.Addr().String()))
-			if err == nil {
-				_ = a.Close()
-				t.Fatalf("New with %s %s, an address in use, succeeded", flag, taken.Addr())
-			}
-			if !strings.Contains(err.Error(), taken.Addr().String()) {
-				t.Errorf("New = %v, want an error naming %s", err, taken.Addr())
-			}
-			if _, statErr := os.Stat(dataDir); !errors.Is(statErr, fs.ErrNotExist) {
-				t.Errorf("after New failed with %v, the data directory %s exists (stat: %v)", err, dataDir, statErr)
-			}
+			failsCreatingNoStore(t, taken.Addr().String(), flag, taken.Addr().String())
 		})
+	}
+}
+
+// A file named by a flag that cannot be read fails the start, naming the
+// flag, before a store is created.
+func TestAFileThatCannotBeReadCreatesNoStore(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	for name, flags := range map[string][]string{
+		"--tls-cert": {"--tls-cert", missing, "--tls-key", missing},
+		"--jwks-file": {"--auth", "jwt", "--jwks-file", missing, "--jwt-issuer", "https://issuer.example/",
+			"--jwt-audience", "messagehub"},
+		"--content-provider-ca":   {"--content-provider-tls", "--content-provider-ca", missing},
+		"--content-provider-cert": {"--content-provider-tls", "--content-provider-cert", missing, "--content-provider-key", missing},
+		"--content-provider-token-file": {"--content-provider-tls", "--content-provider-token-file", missing,
+			"--content-provider", "DOMAIN_TIME_SERIES=127.0.0.1:1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			failsCreatingNoStore(t, missing, flags...)
+		})
+	}
+}
+
+// failsCreatingNoStore checks that New with flags fails with an error that
+// says want and leaves its data directory, which did not exist, unmade.
+func failsCreatingNoStore(t *testing.T, want string, flags ...string) {
+	t.Helper()
+	dataDir := filepath.Join(t.TempDir(), "data")
+	a, err := app.New(t.Context(), testConfig(t, append([]string{"--data-dir", dataDir}, flags...)...))
+	if err == nil {
+		_ = a.Close()
+		t.Fatalf("New with %v succeeded", flags)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("New = %v, want an error naming %s", err, want)
+	}
+	if _, statErr := os.Stat(dataDir); !errors.Is(statErr, fs.ErrNotExist) {
+		t.Errorf("after New failed with %v, the data directory %s exists (stat: %v)", err, dataDir, statErr)
 	}
 }
