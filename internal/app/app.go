@@ -65,8 +65,9 @@ type App struct {
 	metricsSrv    *http.Server // nil: /metrics is on httpSrv
 	metricsLis    net.Listener
 	tlsConfig     *tls.Config
-	guard         *diskguard.Guard // nil: free disk space is not watched
-	backup        backup           // the Admin service's Backup (backup.go)
+	providerCreds []grpc.DialOption // how content providers are dialed
+	guard         *diskguard.Guard  // nil: free disk space is not watched
+	backup        backup            // the Admin service's Backup (backup.go)
 
 	closers []closer // in the order things were opened
 
@@ -150,10 +151,14 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if a.tlsConfig, err = loadTLS(cfg); err != nil {
 		return nil, err
 	}
-	// The listeners before the store: an address in use (a second
-	// instance, a typo) fails the start before a store is created,
-	// provisioned or opened. Connections made meanwhile wait in the
-	// listeners' backlogs until Run serves them.
+	if a.providerCreds, err = cfg.Content.dialOptions(); err != nil {
+		return nil, err
+	}
+	// The files above and the listeners before the store: a file that
+	// cannot be read or an address in use (a second instance, a typo)
+	// fails the start before a store is created, provisioned or opened.
+	// Connections made meanwhile wait in the listeners' backlogs until Run
+	// serves them.
 	if err := a.listen(); err != nil {
 		return nil, err
 	}
