@@ -65,8 +65,9 @@ type App struct {
 	metricsSrv    *http.Server // nil: /metrics is on httpSrv
 	metricsLis    net.Listener
 	tlsConfig     *tls.Config
-	guard         *diskguard.Guard // nil: free disk space is not watched
-	backup        backup           // the Admin service's Backup (backup.go)
+	providerCreds []grpc.DialOption // how content providers are dialed
+	guard         *diskguard.Guard  // nil: free disk space is not watched
+	backup        backup            // the Admin service's Backup (backup.go)
 
 	closers []closer // in the order things were opened
 
@@ -95,7 +96,7 @@ func (a *App) onClose(name string, fn func() error) {
 	a.closers = append(a.closers, closer{name, fn})
 }
 
-// New opens the store and the listeners and wires the servers, releasing
+// New opens the listeners and the store and wires the servers, releasing
 // whatever it opened if a step fails. ctx bounds the opening (a remote
 // store, the gateway's set-up); the App serves once Run is called.
 func New(ctx context.Context, cfg Config) (_ *App, err error) {
@@ -150,6 +151,17 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if a.tlsConfig, err = loadTLS(cfg); err != nil {
 		return nil, err
 	}
+	if a.providerCreds, err = cfg.Content.dialOptions(); err != nil {
+		return nil, err
+	}
+	// The files above and the listeners before the store: a file that
+	// cannot be read or an address in use (a second instance, a typo)
+	// fails the start before a store is created, provisioned or opened.
+	// Connections made meanwhile wait in the listeners' backlogs until Run
+	// serves them.
+	if err := a.listen(); err != nil {
+		return nil, err
+	}
 
 	core, docs, err := a.openHub(ctx)
 	if err != nil {
@@ -180,9 +192,6 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	admin.Register(a.grpcSrv, core, admin.WithBackup(a.backup))
 	admin.Register(a.gatewaySrv, core, admin.WithBackup(a.backup))
 
-	if err := a.listen(); err != nil {
-		return nil, err
-	}
 	metrics := a.tel.MetricsHandler()
 	if a.metricsLis != nil {
 		own := http.NewServeMux()

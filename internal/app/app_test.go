@@ -2,8 +2,14 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,5 +185,58 @@ func TestCloseWithoutRunReleasesTheStore(t *testing.T) {
 	}
 	if err := second.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// A hub whose address is taken by another process fails to start with the
+// address in its error, having written nothing: no store is created in a
+// data directory that did not exist.
+func TestAnAddressInUseCreatesNoStore(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, flag := range []string{"--grpc-addr", "--http-addr", "--metrics-addr"} {
+		t.Run(flag, func(t *testing.T) {
+			failsCreatingNoStore(t, taken.Addr().String(), flag, taken.Addr().String())
+		})
+	}
+}
+
+// A file named by a flag that cannot be read fails the start, naming the
+// flag, before a store is created.
+func TestAFileThatCannotBeReadCreatesNoStore(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	for name, flags := range map[string][]string{
+		"--tls-cert": {"--tls-cert", missing, "--tls-key", missing},
+		"--jwks-file": {"--auth", "jwt", "--jwks-file", missing, "--jwt-issuer", "https://issuer.example/",
+			"--jwt-audience", "messagehub"},
+		"--content-provider-ca":   {"--content-provider-tls", "--content-provider-ca", missing},
+		"--content-provider-cert": {"--content-provider-tls", "--content-provider-cert", missing, "--content-provider-key", missing},
+		"--content-provider-token-file": {"--content-provider-tls", "--content-provider-token-file", missing,
+			"--content-provider", "DOMAIN_TIME_SERIES=127.0.0.1:1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			failsCreatingNoStore(t, missing, flags...)
+		})
+	}
+}
+
+// failsCreatingNoStore checks that New with flags fails with an error that
+// says want and leaves its data directory, which did not exist, unmade.
+func failsCreatingNoStore(t *testing.T, want string, flags ...string) {
+	t.Helper()
+	dataDir := filepath.Join(t.TempDir(), "data")
+	a, err := app.New(t.Context(), testConfig(t, append([]string{"--data-dir", dataDir}, flags...)...))
+	if err == nil {
+		_ = a.Close()
+		t.Fatalf("New with %v succeeded", flags)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("New = %v, want an error naming %s", err, want)
+	}
+	if _, statErr := os.Stat(dataDir); !errors.Is(statErr, fs.ErrNotExist) {
+		t.Errorf("after New failed with %v, the data directory %s exists (stat: %v)", err, dataDir, statErr)
 	}
 }

@@ -108,14 +108,10 @@ func (c ContentConfig) validate(store string) error {
 	return nil
 }
 
-// contentService dials the configured providers and returns the document
-// service of svc and the notifier of notifier, started with them; closeAll
-// stops both and releases the connections.
-func contentService(cfg ContentConfig, svc content.Options, notifier content.NotifierOptions) (_ *content.Service, closeAll func(), err error) {
-	creds, err := cfg.dialOptions()
-	if err != nil {
-		return nil, nil, err
-	}
+// contentService dials the configured providers with creds (dialOptions)
+// and returns the document service of svc and the notifier of notifier,
+// started with them; closeAll stops both and releases the connections.
+func contentService(cfg ContentConfig, creds []grpc.DialOption, svc content.Options, notifier content.NotifierOptions) (_ *content.Service, closeAll func(), err error) {
 	var conns []*grpc.ClientConn
 	closeConns := func() {
 		for _, c := range conns {
@@ -125,7 +121,7 @@ func contentService(cfg ContentConfig, svc content.Options, notifier content.Not
 	// A build counts one chunk of its provider's answer (its weight against
 	// content.Options.MaxBuildMemory): the limit says so, whatever gRPC's
 	// default.
-	creds = append(creds, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(content.MaxProviderChunkBytes)))
+	creds = append(slices.Clip(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(content.MaxProviderChunkBytes)))
 	providers := map[domain.Origin]messagehubv1.BundleContentProviderClient{}
 	for _, origin := range slices.Sorted(maps.Keys(cfg.Providers)) {
 		conn, err := grpc.NewClient(cfg.Providers[origin], creds...)

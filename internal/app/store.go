@@ -113,7 +113,7 @@ func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 	if a.guard != nil { // new documents are new data on the store's volume
 		documents = diskguard.Documents(documents, a.guard)
 	}
-	docs, closeDocs, err := contentService(a.cfg.Content,
+	docs, closeDocs, err := contentService(a.cfg.Content, a.providerCreds,
 		content.Options{
 			Store: documents,
 			// Shared through the store, whose leases make the instances

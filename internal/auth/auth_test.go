@@ -187,6 +187,28 @@ func TestParseJWKSRejectsUnusableKeys(t *testing.T) {
 	}
 }
 
+// A JWKS file the hub cannot use at start (a JSON document of no usable key:
+// an empty set, only a symmetric key) is an error that names the file, as a
+// file that is no JSON is: there are no keys in use yet to keep.
+func TestNewVerifierRefusesAnUnusableJWKSFile(t *testing.T) {
+	for name, doc := range map[string]string{
+		"no keys":         `{"keys":[]}`,
+		"an empty object": `{}`,
+		"a symmetric key": `{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := t.TempDir() + "/jwks.json"
+			if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			v, err := auth.NewVerifier(auth.Config{JWKSFile: path, Issuer: issuer, Audience: audience})
+			if err == nil || !strings.Contains(err.Error(), path) {
+				t.Fatalf("NewVerifier = %v, %v; want an error naming %s", v, err, path)
+			}
+		})
+	}
+}
+
 func TestAuthorize(t *testing.T) {
 	is := authtest.NewIssuer(t, issuer, audience)
 	a := auth.NewAuthorizer(newVerifier(t, is))

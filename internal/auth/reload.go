@@ -62,8 +62,12 @@ func (f *jwksFile) reload(path string, now time.Time) (old *KeySet, failure stri
 // same edit must not keep them trusted. It is nil when data is no JSON
 // document of keys (half written: nothing can be told from it), lists all
 // of ks, or none of them (a file that names no key in use is taken for a
-// mistake rather than a lock-out of every caller).
+// mistake rather than a lock-out of every caller), and when ks is nil: the
+// file's first read, with no keys in use yet.
 func (ks *KeySet) stillListed(data []byte) *KeySet {
+	if ks == nil {
+		return nil
+	}
 	var doc struct {
 		Keys []rawJWK `json:"keys"`
 	}
