@@ -75,15 +75,21 @@ func (c *clock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func setup(t *testing.T) (*costly, *figures.Keeper, *clock) {
+// clocked opens a real store and a clock for its keeper.
+func clocked(t *testing.T) (*pebble.Store, *clock) {
 	t.Helper()
 	st, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	return st, &clock{now: time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)}
+}
+
+func setup(t *testing.T) (*costly, *figures.Keeper, *clock) {
+	t.Helper()
+	st, c := clocked(t)
 	s := &costly{Store: st}
-	c := &clock{now: time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)}
 	return s, figures.New(s, figures.Options{Now: c.Now}), c
 }
 
@@ -171,12 +177,7 @@ func (s *slow) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) 
 // made the next turn skip, so that the figures were updated every other
 // turn (twice as old as Every says: 30 s on the embedded store).
 func TestEveryTurnOfRunUpdatesTheFigures(t *testing.T) {
-	st, err := pebble.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	c := &clock{now: time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)}
+	st, c := clocked(t)
 	const every = 15 * time.Second
 	k := figures.New(&slow{Store: st, clock: c, takes: time.Second}, figures.Options{Every: every, Now: c.Now})
 	start := c.Now()
@@ -240,12 +241,7 @@ func TestATakeOverWithNoBacklogEmptiesTheLastHoldersLists(t *testing.T) {
 // that sample's, leaving a sample every six turns instead of every five
 // (a tenth of the history's points lost, its gaps uneven).
 func TestTheHistoryKeepsASamplePerStepWhateverTheUpdatesTake(t *testing.T) {
-	st, err := pebble.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	c := &clock{now: time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)}
+	st, c := clocked(t)
 	k := figures.New(st, figures.Options{Now: c.Now})
 	start := c.Now()
 	const span = 3 * time.Hour
