@@ -115,7 +115,11 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 	if k.cursor == "" || !now.Before(k.paced(k.fullAt, k.opts.FullEvery, k.full)) {
 		return k.updated(k.recount(ctx))
 	}
-	changes, err := k.store.ChangedBacklog(ctx, k.cursor)
+	var changes store.BacklogChanges
+	err = k.holding(ctx, func() (err error) {
+		changes, err = k.store.ChangedBacklog(ctx, k.cursor)
+		return err
+	})
 	if err != nil {
 		if !errors.Is(err, domain.ErrUnavailable) && ctx.Err() == nil {
 			// Not a passing refusal (a cursor the store no longer takes,
@@ -138,12 +142,38 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 // outlasts a few turns: another instance takes over only from a holder
 // that stopped, or stalled past it (its writes are then refused).
 func (k *Keeper) hold(ctx context.Context) (bool, error) {
-	held, err := k.store.HoldFiguresLease(ctx, k.holder, 5*k.opts.Every)
+	held, err := k.store.HoldFiguresLease(ctx, k.holder, k.lease())
 	if err != nil || !held {
 		k.forget() // another holder's changes are not in this tally
 	}
 	return held, err
 }
+
+// holding runs read, an update's reading of the store, extending the
+// figures lease every Every while it runs: a recount costs in proportion
+// to every recipient's cabinets and, at low priority, can run longer than
+// the lease, and another instance would take the lease over half-way, its
+// own recount as long, each holder's figures refused after the next took
+// over. A lease found lost is not extended again (the update's write is
+// refused). The extensions end with read, before the write, which
+// replaces the lease on the etag it reads and takes a change of that etag
+// for another instance's.
+func (k *Keeper) holding(ctx context.Context, read func() error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ticking(ctx, k.opts.Every, func() bool {
+			held, err := k.store.HoldFiguresLease(ctx, k.holder, k.lease())
+			return held || err != nil
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	return read()
+}
+
+// lease is how long the figures lease is taken for: a few turns.
+func (k *Keeper) lease() time.Duration { return 5 * k.opts.Every }
 
 // updated is what Turn reports of an update that ended with err. One whose
 // write was refused because another instance took the lease over (this
@@ -193,9 +223,13 @@ func (k *Keeper) recount(ctx context.Context) error {
 		return err
 	}
 	k.tally.Reset()
-	cost, err := k.store.ScanBacklog(ctx, func(r store.RecipientRecords) error {
-		k.tally.Set(r)
-		return nil
+	var cost float64
+	err = k.holding(ctx, func() (err error) {
+		cost, err = k.store.ScanBacklog(ctx, func(r store.RecipientRecords) error {
+			k.tally.Set(r)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		k.forget()
@@ -209,8 +243,12 @@ func (k *Keeper) recount(ctx context.Context) error {
 // when they changed. A write refused because the lease was taken over
 // drops what the keeper holds: the new holder's changes are not in it.
 func (k *Keeper) write(ctx context.Context, cost float64) error {
-	notices, oldest, err := k.store.NoticeBacklog(ctx)
-	if err != nil {
+	var notices int
+	var oldest time.Time
+	if err := k.holding(ctx, func() (err error) {
+		notices, oldest, err = k.store.NoticeBacklog(ctx)
+		return err
+	}); err != nil {
 		return err
 	}
 	f := k.tally.Figures(k.opts.Now(), k.history)
@@ -243,16 +281,28 @@ func (k *Keeper) Run(ctx context.Context) {
 			k.opts.Logger.Warn("releasing the figures lease failed; it runs out by itself", "err", err)
 		}
 	}()
-	tick := time.NewTicker(k.opts.Every)
-	defer tick.Stop()
-	for {
+	turn := func() bool {
 		if _, err := k.Turn(ctx); err != nil && ctx.Err() == nil {
 			k.opts.Logger.Warn("updating the backlog figures failed", "err", err)
 		}
+		return true
+	}
+	turn()
+	ticking(ctx, k.opts.Every, turn)
+}
+
+// ticking calls fn every d until ctx ends or fn returns false.
+func ticking(ctx context.Context, d time.Duration, fn func() bool) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		if !fn() {
+			return
 		}
 	}
 }
