@@ -157,13 +157,15 @@ func (k *Keeper) hold(ctx context.Context) (bool, error) {
 // over. A lease found lost is not extended again (the update's write is
 // refused). The extensions end with read, before the write, which
 // replaces the lease on the etag it reads and takes a change of that etag
-// for another instance's.
+// for another instance's: an extension under way is let finish rather
+// than cancelled, which could leave its request to reach the store after
+// the write read the lease.
 func (k *Keeper) holding(ctx context.Context, read func() error) error {
-	ctx, cancel := context.WithCancel(ctx)
+	stop, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		ticking(ctx, k.opts.Every, func() bool {
+		ticking(stop, k.opts.Every, func() bool {
 			held, err := k.store.HoldFiguresLease(ctx, k.holder, k.lease())
 			return held || err != nil
 		})
