@@ -293,3 +293,34 @@ func TestARecountLongerThanTheLeaseKeepsIt(t *testing.T) {
 		t.Fatalf("figures %+v; want the recipient with 2 waiting", f.Largest)
 	}
 }
+
+// An instance that held the figures lease, lost it while it stalled and
+// takes it again after the instance that took over stopped goes on from
+// the figures that instance wrote, not from its own of before: the
+// history keeps the other holder's samples.
+func TestAHolderBackAfterAnotherHolderKeepsItsHistory(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	clock := &costClock{now: time.Now()}
+	a := open(t, cosmos.Config{Database: db, Now: clock.Now})
+	b := open(t, cosmos.Config{Database: db, Now: clock.Now})
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	ctx := context.Background()
+	ka := figures.New(a, figures.Options{Now: clock.Now})
+	kb := figures.New(b, figures.Options{Now: clock.Now})
+	pastTheLease := 5*figures.DefaultEvery + time.Minute
+	for i, k := range []*figures.Keeper{ka, kb, ka} {
+		if i > 0 {
+			clock.advance(pastTheLease) // the holder stalls, or stops
+		}
+		if done, err := k.Turn(ctx); err != nil || !done {
+			t.Fatalf("turn %d: %v (%v), want an update", i, done, err)
+		}
+	}
+	f, err := a.ReadFigures(ctx, store.FigureHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.History) != 3 {
+		t.Fatalf("%d samples after three holders' updates %v apart, want 3: %+v", len(f.History), pastTheLease, f.History)
+	}
+}
