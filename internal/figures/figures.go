@@ -62,9 +62,11 @@ type Keeper struct {
 	holder string
 
 	// What the holder keeps between updates; cursor is empty when it
-	// holds nothing (not the holder, or not yet counted).
+	// holds nothing (not the holder, or not yet counted). wrote is when
+	// the figures it last wrote were computed.
 	tally   store.Tally
 	cursor  string
+	wrote   time.Time
 	history []store.BacklogSample
 	written store.BacklogFigures // the lists and history last written
 	fullAt  time.Time
@@ -100,6 +102,12 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 	last, err := k.store.ReadFigures(ctx, store.FigureTotals)
 	if err != nil {
 		return false, err
+	}
+	if k.cursor != "" && last.ComputedAt.After(k.wrote) {
+		// Another instance wrote the figures since this one did (it took
+		// the lease over while this one stalled): they go on from its
+		// history and lists, not from what this one kept.
+		k.forget()
 	}
 	now := k.opts.Now()
 	// The last update ended some time into its turn, and this turn came
@@ -270,6 +278,7 @@ func (k *Keeper) write(ctx context.Context, cost float64) error {
 		return err
 	}
 	k.history, k.written.Oldest, k.written.Largest, k.listed = f.History, f.Oldest, f.Largest, true
+	k.wrote = f.ComputedAt
 	return nil
 }
 

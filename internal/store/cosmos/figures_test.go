@@ -114,21 +114,8 @@ func TestAStalledFiguresHolderDoesNotOverwriteTheNewHolders(t *testing.T) {
 func stalledFiguresHolder(t *testing.T, inWrite bool) {
 	// Without replica lag, so that the figures read at the end are the
 	// last written, whoever wrote them.
-	opts := cosmostest.Default()
-	opts.Lag = 0
-	srv := cosmostest.StartWith(t, opts)
-	db := cosmostest.UniqueID("db")
+	openOn := withoutLag(t)
 	clock := &costClock{now: time.Now()}
-	openOn := func(now func() time.Time, transport *faulty) *cosmos.Store {
-		s, err := cosmos.Open(context.Background(), cosmos.Config{
-			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport, Now: now,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
 	transport := newFaulty()
 	a, b := openOn(clock.Now, transport), openOn(clock.Now, newFaulty())
 	repo := hub.New(withoutBells{openOn(nil, newFaulty())}, hub.Options{}, nil)
@@ -299,11 +286,11 @@ func TestARecountLongerThanTheLeaseKeepsIt(t *testing.T) {
 // the figures that instance wrote, not from its own of before: the
 // history keeps the other holder's samples.
 func TestAHolderBackAfterAnotherHolderKeepsItsHistory(t *testing.T) {
-	db := cosmostest.UniqueID("db")
+	// Without replica lag: the holder comes back minutes after the other's
+	// write (on the clock), which replicas have long caught up with.
+	openOn := withoutLag(t)
 	clock := &costClock{now: time.Now()}
-	a := open(t, cosmos.Config{Database: db, Now: clock.Now})
-	b := open(t, cosmos.Config{Database: db, Now: clock.Now})
-	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	a, b := openOn(clock.Now, newFaulty()), openOn(clock.Now, newFaulty())
 	ctx := context.Background()
 	ka := figures.New(a, figures.Options{Now: clock.Now})
 	kb := figures.New(b, figures.Options{Now: clock.Now})
@@ -322,5 +309,25 @@ func TestAHolderBackAfterAnotherHolderKeepsItsHistory(t *testing.T) {
 	}
 	if len(f.History) != 3 {
 		t.Fatalf("%d samples after three holders' updates %v apart, want 3: %+v", len(f.History), pastTheLease, f.History)
+	}
+}
+
+// withoutLag starts a test server without replica lag and returns how to
+// open stores of one database on it.
+func withoutLag(t *testing.T) func(now func() time.Time, transport *faulty) *cosmos.Store {
+	t.Helper()
+	opts := cosmostest.Default()
+	opts.Lag = 0
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	return func(now func() time.Time, transport *faulty) *cosmos.Store {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport, Now: now,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
 	}
 }
