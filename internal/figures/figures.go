@@ -63,7 +63,7 @@ type Keeper struct {
 
 	// What the holder keeps between updates; cursor is empty when it
 	// holds nothing (not the holder, or not yet counted). wrote is when
-	// the figures it last wrote were computed.
+	// the figures it last wrote (or tried to) were computed.
 	tally   store.Tally
 	cursor  string
 	wrote   time.Time
@@ -271,6 +271,9 @@ func (k *Keeper) write(ctx context.Context, cost float64) error {
 	if len(f.History) != len(k.history) || (len(f.History) > 0 && !f.History[len(f.History)-1].At.Equal(k.history[len(k.history)-1].At)) {
 		parts |= store.FigureHistory
 	}
+	// Figures of this update found stored later are its own, whatever the
+	// write answers: one whose answer was lost may have applied.
+	k.wrote = f.ComputedAt
 	if err := k.store.WriteFigures(ctx, k.holder, f, parts); err != nil {
 		if errors.Is(err, store.ErrNotHolder) {
 			k.forget()
@@ -278,7 +281,6 @@ func (k *Keeper) write(ctx context.Context, cost float64) error {
 		return err
 	}
 	k.history, k.written.Oldest, k.written.Largest, k.listed = f.History, f.Oldest, f.Largest, true
-	k.wrote = f.ComputedAt
 	return nil
 }
 
