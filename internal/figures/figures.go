@@ -62,9 +62,11 @@ type Keeper struct {
 	holder string
 
 	// What the holder keeps between updates; cursor is empty when it
-	// holds nothing (not the holder, or not yet counted).
+	// holds nothing (not the holder, or not yet counted). wrote is when
+	// the figures it last wrote (or tried to) were computed.
 	tally   store.Tally
 	cursor  string
+	wrote   time.Time
 	history []store.BacklogSample
 	written store.BacklogFigures // the lists and history last written
 	fullAt  time.Time
@@ -101,6 +103,12 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if k.cursor != "" && last.ComputedAt.After(k.wrote) {
+		// Another instance wrote the figures since this one did (it took
+		// the lease over while this one stalled): they go on from its
+		// history and lists, not from what this one kept.
+		k.forget()
+	}
 	now := k.opts.Now()
 	// The last update ended some time into its turn, and this turn came
 	// Every after that turn began: half an Every of slack lets it update,
@@ -115,7 +123,11 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 	if k.cursor == "" || !now.Before(k.paced(k.fullAt, k.opts.FullEvery, k.full)) {
 		return k.updated(k.recount(ctx))
 	}
-	changes, err := k.store.ChangedBacklog(ctx, k.cursor)
+	var changes store.BacklogChanges
+	err = k.holding(ctx, func() (err error) {
+		changes, err = k.store.ChangedBacklog(ctx, k.cursor)
+		return err
+	})
 	if err != nil {
 		if !errors.Is(err, domain.ErrUnavailable) && ctx.Err() == nil {
 			// Not a passing refusal (a cursor the store no longer takes,
@@ -138,12 +150,40 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 // outlasts a few turns: another instance takes over only from a holder
 // that stopped, or stalled past it (its writes are then refused).
 func (k *Keeper) hold(ctx context.Context) (bool, error) {
-	held, err := k.store.HoldFiguresLease(ctx, k.holder, 5*k.opts.Every)
+	held, err := k.store.HoldFiguresLease(ctx, k.holder, k.lease())
 	if err != nil || !held {
 		k.forget() // another holder's changes are not in this tally
 	}
 	return held, err
 }
+
+// holding runs read, an update's reading of the store, extending the
+// figures lease every Every while it runs: a recount costs in proportion
+// to every recipient's cabinets and, at low priority, can run longer than
+// the lease, and another instance would take the lease over half-way, its
+// own recount as long, each holder's figures refused after the next took
+// over. A lease found lost is not extended again (the update's write is
+// refused). The extensions end with read, before the write, which
+// replaces the lease on the etag it reads and takes a change of that etag
+// for another instance's: an extension under way is let finish rather
+// than cancelled, which could leave its request to reach the store after
+// the write read the lease.
+func (k *Keeper) holding(ctx context.Context, read func() error) error {
+	stop, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ticking(stop, k.opts.Every, func() bool {
+			held, err := k.store.HoldFiguresLease(ctx, k.holder, k.lease())
+			return held || err != nil
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	return read()
+}
+
+// lease is how long the figures lease is taken for: a few turns.
+func (k *Keeper) lease() time.Duration { return 5 * k.opts.Every }
 
 // updated is what Turn reports of an update that ended with err. One whose
 // write was refused because another instance took the lease over (this
@@ -193,9 +233,13 @@ func (k *Keeper) recount(ctx context.Context) error {
 		return err
 	}
 	k.tally.Reset()
-	cost, err := k.store.ScanBacklog(ctx, func(r store.RecipientRecords) error {
-		k.tally.Set(r)
-		return nil
+	var cost float64
+	err = k.holding(ctx, func() (err error) {
+		cost, err = k.store.ScanBacklog(ctx, func(r store.RecipientRecords) error {
+			k.tally.Set(r)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		k.forget()
@@ -209,8 +253,12 @@ func (k *Keeper) recount(ctx context.Context) error {
 // when they changed. A write refused because the lease was taken over
 // drops what the keeper holds: the new holder's changes are not in it.
 func (k *Keeper) write(ctx context.Context, cost float64) error {
-	notices, oldest, err := k.store.NoticeBacklog(ctx)
-	if err != nil {
+	var notices int
+	var oldest time.Time
+	if err := k.holding(ctx, func() (err error) {
+		notices, oldest, err = k.store.NoticeBacklog(ctx)
+		return err
+	}); err != nil {
 		return err
 	}
 	f := k.tally.Figures(k.opts.Now(), k.history)
@@ -223,6 +271,9 @@ func (k *Keeper) write(ctx context.Context, cost float64) error {
 	if len(f.History) != len(k.history) || (len(f.History) > 0 && !f.History[len(f.History)-1].At.Equal(k.history[len(k.history)-1].At)) {
 		parts |= store.FigureHistory
 	}
+	// Figures of this update found stored later are its own, whatever the
+	// write answers: one whose answer was lost may have applied.
+	k.wrote = f.ComputedAt
 	if err := k.store.WriteFigures(ctx, k.holder, f, parts); err != nil {
 		if errors.Is(err, store.ErrNotHolder) {
 			k.forget()
@@ -243,16 +294,28 @@ func (k *Keeper) Run(ctx context.Context) {
 			k.opts.Logger.Warn("releasing the figures lease failed; it runs out by itself", "err", err)
 		}
 	}()
-	tick := time.NewTicker(k.opts.Every)
-	defer tick.Stop()
-	for {
+	turn := func() bool {
 		if _, err := k.Turn(ctx); err != nil && ctx.Err() == nil {
 			k.opts.Logger.Warn("updating the backlog figures failed", "err", err)
 		}
+		return true
+	}
+	turn()
+	ticking(ctx, k.opts.Every, turn)
+}
+
+// ticking calls fn every d until ctx ends or fn returns false.
+func ticking(ctx context.Context, d time.Duration, fn func() bool) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		if !fn() {
+			return
 		}
 	}
 }

@@ -75,15 +75,21 @@ func (c *clock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func setup(t *testing.T) (*costly, *figures.Keeper, *clock) {
+// clocked opens a real store and a clock for its keeper.
+func clocked(t *testing.T) (*pebble.Store, *clock) {
 	t.Helper()
 	st, err := pebble.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	return st, &clock{now: time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)}
+}
+
+func setup(t *testing.T) (*costly, *figures.Keeper, *clock) {
+	t.Helper()
+	st, c := clocked(t)
 	s := &costly{Store: st}
-	c := &clock{now: time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)}
 	return s, figures.New(s, figures.Options{Now: c.Now}), c
 }
 
@@ -171,12 +177,7 @@ func (s *slow) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) 
 // made the next turn skip, so that the figures were updated every other
 // turn (twice as old as Every says: 30 s on the embedded store).
 func TestEveryTurnOfRunUpdatesTheFigures(t *testing.T) {
-	st, err := pebble.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	c := &clock{now: time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)}
+	st, c := clocked(t)
 	const every = 15 * time.Second
 	k := figures.New(&slow{Store: st, clock: c, takes: time.Second}, figures.Options{Every: every, Now: c.Now})
 	start := c.Now()
@@ -230,5 +231,41 @@ func TestATakeOverWithNoBacklogEmptiesTheLastHoldersLists(t *testing.T) {
 	}
 	if f.Backlog.Recipients != 0 || len(f.Oldest) != 0 || len(f.Largest) != 0 {
 		t.Fatalf("figures after the take-over: %d recipients, lists %+v and %+v; want none anywhere", f.Backlog.Recipients, f.Oldest, f.Largest)
+	}
+}
+
+// The history keeps one sample per HistoryStep while updates come every
+// Every: an update ends a little later or earlier into its turn as the
+// store answers, and a sample taken HistoryStep after the last one was
+// skipped whenever this turn's update ended a few milliseconds earlier than
+// that sample's, leaving a sample every six turns instead of every five
+// (a tenth of the history's points lost, its gaps uneven).
+func TestTheHistoryKeepsASamplePerStepWhateverTheUpdatesTake(t *testing.T) {
+	st, c := clocked(t)
+	k := figures.New(st, figures.Options{Now: c.Now})
+	start := c.Now()
+	const span = 3 * time.Hour
+	turns := int(span / figures.DefaultEvery)
+	for i := range turns {
+		ends := 20 * time.Millisecond // how far into its turn the update ends
+		if i%2 == 1 {
+			ends = 10 * time.Millisecond
+		}
+		c.advance(start.Add(time.Duration(i)*figures.DefaultEvery + ends).Sub(c.Now()))
+		if done, err := turn(t, k); err != nil || !done {
+			t.Fatalf("the turn at tick %d: %v (%v), want an update", i, done, err)
+		}
+	}
+	f, err := st.ReadFigures(context.Background(), store.FigureHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int(span / store.HistoryStep); len(f.History) != want {
+		t.Errorf("%d samples over %v of updates every %v, want %d (one per %v)", len(f.History), span, figures.DefaultEvery, want, store.HistoryStep)
+	}
+	for i := 1; i < len(f.History); i++ {
+		if gap := f.History[i].At.Sub(f.History[i-1].At); gap > store.HistoryStep+figures.DefaultEvery/2 {
+			t.Fatalf("samples %v and %v are %v apart, want about %v", f.History[i-1].At, f.History[i].At, gap, store.HistoryStep)
+		}
 	}
 }

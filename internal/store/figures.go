@@ -21,8 +21,9 @@ const (
 	// ones with the oldest waiting notifications and the ones with the
 	// most (a recipient may be in both).
 	MaxListed = 1000
-	// HistoryStep is the time between two samples of the history, and
-	// HistorySpan how far back it goes.
+	// HistoryStep is the time between two samples of the history (the
+	// first update in each HistoryStep of the clock), and HistorySpan how
+	// far back it goes.
 	HistoryStep = 5 * time.Minute
 	HistorySpan = 24 * time.Hour
 )
@@ -141,7 +142,7 @@ func (t *Tally) Set(r RecipientRecords) {
 func (t *Tally) Reset() { t.lines = nil }
 
 // Figures returns the figures of the tally at now, with history carried on
-// and a sample of now added to it when the last is a HistoryStep old.
+// and a sample of now added to it when it is the first of its HistoryStep.
 func (t *Tally) Figures(now time.Time, history []BacklogSample) BacklogFigures {
 	f := BacklogFigures{ComputedAt: now}
 	listed := make([]RecipientBacklog, 0, len(t.lines))
@@ -192,13 +193,17 @@ func (t *Tally) Figures(now time.Time, history []BacklogSample) BacklogFigures {
 	return f
 }
 
-// nextHistory adds the sample when the last one is a step old, and drops
-// the samples older than the span.
+// nextHistory adds the sample when it is the first in its HistoryStep of
+// the clock, and drops the samples older than the span. The steps are the
+// clock's, not counted from the last sample: updates come every so often,
+// each ending a little earlier or later into its turn, and a sample due a
+// whole step after the last one waited for the next update whenever this
+// one ended earlier than the last sample's had.
 func nextHistory(history []BacklogSample, sample BacklogSample) []BacklogSample {
 	out := slices.DeleteFunc(slices.Clone(history), func(s BacklogSample) bool {
 		return !s.At.After(sample.At.Add(-HistorySpan)) || s.At.After(sample.At)
 	})
-	if n := len(out); n == 0 || !sample.At.Before(out[n-1].At.Add(HistoryStep)) {
+	if n := len(out); n == 0 || sample.At.Truncate(HistoryStep).After(out[n-1].At.Truncate(HistoryStep)) {
 		out = append(out, sample)
 	}
 	return out

@@ -114,21 +114,8 @@ func TestAStalledFiguresHolderDoesNotOverwriteTheNewHolders(t *testing.T) {
 func stalledFiguresHolder(t *testing.T, inWrite bool) {
 	// Without replica lag, so that the figures read at the end are the
 	// last written, whoever wrote them.
-	opts := cosmostest.Default()
-	opts.Lag = 0
-	srv := cosmostest.StartWith(t, opts)
-	db := cosmostest.UniqueID("db")
+	openOn := withoutLag(t)
 	clock := &costClock{now: time.Now()}
-	openOn := func(now func() time.Time, transport *faulty) *cosmos.Store {
-		s, err := cosmos.Open(context.Background(), cosmos.Config{
-			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport, Now: now,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
 	transport := newFaulty()
 	a, b := openOn(clock.Now, transport), openOn(clock.Now, newFaulty())
 	repo := hub.New(withoutBells{openOn(nil, newFaulty())}, hub.Options{}, nil)
@@ -208,5 +195,139 @@ func TestAFiguresWriteWhoseAnswerIsLostSucceeds(t *testing.T) {
 				t.Fatalf("read back %+v (%v)", f, err)
 			}
 		})
+	}
+}
+
+// longRecount is a store whose recount takes longer than the figures
+// lease on the clock (a large container at low priority): it lets the
+// clock run past the lease, in two halves, and between them waits for the
+// holder to extend its lease; at the end, another instance takes a turn.
+type longRecount struct {
+	*cosmos.Store
+	clock     *costClock
+	lease     time.Duration
+	holds     chan struct{}
+	scanning  chan struct{}
+	other     func() (bool, error)
+	otherDone bool
+	otherErr  error
+}
+
+func (s *longRecount) HoldFiguresLease(ctx context.Context, holder string, d time.Duration) (bool, error) {
+	held, err := s.Store.HoldFiguresLease(ctx, holder, d)
+	select {
+	case <-s.scanning:
+		select {
+		case s.holds <- struct{}{}:
+		default:
+		}
+	default:
+	}
+	return held, err
+}
+
+func (s *longRecount) ScanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
+	s.clock.advance(s.lease * 3 / 5)
+	close(s.scanning)
+	select {
+	case <-s.holds:
+	case <-time.After(10 * time.Second): // only a keeper that never extends waits this long
+	}
+	s.clock.advance(s.lease * 3 / 5) // past the lease as taken before the recount
+	s.otherDone, s.otherErr = s.other()
+	return s.Store.ScanBacklog(ctx, fn)
+}
+
+// A recount that takes longer than the figures lease (at 100,000
+// recipients about 200,000 RU at low priority) keeps the lease: its holder
+// extends it while the recount runs. Taken over half-way by another
+// instance, whose own recount is as long, the figures were never written:
+// each holder's write was refused after the next took over, and the
+// instances took turns recounting for ever.
+func TestARecountLongerThanTheLeaseKeepsIt(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	clock := &costClock{now: time.Now()}
+	a := open(t, cosmos.Config{Database: db, Now: clock.Now})
+	b := open(t, cosmos.Config{Database: db, Now: clock.Now})
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	h := hub.New(withoutBells{open(t, cosmos.Config{Database: db})}, hub.Options{}, nil)
+	t.Cleanup(h.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	if _, err := h.Save(ctx, notifications(2, r, 1)); err != nil {
+		t.Fatal(err)
+	}
+	const every = 50 * time.Millisecond // the keepers' turns, and so their lease (5 turns)
+	kb := figures.New(b, figures.Options{Every: every, Now: clock.Now})
+	slow := &longRecount{Store: a, clock: clock, lease: 5 * every, holds: make(chan struct{}), scanning: make(chan struct{}),
+		other: func() (bool, error) { return kb.Turn(ctx) }}
+	ka := figures.New(slow, figures.Options{Every: every, Now: clock.Now})
+	done, err := ka.Turn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slow.otherErr != nil || slow.otherDone {
+		t.Errorf("another instance took the lease over during the recount: %v (%v)", slow.otherDone, slow.otherErr)
+	}
+	if !done {
+		t.Fatal("the recount's figures were not written: its lease was taken over while it counted")
+	}
+	f, err := a.ReadFigures(ctx, store.FigureLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Largest) != 1 || f.Largest[0].Recipient != r || f.Largest[0].Waiting != 2 {
+		t.Fatalf("figures %+v; want the recipient with 2 waiting", f.Largest)
+	}
+}
+
+// An instance that held the figures lease, lost it while it stalled and
+// takes it again after the instance that took over stopped goes on from
+// the figures that instance wrote, not from its own of before: the
+// history keeps the other holder's samples.
+func TestAHolderBackAfterAnotherHolderKeepsItsHistory(t *testing.T) {
+	// Without replica lag: the holder comes back minutes after the other's
+	// write (on the clock), which replicas have long caught up with.
+	openOn := withoutLag(t)
+	clock := &costClock{now: time.Now()}
+	a, b := openOn(clock.Now, newFaulty()), openOn(clock.Now, newFaulty())
+	ctx := context.Background()
+	ka := figures.New(a, figures.Options{Now: clock.Now})
+	kb := figures.New(b, figures.Options{Now: clock.Now})
+	pastTheLease := 5*figures.DefaultEvery + time.Minute
+	for i, k := range []*figures.Keeper{ka, kb, ka} {
+		if i > 0 {
+			clock.advance(pastTheLease) // the holder stalls, or stops
+		}
+		if done, err := k.Turn(ctx); err != nil || !done {
+			t.Fatalf("turn %d: %v (%v), want an update", i, done, err)
+		}
+	}
+	f, err := a.ReadFigures(ctx, store.FigureHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.History) != 3 {
+		t.Fatalf("%d samples after three holders' updates %v apart, want 3: %+v", len(f.History), pastTheLease, f.History)
+	}
+}
+
+// withoutLag starts a test server without replica lag and returns how to
+// open stores of one database on it.
+func withoutLag(t *testing.T) func(now func() time.Time, transport *faulty) *cosmos.Store {
+	t.Helper()
+	opts := cosmostest.Default()
+	opts.Lag = 0
+	srv := cosmostest.StartWith(t, opts)
+	db := cosmostest.UniqueID("db")
+	return func(now func() time.Time, transport *faulty) *cosmos.Store {
+		s, err := cosmos.Open(context.Background(), cosmos.Config{
+			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport, Now: now,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
 	}
 }
