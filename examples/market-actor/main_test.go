@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -233,5 +235,32 @@ func TestADocumentThatStallsIsFetchedAgain(t *testing.T) {
 	defer slow.mu.Unlock()
 	if slow.contents != 2 {
 		t.Fatalf("%d content peeks, want 2 (the stalled one and its retry)", slow.contents)
+	}
+}
+
+// refuseFirstDequeue fails the first DELETE as a refused connection does:
+// the request is never sent.
+type refuseFirstDequeue struct {
+	next    http.RoundTripper
+	refused bool
+}
+
+func (r *refuseFirstDequeue) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodDelete && !r.refused {
+		r.refused = true
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	}
+	return r.next.RoundTrip(req)
+}
+
+// A 404 after an attempt that never reached the hub (its connection
+// refused) is not explained by a lost answer: another poller dequeued the
+// bundle, and the actor says so instead of taking it as its own dequeue.
+func TestA404AfterAnAttemptNeverSentIsAnError(t *testing.T) {
+	srv := httptest.NewServer(&fakeHub{dequeued: true})
+	defer srv.Close()
+	a := &actor{hub: srv.URL, recipient: "r", web: &http.Client{Transport: &refuseFirstDequeue{next: http.DefaultTransport}}}
+	if err := a.dequeue(t.Context(), bundleID); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("dequeue after a refused connection, of a bundle not pending: %v, want the 404", err)
 	}
 }
