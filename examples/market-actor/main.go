@@ -34,6 +34,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -377,16 +378,17 @@ func extensionOf(mediaType string) string {
 }
 
 // dequeue retries a dequeue whose answer was lost; a 404 after such a
-// retry means the first one went through.
+// retry means the first one went through. An attempt that was never sent
+// explains no 404.
 func (a *actor) dequeue(ctx context.Context, bundleID string) error {
 	lost := false
 	for attempt := 1; ; attempt++ {
 		resp, err := a.call(ctx, http.MethodDelete, "/v1/dequeue/"+url.PathEscape(bundleID), nil)
-		if err != nil { // no answer: the dequeue may or may not have happened
+		if err != nil { // no answer: if it was sent, the dequeue may have happened
 			if attempt == attempts || ctx.Err() != nil {
 				return err
 			}
-			lost = true
+			lost = lost || !errors.Is(err, errNotSent)
 			if err := sleep(ctx, backoff(attempt)); err != nil {
 				return err
 			}
@@ -438,6 +440,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// errNotSent marks a call that failed before its request was written (a
+// connection refused, a token file that cannot be read): the hub never
+// had it, so it changed nothing.
+var errNotSent = errors.New("request not sent")
+
+// call makes one request; a body that sends nothing for the stall bound
+// ends it (guardStall).
 func (a *actor) call(ctx context.Context, method, path string, query url.Values) (*http.Response, error) {
 	if query == nil {
 		query = url.Values{}
@@ -450,6 +459,8 @@ func (a *actor) call(ctx context.Context, method, path string, query url.Values)
 		u += "?" + query.Encode()
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) }})
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		cancel()
@@ -459,13 +470,16 @@ func (a *actor) call(ctx context.Context, method, path string, query url.Values)
 		token, err := readToken(a.tokenFile)
 		if err != nil {
 			cancel()
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", errNotSent, err)
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := a.web.Do(req)
 	if err != nil {
 		cancel()
+		if !wrote.Load() {
+			err = fmt.Errorf("%w: %w", errNotSent, err)
+		}
 		return nil, err
 	}
 	guardStall(resp, cmp.Or(a.stall, defaultStall), cancel)
