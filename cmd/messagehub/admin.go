@@ -55,6 +55,19 @@ printed as JSON, after a line that says what was done (audit: one line per event
 line per call and one for the whole).
 `
 
+// adminMain runs "messagehub admin …" and returns its exit code.
+func adminMain(ctx context.Context, args []string, out, errOut io.Writer) int {
+	err := runAdmin(ctx, args, out, errOut)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 2
+	case err != nil:
+		fmt.Fprintln(errOut, "messagehub admin:", err)
+		return 1
+	}
+	return 0
+}
+
 // runAdmin is "messagehub admin …": it calls the Admin service of a running
 // hub and prints the answer.
 func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
