@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,12 +56,34 @@ printed as JSON, after a line that says what was done (audit: one line per event
 line per call and one for the whole).
 `
 
+// errAdminUsage: "messagehub admin" without a call, or with a flag before
+// it; the usage is printed.
+var errAdminUsage = errors.New("usage")
+
+// adminMain runs "messagehub admin …" and returns its exit code.
+func adminMain(ctx context.Context, args []string, out, errOut io.Writer) int {
+	err := runAdmin(ctx, args, out, errOut)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0 // asked for: the usage is the answer
+	case errors.Is(err, errAdminUsage):
+		return 2
+	case err != nil:
+		fmt.Fprintln(errOut, "messagehub admin:", err)
+		return 1
+	}
+	return 0
+}
+
 // runAdmin is "messagehub admin …": it calls the Admin service of a running
 // hub and prints the answer.
 func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprint(errOut, adminUsage)
-		return flag.ErrHelp
+		if len(args) > 0 && slices.Contains([]string{"-h", "-help", "--help"}, args[0]) {
+			return flag.ErrHelp
+		}
+		return errAdminUsage
 	}
 	call, args := args[0], args[1:]
 	fs := flag.NewFlagSet("messagehub admin "+call, flag.ContinueOnError)

@@ -279,3 +279,29 @@ func TestABackupPastTheTimeoutSaysToGiveALongerOne(t *testing.T) {
 		t.Fatalf("a backup past --timeout left %s (%v)", want, err)
 	}
 }
+
+// Asking for help is no mistake: it exits 0, as "messagehub --help" does;
+// "messagehub admin" alone or with an unknown flag is, and exits 2.
+func TestTheAdminCommandExitsZeroWhenAskedForHelp(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		code  int
+		usage string
+	}{
+		{[]string{"--help"}, 0, "usage: messagehub admin"},
+		{[]string{"-h"}, 0, "usage: messagehub admin"},
+		{[]string{"-help"}, 0, "usage: messagehub admin"},
+		{[]string{"backlog", "--help"}, 0, "-recipient"},
+		{[]string{"audit", "-h"}, 0, "-since"},
+		{nil, 2, "usage: messagehub admin"},
+		{[]string{"--verbose"}, 2, "usage: messagehub admin"},
+	} {
+		var out, errOut strings.Builder
+		if code := adminMain(context.Background(), c.args, &out, &errOut); code != c.code {
+			t.Errorf("messagehub admin %q: exit %d, want %d", c.args, code, c.code)
+		}
+		if !strings.Contains(errOut.String(), c.usage) {
+			t.Errorf("messagehub admin %q printed %.80q…, want the usage (%q)", c.args, errOut.String(), c.usage)
+		}
+	}
+}

@@ -44,13 +44,8 @@ func main() {
 	defer stop()
 
 	if len(os.Args) > 1 && os.Args[1] == "admin" {
-		err := runAdmin(ctx, os.Args[2:], os.Stdout, os.Stderr)
-		switch {
-		case errors.Is(err, flag.ErrHelp):
-			os.Exit(2)
-		case err != nil:
-			fmt.Fprintln(os.Stderr, "messagehub admin:", err)
-			os.Exit(1)
+		if code := adminMain(ctx, os.Args[2:], os.Stdout, os.Stderr); code != 0 {
+			os.Exit(code)
 		}
 		return
 	}

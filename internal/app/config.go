@@ -304,8 +304,8 @@ var settings = []setting{
 	{"content-blob-container", "MESSAGEHUB_CONTENT_BLOB_CONTAINER", blobstore.DefaultContainer,
 		"blob container of bundles' documents (created when --cosmos-provision)",
 		func(c *Config, v string) error {
-			if len(v) < 3 || len(v) > 63 {
-				return fmt.Errorf("must be a container name of 3 to 63 characters, got %q", v)
+			if !validContainerName(v) {
+				return fmt.Errorf("must be a container name of 3 to 63 characters, lowercase letters, digits and single hyphens, starting and ending with a letter or digit, got %q", v)
 			}
 			c.Content.Blob.Container = v
 			return nil
@@ -546,4 +546,24 @@ func lookup(getenv func(string) string, name string) (string, bool) {
 	}
 	v := getenv(name)
 	return v, v != ""
+}
+
+// validContainerName: Azure's rules for a container's name, which it checks
+// only when the container is first used
+// (https://learn.microsoft.com/rest/api/storageservices/naming-and-referencing-containers--blobs--and-metadata):
+// 3 to 63 lowercase letters, digits and hyphens, a hyphen between two
+// letters or digits.
+func validContainerName(name string) bool {
+	if len(name) < 3 || len(name) > 63 {
+		return false
+	}
+	for i := range len(name) {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case c == '-' && i > 0 && i < len(name)-1 && name[i-1] != '-':
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -231,6 +231,14 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "a content lease over its document's int32 ttl", args: []string{"--content-lease", (cosmos.MaxBuildLease + time.Second).String()}, wantErr: "between 1s and"},
 		{name: "a retention over a dequeued bundle's int32 ttl", args: []string{"--retention", (cosmos.MaxRetention + time.Second).String()}, wantErr: "between 1s and"},
 		{name: "a blob container name too short", args: []string{"--content-blob-container", "ab"}, wantErr: "3 to 63"},
+		// Azure refuses these names only when the container is first used.
+		{name: "a blob container name in upper case", args: []string{"--content-blob-container", "Documents"}, wantErr: "lowercase letters, digits and single hyphens"},
+		{name: "a blob container name with two hyphens", args: []string{"--content-blob-container", "my--docs"}, wantErr: "lowercase letters, digits and single hyphens"},
+		{name: "a blob container name ending in a hyphen", env: map[string]string{"MESSAGEHUB_CONTENT_BLOB_CONTAINER": "docs-"}, wantErr: "MESSAGEHUB_CONTENT_BLOB_CONTAINER"},
+		{name: "a blob container name with an underscore", args: []string{"--content-blob-container", "my_docs"}, wantErr: "lowercase letters, digits and single hyphens"},
+		// gRPC takes such addresses at start and fails the first call.
+		{name: "a content provider of an unknown scheme", args: []string{"--content-provider", "DOMAIN_TIME_SERIES=unknownscheme://x"}, wantErr: `"unknownscheme"`},
+		{name: "a content provider of no URL", args: []string{"--content-provider", "DOMAIN_TIME_SERIES=dns:///%zz"}, wantErr: "DOMAIN_TIME_SERIES"},
 		// The answer of a Peek that waited, or of a content peek that
 		// waited for its document, came after the write timeout: the
 		// client got a broken connection instead.
@@ -360,6 +368,24 @@ func TestContentProvidersComeFromRepeatedFlagsOrACommaList(t *testing.T) {
 		}
 		if !reflect.DeepEqual(cfg.Content.Providers, want) {
 			t.Errorf("%s: providers %v, want %v", name, cfg.Content.Providers, want)
+		}
+	}
+}
+
+// The addresses gRPC dials are taken as they are: host:port (resolved by
+// DNS), a target of a scheme gRPC knows, an IPv6 literal.
+func TestContentProvidersTakeEveryGRPCTarget(t *testing.T) {
+	for _, target := range []string{
+		"ts:50061", "ts", "10.0.0.7:50061", "[::1]:50061", "dns:///ts:50061", "dns:ts:50061",
+		"unix:///run/ts.sock", "unix:run/ts.sock", "passthrough:///ts:50061", "ts.example.org:443",
+	} {
+		cfg, err := ParseConfig([]string{"--content-provider", "DOMAIN_TIME_SERIES=" + target}, envOf(nil), io.Discard)
+		if err != nil {
+			t.Errorf("%s: %v", target, err)
+			continue
+		}
+		if got := cfg.Content.Providers[domain.OriginTimeSeries]; got != target {
+			t.Errorf("%s: provider %q", target, got)
 		}
 	}
 }

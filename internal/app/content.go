@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/content"
@@ -72,6 +74,9 @@ func parseProviders(v string) (map[domain.Origin]string, error) {
 		if !known || n == 0 {
 			return nil, fmt.Errorf("%q is not a domain (e.g. DOMAIN_TIME_SERIES)", name)
 		}
+		if err := checkProviderTarget(target); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
 		origin := domain.Origin(n)
 		if _, twice := out[origin]; twice {
 			return nil, fmt.Errorf("%s has two providers", name)
@@ -82,6 +87,25 @@ func parseProviders(v string) (map[domain.Origin]string, error) {
 		return nil, nil
 	}
 	return out, nil
+}
+
+// checkProviderTarget refuses an address that grpc.NewClient takes and that
+// fails only when the provider is first called, or that it refuses once the
+// store is open: a URL of a scheme gRPC has no resolver for, or one that is
+// no URL. As for grpc.NewClient, an address without "://" is a DNS name
+// (host or host:port), or of a scheme gRPC knows (e.g. unix:path).
+func checkProviderTarget(target string) error {
+	u, err := url.Parse(target)
+	if err == nil && resolver.Get(u.Scheme) != nil {
+		return nil
+	}
+	if !strings.Contains(target, "://") {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%q is not a gRPC target (e.g. host:port, dns:///host:port, unix:///path): %w", target, err)
+	}
+	return fmt.Errorf("%q is not a gRPC target: gRPC has no resolver for the scheme %q (e.g. host:port, dns:///host:port, unix:///path)", target, u.Scheme)
 }
 
 func (c ContentConfig) validate(store string) error {
