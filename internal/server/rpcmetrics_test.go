@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -48,13 +51,14 @@ func TestCallsOfMethodsNotServedAddNoMetricsSeries(t *testing.T) {
 				t.Fatalf("Save: %v", err)
 			}
 
-			rec := httptest.NewRecorder()
-			tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-			body, _ := io.ReadAll(rec.Body)
+			// The server's stats handler ends a call after its answer is
+			// sent, so the Save's series may come after the client has its
+			// answer: scrape until it is there (or the bound is up).
 			var counts []string
-			for l := range strings.SplitSeq(string(body), "\n") {
-				if strings.HasPrefix(l, "rpc_server_call_duration_seconds_count") {
-					counts = append(counts, l)
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				counts = durationCounts(tel.MetricsHandler())
+				if slices.ContainsFunc(counts, func(l string) bool { return strings.Contains(l, "MessageHub/Save") }) || time.Now().After(deadline) {
+					break
 				}
 			}
 			if len(counts) != 1 || !strings.Contains(counts[0], `rpc_method="messagehub.v1.MessageHub/Save"`) || !strings.Contains(counts[0], `rpc_response_status_code="UNAVAILABLE"`) {
@@ -62,4 +66,19 @@ func TestCallsOfMethodsNotServedAddNoMetricsSeries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// durationCounts scrapes h and returns the count lines of
+// rpc_server_call_duration_seconds, one per series.
+func durationCounts(h http.Handler) []string {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	var counts []string
+	for l := range strings.SplitSeq(string(body), "\n") {
+		if strings.HasPrefix(l, "rpc_server_call_duration_seconds_count") {
+			counts = append(counts, l)
+		}
+	}
+	return counts
 }
