@@ -28,9 +28,9 @@
 //     done. An attempt never sent (the connection refused) acknowledged
 //     nothing: NOT_FOUND after it is returned (see ErrNotFound).
 //
-// DEADLINE_EXCEEDED is retried only when an attempt's own timeout
-// (RetryPolicy.AttemptTimeout) passed, never once the caller's context
-// ended. Other codes (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION,
+// DEADLINE_EXCEEDED is retried, whether an attempt's own timeout
+// (RetryPolicy.AttemptTimeout) passed or the hub answered it, never once the
+// caller's context ended. Other codes (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION,
 // PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND, INTERNAL) are the caller's to
 // handle and are returned at once (so is a Save over the hub's message size
 // limit: INVALID_ARGUMENT, never sent); status.Code reads the code of the error
