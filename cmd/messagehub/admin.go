@@ -54,19 +54,42 @@ backlog, next, trace, recipients, history, backup and audit change nothing an ac
 acknowledge do, at once (no confirmation): they need a reason, which the audit log records. The answer is
 printed as JSON, after a line that says what was done (audit: one line per event; acknowledge: no JSON, a
 line per call and one for the whole).
+
+Exit status: 0 when done (and for --help); 2 for a mistake in the command line (an unknown call or
+flag, a flag the call needs missing, a value it does not take), said once, with nothing sent to the
+hub; 1 when the call failed (the hub's answer, no hub at --addr, an unreadable --token-file).
 `
 
-// errAdminUsage: "messagehub admin" without a call, or with a flag before
-// it; the usage is printed.
+// adminCalls are the calls of "messagehub admin".
+var adminCalls = []string{"backlog", "next", "trace", "release", "acknowledge", "backup", "recipients", "history", "audit"}
+
+// errAdminUsage: a mistake in the command line that is said already ("messagehub
+// admin" without a call or with a flag before it: the usage; a flag it does
+// not know or a value that does not parse: the flag package's message).
 var errAdminUsage = errors.New("usage")
+
+// usageError is a mistake in the command line, found before any call is
+// made: adminMain says it and exits 2, as the flag package's mistakes do.
+type usageError struct{ error }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+func unknownAdminCall(call string) error {
+	return usagef("unknown admin call %q: the calls are %s (messagehub admin --help says what each does)",
+		call, strings.Join(adminCalls, ", "))
+}
 
 // adminMain runs "messagehub admin …" and returns its exit code.
 func adminMain(ctx context.Context, args []string, out, errOut io.Writer) int {
 	err := runAdmin(ctx, args, out, errOut)
+	var usage usageError
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0 // asked for: the usage is the answer
 	case errors.Is(err, errAdminUsage):
+		return 2
+	case errors.As(err, &usage):
+		fmt.Fprintln(errOut, "messagehub admin:", err)
 		return 2
 	case err != nil:
 		fmt.Fprintln(errOut, "messagehub admin:", err)
@@ -86,6 +109,10 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return errAdminUsage
 	}
 	call, args := args[0], args[1:]
+	if !slices.Contains(adminCalls, call) {
+		// Said before the flags are read: they are the call's.
+		return unknownAdminCall(call)
+	}
 	fs := flag.NewFlagSet("messagehub admin "+call, flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	addr := fs.String("addr", "127.0.0.1:50051", "the hub's gRPC address")
@@ -114,15 +141,23 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	since := fs.Duration("since", 0, "audit: the events of this long ago until now (e.g. 2h)")
 	from := fs.String("from", "", "audit: the events at or after this time (RFC 3339)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errAdminUsage // the flag package said which flag, and listed them
+	}
+	if fs.NArg() > 0 {
+		// The flag package stops at the first word that is not a flag:
+		// the flags after it would go unread.
+		return usagef("unexpected argument %q: flags are given as --name value, and none after it was read", fs.Arg(0))
 	}
 	if *recipient == "" && call != "backup" && call != "recipients" && call != "history" {
-		return errors.New("--recipient is required")
+		return usagef("--recipient is required")
 	}
 	if *tokenFile != "" && !*useTLS && !app.IsLoopback(*addr) {
 		// Whoever answers at that address in plaintext (a listener on the
 		// path, a spoofed name) would read an operator's token.
-		return fmt.Errorf("--token-file: a token is sent in plaintext only to a hub on this machine (a loopback address), not to %s: add --tls", *addr)
+		return usagef("--token-file: a token is sent in plaintext only to a hub on this machine (a loopback address), not to %s: add --tls", *addr)
 	}
 	creds := insecure.NewCredentials()
 	if *useTLS {
@@ -146,7 +181,7 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 		// Its calls are as many as the backlog needs: --timeout is each one's.
 		d, ok := parseDomain(*domainName)
 		if !ok || *contentType == "" || *upTo == "" || *reason == "" {
-			return errors.New("acknowledge needs --domain (e.g. DOMAIN_TIME_SERIES), --content-type, --up-to and --reason")
+			return usagef("acknowledge needs --domain (e.g. DOMAIN_TIME_SERIES), --content-type, --up-to and --reason")
 		}
 		return acknowledge(ctx, client, &adminv1.AcknowledgeOnBehalfRequest{
 			Recipient: *recipient, Domain: d, ContentType: *contentType, UpToNotificationId: *upTo, Reason: *reason,
@@ -164,31 +199,31 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	case "next":
 		g, ok := messagehubv1.PeekGroup_value[*group]
 		if !ok {
-			return fmt.Errorf("--group %q is not a peek group (e.g. PEEK_GROUP_ALL, PEEK_GROUP_TIME_SERIES)", *group)
+			return usagef("--group %q is not a peek group (e.g. PEEK_GROUP_ALL, PEEK_GROUP_TIME_SERIES)", *group)
 		}
 		answer, err = client.PreviewNextBundle(ctx, &adminv1.PreviewNextBundleRequest{Recipient: *recipient, Group: messagehubv1.PeekGroup(g)})
 	case "trace":
 		if *id == "" {
-			return errors.New("trace needs --id")
+			return usagef("trace needs --id")
 		}
 		answer, err = client.TraceNotification(ctx, &adminv1.TraceNotificationRequest{Recipient: *recipient, NotificationId: *id})
 	case "recipients":
 		o, ok := recipientOrders[*order]
 		if !ok {
-			return fmt.Errorf("--order %q: oldest or size", *order)
+			return usagef("--order %q: oldest or size", *order)
 		}
 		if *pageSize < 0 || *pageSize > 1000 {
-			return fmt.Errorf("--page-size %d: from 1 to 1000 (0: 100)", *pageSize)
+			return usagef("--page-size %d: from 1 to 1000 (0: 100)", *pageSize)
 		}
 		answer, err = client.ListRecipients(ctx, &adminv1.ListRecipientsRequest{Order: o, PageSize: int32(*pageSize), PageToken: *pageToken}) //nolint:gosec // bounded just now
 	case "history":
 		if *minutes < 0 || *minutes > 1440 {
-			return fmt.Errorf("--minutes %d: from 1 to 1440 (0: 180)", *minutes)
+			return usagef("--minutes %d: from 1 to 1440 (0: 180)", *minutes)
 		}
 		answer, err = client.GetBacklogHistory(ctx, &adminv1.GetBacklogHistoryRequest{Minutes: int32(*minutes)}) //nolint:gosec // bounded just now
 	case "release":
 		if *bundleID == "" || *reason == "" {
-			return errors.New("release needs --bundle and --reason")
+			return usagef("release needs --bundle and --reason")
 		}
 		var resp *adminv1.ReleaseBundleResponse
 		resp, err = client.ReleaseBundle(ctx, &adminv1.ReleaseBundleRequest{Recipient: *recipient, BundleId: *bundleID, Reason: *reason})
@@ -199,7 +234,7 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 	case "backup":
 		if *to == "" {
-			return errors.New("backup needs --to DIR, a directory on the hub's host that does not exist yet")
+			return usagef("backup needs --to DIR, a directory on the hub's host that does not exist yet")
 		}
 		answer, err = client.Backup(ctx, &adminv1.BackupRequest{Directory: *to})
 		if status.Code(err) == codes.DeadlineExceeded && ctx.Err() != nil {
@@ -214,8 +249,7 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 		}
 		return printAudit(ctx, client, req, out)
 	default:
-		fmt.Fprint(errOut, adminUsage)
-		return fmt.Errorf("unknown admin call %q", call)
+		return unknownAdminCall(call)
 	}
 	if err != nil {
 		return err
@@ -315,14 +349,15 @@ func parseDomain(name string) (messagehubv1.Domain, bool) {
 }
 
 // auditRequest is the first page's request of "admin audit": --since, or
-// --from and --to, or everything kept.
+// --from and --to, or everything kept. Its errors are mistakes in the
+// command line.
 func auditRequest(recipient string, since time.Duration, from, to string, now time.Time) (*adminv1.ListAuditEventsRequest, error) {
 	req := &adminv1.ListAuditEventsRequest{Recipient: recipient, PageSize: 1000}
 	if since != 0 && (from != "" || to != "") {
-		return nil, errors.New("audit: give --since or --from/--to, not both")
+		return nil, usagef("audit: give --since or --from/--to, not both")
 	}
 	if since < 0 {
-		return nil, fmt.Errorf("audit: --since %s is negative", since)
+		return nil, usagef("audit: --since %s is negative", since)
 	}
 	if since > 0 {
 		req.FromMs = now.Add(-since).UnixMilli()
@@ -336,7 +371,7 @@ func auditRequest(recipient string, since time.Duration, from, to string, now ti
 		}
 		t, err := time.Parse(time.RFC3339Nano, b.value)
 		if err != nil {
-			return nil, fmt.Errorf("audit: %s %q is not an RFC 3339 time (e.g. 2026-11-26T10:00:00Z)", b.flag, b.value)
+			return nil, usagef("audit: %s %q is not an RFC 3339 time (e.g. 2026-11-26T10:00:00Z)", b.flag, b.value)
 		}
 		*b.into = t.UnixMilli()
 	}

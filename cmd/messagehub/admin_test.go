@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -302,6 +303,89 @@ func TestTheAdminCommandExitsZeroWhenAskedForHelp(t *testing.T) {
 		}
 		if !strings.Contains(errOut.String(), c.usage) {
 			t.Errorf("messagehub admin %q printed %.80q…, want the usage (%q)", c.args, errOut.String(), c.usage)
+		}
+	}
+}
+
+// A mistake in the command line (an unknown call or flag, a flag a call
+// needs missing, a value out of range or that does not parse) exits 2, as
+// "messagehub --bogus" does, says so once, naming the call or flag, and
+// sends nothing to the hub: the address is one nothing listens on, where a
+// call would fail as a call does, with exit 1.
+func TestTheAdminCommandExitsTwoOnAMistakeInTheCommandLine(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := lis.Addr().String()
+	if err := lis.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "admin.jwt")
+	if err := os.WriteFile(tokenFile, []byte("the-admin-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := uuid.NewString()
+	ack := []string{"acknowledge", "--recipient", r, "--domain", "TIME_SERIES", "--content-type", "C", "--up-to", uuid.NewString()}
+	for _, c := range []struct {
+		args []string
+		code int
+		said string // exactly once on stderr
+	}{
+		{[]string{"backlog", "--verbose"}, 2, "flag provided but not defined: -verbose"},
+		{[]string{"backlog", "--recipient", r, "--timeout", "x"}, 2, `invalid value "x" for flag -timeout`},
+		{[]string{"history", "--minutes", "x"}, 2, `invalid value "x" for flag -minutes`},
+		{[]string{"recipients", "--page-size", "x"}, 2, `invalid value "x" for flag -page-size`},
+		{[]string{"audit", "--recipient", r, "--since", "x"}, 2, `invalid value "x" for flag -since`},
+		{[]string{"nosuch"}, 2, `unknown admin call "nosuch"`},
+		{[]string{"nosuch", "--recipient", r}, 2, `unknown admin call "nosuch"`},
+		{[]string{"nosuch", "--verbose"}, 2, `unknown admin call "nosuch"`},
+		{[]string{"backlog"}, 2, "--recipient is required"},
+		{[]string{"backlog", "extra", "--recipient", r}, 2, `unexpected argument "extra"`},
+		{[]string{"trace", "--recipient", r}, 2, "trace needs --id"},
+		{[]string{"release", "--recipient", r, "--bundle", uuid.NewString()}, 2, "release needs --bundle and --reason"},
+		{[]string{"next", "--recipient", r, "--group", "PEEK_GROUP_NONE"}, 2, `--group "PEEK_GROUP_NONE"`},
+		{[]string{"recipients", "--order", "newest"}, 2, `--order "newest"`},
+		{[]string{"recipients", "--page-size", "5000"}, 2, "--page-size 5000"},
+		{[]string{"history", "--minutes", "2000"}, 2, "--minutes 2000"},
+		{[]string{"backup"}, 2, "backup needs --to"},
+		{[]string{"audit", "--recipient", r, "--since", "1h", "--from", "2026-11-26T08:00:00Z"}, 2, "not both"},
+		{[]string{"audit", "--recipient", r, "--from", "yesterday"}, 2, `--from "yesterday"`},
+		{append(ack[:len(ack):len(ack)], "--domain", "NOPE", "--reason", "why"), 2, "acknowledge needs --domain"},
+		{ack, 2, "acknowledge needs --domain"},
+		{[]string{"recipients", "--token-file", tokenFile, "--addr", "192.0.2.1:50051"}, 2, "add --tls"},
+		// Well formed: the call is made, and fails.
+		{[]string{"backlog", "--recipient", r}, 1, "Unavailable"},
+		{[]string{"backlog", "--recipient", r, "--token-file", filepath.Join(t.TempDir(), "none")}, 1, "none"},
+	} {
+		args := c.args
+		if !slices.Contains(args, "--addr") {
+			args = append(args[:len(args):len(args)], "--addr", nowhere)
+		}
+		var out, errOut strings.Builder
+		code := adminMain(context.Background(), args, &out, &errOut)
+		if code != c.code {
+			t.Errorf("messagehub admin %q: exit %d, want %d\n%s", c.args, code, c.code, errOut.String())
+			continue
+		}
+		if n := strings.Count(errOut.String(), c.said); n != 1 {
+			t.Errorf("messagehub admin %q said %q %d times, want once:\n%s", c.args, c.said, n, errOut.String())
+		}
+		if out.Len() != 0 {
+			t.Errorf("messagehub admin %q printed %q on stdout", c.args, out.String())
+		}
+	}
+}
+
+// An unknown call is answered with the calls there are.
+func TestAnUnknownAdminCallListsTheCalls(t *testing.T) {
+	var errOut strings.Builder
+	if code := adminMain(context.Background(), []string{"nosuch", "--recipient", uuid.NewString()}, io.Discard, &errOut); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	for _, call := range []string{"backlog", "next", "trace", "release", "acknowledge", "backup", "recipients", "history", "audit"} {
+		if !strings.Contains(errOut.String(), call) {
+			t.Errorf("the answer to an unknown call lacks %q:\n%s", call, errOut.String())
 		}
 	}
 }
