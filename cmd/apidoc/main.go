@@ -81,15 +81,15 @@ var errorAnswers = map[string]string{
 	"405": "Another method than the route's; the Allow header lists the right ones.",
 	"409": "ALREADY_EXISTS: a notification id used with other content, or a bundle id already used.",
 	"413": "The request body is over 33 MiB (a declared Content-Length over it is refused before the body is read).",
-	"429": "RESOURCE_EXHAUSTED: saves are refused while the hub's data volume is nearly full.",
+	"429": "RESOURCE_EXHAUSTED: the hub's data volume is nearly full (saves are refused below --min-free-disk, every write below half of it: a peek that would cut a new bundle, a dequeue, a remedy), or a Save's cabinet is full.",
 	"503": "UNAVAILABLE: the hub cannot answer now (stopping, or its store is unreachable); retry.",
 }
 
 // answersOf lists, per operation, the error answers it can give.
 var answersOf = map[string][]string{
 	"MessageHub_Save":    {"400", "401", "403", "405", "409", "413", "429", "503"},
-	"MessageHub_Peek":    {"400", "401", "403", "405", "409", "413", "503"},
-	"MessageHub_Dequeue": {"400", "401", "403", "404", "405", "413", "503"},
+	"MessageHub_Peek":    {"400", "401", "403", "405", "409", "413", "429", "503"},
+	"MessageHub_Dequeue": {"400", "401", "403", "404", "405", "413", "429", "503"},
 	// The admin routes (the admin role).
 	"Admin_GetBacklog":        {"400", "401", "403", "405", "413", "503"},
 	"Admin_PreviewNextBundle": {"400", "401", "403", "405", "413", "503"},
@@ -97,8 +97,8 @@ var answersOf = map[string][]string{
 	"Admin_ListRecipients":    {"400", "401", "403", "405", "413", "503"},
 	"Admin_GetBacklogHistory": {"400", "401", "403", "405", "413", "503"},
 	// The remedies and the backup change state.
-	"Admin_ReleaseBundle":       {"400", "401", "403", "404", "405", "413", "503"},
-	"Admin_AcknowledgeOnBehalf": {"400", "401", "403", "404", "405", "413", "503"},
+	"Admin_ReleaseBundle":       {"400", "401", "403", "404", "405", "413", "429", "503"},
+	"Admin_AcknowledgeOnBehalf": {"400", "401", "403", "404", "405", "413", "429", "503"},
 	"Admin_ListAuditEvents":     {"400", "401", "403", "405", "413", "503"},
 	"Admin_Backup":              {"400", "401", "403", "405", "413", "503"},
 }
@@ -187,7 +187,7 @@ func complete(doc *openapi2.T) error {
 		return err
 	}
 	peekContent.Get.Parameters = peek.Get.Parameters
-	for _, code := range []string{"400", "401", "403", "405", "409", "413"} {
+	for _, code := range []string{"400", "401", "403", "405", "409", "413", "429"} {
 		peekContent.Get.Responses[code] = errorResponse(code)
 	}
 	doc.Paths["/v1/peek/content"] = &peekContent

@@ -20,6 +20,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/gateway"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
+	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
 
@@ -31,8 +32,15 @@ func serveAdmin(t *testing.T, opts hub.Options) (*httptest.Server, *hub.Hub) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = st.Close() })
+	return serveAdminOf(t, st, opts)
+}
+
+// serveAdminOf is serveAdmin of a hub on st.
+func serveAdminOf(t *testing.T, st store.Store, opts hub.Options) (*httptest.Server, *hub.Hub) {
+	t.Helper()
 	h := hub.New(st, opts, nil)
-	t.Cleanup(func() { h.Close(); _ = st.Close() })
+	t.Cleanup(h.Close)
 	srv, hs := server.NewGRPCServer(h, slog.New(slog.DiscardHandler))
 	admin.Register(srv, h)
 	server.SetServing(hs, true)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -189,7 +190,10 @@ func (s stallingWriter) write(p []byte) error {
 // peekRequestOf reads the query of a content peek as /v1/peek takes it:
 // with the same parser, so that both refuse and take the same queries.
 func peekRequestOf(r *http.Request) (*messagehubv1.PeekRequest, error) {
-	q := r.URL.Query()
+	q, err := url.ParseQuery(r.URL.RawQuery) // not r.URL.Query, which leaves a malformed pair out (see peekWait)
+	if err != nil {
+		return nil, err
+	}
 	wait, err := takeWait(q)
 	if err != nil {
 		return nil, err

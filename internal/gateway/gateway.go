@@ -337,6 +337,17 @@ func guard(mux *runtime.ServeMux, next http.Handler, o options, method string) h
 			writeError(mux, w, r, http.StatusRequestEntityTooLarge, tooLarge(o.maxBodyBytes))
 			return
 		}
+		if r.Method != http.MethodPost {
+			// The HTTP rules give a body to POST routes only; grpc-gateway
+			// would still read (and drop) what a client sends with a GET or
+			// DELETE before making the call, holding room for it meanwhile:
+			// such a body is left unread (one declared over the limit is
+			// still refused, as on every route), and costs nothing.
+			r = r.Clone(r.Context())
+			r.Body = http.NoBody
+			next.ServeHTTP(w, r)
+			return
+		}
 		if weight := bodyWeight(r, o.maxBodyBytes); weight > 0 {
 			if !o.bodies.TryAcquire(weight) {
 				refuseBusy(mux, w, r, "too many request bodies in flight; try again shortly")

@@ -213,6 +213,35 @@ func TestAPathOrQueryThatIsNotUTF8IsRefused(t *testing.T) {
 	}
 }
 
+// A query with a malformed %-escape is refused (400) on every peek route,
+// as GET /v1/peek without a wait refuses it, never read without the
+// parameter it spoils: a peek of one group whose group is dropped would
+// peek every group, and cut a bundle of another.
+func TestAQueryWithABadEscapeIsRefusedOnEveryPeekRoute(t *testing.T) {
+	s := newStack(t)
+	recipient := uuid.NewString()
+	if resp, _ := call(t, newRequest(t, http.MethodPost, s.url+"/v1/notifications", strings.NewReader(saveJSON(recipient, "")))); resp.StatusCode != http.StatusOK {
+		t.Fatalf("save: %d", resp.StatusCode)
+	}
+	// The notification is of the charges, of the master data's group: the
+	// time series' peeks do not take it, and a master data peek whose
+	// bundle id is dropped would cut its bundle under an id of the hub's.
+	for _, path := range []string{
+		"/v1/peek?recipient=" + recipient + "&group=PEEK_GROUP_TIME_SERIES%zz",
+		"/v1/peek?recipient=" + recipient + "&group=PEEK_GROUP_TIME_SERIES%zz&wait=0s",
+		"/v1/peek/content?recipient=" + recipient + "&group=PEEK_GROUP_TIME_SERIES%zz",
+		"/v1/peek/masterdata?recipient=" + recipient + "&bundleId=%zz",
+		"/v1/peek/masterdata?recipient=" + recipient + "&bundleId=%zz&wait=0s",
+	} {
+		if resp, e := call(t, newRequest(t, http.MethodGet, s.url+path, nil)); resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Message, "%zz") {
+			t.Errorf("GET %s: %d %q; want 400 naming the bad escape", path, resp.StatusCode, e.Message)
+		}
+	}
+	if b, err := s.repo.Backlog(t.Context(), recipient); err != nil || len(b.Pending) > 0 {
+		t.Fatalf("the refused peeks made bundles pending: %v, %v", b.Pending, err)
+	}
+}
+
 // GET /v1/peek/content takes the same query as GET /v1/peek: what one
 // refuses (a field given twice, under one name or both) the other refuses,
 // and what one takes (either spelling of a field, a group by its number)

@@ -45,11 +45,18 @@ func takeWait(q url.Values) (uint32, error) {
 	return uint32(d.Milliseconds()), nil //nolint:gosec // at most 30,000
 }
 
-// peekWait serves a peek route with its wait turned into wait_ms; a bad wait
-// is 400.
+// peekWait serves a peek route with its wait turned into wait_ms; a bad wait,
+// or a malformed query, is 400.
 func peekWait(mux *runtime.ServeMux, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
+		// Not r.URL.Query, which leaves a malformed pair out: the query is
+		// re-encoded for grpc-gateway, which would then not see it, and a
+		// peek of one group whose group is spoilt would peek every group.
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			writeError(mux, w, r, http.StatusBadRequest, status.Error(codes.InvalidArgument, err.Error()))
+			return
+		}
 		if !q.Has(waitParam) && !q.Has("waitMs") && !q.Has("wait_ms") {
 			next.ServeHTTP(w, r)
 			return
