@@ -144,8 +144,8 @@ func contentService(cfg ContentConfig, creds []grpc.DialOption, svc content.Opti
 	}
 	// A build counts one chunk of its provider's answer (its weight against
 	// content.Options.MaxBuildMemory): the limit says so, whatever gRPC's
-	// default.
-	creds = append(slices.Clip(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(content.MaxProviderChunkBytes)))
+	// default, and takes a chunk of the whole 4 MiB with its framing.
+	creds = append(slices.Clip(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(content.MaxProviderMessageBytes)))
 	providers := map[domain.Origin]messagehubv1.BundleContentProviderClient{}
 	for _, origin := range slices.Sorted(maps.Keys(cfg.Providers)) {
 		conn, err := grpc.NewClient(cfg.Providers[origin], creds...)

@@ -24,10 +24,15 @@ const (
 	// MaxMessageBytes bounds each message streamed to a client, so that
 	// clients with gRPC's default limits can read it.
 	MaxMessageBytes = 1 << 20
-	// MaxProviderChunkBytes is the largest message of a provider's answer
-	// the hub takes (gRPC's default, provider.proto): what one build's
-	// answer may hold in memory at once.
+	// MaxProviderChunkBytes is the most of the document one message of a
+	// provider's answer may carry (gRPC's default, provider.proto): what
+	// one build's answer may hold in memory at once.
 	MaxProviderChunkBytes = 4 << 20
+	// MaxProviderMessageBytes is the largest message of a provider's answer
+	// the hub takes: a chunk of MaxProviderChunkBytes with the longest media
+	// type (1,024 bytes) and their fields' tags and lengths, so that a
+	// chunk of the whole 4 MiB is not refused for its framing.
+	MaxProviderMessageBytes = MaxProviderChunkBytes + 2<<10
 )
 
 // ErrNotStored means that no document is stored for the bundle.

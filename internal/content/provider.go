@@ -17,13 +17,20 @@ var errProvider = errors.New("provider error")
 var errNotStored = errors.New("the document could not be stored")
 
 // ValidateMediaType accepts any non-empty media type, parameters included,
-// that is safe to send as an HTTP header value: printable ASCII only.
+// that is safe to send as an HTTP header value: printable ASCII only, with
+// no space before or after it, which a header value loses (a document
+// stored under it would be served with another media type, or none, and
+// Blob Storage authenticates the header it reads trimmed, so a request
+// signed with its spaces fails).
 func ValidateMediaType(mediaType string) error {
 	if mediaType == "" {
 		return fmt.Errorf("%w: no media type", errProvider)
 	}
 	if len(mediaType) > 1024 {
 		return fmt.Errorf("%w: media type of %d bytes", errProvider, len(mediaType))
+	}
+	if mediaType[0] == ' ' || mediaType[len(mediaType)-1] == ' ' {
+		return fmt.Errorf("%w: media type %q with a space before or after it", errProvider, mediaType)
 	}
 	for i := range len(mediaType) {
 		if c := mediaType[i]; c < 0x20 || c > 0x7e {

@@ -173,6 +173,8 @@ func TestBadAnswersAreRetriedAndNeverStored(t *testing.T) {
 		{"no media type", contenttest.Document("", []byte("<doc/>"), 1<<20)},
 		{"an empty stream", contenttest.Answer{}},
 		{"a media type with a line break", contenttest.Document("text/plain\r\nX-Evil: 1", nil, 1)},
+		{"a media type with a space around it", contenttest.Document(" text/plain ", []byte("<doc/>"), 1<<20)},
+		{"a media type of a space", contenttest.Document(" ", []byte("<doc/>"), 1<<20)},
 		{"data then an error", func() contenttest.Answer {
 			a := contenttest.Document("text/plain", []byte("half"), 2)
 			a.Err = errors.New("broken")

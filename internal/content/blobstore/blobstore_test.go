@@ -165,6 +165,23 @@ func TestRefusesNoMediaType(t *testing.T) {
 	}
 }
 
+// A media type with a space before or after it is no value an HTTP
+// header keeps (the service reads it trimmed, so a request signed with the
+// account key fails to authenticate): it is refused as the provider's
+// invalid answer, not staged to fail at every commit as the hub's own.
+func TestRefusesAMediaTypeWithSpacesAround(t *testing.T) {
+	s := open(t)
+	for _, mt := range []string{" text/plain", "text/plain ", " "} {
+		w, err := s.Create(t.Context(), key(), mt)
+		if err != nil {
+			continue
+		}
+		_, _ = w.Write([]byte("<doc/>"))
+		err = w.Commit()
+		t.Errorf("media type %q: taken (its commit: %v); want it refused", mt, err)
+	}
+}
+
 func TestMissingContainer(t *testing.T) {
 	_, err := blobstore.Open(context.Background(), blobstore.Config{
 		ConnectionString: azurite.ConnectionString(), Container: azuritetest.UniqueContainer("none"),
