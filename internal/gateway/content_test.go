@@ -159,3 +159,24 @@ func TestADocumentCutShortIsABrokenAnswer(t *testing.T) {
 		t.Fatal("the whole document came through a proxy that cuts every answer after 256 KiB")
 	}
 }
+
+// A header value gRPC metadata cannot carry (bytes beyond printable ASCII)
+// in Authorization is a client's mistake, answered as on /v1/peek, never as
+// the hub's fault (500).
+func TestAContentPeekWithAnAuthorizationGRPCCannotCarryIsAnsweredAsAPeek(t *testing.T) {
+	s := contentStack(t, time.Minute, func(*messagehubv1.Bundle, int) contenttest.Answer { return contenttest.Answer{} })
+	recipient := uuid.NewString()
+	for _, path := range []string{"/v1/peek", "/v1/peek/content"} {
+		req := newRequest(t, http.MethodGet, s.url+path+"?recipient="+recipient, nil)
+		req.Header.Set("Authorization", "Bearer \u00e9")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Errorf("%s with Authorization %q: %d %s; want 204, nothing to deliver", path, req.Header.Get("Authorization"), resp.StatusCode, body)
+		}
+	}
+}
