@@ -89,7 +89,11 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, peekA
 			return
 		}
 		ctx := metadata.AppendToOutgoingContext(r.Context(), server.ForwardedClientKey, r.RemoteAddr)
-		if auth := r.Header.Values("Authorization"); len(auth) > 0 {
+		// As grpc-gateway forwards it for the other routes: a value gRPC
+		// metadata cannot carry (printable ASCII only) is left out, so the
+		// call is answered as one without a token, not failed by the
+		// in-process connection as the hub's fault.
+		if auth := r.Header.Values("Authorization"); len(auth) > 0 && printableASCII(auth[0]) {
 			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", auth[0])
 		}
 		ctx, cancel := context.WithCancel(ctx)
@@ -217,4 +221,15 @@ func contentError(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request,
 		w = bearerChallenge{w}
 	}
 	writeError(mux, w, r, runtime.HTTPStatusFromCode(code), err)
+}
+
+// printableASCII reports whether v can be a gRPC metadata value: bytes 0x20
+// to 0x7E only.
+func printableASCII(v string) bool {
+	for i := range len(v) {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
