@@ -341,6 +341,8 @@ func TestTheAdminCommandExitsTwoOnAMistakeInTheCommandLine(t *testing.T) {
 		{[]string{"nosuch", "--recipient", r}, 2, `unknown admin call "nosuch"`},
 		{[]string{"nosuch", "--verbose"}, 2, `unknown admin call "nosuch"`},
 		{[]string{"backlog"}, 2, "--recipient is required"},
+		{[]string{"backlog", "--recipient", r, "--timeout", "0s"}, 2, "--timeout 0s"},
+		{[]string{"backup", "--to", "copy", "--timeout", "-1s"}, 2, "--timeout -1s"},
 		{[]string{"backlog", "extra", "--recipient", r}, 2, `unexpected argument "extra"`},
 		{[]string{"trace", "--recipient", r}, 2, "trace needs --id"},
 		{[]string{"release", "--recipient", r, "--bundle", uuid.NewString()}, 2, "release needs --bundle and --reason"},
