@@ -154,6 +154,9 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if *recipient == "" && call != "backup" && call != "recipients" && call != "history" {
 		return usagef("--recipient is required")
 	}
+	if *timeout <= 0 {
+		return usagef("--timeout %s: a call needs time (e.g. 30s; a backup of a large store, 3h)", *timeout)
+	}
 	if *tokenFile != "" && !*useTLS && !app.IsLoopback(*addr) {
 		// Whoever answers at that address in plaintext (a listener on the
 		// path, a spoofed name) would read an operator's token.
