@@ -34,6 +34,9 @@ func (s *Service) Backup(ctx context.Context, req *adminv1.BackupRequest) (*admi
 	if req.GetDirectory() == "" {
 		return nil, fmt.Errorf("%w: directory is required: a path on the hub's host that does not exist yet", domain.ErrInvalidArgument)
 	}
+	if err := checkUTF8("directory", req.GetDirectory()); err != nil {
+		return nil, err
+	}
 	if s.backup == nil {
 		return nil, fmt.Errorf("%w: this hub has no backup configured", domain.ErrNotSupported)
 	}

@@ -22,14 +22,33 @@ type Remedies interface {
 // MaxReasonLength bounds a remedy's reason, in characters.
 const MaxReasonLength = 500
 
-// checkReason refuses a remedy without a reason (blank counts as none) or
-// with one over MaxReasonLength characters: the audit log records it.
+// checkReason refuses a remedy without a reason (blank counts as none),
+// with one over MaxReasonLength characters, or with one that is not UTF-8:
+// the audit log records it as given.
 func checkReason(reason string) error {
+	if err := checkUTF8("reason", reason); err != nil {
+		return err
+	}
 	if strings.TrimSpace(reason) == "" {
 		return domain.Invalid("reason is required: say why (1..%d characters)", MaxReasonLength)
 	}
 	if n := utf8.RuneCountInString(reason); n > MaxReasonLength {
 		return domain.Invalid("reason must be 1..%d characters, got %d", MaxReasonLength, n)
+	}
+	return nil
+}
+
+// checkUTF8 refuses a string field that is not UTF-8. Protobuf's strings
+// must be, but the hub's codec does not check them when it decodes a
+// request; the Admin API's free-text fields are where it matters: their
+// values are recorded or answered back, which needs them as given.
+func checkUTF8(field, s string) error {
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			return domain.Invalid("%s must be UTF-8 text, but its byte %d (0x%02x) is not", field, i, s[i])
+		}
+		i += n
 	}
 	return nil
 }

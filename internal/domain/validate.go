@@ -3,6 +3,7 @@ package domain
 import (
 	"math"
 	"strings"
+	"unicode/utf8"
 )
 
 // Limits of the public contract.
@@ -126,16 +127,18 @@ func normalizeNotification(n *Notification) error {
 	return nil
 }
 
-// checkTypeName enforces 1..255 characters of [A-Za-z0-9._:-].
+// checkTypeName enforces 1..255 characters of [A-Za-z0-9._:-]. The
+// characters are checked first: they are one byte each, so that only then
+// is the length in bytes the length in characters the message names.
 func checkTypeName(field, s string) error {
-	if len(s) == 0 || len(s) > MaxContentTypeLength {
-		return Invalid("%s must be 1..%d characters, got %d", field, MaxContentTypeLength, len(s))
-	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-') {
 			return Invalid("%s may only hold [A-Za-z0-9._:-], got %q", field, truncate(s))
 		}
+	}
+	if len(s) == 0 || len(s) > MaxContentTypeLength {
+		return Invalid("%s must be 1..%d characters, got %d", field, MaxContentTypeLength, len(s))
 	}
 	return nil
 }
@@ -156,11 +159,17 @@ func isAlnum(c byte) bool {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
 }
 
-// truncate keeps error messages short when a client sends something huge.
+// truncate keeps error messages short when a client sends something huge. It
+// cuts at the start of a character, so that the message does not show a
+// character cut in two as bytes the client did not send.
 func truncate(s string) string {
 	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
+	if len(s) <= max {
+		return s
 	}
-	return s
+	n := max
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
