@@ -128,6 +128,9 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 			HandshakeTimeout:     cfg.Limits.GRPCHandshake,
 			MaxSaveMemory:        cfg.Limits.GRPCSaveMemory,
 		}),
+		// Health watches end as the drain begins, once told NOT_SERVING:
+		// the drain waits for every call.
+		server.WithDraining(a.stopping),
 	}
 	gatewayOpts := []gateway.Option{gateway.WithMaxBodyBytes(server.MaxRecvMsgSize + 1<<20), gateway.WithAccessLog(a.logger),
 		gateway.WithMaxBodyMemory(cfg.Limits.HTTPBodyMemory)}

@@ -116,9 +116,10 @@ func (b *bell) ring(recipients []string) {
 
 func (b *bell) ringLoop(ctx context.Context) {
 	last := func() {
-		// Closing: the last groups' recipients are rung still.
+		// Closing: the last groups' recipients are rung still, and those
+		// of a ring that closing cut short.
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), lastRingTimeout)
-		b.ringPending(c)
+		b.ringPending(c, context.Background())
 		cancel()
 	}
 	pace := time.NewTimer(minRingInterval)
@@ -131,7 +132,7 @@ func (b *bell) ringLoop(ctx context.Context) {
 		case <-b.signal:
 		}
 		c, cancel := context.WithTimeout(ctx, bellTimeout)
-		b.ringPending(c)
+		b.ringPending(c, ctx)
 		cancel()
 		// The recipients of the groups committing meanwhile wait for the
 		// next ring: an instance rings at most once per minRingInterval,
@@ -148,8 +149,10 @@ func (b *bell) ringLoop(ctx context.Context) {
 
 // ringPending rings for the recipients waiting to be rung. A bell that
 // fails is not rung again: the peeks waiting on other instances find the
-// notifications at their next look.
-func (b *bell) ringPending(ctx context.Context) {
+// notifications at their next look. One that fails as closing ends was
+// cut short by the hub closing, not refused: its recipients wait for the
+// last ring.
+func (b *bell) ringPending(ctx, closing context.Context) {
 	b.mu.Lock()
 	recipients := slices.Collect(maps.Keys(b.pending))
 	clear(b.pending)
@@ -157,7 +160,16 @@ func (b *bell) ringPending(ctx context.Context) {
 	if len(recipients) == 0 {
 		return
 	}
-	b.report(BellRing, b.store.RingBell(ctx, recipients))
+	err := b.store.RingBell(ctx, recipients)
+	if err != nil && closing.Err() != nil {
+		b.mu.Lock()
+		for _, r := range recipients {
+			b.pending[r] = struct{}{}
+		}
+		b.mu.Unlock()
+		return
+	}
+	b.report(BellRing, err)
 }
 
 func (b *bell) followLoop(ctx context.Context) {

@@ -127,12 +127,14 @@ func groupDeadline(calls []*saveCall, now time.Time) time.Time {
 }
 
 // commitSplitting commits the calls with write. When the store or a
-// cabinet's bound refuses the group as too large, each half is committed on
+// cabinet's bound refuses the group as too large, or for want of space (the
+// disk guard's room above its reserve, a Cosmos DB logical partition at its
+// 20 GB: a refusal that may be one call's alone), each half is committed on
 // its own, down to the call that does not fit, which fails alone; order is
 // kept. Each outcome carries its call's error.
 func (r *Hub) commitSplitting(ctx context.Context, live []*saveCall, write func([]store.RecipientSave) error) []saveOutcome {
 	outcomes, err := r.commitGroup(ctx, live, write)
-	if (errors.Is(err, store.ErrTooLarge) || errors.Is(err, domain.ErrCabinetFull)) && len(live) > 1 {
+	if (errors.Is(err, store.ErrTooLarge) || errors.Is(err, domain.ErrCabinetFull) || errors.Is(err, domain.ErrStorageFull)) && len(live) > 1 {
 		half := len(live) / 2
 		return append(r.commitSplitting(ctx, live[:half], write), r.commitSplitting(ctx, live[half:], write)...)
 	}

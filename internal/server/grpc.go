@@ -65,6 +65,8 @@ type options struct {
 	forwardedClient bool
 	auditor         Auditor                          // nil: no audit log (audit.go)
 	subject         func(ctx context.Context) string // the caller, for the audit log
+	// draining ends the health watches as the server drains (health.go).
+	draining <-chan struct{}
 }
 
 // Limits bound what clients can make the server hold. The defaults suit a
@@ -252,7 +254,11 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 
 	hs := health.NewServer()
 	SetServing(hs, false)
-	healthpb.RegisterHealthServer(srv, hs)
+	if o.draining != nil {
+		healthpb.RegisterHealthServer(srv, drainingHealth{Server: hs, draining: o.draining})
+	} else {
+		healthpb.RegisterHealthServer(srv, hs)
+	}
 	reflection.Register(srv)
 	return srv, hs
 }
