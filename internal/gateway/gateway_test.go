@@ -26,6 +26,7 @@ import (
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/console"
 	"github.com/energydatahub/messagehub/internal/gateway"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
@@ -577,6 +578,26 @@ func TestAnswersOfTheAPIAreNotStored(t *testing.T) {
 		resp, _ := call(t, req)
 		if got := resp.Header.Get("Cache-Control"); got != "no-store" {
 			t.Errorf("%s %s: %d with Cache-Control %q, want no-store", tc.method, tc.path, resp.StatusCode, got)
+		}
+	}
+}
+
+// Every answer under the console's path carries its headers, a method it
+// does not serve (405) included, as docs/operations.md says.
+func TestEveryConsoleAnswerCarriesItsSecurityHeaders(t *testing.T) {
+	s := newStack(t)
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, console.Path}, {http.MethodGet, console.Path + "/nosuch.js"},
+		{http.MethodPost, console.Path}, {http.MethodDelete, console.Path + "/"}, {http.MethodPut, console.Path + "/app.js"},
+	} {
+		resp, err := http.DefaultClient.Do(newRequest(t, c.method, s.url+c.path, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if got := resp.Header.Get("Content-Security-Policy"); got != console.ContentSecurityPolicy || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s %s: %d with Content-Security-Policy %q, X-Content-Type-Options %q; want the console's",
+				c.method, c.path, resp.StatusCode, got, resp.Header.Get("X-Content-Type-Options"))
 		}
 	}
 }
