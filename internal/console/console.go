@@ -65,11 +65,8 @@ type asset struct {
 // (the caller routes other methods away).
 func Handler() http.Handler {
 	files := load()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return WithHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", ContentSecurityPolicy)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
 		name := strings.TrimPrefix(r.URL.Path, Path)
 		if name == "" || name == "/" {
 			name = "/index.html"
@@ -85,6 +82,19 @@ func Handler() http.Handler {
 		h.Set("Cache-Control", "no-cache")
 		h.Set("ETag", a.etag)
 		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(a.body))
+	}))
+}
+
+// WithHeaders gives every answer of next the console's security headers:
+// its Content-Security-Policy, nosniff and no referrer. The caller wraps
+// whatever it answers under Path with it (a method not served, too).
+func WithHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", ContentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		next.ServeHTTP(w, r)
 	})
 }
 

@@ -212,8 +212,12 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, metrics http.Handle
 		if rt.method == http.MethodGet {
 			rt.handler = headAsGet(rt.handler)
 		}
+		notAllowed := methodNotAllowed(mux, rt.method)
+		if strings.HasPrefix(pattern, console.Path) {
+			notAllowed = console.WithHeaders(notAllowed)
+		}
 		root.Handle(rt.method+" "+pattern, withVerb(verb, rt.handler, notFound))
-		root.Handle(pattern, withVerb(verb, methodNotAllowed(mux, rt.method), notFound))
+		root.Handle(pattern, withVerb(verb, notAllowed, notFound))
 	}
 	root.Handle("/", notFound)
 	handler := utf8Only(mux, root)

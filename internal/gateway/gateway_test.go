@@ -25,8 +25,8 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
-	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/console"
+	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/gateway"
 	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/internal/server"
