@@ -3,7 +3,10 @@ package cosmos_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -154,5 +157,30 @@ func TestOpenWithoutProvisioningNamesAMissingDatabase(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "database "+dbID+" does not exist (run with --cosmos-provision") {
 		t.Fatalf("open = %v, want the missing database named", err)
+	}
+}
+
+// An account that refuses the instance's key (rotated, or wrong) answers
+// 401 to the account read every request starts with. With provisioning on
+// (the default) the start-up error must say so, as it does without: the
+// 401 is what the operator has to fix, not the consistency level the
+// unread account properties left unknown.
+func TestOpenWithProvisioningNamesARefusedKey(t *testing.T) {
+	for _, provision := range []bool{true, false} {
+		t.Run(fmt.Sprintf("provision=%v", provision), func(t *testing.T) {
+			ct := cosmostest.NewCountingTransport(nil)
+			ct.Fault = func(req *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: http.StatusUnauthorized, Status: "401 Unauthorized", Request: req,
+					Header: http.Header{"Content-Type": {"application/json"}},
+					Body: io.NopCloser(strings.NewReader(`{"code":"Unauthorized","message":"The input authorization token can't serve the request. ` +
+						`The wrong key is being used or the expected payload is not built as per the protocol."}`))}, nil
+			}
+			_, err := cosmos.Open(context.Background(), cosmos.Config{
+				Endpoint: server.Endpoint, Key: server.Key, Provision: provision, Database: cosmostest.UniqueID("db"), Transport: ct,
+			})
+			if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "wrong key") {
+				t.Fatalf("open = %v, want the account's 401 and its message", err)
+			}
+		})
 	}
 }
