@@ -184,3 +184,29 @@ func TestOpenWithProvisioningNamesARefusedKey(t *testing.T) {
 		})
 	}
 }
+
+// Provisioning creates the database and containers that are missing, and
+// only those: an account that refuses creates through its keys
+// (disableKeyBasedMetadataWriteAccess, the hardening that leaves them to
+// Azure Resource Manager) answers 403 to every create of a database or
+// container, and a database already provisioned there opens with
+// --cosmos-provision on, its default.
+func TestOpenWithProvisioningCreatesNothingThatExists(t *testing.T) {
+	dbID := cosmostest.UniqueID("db")
+	_ = open(t, cosmos.Config{Database: dbID}).Close()
+	ct := cosmostest.NewCountingTransport(nil)
+	ct.Fault = func(req *http.Request) (*http.Response, error) {
+		if op := cosmostest.Classify(req); op != "CreateDatabase" && op != "CreateContainer" {
+			return nil, nil
+		}
+		return &http.Response{StatusCode: http.StatusForbidden, Status: "403 Forbidden", Request: req,
+			Header: http.Header{"Content-Type": {"application/json"}},
+			Body: io.NopCloser(strings.NewReader(`{"code":"Forbidden","message":"Operation 'POST' on resource 'colls' is not allowed through ` +
+				`Azure Cosmos DB endpoint. Please switch on such operations for your account, or perform this operation through Azure Resource Manager."}`))}, nil
+	}
+	s := open(t, cosmos.Config{Database: dbID, Transport: ct})
+	_ = s.Close()
+	if n := ct.ByOp()["CreateDatabase"] + ct.ByOp()["CreateContainer"]; n != 0 {
+		t.Fatalf("%d creates of what exists (%s)", n, ct.OpCounts())
+	}
+}
