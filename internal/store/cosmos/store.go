@@ -190,7 +190,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch _, err := db.Read(ctx, nil); {
+	_, err = db.Read(ctx, nil)
+	dbExists := err == nil
+	switch {
 	case err == nil, cfg.Provision && isStatus(err, http.StatusNotFound):
 	case isStatus(err, http.StatusNotFound):
 		return nil, fmt.Errorf("cosmos: database %s does not exist (run with --cosmos-provision, or create it as docs/cosmos.md says)", cfg.Database)
@@ -205,7 +207,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if cfg.Provision {
-		if err := provision(ctx, client, cfg.Database, cfg.Throughput); err != nil {
+		if err := provision(ctx, client, cfg.Database, dbExists, cfg.Throughput); err != nil {
 			return nil, err
 		}
 	}
