@@ -98,23 +98,39 @@ func (t Throughput) Validate() error {
 	return err
 }
 
-// provision creates the database and containers when they are missing,
-// each with the throughput asked for.
-func provision(ctx context.Context, client *azcosmos.Client, database string, throughput Throughput) error {
+// provision creates the database (unless dbExists) and the containers
+// when they are missing, each with the throughput asked for. Only what is
+// missing: an account may refuse creates through its keys
+// (disableKeyBasedMetadataWriteAccess) or to the identity the store runs as,
+// and a database provisioned otherwise must still open. A create that
+// finds the container taken (another instance's, meanwhile) is a success.
+func provision(ctx context.Context, client *azcosmos.Client, database string, dbExists bool, throughput Throughput) error {
 	tp, err := throughput.properties()
 	if err != nil {
 		return err
 	}
-	_, err = client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: database}, nil)
-	if err != nil && !isStatus(err, http.StatusConflict) {
-		return fmt.Errorf("create database %s: %w", database, err)
+	if !dbExists {
+		_, err = client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: database}, nil)
+		if err != nil && !isStatus(err, http.StatusConflict) {
+			return fmt.Errorf("create database %s: %w", database, err)
+		}
 	}
 	db, err := client.NewDatabase(database)
 	if err != nil {
 		return err
 	}
 	for _, c := range containers {
-		_, err := db.CreateContainer(ctx, c.properties(), &azcosmos.CreateContainerOptions{ThroughputProperties: tp})
+		cc, err := db.NewContainer(c.name)
+		if err != nil {
+			return err
+		}
+		switch _, err := cc.Read(ctx, nil); {
+		case err == nil:
+			continue
+		case !isStatus(err, http.StatusNotFound):
+			return fmt.Errorf("read container %s: %w", c.name, err)
+		}
+		_, err = db.CreateContainer(ctx, c.properties(), &azcosmos.CreateContainerOptions{ThroughputProperties: tp})
 		if err != nil && !isStatus(err, http.StatusConflict) {
 			return fmt.Errorf("create container %s: %w", c.name, err)
 		}

@@ -3,7 +3,10 @@ package cosmos_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -154,5 +157,56 @@ func TestOpenWithoutProvisioningNamesAMissingDatabase(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "database "+dbID+" does not exist (run with --cosmos-provision") {
 		t.Fatalf("open = %v, want the missing database named", err)
+	}
+}
+
+// An account that refuses the instance's key (rotated, or wrong) answers
+// 401 to the account read every request starts with. With provisioning on
+// (the default) the start-up error must say so, as it does without: the
+// 401 is what the operator has to fix, not the consistency level the
+// unread account properties left unknown.
+func TestOpenWithProvisioningNamesARefusedKey(t *testing.T) {
+	for _, provision := range []bool{true, false} {
+		t.Run(fmt.Sprintf("provision=%v", provision), func(t *testing.T) {
+			ct := cosmostest.NewCountingTransport(nil)
+			ct.Fault = func(req *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: http.StatusUnauthorized, Status: "401 Unauthorized", Request: req,
+					Header: http.Header{"Content-Type": {"application/json"}},
+					Body: io.NopCloser(strings.NewReader(`{"code":"Unauthorized","message":"The input authorization token can't serve the request. ` +
+						`The wrong key is being used or the expected payload is not built as per the protocol."}`))}, nil
+			}
+			_, err := cosmos.Open(context.Background(), cosmos.Config{
+				Endpoint: server.Endpoint, Key: server.Key, Provision: provision, Database: cosmostest.UniqueID("db"), Transport: ct,
+			})
+			if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "wrong key") {
+				t.Fatalf("open = %v, want the account's 401 and its message", err)
+			}
+		})
+	}
+}
+
+// Provisioning creates the database and containers that are missing, and
+// only those: an account that refuses creates through its keys
+// (disableKeyBasedMetadataWriteAccess, the hardening that leaves them to
+// Azure Resource Manager) answers 403 to every create of a database or
+// container, and a database already provisioned there opens with
+// --cosmos-provision on, its default.
+func TestOpenWithProvisioningCreatesNothingThatExists(t *testing.T) {
+	dbID := cosmostest.UniqueID("db")
+	_ = open(t, cosmos.Config{Database: dbID}).Close()
+	ct := cosmostest.NewCountingTransport(nil)
+	ct.Fault = func(req *http.Request) (*http.Response, error) {
+		if op := cosmostest.Classify(req); op != "CreateDatabase" && op != "CreateContainer" {
+			return nil, nil
+		}
+		return &http.Response{StatusCode: http.StatusForbidden, Status: "403 Forbidden", Request: req,
+			Header: http.Header{"Content-Type": {"application/json"}},
+			Body: io.NopCloser(strings.NewReader(`{"code":"Forbidden","message":"Operation 'POST' on resource 'colls' is not allowed through ` +
+				`Azure Cosmos DB endpoint. Please switch on such operations for your account, or perform this operation through Azure Resource Manager."}`))}, nil
+	}
+	s := open(t, cosmos.Config{Database: dbID, Transport: ct})
+	_ = s.Close()
+	if n := ct.ByOp()["CreateDatabase"] + ct.ByOp()["CreateContainer"]; n != 0 {
+		t.Fatalf("%d creates of what exists (%s)", n, ct.OpCounts())
 	}
 }

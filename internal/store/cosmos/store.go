@@ -183,13 +183,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// before its first request, and an account the store refuses is
 	// refused before provisioning creates anything on it (a database and
 	// containers with throughput, billed). Provisioning creates a database
-	// that is missing.
+	// that is missing; any other failure (a refused key, an endpoint that
+	// does not answer) is the error to report, as the account properties
+	// it left unread would only say that the consistency level is unknown.
 	db, err := client.NewDatabase(cfg.Database)
 	if err != nil {
 		return nil, err
 	}
-	switch _, err := db.Read(ctx, nil); {
-	case err == nil, cfg.Provision:
+	_, err = db.Read(ctx, nil)
+	dbExists := err == nil
+	switch {
+	case err == nil, cfg.Provision && isStatus(err, http.StatusNotFound):
 	case isStatus(err, http.StatusNotFound):
 		return nil, fmt.Errorf("cosmos: database %s does not exist (run with --cosmos-provision, or create it as docs/cosmos.md says)", cfg.Database)
 	default:
@@ -203,7 +207,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if cfg.Provision {
-		if err := provision(ctx, client, cfg.Database, cfg.Throughput); err != nil {
+		if err := provision(ctx, client, cfg.Database, dbExists, cfg.Throughput); err != nil {
 			return nil, err
 		}
 	}
