@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -23,15 +22,7 @@ import (
 // guard refuses writes on it as on a volume without free bytes, and a
 // restart opens the store read-only and serves the pending bundle.
 func TestAVolumeOutOfInodesIsAFullVolume(t *testing.T) {
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=200", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v %s)", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", mnt, err, out)
-		}
-	})
+	mnt := tmpfsVolume(t, "size=64m,nr_inodes=200")
 	dir := filepath.Join(mnt, "data")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
