@@ -2,10 +2,12 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"github.com/energydatahub/messagehub/internal/admin"
 	"github.com/energydatahub/messagehub/internal/content"
@@ -63,7 +65,7 @@ func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error
 	}
 	dir = filepath.Clean(dir)
 	if b.docs == nil {
-		return b.written(b.store.Backup(ctx, dir), dir)
+		return b.written(volumeFull(b.store.Backup(ctx, dir)), dir)
 	}
 	// Refused before the documents are written beside it: a directory
 	// inside the data directory would leave folders there (in the
@@ -74,7 +76,7 @@ func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error
 	// A directory the hub cannot make (a parent that is a file, one its
 	// user may not write) is the operator's to correct, not the hub's fault.
 	if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
-		return admin.BackupInfo{}, fmt.Errorf("%w: backup directory %s cannot be made: %w", domain.ErrInvalidArgument, dir, err)
+		return admin.BackupInfo{}, fmt.Errorf("%w: backup directory %s cannot be made: %w", cannotMake(err), dir, err)
 	}
 	// The backup is made in a folder beside dir and takes dir's name by one
 	// rename once whole: a backup cut short (the hub killed, the machine
@@ -83,13 +85,38 @@ func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error
 	// its last writes.
 	staging, err := os.MkdirTemp(filepath.Dir(dir), ".messagehub-backup-partial-*")
 	if err != nil {
-		return admin.BackupInfo{}, fmt.Errorf("%w: backup directory %s cannot be made: %w", domain.ErrInvalidArgument, dir, err)
+		return admin.BackupInfo{}, fmt.Errorf("%w: backup directory %s cannot be made: %w", cannotMake(err), dir, err)
 	}
 	defer func() { _ = os.RemoveAll(staging) }()
 	if err := b.backupInto(ctx, staging, dir); err != nil {
-		return admin.BackupInfo{}, fmt.Errorf("backup directory %s: %w", dir, err)
+		return admin.BackupInfo{}, volumeFull(fmt.Errorf("backup directory %s: %w", dir, err))
 	}
 	return b.written(nil, dir)
+}
+
+// A backup volume that is full, of bytes or of inodes (or the user's quota
+// on it), is neither the request's fault nor the hub's: the backup is
+// refused as storage full, and the operator told why.
+func fullVolume(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// volumeFull marks err as storage full when a full volume caused it.
+func volumeFull(err error) error {
+	if fullVolume(err) {
+		return fmt.Errorf("%w: %w", domain.ErrStorageFull, err)
+	}
+	return err
+}
+
+// cannotMake is why a backup directory could not be made: a full volume,
+// else the operator's path to correct (a parent that is a file, one the
+// hub's user may not write).
+func cannotMake(err error) error {
+	if fullVolume(err) {
+		return domain.ErrStorageFull
+	}
+	return domain.ErrInvalidArgument
 }
 
 // backupInto makes the backup in staging, then renames it to dir.

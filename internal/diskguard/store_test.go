@@ -240,8 +240,14 @@ func TestAFirstStartOnAFullVolumeSaysWhy(t *testing.T) {
 // checks is that real writes never meet a full disk.
 func realVolume(t *testing.T, size uint64) string {
 	t.Helper()
+	return tmpfsVolume(t, "size="+strconv.FormatUint(size, 10))
+}
+
+// tmpfsVolume mounts a tmpfs with the mount options, or skips the test.
+func tmpfsVolume(t *testing.T, options string) string {
+	t.Helper()
 	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.FormatUint(size, 10), "tmpfs", mnt).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", options, "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs here (%v %s): the guard's counting is tested in guarded_test.go", err, out)
 	}
 	t.Cleanup(func() {
