@@ -3,6 +3,7 @@ package groupcommit
 import (
 	"context"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,7 @@ type gates struct {
 	prepared chan []string
 	mu       sync.Mutex
 	open     map[string]chan struct{}
+	allOpen  bool // after the test: every gate opens, so that Close returns
 	inFlight atomic.Int64
 	most     atomic.Int64
 }
@@ -47,6 +49,7 @@ func newGates(t *testing.T, concurrent int) *gates {
 	})
 	t.Cleanup(func() {
 		g.mu.Lock()
+		g.allOpen = true
 		for _, ch := range g.open {
 			select {
 			case <-ch:
@@ -66,6 +69,9 @@ func (g *gates) gate(name string) chan struct{} {
 	ch, ok := g.open[name]
 	if !ok {
 		ch = make(chan struct{})
+		if g.allOpen {
+			close(ch)
+		}
 		g.open[name] = ch
 	}
 	return ch
@@ -153,4 +159,26 @@ func TestConcurrentBoundsTheGroupsInFlightAndCloseWaitsForThem(t *testing.T) {
 	if n := g.inFlight.Load(); n != 0 {
 		t.Fatalf("Close returned with %d groups unfinished", n)
 	}
+}
+
+// A key whose requests fill the waiting bound holds up only its own: a
+// request for another key is still prepared while that key's group is in
+// flight.
+func TestAKeyThatFillsTheQueueHoldsUpOnlyItsOwnRequests(t *testing.T) {
+	g := newGates(t, 8)
+	g.submit("x0", "x")
+	g.next("x0")
+	for i := range cap(g.p.in) {
+		g.submit("x"+strconv.Itoa(i+1), "x")
+	}
+	g.submit("y", "y")
+	g.next("y") // while x0 is still in flight
+	g.release("y")
+	g.release("x0")
+	want := make([]string, cap(g.p.in))
+	for i := range want {
+		want[i] = "x" + strconv.Itoa(i+1)
+	}
+	g.next(want...)
+	g.release("x1")
 }
