@@ -2,6 +2,8 @@ package groupcommit
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -181,4 +183,45 @@ func TestAKeyThatFillsTheQueueHoldsUpOnlyItsOwnRequests(t *testing.T) {
 	}
 	g.next(want...)
 	g.release("x1")
+}
+
+// The queue still bounds each key's waiting requests: one more for a full
+// key waits in Submit, holding no other key's share if it gives up, and
+// goes once the key's waiting requests are taken into a group.
+func TestTheQueueBoundsEachKeysWaitingRequests(t *testing.T) {
+	g := newGates(t, 8)
+	g.submit("x0", "x")
+	g.next("x0")
+	want := make([]string, cap(g.p.in))
+	for i := range want {
+		want[i] = "x" + strconv.Itoa(i+1)
+		g.submit(want[i], "x")
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.p.Submit(ended, keyed{name: "yx", keys: []string{"y", "x"}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Submit for a full key = %v, want %v", err, context.Canceled)
+	}
+	if n := g.p.Queued(); n != len(want) {
+		t.Fatalf("Queued() = %d, want %d", n, len(want))
+	}
+	g.p.room.mu.Lock()
+	shares := slices.Collect(maps.Keys(g.p.room.slots))
+	g.p.room.mu.Unlock()
+	if !slices.Equal(shares, []string{"x"}) {
+		t.Fatalf("shares in use %q, want only x's", shares)
+	}
+	g.submit("y", "y")
+	g.next("y")
+	g.release("y")
+	late := make(chan error, 1)
+	go func() { late <- g.p.Submit(context.Background(), keyed{name: "late", keys: []string{"x"}}) }()
+	g.release("x0")
+	g.next(want...)
+	if err := <-late; err != nil {
+		t.Fatal(err)
+	}
+	g.release("x1")
+	g.next("late")
+	g.release("late")
 }
