@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -67,8 +68,12 @@ func TestAnUnavailableRecipientFailsOnlyItsOwnSaveInASharedGroup(t *testing.T) {
 	hotSaved, otherSaved := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := repo.Save(ctx, notifications(10, hot, 1)); hotSaved <- err }()
 	go func() { _, err := repo.Save(ctx, notifications(10, other, 1)); otherSaved <- err }()
-	for repo.QueuedSaves() < 2 { // both wait for the first Save's group
-		runtime.Gosched()
+	// Both wait for the first Save's group (the minute is only against a
+	// hang).
+	for deadline := time.Now().Add(time.Minute); repo.QueuedSaves() < 2; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Saves wait for the held group after a minute, want 2", repo.QueuedSaves())
+		}
 	}
 	mu.Lock()
 	failing = true
