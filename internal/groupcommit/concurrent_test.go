@@ -2,7 +2,10 @@ package groupcommit
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +26,7 @@ type gates struct {
 	prepared chan []string
 	mu       sync.Mutex
 	open     map[string]chan struct{}
+	allOpen  bool // after the test: every gate opens, so that Close returns
 	inFlight atomic.Int64
 	most     atomic.Int64
 }
@@ -47,6 +51,7 @@ func newGates(t *testing.T, concurrent int) *gates {
 	})
 	t.Cleanup(func() {
 		g.mu.Lock()
+		g.allOpen = true
 		for _, ch := range g.open {
 			select {
 			case <-ch:
@@ -66,6 +71,9 @@ func (g *gates) gate(name string) chan struct{} {
 	ch, ok := g.open[name]
 	if !ok {
 		ch = make(chan struct{})
+		if g.allOpen {
+			close(ch)
+		}
 		g.open[name] = ch
 	}
 	return ch
@@ -153,4 +161,67 @@ func TestConcurrentBoundsTheGroupsInFlightAndCloseWaitsForThem(t *testing.T) {
 	if n := g.inFlight.Load(); n != 0 {
 		t.Fatalf("Close returned with %d groups unfinished", n)
 	}
+}
+
+// A key whose requests fill the waiting bound holds up only its own: a
+// request for another key is still prepared while that key's group is in
+// flight.
+func TestAKeyThatFillsTheQueueHoldsUpOnlyItsOwnRequests(t *testing.T) {
+	g := newGates(t, 8)
+	g.submit("x0", "x")
+	g.next("x0")
+	for i := range cap(g.p.in) {
+		g.submit("x"+strconv.Itoa(i+1), "x")
+	}
+	g.submit("y", "y")
+	g.next("y") // while x0 is still in flight
+	g.release("y")
+	g.release("x0")
+	want := make([]string, cap(g.p.in))
+	for i := range want {
+		want[i] = "x" + strconv.Itoa(i+1)
+	}
+	g.next(want...)
+	g.release("x1")
+}
+
+// The queue still bounds each key's waiting requests: one more for a full
+// key waits in Submit, holding no other key's share if it gives up, and
+// goes once the key's waiting requests are taken into a group.
+func TestTheQueueBoundsEachKeysWaitingRequests(t *testing.T) {
+	g := newGates(t, 8)
+	g.submit("x0", "x")
+	g.next("x0")
+	want := make([]string, cap(g.p.in))
+	for i := range want {
+		want[i] = "x" + strconv.Itoa(i+1)
+		g.submit(want[i], "x")
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.p.Submit(ended, keyed{name: "yx", keys: []string{"y", "x"}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Submit for a full key = %v, want %v", err, context.Canceled)
+	}
+	if n := g.p.Queued(); n != len(want) {
+		t.Fatalf("Queued() = %d, want %d", n, len(want))
+	}
+	g.p.room.mu.Lock()
+	shares := slices.Collect(maps.Keys(g.p.room.slots))
+	g.p.room.mu.Unlock()
+	if !slices.Equal(shares, []string{"x"}) {
+		t.Fatalf("shares in use %q, want only x's", shares)
+	}
+	g.submit("y", "y")
+	g.next("y")
+	g.release("y")
+	late := make(chan error, 1)
+	go func() { late <- g.p.Submit(context.Background(), keyed{name: "late", keys: []string{"x"}}) }()
+	g.release("x0")
+	g.next(want...)
+	if err := <-late; err != nil {
+		t.Fatal(err)
+	}
+	g.release("x1")
+	g.next("late")
+	g.release("late")
 }

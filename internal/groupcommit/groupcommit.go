@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrClosed is returned by Submit after Close.
@@ -51,33 +52,41 @@ type Options[T any] struct {
 	// earlier one that shares a key with it: it joins the same group or one
 	// started after that one ended, so requests that share a key are
 	// prepared in the order they were submitted. A request with no keys
-	// waits for nothing.
+	// waits for nothing. Each key is named once. The queue bounds each key's
+	// waiting requests rather than all of them: Submit for a key with a
+	// full queue waits, in the order it came, while other keys' requests
+	// go on.
 	Keys func(T) []string
 }
 
 // Pipeline is a running group committer.
 type Pipeline[T any] struct {
 	opts     Options[T]
-	in       chan T
+	in       chan queued[T]
 	finishes chan func()
 	done     chan struct{}
 
 	closeMu sync.RWMutex // guards sends on in against Close
 	closed  bool
+
+	room    *room        // with Concurrent > 1: each key's share of the queue
+	waiting atomic.Int64 // with Concurrent > 1: requests not yet in a group
 }
 
-// New starts a pipeline with a queue of queue requests.
+// New starts a pipeline with a queue of queue requests (with
+// Options.Concurrent above 1, queue requests per key).
 func New[T any](queue int, opts Options[T]) *Pipeline[T] {
 	if opts.Weight == nil {
 		opts.Weight = func(T) int { return 1 }
 	}
 	p := &Pipeline[T]{
 		opts:     opts,
-		in:       make(chan T, queue),
+		in:       make(chan queued[T], queue),
 		finishes: make(chan func(), opts.Ahead),
 		done:     make(chan struct{}),
 	}
 	if opts.Concurrent > 1 {
+		p.room = newRoom(queue)
 		go p.collectConcurrently()
 		return p
 	}
@@ -90,13 +99,31 @@ func New[T any](queue int, opts Options[T]) *Pipeline[T] {
 // queued, and with ErrClosed after Close; once it returns nil, req will be
 // prepared (and finished) even if Close follows.
 func (p *Pipeline[T]) Submit(ctx context.Context, req T) error {
+	if p.room == nil {
+		return p.send(ctx, queued[T]{req: req})
+	}
+	q := queued[T]{req: req, keys: p.opts.Keys(req)}
+	if err := p.room.enter(ctx, q.keys); err != nil {
+		return err
+	}
+	p.waiting.Add(1)
+	if err := p.send(ctx, q); err != nil {
+		p.waiting.Add(-1)
+		p.room.leave(q.keys)
+		return err
+	}
+	return nil
+}
+
+// send queues q unless the pipeline is closed.
+func (p *Pipeline[T]) send(ctx context.Context, q queued[T]) error {
 	p.closeMu.RLock()
 	defer p.closeMu.RUnlock()
 	if p.closed {
 		return ErrClosed
 	}
 	select {
-	case p.in <- req:
+	case p.in <- q:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -106,7 +133,12 @@ func (p *Pipeline[T]) Submit(ctx context.Context, req T) error {
 // Queued is how many submitted requests wait to be taken into a group: with
 // one group at a time, those that the next group will take (up to the
 // weight limit) while the current one is prepared.
-func (p *Pipeline[T]) Queued() int { return len(p.in) }
+func (p *Pipeline[T]) Queued() int {
+	if p.room != nil {
+		return int(p.waiting.Load())
+	}
+	return len(p.in)
+}
 
 // Flush waits until every group prepared so far has finished. Only Prepare
 // may call it: it is how a group that found a conflict waits for the state
@@ -139,20 +171,22 @@ func (p *Pipeline[T]) collect() {
 		if carried {
 			carried = false
 		} else {
-			var ok bool
-			if first, ok = <-p.in; !ok {
+			q, ok := <-p.in
+			if !ok {
 				return
 			}
+			first = q.req
 		}
 		group := []T{first}
 		weight := p.opts.Weight(first)
 	fill:
 		for p.opts.MaxWeight == 0 || weight < p.opts.MaxWeight {
 			select {
-			case req, ok := <-p.in:
+			case q, ok := <-p.in:
 				if !ok {
 					break fill
 				}
+				req := q.req
 				w := p.opts.Weight(req)
 				if p.opts.MaxWeight > 0 && weight+w > p.opts.MaxWeight {
 					carry, carried = req, true

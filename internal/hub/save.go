@@ -134,6 +134,12 @@ func groupDeadline(calls []*saveCall, now time.Time) time.Time {
 // kept. Each outcome carries its call's error.
 func (r *Hub) commitSplitting(ctx context.Context, live []*saveCall, write func([]store.RecipientSave) error) []saveOutcome {
 	outcomes, err := r.commitGroup(ctx, live, write)
+	var u *unloadable
+	if errors.As(err, &u) {
+		if outcomes, ok := r.commitWithout(ctx, live, u, write); ok {
+			return outcomes
+		}
+	}
 	if (errors.Is(err, store.ErrTooLarge) || errors.Is(err, domain.ErrCabinetFull) || errors.Is(err, domain.ErrStorageFull)) && len(live) > 1 {
 		half := len(live) / 2
 		return append(r.commitSplitting(ctx, live[:half], write), r.commitSplitting(ctx, live[half:], write)...)
@@ -145,6 +151,42 @@ func (r *Hub) commitSplitting(ctx context.Context, live []*saveCall, write func(
 		}
 	}
 	return outcomes
+}
+
+// unloadable is a plan that could not load some of its recipients, each
+// unavailable: nothing was written, so the calls that name none of them may
+// be planned and committed on their own.
+type unloadable struct {
+	err        error
+	recipients map[string]bool
+}
+
+func (u *unloadable) Error() string { return u.err.Error() }
+func (u *unloadable) Unwrap() error { return u.err }
+
+// commitWithout fails the calls naming a recipient that could not be loaded
+// with its error and commits the others, so that one unavailable partition
+// fails only the Saves that name it. It reports false when every call names
+// one.
+func (r *Hub) commitWithout(ctx context.Context, live []*saveCall, u *unloadable, write func([]store.RecipientSave) error) ([]saveOutcome, bool) {
+	outcomes := make([]saveOutcome, len(live))
+	var rest []*saveCall
+	var at []int
+	for i, c := range live {
+		if slices.ContainsFunc(c.notifications, func(n domain.Notification) bool { return u.recipients[n.Recipient] }) {
+			outcomes[i] = saveOutcome{err: u.err}
+			continue
+		}
+		rest = append(rest, c)
+		at = append(at, i)
+	}
+	if len(rest) == 0 {
+		return nil, false
+	}
+	for j, o := range r.commitSplitting(ctx, rest, write) {
+		outcomes[at[j]] = o
+	}
+	return outcomes, true
 }
 
 func answerSaves(calls []*saveCall, outcomes []saveOutcome) {
@@ -233,6 +275,7 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 	}
 	saves := make([]store.RecipientSave, len(recipients))
 	errs := make([]error, len(recipients))
+	loadFailed := make([]bool, len(recipients))
 	at := r.opts.Now().UnixMilli()
 	plan := func(i int) {
 		closeBefore := at - r.opts.Retention.Milliseconds()
@@ -245,15 +288,17 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 			// a retention when its actor dequeues.
 			state, err = r.store.LoadRecipient(ctx, recipients[i], withCursors(load)...)
 		}
-		if err == nil {
-			saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at, closeBefore)
+		if err != nil {
+			errs[i], loadFailed[i] = err, true
+			return
+		}
+		saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at, closeBefore)
+		err = checkCabinets(state, saves[i], r.opts.MaxCabinetDrawers)
+		if errors.Is(err, domain.ErrCabinetFull) {
+			// A drawer closed for retention's sake is not worth a
+			// refused save: the last one takes them, as it has room.
+			saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at, 0)
 			err = checkCabinets(state, saves[i], r.opts.MaxCabinetDrawers)
-			if errors.Is(err, domain.ErrCabinetFull) {
-				// A drawer closed for retention's sake is not worth a
-				// refused save: the last one takes them, as it has room.
-				saves[i] = PlanSave(recipients[i], state, byRecipient[recipients[i]], accepted, r.opts.NewID, at, 0)
-				err = checkCabinets(state, saves[i], r.opts.MaxCabinetDrawers)
-			}
 		}
 		errs[i] = err
 	}
@@ -279,10 +324,21 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 	}
 	work()
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
+	var unavailable *unloadable
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case loadFailed[i] && errors.Is(err, domain.ErrUnavailable):
+			if unavailable == nil {
+				unavailable = &unloadable{err: err, recipients: make(map[string]bool)}
+			}
+			unavailable.recipients[recipients[i]] = true
+		default:
 			return nil, nil, err
 		}
+	}
+	if unavailable != nil {
+		return nil, nil, unavailable
 	}
 	return outcomes, saves, nil
 }
