@@ -225,3 +225,66 @@ func TestTheQueueBoundsEachKeysWaitingRequests(t *testing.T) {
 	g.next("late")
 	g.release("late")
 }
+
+// Requests naming the same keys in other orders never hold each other's
+// shares: with both keys' shares full, requests naming x then y and
+// requests naming y then x all get in once the shares empty, whichever
+// share empties first.
+func TestRequestsNamingKeysInOtherOrdersDoNotDeadlock(t *testing.T) {
+	g := newGates(t, 8)
+	g.submit("x0", "x")
+	g.next("x0")
+	g.submit("y0", "y")
+	g.next("y0")
+	size := cap(g.p.in)
+	var xs, ys []string
+	for i := range size {
+		xs, ys = append(xs, "x"+strconv.Itoa(i+1)), append(ys, "y"+strconv.Itoa(i+1))
+		g.submit(xs[i], "x")
+		g.submit(ys[i], "y")
+	}
+	// users is how many requests hold or wait for a token of k's share.
+	users := func(k string) int {
+		g.p.room.mu.Lock()
+		defer g.p.room.mu.Unlock()
+		if s, ok := g.p.room.slots[k]; ok {
+			return s.users
+		}
+		return 0
+	}
+	waitFor := func(k string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); users(k) < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) { // only against a hang
+				t.Fatalf("%d requests use %s's share, want %d", users(k), k, n)
+			}
+		}
+	}
+	entered := make(chan error, 2*size)
+	for i := range size {
+		go func() { entered <- g.p.Submit(context.Background(), keyed{name: "xy" + strconv.Itoa(i), keys: []string{"x", "y"}}) }()
+	}
+	waitFor("x", 2*size)
+	for i := range size {
+		go func() { entered <- g.p.Submit(context.Background(), keyed{name: "yx" + strconv.Itoa(i), keys: []string{"y", "x"}}) }()
+	}
+	waitFor("y", 2*size)
+	// The x share empties first, then the y share; then the groups that
+	// held the keys meanwhile end.
+	g.release("x0")
+	g.next(xs...)
+	g.release("y0")
+	g.next(ys...)
+	g.release(xs[0])
+	g.release(ys[0])
+	for range 2 * size {
+		select {
+		case err := <-entered:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute): // only against a hang
+			t.Fatalf("requests naming x and y in other orders wait for each other: x's share has %d users, y's %d", users("x"), users("y"))
+		}
+	}
+}
