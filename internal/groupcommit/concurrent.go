@@ -148,8 +148,12 @@ func shareOf(keys []string) []string {
 
 // enter takes a token of each of keys, waiting for a full key's share to
 // have room; it fails with ctx's error, holding none, if ctx ends first.
+// The tokens are taken in the keys' order, whatever order the request names
+// them in: a request holding x's while it waits for y's, and another
+// holding y's while it waits for x's, would each wait for the other for
+// good once both shares are full.
 func (r *room) enter(ctx context.Context, keys []string) error {
-	keys = shareOf(keys)
+	keys = slices.Sorted(slices.Values(shareOf(keys)))
 	for i, k := range keys {
 		r.mu.Lock()
 		s, ok := r.slots[k]

@@ -252,11 +252,12 @@ func TestRequestsNamingKeysInOtherOrdersDoNotDeadlock(t *testing.T) {
 		}
 		return 0
 	}
-	waitFor := func(k string, n int) {
+	// waitFor waits until the shares of x and y have n users in all.
+	waitFor := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(time.Minute); users(k) < n; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); users("x")+users("y") < n; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) { // only against a hang
-				t.Fatalf("%d requests use %s's share, want %d", users(k), k, n)
+				t.Fatalf("%d requests use x's share and %d y's, want %d in all", users("x"), users("y"), n)
 			}
 		}
 	}
@@ -264,11 +265,11 @@ func TestRequestsNamingKeysInOtherOrdersDoNotDeadlock(t *testing.T) {
 	for i := range size {
 		go func() { entered <- g.p.Submit(context.Background(), keyed{name: "xy" + strconv.Itoa(i), keys: []string{"x", "y"}}) }()
 	}
-	waitFor("x", 2*size)
+	waitFor(3 * size)
 	for i := range size {
 		go func() { entered <- g.p.Submit(context.Background(), keyed{name: "yx" + strconv.Itoa(i), keys: []string{"y", "x"}}) }()
 	}
-	waitFor("y", 2*size)
+	waitFor(4 * size)
 	// The x share empties first, then the y share; then the groups that
 	// held the keys meanwhile end.
 	g.release("x0")
