@@ -263,11 +263,15 @@ func TestRequestsNamingKeysInOtherOrdersDoNotDeadlock(t *testing.T) {
 	}
 	entered := make(chan error, 2*size)
 	for i := range size {
-		go func() { entered <- g.p.Submit(context.Background(), keyed{name: "xy" + strconv.Itoa(i), keys: []string{"x", "y"}}) }()
+		go func() {
+			entered <- g.p.Submit(context.Background(), keyed{name: "xy" + strconv.Itoa(i), keys: []string{"x", "y"}})
+		}()
 	}
 	waitFor(3 * size)
 	for i := range size {
-		go func() { entered <- g.p.Submit(context.Background(), keyed{name: "yx" + strconv.Itoa(i), keys: []string{"y", "x"}}) }()
+		go func() {
+			entered <- g.p.Submit(context.Background(), keyed{name: "yx" + strconv.Itoa(i), keys: []string{"y", "x"}})
+		}()
 	}
 	waitFor(4 * size)
 	// The x share empties first, then the y share; then the groups that
