@@ -41,7 +41,7 @@ const (
 	// leave. When the random recipients all hash to one range of the
 	// recipients container (one run in four), half the throughput serves
 	// everything: on a 2-core machine such a run took 135–175 s where the
-	// others took 60–75 s, and longer beside other test packages.
+	// others took 60–77 s, and longer beside other test packages.
 	soakBudget      = 8 * time.Minute
 	soakCallTimeout = 30 * time.Second
 	soakMaxAttempts = 20
