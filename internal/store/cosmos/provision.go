@@ -98,55 +98,39 @@ func (t Throughput) Validate() error {
 	return err
 }
 
-// provision creates the database (unless dbExists) and the containers
-// when they are missing, each with the throughput asked for. Only what is
-// missing: an account may refuse creates through its keys
-// (disableKeyBasedMetadataWriteAccess) or to the identity the store runs as,
-// and a database provisioned otherwise must still open. A create that
-// finds the container taken (another instance's, meanwhile) is a success.
-func provision(ctx context.Context, client *azcosmos.Client, database string, dbExists bool, throughput Throughput) error {
-	tp, err := throughput.properties()
-	if err != nil {
-		return err
-	}
-	if !dbExists {
-		_, err = client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: database}, nil)
-		if err != nil && !isStatus(err, http.StatusConflict) {
-			return fmt.Errorf("create database %s: %w", database, err)
-		}
-	}
-	db, err := client.NewDatabase(database)
-	if err != nil {
-		return err
-	}
-	for _, c := range containers {
-		cc, err := db.NewContainer(c.name)
-		if err != nil {
-			return err
-		}
-		switch _, err := cc.Read(ctx, nil); {
-		case err == nil:
-			continue
-		case !isStatus(err, http.StatusNotFound):
-			return fmt.Errorf("read container %s: %w", c.name, err)
-		}
-		_, err = db.CreateContainer(ctx, c.properties(), &azcosmos.CreateContainerOptions{ThroughputProperties: tp})
-		if err != nil && !isStatus(err, http.StatusConflict) {
-			return fmt.Errorf("create container %s: %w", c.name, err)
-		}
+// createDatabase creates the database --cosmos-provision found missing; a
+// create that finds it taken (another instance's, meanwhile) is a success.
+func createDatabase(ctx context.Context, client *azcosmos.Client, database string) error {
+	_, err := client.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: database}, nil)
+	if err != nil && !isStatus(err, http.StatusConflict) {
+		return fmt.Errorf("create database %s: %w", database, err)
 	}
 	return nil
 }
 
-// checkContainers compares every container with what the store needs, and
-// refuses a drift that would lose data or break queries: another partition
-// key, a path the queries filter or sort on left out of the index, a default
-// TTL that would expire documents the store keeps, or none where documents
-// carry a ttl (Cosmos DB then ignores it, and the bells, audit events,
-// aborted save records and leases of failed builds that only their ttl
-// removes stay for ever). A drift that only costs (more paths indexed than
-// needed) is logged as a warning.
-func checkContainers(ctx context.Context, client *azcosmos.Client, database string, logger *slog.Logger) error {
+// checkContainers reads every container and compares it with what the
+// store needs, and refuses a drift that would lose data or break queries:
+// another partition key, a path the queries filter or sort on left out of
+// the index, a default TTL that would expire documents the store keeps, or
+// none where documents carry a ttl (Cosmos DB then ignores it, and the
+// bells, audit events, aborted save records and leases of failed builds
+// that only their ttl removes stay for ever). A drift that only costs (more
+// paths indexed than needed) is logged as a warning.
+//
+// With create (--cosmos-provision), a container found missing is created
+// with that throughput first, and read as the others. Only what is missing:
+// an account may refuse creates through its keys
+// (disableKeyBasedMetadataWriteAccess) or to the identity the store runs as,
+// and a database provisioned otherwise must still open. A create that finds
+// the container taken (another instance's, meanwhile) is a success.
+func checkContainers(ctx context.Context, client *azcosmos.Client, database string, create *Throughput, logger *slog.Logger) error {
+	var tp *azcosmos.ThroughputProperties
+	if create != nil {
+		var err error
+		if tp, err = create.properties(); err != nil {
+			return err
+		}
+	}
 	db, err := client.NewDatabase(database)
 	if err != nil {
 		return err
@@ -158,6 +142,13 @@ func checkContainers(ctx context.Context, client *azcosmos.Client, database stri
 			return err
 		}
 		resp, err := cc.Read(ctx, nil)
+		if isStatus(err, http.StatusNotFound) && create != nil {
+			_, err = db.CreateContainer(ctx, c.properties(), &azcosmos.CreateContainerOptions{ThroughputProperties: tp})
+			if err != nil && !isStatus(err, http.StatusConflict) {
+				return fmt.Errorf("create container %s: %w", c.name, err)
+			}
+			resp, err = cc.Read(ctx, nil)
+		}
 		if isStatus(err, http.StatusNotFound) {
 			refused = append(refused, fmt.Sprintf("container %s does not exist (run with --cosmos-provision, or create it as docs/cosmos.md says)", c.name))
 			continue

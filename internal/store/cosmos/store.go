@@ -206,12 +206,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := account.checkWriteRegions(); err != nil {
 		return nil, err
 	}
+	var create *Throughput
 	if cfg.Provision {
-		if err := provision(ctx, client, cfg.Database, dbExists, cfg.Throughput); err != nil {
+		if err := cfg.Throughput.Validate(); err != nil {
 			return nil, err
 		}
+		if !dbExists {
+			if err := createDatabase(ctx, client, cfg.Database); err != nil {
+				return nil, err
+			}
+		}
+		create = &cfg.Throughput
 	}
-	if err := checkContainers(ctx, client, cfg.Database, cfg.Logger); err != nil {
+	if err := checkContainers(ctx, client, cfg.Database, create, cfg.Logger); err != nil {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, client: client, meter: meter, tokens: newSessionTokens(), anchored: strings.EqualFold(level, "Session"),
