@@ -32,6 +32,7 @@ type releasedEnv struct {
 	t             *testing.T
 	ctx           context.Context
 	srv           *cosmostest.Server
+	db            string
 	docs          *blobstore.Store
 	repo          *hub.Hub
 	service       *content.Service
@@ -46,9 +47,9 @@ const releasedRetention = time.Hour
 // newReleasedEnv starts the environment: forget wraps the documents' removal
 // the hub is given, answer what the domain answers to its calls-th call.
 func newReleasedEnv(t *testing.T, container string, forget func(forgetFunc) forgetFunc, answer func(calls int, a *contenttest.Answer)) *releasedEnv {
-	e := &releasedEnv{t: t, srv: cosmostest.Start(t), ctx: within(t, 2*time.Minute), recipient: uuid.NewString(), id: uuid.NewString()}
+	e := &releasedEnv{t: t, srv: cosmostest.Start(t), db: cosmostest.UniqueID("db"), ctx: within(t, 2*time.Minute), recipient: uuid.NewString(), id: uuid.NewString()}
 	azurite := azuritetest.Start(t)
-	s, err := cosmos.Open(e.ctx, cosmos.Config{Endpoint: e.srv.Endpoint, Key: e.srv.Key, Provision: true, Database: cosmostest.UniqueID("db"),
+	s, err := cosmos.Open(e.ctx, cosmos.Config{Endpoint: e.srv.Endpoint, Key: e.srv.Key, Provision: true, Database: e.db,
 		Transport: cosmostest.NewHTTPClient(), Retention: releasedRetention})
 	if err != nil {
 		t.Fatal(err)
@@ -153,6 +154,41 @@ func TestADocumentOfAReleasedBundleIsNotServedForALaterBundleOfItsID(t *testing.
 // bundle's document stays, and once the ttl frees the id a later bundle
 // under it is served that document.
 func TestADocumentStoredWhileItsBundleIsBeingReleasedIsRemoved(t *testing.T) {
+	storedWhileReleasing(t, "releasing", func(e *releasedEnv) {
+		if _, err := e.repo.ReleaseBundle(e.ctx, e.recipient, e.id); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// So is one stored so while the release's write applies unanswered and the
+// look on the primary that would tell fails too: the release's outcome is
+// unknown (the operator is told so, and its repeat finds the bundle
+// released), and the document stored meanwhile must go all the same.
+func TestADocumentStoredWhileItsBundleIsBeingReleasedIsRemovedWhenTheReleasesOutcomeIsUnknown(t *testing.T) {
+	storedWhileReleasing(t, "releaseunknown", func(e *releasedEnv) {
+		if err := e.srv.AddFaults(
+			cosmostest.Fault{DB: e.db, Ops: []string{"batch"}, Coll: "recipients", Type: "released", Kind: cosmostest.LostUnavailable, Count: 6},
+			cosmostest.Fault{DB: e.db, Ops: []string{"batch"}, Coll: "recipients", ID: "^b:", Body: `"operationType":"Read"`, Kind: cosmostest.Refuse503}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := e.repo.ReleaseBundle(e.ctx, e.recipient, e.id)
+		if unknown := new(hub.OutcomeUnknown); !errors.As(err, &unknown) {
+			t.Fatalf("release: %v; want its outcome unknown (the faults did not act)", err)
+		}
+		if err := e.srv.ClearFaults(e.db); err != nil {
+			t.Fatal(err)
+		}
+		if pending, err := e.repo.IsPending(e.ctx, e.recipient, e.id); err != nil || pending {
+			t.Fatalf("bundle %s pending after its release: %v, %v; want it released", e.id, pending, err)
+		}
+	})
+}
+
+// storedWhileReleasing has a build of the bundle's document store it
+// between the release's removal of the document and its write (release),
+// and finds the document gone once release returns.
+func storedWhileReleasing(t *testing.T, container string, release func(e *releasedEnv)) {
 	// The first build's domain answers only once the release has removed
 	// the document, and the release writes its record only once that build
 	// has stored the document and ended.
@@ -177,7 +213,7 @@ func TestADocumentStoredWhileItsBundleIsBeingReleasedIsRemoved(t *testing.T) {
 			a.Hold = answer
 		}
 	}
-	e := newReleasedEnv(t, "releasing", holdTheRelease, holdTheFirstAnswer)
+	e := newReleasedEnv(t, container, holdTheRelease, holdTheFirstAnswer)
 
 	e.save()
 	b, err := e.repo.Peek(e.ctx, e.recipient, domain.GroupAll, e.id)
@@ -186,9 +222,7 @@ func TestADocumentStoredWhileItsBundleIsBeingReleasedIsRemoved(t *testing.T) {
 	}
 	go func() { built <- buildDocument(e.ctx, e.service, b) }()
 	<-asked
-	if _, err := e.repo.ReleaseBundle(e.ctx, e.recipient, e.id); err != nil {
-		t.Fatal(err)
-	}
+	release(e)
 	if doc, err := e.docs.Open(e.ctx, content.Key{Recipient: e.recipient, BundleID: e.id}); !errors.Is(err, content.ErrNotStored) {
 		if err == nil {
 			_ = doc.Body.Close()
