@@ -74,7 +74,11 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 		}
 		return state.Pending[i], nil
 	})
-	if err != nil || r.opts.ForgetBundles == nil {
+	// A write whose outcome is unknown may have released the bundle, and
+	// the operator's repeat finds it released and removes nothing: the
+	// removal below is made for it too.
+	unknown := new(OutcomeUnknown)
+	if err != nil && !errors.As(err, &unknown) || r.opts.ForgetBundles == nil {
 		return rec, err
 	}
 	// A build whose domain answered between the removal above and the
@@ -83,19 +87,25 @@ func (r *Hub) ReleaseBundle(ctx context.Context, recipient, bundleID string) (bu
 	// the bundle released and removes it itself. It goes only while no
 	// bundle is pending under the id: the released record may have left
 	// (its ttl, retention) and a later bundle under the id stored its
-	// document meanwhile, which stays.
+	// document meanwhile, which stays; so does the bundle's own when a
+	// release of unknown outcome did not apply.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetAgainTimeout)
 	defer cancel()
-	err = r.opts.ForgetBundles(fctx, recipient, []string{bundleID}, r.pendingAsRead(recipient, bundleID, ""))
+	ferr := r.opts.ForgetBundles(fctx, recipient, []string{bundleID}, r.pendingAsRead(recipient, bundleID, ""))
 	switch {
-	case errors.Is(err, store.ErrConflict):
+	case err != nil:
+		if ferr != nil && !errors.Is(ferr, store.ErrConflict) {
+			r.logger.Error("the document of a bundle whose release may have applied could not be removed; remove it if the bundle is released",
+				"recipient", recipient, "bundle", bundleID, "error", ferr)
+		}
+	case errors.Is(ferr, store.ErrConflict):
 		r.logger.Info("a later bundle is pending under a released bundle's id; the document stored under it is its own and stays",
 			"recipient", recipient, "bundle", bundleID)
-	case err != nil:
+	case ferr != nil:
 		r.logger.Error("the document of a released bundle could not be removed; remove it before its id is used again",
-			"recipient", recipient, "bundle", bundleID, "error", err)
+			"recipient", recipient, "bundle", bundleID, "error", ferr)
 	}
-	return rec, nil
+	return rec, err
 }
 
 // pendingAsRead is the check a release makes before it removes a
