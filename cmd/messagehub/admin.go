@@ -363,7 +363,9 @@ func auditRequest(recipient string, since time.Duration, from, to string, now ti
 		return nil, usagef("audit: --since %s is negative", since)
 	}
 	if since > 0 {
-		req.FromMs = now.Add(-since).UnixMilli()
+		if req.FromMs = now.Add(-since).UnixMilli(); req.FromMs < 0 {
+			return nil, usagef("audit: --since %s reaches before 1970, before any event", since)
+		}
 	}
 	for _, b := range []struct {
 		flag, value string
@@ -376,7 +378,12 @@ func auditRequest(recipient string, since time.Duration, from, to string, now ti
 		if err != nil {
 			return nil, usagef("audit: %s %q is not an RFC 3339 time (e.g. 2026-11-26T10:00:00Z)", b.flag, b.value)
 		}
-		*b.into = t.UnixMilli()
+		if *b.into = t.UnixMilli(); *b.into < 0 {
+			return nil, usagef("audit: %s %q is before 1970, before any event", b.flag, b.value)
+		}
+	}
+	if req.ToMs != 0 && req.ToMs < req.FromMs {
+		return nil, usagef("audit: --to %s is before --from %s", to, from)
 	}
 	return req, nil
 }

@@ -66,6 +66,11 @@ func TestListAuditEventsRefusesBadRequests(t *testing.T) {
 		"a negative page size":   {Recipient: r, PageSize: -1},
 		"a page too large":       {Recipient: r, PageSize: 1001},
 		"a made-up page token":   {Recipient: r, PageToken: "next"},
+		// Tokens of a key's length and form that no key has: a time with a
+		// sign sorts before every key (the first page again), a tail in
+		// upper case between a millisecond's keys.
+		"a page token whose time has a sign":       {Recipient: r, PageToken: "+764158000000-0123456789abcdef"},
+		"a page token whose tail is in upper case": {Recipient: r, PageToken: "1764158000000-0123456789ABCDEF"},
 	} {
 		if _, err := client.ListAuditEvents(ctxT(t), req); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%s: %v; want INVALID_ARGUMENT", name, err)

@@ -3,7 +3,9 @@ package admin
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	"github.com/energydatahub/messagehub/internal/domain"
@@ -37,6 +39,9 @@ func (s *Service) Backup(ctx context.Context, req *adminv1.BackupRequest) (*admi
 	if err := checkUTF8("directory", req.GetDirectory()); err != nil {
 		return nil, err
 	}
+	if err := checkDirectoryName(req.GetDirectory()); err != nil {
+		return nil, err
+	}
 	if s.backup == nil {
 		return nil, fmt.Errorf("%w: this hub has no backup configured", domain.ErrNotSupported)
 	}
@@ -46,4 +51,19 @@ func (s *Service) Backup(ctx context.Context, req *adminv1.BackupRequest) (*admi
 		return nil, err
 	}
 	return &adminv1.BackupResponse{Directory: info.Dir, Bytes: info.Bytes, TookMs: time.Since(start).Milliseconds()}, nil
+}
+
+// checkDirectoryName refuses a backup directory that names no folder an
+// operator meant: one of no visible character (an empty variable in
+// quotes), which a relative path would make beside the data directory, or
+// one with a control character (a pasted line end), which no listing shows
+// as it is.
+func checkDirectoryName(dir string) error {
+	if !visible(dir) {
+		return domain.Invalid("directory %q has no visible character: name a path on the hub's host that does not exist yet", dir)
+	}
+	if i := strings.IndexFunc(dir, unicode.IsControl); i >= 0 {
+		return domain.Invalid("directory %q has a control character (byte %d): name a path of visible characters", dir, i)
+	}
+	return nil
 }

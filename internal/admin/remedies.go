@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
@@ -22,20 +23,27 @@ type Remedies interface {
 // MaxReasonLength bounds a remedy's reason, in characters.
 const MaxReasonLength = 500
 
-// checkReason refuses a remedy without a reason (blank counts as none),
-// with one over MaxReasonLength characters, or with one that is not UTF-8:
-// the audit log records it as given.
+// checkReason refuses a remedy without a reason (one of no visible
+// character counts as none: spaces, control or format characters), with
+// one over MaxReasonLength characters, or with one that is not UTF-8: the
+// audit log records it as given.
 func checkReason(reason string) error {
 	if err := checkUTF8("reason", reason); err != nil {
 		return err
 	}
-	if strings.TrimSpace(reason) == "" {
+	if !visible(reason) {
 		return domain.Invalid("reason is required: say why (1..%d characters)", MaxReasonLength)
 	}
 	if n := utf8.RuneCountInString(reason); n > MaxReasonLength {
 		return domain.Invalid("reason must be 1..%d characters, got %d", MaxReasonLength, n)
 	}
 	return nil
+}
+
+// visible reports whether s has a character that shows: a letter, mark,
+// number, punctuation or symbol.
+func visible(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return unicode.IsGraphic(r) && !unicode.IsSpace(r) })
 }
 
 // checkUTF8 refuses a string field that is not UTF-8. Protobuf's strings

@@ -139,6 +139,8 @@ func TestRemediesRefuseBadRequestsAndChangeNothing(t *testing.T) {
 		{"release: a bundle id that is no UUID", release(func(r *adminv1.ReleaseBundleRequest) { r.BundleId = "b-1" }), "bundle_id"},
 		{"release: no reason", release(func(r *adminv1.ReleaseBundleRequest) { r.Reason = "" }), "reason is required"},
 		{"release: a blank reason", release(func(r *adminv1.ReleaseBundleRequest) { r.Reason = " \t\n" }), "reason is required"},
+		{"release: a reason of control characters", release(func(r *adminv1.ReleaseBundleRequest) { r.Reason = "\x00\x1b\x7f" }), "reason is required"},
+		{"release: a reason of invisible characters", release(func(r *adminv1.ReleaseBundleRequest) { r.Reason = "\u200b\ufeff\u00a0" }), "reason is required"},
 		{"release: a reason too long", release(func(r *adminv1.ReleaseBundleRequest) { r.Reason = long }), "got 501"},
 		{"acknowledge: a recipient that is no UUID", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.Recipient = "nobody" }), "recipient"},
 		{"acknowledge: no domain", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.Domain = 0 }), "domain must be"},
@@ -147,6 +149,7 @@ func TestRemediesRefuseBadRequestsAndChangeNothing(t *testing.T) {
 		{"acknowledge: a bad content type", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.ContentType = "a b" }), "content_type"},
 		{"acknowledge: no notification", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.UpToNotificationId = "" }), "up_to_notification_id"},
 		{"acknowledge: no reason", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.Reason = "" }), "reason is required"},
+		{"acknowledge: a reason of control characters", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.Reason = "\x01 \x02" }), "reason is required"},
 		{"acknowledge: a reason too long", acknowledge(func(r *adminv1.AcknowledgeOnBehalfRequest) { r.Reason = long }), "1..500"},
 	} {
 		wantCode(t, tc.what, tc.err, codes.InvalidArgument, tc.words)

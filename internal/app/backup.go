@@ -88,7 +88,9 @@ func (b backup) Backup(ctx context.Context, dir string) (admin.BackupInfo, error
 		return admin.BackupInfo{}, fmt.Errorf("%w: backup directory %s cannot be made: %w", cannotMake(err), dir, err)
 	}
 	defer func() { _ = os.RemoveAll(staging) }()
-	if err := b.backupInto(ctx, staging, dir); err != nil {
+	if err := b.backupInto(ctx, staging, dir); errors.Is(err, domain.ErrInvalidArgument) {
+		return admin.BackupInfo{}, err // a refusal names the directory itself
+	} else if err != nil {
 		return admin.BackupInfo{}, volumeFull(fmt.Errorf("backup directory %s: %w", dir, err))
 	}
 	return b.written(nil, dir)
@@ -141,6 +143,12 @@ func (b backup) backupInto(ctx context.Context, staging, dir string) error {
 	// backup failed: none is left behind to be mistaken for one it got.
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("the caller stopped waiting for the backup, which was not kept: %w", err)
+	}
+	// Checked again: a backup into the same directory that began before
+	// this one had it made (backups wait for each other here) took it
+	// meanwhile, and this one is refused as it would have been after.
+	if err := pebble.CheckBackupDir(b.dataDir, dir); err != nil {
+		return err
 	}
 	if err := os.Rename(whole, dir); err != nil {
 		return err

@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -234,5 +236,84 @@ func TestABackupItsCallerLeftIsNotKept(t *testing.T) {
 		if e.Name() != "data" {
 			t.Errorf("a backup whose caller left kept %s", filepath.Join(parent, e.Name()))
 		}
+	}
+}
+
+// heldCheckpoint is a store whose first Backup (the checkpoint) says it
+// began, then waits for release; the others go through.
+type heldCheckpoint struct {
+	store.Store
+	began, release chan struct{}
+	first          sync.Once
+}
+
+func (s *heldCheckpoint) Backup(ctx context.Context, dir string) error {
+	s.first.Do(func() {
+		close(s.began)
+		<-s.release
+	})
+	return s.Store.Backup(ctx, dir)
+}
+
+// Two backups into one new directory at once (a command run twice, a
+// script's retry beside a call still running) both find it free, and one
+// takes it: the other is refused as a backup into a directory that exists,
+// as it would have been a moment later, not failed as the hub's fault.
+func TestTwoBackupsIntoOneDirectoryAtOnceLeaveOneAndRefuseTheOther(t *testing.T) {
+	parent := t.TempDir()
+	cfg := testConfig(t)
+	cfg.DataDir = filepath.Join(parent, "data")
+	held := &heldCheckpoint{began: make(chan struct{}), release: make(chan struct{})}
+	app.WrapStore(&cfg, func(s store.Store) store.Store { held.Store = s; return held })
+	r := start(t, cfg)
+	if _, err := r.client.Save(callContext(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(uuid.NewString())}}); err != nil {
+		t.Fatal(err)
+	}
+	answers := make(chan error, 2)
+	backup := func() {
+		_, err := adminClient(t, r).Backup(callContext(t), &adminv1.BackupRequest{Directory: "backup-1"})
+		answers <- err
+	}
+	go backup()
+	<-held.began
+	go backup()
+	// The second has found the directory free once it has made its
+	// folder beside it; it then waits for the first to end.
+	waiting := callContext(t)
+	for partials := 0; partials < 2; {
+		entries, err := os.ReadDir(parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		partials = 0
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".messagehub-backup-partial-") {
+				partials++
+			}
+		}
+		if partials < 2 {
+			select {
+			case err := <-answers:
+				t.Fatalf("a backup answered before the first ended: %v", err)
+			case <-waiting.Done():
+				t.Fatal("the second backup made no folder")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	close(held.release)
+	var codesOf []codes.Code
+	for range 2 {
+		err := <-answers
+		codesOf = append(codesOf, status.Code(err))
+		if err != nil && (status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "exists already")) {
+			t.Errorf("the backup that lost the directory: %v; want INVALID_ARGUMENT saying it exists already", err)
+		}
+	}
+	if !slices.Contains(codesOf, codes.OK) || !slices.Contains(codesOf, codes.InvalidArgument) {
+		t.Fatalf("the two backups answered %v; want one OK and one INVALID_ARGUMENT", codesOf)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "backup-1", "content")); err != nil {
+		t.Fatalf("the backup kept: %v", err)
 	}
 }

@@ -189,8 +189,20 @@ func (s *Store) auditEvents(ctx context.Context, q audit.Query) (audit.Page, err
 		query = auditQueryBefore
 		params = append(params, azcosmos.QueryParameter{Name: "@before", Value: q.Before})
 	}
+	// Every instance writes the recipient's events: a remedy's at once, the
+	// others at its flushes. The query carries the token the partition's
+	// primary answers now, so that no replica behind another instance's
+	// write answers it (a page would miss the event, and its token go on
+	// past it): one request more a page, on an operator's call.
+	token, err := s.primaryToken(ctx, s.audit, q.Recipient)
+	if err != nil {
+		return audit.Page{}, err
+	}
+	if own := s.tokens.get(containerAudit); own != nil {
+		token = mergeTokens(token, *own)
+	}
 	pager := s.audit.NewQueryItemsPager(query, azcosmos.NewPartitionKeyString(q.Recipient), &azcosmos.QueryOptions{
-		QueryParameters: params, PageSizeHint: auditPageDocs, SessionToken: s.tokens.get(containerAudit),
+		QueryParameters: params, PageSizeHint: auditPageDocs, SessionToken: &token,
 	})
 	var found []audit.Event
 	settled := func(nextStart string) bool { return len(found) > limit && nextStart > found[limit].Key }

@@ -14,7 +14,7 @@ import (
 
 // A flush of the audit log costs one write per recipient with events,
 // however many events each has, and a page of a recipient's log one query
-// in its partition. The charges are the test server's model (see
+// in its partition (after the read of its primary's token). The charges are the test server's model (see
 // TestModeledCostPerNotification); docs/cosmos.md, "The audit log", uses
 // them.
 func TestAuditFlushCostsOneWritePerRecipient(t *testing.T) {

@@ -3,6 +3,7 @@ package cosmos_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,4 +169,51 @@ func storedAuditEvents(t *testing.T, db, r string) int {
 		}
 	}
 	return stored
+}
+
+// Instance B writes two events (remedies done through it), then instance A
+// writes an earlier one (a flush of buffered events, a remedy whose time
+// was taken before B's); the writes answered, so they are stored. B then
+// pages through the recipient's audit log. Every read lags an hour here
+// unless its session token names a later write, and B's token names only
+// its own: its listing must still show A's event, or an operator behind a
+// load balancer is shown a log without what another instance stored, and
+// pages that go on past it for good.
+func TestAnAuditListingOnAnotherInstanceShowsWhatIsStored(t *testing.T) {
+	_, repos := twoInstances(t, laggingServer(t))
+	a, b := repos[0], repos[1]
+	ctx := context.Background()
+	r := uuid.NewString()
+	at := time.Now().Truncate(time.Millisecond)
+	var events []audit.Event
+	for i := range 3 {
+		e := audit.Event{At: at.Add(time.Duration(i) * time.Millisecond), Action: audit.ActionReleaseBundle, Subject: "operator",
+			Recipient: r, BundleID: uuid.NewString(), Detail: "ticket 4711"}
+		e.Key = audit.NewKey(e.At)
+		events = append(events, e)
+	}
+	if err := b.AppendAudit(ctx, events[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AppendAudit(ctx, events[:1]); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	q := audit.Range(r, time.Time{}, time.Time{}, "", 1)
+	for range len(events) + 1 {
+		page, err := b.AuditEvents(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page.Events {
+			got = append(got, e.Key)
+		}
+		if page.Next == "" {
+			break
+		}
+		q.After = page.Next
+	}
+	if want := []string{events[0].Key, events[1].Key, events[2].Key}; !slices.Equal(got, want) {
+		t.Fatalf("B's pages of one event: %v; want %v", got, want)
+	}
 }
