@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -31,11 +32,62 @@ func TestASaveAfterAHoleAtADrawersStartKeepsTheDrawersBeforeIt(t *testing.T) {
 	cosmos.SetShelfDrawers(t, 1) // shelves of drawer.Capacity positions
 	db := cosmostest.UniqueID("db")
 	fa, holding, release := heldFailingCommit(t)
-	a, b, sb, fb := twoHubs(t, db, fa)
+	a, b, sb, fb := twoHubs(t, db, fa, hub.Options{})
 	ctx := context.Background()
 	r := uuid.NewString()
+	first, appended := holeAtADrawersStart(t, a, b, sb, fb, holding, release, r)
+	last := notifications(1, r, 1)
+	if _, err := b.Save(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	expectShelves(t, sb, db, r)
+	drainExactly(t, b, r, ids(slices.Concat(first, appended, last)))
+}
 
-	first := notifications(1, r, 1) // position 0, in the cabinet's first drawer
+// The cabinet of TestASaveAfterAHoleAtADrawersStartKeepsTheDrawersBeforeIt,
+// drained, goes with its retention: the batch that deletes its entry
+// deletes the shelves it is stored with, no more. The drawer of the first
+// notification is in the entry document, on no shelf, though the drawer
+// after it, seen as the run of B's position alone, starts on the next
+// shelf: a delete of a shelf no save wrote fails the batch, and every sweep
+// after, so the cabinet, its drawers and its notifications' ids stayed for
+// good.
+func TestADrainedCabinetWhoseLastDrawerStartsInAHoleGoesWithItsRetention(t *testing.T) {
+	cosmos.SetShelfDrawers(t, 1) // shelves of drawer.Capacity positions
+	db := cosmostest.UniqueID("db")
+	clock := &costClock{now: time.Now()}
+	fa, holding, release := heldFailingCommit(t)
+	a, b, sb, fb := twoHubs(t, db, fa, hub.Options{Retention: time.Hour, SweepInterval: time.Hour, Now: clock.Now})
+	ctx := context.Background()
+	r := uuid.NewString()
+	first, appended := holeAtADrawersStart(t, a, b, sb, fb, holding, release, r)
+	drainExactly(t, b, r, ids(slices.Concat(first, appended)))
+	for range 2 { // a pass that failed is taken up by the next
+		clock.advance(2 * time.Hour)
+		if err := b.SweepNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if state, err := sb.LoadRecipient(ctx, r); err != nil || len(state.Entries)+len(state.Cursors) != 0 {
+		t.Fatalf("the drained cabinet is left past its retention: %+v, %v", state, err)
+	}
+	if found, err := sb.LookupIDs(ctx, ids(slices.Concat(first, appended))); err != nil || len(found) != 0 {
+		t.Fatalf("retention left the ids %v, %v", found, err)
+	}
+	if n := countDocs(t, db, "drawers"); n != 0 {
+		t.Fatalf("retention left %d pages", n)
+	}
+}
+
+// holeAtADrawersStart saves for r, through b, a notification at position 0
+// and a failed save's hole at position 1; then, through a, a save opening
+// the next drawer at position 2 up to the first shelf's end, which fails,
+// while b appends one notification at position drawer.Capacity to that
+// drawer. It returns b's two saved notifications.
+func holeAtADrawersStart(t *testing.T, a, b *hub.Hub, sb *cosmos.Store, fb *faulty, holding, release chan struct{}, r string) (first, appended []domain.Notification) {
+	t.Helper()
+	ctx := context.Background()
+	first = notifications(1, r, 1) // position 0, in the cabinet's first drawer
 	if _, err := b.Save(ctx, first); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +95,7 @@ func TestASaveAfterAHoleAtADrawersStartKeepsTheDrawersBeforeIt(t *testing.T) {
 	// A's save opens the next drawer at position 2 and fills it up to the
 	// shelf's end (drawer.Capacity), one position short of full.
 	failing := notifications(drawer.Capacity-2, r, 1)
-	appended := notifications(1, r, 1) // position drawer.Capacity, in A's drawer
+	appended = notifications(1, r, 1) // position drawer.Capacity, in A's drawer
 	saveBesideAFailingSave(t, a, b, holding, release, failing, appended)
 	state, err := sb.LoadRecipient(ctx, r)
 	if err != nil {
@@ -52,12 +104,7 @@ func TestASaveAfterAHoleAtADrawersStartKeepsTheDrawersBeforeIt(t *testing.T) {
 	if d := state.Entries[0].Drawers; len(d) != 2 || d[0].Start != 0 || d[0].Count != 1 || d[1].Start != drawer.Capacity || d[1].Count != 1 {
 		t.Fatalf("the cabinet's runs are %+v; want [0, 1) and [%d, %d): the test tested something else", d, drawer.Capacity, drawer.Capacity+1)
 	}
-	last := notifications(1, r, 1)
-	if _, err := b.Save(ctx, last); err != nil {
-		t.Fatal(err)
-	}
-	expectShelves(t, sb, db, r)
-	drainExactly(t, b, r, ids(slices.Concat(first, appended, last)))
+	return first, appended
 }
 
 // heldFailingCommit is the network of an instance whose saves fail at
@@ -99,15 +146,15 @@ func saveBesideAFailingSave(t *testing.T, a, b *hub.Hub, holding, release chan s
 	}
 }
 
-// twoHubs opens two instances on db: a through fa's network, b on its
-// store sb through a network of its own, fb.
-func twoHubs(t *testing.T, db string, fa *faulty) (a, b *hub.Hub, sb *cosmos.Store, fb *faulty) {
+// twoHubs opens two instances of opts on db: a through fa's network, b on
+// its store sb through a network of its own, fb.
+func twoHubs(t *testing.T, db string, fa *faulty, opts hub.Options) (a, b *hub.Hub, sb *cosmos.Store, fb *faulty) {
 	t.Helper()
-	a = hub.New(open(t, cosmos.Config{Database: db, Transport: fa}), hub.Options{}, nil)
+	a = hub.New(open(t, cosmos.Config{Database: db, Transport: fa}), opts, nil)
 	t.Cleanup(a.Close)
 	fb = newFaulty()
 	sb = open(t, cosmos.Config{Database: db, Transport: fb})
-	b = hub.New(sb, hub.Options{}, nil)
+	b = hub.New(sb, opts, nil)
 	t.Cleanup(b.Close)
 	return a, b, sb, fb
 }

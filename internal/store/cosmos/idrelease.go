@@ -96,17 +96,24 @@ func (s *Store) releaseIDs(ctx context.Context, drawerID string, saves []string)
 		}
 		e.docs = kept
 	}
+	// The records first: the next call finds a save by its id documents,
+	// so a record whose delete failed after them would be left to nothing.
+	// Documents left without their record are an aborted save's to a
+	// lookup, which is what ids past their retention are.
+	if err := s.deleteSaveRecords(ctx, ended); err != nil {
+		return err
+	}
 	for pk, ids := range done {
 		if err := s.deleteAll(ctx, s.ids, pk, ids); err != nil {
 			return err
 		}
 	}
-	return s.deleteSaveRecords(ctx, ended)
+	return nil
 }
 
 // deleteSaveRecords deletes the commit records of saves whose last id
-// documents are gone: a committed record vouches for its save's ids, and
-// with them gone (every drawer that held the save's notifications is gone
+// documents go now: a committed record vouches for its save's ids, and
+// with them going (every drawer that held the save's notifications is gone
 // too, so no reservation of the save is left to settle) nothing reads it
 // again. A record already gone is no error.
 func (s *Store) deleteSaveRecords(ctx context.Context, saves []string) error {

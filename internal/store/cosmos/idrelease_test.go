@@ -101,6 +101,36 @@ func TestIDsAreRemovedByTheRetryOfASweepThatFailedHalfWay(t *testing.T) {
 	wantIDsGone(t, other, db, ns)
 }
 
+// A sweep whose delete of a save's commit record fails (a partition that
+// answers 503 through every resend) after its last id documents went is
+// finished by the next pass: the record goes too. The next pass finds the
+// drawer's pages still naming the save but none of its id documents, so
+// the record was left to nothing and stayed for good.
+func TestACommitRecordWhoseDeleteFailedIsDeletedByTheNextSweep(t *testing.T) {
+	e := newHourlyRetention(t)
+	ctx := context.Background()
+	ns := e.saved(t, 3)
+	drainRecipient(t, e.repo, ns[0].Recipient)
+	e.clock.advance(2 * time.Hour)
+	e.f.set(func(req *http.Request) int {
+		if toContainer(req, "saves") && req.Method == http.MethodDelete {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	if err := e.repo.SweepNow(ctx); err == nil {
+		t.Fatal("sweep with the commit records' deletes failing succeeded")
+	}
+	e.f.set(func(*http.Request) int { return 0 })
+	if err := e.repo.SweepNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantIDsGone(t, e.store, e.db, ns)
+	if n := countDocs(t, e.db, "saves"); n != 0 {
+		t.Fatalf("retention left %d commit records of a save whose ids are all gone", n)
+	}
+}
+
 // hourlyRetention is a hub that retains an hour on a test clock, over a
 // store whose requests f can fail.
 type hourlyRetention struct {

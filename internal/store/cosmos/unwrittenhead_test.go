@@ -12,6 +12,7 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/catalog"
 	"github.com/energydatahub/messagehub/internal/domain"
+	"github.com/energydatahub/messagehub/internal/hub"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
@@ -47,7 +48,7 @@ func TestAPeekBesideASaveWhosePageIsNotWrittenYetAnswersTheOtherCabinets(t *test
 				}
 				return 0
 			})
-			a, b, sb, fb := twoHubs(t, db, fa)
+			a, b, sb, fb := twoHubs(t, db, fa, hub.Options{})
 			t.Cleanup(release) // before the hubs close: a failed test leaves A's save held
 			ctx := context.Background()
 			r := uuid.NewString()
