@@ -3,6 +3,7 @@
 package auth_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -21,7 +22,11 @@ func TestAReadOfTheFileThatDoesNotEndHoldsNoCall(t *testing.T) {
 	is := authtest.NewIssuer(t, issuer, audience)
 	path := is.WriteJWKS(t)
 	c := newClock()
-	v := verifierAt(t, path, c)
+	counted := make(outcomeQueue, 10) // the read's goroutine counts its outcome when it ends
+	v, err := auth.NewVerifier(auth.Config{JWKSFile: path, Issuer: issuer, Audience: audience, Now: c.now, Reloads: counted})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tok := is.ES256(t, is.Claims(actorA, auth.RoleActor))
 
 	// A FIFO in the file's place: its read blocks until a writer opens it.
@@ -56,4 +61,13 @@ func TestAReadOfTheFileThatDoesNotEndHoldsNoCall(t *testing.T) {
 			t.Fatalf("call %d waits for the read of the JWKS file, which does not end", i+1)
 		}
 	}
+	// Counted once, as a file that cannot be read is.
+	if len(counted) != 1 || <-counted != "error" {
+		t.Fatal("the read that does not end is not counted once as an error")
+	}
 }
+
+// outcomeQueue receives the reloads a verifier counts, from any goroutine.
+type outcomeQueue chan string
+
+func (q outcomeQueue) RecordJWKSReload(_ context.Context, outcome string) { q <- outcome }
