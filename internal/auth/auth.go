@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +49,13 @@ const leeway = 30 * time.Second
 // file was written. A look reads and hashes the file (a few kilobytes) and
 // parses it only when it changed, so it is cheap at this rate.
 const CheckInterval = 5 * time.Second
+
+// LookWait is the longest calls wait for a look at the JWKS file: a read
+// that takes longer (the file on a network file system whose server stopped
+// answering) is taken, until it ends, for a file that cannot be read, and
+// the calls go on with the keys of the last look rather than each wait for
+// it, past its deadline. The read's outcome is taken when it ends.
+const LookWait = time.Second
 
 // Principal is an authenticated caller.
 type Principal struct {
@@ -85,6 +93,10 @@ type Verifier struct {
 
 	mu   sync.Mutex
 	file jwksFile
+	// looking is closed when the look at the file under way ends, nil
+	// when none is; lookDeadline is when calls stop waiting for it.
+	looking      chan struct{}
+	lookDeadline time.Time
 }
 
 // NewVerifier loads the JWKS file and returns a verifier for cfg.
@@ -109,7 +121,8 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		),
 	}
 	// The first read: any content differs from none.
-	if _, _, err := v.file.reload(cfg.JWKSFile, cfg.Now()); err != nil {
+	data, err := os.ReadFile(cfg.JWKSFile) //nolint:gosec // the operator names the file
+	if _, _, err := v.file.reload(cfg.JWKSFile, data, err, cfg.Now()); err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	return v, nil
@@ -156,22 +169,16 @@ func rolesOf(v any) ([]string, error) {
 }
 
 // keyFor is the jwt.Keyfunc: the key of the token's kid and algorithm, from
-// the file as it is now if the last look at it is CheckInterval old. A
-// token whose header names critical extensions ("crit") is refused: the
-// hub understands none, and RFC 7515 (4.1.11) says such a token must then
-// be refused; golang-jwt leaves that to the caller.
+// the file as it is now if the last look at it is CheckInterval old (see
+// currentKeys). A token whose header names critical extensions ("crit") is
+// refused: the hub understands none, and RFC 7515 (4.1.11) says such a
+// token must then be refused; golang-jwt leaves that to the caller.
 func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
 	if _, ok := t.Header["crit"]; ok {
 		return nil, errors.New(`the token's header names critical extensions ("crit"), which this hub does not understand`)
 	}
 	kid, _ := t.Header["kid"].(string)
-	v.mu.Lock()
-	if now := v.cfg.Now(); now.Sub(v.file.checked) >= CheckInterval {
-		v.checkLocked(now)
-	}
-	keys := v.file.keys
-	v.mu.Unlock()
-	return keys.lookup(t.Method.Alg(), kid)
+	return v.currentKeys().lookup(t.Method.Alg(), kid)
 }
 
 type principalKey struct{}

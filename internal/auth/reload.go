@@ -24,19 +24,18 @@ type jwksFile struct {
 	failed string
 }
 
-// reload looks at the file and, if its content differs from the one the keys
-// came from, installs its keys and returns the old ones (nil when the
-// content is the same). The content is
+// reload takes what a read of the file at path gave (data, or readErr) and,
+// if its content differs from the one the keys came from, installs its keys
+// and returns the old ones (nil when the content is the same). The content is
 // compared rather than the modification time or size, which a rewrite can
 // leave as they were (coarse time stamps, a key of the same length). A file
 // that cannot be read or parsed keeps the keys and returns the error and
 // what names the failure; but a key it no longer lists goes (see
 // stillListed), and then the old keys are returned with the error.
-func (f *jwksFile) reload(path string, now time.Time) (old *KeySet, failure string, err error) {
+func (f *jwksFile) reload(path string, data []byte, readErr error, now time.Time) (old *KeySet, failure string, err error) {
 	f.checked = now
-	data, err := os.ReadFile(path) //nolint:gosec // the operator names the file
-	if err != nil {
-		return nil, err.Error(), fmt.Errorf("read JWKS: %w", err)
+	if readErr != nil {
+		return nil, readErr.Error(), fmt.Errorf("read JWKS: %w", readErr)
 	}
 	sum := sha256.Sum256(data)
 	if sum == f.sum {
@@ -89,12 +88,74 @@ func (ks *KeySet) stillListed(data []byte) *KeySet {
 	return kept
 }
 
-// checkLocked looks at the file and logs and counts what changed: a reload
-// at info with the key ids gained and lost, an unusable file at warn (once
-// while it stays the same). v.mu is held.
-func (v *Verifier) checkLocked(now time.Time) {
+// currentKeys is the keys a call checks its token with: those of the last
+// look at the file, once a look that is due (the last one is CheckInterval
+// old) or under way has ended, or once LookWait has passed since it began.
+func (v *Verifier) currentKeys() *KeySet {
+	v.mu.Lock()
+	if v.looking == nil {
+		if now := v.cfg.Now(); now.Sub(v.file.checked) >= CheckInterval {
+			v.startLookLocked(now)
+		}
+	}
+	looking, deadline := v.looking, v.lookDeadline
+	v.mu.Unlock()
+	if wait := time.Until(deadline); looking != nil && wait > 0 {
+		timer := time.NewTimer(wait)
+		select {
+		case <-looking:
+		case <-timer.C:
+			v.mu.Lock()
+			v.slowLocked(looking)
+			v.mu.Unlock()
+		}
+		timer.Stop()
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.file.keys
+}
+
+// slowRead is what jwksFile.failed holds while a read of the file takes
+// longer than LookWait.
+const slowRead = "read taking longer than LookWait"
+
+// slowLocked logs and counts, once, that the look under way (looking) is
+// taking longer than LookWait, as for a file that cannot be read; its
+// outcome is logged when it ends. v.mu is held.
+func (v *Verifier) slowLocked(looking chan struct{}) {
+	if v.looking != looking || v.file.failed == slowRead {
+		return
+	}
+	v.file.failed = slowRead
+	v.cfg.Logger.Warn("JWKS file not read within "+LookWait.String()+"; the keys of the last good one stay in use until the read ends",
+		"file", v.cfg.JWKSFile)
+	v.record(context.Background(), "error")
+}
+
+// startLookLocked reads the file on a goroutine of its own, which takes what
+// it read (checkLocked) and closes v.looking when the read ends, whenever
+// that is. v.mu is held.
+func (v *Verifier) startLookLocked(now time.Time) {
+	done := make(chan struct{})
+	v.looking, v.lookDeadline = done, time.Now().Add(LookWait)
+	go func() {
+		data, err := os.ReadFile(v.cfg.JWKSFile) //nolint:gosec // the operator names the file
+		v.mu.Lock()
+		v.checkLocked(now, data, err)
+		v.looking = nil
+		v.mu.Unlock()
+		close(done)
+	}()
+}
+
+// checkLocked takes what a read of the file at now gave (data, or readErr)
+// and logs and counts what changed: a reload at info with the key ids
+// gained and lost, an unusable file at warn (once while it stays the
+// same). v.mu is held.
+func (v *Verifier) checkLocked(now time.Time, data []byte, readErr error) {
 	wasFailing := v.file.failed != ""
-	old, failure, err := v.file.reload(v.cfg.JWKSFile, now)
+	old, failure, err := v.file.reload(v.cfg.JWKSFile, data, readErr, now)
 	ctx := context.Background()
 	switch {
 	case err != nil:
@@ -186,8 +247,8 @@ func equalKeys(a, b crypto.PublicKey) bool {
 
 // Watch looks at the JWKS file every CheckInterval until ctx is done, so
 // that a change is logged and counted when it happens rather than at the
-// next call. Calls look for themselves when a look is due (see keyFor), so
-// the bound on a removed key holds without Watch.
+// next call. Calls look for themselves when a look is due (see
+// currentKeys), so the bound on a removed key holds without Watch.
 func (v *Verifier) Watch(ctx context.Context) {
 	t := time.NewTicker(CheckInterval)
 	defer t.Stop()
@@ -202,10 +263,15 @@ func (v *Verifier) watch(ctx context.Context, tick <-chan time.Time) {
 		case <-tick:
 			v.mu.Lock()
 			// A call may have looked since the last tick.
-			if now := v.cfg.Now(); now.Sub(v.file.checked) >= CheckInterval {
-				v.checkLocked(now)
+			if now := v.cfg.Now(); v.looking == nil && now.Sub(v.file.checked) >= CheckInterval {
+				v.startLookLocked(now)
 			}
+			looking := v.looking
 			v.mu.Unlock()
+			if looking != nil {
+				// The next tick is taken once this look has ended.
+				<-looking
+			}
 		}
 	}
 }
