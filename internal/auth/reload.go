@@ -269,8 +269,13 @@ func (v *Verifier) watch(ctx context.Context, tick <-chan time.Time) {
 			looking := v.looking
 			v.mu.Unlock()
 			if looking != nil {
-				// The next tick is taken once this look has ended.
-				<-looking
+				// The next tick is taken once this look has ended, or
+				// never: a read that does not end holds no shutdown.
+				select {
+				case <-looking:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}
