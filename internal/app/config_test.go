@@ -211,6 +211,13 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "two providers of a domain", args: []string{"--content-provider", "DOMAIN_CHARGES=a:1", "--content-provider", "DOMAIN_CHARGES=b:1"}, wantErr: "two providers"},
 		{name: "the unspecified domain", env: map[string]string{"MESSAGEHUB_CONTENT_PROVIDERS": "DOMAIN_UNSPECIFIED=a:1"}, wantErr: "MESSAGEHUB_CONTENT_PROVIDERS"},
 		{name: "auth none with metrics on every interface", args: []string{"--metrics-addr", "0.0.0.0:9090"}, wantErr: `--metrics-addr is "0.0.0.0:9090"`},
+		// A listen address net.Listen cannot take is the flag's mistake,
+		// said before anything is opened: not a listener off loopback, nor
+		// a failed listen after the start (exit 1).
+		{name: "a loopback listen address without a port", args: []string{"--metrics-addr", "127.0.0.1"}, wantErr: `--metrics-addr: must be host:port`},
+		{name: "a listen address without a port (jwt)", args: []string{"--auth", "jwt", "--jwks-file", "k", "--jwt-issuer", "i", "--jwt-audience", "a", "--grpc-addr", "0.0.0.0"}, wantErr: `--grpc-addr: must be host:port`},
+		{name: "a listen port out of range", args: []string{"--http-addr", "127.0.0.1:99999"}, wantErr: `--http-addr: must be host:port`},
+		{name: "a listen port out of range from env", env: map[string]string{"MESSAGEHUB_GRPC_ADDR": "127.0.0.1:-1"}, wantErr: `MESSAGEHUB_GRPC_ADDR: must be host:port`},
 		{name: "a free-disk size without a number", args: []string{"--min-free-disk", "GiB"}, wantErr: "not a size"},
 		{name: "a free-disk size in an unknown unit", env: map[string]string{"MESSAGEHUB_MIN_FREE_DISK": "3 parsecs"}, wantErr: "MESSAGEHUB_MIN_FREE_DISK"},
 		{name: "a body memory below 1MiB", args: []string{"--http-max-body-memory", "1000"}, wantErr: "--http-max-body-memory"},
