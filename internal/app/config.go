@@ -161,11 +161,16 @@ func boolValues(args []string) []string {
 
 var settings = []setting{
 	{"grpc-addr", "MESSAGEHUB_GRPC_ADDR", "127.0.0.1:50051", "address the gRPC server listens on (port 0 picks a free one)",
-		func(c *Config, v string) error { return nonEmpty(v, &c.GRPCAddr) }},
+		func(c *Config, v string) error { return listenAddress(v, &c.GRPCAddr) }},
 	{"http-addr", "MESSAGEHUB_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP gateway (/v1, /openapi.json, /healthz, /metrics) listens on (port 0 picks a free one)",
-		func(c *Config, v string) error { return nonEmpty(v, &c.HTTPAddr) }},
+		func(c *Config, v string) error { return listenAddress(v, &c.HTTPAddr) }},
 	{"metrics-addr", "MESSAGEHUB_METRICS_ADDR", "", "address of a listener of its own for /metrics (e.g. an internal interface); empty: /metrics is on the HTTP gateway",
-		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
+		func(c *Config, v string) error {
+			if v == "" {
+				return nil
+			}
+			return listenAddress(v, &c.MetricsAddr)
+		}},
 	{"auth", "MESSAGEHUB_AUTH", AuthNone, "authentication: none (only when every listener is on loopback) or jwt",
 		func(c *Config, v string) error {
 			if v != AuthNone && v != AuthJWT {
@@ -377,6 +382,22 @@ var settings = []setting{
 func nonEmpty(v string, into *string) error {
 	if v == "" {
 		return errors.New("must not be empty")
+	}
+	*into = v
+	return nil
+}
+
+// listenAddress reads an address to listen on: host:port as net.Listen
+// takes it (the port a number up to 65535, or a service's name), so that
+// one it cannot take is said here, naming its flag, rather than as a
+// listener off loopback or a failed start.
+func listenAddress(v string, into *string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("must be host:port (e.g. 127.0.0.1:8080; port 0 picks a free one), got %q: %w", v, err)
 	}
 	*into = v
 	return nil
