@@ -234,6 +234,11 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "content providers on cosmos without blob storage", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-provider", "DOMAIN_CHARGES=a:1"}, wantErr: "needs --content-blob-connection-string or --content-blob-url"},
 		{name: "two ways to blob storage", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-blob-url", "https://b/", "--content-blob-connection-string", "x"}, wantErr: "not both"},
 		{name: "blob storage with the embedded store", args: []string{"--content-blob-url", "https://b/"}, wantErr: "for --store cosmos"},
+		// The SDKs take any string and fail its first request, after the
+		// listeners are open (exit 1), without naming the flag.
+		{name: "a cosmos endpoint without its scheme", args: []string{"--store", "cosmos", "--cosmos-endpoint", "account.documents.azure.com"}, wantErr: "--cosmos-endpoint: must be an http(s) URL"},
+		{name: "a cosmos endpoint of another scheme", env: map[string]string{"MESSAGEHUB_STORE": "cosmos", "MESSAGEHUB_COSMOS_ENDPOINT": "ftp://account/"}, wantErr: "MESSAGEHUB_COSMOS_ENDPOINT: must be an http(s) URL"},
+		{name: "a blob service URL without its scheme", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-blob-url", "account.blob.core.windows.net"}, wantErr: "--content-blob-url: must be an http(s) URL"},
 		{name: "a content lease under a second", args: []string{"--content-lease", "500ms"}, wantErr: "between 1s and"},
 		{name: "a content lease over its document's int32 ttl", args: []string{"--content-lease", (cosmos.MaxBuildLease + time.Second).String()}, wantErr: "between 1s and"},
 		{name: "a retention over a dequeued bundle's int32 ttl", args: []string{"--retention", (cosmos.MaxRetention + time.Second).String()}, wantErr: "between 1s and"},
