@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -200,7 +201,7 @@ var settings = []setting{
 			return nil
 		}},
 	{"cosmos-endpoint", "MESSAGEHUB_COSMOS_ENDPOINT", "", "Cosmos DB account endpoint (with --store cosmos)",
-		func(c *Config, v string) error { c.Cosmos.Endpoint = v; return nil }},
+		func(c *Config, v string) error { return serviceURL(v, &c.Cosmos.Endpoint) }},
 	{"cosmos-key", "MESSAGEHUB_COSMOS_KEY", "", "Cosmos DB account key; empty: Azure AD through the default credential chain",
 		func(c *Config, v string) error { c.Cosmos.Key = v; return nil }},
 	// A key on the command line is visible to every user of the machine;
@@ -305,7 +306,7 @@ var settings = []setting{
 		func(c *Config, v string) error { c.Content.Blob.ConnectionString = v; return nil }},
 	{"content-blob-url", "MESSAGEHUB_CONTENT_BLOB_URL", "",
 		"with --store cosmos: blob service URL of the account that keeps bundles' documents (e.g. https://ACCOUNT.blob.core.windows.net), reached with Azure AD",
-		func(c *Config, v string) error { c.Content.Blob.URL = v; return nil }},
+		func(c *Config, v string) error { return serviceURL(v, &c.Content.Blob.URL) }},
 	{"content-blob-container", "MESSAGEHUB_CONTENT_BLOB_CONTAINER", blobstore.DefaultContainer,
 		"blob container of bundles' documents (created when --cosmos-provision)",
 		func(c *Config, v string) error {
@@ -398,6 +399,22 @@ func listenAddress(v string, into *string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("must be host:port (e.g. 127.0.0.1:8080; port 0 picks a free one), got %q: %w", v, err)
+	}
+	*into = v
+	return nil
+}
+
+// serviceURL reads the URL of an Azure service (empty: not given). The
+// SDKs take any string and fail its first request, after the listeners are
+// open, with "no Host in request URL" for an endpoint written without its
+// scheme.
+func serviceURL(v string, into *string) error {
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
+		return fmt.Errorf("must be an http(s) URL (https://HOST[:PORT]/), got %q", v)
 	}
 	*into = v
 	return nil
