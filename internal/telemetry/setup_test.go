@@ -114,6 +114,7 @@ func TestAnOTLPHeadersVariableItCannotReadStopsTheStartWithoutShowingItsValues(t
 		{"OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Bearer " + secret, "pair 1"},
 		{"OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=a,api-key=" + secret + "%zz", `"api-key"`},
 		{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api key=" + secret, "pair 1"},
+		{"OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Bearer " + secret + "==", "pair 1"},
 		{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=" + secret + ",", "pair 2"},
 	} {
 		t.Run(tc.name+" "+tc.want, func(t *testing.T) {
