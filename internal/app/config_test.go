@@ -204,6 +204,10 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "auth none on a named host from env", env: map[string]string{"MESSAGEHUB_HTTP_ADDR": "example.org:8080"}, wantErr: "refusing to start"},
 		{name: "jwt without its settings", args: []string{"--auth", "jwt"}, wantErr: "--jwks-file, --jwt-issuer, --jwt-audience"},
 		{name: "jwt without an audience", args: []string{"--auth", "jwt", "--jwks-file", "k", "--jwt-issuer", "i"}, wantErr: "needs --jwt-audience"},
+		// Settings for a mode not chosen: the hub would serve without
+		// authentication while the operator believes tokens are checked.
+		{name: "jwt settings without --auth jwt", args: []string{"--jwks-file", "k", "--jwt-issuer", "i", "--jwt-audience", "a"}, wantErr: "--jwks-file, --jwt-issuer, --jwt-audience are for --auth jwt"},
+		{name: "a JWKS file from env with auth none", env: map[string]string{"MESSAGEHUB_AUTH": "none", "MESSAGEHUB_JWKS_FILE": "k"}, wantErr: "--jwks-file is for --auth jwt"},
 		{name: "a certificate without a key", args: []string{"--tls-cert", "c.pem"}, wantErr: "--tls-cert and --tls-key"},
 		{name: "a key without a certificate", env: map[string]string{"MESSAGEHUB_TLS_KEY": "k.pem"}, wantErr: "--tls-cert and --tls-key"},
 		{name: "a content provider of no domain", args: []string{"--content-provider", "DOMAIN_WEATHER=w:1"}, wantErr: `"DOMAIN_WEATHER" is not a domain`},
