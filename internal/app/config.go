@@ -538,20 +538,31 @@ func (c Config) validate() error {
 	if err := c.Content.validate(c.Store); err != nil {
 		return err
 	}
+	// The settings of --auth jwt: each needed with it, and a mistake
+	// without it (as --content-blob-* with the embedded store): the hub
+	// would take no token while its operator believes tokens are checked.
+	var missing, given []string
+	for _, s := range []struct{ flag, v string }{
+		{"--jwks-file", c.JWKSFile}, {"--jwt-issuer", c.JWTIssuer}, {"--jwt-audience", c.JWTAudience},
+	} {
+		if s.v == "" {
+			missing = append(missing, s.flag)
+		} else {
+			given = append(given, s.flag)
+		}
+	}
 	switch c.Auth {
 	case AuthJWT:
-		var missing []string
-		for _, s := range []struct{ flag, v string }{
-			{"--jwks-file", c.JWKSFile}, {"--jwt-issuer", c.JWTIssuer}, {"--jwt-audience", c.JWTAudience},
-		} {
-			if s.v == "" {
-				missing = append(missing, s.flag)
-			}
-		}
 		if len(missing) > 0 {
 			return fmt.Errorf("--auth jwt needs %s", strings.Join(missing, ", "))
 		}
 	case AuthNone:
+		if len(given) == 1 {
+			return fmt.Errorf("%s is for --auth jwt, and --auth is none: give --auth jwt, or leave it out", given[0])
+		}
+		if len(given) > 1 {
+			return fmt.Errorf("%s are for --auth jwt, and --auth is none: give --auth jwt, or leave them out", strings.Join(given, ", "))
+		}
 		for _, l := range []struct{ flag, addr string }{{"--grpc-addr", c.GRPCAddr}, {"--http-addr", c.HTTPAddr}, {"--metrics-addr", c.MetricsAddr}} {
 			if l.addr != "" && !IsLoopback(l.addr) {
 				return fmt.Errorf("refusing to start: --auth none is only allowed when every listener is on loopback, "+
