@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/energydatahub/messagehub/internal/app"
@@ -63,6 +64,8 @@ func main() {
 	}
 	logger := app.NewLogger(os.Stderr, cfg.LogLevel)
 	grpclog.SetLoggerV2(app.NewGRPCLogger(logger))
+	otel.SetErrorHandler(app.NewOTelErrorHandler(logger))
+	otel.SetLogger(app.NewOTelLogger(logger))
 	cfg.Logger = logger
 	info := readBuildInfo()
 	cfg.Build = app.Build{Version: info.Version, Revision: info.Revision, GoVersion: info.GoVersion}

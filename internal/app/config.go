@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -161,11 +162,16 @@ func boolValues(args []string) []string {
 
 var settings = []setting{
 	{"grpc-addr", "MESSAGEHUB_GRPC_ADDR", "127.0.0.1:50051", "address the gRPC server listens on (port 0 picks a free one)",
-		func(c *Config, v string) error { return nonEmpty(v, &c.GRPCAddr) }},
+		func(c *Config, v string) error { return listenAddress(v, &c.GRPCAddr) }},
 	{"http-addr", "MESSAGEHUB_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP gateway (/v1, /openapi.json, /healthz, /metrics) listens on (port 0 picks a free one)",
-		func(c *Config, v string) error { return nonEmpty(v, &c.HTTPAddr) }},
+		func(c *Config, v string) error { return listenAddress(v, &c.HTTPAddr) }},
 	{"metrics-addr", "MESSAGEHUB_METRICS_ADDR", "", "address of a listener of its own for /metrics (e.g. an internal interface); empty: /metrics is on the HTTP gateway",
-		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
+		func(c *Config, v string) error {
+			if v == "" {
+				return nil
+			}
+			return listenAddress(v, &c.MetricsAddr)
+		}},
 	{"auth", "MESSAGEHUB_AUTH", AuthNone, "authentication: none (only when every listener is on loopback) or jwt",
 		func(c *Config, v string) error {
 			if v != AuthNone && v != AuthJWT {
@@ -195,7 +201,7 @@ var settings = []setting{
 			return nil
 		}},
 	{"cosmos-endpoint", "MESSAGEHUB_COSMOS_ENDPOINT", "", "Cosmos DB account endpoint (with --store cosmos)",
-		func(c *Config, v string) error { c.Cosmos.Endpoint = v; return nil }},
+		func(c *Config, v string) error { return serviceURL(v, &c.Cosmos.Endpoint) }},
 	{"cosmos-key", "MESSAGEHUB_COSMOS_KEY", "", "Cosmos DB account key; empty: Azure AD through the default credential chain",
 		func(c *Config, v string) error { c.Cosmos.Key = v; return nil }},
 	// A key on the command line is visible to every user of the machine;
@@ -300,7 +306,7 @@ var settings = []setting{
 		func(c *Config, v string) error { c.Content.Blob.ConnectionString = v; return nil }},
 	{"content-blob-url", "MESSAGEHUB_CONTENT_BLOB_URL", "",
 		"with --store cosmos: blob service URL of the account that keeps bundles' documents (e.g. https://ACCOUNT.blob.core.windows.net), reached with Azure AD",
-		func(c *Config, v string) error { c.Content.Blob.URL = v; return nil }},
+		func(c *Config, v string) error { return serviceURL(v, &c.Content.Blob.URL) }},
 	{"content-blob-container", "MESSAGEHUB_CONTENT_BLOB_CONTAINER", blobstore.DefaultContainer,
 		"blob container of bundles' documents (created when --cosmos-provision)",
 		func(c *Config, v string) error {
@@ -377,6 +383,38 @@ var settings = []setting{
 func nonEmpty(v string, into *string) error {
 	if v == "" {
 		return errors.New("must not be empty")
+	}
+	*into = v
+	return nil
+}
+
+// listenAddress reads an address to listen on: host:port as net.Listen
+// takes it (the port a number up to 65535, or a service's name), so that
+// one it cannot take is said here, naming its flag, rather than as a
+// listener off loopback or a failed start.
+func listenAddress(v string, into *string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("must be host:port (e.g. 127.0.0.1:8080; port 0 picks a free one), got %q: %w", v, err)
+	}
+	*into = v
+	return nil
+}
+
+// serviceURL reads the URL of an Azure service (empty: not given). The
+// SDKs take any string and fail its first request, after the listeners are
+// open, with "no Host in request URL" for an endpoint written without its
+// scheme.
+func serviceURL(v string, into *string) error {
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
+		return fmt.Errorf("must be an http(s) URL (https://HOST[:PORT]/), got %q", v)
 	}
 	*into = v
 	return nil
@@ -500,20 +538,31 @@ func (c Config) validate() error {
 	if err := c.Content.validate(c.Store); err != nil {
 		return err
 	}
+	// The settings of --auth jwt: each needed with it, and a mistake
+	// without it (as --content-blob-* with the embedded store): the hub
+	// would take no token while its operator believes tokens are checked.
+	var missing, given []string
+	for _, s := range []struct{ flag, v string }{
+		{"--jwks-file", c.JWKSFile}, {"--jwt-issuer", c.JWTIssuer}, {"--jwt-audience", c.JWTAudience},
+	} {
+		if s.v == "" {
+			missing = append(missing, s.flag)
+		} else {
+			given = append(given, s.flag)
+		}
+	}
 	switch c.Auth {
 	case AuthJWT:
-		var missing []string
-		for _, s := range []struct{ flag, v string }{
-			{"--jwks-file", c.JWKSFile}, {"--jwt-issuer", c.JWTIssuer}, {"--jwt-audience", c.JWTAudience},
-		} {
-			if s.v == "" {
-				missing = append(missing, s.flag)
-			}
-		}
 		if len(missing) > 0 {
 			return fmt.Errorf("--auth jwt needs %s", strings.Join(missing, ", "))
 		}
 	case AuthNone:
+		if len(given) == 1 {
+			return fmt.Errorf("%s is for --auth jwt, and --auth is none: give --auth jwt, or leave it out", given[0])
+		}
+		if len(given) > 1 {
+			return fmt.Errorf("%s are for --auth jwt, and --auth is none: give --auth jwt, or leave them out", strings.Join(given, ", "))
+		}
 		for _, l := range []struct{ flag, addr string }{{"--grpc-addr", c.GRPCAddr}, {"--http-addr", c.HTTPAddr}, {"--metrics-addr", c.MetricsAddr}} {
 			if l.addr != "" && !IsLoopback(l.addr) {
 				return fmt.Errorf("refusing to start: --auth none is only allowed when every listener is on loopback, "+

@@ -204,6 +204,10 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "auth none on a named host from env", env: map[string]string{"MESSAGEHUB_HTTP_ADDR": "example.org:8080"}, wantErr: "refusing to start"},
 		{name: "jwt without its settings", args: []string{"--auth", "jwt"}, wantErr: "--jwks-file, --jwt-issuer, --jwt-audience"},
 		{name: "jwt without an audience", args: []string{"--auth", "jwt", "--jwks-file", "k", "--jwt-issuer", "i"}, wantErr: "needs --jwt-audience"},
+		// Settings for a mode not chosen: the hub would serve without
+		// authentication while the operator believes tokens are checked.
+		{name: "jwt settings without --auth jwt", args: []string{"--jwks-file", "k", "--jwt-issuer", "i", "--jwt-audience", "a"}, wantErr: "--jwks-file, --jwt-issuer, --jwt-audience are for --auth jwt"},
+		{name: "a JWKS file from env with auth none", env: map[string]string{"MESSAGEHUB_AUTH": "none", "MESSAGEHUB_JWKS_FILE": "k"}, wantErr: "--jwks-file is for --auth jwt"},
 		{name: "a certificate without a key", args: []string{"--tls-cert", "c.pem"}, wantErr: "--tls-cert and --tls-key"},
 		{name: "a key without a certificate", env: map[string]string{"MESSAGEHUB_TLS_KEY": "k.pem"}, wantErr: "--tls-cert and --tls-key"},
 		{name: "a content provider of no domain", args: []string{"--content-provider", "DOMAIN_WEATHER=w:1"}, wantErr: `"DOMAIN_WEATHER" is not a domain`},
@@ -211,6 +215,13 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "two providers of a domain", args: []string{"--content-provider", "DOMAIN_CHARGES=a:1", "--content-provider", "DOMAIN_CHARGES=b:1"}, wantErr: "two providers"},
 		{name: "the unspecified domain", env: map[string]string{"MESSAGEHUB_CONTENT_PROVIDERS": "DOMAIN_UNSPECIFIED=a:1"}, wantErr: "MESSAGEHUB_CONTENT_PROVIDERS"},
 		{name: "auth none with metrics on every interface", args: []string{"--metrics-addr", "0.0.0.0:9090"}, wantErr: `--metrics-addr is "0.0.0.0:9090"`},
+		// A listen address net.Listen cannot take is the flag's mistake,
+		// said before anything is opened: not a listener off loopback, nor
+		// a failed listen after the start (exit 1).
+		{name: "a loopback listen address without a port", args: []string{"--metrics-addr", "127.0.0.1"}, wantErr: `--metrics-addr: must be host:port`},
+		{name: "a listen address without a port (jwt)", args: []string{"--auth", "jwt", "--jwks-file", "k", "--jwt-issuer", "i", "--jwt-audience", "a", "--grpc-addr", "0.0.0.0"}, wantErr: `--grpc-addr: must be host:port`},
+		{name: "a listen port out of range", args: []string{"--http-addr", "127.0.0.1:99999"}, wantErr: `--http-addr: must be host:port`},
+		{name: "a listen port out of range from env", env: map[string]string{"MESSAGEHUB_GRPC_ADDR": "127.0.0.1:-1"}, wantErr: `MESSAGEHUB_GRPC_ADDR: must be host:port`},
 		{name: "a free-disk size without a number", args: []string{"--min-free-disk", "GiB"}, wantErr: "not a size"},
 		{name: "a free-disk size in an unknown unit", env: map[string]string{"MESSAGEHUB_MIN_FREE_DISK": "3 parsecs"}, wantErr: "MESSAGEHUB_MIN_FREE_DISK"},
 		{name: "a body memory below 1MiB", args: []string{"--http-max-body-memory", "1000"}, wantErr: "--http-max-body-memory"},
@@ -227,6 +238,11 @@ func TestParseConfigRejectsInvalidValues(t *testing.T) {
 		{name: "content providers on cosmos without blob storage", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-provider", "DOMAIN_CHARGES=a:1"}, wantErr: "needs --content-blob-connection-string or --content-blob-url"},
 		{name: "two ways to blob storage", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-blob-url", "https://b/", "--content-blob-connection-string", "x"}, wantErr: "not both"},
 		{name: "blob storage with the embedded store", args: []string{"--content-blob-url", "https://b/"}, wantErr: "for --store cosmos"},
+		// The SDKs take any string and fail its first request, after the
+		// listeners are open (exit 1), without naming the flag.
+		{name: "a cosmos endpoint without its scheme", args: []string{"--store", "cosmos", "--cosmos-endpoint", "account.documents.azure.com"}, wantErr: "--cosmos-endpoint: must be an http(s) URL"},
+		{name: "a cosmos endpoint of another scheme", env: map[string]string{"MESSAGEHUB_STORE": "cosmos", "MESSAGEHUB_COSMOS_ENDPOINT": "ftp://account/"}, wantErr: "MESSAGEHUB_COSMOS_ENDPOINT: must be an http(s) URL"},
+		{name: "a blob service URL without its scheme", args: []string{"--store", "cosmos", "--cosmos-endpoint", "https://a/", "--content-blob-url", "account.blob.core.windows.net"}, wantErr: "--content-blob-url: must be an http(s) URL"},
 		{name: "a content lease under a second", args: []string{"--content-lease", "500ms"}, wantErr: "between 1s and"},
 		{name: "a content lease over its document's int32 ttl", args: []string{"--content-lease", (cosmos.MaxBuildLease + time.Second).String()}, wantErr: "between 1s and"},
 		{name: "a retention over a dequeued bundle's int32 ttl", args: []string{"--retention", (cosmos.MaxRetention + time.Second).String()}, wantErr: "between 1s and"},

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/energydatahub/messagehub/internal/lograte"
@@ -27,6 +29,33 @@ func durationsAsText(_ []string, a slog.Attr) slog.Attr {
 		a.Value = slog.StringValue(a.Value.Duration().String())
 	}
 	return a
+}
+
+// otelErrorsPerSecond bounds the lines of the errors OpenTelemetry
+// reports: a collector that is down or refuses spans fails every batch.
+const otelErrorsPerSecond = 1
+
+// NewOTelErrorHandler sends the errors OpenTelemetry reports (otel.Handle: a
+// failed export of spans, once a batch while the collector is down or
+// refuses them), which it would write to stderr as plain text, to logger as
+// JSON with component=otel: at warn (the collector's or the network's fault,
+// not the hub's), at most otelErrorsPerSecond a second with a count of those
+// held back. cmd/messagehub installs it (otel.SetErrorHandler) with
+// NewOTelLogger.
+func NewOTelErrorHandler(logger *slog.Logger) otel.ErrorHandler {
+	return &otelErrors{componentLog{l: logger, component: "otel", limit: lograte.Limiter{Max: otelErrorsPerSecond}}}
+}
+
+type otelErrors struct{ componentLog }
+
+func (h *otelErrors) Handle(err error) { h.log(slog.LevelWarn, "OpenTelemetry error", "error", err) }
+
+// NewOTelLogger is OpenTelemetry's own logger (otel.SetLogger), which would
+// write plain text to stderr: its lines on logger, with component=otel (its
+// errors, e.g. an OTEL_* variable it cannot read, at error; its warnings
+// and informational lines below info).
+func NewOTelLogger(logger *slog.Logger) logr.Logger {
+	return logr.FromSlogHandler(logger.With("component", "otel").Handler())
 }
 
 // GRPCInfoLevel is the level of the informational lines of gRPC and
@@ -48,20 +77,26 @@ const grpcWarningsPerSecond = 10
 // GRPCInfoLevel. cmd/messagehub installs it (grpclog.SetLoggerV2) before
 // anything of gRPC runs.
 func NewGRPCLogger(logger *slog.Logger) grpclog.LoggerV2 {
-	return &grpcLogger{l: logger, limit: lograte.Limiter{Max: grpcWarningsPerSecond}}
+	return &grpcLogger{componentLog{l: logger, component: "grpc", limit: lograte.Limiter{Max: grpcWarningsPerSecond}}}
 }
 
-type grpcLogger struct {
-	l     *slog.Logger
-	limit lograte.Limiter
+type grpcLogger struct{ componentLog }
+
+// componentLog logs the lines of a library that would write plain text
+// to stderr, with component=<its name>: those at warn and above at most
+// limit's a second, with a count of those held back.
+type componentLog struct {
+	l         *slog.Logger
+	component string
+	limit     lograte.Limiter
 }
 
-func (g *grpcLogger) log(level slog.Level, msg string) {
+func (g *componentLog) log(level slog.Level, msg string, args ...any) {
 	ctx := context.Background()
 	if !g.l.Enabled(ctx, level) {
 		return
 	}
-	attrs := []any{"component", "grpc"}
+	attrs := append([]any{"component", g.component}, args...)
 	if level >= slog.LevelWarn {
 		ok, held := g.limit.Allow(time.Now())
 		if !ok {

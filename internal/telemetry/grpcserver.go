@@ -49,9 +49,11 @@ type rpcMetricsHandler struct {
 	known   atomic.Int32 // entries in methods
 }
 
-// maxCachedMethods bounds the methods whose attribute sets are kept: a
-// client can send calls for any method name, and an unknown one is
-// recorded under its name (as otelgrpc does) but not kept.
+// maxCachedMethods bounds the methods whose attribute sets are kept. A
+// method is kept only once a call of it ends at the handler: gRPC tags a
+// call before it looks its method up and never ends one of a method it does
+// not serve, so the names any client can send (before its token is checked)
+// do not take the served methods' places.
 const maxCachedMethods = 256
 
 // rpcMethod holds the record options of one method, one per status code.
@@ -65,6 +67,10 @@ type rpcMethod struct {
 const numCodes = int(codes.Unauthenticated) + 1
 
 type rpcMethodKey struct{}
+
+// rpcMethodName tags a call of a method not kept (yet): HandleRPC looks it
+// up, and keeps it, when the call ends.
+type rpcMethodName string
 
 func newRPCMetricsHandler(mp metric.MeterProvider, propagator propagation.TextMapPropagator) (*rpcMetricsHandler, error) {
 	meter := mp.Meter(otelgrpc.ScopeName,
@@ -126,7 +132,7 @@ func (m *rpcMethod) option(code codes.Code) metric.RecordOption {
 }
 
 // TagRPC extracts a propagated trace context and notes the call's method
-// for HandleRPC.
+// for HandleRPC: its kept options, or else its name.
 func (h *rpcMetricsHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
 	for _, f := range h.fields {
 		if metadata.ValueFromIncomingContext(ctx, f) != nil {
@@ -135,7 +141,10 @@ func (h *rpcMetricsHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) 
 			break
 		}
 	}
-	return context.WithValue(ctx, rpcMethodKey{}, h.method(info.FullMethodName))
+	if m, ok := h.methods.Load(info.FullMethodName); ok {
+		return context.WithValue(ctx, rpcMethodKey{}, m)
+	}
+	return context.WithValue(ctx, rpcMethodKey{}, rpcMethodName(info.FullMethodName))
 }
 
 // incomingCarrier reads the incoming metadata of a call for a propagator,
@@ -163,8 +172,13 @@ func (h *rpcMetricsHandler) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 	if !ok {
 		return
 	}
-	m, _ := ctx.Value(rpcMethodKey{}).(*rpcMethod)
-	if m == nil {
+	var m *rpcMethod
+	switch v := ctx.Value(rpcMethodKey{}).(type) {
+	case *rpcMethod:
+		m = v
+	case rpcMethodName:
+		m = h.method(string(v))
+	default:
 		return // not tagged by this handler
 	}
 	code := codes.OK

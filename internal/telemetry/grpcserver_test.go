@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"slices"
@@ -169,4 +170,37 @@ func TestStatusCodesAreNamedAsOtelgrpcNamesThem(t *testing.T) {
 // providers, which GRPCServerHandler returns when spans are exported.
 func (t *Telemetry) otelGRPCServerHandler() stats.Handler {
 	return otelgrpc.NewServerHandler(t.otelgrpcOptions()...)
+}
+
+// TestMethodsNotServedDoNotTakeTheServedMethodsPlaceInTheCache: gRPC tags a
+// call with its method before it looks the method up, and answers one it
+// does not serve UNIMPLEMENTED without ending the call at the handler. Any
+// client can send such calls, under names of its choosing and before its
+// token is checked; they must not use up the methods whose record options
+// are kept, or a served method first called after them would have its
+// attribute set built again at every call, which the handler is there to
+// avoid.
+func TestMethodsNotServedDoNotTakeTheServedMethodsPlaceInTheCache(t *testing.T) {
+	const save = "/messagehub.v1.MessageHub/Save"
+	begin := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	call := func(h stats.Handler, method string) {
+		ctx := h.TagRPC(context.Background(), &stats.RPCTagInfo{FullMethodName: method})
+		h.HandleRPC(ctx, &stats.End{BeginTime: begin, EndTime: begin.Add(time.Millisecond)})
+	}
+	allocs := func(bogus int) float64 {
+		tel, err := Setup(context.Background(), "test", func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := tel.GRPCServerHandler()
+		for i := range bogus {
+			// Tagged, never ended: as gRPC handles a method it does not serve.
+			h.TagRPC(context.Background(), &stats.RPCTagInfo{FullMethodName: fmt.Sprintf("/no.Such%d/Method", i)})
+		}
+		call(h, save) // the first call of a method may build its options
+		return testing.AllocsPerRun(100, func() { call(h, save) })
+	}
+	if fresh, flooded := allocs(0), allocs(2*maxCachedMethods); flooded != fresh {
+		t.Errorf("a Save costs %v allocations after %d calls of methods not served, %v without them", flooded, 2*maxCachedMethods, fresh)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/grpc/stats"
 )
 
@@ -123,6 +125,11 @@ func oldRPCSemconv(getenv func(string) string) bool {
 // newSpanExporter picks the OTLP transport from OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL:
 // grpc, or http/protobuf (the specification's default).
 func newSpanExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"} {
+		if err := checkOTLPHeaders(getenv(name)); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	protocol := cmp.Or(getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
 	var (
 		exp sdktrace.SpanExporter
@@ -140,6 +147,33 @@ func newSpanExporter(ctx context.Context, getenv func(string) string) (sdktrace.
 		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
 	}
 	return exp, nil
+}
+
+// checkOTLPHeaders reads an OTLP headers variable as the exporters do
+// (comma-separated key=value pairs, each value URL-encoded), which, of a
+// pair they cannot read, log it whole, its value and all (an "Authorization:
+// Bearer …" typed with HTTP's colon puts the token in the log), and export
+// without it. The error names the pair by its place or key, never its value.
+func checkOTLPHeaders(v string) error {
+	if v == "" {
+		return nil
+	}
+	for i, pair := range strings.Split(v, ",") {
+		key, value, ok := strings.Cut(pair, "=")
+		if !ok {
+			return fmt.Errorf("pair %d is not key=value (values are not shown)", i+1)
+		}
+		key = strings.TrimSpace(key)
+		if !httpguts.ValidHeaderFieldName(key) {
+			// Not quoted: "Authorization: Bearer <token ending in =>" is
+			// such a name.
+			return fmt.Errorf("pair %d: the name before its '=' is not a header name (values are not shown)", i+1)
+		}
+		if _, err := url.PathUnescape(value); err != nil {
+			return fmt.Errorf("pair %d: the value of %q is not URL-encoded (a %% not followed by two hex digits)", i+1, key)
+		}
+	}
+	return nil
 }
 
 // RegisterBuildInfo exposes messagehub_build_info{version,revision,go_version} = 1,

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -99,4 +100,43 @@ func TestTheMetricsHandlerExposesTheDomainMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+}
+
+// The OTLP exporters take OTEL_EXPORTER_OTLP_HEADERS (and _TRACES_HEADERS)
+// from the environment and, of a pair they cannot read, log the pair whole,
+// value and all, as plain text, then export without it: a mistyped
+// "Authorization: Bearer …" (HTTP's colon for the variable's '=') put the
+// token in the log and the spans were refused. The hub refuses such a
+// variable at start, naming it and the pair's place, never its value.
+func TestAnOTLPHeadersVariableItCannotReadStopsTheStartWithoutShowingItsValues(t *testing.T) {
+	const secret = "s3cr3t-t0ken"
+	for _, tc := range []struct{ name, value, want string }{
+		{"OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Bearer " + secret, "pair 1"},
+		{"OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=a,api-key=" + secret + "%zz", `"api-key"`},
+		{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api key=" + secret, "pair 1"},
+		{"OTEL_EXPORTER_OTLP_HEADERS", "Authorization: Bearer " + secret + "==", "pair 1"},
+		{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=" + secret + ",", "pair 2"},
+	} {
+		t.Run(tc.name+" "+tc.want, func(t *testing.T) {
+			// The exporters read the process's environment themselves.
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+			t.Setenv(tc.name, tc.value)
+			tel, err := telemetry.Setup(context.Background(), "test", os.Getenv)
+			if err == nil {
+				_ = tel.Shutdown(context.Background())
+				t.Fatalf("Setup took %s=%q", tc.name, tc.value)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tc.name) || !strings.Contains(msg, tc.want) || strings.Contains(msg, secret) {
+				t.Errorf("Setup = %q, want an error naming %s and %s, without the value", msg, tc.name, tc.want)
+			}
+		})
+	}
+	// What the exporters take is taken: pairs with URL-encoded values.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20"+secret+", x-tenant = a")
+	tel, err := telemetry.Setup(context.Background(), "test", os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = tel.Shutdown(context.Background())
 }

@@ -93,6 +93,9 @@ type Options struct {
 	// starts with (0 = 1). Each has its own LSN, session-token segment and share of the
 	// container's throughput (at most 10,000 RU/s); Split splits one while clients run.
 	Ranges int
+	// Serverless makes the account a serverless one: a container created with throughput
+	// (x-ms-offer-throughput or autoscale settings) is refused 400, as Cosmos DB does.
+	Serverless bool
 }
 
 // Faithful is everything real Cosmos enforces: limits, charges by Microsoft's published rules,
@@ -119,7 +122,7 @@ func Default() Options {
 }
 
 // ParseOptions reads a comma-separated option list: faithful, none, limits, charges, ttl,
-// ru=<RU/s>, lag=<duration>, lagfixed, seed=<n>, consistency=<level>, ranges=<n>.
+// ru=<RU/s>, lag=<duration>, lagfixed, seed=<n>, consistency=<level>, ranges=<n>, serverless.
 func ParseOptions(list string) (Options, error) {
 	var o Options
 	for _, f := range strings.Split(list, ",") {
@@ -149,6 +152,8 @@ func ParseOptions(list string) (Options, error) {
 			o.Consistency = v
 		case "ranges":
 			o.Ranges, err = strconv.Atoi(v)
+		case "serverless":
+			o.Serverless = true
 		default:
 			err = errors.New("unknown option")
 		}
@@ -163,6 +168,7 @@ func (o Options) arg() string {
 	m := map[string]any{
 		"limits": o.Limits, "charges": o.Charges, "ruPerSecond": o.RUPerSecond, "ttl": o.TTL,
 		"lagMs": o.Lag.Milliseconds(), "lagFixed": o.LagFixed, "seed": o.Seed, "ranges": max(1, o.Ranges),
+		"serverless": o.Serverless,
 	}
 	if o.Consistency != "" {
 		m["consistency"] = o.Consistency

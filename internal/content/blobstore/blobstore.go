@@ -22,9 +22,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
@@ -71,7 +74,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	case cfg.ConnectionString != "" && cfg.ServiceURL != "":
 		return nil, errors.New("blob storage: give a connection string or a service URL, not both")
 	case cfg.ConnectionString != "":
-		c, err = container.NewClientFromConnectionString(cfg.ConnectionString, cfg.Container, nil)
+		opts := &container.ClientOptions{}
+		opts.PerRetryPolicies = []policy.Policy{hideSignature{}}
+		c, err = container.NewClientFromConnectionString(cfg.ConnectionString, cfg.Container, opts)
 	case cfg.ServiceURL != "":
 		cred, cerr := azidentity.NewDefaultAzureCredential(nil)
 		if cerr != nil {
@@ -92,6 +97,27 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("blob storage: container %s: %w", cfg.Container, err)
 	}
 	return &Store{c: c, blockSize: cfg.BlockSize}, nil
+}
+
+// hideSignature takes a SAS's signature out of the error of a request that
+// got no answer: Go's url.Error names the request's URL, query and all, and
+// the hub logs such errors (a start that fails, a document not built or
+// not read), which must not carry the credential. An answer's error
+// (azcore.ResponseError) names the URL without its query.
+type hideSignature struct{}
+
+func (hideSignature) Do(req *policy.Request) (*http.Response, error) {
+	resp, err := req.Next()
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil && u.Query().Has("sig") {
+			q := u.Query()
+			q.Set("sig", "REDACTED")
+			u.RawQuery = q.Encode()
+			ue.URL = u.String()
+		}
+	}
+	return resp, err
 }
 
 func name(key content.Key) string { return key.Recipient + "/" + key.BundleID }

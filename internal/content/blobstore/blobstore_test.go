@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/energydatahub/messagehub/internal/content"
@@ -311,5 +313,33 @@ func TestAStagedSmallDocumentDoesNotHoldAWholeBlock(t *testing.T) {
 		if _, got := read(t, s, keys[i]); !bytes.Equal(got, data) {
 			t.Fatalf("document %d: %d bytes stored, want %d", i, len(got), len(data))
 		}
+	}
+}
+
+// A SAS connection string's signature is a credential. The error of a
+// request that got no answer (Go's url.Error) names the request's URL,
+// query and all, and the hub logs such errors (a start that fails, a
+// document not built or not read): they must not carry the signature.
+func TestAnErrorWithoutAnswerDoesNotCarryTheSASSignature(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := lis.Addr().String()
+	_ = lis.Close()
+	const signature = "c2lnbmF0dXJlLW9mLXRoZS1zYXM"
+	_, err = blobstore.Open(t.Context(), blobstore.Config{
+		ConnectionString: "BlobEndpoint=http://" + refused + "/devstoreaccount1;SharedAccessSignature=sv=2022-11-02&ss=b&srt=co&sp=rwdlac&se=2030-01-01T00:00:00Z&sig=" + signature,
+		Container:        "docs",
+		Provision:        true,
+	})
+	if err == nil {
+		t.Fatal("opened a store on an address that refuses connections")
+	}
+	if strings.Contains(err.Error(), signature) {
+		t.Errorf("the error carries the SAS signature: %v", err)
+	}
+	if !strings.Contains(err.Error(), refused) {
+		t.Errorf("the error does not name the address: %v", err)
 	}
 }

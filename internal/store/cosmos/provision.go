@@ -1,6 +1,7 @@
 package cosmos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -144,7 +145,16 @@ func checkContainers(ctx context.Context, client *azcosmos.Client, database stri
 		resp, err := cc.Read(ctx, nil)
 		if isStatus(err, http.StatusNotFound) && create != nil {
 			_, err = db.CreateContainer(ctx, c.properties(), &azcosmos.CreateContainerOptions{ThroughputProperties: tp})
-			if err != nil && !isStatus(err, http.StatusConflict) {
+			switch {
+			case err == nil || isStatus(err, http.StatusConflict):
+			case tp != nil && isStatus(err, http.StatusBadRequest):
+				// A serverless account refuses any throughput ("Setting
+				// offer throughput or autopilot on container is not
+				// supported for serverless accounts"), another account one
+				// over its limit: the setting is the operator's to change.
+				return fmt.Errorf("create container %s with --cosmos-throughput %s (a serverless account takes --cosmos-throughput serverless): %w",
+					c.name, cmp.Or(*create, DefaultThroughput), err)
+			default:
 				return fmt.Errorf("create container %s: %w", c.name, err)
 			}
 			resp, err = cc.Read(ctx, nil)

@@ -210,3 +210,32 @@ func TestOpenWithProvisioningCreatesNothingThatExists(t *testing.T) {
 		t.Fatalf("%d creates of what exists (%s)", n, ct.OpCounts())
 	}
 }
+
+// A serverless account refuses a container created with throughput (400,
+// "Setting offer throughput or autopilot on container is not supported for
+// serverless accounts."): the refusal names the setting to change, and the
+// store opens with it changed.
+func TestProvisioningOnAServerlessAccountNamesTheThroughputSetting(t *testing.T) {
+	opts := cosmostest.Default()
+	opts.Serverless = true
+	serverless := cosmostest.StartWith(t, opts)
+	ctx := context.Background()
+	dbID := cosmostest.UniqueID("db")
+	cfg := cosmos.Config{
+		Endpoint: serverless.Endpoint, Key: serverless.Key, Provision: true, Database: dbID,
+		Transport: cosmostest.NewHTTPClient(),
+	}
+	for _, tp := range []cosmos.Throughput{"", "manual=400"} {
+		cfg.Throughput = tp
+		_, err := cosmos.Open(ctx, cfg)
+		if err == nil || !strings.Contains(err.Error(), "--cosmos-throughput serverless") {
+			t.Fatalf("open with throughput %q = %v, want a refusal naming --cosmos-throughput serverless", tp, err)
+		}
+	}
+	cfg.Throughput = "serverless"
+	s, err := cosmos.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+}
