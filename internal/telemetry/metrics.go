@@ -106,7 +106,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.duplicates = counter("messagehub.notifications.duplicates", "{notification}",
 		"Notifications of a Save that were already stored with identical content.")
 	m.peeks = counter("messagehub.peeks", "{call}",
-		"Successful Peek calls, by outcome: bundle (a bundle was returned) or empty.")
+		"Successful Peek and content peek calls, by outcome: bundle (a bundle was returned) or empty.")
 	m.bundlesPeeked = counter("messagehub.bundles.peeked", "{bundle}",
 		"New bundles cut by Peek or an operator's AcknowledgeOnBehalf; a re-peek of a pending bundle is not counted again.")
 	m.bundleNotifications = histogram("messagehub.bundle.notifications", "{notification}",
@@ -133,7 +133,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.providerDuration = seconds("messagehub.content.provider.duration", "Duration of CreateBundleContent calls, by origin.")
 	var err error
 	m.buildsInBackoff, err = meter.Int64UpDownCounter("messagehub.content.builds.backoff", metric.WithUnit("{build}"),
-		metric.WithDescription("Bundle document builds waiting out a backoff after their domain's provider failed."))
+		metric.WithDescription("Bundle document builds waiting out a backoff after their domain's provider failed, or after a retry found no room in the build memory."))
 	made(err)
 	m.noticesHeld, err = meter.Int64UpDownCounter("messagehub.content.notices.held", metric.WithUnit("{notice}"),
 		metric.WithDescription("Notices of dequeues the notifier holds back on a backoff of their own while their domain hears of the others, by origin and reason: unreadable (their bundle cannot be read) or refused (the domain refuses them while it takes others)."))
