@@ -358,6 +358,8 @@ func TestTheAdminCommandExitsTwoOnAMistakeInTheCommandLine(t *testing.T) {
 		{[]string{"audit", "--recipient", r, "--since", "500000h"}, 2, "--since 500000h0m0s reaches before 1970"},
 		{append(ack[:len(ack):len(ack)], "--domain", "NOPE", "--reason", "why"), 2, "acknowledge needs --domain"},
 		{ack, 2, "acknowledge needs --domain"},
+		{append(ack[:len(ack):len(ack)], "--reason", " \t"), 2, "--reason: reason is required"},
+		{[]string{"release", "--recipient", r, "--bundle", uuid.NewString(), "--reason", "\x1b"}, 2, "--reason: reason is required"},
 		{[]string{"recipients", "--token-file", tokenFile, "--addr", "192.0.2.1:50051"}, 2, "add --tls"},
 		// Well formed: the call is made, and fails.
 		{[]string{"backlog", "--recipient", r}, 1, "Unavailable"},
