@@ -24,7 +24,9 @@ import (
 	hubclient "github.com/energydatahub/messagehub/client"
 	adminv1 "github.com/energydatahub/messagehub/gen/messagehub/admin/v1"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
+	"github.com/energydatahub/messagehub/internal/admin"
 	"github.com/energydatahub/messagehub/internal/app"
+	"github.com/energydatahub/messagehub/internal/domain"
 )
 
 const adminUsage = `usage: messagehub admin <backlog|next|trace|release|acknowledge|audit> --recipient UUID [flags]
@@ -73,6 +75,12 @@ var errAdminUsage = errors.New("usage")
 type usageError struct{ error }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// reasonMistake is the usage error of a --reason the hub would refuse
+// (admin.CheckReason), said without the refusal's status.
+func reasonMistake(err error) error {
+	return usagef("--reason: %s", strings.TrimPrefix(err.Error(), domain.ErrInvalidArgument.Error()+": "))
+}
 
 func unknownAdminCall(call string) error {
 	return usagef("unknown admin call %q: the calls are %s (messagehub admin --help says what each does)",
@@ -186,6 +194,9 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 		if !ok || *contentType == "" || *upTo == "" || *reason == "" {
 			return usagef("acknowledge needs --domain (e.g. DOMAIN_TIME_SERIES), --content-type, --up-to and --reason")
 		}
+		if err := admin.CheckReason(*reason); err != nil {
+			return reasonMistake(err)
+		}
 		return acknowledge(ctx, client, &adminv1.AcknowledgeOnBehalfRequest{
 			Recipient: *recipient, Domain: d, ContentType: *contentType, UpToNotificationId: *upTo, Reason: *reason,
 		}, *timeout, out)
@@ -227,6 +238,9 @@ func runAdmin(ctx context.Context, args []string, out, errOut io.Writer) error {
 	case "release":
 		if *bundleID == "" || *reason == "" {
 			return usagef("release needs --bundle and --reason")
+		}
+		if err := admin.CheckReason(*reason); err != nil {
+			return reasonMistake(err)
 		}
 		var resp *adminv1.ReleaseBundleResponse
 		resp, err = client.ReleaseBundle(ctx, &adminv1.ReleaseBundleRequest{Recipient: *recipient, BundleId: *bundleID, Reason: *reason})

@@ -23,11 +23,12 @@ type Remedies interface {
 // MaxReasonLength bounds a remedy's reason, in characters.
 const MaxReasonLength = 500
 
-// checkReason refuses a remedy without a reason (one of no visible
+// CheckReason refuses a remedy without a reason (one of no visible
 // character counts as none: spaces, control or format characters), with
 // one over MaxReasonLength characters, or with one that is not UTF-8: the
-// audit log records it as given.
-func checkReason(reason string) error {
+// audit log records it as given. The admin command checks it too, before
+// it sends anything.
+func CheckReason(reason string) error {
 	if err := checkUTF8("reason", reason); err != nil {
 		return err
 	}
@@ -72,7 +73,7 @@ func (s *Service) ReleaseBundle(ctx context.Context, req *adminv1.ReleaseBundleR
 	if err != nil {
 		return nil, err
 	}
-	if err := checkReason(req.GetReason()); err != nil {
+	if err := CheckReason(req.GetReason()); err != nil {
 		return nil, err
 	}
 	rec, err := s.hub.ReleaseBundle(ctx, recipient, bundleID)
@@ -102,7 +103,7 @@ func (s *Service) AcknowledgeOnBehalf(ctx context.Context, req *adminv1.Acknowle
 	if err != nil {
 		return nil, err
 	}
-	if err := checkReason(req.GetReason()); err != nil {
+	if err := CheckReason(req.GetReason()); err != nil {
 		return nil, err
 	}
 	done, err := s.hub.AcknowledgeOnBehalf(ctx, recipient, origin, req.GetContentType(), upTo)
