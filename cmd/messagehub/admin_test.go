@@ -356,6 +356,7 @@ func TestTheAdminCommandExitsTwoOnAMistakeInTheCommandLine(t *testing.T) {
 		{[]string{"audit", "--recipient", r, "--from", "2026-11-26T09:00:00Z", "--to", "2026-11-26T08:00:00Z"}, 2, "--to 2026-11-26T08:00:00Z is before --from"},
 		{[]string{"audit", "--recipient", r, "--from", "1969-12-31T23:00:00Z"}, 2, `--from "1969-12-31T23:00:00Z" is before 1970`},
 		{[]string{"audit", "--recipient", r, "--since", "500000h"}, 2, "--since 500000h0m0s reaches before 1970"},
+		{[]string{"audit", "--recipient", r, "--to", "1970-01-01T00:00:00Z"}, 2, `--to "1970-01-01T00:00:00Z" is not after 1970`},
 		{append(ack[:len(ack):len(ack)], "--domain", "NOPE", "--reason", "why"), 2, "acknowledge needs --domain"},
 		{ack, 2, "acknowledge needs --domain"},
 		{append(ack[:len(ack):len(ack)], "--reason", " \t"), 2, "--reason: reason is required"},
