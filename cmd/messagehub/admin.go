@@ -395,6 +395,9 @@ func auditRequest(recipient string, since time.Duration, from, to string, now ti
 		if *b.into = t.UnixMilli(); *b.into < 0 {
 			return nil, usagef("audit: %s %q is before 1970, before any event", b.flag, b.value)
 		}
+		if b.flag == "--to" && *b.into == 0 { // 0 asks for no end
+			return nil, usagef("audit: --to %q is not after 1970, before any event", b.value)
+		}
 	}
 	if req.ToMs != 0 && req.ToMs < req.FromMs {
 		return nil, usagef("audit: --to %s is before --from %s", to, from)
