@@ -34,23 +34,29 @@ func checkCabinets(state store.RecipientState, save store.RecipientSave, max int
 const maxDetachedDrawers = 64
 
 // detach returns the runs of the bundle's cabinet within its positions, for
-// its record at dequeue; nil when the entry read does not reach its end (a
-// lagging read) or they are too many.
-func detach(state store.RecipientState, rec bundle.Record) []drawer.Meta {
+// its record at dequeue; nil when they are too many. ok is false when the
+// entry read does not reach the bundle's end: a load answered in pages read
+// it before a save appended what the bundle, read in a later page, holds.
+// A record stored without its drawers then would be taken for one over
+// more runs than a record names, and retention could take its drawer out
+// of the entry while it still reads through it.
+func detach(state store.RecipientState, rec bundle.Record) (runs []drawer.Meta, ok bool) {
 	i := slices.IndexFunc(state.Entries, func(e catalog.Entry) bool {
 		return e.Origin == rec.Origin && e.ContentType == rec.ContentType
 	})
 	if i < 0 {
-		return nil
+		return nil, false
 	}
-	var runs []drawer.Meta
 	for _, d := range state.Entries[i].Drawers {
 		if d.Count > 0 && d.End() > rec.Start && d.Start < rec.End {
 			runs = append(runs, d)
 		}
 	}
-	if len(runs) == 0 || runs[len(runs)-1].End() < rec.End || len(runs) > maxDetachedDrawers {
-		return nil
+	switch {
+	case len(runs) == 0 || runs[len(runs)-1].End() < rec.End:
+		return nil, false
+	case len(runs) > maxDetachedDrawers:
+		return nil, true
 	}
-	return runs
+	return runs, true
 }

@@ -74,9 +74,15 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 		// replica), a stale read, which the retry reads again.
 		return bundle.Record{}, fmt.Errorf("%w: bundle %s starts at %d but its cabinet is acknowledged up to %d", store.ErrConflict, rec.ID, rec.Start, cursor.Acked)
 	}
+	drawers, ok := detach(state, rec)
+	if !ok {
+		// Its entry was read at another moment than rec (the pages of
+		// one load): a stale read, which the retry reads again.
+		return bundle.Record{}, fmt.Errorf("%w: bundle %s ends at %d beyond its cabinet's entry as read", store.ErrConflict, rec.ID, rec.End)
+	}
 	rec.State = bundle.Dequeued
 	rec.DequeuedAt = r.opts.Now()
-	rec.Drawers = detach(state, rec)
+	rec.Drawers = drawers
 	rec.Notice = r.opts.Notices != nil && r.opts.Notices(rec.Origin)
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq
