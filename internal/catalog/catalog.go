@@ -50,7 +50,13 @@ type Cursor struct {
 	ContentType string
 	Acked       int64 // positions before this are acknowledged
 	HeadSeq     int64 // sequence number at Acked when known, else 0
-	Version     string
+	// MovedAt is when a dequeue last moved the cursor (unix ms, by the
+	// clock of the instance that moved it); 0 for a cursor never moved or
+	// stored without it. Retention leaves a drained cabinet, cursor and
+	// all, until its cursor has stood still for a while (hub's
+	// cabinetDropDelay).
+	MovedAt int64
+	Version string
 }
 
 // Key identifies a cabinet within one recipient.

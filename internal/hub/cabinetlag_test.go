@@ -46,7 +46,11 @@ func TestACabinetFullOnlyInALaggingLoadTakesTheSave(t *testing.T) {
 	lagging := &behindStore{Store: inner, behind: map[string]store.RecipientState{}}
 	opts := hub.Options{MaxCabinetDrawers: 1, Retention: 24 * time.Hour, SweepInterval: time.Hour}
 	saver := hub.New(lagging, opts, nil)
-	sweeper := hub.New(inner, opts, nil) // another instance sharing the store
+	// Another instance sharing the store, sweeping an hour on: past the
+	// time a drained cabinet's cursor stands still before it goes.
+	later := opts
+	later.Now = func() time.Time { return time.Now().Add(time.Hour) }
+	sweeper := hub.New(inner, later, nil)
 	t.Cleanup(func() {
 		saver.Close()
 		sweeper.Close()

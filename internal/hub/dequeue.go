@@ -86,6 +86,7 @@ func (r *Hub) acknowledge(ctx context.Context, recipient string, state store.Rec
 	rec.Notice = r.opts.Notices != nil && r.opts.Notices(rec.Origin)
 	cursor.Acked = rec.End
 	cursor.HeadSeq = rec.NextSeq
+	cursor.MovedAt = rec.DequeuedAt.UnixMilli() // holds back retention's drop of the cabinet (cabinetDropDelay)
 	if err := r.store.Acknowledge(ctx, recipient, rec, cursor); err != nil {
 		return bundle.Record{}, outcome("dequeue", rec, err)
 	}

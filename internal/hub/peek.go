@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/catalog"
@@ -40,6 +41,7 @@ func (r *Hub) Peek(ctx context.Context, recipient string, group domain.PeekGroup
 // nothing to cut, so it takes the same path to its empty answer (or to
 // ErrBundleIDInUse for a bundle id that was used).
 func (r *Hub) peekOnce(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error) {
+	loaded := r.opts.Now()
 	state, err := r.store.LoadRecipient(ctx, recipient, store.MayBeIdle)
 	if err != nil {
 		return nil, err
@@ -82,10 +84,37 @@ func (r *Hub) peekOnce(ctx context.Context, recipient string, group domain.PeekG
 	if rec.ID == "" {
 		rec.ID = r.opts.NewID()
 	}
-	if err := r.store.CreateBundle(ctx, recipient, *rec, cursor); err != nil {
+	if err := r.createBundle(ctx, loaded, recipient, *rec, cursor); err != nil {
 		return nil, err
 	}
 	return toBundle(recipient, *rec, items), nil
+}
+
+// bundleWriteBound bounds how late a bundle's CreateBundle may land after
+// the start of the load it was cut from. A cut from a cabinet with no
+// cursor stored is conditional only on there being none still: should
+// retention take the cabinet out, its cursor with it, before the write
+// lands (the actor dequeued the same notifications meanwhile, from another
+// Peek), the write would succeed over a cabinet a Save starts again at
+// position 0. Retention drops a drained cabinet only once its cursor has
+// not moved for cabinetDropDelay (by the clock that stamped the move, which
+// happened after the load began): so the delay must exceed this bound plus
+// the instances' clock skew (sweepSkew) plus the time a request spends in
+// the network after its caller gave up on it.
+const bundleWriteBound = time.Minute
+
+// createBundle stores rec, cut from the state whose load began at loaded,
+// within bundleWriteBound of that by the hub's clock: a load older than
+// that is a conflict (the caller reads again and cuts afresh), and the
+// store's call is given what is left of the bound.
+func (r *Hub) createBundle(ctx context.Context, loaded time.Time, recipient string, rec bundle.Record, cursor catalog.Cursor) error {
+	left := bundleWriteBound - r.opts.Now().Sub(loaded)
+	if left <= 0 {
+		return fmt.Errorf("%w: bundle %s was cut from a load of %v ago; reading again", store.ErrConflict, rec.ID, bundleWriteBound-left)
+	}
+	ctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
+	return r.store.CreateBundle(ctx, recipient, rec, cursor)
 }
 
 // pendingIn returns the recipient's pending bundles in group, oldest first:

@@ -264,6 +264,7 @@ type step struct {
 // cursor is past the target, or the target's drawer has left the entry
 // (only acknowledged drawers do).
 func (r *Hub) acknowledgeStep(ctx context.Context, recipient string, key catalog.Key, target Trace) (step, error) {
+	loaded := r.opts.Now()
 	state, err := r.store.LoadRecipient(ctx, recipient)
 	if err != nil {
 		return step{}, err
@@ -295,7 +296,7 @@ func (r *Hub) acknowledgeStep(ctx context.Context, recipient string, key catalog
 		return step{}, fmt.Errorf("%w: nothing visible up to notification position %d of %s/%s", store.ErrConflict, target.Position, key.Origin.Name(), key.ContentType)
 	}
 	rec.ID = r.opts.NewID()
-	return step{}, r.store.CreateBundle(ctx, recipient, *rec, cursor)
+	return step{}, r.createBundle(ctx, loaded, recipient, *rec, cursor)
 }
 
 // reached says whether target's position is acknowledged in state: the

@@ -27,6 +27,20 @@ const sweepParallel = 8
 // clocks, which stamp dequeues, need only agree to well within it.
 const sweepSkew = time.Minute
 
+// cabinetDropDelay is how long a drained cabinet's cursor must have stood
+// still before retention takes the cabinet out whole, its entry and cursor
+// with it. A bundle cut from a cabinet with no cursor stored is written on
+// the condition that there is still none: the cursor a dequeue of the same
+// notifications created meanwhile (the actor peeked them again elsewhere)
+// is what makes that write fail, so the cursor must outlast the write.
+// Writes land within bundleWriteBound of the load they were cut from, which
+// began before the move; the move is stamped by its instance's clock and
+// the drop decided by the sweeper's, which agree to within sweepSkew; and a
+// request can linger in the network after its caller gave up. So:
+// cabinetDropDelay > bundleWriteBound + sweepSkew + the network's lag,
+// with minutes to spare.
+const cabinetDropDelay = 10 * time.Minute
+
 func (r *Hub) sweepLoop(ctx context.Context) {
 	holder := uuid.NewString()
 	timer := time.NewTimer(jittered(r.opts.SweepInterval))
@@ -264,14 +278,15 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, sinc
 	// A cabinet bounded to one drawer starts afresh once drained: its last
 	// drawer kept would leave no room for a save that needs a new one.
 	keepDrained := r.opts.MaxCabinetDrawers > 1
-	sw, settled := sweepOfDue(recipient, st, cutoff, keepDrained)
+	movedBefore := r.opts.Now().Add(-cabinetDropDelay)
+	sw, settled := sweepOfDue(recipient, st, cutoff, keepDrained, movedBefore)
 	if !settled {
 		all, err := r.store.DequeuedBundles(ctx, recipient)
 		if err != nil {
 			return err
 		}
 		st.Bundles = all
-		sw = sweepOfAll(recipient, st, cutoff, keepDrained)
+		sw = sweepOfAll(recipient, st, cutoff, keepDrained, movedBefore)
 	}
 	if len(sw.Bundles) == 0 && len(sw.Drawers) == 0 && len(sw.DeleteEntries) == 0 && len(sw.Entries) == 0 && len(sw.Done) == 0 {
 		return nil
@@ -315,8 +330,9 @@ func expired(bundles []bundle.Record, cutoff time.Time) []bundle.Record {
 // more runs than a record names, so an entry of no more runs than that
 // holds none of them. Settled is false, and every retained bundle is
 // needed (sweepOfAll), when a drawer must leave an entry of more runs, or
-// the bundle covering its end is not among those read.
-func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, keepDrained bool) (sw store.Sweep, settled bool) {
+// the bundle covering its end is not among those read. A drained cabinet
+// whose cursor moved at or after movedBefore stays (dropWhenStill).
+func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, keepDrained bool, movedBefore time.Time) (sw store.Sweep, settled bool) {
 	sw = store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
 	settledBy := cutoff.Add(-sweepSkew)
 	// last finds a dequeued bundle read that covers the drawer's end: one
@@ -348,6 +364,7 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, kee
 				return found && !rec.DequeuedAt.Before(settledBy)
 			})
 		}
+		out, drop = dropWhenStill(e, cur, out, drop, movedBefore)
 		keep := store.Kept{Cabinet: e.Key()}
 		for _, d := range out {
 			rec, found := last(e.Key(), lastRun(e.Drawers, d.ID))
@@ -394,7 +411,29 @@ func keepDrainedCabinet(e catalog.Entry, out []drawer.Meta, cutoff time.Time, re
 	if first.FirstAt < cutoff.UnixMilli() || !retained(lastID) {
 		return out, true
 	}
-	return slices.DeleteFunc(slices.Clone(out), func(d drawer.Meta) bool { return d.ID == lastID }), false
+	return withoutLast(e, out), false
+}
+
+// dropWhenStill keeps a cabinet that would go whole (drop) while its cursor
+// moved at or after movedBefore (cabinetDropDelay): it is treated as one
+// not drained, its last drawer staying in the entry and its other drawers
+// in out leaving; a later pass takes it out. It returns out and whether the
+// entry goes.
+func dropWhenStill(e catalog.Entry, cur catalog.Cursor, out []drawer.Meta, drop bool, movedBefore time.Time) ([]drawer.Meta, bool) {
+	if !drop || cur.MovedAt < movedBefore.UnixMilli() {
+		return out, drop
+	}
+	return withoutLast(e, out), false
+}
+
+// withoutLast is out without the cabinet's last drawer, which stays in its
+// entry to be appended to.
+func withoutLast(e catalog.Entry, out []drawer.Meta) []drawer.Meta {
+	if len(e.Drawers) == 0 {
+		return out
+	}
+	lastID := e.Drawers[len(e.Drawers)-1].ID
+	return slices.DeleteFunc(slices.Clone(out), func(d drawer.Meta) bool { return d.ID == lastID })
 }
 
 // spanOf is the positions of a cabinet a bundle covers.
@@ -495,8 +534,9 @@ func lastRun(runs []drawer.Meta, id string) drawer.Meta {
 // sweepOfAll plans the sweep from every retained bundle of the recipient.
 // Retained bundles that read back through the entry keep their drawers in
 // it; those whose records name their drawers (dequeued since they do) only
-// keep the drawers, out of the entry, so that it stays small.
-func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, keepDrained bool) store.Sweep {
+// keep the drawers, out of the entry, so that it stays small. A drained
+// cabinet whose cursor moved at or after movedBefore stays (dropWhenStill).
+func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, keepDrained bool, movedBefore time.Time) store.Sweep {
 	sw := store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
 	var throughEntry []catalog.Span
 	detached := map[string]time.Time{} // drawers retained records name: the last one's dequeue
@@ -525,6 +565,7 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, kee
 				return ok
 			})
 		}
+		out, dropEntry = dropWhenStill(e, cur, out, dropEntry, movedBefore)
 		keep := store.Kept{Cabinet: e.Key()}
 		for _, d := range out {
 			if until, ok := detached[d.ID]; ok { // it leaves the entry, kept for the records that name it

@@ -258,7 +258,7 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 	due, fresh := cutoff.Add(-time.Hour), now.Add(-time.Minute)
 
 	t.Run("the bundles covering both ends are due: both drawers and the entry go", func(t *testing.T) {
-		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, due, d2)), cutoff, true)
+		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, due, d2)), cutoff, true, now.Add(-cabinetDropDelay))
 		if !settled || len(sw.Drawers) != 2 || len(sw.DeleteEntries) != 1 || len(sw.DeleteCursors) != 1 || len(sw.Bundles) != 2 || len(sw.Keep) != 0 {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
 		}
@@ -270,18 +270,18 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 		young := drawer.Meta{ID: "d2", Start: 10, Count: 10, FirstAt: now.Add(-2 * time.Hour).UnixMilli(), LastAt: now.Add(-2 * time.Hour).UnixMilli()}
 		st := state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh, young))
 		st.Entries = []catalog.Entry{{Origin: key.Origin, ContentType: key.ContentType, Drawers: []drawer.Meta{d1, young}, Total: 20, Version: "e"}}
-		sw, settled := sweepOfDue("r", st, cutoff, true)
+		sw, settled := sweepOfDue("r", st, cutoff, true, now.Add(-cabinetDropDelay))
 		if !settled || !slices.Equal(sw.Drawers, []string{"d1"}) || len(sw.DeleteEntries) != 0 || len(sw.DeleteCursors) != 0 ||
 			len(sw.Keep) != 0 || len(sw.Entries) != 1 || !slices.Equal(sw.Entries[0].Drawers, []drawer.Meta{young}) {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
 		}
 		// A cabinet bounded to one drawer starts afresh instead.
-		if sw, _ := sweepOfDue("r", st, cutoff, false); len(sw.DeleteEntries) != 1 || len(sw.Keep) != 1 {
+		if sw, _ := sweepOfDue("r", st, cutoff, false, now.Add(-cabinetDropDelay)); len(sw.DeleteEntries) != 1 || len(sw.Keep) != 1 {
 			t.Fatalf("sweep %+v of a cabinet bounded to one drawer, want it gone and its drawer kept", sw)
 		}
 	})
 	t.Run("the last bundle is new but its drawer was opened before the retention: the cabinet goes, the drawer kept until it is due", func(t *testing.T) {
-		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh, d2)), cutoff, true)
+		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh, d2)), cutoff, true, now.Add(-cabinetDropDelay))
 		if !settled || !slices.Equal(sw.Drawers, []string{"d1"}) || len(sw.DeleteEntries) != 1 || len(sw.Keep) != 1 {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
 		}
@@ -292,7 +292,7 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 	t.Run("a drawer before the last whose bundle is new leaves the entry, kept until it is due", func(t *testing.T) {
 		st := state(dequeued("b1", 0, 10, fresh, d1))
 		st.Cursors = []catalog.Cursor{{Origin: key.Origin, ContentType: key.ContentType, Acked: 10, Version: "c"}}
-		sw, settled := sweepOfDue("r", st, cutoff, true)
+		sw, settled := sweepOfDue("r", st, cutoff, true, now.Add(-cabinetDropDelay))
 		if !settled || len(sw.Drawers) != 0 || len(sw.DeleteEntries) != 0 || len(sw.Keep) != 1 ||
 			len(sw.Entries) != 1 || !slices.Equal(sw.Entries[0].Drawers, []drawer.Meta{d2}) {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
@@ -302,12 +302,12 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 		}
 	})
 	t.Run("the bundle covering a drawer's end was not read: every bundle is needed", func(t *testing.T) {
-		if sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1)), cutoff, true); settled {
+		if sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1)), cutoff, true, now.Add(-cabinetDropDelay)); settled {
 			t.Fatalf("settled %+v without the bundle covering d2's end", sw)
 		}
 	})
 	t.Run("a new bundle read back through the entry keeps its drawers in it", func(t *testing.T) {
-		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh)), cutoff, true)
+		sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, fresh)), cutoff, true, now.Add(-cabinetDropDelay))
 		if !settled || !slices.Equal(sw.Drawers, []string{"d1"}) || len(sw.Entries) != 1 || len(sw.Keep) != 0 ||
 			!slices.Equal(sw.Entries[0].Drawers, []drawer.Meta{d2}) {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
@@ -315,14 +315,14 @@ func TestASweepOfTheDueBundlesFreesOnlyWhatTheySettle(t *testing.T) {
 	})
 	t.Run("a bundle of the same positions before the cabinet restarted settles nothing", func(t *testing.T) {
 		before := time.UnixMilli(savedAt).Add(-time.Hour)
-		if sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("old", 10, 20, before)), cutoff, true); settled {
+		if sw, settled := sweepOfDue("r", state(dequeued("b1", 0, 10, due, d1), dequeued("old", 10, 20, before)), cutoff, true, now.Add(-cabinetDropDelay)); settled {
 			t.Fatalf("settled %+v on a bundle dequeued before the drawer's items were saved", sw)
 		}
 	})
 	t.Run("kept drawers that are due go, with their record", func(t *testing.T) {
 		st := state(dequeued("b1", 0, 10, due, d1), dequeued("b2", 10, 20, due, d2))
 		st.Kept = []store.Kept{{ID: "k:1", Drawers: []string{"d0"}}}
-		sw, settled := sweepOfDue("r", st, cutoff, true)
+		sw, settled := sweepOfDue("r", st, cutoff, true, now.Add(-cabinetDropDelay))
 		if !settled || !slices.Contains(sw.Drawers, "d0") || !slices.Equal(sw.Done, []string{"k:1"}) {
 			t.Fatalf("sweep %+v, settled %v", sw, settled)
 		}
@@ -348,12 +348,12 @@ func TestASweepOfEveryBundleKeepsADrainedCabinetForAppending(t *testing.T) {
 				State: bundle.Dequeued, DequeuedAt: now.Add(-time.Minute), Drawers: []drawer.Meta{d}}},
 		}
 	}
-	if sw := sweepOfAll("r", opened(now.Add(-time.Hour)), cutoff, true); len(sw.DeleteEntries)+len(sw.Entries)+len(sw.Keep)+len(sw.Drawers) != 0 {
+	if sw := sweepOfAll("r", opened(now.Add(-time.Hour)), cutoff, true, now.Add(-cabinetDropDelay)); len(sw.DeleteEntries)+len(sw.Entries)+len(sw.Keep)+len(sw.Drawers) != 0 {
 		t.Fatalf("sweep %+v; want the drained cabinet kept as it is", sw)
 	}
 	for name, sw := range map[string]store.Sweep{
-		"bounded to one drawer":              sweepOfAll("r", opened(now.Add(-time.Hour)), cutoff, false),
-		"drawer opened before the retention": sweepOfAll("r", opened(cutoff.Add(-time.Hour)), cutoff, true),
+		"bounded to one drawer":              sweepOfAll("r", opened(now.Add(-time.Hour)), cutoff, false, now.Add(-cabinetDropDelay)),
+		"drawer opened before the retention": sweepOfAll("r", opened(cutoff.Add(-time.Hour)), cutoff, true, now.Add(-cabinetDropDelay)),
 	} {
 		if len(sw.DeleteEntries) != 1 || len(sw.Keep) != 1 || !slices.Equal(sw.Keep[0].Drawers, []string{"d"}) {
 			t.Fatalf("%s: sweep %+v; want the cabinet gone and its drawer kept", name, sw)

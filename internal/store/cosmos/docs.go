@@ -208,6 +208,7 @@ type cursorDoc struct {
 	CT      string `json:"ct"`
 	Acked   int64  `json:"ack"`
 	HeadSeq int64  `json:"hs"`
+	MovedAt int64  `json:"mv,omitempty"` // unix ms; not indexed (provision.go)
 	ETag    string `json:"_etag,omitempty"`
 }
 
@@ -382,11 +383,11 @@ func shelvesFilledFrom(e catalog.Entry, shelves []shelfDoc, from int64) []shelfD
 }
 
 func toCursor(d cursorDoc) catalog.Cursor {
-	return catalog.Cursor{Origin: domain.Origin(d.Origin), ContentType: d.CT, Acked: d.Acked, HeadSeq: d.HeadSeq, Version: d.ETag}
+	return catalog.Cursor{Origin: domain.Origin(d.Origin), ContentType: d.CT, Acked: d.Acked, HeadSeq: d.HeadSeq, MovedAt: d.MovedAt, Version: d.ETag}
 }
 
 func fromCursor(recipient string, c catalog.Cursor) cursorDoc {
-	return cursorDoc{ID: cursorID(c.Key()), PK: recipient, T: typeCursor, Origin: int32(c.Origin), CT: c.ContentType, Acked: c.Acked, HeadSeq: c.HeadSeq}
+	return cursorDoc{ID: cursorID(c.Key()), PK: recipient, T: typeCursor, Origin: int32(c.Origin), CT: c.ContentType, Acked: c.Acked, HeadSeq: c.HeadSeq, MovedAt: c.MovedAt}
 }
 
 func toBundle(d bundleDoc) bundle.Record {

@@ -49,6 +49,7 @@ func RunRepository(t *testing.T, newStore Factory) {
 	t.Run("BundleIDRules", h.bundleIDRules)
 	t.Run("DequeueNotFound", h.dequeueNotFound)
 	t.Run("FullBundleSpansDrawers", h.fullBundleSpansDrawers)
+	t.Run("APeekHeldWhileItsCabinetIsDrainedTakenOutAndStartedAgainDeliversNothingTwice", h.peekHeldAcrossACabinetsRestart)
 	t.Run("RetentionRemovesOnlyAcknowledged", h.retention)
 	t.Run("AnAcknowledgedNotificationOfACabinetNeverDrainedGoesWithinTwiceTheRetention", h.neverDrainedCabinet)
 	t.Run("ReleaseAndAcknowledgeOnBehalf", h.remedies)
