@@ -167,12 +167,17 @@ func TestAPeekWithABundleIDIsRetriedToTheSameBundle(t *testing.T) {
 	}
 }
 
+// attemptTimeout is the AttemptTimeout of the tests whose first attempt
+// hangs until it: the attempt that answers has as long, so that a busy
+// machine's pause in it does not make it time out too.
+const attemptTimeout = 5 * time.Second
+
 // An attempt that outlives its own timeout is retried; the caller's
 // deadline still bounds the whole call.
 func TestAnAttemptThatTimesOutIsRetried(t *testing.T) {
 	f := &fault{failN: 1, hang: true, methods: "Peek"}
 	addr := startHub(t, f)
-	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{AttemptTimeout: 100 * time.Millisecond, InitialBackoff: time.Millisecond}})
+	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{AttemptTimeout: attemptTimeout, InitialBackoff: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +433,7 @@ func TestATokenFuncOutlivingTheAttemptIsRetried(t *testing.T) {
 		return "fresh", nil
 	})
 	c, err := client.New(addr, client.Options{Plaintext: true, Tokens: tokens, TokensOverLoopback: true,
-		Retry: client.RetryPolicy{AttemptTimeout: 100 * time.Millisecond, InitialBackoff: time.Millisecond}})
+		Retry: client.RetryPolicy{AttemptTimeout: attemptTimeout, InitialBackoff: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -183,6 +183,8 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 		// wakes the Peeks waiting for it: no re-check is needed, but by
 		// those beyond the waiters' bounds (every DefaultWaitRecheck).
 		opts = append(opts, server.WithWaitRecheck(time.Hour))
+	} else if cfg.waitRecheck > 0 {
+		opts = append(opts, server.WithWaitRecheck(cfg.waitRecheck))
 	}
 	a.grpcSrv, a.health = server.NewGRPCServer(core, a.logger, opts...)
 	a.gatewaySrv, a.gatewayHealth = server.NewGRPCServer(core, a.logger, append(opts, server.WithLimits(server.InProcessLimits),

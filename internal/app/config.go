@@ -60,6 +60,10 @@ type Config struct {
 	wrapStore storeWrapper
 	// auditOptions, when set, replace the audit log's defaults (tests).
 	auditOptions audit.Options
+	// waitRecheck, when set, is how often a waiting Peek on a shared store
+	// looks again by itself instead of server.DefaultWaitRecheck (tests:
+	// an hour, so that only a bell can wake it).
+	waitRecheck time.Duration
 }
 
 // Build is what the binary knows about how it was built.

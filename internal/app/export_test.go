@@ -1,6 +1,8 @@
 package app
 
 import (
+	"time"
+
 	"github.com/energydatahub/messagehub/internal/audit"
 	"github.com/energydatahub/messagehub/internal/store"
 )
@@ -18,3 +20,6 @@ func Waiting(a *App) int { return a.waiting() }
 
 // SetAuditOptions replaces the audit log's defaults.
 func SetAuditOptions(cfg *Config, o audit.Options) { cfg.auditOptions = o }
+
+// SetWaitRecheck replaces the re-check of a waiting Peek on a shared store.
+func SetWaitRecheck(cfg *Config, d time.Duration) { cfg.waitRecheck = d }

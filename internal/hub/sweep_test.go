@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
@@ -121,64 +122,80 @@ func (s leasedStore) LowPriority(ctx context.Context) context.Context {
 	return context.WithValue(ctx, sweepLowKey{}, true)
 }
 
-// On a shared store one instance sweeps at a time, at low priority.
+// On a shared store one instance sweeps at a time, at low priority. The
+// instances run in a synctest bubble: their turns come on its fake clock, so
+// a machine too busy to run a sweeper on time cannot let the lease run out
+// (two sweeping) or leave the turns unrun (none).
 func TestOneInstanceSweepsAtATimeAtLowPriority(t *testing.T) {
-	lease := &fakeLease{}
-	const interval = 400 * time.Millisecond
-	stores := []*sweptStore{
-		{recipients: []string{"a", "b", "c", "d", "e"}, lease: lease},
-		{recipients: []string{"a", "b", "c", "d", "e"}, lease: lease},
-	}
-	for _, s := range stores {
-		repo := New(leasedStore{s}, Options{SweepInterval: interval}, nil)
-		t.Cleanup(repo.Close)
-	}
-	time.Sleep(3 * interval)
-	var sweeping int
-	for i, s := range stores {
-		loads := s.swept()
-		if len(loads) == 0 {
-			continue
+	synctest.Test(t, func(t *testing.T) {
+		lease := &fakeLease{}
+		const interval = 400 * time.Millisecond
+		stores := []*sweptStore{
+			{recipients: []string{"a", "b", "c", "d", "e"}, lease: lease},
+			{recipients: []string{"a", "b", "c", "d", "e"}, lease: lease},
 		}
-		sweeping++
-		for _, l := range loads {
-			if !l.low {
-				t.Fatalf("instance %d swept at normal priority", i)
+		for _, s := range stores {
+			repo := New(leasedStore{s}, Options{SweepInterval: interval}, nil)
+			t.Cleanup(repo.Close)
+		}
+		time.Sleep(3 * interval)
+		synctest.Wait()
+		var sweeping int
+		for i, s := range stores {
+			loads := s.swept()
+			if len(loads) == 0 {
+				continue
+			}
+			sweeping++
+			for _, l := range loads {
+				if !l.low {
+					t.Fatalf("instance %d swept at normal priority", i)
+				}
 			}
 		}
-	}
-	if sweeping != 1 {
-		t.Fatalf("%d instances swept, want one", sweeping)
-	}
+		if sweeping != 1 {
+			t.Fatalf("%d instances swept, want one", sweeping)
+		}
+	})
 }
 
-// A store that is not shared sweeps on every instance's turn without a lease.
+// A store that is not shared sweeps on every instance's turn without a
+// lease (in a synctest bubble, so that the turn comes whatever the machine's
+// speed).
 func TestAStoreOfOneInstanceSweepsWithoutALease(t *testing.T) {
-	s := &sweptStore{recipients: []string{"a"}}
-	repo := New(s, Options{SweepInterval: 50 * time.Millisecond}, nil)
-	t.Cleanup(repo.Close)
-	time.Sleep(200 * time.Millisecond)
-	if len(s.swept()) == 0 {
-		t.Fatal("no sweep")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := &sweptStore{recipients: []string{"a"}}
+		repo := New(s, Options{SweepInterval: 50 * time.Millisecond}, nil)
+		t.Cleanup(repo.Close)
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		if len(s.swept()) == 0 {
+			t.Fatal("no sweep")
+		}
+	})
 }
 
 // An instance that shuts down gives the lease up: another may take it at
-// once instead of waiting for it to run out.
+// once instead of waiting for it to run out. In a synctest bubble no time
+// passes between the close and the other's ask, so only the hand-over lets
+// it take the lease.
 func TestAClosingInstanceHandsTheSweepLeaseOver(t *testing.T) {
-	lease := &fakeLease{}
-	const interval = 100 * time.Millisecond
-	first := &sweptStore{recipients: []string{"a"}, lease: lease}
-	repo := New(leasedStore{first}, Options{SweepInterval: interval}, nil)
-	time.Sleep(2 * interval)
-	if len(first.swept()) == 0 {
-		t.Fatal("the first instance never swept")
-	}
-	repo.Close()
-	held, err := leasedStore{first}.HoldSweepLease(context.Background(), "another", interval)
-	if err != nil || !held {
-		t.Fatalf("after the holder closed, another instance could not take the lease: %v %v", held, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		lease := &fakeLease{}
+		const interval = 100 * time.Millisecond
+		first := &sweptStore{recipients: []string{"a"}, lease: lease}
+		repo := New(leasedStore{first}, Options{SweepInterval: interval}, nil)
+		time.Sleep(2 * interval)
+		synctest.Wait()
+		if len(first.swept()) == 0 {
+			t.Fatal("the first instance never swept")
+		}
+		repo.Close()
+		held, err := leasedStore{first}.HoldSweepLease(context.Background(), "another", interval)
+		if err != nil || !held {
+			t.Fatalf("after the holder closed, another instance could not take the lease: %v %v", held, err)
+		}
+	})
 }
 
 // dueCall is one DueRecipients call of a pass.
