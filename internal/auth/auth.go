@@ -57,6 +57,11 @@ const CheckInterval = 5 * time.Second
 // it, past its deadline. The read's outcome is taken when it ends.
 const LookWait = time.Second
 
+// firstReadWait bounds the first read of the JWKS file, at start: a file on
+// a network file system whose server stopped answering fails the start,
+// naming it, rather than holding it (and the signal that would stop it).
+var firstReadWait = 30 * time.Second
+
 // Principal is an authenticated caller.
 type Principal struct {
 	Actor string   // lower-case UUID from the actor claim

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -53,5 +54,37 @@ func TestWatchStopsDuringAReadThatDoesNotEnd(t *testing.T) {
 	case <-done:
 	case <-time.After(time.Minute): // against a hang
 		t.Fatal("Watch waits for the read of the JWKS file after its context ended")
+	}
+}
+
+// A first read of the JWKS file that does not end fails the start within
+// firstReadWait, naming the file, instead of holding it (and the signal
+// that would stop it) for good.
+func TestAFirstReadThatDoesNotEndFailsTheStart(t *testing.T) {
+	defer func(d time.Duration) { firstReadWait = d }(firstReadWait)
+	firstReadWait = 100 * time.Millisecond
+	is := authtest.NewIssuer(t, "iss", "aud")
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // the blocked read ends when the test does
+		if w, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_, _ = w.Write(is.JWKS(t))
+			_ = w.Close()
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := NewVerifier(Config{JWKSFile: path, Issuer: "iss", Audience: "aud"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "not read within") {
+			t.Fatalf("NewVerifier: %v; want a failure naming the file not read in time", err)
+		}
+	case <-time.After(time.Minute): // against a hang
+		t.Fatal("NewVerifier waits for a read of the JWKS file that does not end")
 	}
 }
