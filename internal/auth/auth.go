@@ -126,11 +126,33 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		),
 	}
 	// The first read: any content differs from none.
-	data, err := os.ReadFile(cfg.JWKSFile) //nolint:gosec // the operator names the file
+	data, err := readWithin(cfg.JWKSFile, firstReadWait)
 	if _, _, err := v.file.reload(cfg.JWKSFile, data, err, cfg.Now()); err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	return v, nil
+}
+
+// readWithin reads the file at path, or fails once wait has passed; a read
+// that does not end is left to end (or not) on its own goroutine.
+func readWithin(path string, wait time.Duration) ([]byte, error) {
+	type read struct {
+		data []byte
+		err  error
+	}
+	done := make(chan read, 1)
+	go func() {
+		data, err := os.ReadFile(path) //nolint:gosec // the operator names the file
+		done <- read{data, err}
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-timer.C:
+		return nil, fmt.Errorf("%s not read within %v (a network file system that does not answer?)", path, wait)
+	}
 }
 
 // Verify checks a compact JWT and returns its principal. Errors wrap
