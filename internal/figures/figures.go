@@ -148,10 +148,14 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 
 // hold takes or extends the figures lease for this keeper. The lease
 // outlasts a few turns: another instance takes over only from a holder
-// that stopped, or stalled past it (its writes are then refused).
+// that stopped, or stalled past it (its writes are then refused). A take
+// that fails (a 503, a timeout) says nothing of who holds the lease: the
+// tally and its place in the changes stay good, and a turn that finds the
+// lease another's, or figures written after its own, drops them then;
+// dropped now, the next turn would count every recipient again.
 func (k *Keeper) hold(ctx context.Context) (bool, error) {
 	held, err := k.store.HoldFiguresLease(ctx, k.holder, k.lease())
-	if err != nil || !held {
+	if err == nil && !held {
 		k.forget() // another holder's changes are not in this tally
 	}
 	return held, err
