@@ -70,7 +70,8 @@ type Keeper struct {
 	history []store.BacklogSample
 	written store.BacklogFigures // the lists and history last written
 	fullAt  time.Time
-	full    float64 // the last recount's cost
+	full    float64   // the last recount's cost
+	heldAt  time.Time // when the lease was last taken or extended (from)
 
 	// listed says that written holds the lists as stored: a keeper that
 	// takes the figures over has written none yet, and the last holder's
@@ -114,6 +115,14 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 	// Every after that turn began: half an Every of slack lets it update,
 	// where pacing from the end by a whole Every skipped every other turn.
 	if !last.ComputedAt.IsZero() && now.Before(k.paced(last.ComputedAt, k.opts.Every-k.opts.Every/2, last.Cost)) {
+		// An update that cost more than the lease's worth of budget paces
+		// the next past the lease: the holder keeps it meanwhile, or the
+		// instance whose turn comes first when the update is due takes it
+		// over and counts every recipient again.
+		if k.cursor != "" && !now.Before(k.heldAt.Add(k.lease()/2)) {
+			_, err := k.hold(ctx)
+			return false, err
+		}
 		return false, nil
 	}
 	held, err := k.hold(ctx)
@@ -154,7 +163,11 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 // lease another's, or figures written after its own, drops them then;
 // dropped now, the next turn would count every recipient again.
 func (k *Keeper) hold(ctx context.Context) (bool, error) {
+	at := k.opts.Now()
 	held, err := k.store.HoldFiguresLease(ctx, k.holder, k.lease())
+	if held {
+		k.heldAt = at
+	}
 	if err == nil && !held {
 		k.forget() // another holder's changes are not in this tally
 	}
