@@ -70,7 +70,8 @@ type Keeper struct {
 	history []store.BacklogSample
 	written store.BacklogFigures // the lists and history last written
 	fullAt  time.Time
-	full    float64 // the last recount's cost
+	full    float64   // the last recount's cost
+	heldAt  time.Time // when the lease was last taken or extended (from)
 
 	// listed says that written holds the lists as stored: a keeper that
 	// takes the figures over has written none yet, and the last holder's
@@ -114,6 +115,14 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 	// Every after that turn began: half an Every of slack lets it update,
 	// where pacing from the end by a whole Every skipped every other turn.
 	if !last.ComputedAt.IsZero() && now.Before(k.paced(last.ComputedAt, k.opts.Every-k.opts.Every/2, last.Cost)) {
+		// An update that cost more than the lease's worth of budget paces
+		// the next past the lease: the holder keeps it meanwhile, or the
+		// instance whose turn comes first when the update is due takes it
+		// over and counts every recipient again.
+		if k.cursor != "" && !now.Before(k.heldAt.Add(k.lease()/2)) {
+			_, err := k.hold(ctx)
+			return false, err
+		}
 		return false, nil
 	}
 	held, err := k.hold(ctx)
@@ -148,10 +157,18 @@ func (k *Keeper) Turn(ctx context.Context) (bool, error) {
 
 // hold takes or extends the figures lease for this keeper. The lease
 // outlasts a few turns: another instance takes over only from a holder
-// that stopped, or stalled past it (its writes are then refused).
+// that stopped, or stalled past it (its writes are then refused). A take
+// that fails (a 503, a timeout) says nothing of who holds the lease: the
+// tally and its place in the changes stay good, and a turn that finds the
+// lease another's, or figures written after its own, drops them then;
+// dropped now, the next turn would count every recipient again.
 func (k *Keeper) hold(ctx context.Context) (bool, error) {
+	at := k.opts.Now()
 	held, err := k.store.HoldFiguresLease(ctx, k.holder, k.lease())
-	if err != nil || !held {
+	if held {
+		k.heldAt = at
+	}
+	if err == nil && !held {
 		k.forget() // another holder's changes are not in this tally
 	}
 	return held, err

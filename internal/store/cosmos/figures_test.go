@@ -331,3 +331,52 @@ func withoutLag(t *testing.T) func(now func() time.Time, transport *faulty) *cos
 		return s
 	}
 }
+
+// pricey is a store whose reads of what changed cost what the test says.
+type pricey struct {
+	store.Store
+	cost float64
+}
+
+func (s *pricey) ChangedBacklog(ctx context.Context, cursor string) (store.BacklogChanges, error) {
+	c, err := s.Store.ChangedBacklog(ctx, cursor)
+	if cursor != "" {
+		c.Cost = s.cost
+	}
+	return c, err
+}
+
+// A holder whose last update cost more than its lease's worth of budget
+// (a busy cluster's changed recipients) waits longer than the lease for its
+// next: it keeps the lease meanwhile, so that another instance whose turn
+// comes first when the update is due does not take the lapsed lease over
+// and count every recipient again.
+func TestAHolderPacedPastItsLeaseKeepsIt(t *testing.T) {
+	openOn := withoutLag(t)
+	clock := &costClock{now: time.Now()}
+	a := &pricey{Store: openOn(clock.Now, newFaulty())}
+	b := openOn(clock.Now, newFaulty())
+	ctx := context.Background()
+	ka := figures.New(a, figures.Options{Now: clock.Now})
+	kb := figures.New(b, figures.Options{Now: clock.Now})
+	if done, err := ka.Turn(ctx); err != nil || !done {
+		t.Fatalf("the first count: %v (%v)", done, err)
+	}
+	const paced = 10 * figures.DefaultEvery // twice the lease
+	a.cost = paced.Seconds() * figures.DefaultBudget
+	clock.advance(figures.DefaultEvery)
+	if done, err := ka.Turn(ctx); err != nil || !done {
+		t.Fatalf("the costly update: %v (%v)", done, err)
+	}
+	a.cost = 0
+	// Run's turns every minute, the other instance's first.
+	for minute := 1; minute <= 11; minute++ {
+		clock.advance(figures.DefaultEvery)
+		if done, err := kb.Turn(ctx); err != nil || done {
+			t.Fatalf("minute %d: the other instance updated the figures (%v, %v): it took the holder's lease over", minute, done, err)
+		}
+		if _, err := ka.Turn(ctx); err != nil {
+			t.Fatalf("minute %d: the holder's turn: %v", minute, err)
+		}
+	}
+}
