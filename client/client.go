@@ -70,6 +70,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -298,7 +299,11 @@ func (c *Client) peekRequest(recipient string, group PeekGroup, bundleID string,
 	}
 	timeout := c.retry.AttemptTimeout
 	if req.GetWaitMs() > 0 {
-		timeout += time.Duration(req.GetWaitMs())*time.Millisecond + waitMargin
+		// Capped at the longest duration: an AttemptTimeout near it (no
+		// bound of the client's own) would otherwise wrap around to a
+		// timeout already passed, and no attempt would be sent.
+		extra := time.Duration(req.GetWaitMs())*time.Millisecond + waitMargin
+		timeout += min(extra, math.MaxInt64-timeout)
 	}
 	return req, timeout
 }
