@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -27,20 +26,11 @@ func TestATokenFileReadThatDoesNotEndHoldsNoCallPastItsContext(t *testing.T) {
 	if err := syscall.Mkfifo(file, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(addr, client.Options{Plaintext: true, Tokens: client.TokenFile(file), TokensOverLoopback: true,
+	c := newClientWith(t, addr, client.Options{Plaintext: true, Tokens: client.TokenFile(file), TokensOverLoopback: true,
 		Retry: client.RetryPolicy{MaxAttempts: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	errs := make(chan error, 1)
-	go func() {
-		_, err := c.Peek(ctx, uuid.NewString(), 0, "")
-		errs <- err
-	}()
+	errs := peeking(ctx, c)
 	// Once the call has opened the file (a writer can then open it too),
 	// its read waits for data that never comes: the call is cancelled then.
 	var w *os.File

@@ -179,11 +179,7 @@ func TestAPeekWithWaitWaitsUnderAShortAttemptTimeout(t *testing.T) {
 // has already passed. PeekContent likewise.
 func TestAPeekWithWaitUnderTheLongestAttemptTimeoutWaits(t *testing.T) {
 	addr, _ := startWaitingHub(t)
-	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{AttemptTimeout: math.MaxInt64, InitialBackoff: time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
+	c := newClientWith(t, addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{AttemptTimeout: math.MaxInt64, InitialBackoff: time.Millisecond}})
 	ctx := within(t)
 	if b, err := c.Peek(ctx, uuid.NewString(), messagehubv1.PeekGroup_PEEK_GROUP_ALL, "", client.Wait(time.Millisecond)); err != nil || b != nil {
 		t.Fatalf("Peek with Wait: %v, %v; want nil after the wait", b, err)
