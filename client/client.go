@@ -70,11 +70,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -126,11 +128,60 @@ func (f TokenFunc) Token(ctx context.Context) (string, error) { return f(ctx) }
 // TokenFile is a TokenSource that reads the token from a file at every
 // call, so that a token renewed in place (a mounted secret, a projected
 // service-account token) is used at once. Surrounding white space is
-// dropped; an empty file is an error.
+// dropped; an empty file is an error. The file is read on a goroutine of
+// its own, one read of a file at a time, which the calls asking meanwhile
+// share: a call whose context ends during a read that does not end (the
+// file on a network file system whose server stopped answering) ends with
+// its context's error instead of waiting for it, and the calls after it
+// start no other read that would wait too.
 type TokenFile string
 
-// Token reads the file.
-func (f TokenFile) Token(context.Context) (string, error) {
+// Token reads the file, or takes the outcome of the read of it under way.
+func (f TokenFile) Token(ctx context.Context) (string, error) {
+	read := f.read()
+	select {
+	case <-read.done:
+		return read.token, read.err
+	case <-ctx.Done():
+		return "", fmt.Errorf("token file %s not read: %w", f, ctx.Err())
+	}
+}
+
+// tokenRead is a read of a token file; token and err are set once done is
+// closed.
+type tokenRead struct {
+	done  chan struct{}
+	token string
+	err   error
+}
+
+// tokenReads holds the read under way of each token file.
+var tokenReads = struct {
+	sync.Mutex
+	m map[TokenFile]*tokenRead
+}{m: map[TokenFile]*tokenRead{}}
+
+// read returns the read of f under way, starting one if there is none.
+func (f TokenFile) read() *tokenRead {
+	tokenReads.Lock()
+	defer tokenReads.Unlock()
+	if r, ok := tokenReads.m[f]; ok {
+		return r
+	}
+	r := &tokenRead{done: make(chan struct{})}
+	tokenReads.m[f] = r
+	go func() {
+		r.token, r.err = f.readNow()
+		tokenReads.Lock()
+		delete(tokenReads.m, f)
+		tokenReads.Unlock()
+		close(r.done)
+	}()
+	return r
+}
+
+// readNow reads the file on the caller's goroutine.
+func (f TokenFile) readNow() (string, error) {
 	data, err := os.ReadFile(string(f))
 	if err != nil {
 		return "", err
@@ -298,7 +349,11 @@ func (c *Client) peekRequest(recipient string, group PeekGroup, bundleID string,
 	}
 	timeout := c.retry.AttemptTimeout
 	if req.GetWaitMs() > 0 {
-		timeout += time.Duration(req.GetWaitMs())*time.Millisecond + waitMargin
+		// Capped at the longest duration: an AttemptTimeout near it (no
+		// bound of the client's own) would otherwise wrap around to a
+		// timeout already passed, and no attempt would be sent.
+		extra := time.Duration(req.GetWaitMs())*time.Millisecond + waitMargin
+		timeout += min(extra, math.MaxInt64-timeout)
 	}
 	return req, timeout
 }

@@ -74,7 +74,13 @@ func startHub(t *testing.T, f *fault) string {
 
 func newClient(t *testing.T, addr string) *client.Client {
 	t.Helper()
-	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}})
+	return newClientWith(t, addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}})
+}
+
+// newClientWith is a client of opts, closed when the test ends.
+func newClientWith(t *testing.T, addr string, opts client.Options) *client.Client {
+	t.Helper()
+	c, err := client.New(addr, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +114,17 @@ func pending(t *testing.T, c *client.Client) (recipient string, b *client.Bundle
 		t.Fatalf("peek: %v, %v", b, err)
 	}
 	return recipient, b
+}
+
+// peeking peeks for a new recipient on a goroutine and returns the
+// channel its error comes on.
+func peeking(ctx context.Context, c *client.Client) <-chan error {
+	errs := make(chan error, 1)
+	go func() {
+		_, err := c.Peek(ctx, uuid.NewString(), 0, "")
+		errs <- err
+	}()
+	return errs
 }
 
 func within(t *testing.T) context.Context {
@@ -393,19 +410,11 @@ func TestACancelDuringTheBackoffEndsTheCall(t *testing.T) {
 		answered <- struct{}{}
 		return err
 	}
-	c, err := client.New(addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{InitialBackoff: time.Hour},
+	c := newClientWith(t, addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{InitialBackoff: time.Hour},
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(observe)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	errs := make(chan error, 1)
-	go func() {
-		_, err := c.Peek(ctx, uuid.NewString(), 0, "")
-		errs <- err
-	}()
+	errs := peeking(ctx, c)
 	<-answered // the first attempt failed: the client pauses for up to an hour
 	cancel()
 	select {

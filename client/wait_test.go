@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -169,5 +170,21 @@ func TestAPeekWithWaitWaitsUnderAShortAttemptTimeout(t *testing.T) {
 		if err := c.Dequeue(ctx, recipient, a.b.GetId()); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// An AttemptTimeout of the longest duration (no bound of the client's own:
+// the caller's context alone bounds each attempt) still lets a Peek with
+// Wait wait: the wait added to it does not wrap around to a timeout that
+// has already passed. PeekContent likewise.
+func TestAPeekWithWaitUnderTheLongestAttemptTimeoutWaits(t *testing.T) {
+	addr, _ := startWaitingHub(t)
+	c := newClientWith(t, addr, client.Options{Plaintext: true, Retry: client.RetryPolicy{AttemptTimeout: math.MaxInt64, InitialBackoff: time.Millisecond}})
+	ctx := within(t)
+	if b, err := c.Peek(ctx, uuid.NewString(), messagehubv1.PeekGroup_PEEK_GROUP_ALL, "", client.Wait(time.Millisecond)); err != nil || b != nil {
+		t.Fatalf("Peek with Wait: %v, %v; want nil after the wait", b, err)
+	}
+	if content, err := c.PeekContent(ctx, uuid.NewString(), messagehubv1.PeekGroup_PEEK_GROUP_ALL, "", client.Wait(time.Millisecond)); err != nil || content != nil {
+		t.Fatalf("PeekContent with Wait: %v, %v; want nil after the wait", content, err)
 	}
 }

@@ -151,6 +151,28 @@ func readToken(file string) (string, error) {
 	return token, nil
 }
 
+// readTokenWithin is readToken on a goroutine of its own, given up on when
+// ctx ends: a read that does not end (the file on a network file system
+// whose server stopped answering) holds the run no longer than --timeout,
+// and the process ends the read when it exits.
+func readTokenWithin(ctx context.Context, file string) (string, error) {
+	type read struct {
+		token string
+		err   error
+	}
+	done := make(chan read, 1)
+	go func() {
+		token, err := readToken(file)
+		done <- read{token, err}
+	}()
+	select {
+	case r := <-done:
+		return r.token, r.err
+	case <-ctx.Done():
+		return "", fmt.Errorf("token file %s not read: %w", file, ctx.Err())
+	}
+}
+
 type actor struct {
 	hub, recipient string
 	tokenFile      string        // the bearer token's file, read at every call; empty: no token
@@ -467,7 +489,7 @@ func (a *actor) call(ctx context.Context, method, path string, query url.Values)
 		return nil, err
 	}
 	if a.tokenFile != "" {
-		token, err := readToken(a.tokenFile)
+		token, err := readTokenWithin(ctx, a.tokenFile)
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("%w: %w", errNotSent, err)
