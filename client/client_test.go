@@ -468,3 +468,23 @@ func TestAPeekWithANewIDWhileAnotherBundleIsPendingIsRefusedUntilPeekedWithout(t
 		t.Fatalf("a peek without an id: %v, %v; want the pending bundle %s", b, err, pendingBundle.GetId())
 	}
 }
+
+// A token that an HTTP/2 header cannot carry (a line break within a token
+// file's content, a character outside printable ASCII) fails the call as
+// any token source's error does: UNAUTHENTICATED, not sent, not retried.
+func TestATokenAHeaderCannotCarryIsUnauthenticated(t *testing.T) {
+	f := (&fault{methods: "none"}).requireToken("first")
+	addr := startHub(t, f)
+	for _, token := range []string{"fir\nst", "firsté"} {
+		asked := 0
+		tokens := client.TokenFunc(func(context.Context) (string, error) { asked++; return token, nil })
+		c := newClientWith(t, addr, client.Options{Plaintext: true, Tokens: tokens, TokensOverLoopback: true})
+		_, err := c.Peek(within(t), uuid.NewString(), 0, "")
+		if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "cannot carry") {
+			t.Errorf("peek with the token %q: %v; want UNAUTHENTICATED saying a header cannot carry it", token, err)
+		}
+		if asked != 1 {
+			t.Errorf("the token %q was asked for %d times; want 1 (not retried)", token, asked)
+		}
+	}
+}
