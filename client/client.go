@@ -48,7 +48,8 @@
 // against a hub on the same machine (`make dev-tokens`), set Plaintext and
 // TokensOverLoopback with a loopback target such as 127.0.0.1:50051; any
 // other target is refused. A token source's error fails the call with
-// UNAUTHENTICATED, not retried (a TokenFile missing or empty), except when
+// UNAUTHENTICATED, not retried (a TokenFile missing or empty, a token with a
+// character other than printable ASCII, which no header carries), except when
 // the attempt's own timeout ended while the token was asked for: that
 // attempt is retried as one the hub did not answer in time.
 //
@@ -503,6 +504,13 @@ func (b bearer) GetRequestMetadata(ctx context.Context, _ ...string) (map[string
 	}
 	if err != nil {
 		return nil, fmt.Errorf("client: token: %w", err)
+	}
+	// gRPC refuses such a header as INTERNAL, the hub's fault to a caller;
+	// it is the token's (e.g. a token file with a line break within).
+	for i := range len(token) {
+		if c := token[i]; c < 0x20 || c > 0x7e {
+			return nil, fmt.Errorf("client: token: its byte %d (0x%02x) is one an HTTP/2 header cannot carry (printable ASCII only)", i, c)
+		}
 	}
 	return map[string]string{"authorization": "Bearer " + token}, nil
 }
