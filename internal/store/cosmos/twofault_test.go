@@ -3,6 +3,7 @@ package cosmos_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync/atomic"
@@ -31,6 +32,9 @@ func TestASaveSurvivesALostAnswerAndAFailedCheck(t *testing.T) {
 		{"primary read refused", func(coll string) []cosmostest.Fault {
 			return []cosmostest.Fault{{Kind: cosmostest.Refuse503, Ops: []string{"batch"}, Coll: coll, Count: 12}}
 		}},
+		{"commit answer lost", func(string) []cosmostest.Fault {
+			return []cosmostest.Fault{{Kind: cosmostest.LostTimeout, Ops: []string{"replace"}, Coll: "saves", Body: `"state":"committed"`, Count: 6}}
+		}},
 		{"session read 1002", func(string) []cosmostest.Fault {
 			return []cosmostest.Fault{
 				{Kind: cosmostest.ReadSessionNotAvailable, Ops: []string{"read", "query"}, Count: 12},
@@ -44,7 +48,7 @@ func TestASaveSurvivesALostAnswerAndAFailedCheck(t *testing.T) {
 		for _, lost := range []struct {
 			kind  cosmostest.FaultKind
 			count int
-		}{{cosmostest.LostTimeout, 6}, {cosmostest.LostUnavailable, 1}} {
+		}{{cosmostest.LostTimeout, 6}, {cosmostest.LostUnavailable, 1}, {cosmostest.RefuseRetryWith, 2}, {cosmostest.RefuseRetryWith, 6}} {
 			for _, c := range checks {
 				name := w.name + "/" + string(lost.kind) + "/" + c.name
 				t.Run(name, func(t *testing.T) {
@@ -205,4 +209,51 @@ func TestASettleRacingTheFinalizeDeliversOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	drainExactly(t, two, r, ids(more))
+}
+
+// A save of two reserve batches whose part batch applies with its answer
+// lost on every attempt, and whose own rollback then cannot read the
+// primary: the reservation and its part stay until the lease ends, and the
+// other instance that loads the recipient then gives back both batches'
+// positions. The resend through it delivers every notification once.
+func TestAPartWrittenUnansweredAndAFailedRollbackAreSettledByAnotherInstance(t *testing.T) {
+	const cabinets = 100 // > maxReserveEntries: two reserve batches
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Add(int64(time.Millisecond))) }
+	db := cosmostest.UniqueID("db")
+	one := hub.New(openLarge(t, cosmos.Config{Database: db, Now: clock, Lease: time.Minute}), hub.Options{}, nil)
+	t.Cleanup(one.Close)
+	two := hub.New(openLarge(t, cosmos.Config{Database: db, Now: clock, Lease: time.Minute}), hub.Options{}, nil)
+	t.Cleanup(two.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	first := notifications(2, r, 1)
+	if _, err := one.Save(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	ns := notifications(cabinets, r, 1)
+	for i := range ns {
+		ns[i].ContentType = fmt.Sprintf("ct-%03d", i)
+	}
+	inject(t, db,
+		cosmostest.Fault{Kind: cosmostest.LostUnavailable, Count: 6, Ops: []string{"batch"}, Coll: "recipients", Type: "respart"},
+		cosmostest.Fault{Kind: cosmostest.Refuse503, Ops: []string{"batch"}, Coll: "recipients"})
+	_, err := one.Save(ctx, ns)
+	if err == nil {
+		t.Fatal("the save succeeded with its part unanswered")
+	}
+	clearFaults(t, db)
+	t.Logf("the save answered %v", err)
+	now.Add(int64(2 * time.Minute))
+	res, err := two.Save(ctx, ns)
+	if err != nil || res.Saved+res.Duplicates != len(ns) {
+		t.Fatalf("the resend after the lease = %+v, %v", res, err)
+	}
+	drainExactly(t, two, r, append(ids(first), ids(ns)...))
+	more := notifications(2, r, 1)
+	if _, err := one.Save(ctx, more); err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, one, r, ids(more))
 }
