@@ -257,3 +257,64 @@ func TestAPartWrittenUnansweredAndAFailedRollbackAreSettledByAnotherInstance(t *
 	}
 	drainExactly(t, one, r, ids(more))
 }
+
+// A save whose page batches are refused on every attempt while every
+// container splits, its rollback's drop answered lost on every attempt: the
+// rollback runs on session tokens of the old ranges. Nothing of the save
+// shows, the resend through the other instance delivers every notification
+// once, and the cabinet goes on.
+func TestARollbackAcrossASplitWithItsDropAnswerLost(t *testing.T) {
+	db := cosmostest.UniqueID("db")
+	f := newFaulty()
+	var split atomic.Bool
+	f.set(func(req *http.Request) int {
+		if toContainer(req, "drawers") && req.Method == http.MethodPost && split.CompareAndSwap(false, true) {
+			for _, c := range []string{"recipients", "drawers", "ids", "saves"} {
+				if _, err := server.Split(db, c, ""); err != nil {
+					t.Errorf("split %s: %v", c, err)
+				}
+			}
+		}
+		return 0
+	})
+	one := hub.New(open(t, cosmos.Config{Database: db, Transport: f}), hub.Options{}, nil)
+	t.Cleanup(one.Close)
+	two := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
+	t.Cleanup(two.Close)
+	ctx := context.Background()
+	r := uuid.NewString()
+	first := notifications(4, r, 1)
+	if _, err := two.Save(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	ns := notifications(30, r, 1)
+	inject(t, db,
+		cosmostest.Fault{Kind: cosmostest.Refuse503, Ops: []string{"batch"}, Coll: "drawers", Count: 6},
+		cosmostest.Fault{Kind: cosmostest.LostTimeout, Ops: []string{"batch"}, Coll: "recipients", Type: "entry", Skip: 1, Count: 6})
+	_, err := one.Save(ctx, ns)
+	if err == nil || !split.Load() {
+		t.Fatalf("the save answered %v with its pages refused (split %v)", err, split.Load())
+	}
+	if n := firedEach(t, db); n[0] == 0 || n[1] == 0 {
+		t.Fatalf("faults fired %v; want both", n)
+	}
+	clearFaults(t, db)
+	t.Logf("the save answered %v", err)
+	b, perr := two.Peek(ctx, r, domain.GroupAll, "")
+	if perr != nil || b == nil || !slices.Equal(b.NotificationIDs, ids(first)) {
+		t.Fatalf("peek after the failed save = %v, %v; want the first %d only", b, perr, len(first))
+	}
+	if err := two.Dequeue(ctx, r, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := two.Save(ctx, ns)
+	if err != nil || res.Saved != len(ns) {
+		t.Fatalf("the resend = %+v, %v", res, err)
+	}
+	drainExactly(t, one, r, ids(ns))
+	more := notifications(2, r, 1)
+	if _, err := one.Save(ctx, more); err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, two, r, ids(more))
+}
