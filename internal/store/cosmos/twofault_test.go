@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,11 +102,7 @@ func TestASaveSurvivesALostAnswerAndAFailedCheck(t *testing.T) {
 						t.Fatalf("the resend answered %+v", res)
 					}
 					drainExactly(t, two, r, append(ids(before), ids(ns)...))
-					more := notifications(2, r, 1)
-					if _, err := one.Save(ctx, more); err != nil {
-						t.Fatal(err)
-					}
-					drainExactly(t, one, r, ids(more))
+					goesOn(t, one, one, r)
 				})
 			}
 		}
@@ -116,29 +114,11 @@ func TestASaveSurvivesALostAnswerAndAFailedCheck(t *testing.T) {
 // notifications are delivered once through either instance and the cabinet
 // goes on.
 func TestASaveAcrossASplitWithALostCommitAnswer(t *testing.T) {
-	db := cosmostest.UniqueID("db")
-	f := newFaulty()
-	var split atomic.Bool
-	f.set(func(req *http.Request) int {
-		if toContainer(req, "saves") && req.Method == http.MethodPut && split.CompareAndSwap(false, true) {
-			for _, c := range []string{"recipients", "drawers", "ids", "saves"} {
-				if _, err := server.Split(db, c, ""); err != nil {
-					t.Errorf("split %s: %v", c, err)
-				}
-			}
-		}
-		return 0
+	db, one, two, split := splitOnFirst(t, func(req *http.Request) bool {
+		return toContainer(req, "saves") && req.Method == http.MethodPut
 	})
-	one := hub.New(open(t, cosmos.Config{Database: db, Transport: f}), hub.Options{}, nil)
-	t.Cleanup(one.Close)
-	two := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
-	t.Cleanup(two.Close)
-	ctx := context.Background()
-	r := uuid.NewString()
-	first := notifications(4, r, 1)
-	if _, err := two.Save(ctx, first); err != nil {
-		t.Fatal(err)
-	}
+	ctx, r := context.Background(), uuid.NewString()
+	first := savedBefore(t, two, notifications(4, r, 1))
 	ns := notifications(30, r, 1)
 	inject(t, db, cosmostest.Fault{Kind: cosmostest.LostUnavailable, Ops: []string{"replace"}, Coll: "saves", Body: `"state":"committed"`, Count: 1})
 	_, err := one.Save(ctx, ns)
@@ -148,11 +128,7 @@ func TestASaveAcrossASplitWithALostCommitAnswer(t *testing.T) {
 	clearFaults(t, db)
 	saveAsTheHub(t, one, db, ns, err)
 	drainExactly(t, two, r, append(ids(first), ids(ns)...))
-	more := notifications(2, r, 1)
-	if _, err := one.Save(ctx, more); err != nil {
-		t.Fatal(err)
-	}
-	drainExactly(t, one, r, ids(more))
+	goesOn(t, one, one, r)
 }
 
 // A settle by another instance racing the original's finalize: the lease
@@ -204,11 +180,7 @@ func TestASettleRacingTheFinalizeDeliversOnce(t *testing.T) {
 			t.Fatalf("peek after the dequeue = %v, %v; want nothing", b, err)
 		}
 	}
-	more := notifications(2, r, 1)
-	if _, err := one.Save(ctx, more); err != nil {
-		t.Fatal(err)
-	}
-	drainExactly(t, two, r, ids(more))
+	goesOn(t, one, two, r)
 }
 
 // A save of two reserve batches whose part batch applies with its answer
@@ -251,11 +223,7 @@ func TestAPartWrittenUnansweredAndAFailedRollbackAreSettledByAnotherInstance(t *
 		t.Fatalf("the resend after the lease = %+v, %v", res, err)
 	}
 	drainExactly(t, two, r, append(ids(first), ids(ns)...))
-	more := notifications(2, r, 1)
-	if _, err := one.Save(ctx, more); err != nil {
-		t.Fatal(err)
-	}
-	drainExactly(t, one, r, ids(more))
+	goesOn(t, one, one, r)
 }
 
 // A save whose page batches are refused on every attempt while every
@@ -264,29 +232,11 @@ func TestAPartWrittenUnansweredAndAFailedRollbackAreSettledByAnotherInstance(t *
 // shows, the resend through the other instance delivers every notification
 // once, and the cabinet goes on.
 func TestARollbackAcrossASplitWithItsDropAnswerLost(t *testing.T) {
-	db := cosmostest.UniqueID("db")
-	f := newFaulty()
-	var split atomic.Bool
-	f.set(func(req *http.Request) int {
-		if toContainer(req, "drawers") && req.Method == http.MethodPost && split.CompareAndSwap(false, true) {
-			for _, c := range []string{"recipients", "drawers", "ids", "saves"} {
-				if _, err := server.Split(db, c, ""); err != nil {
-					t.Errorf("split %s: %v", c, err)
-				}
-			}
-		}
-		return 0
+	db, one, two, split := splitOnFirst(t, func(req *http.Request) bool {
+		return toContainer(req, "drawers") && req.Method == http.MethodPost
 	})
-	one := hub.New(open(t, cosmos.Config{Database: db, Transport: f}), hub.Options{}, nil)
-	t.Cleanup(one.Close)
-	two := hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
-	t.Cleanup(two.Close)
-	ctx := context.Background()
-	r := uuid.NewString()
-	first := notifications(4, r, 1)
-	if _, err := two.Save(ctx, first); err != nil {
-		t.Fatal(err)
-	}
+	ctx, r := context.Background(), uuid.NewString()
+	first := savedBefore(t, two, notifications(4, r, 1))
 	ns := notifications(30, r, 1)
 	inject(t, db,
 		cosmostest.Fault{Kind: cosmostest.Refuse503, Ops: []string{"batch"}, Coll: "drawers", Count: 6},
@@ -312,9 +262,202 @@ func TestARollbackAcrossASplitWithItsDropAnswerLost(t *testing.T) {
 		t.Fatalf("the resend = %+v, %v", res, err)
 	}
 	drainExactly(t, one, r, ids(ns))
-	more := notifications(2, r, 1)
-	if _, err := one.Save(ctx, more); err != nil {
+	goesOn(t, one, two, r)
+}
+
+// Two instances save to one recipient at once, round after round, while
+// faults recur on every kind of request (answers lost after the write
+// applied, refusals, 449s, 404/1002 on session reads) and partitions split;
+// a reader on each instance peeks and dequeues meanwhile, and nothing a
+// Dequeue answered OK for is delivered by a later Peek. Every Save is sent
+// again once the faults end, through the other instance, past the leases:
+// then every notification not dequeued is delivered once, each Save's in
+// its order, and the cabinet goes on.
+func TestConcurrentSavesOfTwoInstancesUnderRecurringFaultsLoseNothing(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Add(int64(time.Millisecond))) }
+	db := cosmostest.UniqueID("db")
+	hubs := []*hub.Hub{
+		hub.New(open(t, cosmos.Config{Database: db, Now: clock, Lease: time.Minute}), hub.Options{}, nil),
+		hub.New(open(t, cosmos.Config{Database: db, Now: clock, Lease: time.Minute}), hub.Options{}, nil),
+	}
+	for _, h := range hubs {
+		t.Cleanup(h.Close)
+	}
+	ctx := context.Background()
+	r := uuid.NewString()
+	inject(t, db,
+		cosmostest.Fault{Kind: cosmostest.LostTimeout, Ops: []string{"batch"}, Every: 7},
+		cosmostest.Fault{Kind: cosmostest.LostUnavailable, Ops: []string{"create", "replace"}, Every: 5},
+		cosmostest.Fault{Kind: cosmostest.Refuse503, Ops: []string{"replace", "delete"}, Every: 6},
+		cosmostest.Fault{Kind: cosmostest.RefuseRetryWith, Ops: []string{"batch", "create"}, Every: 9},
+		cosmostest.Fault{Kind: cosmostest.ReadSessionNotAvailable, Ops: []string{"read", "query"}, Every: 8},
+	)
+	// A reader on each instance peeks and dequeues meanwhile: what a
+	// Dequeue answered OK for is acknowledged and may never come again.
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	seen := map[string]bool{}
+	stop := make(chan struct{})
+	readers := make(chan struct{}, 2)
+	for _, h := range hubs {
+		go func() {
+			defer func() { readers <- struct{}{} }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Only a Dequeue answered before the Peek began rules its
+				// notifications out: a Peek under way may still answer the
+				// bundle.
+				mu.Lock()
+				before := maps.Clone(acked)
+				mu.Unlock()
+				b, err := h.Peek(ctx, r, domain.GroupAll, "")
+				if err != nil || b == nil {
+					continue
+				}
+				mu.Lock()
+				for _, id := range b.NotificationIDs {
+					if before[id] {
+						t.Errorf("notification %s delivered again after its Dequeue", id)
+					}
+					seen[id] = true
+				}
+				mu.Unlock()
+				if h.Dequeue(ctx, r, b.ID) == nil {
+					mu.Lock()
+					for _, id := range b.NotificationIDs {
+						acked[id] = true
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	var all [][]domain.Notification
+	for round := range 15 {
+		if round%5 == 4 {
+			// Partitions split under the saves too.
+			for _, c := range []string{"recipients", "drawers", "ids", "saves"} {
+				if _, err := server.Split(db, c, ""); err != nil {
+					t.Fatalf("split %s: %v", c, err)
+				}
+			}
+		}
+		batch := [2][]domain.Notification{notifications(3, r, 1), notifications(2, r, 1)}
+		done := make(chan struct{}, 2)
+		for i := range 2 {
+			go func() {
+				_, _ = hubs[i].Save(ctx, batch[i]) // a failure is sent again below
+				done <- struct{}{}
+			}()
+		}
+		<-done
+		<-done
+		all = append(all, batch[0], batch[1])
+	}
+	close(stop)
+	<-readers
+	<-readers
+	if fired(t, db) == 0 {
+		t.Fatal("no fault fired")
+	}
+	clearFaults(t, db)
+	now.Add(int64(2 * time.Minute))
+	// Every Save sent again (an idempotent resend: the stored ones are duplicates).
+	var want []string
+	for i, ns := range all {
+		res, err := hubs[(i+1)%2].Save(ctx, ns)
+		if err != nil || res.Saved+res.Duplicates != len(ns) {
+			t.Fatalf("the resend of save %d = %+v, %v", i, res, err)
+		}
+		want = append(want, ids(ns)...)
+	}
+	got := drainAll(t, hubs[0], r)
+	for _, id := range got {
+		if acked[id] {
+			t.Fatalf("notification %s delivered again after its Dequeue", id)
+		}
+	}
+	for id := range seen {
+		if !slices.Contains(got, id) && !acked[id] {
+			t.Fatalf("notification %s delivered, not dequeued, and never again", id)
+		}
+	}
+	// What the readers took, and their order, is checked above; the rest
+	// comes now, each save's in its order.
+	for i, ns := range all {
+		var order, rest []string
+		for _, id := range got {
+			if slices.Contains(ids(ns), id) {
+				order = append(order, id)
+			}
+		}
+		for _, id := range ids(ns) {
+			if !acked[id] {
+				rest = append(rest, id)
+			}
+		}
+		if !slices.Equal(order, rest) {
+			t.Fatalf("save %d delivered as %v, want %v", i, order, ids(ns))
+		}
+	}
+	for id := range acked {
+		got = append(got, id)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("delivered %d notifications, want %d (each once)\n got %v\nwant %v", len(got), len(want), got, want)
+	}
+	goesOn(t, hubs[1], hubs[0], r)
+}
+
+// splitOnFirst opens two hubs on a new database: one whose first request
+// that at picks splits every container before it is sent, and one beside
+// it. split says whether that happened.
+func splitOnFirst(t *testing.T, at func(*http.Request) bool) (db string, one, two *hub.Hub, split *atomic.Bool) {
+	t.Helper()
+	db = cosmostest.UniqueID("db")
+	f := newFaulty()
+	split = new(atomic.Bool)
+	f.set(func(req *http.Request) int {
+		if at(req) && split.CompareAndSwap(false, true) {
+			for _, c := range []string{"recipients", "drawers", "ids", "saves"} {
+				if _, err := server.Split(db, c, ""); err != nil {
+					t.Errorf("split %s: %v", c, err)
+				}
+			}
+		}
+		return 0
+	})
+	one = hub.New(open(t, cosmos.Config{Database: db, Transport: f}), hub.Options{}, nil)
+	t.Cleanup(one.Close)
+	two = hub.New(open(t, cosmos.Config{Database: db}), hub.Options{}, nil)
+	t.Cleanup(two.Close)
+	return db, one, two, split
+}
+
+// savedBefore stores ns through repo before the faults and returns them.
+func savedBefore(t *testing.T, repo *hub.Hub, ns []domain.Notification) []domain.Notification {
+	t.Helper()
+	if _, err := repo.Save(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
-	drainExactly(t, two, r, ids(more))
+	return ns
+}
+
+// goesOn checks that the recipient's cabinet goes on: a later Save through
+// save is delivered, exactly, through drain.
+func goesOn(t *testing.T, save, drain *hub.Hub, r string) {
+	t.Helper()
+	more := notifications(2, r, 1)
+	if _, err := save.Save(context.Background(), more); err != nil {
+		t.Fatal(err)
+	}
+	drainExactly(t, drain, r, ids(more))
 }
