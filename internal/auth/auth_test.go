@@ -230,6 +230,12 @@ func TestAuthorize(t *testing.T) {
 		{"a missing token is unauthenticated", context.Background(), messagehubv1.MessageHub_Peek_FullMethodName, &messagehubv1.PeekRequest{}, domain.ErrUnauthenticated, ""},
 		{"a non-bearer scheme is unauthenticated", withToken("Basic " + actorTok), messagehubv1.MessageHub_Peek_FullMethodName, &messagehubv1.PeekRequest{}, domain.ErrUnauthenticated, ""},
 		{"an empty bearer is unauthenticated", withToken("Bearer "), messagehubv1.MessageHub_Peek_FullMethodName, &messagehubv1.PeekRequest{}, domain.ErrUnauthenticated, ""},
+		// Go's TrimSpace drops U+00A0, but grpc-gateway drops a header with
+		// it, and then takes a Grpc-Metadata-Authorization token instead:
+		// the token checked must be the one the call carries.
+		{"a bearer ending in a no-break space is unauthenticated", withToken("Bearer " + actorTok + "\u00a0"), messagehubv1.MessageHub_Peek_FullMethodName, &messagehubv1.PeekRequest{}, domain.ErrUnauthenticated, ""},
+		{"a bearer with a control character is unauthenticated", withToken("Bearer " + actorTok[:10] + "\x7f" + actorTok[10:]), messagehubv1.MessageHub_Peek_FullMethodName, &messagehubv1.PeekRequest{}, domain.ErrUnauthenticated, ""},
+		{"spaces and tabs around the token are allowed", withToken("Bearer \t" + actorTok + " "), messagehubv1.MessageHub_Peek_FullMethodName, &messagehubv1.PeekRequest{}, nil, actorA},
 		{"an actor peeks as itself when it names nobody", withToken("Bearer " + actorTok), messagehubv1.MessageHub_Peek_FullMethodName, &messagehubv1.PeekRequest{}, nil, actorA},
 		{"an actor may name itself in any case", withToken("bearer " + actorTok), messagehubv1.MessageHub_Peek_FullMethodName, &messagehubv1.PeekRequest{Recipient: strings.ToUpper(actorA)}, nil, actorA},
 		{"an actor may not peek as another", withToken("Bearer " + actorTok), messagehubv1.MessageHub_Peek_FullMethodName, &messagehubv1.PeekRequest{Recipient: actorB}, domain.ErrPermissionDenied, actorB},
