@@ -151,8 +151,23 @@ func parseBearer(values []string) (string, error) {
 		return "", fmt.Errorf("%w: more than one authorization value", domain.ErrUnauthenticated)
 	}
 	scheme, token, ok := strings.Cut(values[0], " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+	// Only HTTP's own spaces and tabs are trimmed: strings.TrimSpace would
+	// also drop Unicode spaces such as U+00A0, which make grpc-gateway drop
+	// the whole header, so the token checked here would not be the call's.
+	token = strings.Trim(token, " \t")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || !visibleASCII(token) {
 		return "", fmt.Errorf("%w: authorization must be \"Bearer <token>\"", domain.ErrUnauthenticated)
 	}
-	return strings.TrimSpace(token), nil
+	return token, nil
+}
+
+// visibleASCII reports whether s is printable ASCII without spaces, as
+// every token a JWKS-signed JWT can be (base64url parts and dots).
+func visibleASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
