@@ -45,7 +45,7 @@ all: lint build test
 
 GENERATORS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_VTPROTO) $(PROTOC_GEN_GATEWAY) $(PROTOC_GEN_OPENAPI)
 
-tools: $(GENERATORS) $(GOLANGCI_LINT) $(GOTESTSUM) ## install the pinned tools into .bin
+tools: $(GENERATORS) $(GOLANGCI_LINT) $(GOTESTSUM) ## install the pinned tools into .bin (ghz: make load installs it)
 
 $(BUF):
 	@echo "==> installing buf $(BUF_VERSION) into .bin (once, about 4 minutes)"

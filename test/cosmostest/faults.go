@@ -39,8 +39,8 @@ const (
 type Fault struct {
 	Kind FaultKind `json:"fault"`
 	// Ops are the operations picked, as Classify names them ("create",
-	// "replace", "upsert", "patch", "delete", "batch", "read", "query");
-	// empty picks any.
+	// "replace", "upsert", "patch", "delete", "batch", "read", "query",
+	// "readfeed"); empty picks any.
 	Ops []string `json:"ops,omitempty"`
 	// DB and Coll pick a database and a container by id.
 	DB   string `json:"db,omitempty"`

@@ -151,8 +151,9 @@ func (s *Store) firstSettings(ctx context.Context, want settingsDoc) (settingsDo
 	return s.readSettings(ctx)
 }
 
-// holdsDocuments says whether any container holds a document: one query
-// across partitions per container, stopped at the first document found.
+// holdsDocuments says whether any container a Save writes (recipients,
+// drawers, ids, saves) holds a document: one query across partitions per
+// container, stopped at the first document found.
 func (s *Store) holdsDocuments(ctx context.Context) (bool, error) {
 	for _, c := range []*azcosmos.ContainerClient{s.recipients, s.drawers, s.ids, s.saves} {
 		pager := c.NewQueryItemsPager("SELECT c.id FROM c", azcosmos.NewPartitionKey(), &azcosmos.QueryOptions{PageSizeHint: 1})

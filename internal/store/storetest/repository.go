@@ -224,7 +224,7 @@ func (h *harness) savesAndReadsBack(t *testing.T) {
 func (h *harness) drawerNeverExceedsCapacity(t *testing.T) {
 	e := h.env(t, hub.Options{})
 	r := newRecipient()
-	// Saves of awkward sizes, then 10,001 saves of one, some concurrent.
+	// Saves of awkward sizes, then 10,004 saves of one, concurrent.
 	total := 0
 	for _, size := range []int{9_999, 2, 10_000, 1, 9_998} {
 		e.save(notes(size, r, domain.OriginTimeSeries, "ts")...)
