@@ -315,8 +315,9 @@ func New(target string, opts Options) (*Client, error) {
 	// protobuf's reflection (codec.BenchmarkEncodeSave1000).
 	dial = append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxSendBytes), grpc.MaxCallRecvMsgSize(maxRecvBytes),
 		grpc.ForceCodecV2(codec.New())))
-	// The hub permits pings without calls: an idle connection found dead is
-	// replaced before a call is sent on it.
+	// The hub permits pings without calls: an idle connection that died is
+	// found and closed, and the next call opens a new one instead of being
+	// sent on it.
 	ka := opts.Keepalive.withDefaults()
 	dial = append(dial, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ka.Time, Timeout: ka.Timeout, PermitWithoutStream: true}))
 	conn, err := grpc.NewClient(target, append(dial, opts.DialOptions...)...)

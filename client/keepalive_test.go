@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/energydatahub/messagehub/client"
 	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
@@ -162,52 +162,24 @@ func TestAPeekOnAConnectionDroppedSilentlyIsRetriedOnANewOne(t *testing.T) {
 	}
 }
 
-// errPipeListenerClosed is Accept's error once the listener is closed.
-var errPipeListenerClosed = errors.New("pipe listener closed")
-
-// pipeListener hands the server the ends of in-memory connections its
-// dial makes (net.Pipe): connections a synctest bubble sees block.
-type pipeListener struct {
-	conns    chan net.Conn
-	closed   chan struct{}
-	once     sync.Once
+// countedListener is an in-memory listener (connections a synctest bubble
+// sees block) that counts the connections it accepts.
+type countedListener struct {
+	*bufconn.Listener
 	accepted atomic.Int32
 }
 
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
+func (l *countedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
 		l.accepted.Add(1)
-		return c, nil
-	case <-l.closed:
-		return nil, errPipeListenerClosed
 	}
+	return c, err
 }
 
-func (l *pipeListener) Close() error { l.once.Do(func() { close(l.closed) }); return nil }
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-func (l *pipeListener) dial(ctx context.Context, _ string) (net.Conn, error) {
-	client, srv := net.Pipe()
-	select {
-	case l.conns <- srv:
-		return client, nil
-	case <-l.closed:
-		return nil, errPipeListenerClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+func (l *countedListener) dial(ctx context.Context, _ string) (net.Conn, error) {
+	return l.DialContext(ctx)
 }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
 
 // pingedFor serves the hub with srv over in-memory connections and keeps a
 // client of opts busy for 20 minutes of a synctest bubble's clock: waiting
@@ -219,13 +191,13 @@ func (pipeAddr) String() string  { return "pipe" }
 // first failed Peek's error (a Peek on a connection closed is not retried).
 func pingedFor(t *testing.T, srv *grpc.Server, opts client.Options) (int32, error) {
 	t.Helper()
-	lis := newPipeListener()
+	lis := &countedListener{Listener: bufconn.Listen(1 << 20)}
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 	opts.Plaintext = true
 	opts.Retry = client.RetryPolicy{MaxAttempts: 1}
 	opts.DialOptions = append(opts.DialOptions, grpc.WithContextDialer(lis.dial))
-	c, err := client.New("passthrough:///pipe", opts)
+	c, err := client.New("passthrough:///bufnet", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
