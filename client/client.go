@@ -63,6 +63,19 @@
 // attempt's deadline, so the attempt has the whole wait and then
 // AttemptTimeout to answer, whatever AttemptTimeout is. Give the call's
 // context more than d and a second too, or the hub cuts the wait to fit it.
+//
+// # Dead connections
+//
+// A NAT or load balancer may drop a connection without a word: nothing
+// arrives any more, nothing is closed. The client pings the hub after
+// KeepalivePolicy.Time (20 s) without a byte from it, with or without calls
+// on the connection, and closes the connection when a ping is not answered
+// within KeepalivePolicy.Timeout (10 s). The calls on it fail with
+// UNAVAILABLE and are retried on a new connection, about 30 s after the
+// hub last spoke rather than at the end of the attempt (a Peek with
+// Wait(30s) has 61 s by default). The hub closes the connection of a
+// client that pings more often than every 10 s, which is also gRPC's
+// shortest Time: leave Time above it.
 package client
 
 import (
@@ -84,6 +97,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -242,8 +256,34 @@ type Options struct {
 	Tokens             TokenSource
 	TokensOverLoopback bool
 	Retry              RetryPolicy
+	Keepalive          KeepalivePolicy
 	// DialOptions are passed to grpc.NewClient after the client's own.
 	DialOptions []grpc.DialOption
+}
+
+// KeepalivePolicy says how soon the client finds a connection that died
+// without a word (a NAT or load balancer that dropped it): after Time
+// without a byte from the hub, with or without calls on the connection, it
+// pings, and a ping unanswered within Timeout closes the connection. The
+// calls on it then fail with UNAVAILABLE and are retried on a new one,
+// instead of each waiting out its attempt's timeout (a Peek with Wait(d):
+// AttemptTimeout, d and a second). Zero fields take the defaults.
+type KeepalivePolicy struct {
+	// Time is at least 10 s: gRPC raises a shorter one to that, and the
+	// hub closes the connection of a client that pings more often. The
+	// default, 20 s, leaves the hub's bound a margin.
+	Time    time.Duration // default 20 s
+	Timeout time.Duration // default 10 s
+}
+
+func (p KeepalivePolicy) withDefaults() KeepalivePolicy {
+	if p.Time <= 0 {
+		p.Time = 20 * time.Second
+	}
+	if p.Timeout <= 0 {
+		p.Timeout = 10 * time.Second
+	}
+	return p
 }
 
 // Client calls one MessageHub. It is safe for concurrent use.
@@ -275,6 +315,11 @@ func New(target string, opts Options) (*Client, error) {
 	// protobuf's reflection (codec.BenchmarkEncodeSave1000).
 	dial = append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxSendBytes), grpc.MaxCallRecvMsgSize(maxRecvBytes),
 		grpc.ForceCodecV2(codec.New())))
+	// The hub permits pings without calls: an idle connection that died is
+	// found and closed, and the next call opens a new one instead of being
+	// sent on it.
+	ka := opts.Keepalive.withDefaults()
+	dial = append(dial, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ka.Time, Timeout: ka.Timeout, PermitWithoutStream: true}))
 	conn, err := grpc.NewClient(target, append(dial, opts.DialOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)

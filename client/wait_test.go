@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -18,16 +17,14 @@ import (
 	"github.com/energydatahub/messagehub/test/hubtest"
 )
 
-// startWaitingHub serves the real service (unary and streaming) over the
-// embedded store on loopback and returns the hub, whose waiter count tells
-// when a Peek is waiting.
+// startWaitingHub serves the hub as the binary does (server.NewGRPCServer,
+// with its keepalive pings and enforcement policy) over the embedded store
+// on loopback and returns the hub, whose waiter count tells when a Peek is
+// waiting.
 func startWaitingHub(t *testing.T) (string, *hub.Hub) {
 	t.Helper()
 	repo := hubtest.Open(t)
-	logger := slog.New(slog.DiscardHandler)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(server.UnaryErrorInterceptor(logger)),
-		grpc.ChainStreamInterceptor(server.StreamErrorInterceptor(logger)))
-	messagehubv1.RegisterMessageHubServer(srv, server.NewService(repo))
+	srv, _ := server.NewGRPCServer(repo, slog.New(slog.DiscardHandler))
 	return hubtest.Serve(t, srv), repo
 }
 

@@ -131,7 +131,9 @@ var InProcessLimits = Limits{
 const infinity = time.Duration(math.MaxInt64)
 
 // Keepalive: the server pings idle connections to find dead peers, and
-// refuses clients that ping more often than keepaliveMinTime.
+// refuses clients that ping more often than keepaliveMinTime. The Go client
+// pings after 20 s without a byte (client.KeepalivePolicy), during calls and
+// between them: keepaliveMinTime must stay below that.
 const (
 	keepaliveTime    = time.Minute
 	keepaliveTimeout = 20 * time.Second
