@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -195,6 +196,14 @@ func unreadContentPeeks(t *testing.T, stall time.Duration) bool {
 // until the test ends, its answer unread.
 func getUnread(t *testing.T, s *stack, path string) int {
 	t.Helper()
+	code, _ := getUnreadRefusal(t, s, path)
+	return code
+}
+
+// getUnreadRefusal is getUnread that also returns, for an answer other than
+// 200, its Retry-After and error message (a refusal's body is read whole).
+func getUnreadRefusal(t *testing.T, s *stack, path string) (int, refusal) {
+	t.Helper()
 	conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -203,17 +212,24 @@ func getUnread(t *testing.T, s *stack, path string) int {
 	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: hub\r\n\r\n", path); err != nil {
 		t.Fatal(err)
 	}
-	// The status line, and not a byte of the body read on purpose.
-	line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')
+	// The status line and headers, and not a byte of a 200's body read on
+	// purpose.
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 16), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var code int
-	if _, err := fmt.Sscanf(line, "HTTP/1.1 %d", &code); err != nil {
-		t.Fatalf("status line %q: %v", line, err)
+	if resp.StatusCode == http.StatusOK {
+		return resp.StatusCode, refusal{}
 	}
-	return code
+	var e errorBody
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatalf("%d with a body that is not the JSON error shape: %v", resp.StatusCode, err)
+	}
+	return resp.StatusCode, refusal{retryAfter: resp.Header.Get("Retry-After"), message: e.Message}
 }
+
+// refusal is what a refused answer says.
+type refusal struct{ retryAfter, message string }
 
 // A client that reads a document slowly but steadily gets all of it, for
 // longer than the HTTP server's WriteTimeout: the stall is counted per
