@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -58,5 +59,38 @@ func TestOneActorsUnreadDocumentsLeaveOtherActorsTheirPlaces(t *testing.T) {
 	}
 	if code, r := getUnreadRefusal(t, s, "/v1/peek/content?recipient="+other); code != http.StatusOK {
 		t.Fatalf("another actor's content peek while the first holds its unread answers: %d %q; want 200", code, r.message)
+	}
+}
+
+// The Peek answers being written over HTTP are shared the same way: one
+// actor's unread answers hold at most its share of their budget (a quarter;
+// an answer alone is let through), so another actor's Peek is answered
+// while the first actor's answers sit unread on connections of their own.
+func TestOneActorsUnreadPeekAnswersLeaveOtherActorsRoom(t *testing.T) {
+	// Bundles of about 8 MiB of JSON, each holding about 40 MiB while it
+	// is written: two fit the budget of 128 MiB, more than one does not
+	// fit an actor's share of 32 MiB.
+	const notifications = 27_000
+	s := newStackServing(t, nil, smallBuffers, gateway.WithContentStall(time.Hour))
+	greedy, other := uuid.NewString(), uuid.NewString()
+	for _, recipient := range []string{greedy, other} {
+		for first := 0; first < notifications; first += domain.MaxNotificationsPerSave {
+			var ns []domain.Notification
+			for i := first; i < min(first+domain.MaxNotificationsPerSave, notifications); i++ {
+				ns = append(ns, domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
+					ContentType: "c", DocumentType: fmt.Sprintf("%0255d", i), SupportsBundling: true, Weight: 1})
+			}
+			if _, err := s.repo.Save(t.Context(), ns); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	statuses := []int{getUnread(t, s, "/v1/peek?recipient="+greedy), getUnread(t, s, "/v1/peek?recipient="+greedy)}
+	if statuses[0] != http.StatusOK || statuses[1] != http.StatusServiceUnavailable {
+		t.Fatalf("one actor's two unread Peeks of a bundle of %d notifications on two connections: %v; want 200 (its share) and 503",
+			notifications, statuses)
+	}
+	if code, r := getUnreadRefusal(t, s, "/v1/peek?recipient="+other); code != http.StatusOK {
+		t.Fatalf("another actor's Peek while the first holds its unread answer: %d %q; want 200", code, r.message)
 	}
 }
