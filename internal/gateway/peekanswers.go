@@ -12,9 +12,10 @@ import (
 // A Peek's answer over HTTP is rendered whole before it is written: the
 // largest bundle (51,200 notifications) is tens of MiB of JSON. One whose
 // client does not read it holds that until it is cut, so answers being
-// written share a byte budget (a peek beyond it is answered 503 with
-// Retry-After, and its bundle stays pending for the next peek), and an
-// answer whose client reads nothing for the stall time is cut.
+// written share a byte budget, one actor's at most its share of it
+// (server.ActorShare) on all its connections (a peek beyond it is answered
+// 503 with Retry-After, and its bundle stays pending for the next peek),
+// and an answer whose client reads nothing for the stall time is cut.
 const (
 	// DefaultPeekAnswerBytes bounds the Peek answers being written at once.
 	DefaultPeekAnswerBytes = 128 << 20
