@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -73,18 +72,8 @@ func TestOneActorsUnreadPeekAnswersLeaveOtherActorsRoom(t *testing.T) {
 	const notifications = 27_000
 	s := newStackServing(t, nil, smallBuffers, gateway.WithContentStall(time.Hour))
 	greedy, other := uuid.NewString(), uuid.NewString()
-	for _, recipient := range []string{greedy, other} {
-		for first := 0; first < notifications; first += domain.MaxNotificationsPerSave {
-			var ns []domain.Notification
-			for i := first; i < min(first+domain.MaxNotificationsPerSave, notifications); i++ {
-				ns = append(ns, domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
-					ContentType: "c", DocumentType: fmt.Sprintf("%0255d", i), SupportsBundling: true, Weight: 1})
-			}
-			if _, err := s.repo.Save(t.Context(), ns); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	s.saveWideBundle(t, greedy, notifications)
+	s.saveWideBundle(t, other, notifications)
 	statuses := []int{getUnread(t, s, "/v1/peek?recipient="+greedy), getUnread(t, s, "/v1/peek?recipient="+greedy)}
 	if statuses[0] != http.StatusOK || statuses[1] != http.StatusServiceUnavailable {
 		t.Fatalf("one actor's two unread Peeks of a bundle of %d notifications on two connections: %v; want 200 (its share) and 503",

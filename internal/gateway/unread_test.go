@@ -303,18 +303,8 @@ func TestUnreadContentPeeksOfABundleAloneShareThePeekAnswersBudget(t *testing.T)
 	const unread = 4
 	s := newStackServing(t, nil, smallBuffers, gateway.WithContentStall(time.Hour))
 	recipient := uuid.NewString()
-	// The largest bundle: 51,200 notifications, each of its own
-	// 255-character document type.
-	for first := 0; first < domain.DefaultMaxBundleWeight; first += domain.MaxNotificationsPerSave {
-		var ns []domain.Notification
-		for i := first; i < min(first+domain.MaxNotificationsPerSave, domain.DefaultMaxBundleWeight); i++ {
-			ns = append(ns, domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
-				ContentType: "c", DocumentType: fmt.Sprintf("%0255d", i), SupportsBundling: true, Weight: 1})
-		}
-		if _, err := s.repo.Save(t.Context(), ns); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The largest bundle.
+	s.saveWideBundle(t, recipient, domain.DefaultMaxBundleWeight)
 	base := heapInUse()
 	statuses := map[int]int{}
 	for range unread {
@@ -324,5 +314,21 @@ func TestUnreadContentPeeksOfABundleAloneShareThePeekAnswersBudget(t *testing.T)
 		unread, statuses, float64(int64(heapInUse())-int64(base))/(1<<20))
 	if statuses[http.StatusOK] != 1 || statuses[http.StatusServiceUnavailable] != unread-1 {
 		t.Fatalf("answers %v; want one 200 and the rest 503: each answer holds over half of the budget", statuses)
+	}
+}
+
+// saveWideBundle saves a bundle of n notifications for recipient, each of
+// its own 255-character document type: the widest JSON per notification.
+func (s *stack) saveWideBundle(t *testing.T, recipient string, n int) {
+	t.Helper()
+	for first := 0; first < n; first += domain.MaxNotificationsPerSave {
+		var ns []domain.Notification
+		for i := first; i < min(first+domain.MaxNotificationsPerSave, n); i++ {
+			ns = append(ns, domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
+				ContentType: "c", DocumentType: fmt.Sprintf("%0255d", i), SupportsBundling: true, Weight: 1})
+		}
+		if _, err := s.repo.Save(t.Context(), ns); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
