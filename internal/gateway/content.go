@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -76,8 +77,9 @@ func InProcessDialOptions() []grpc.DialOption {
 // server's PeekContent (so authentication and validation are the same).
 //
 // A document's answer is bounded in memory and in time: it takes one of the
-// places of o.contentPeeks (503 with Retry-After when there is none) once
-// its document is ready, and is cut when its client reads nothing for
+// places of o.contentPeeks, within its connection's and its actor's
+// (server.ActorShare) limits (503 with Retry-After when there is none),
+// once its document is ready, and is cut when its client reads nothing for
 // o.contentStall. A bundle without a document is answered as a Peek is,
 // under the Peek answers' budget (peekAnswers).
 func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, peekAnswers *answersInFlight, o options) http.Handler {
@@ -112,6 +114,10 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, peekA
 			contentError(mux, w, r, err)
 			return
 		}
+		// Who the document is for: with authentication the bundle is the
+		// caller's own (the server refuses another recipient), without it
+		// the recipient the request names.
+		actor := first.GetBundle().GetRecipient()
 		w.Header()[MessageIDHeader] = []string{first.GetBundle().GetId()} //nolint:staticcheck // SA1008: sent as the clients spell it
 		// A document is data for a machine, whatever its media type: no
 		// browser may sniff it or run it in the hub's origin.
@@ -127,17 +133,18 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, peekA
 			// As large as a Peek's answer (the largest bundle is about 15
 			// MiB of JSON): it shares their budget and their stall.
 			bw := newBudgetedWriter(mux, w, r, peekAnswers, o)
+			bw.actor = actor
 			defer bw.release()
 			_, _ = bw.Write(body)
 			return
 		}
-		if !places.take(r.RemoteAddr, 1) {
+		if full := places.take(r.RemoteAddr, actor, 1); full != 0 {
 			// Cancelling the call (deferred) frees what it holds at once.
 			w.Header().Del(MessageIDHeader)
-			refuseBusy(mux, w, r, "too many documents being answered; try again shortly")
+			refuseBusy(mux, w, r, documentsBusy(full, places))
 			return
 		}
-		defer places.give(r.RemoteAddr, 1)
+		defer places.give(r.RemoteAddr, actor, 1)
 		w.Header().Set("Content-Type", first.GetMediaType())
 		// The document streams as it comes; an error half-way can only cut
 		// the response short, which the client must see as a broken body:
@@ -163,6 +170,20 @@ func peekContent(mux *runtime.ServeMux, hub messagehubv1.MessageHubClient, peekA
 			}
 		}
 	})
+}
+
+// documentsBusy is the message of a content peek refused for want of a
+// place: which limit is full (take's answer), and how many it allows.
+func documentsBusy(full int, places *answersInFlight) string {
+	switch full {
+	case fullActor:
+		return fmt.Sprintf("too many documents being answered to this actor (at most %d at once, on all its connections); read them, or try again shortly",
+			places.perActor)
+	case fullConn:
+		return fmt.Sprintf("too many documents being answered on this connection (at most %d at once); try again shortly", places.perConn)
+	default:
+		return "too many documents being answered; try again shortly"
+	}
 }
 
 // stallingWriter writes a document in pieces, each of which its client must

@@ -437,6 +437,10 @@ func peekResponse(_ context.Context, w http.ResponseWriter, m proto.Message) err
 	}
 	if b := resp.GetBundle(); b != nil {
 		w.Header()[MessageIDHeader] = []string{b.GetId()} //nolint:staticcheck // SA1008: sent as the clients spell it
+		if bw, ok := w.(*budgetedWriter); ok {
+			// The answer, written next, counts against its actor's share.
+			bw.actor = b.GetRecipient()
+		}
 		return nil
 	}
 	// The gateway still writes the (empty) body, which a 204 drops.

@@ -5,14 +5,17 @@ import (
 	"sync"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+
+	"github.com/energydatahub/messagehub/internal/server"
 )
 
 // A Peek's answer over HTTP is rendered whole before it is written: the
 // largest bundle (51,200 notifications) is tens of MiB of JSON. One whose
 // client does not read it holds that until it is cut, so answers being
-// written share a byte budget (a peek beyond it is answered 503 with
-// Retry-After, and its bundle stays pending for the next peek), and an
-// answer whose client reads nothing for the stall time is cut.
+// written share a byte budget, one actor's at most its share of it
+// (server.ActorShare) on all its connections (a peek beyond it is answered
+// 503 with Retry-After, and its bundle stays pending for the next peek),
+// and an answer whose client reads nothing for the stall time is cut.
 const (
 	// DefaultPeekAnswerBytes bounds the Peek answers being written at once.
 	DefaultPeekAnswerBytes = 128 << 20
@@ -29,31 +32,51 @@ const (
 	heldPerAnswerByte = 5
 )
 
-// answersInFlight counts what answers being written hold, in all and per
-// connection: the bytes of Peek answers, a place per document of content
-// peeks. An answer larger than a budget is let through when nothing else
-// holds it, so that any bundle can be delivered.
+// answersInFlight counts what answers being written hold, in all, per
+// connection and per actor (server.ActorShare of the total): the bytes of
+// Peek answers, a place per document of content peeks. An answer larger
+// than a budget is let through when nothing else holds it, so that any
+// bundle can be delivered.
 type answersInFlight struct {
-	mu             sync.Mutex
-	total, perConn int64
-	inUse          int64
-	byConn         map[string]int64
+	mu                       sync.Mutex
+	total, perConn, perActor int64
+	inUse                    int64
+	byConn, byActor          map[string]int64
 }
 
 func newAnswersInFlight(total, perConn int64) *answersInFlight {
-	return &answersInFlight{total: total, perConn: perConn, byConn: map[string]int64{}}
+	return &answersInFlight{total: total, perConn: perConn, perActor: server.ActorShare(total),
+		byConn: map[string]int64{}, byActor: map[string]int64{}}
 }
 
-func (b *answersInFlight) take(conn string, n int64) bool {
+// Budgets of answersInFlight an answer may find full.
+const (
+	fullTotal = iota + 1
+	fullConn
+	fullActor
+)
+
+// take takes n for an answer on conn to actor ("" for one whose actor is
+// not known: only the connection and the total count it), or says which
+// budget is full (0 when taken).
+func (b *answersInFlight) take(conn, actor string, n int64) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	held := b.byConn[conn]
-	if (b.inUse > 0 && b.inUse+n > b.total) || (held > 0 && held+n > b.perConn) {
-		return false
+	if b.inUse > 0 && b.inUse+n > b.total {
+		return fullTotal
+	}
+	if held := b.byConn[conn]; held > 0 && held+n > b.perConn {
+		return fullConn
+	}
+	if held := b.byActor[actor]; actor != "" && held > 0 && held+n > b.perActor {
+		return fullActor
 	}
 	b.inUse += n
-	b.byConn[conn] = held + n
-	return true
+	b.byConn[conn] += n
+	if actor != "" {
+		b.byActor[actor] += n
+	}
+	return 0
 }
 
 // crowded reports whether the answers being written hold over half of a
@@ -66,12 +89,15 @@ func (b *answersInFlight) crowded(conn string) bool {
 	return 2*b.inUse > b.total || 2*b.byConn[conn] > b.perConn
 }
 
-func (b *answersInFlight) give(conn string, n int64) {
+func (b *answersInFlight) give(conn, actor string, n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.inUse -= n
 	if b.byConn[conn] -= n; b.byConn[conn] <= 0 {
 		delete(b.byConn, conn)
+	}
+	if b.byActor[actor] -= n; b.byActor[actor] <= 0 {
+		delete(b.byActor, actor)
 	}
 }
 
@@ -104,6 +130,7 @@ type budgetedWriter struct {
 	mux         *runtime.ServeMux
 	r           *http.Request
 	budget      *answersInFlight
+	actor       string // the answer's, when known ("": not counted per actor)
 	out         stallingWriter
 	wroteHeader bool
 	held        int64
@@ -120,7 +147,7 @@ func (w *budgetedWriter) Write(p []byte) (int, error) {
 		return len(p), nil // the 503 is written; the answer is dropped
 	}
 	if !w.wroteHeader && w.held == 0 && len(p) > smallPeekAnswer {
-		if !w.budget.take(w.r.RemoteAddr, heldPerAnswerByte*int64(len(p))) {
+		if w.budget.take(w.r.RemoteAddr, w.actor, heldPerAnswerByte*int64(len(p))) != 0 {
 			w.refused = true
 			w.Header().Del(MessageIDHeader)
 			refuseBusy(w.mux, w.ResponseWriter, w.r, peekBusy)
@@ -143,7 +170,7 @@ const peekBusy = "too many large answers being written; peek again shortly (a pe
 
 func (w *budgetedWriter) release() {
 	if w.held > 0 {
-		w.budget.give(w.r.RemoteAddr, w.held)
+		w.budget.give(w.r.RemoteAddr, w.actor, w.held)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -133,12 +134,17 @@ func unreadContentPeeks(t *testing.T, stall time.Duration) bool {
 	}).Documents(t)
 	s := newStackServing(t, []server.Option{server.WithDocuments(docs, time.Minute)}, smallBuffers,
 		gateway.WithContentPeeks(places, places), gateway.WithContentStall(stall), gateway.WithAccessLog(slog.New(log)))
-	recipient := uuid.NewString()
-	s.saveOne(t, recipient, domain.OriginTimeSeries)
-	url := s.url + "/v1/peek/content?recipient=" + recipient
-	// The document is built and stored by a first peek, read whole.
-	if resp, body := get(t, url); resp.StatusCode != http.StatusOK || len(body) != docSize {
-		t.Fatalf("first peek: %d with %d bytes", resp.StatusCode, len(body))
+	// As many actors as places: an actor may hold only its share of them.
+	var urls []string
+	for range places {
+		recipient := uuid.NewString()
+		s.saveOne(t, recipient, domain.OriginTimeSeries)
+		url := s.url + "/v1/peek/content?recipient=" + recipient
+		// The document is built and stored by a first peek, read whole.
+		if resp, body := get(t, url); resp.StatusCode != http.StatusOK || len(body) != docSize {
+			t.Fatalf("first peek: %d with %d bytes", resp.StatusCode, len(body))
+		}
+		urls = append(urls, url)
 	}
 	mu.Lock()
 	base = heapInUse()
@@ -149,8 +155,8 @@ func unreadContentPeeks(t *testing.T, stall time.Duration) bool {
 	// far less the cuts logged by then.
 	statuses := map[int]int{}
 	cut := 0
-	for range unread {
-		statuses[getUnread(t, s, strings.TrimPrefix(url, s.url))]++
+	for i := range unread {
+		statuses[getUnread(t, s, strings.TrimPrefix(urls[i%places], s.url))]++
 		for drained := false; !drained; {
 			select {
 			case <-log.c:
@@ -184,7 +190,7 @@ func unreadContentPeeks(t *testing.T, stall time.Duration) bool {
 			held, places, gateway.ContentPeekBytes, slack)
 	}
 	// The cut answers gave their places up.
-	if resp, body := get(t, url); resp.StatusCode != http.StatusOK || len(body) != docSize {
+	if resp, body := get(t, urls[0]); resp.StatusCode != http.StatusOK || len(body) != docSize {
 		t.Fatalf("a peek after the unread ones were cut: %d with %d bytes", resp.StatusCode, len(body))
 	}
 	return true
@@ -195,6 +201,14 @@ func unreadContentPeeks(t *testing.T, stall time.Duration) bool {
 // until the test ends, its answer unread.
 func getUnread(t *testing.T, s *stack, path string) int {
 	t.Helper()
+	code, _ := getUnreadRefusal(t, s, path)
+	return code
+}
+
+// getUnreadRefusal is getUnread that also returns, for an answer other than
+// 200, its Retry-After and error message (a refusal's body is read whole).
+func getUnreadRefusal(t *testing.T, s *stack, path string) (int, refusal) {
+	t.Helper()
 	conn, err := dialSmall(t.Context(), strings.TrimPrefix(s.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -203,17 +217,31 @@ func getUnread(t *testing.T, s *stack, path string) int {
 	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: hub\r\n\r\n", path); err != nil {
 		t.Fatal(err)
 	}
-	// The status line, and not a byte of the body read on purpose.
-	line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')
+	// The status line and headers, and not a byte of a 200's body read on
+	// purpose.
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 16), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var code int
-	if _, err := fmt.Sscanf(line, "HTTP/1.1 %d", &code); err != nil {
-		t.Fatalf("status line %q: %v", line, err)
+	// Closing the body of a 200 would read it: the connection's close
+	// (cleanup) ends it.
+	defer func() {
+		if resp.StatusCode != http.StatusOK {
+			_ = resp.Body.Close()
+		}
+	}()
+	if resp.StatusCode == http.StatusOK {
+		return resp.StatusCode, refusal{}
 	}
-	return code
+	var e errorBody
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatalf("%d with a body that is not the JSON error shape: %v", resp.StatusCode, err)
+	}
+	return resp.StatusCode, refusal{retryAfter: resp.Header.Get("Retry-After"), message: e.Message}
 }
+
+// refusal is what a refused answer says.
+type refusal struct{ retryAfter, message string }
 
 // A client that reads a document slowly but steadily gets all of it, for
 // longer than the HTTP server's WriteTimeout: the stall is counted per
@@ -275,18 +303,8 @@ func TestUnreadContentPeeksOfABundleAloneShareThePeekAnswersBudget(t *testing.T)
 	const unread = 4
 	s := newStackServing(t, nil, smallBuffers, gateway.WithContentStall(time.Hour))
 	recipient := uuid.NewString()
-	// The largest bundle: 51,200 notifications, each of its own
-	// 255-character document type.
-	for first := 0; first < domain.DefaultMaxBundleWeight; first += domain.MaxNotificationsPerSave {
-		var ns []domain.Notification
-		for i := first; i < min(first+domain.MaxNotificationsPerSave, domain.DefaultMaxBundleWeight); i++ {
-			ns = append(ns, domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
-				ContentType: "c", DocumentType: fmt.Sprintf("%0255d", i), SupportsBundling: true, Weight: 1})
-		}
-		if _, err := s.repo.Save(t.Context(), ns); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The largest bundle.
+	s.saveWideBundle(t, recipient, domain.DefaultMaxBundleWeight)
 	base := heapInUse()
 	statuses := map[int]int{}
 	for range unread {
@@ -296,5 +314,21 @@ func TestUnreadContentPeeksOfABundleAloneShareThePeekAnswersBudget(t *testing.T)
 		unread, statuses, float64(int64(heapInUse())-int64(base))/(1<<20))
 	if statuses[http.StatusOK] != 1 || statuses[http.StatusServiceUnavailable] != unread-1 {
 		t.Fatalf("answers %v; want one 200 and the rest 503: each answer holds over half of the budget", statuses)
+	}
+}
+
+// saveWideBundle saves a bundle of n notifications for recipient, each of
+// its own 255-character document type: the widest JSON per notification.
+func (s *stack) saveWideBundle(t *testing.T, recipient string, n int) {
+	t.Helper()
+	for first := 0; first < n; first += domain.MaxNotificationsPerSave {
+		var ns []domain.Notification
+		for i := first; i < min(first+domain.MaxNotificationsPerSave, n); i++ {
+			ns = append(ns, domain.Notification{ID: uuid.NewString(), Recipient: recipient, Origin: domain.OriginCharges,
+				ContentType: "c", DocumentType: fmt.Sprintf("%0255d", i), SupportsBundling: true, Weight: 1})
+		}
+		if _, err := s.repo.Save(t.Context(), ns); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	messagehubv1 "github.com/energydatahub/messagehub/gen/messagehub/v1"
 )
 
 // Answers a client does not read stay in the server until they are written:
@@ -20,10 +22,11 @@ import (
 // message (a PeekContent's 1 MiB) for as long as the client keeps its
 // flow-control window shut, so 100 unread Peeks on one connection held 1.35
 // GB. The bytes of answers encoded and not yet written are therefore
-// budgeted, per connection and for the server: a MessageHub answer takes its
-// encoded size from both before it is encoded, and gives it back when gRPC
-// has written it (or dropped it with its stream or connection). An answer
-// that finds no room within AnswerBudget.Wait is refused with RESOURCE_EXHAUSTED.
+// budgeted, per connection, per actor and for the server: a MessageHub
+// answer takes its encoded size from each before it is encoded, and gives it
+// back when gRPC has written it (or dropped it with its stream or
+// connection). An answer that finds no room within AnswerBudget.Wait is
+// refused with RESOURCE_EXHAUSTED.
 
 // AnswerBudget bounds the bytes of answers encoded and not yet written.
 type AnswerBudget struct {
@@ -36,6 +39,15 @@ type AnswerBudget struct {
 	// reads them.
 	Wait time.Duration
 }
+
+// ActorShare is the most of a budget of answers being written (the bytes of
+// the server's AnswerBudget.Total, the gateway's places of documents) that
+// one actor's answers may hold, on all its connections together: a quarter,
+// so that no actor, however many connections it opens, holds what the
+// others need. An actor is the recipient its answers deliver to: with
+// authentication the caller itself (it may peek only its own bundles),
+// without it the recipient its requests name.
+func ActorShare(total int64) int64 { return max(total/4, 1) }
 
 // DefaultAnswerBudget lets a connection hold four of the largest bundles
 // (about 16 MiB each) and the server 320 MiB, so that no abuse of unread
@@ -62,7 +74,73 @@ func WithAnswerBudget(b AnswerBudget) Option {
 type answerBudgets struct {
 	perConn int64
 	total   *semaphore.Weighted
+	actors  *actorShares
 	wait    time.Duration
+}
+
+func newAnswerBudgets(b AnswerBudget) answerBudgets {
+	return answerBudgets{perConn: b.PerConnection, total: semaphore.NewWeighted(b.Total),
+		actors: &actorShares{limit: ActorShare(b.Total), byActor: map[string]*actorShare{}}, wait: b.Wait}
+}
+
+// actorShares are what each actor's answers hold of the server's total, on
+// all its connections; an actor's share is kept while it holds or waits for
+// some of it.
+type actorShares struct {
+	limit   int64
+	mu      sync.Mutex
+	byActor map[string]*actorShare
+}
+
+type actorShare struct {
+	actor   string
+	sem     *semaphore.Weighted
+	held    int64 // under actorShares.mu
+	waiting int   // under actorShares.mu
+}
+
+// take takes n of actor's share, waiting until ctx ends; "" (an answer
+// for no actor) takes nothing and returns nil.
+func (a *actorShares) take(ctx context.Context, actor string, n int64) (*actorShare, error) {
+	if actor == "" {
+		return nil, nil
+	}
+	a.mu.Lock()
+	s := a.byActor[actor]
+	if s == nil {
+		s = &actorShare{actor: actor, sem: semaphore.NewWeighted(a.limit)}
+		a.byActor[actor] = s
+	}
+	s.waiting++
+	a.mu.Unlock()
+	err := s.sem.Acquire(ctx, n)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s.waiting--
+	if err != nil {
+		a.dropLocked(s)
+		return nil, err
+	}
+	s.held += n
+	return s, nil
+}
+
+// give gives n back to s (nil: nothing was taken).
+func (a *actorShares) give(s *actorShare, n int64) {
+	if s == nil {
+		return
+	}
+	s.sem.Release(n)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s.held -= n
+	a.dropLocked(s)
+}
+
+func (a *actorShares) dropLocked(s *actorShare) {
+	if s.held == 0 && s.waiting == 0 && a.byActor[s.actor] == s {
+		delete(a.byActor, s.actor)
+	}
 }
 
 type connAnswersKey struct{}
@@ -71,17 +149,20 @@ type connAnswersKey struct{}
 // server's total is given back when the connection ends, whatever gRPC did
 // with their buffers.
 type connAnswers struct {
-	own   *semaphore.Weighted
-	total *semaphore.Weighted
-	wait  time.Duration
+	own    *semaphore.Weighted
+	total  *semaphore.Weighted
+	actors *actorShares
+	wait   time.Duration
 
 	mu     sync.Mutex
-	held   int64 // of total
+	held   int64                 // of total
+	heldOf map[*actorShare]int64 // of actors' shares
 	closed bool
 }
 
 func (b answerBudgets) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connAnswersKey{}, &connAnswers{own: semaphore.NewWeighted(b.perConn), total: b.total, wait: b.wait})
+	return context.WithValue(ctx, connAnswersKey{}, &connAnswers{own: semaphore.NewWeighted(b.perConn), total: b.total,
+		actors: b.actors, wait: b.wait, heldOf: map[*actorShare]int64{}})
 }
 
 func (b answerBudgets) HandleConn(ctx context.Context, s stats.ConnStats) {
@@ -93,6 +174,10 @@ func (b answerBudgets) HandleConn(ctx context.Context, s stats.ConnStats) {
 		c.closed = true
 		c.total.Release(c.held)
 		c.held = 0
+		for share, n := range c.heldOf {
+			c.actors.give(share, n)
+		}
+		clear(c.heldOf)
 		c.mu.Unlock()
 	}
 }
@@ -100,10 +185,11 @@ func (b answerBudgets) HandleConn(ctx context.Context, s stats.ConnStats) {
 func (answerBudgets) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 func (answerBudgets) HandleRPC(context.Context, stats.RPCStats)                       {}
 
-// reserve takes n bytes of the call's connection and of the server, waiting
-// at most the budget's Wait, and returns what gives them back (once). Without a
-// budget in ctx (a server without one) it takes nothing.
-func reserve(ctx context.Context, n int64) (func(), error) {
+// reserve takes n bytes of the call's connection, of actor's share ("" for
+// an answer to no actor) and of the server, waiting at most the budget's
+// Wait, and returns what gives them back (once). Without a budget in ctx (a
+// server without one) it takes nothing.
+func reserve(ctx context.Context, actor string, n int64) (func(), error) {
 	c, ok := ctx.Value(connAnswersKey{}).(*connAnswers)
 	if !ok || n < smallAnswer {
 		return func() {}, nil
@@ -113,7 +199,13 @@ func reserve(ctx context.Context, n int64) (func(), error) {
 	if err := c.own.Acquire(wctx, n); err != nil {
 		return nil, refused(ctx, n, "this connection", c.wait)
 	}
+	share, err := c.actors.take(wctx, actor, n)
+	if err != nil {
+		c.own.Release(n)
+		return nil, refused(ctx, n, "this actor's share (a quarter of the server's, on all its connections)", c.wait)
+	}
 	if err := c.total.Acquire(wctx, n); err != nil {
+		c.actors.give(share, n)
 		c.own.Release(n)
 		return nil, refused(ctx, n, "the server", c.wait)
 	}
@@ -121,10 +213,14 @@ func reserve(ctx context.Context, n int64) (func(), error) {
 	if c.closed {
 		c.mu.Unlock()
 		c.total.Release(n)
+		c.actors.give(share, n)
 		c.own.Release(n)
 		return nil, status.Error(codes.Canceled, "the connection closed")
 	}
 	c.held += n
+	if share != nil {
+		c.heldOf[share] += n
+	}
 	c.mu.Unlock()
 	return sync.OnceFunc(func() {
 		c.own.Release(n)
@@ -133,6 +229,12 @@ func reserve(ctx context.Context, n int64) (func(), error) {
 		if !c.closed {
 			c.held -= n
 			c.total.Release(n)
+			if share != nil {
+				if c.heldOf[share] -= n; c.heldOf[share] == 0 {
+					delete(c.heldOf, share)
+				}
+				c.actors.give(share, n)
+			}
 		}
 	}), nil
 }
@@ -194,9 +296,21 @@ func holdAnswer(ctx context.Context, resp any) (any, error) {
 	if !ok {
 		return resp, nil
 	}
-	release, err := reserve(ctx, int64(proto.Size(m)))
+	release, err := reserve(ctx, actorOf(m), int64(proto.Size(m)))
 	if err != nil {
 		return nil, err
 	}
 	return &heldAnswer{msg: resp, release: release}, nil
+}
+
+// actorOf is the actor an answer delivers to (see ActorShare): its bundle's
+// recipient, for the answers of Peek and PeekContent; "" for any other.
+func actorOf(m proto.Message) string {
+	switch m := m.(type) {
+	case *messagehubv1.PeekResponse:
+		return m.GetBundle().GetRecipient()
+	case *messagehubv1.PeekContentChunk:
+		return m.GetBundle().GetRecipient()
+	}
+	return ""
 }

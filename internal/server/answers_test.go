@@ -1,10 +1,14 @@
 package server
 
 import (
+	"context"
+	"log/slog"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/proto"
 
@@ -92,4 +96,87 @@ func unreadAnswersHoldAtMostTheBudget(t *testing.T, path string, bundle *domain.
 	if held > perConn+slack {
 		t.Fatalf("unread answers hold %d bytes of heap, over the connection's budget %d and %d slack", held, perConn, slack)
 	}
+}
+
+// One actor cannot take the whole of the server's answer budget by opening
+// more connections: its unread answers hold at most its share (a quarter of
+// the total), those beyond are refused with RESOURCE_EXHAUSTED naming the
+// actor's share, and another actor's answer fits meanwhile. Peeks and
+// content peeks (a bundle alone here) alike.
+func TestOneActorsUnreadAnswersLeaveOtherActorsRoom(t *testing.T) {
+	for _, path := range []string{"/messagehub.v1.MessageHub/Peek", "/messagehub.v1.MessageHub/PeekContent"} {
+		t.Run(path, func(t *testing.T) { oneActorsUnreadAnswers(t, path) })
+	}
+}
+
+func oneActorsUnreadAnswers(t *testing.T, path string) {
+	const (
+		perConn = 8 << 20
+		total   = 16 << 20 // an actor's share: 4 MiB
+		conns   = 2        // the greedy actor's, which together could hold the total
+	)
+	bundle := timeSeriesBundle(50_000)
+	size := proto.Size(&messagehubv1.PeekResponse{Bundle: apiconv.Bundle(bundle)})
+	srv, hs := NewGRPCServer(bundlePerRecipient{&recordingHub{bundle: bundle}}, slog.New(slog.DiscardHandler),
+		WithLimits(Limits{MaxConcurrentStreams: 40}),
+		WithAnswerBudget(AnswerBudget{PerConnection: perConn, Total: total, Wait: 200 * time.Millisecond}))
+	SetServing(hs, true)
+	shut := []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}}
+	peekOf := func(recipient string) []byte {
+		req, err := proto.Marshal(&messagehubv1.PeekRequest{Recipient: recipient})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	greedy, other := uuid.NewString(), uuid.NewString()
+	fit := perConn / size // on one connection
+	held := 0
+	var refusals []string
+	for range conns {
+		c := newRawClientOf(t, srv, shut)
+		for i := range fit {
+			c.callPath(uint32(2*i+1), path, peekOf(greedy))
+		}
+		for range fit {
+			switch _, ev := c.next(nil); {
+			case ev.answered:
+				held++
+			case ev.ended:
+				refusals = append(refusals, ev.message)
+			default:
+				t.Fatalf("a stream was reset: %+v", ev)
+			}
+		}
+	}
+	share := total / 4 / size
+	t.Logf("one actor's %d unread answers of %.1f MiB on %d connections: %d held", conns*fit, float64(size)/(1<<20), conns, held)
+	if held != share {
+		t.Fatalf("one actor holds %d unread answers of %d bytes on %d connections; want %d, its share of a total of %d",
+			held, size, conns, share, total)
+	}
+	for _, m := range refusals {
+		if !strings.Contains(m, "this actor") {
+			t.Fatalf("an answer beyond the actor's share refused with %q; want the actor's share named", m)
+		}
+	}
+	c := newRawClientOf(t, srv, shut)
+	c.callPath(1, path, peekOf(other))
+	if _, ev := c.next(nil); !ev.answered {
+		t.Fatalf("another actor's call while the first holds its unread answers: %+v %q; want it answered", ev, ev.message)
+	}
+}
+
+// bundlePerRecipient answers each recipient's Peek with the hub's bundle,
+// made that recipient's.
+type bundlePerRecipient struct{ *recordingHub }
+
+func (h bundlePerRecipient) Peek(ctx context.Context, recipient string, group domain.PeekGroup, bundleID string) (*domain.Bundle, error) {
+	b, err := h.recordingHub.Peek(ctx, recipient, group, bundleID)
+	if b == nil {
+		return b, err
+	}
+	own := *b
+	own.Recipient = recipient
+	return &own, err
 }

@@ -76,7 +76,7 @@ func (s *Service) peekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 	}
 	first := &messagehubv1.PeekContentChunk{Bundle: peeked.GetBundle()}
 	if s.documents == nil {
-		return true, sendHeld(stream, first)
+		return true, sendHeld(stream, first.GetBundle().GetRecipient(), first)
 	}
 	doc, err := s.documents.Document(ctx, first.Bundle)
 	if errors.Is(err, content.ErrNotReady) && stream.Context().Err() == nil {
@@ -87,7 +87,7 @@ func (s *Service) peekContent(req *messagehubv1.PeekRequest, stream grpc.ServerS
 		return false, outOfTime(ctx, stream.Context(), err)
 	}
 	if doc == nil {
-		return true, sendHeld(stream, first)
+		return true, sendHeld(stream, first.GetBundle().GetRecipient(), first)
 	}
 	defer func() { _ = doc.Body.Close() }()
 	// A read of the document may wait for as long as its download stays
@@ -119,18 +119,19 @@ func outOfTime(ctx, call context.Context, err error) error {
 	return &domain.Private{Err: fmt.Errorf("%w: %w", public, err), Public: public.Error()}
 }
 
-// sendHeld sends msg holding its encoded size of the answers' budget until
-// gRPC has written it (answers.go): a bundle sent alone is as large as a
-// Peek's answer, up to about 16 MiB, and a client that does not read it
-// must not make the server hold more than the budget allows.
-func sendHeld(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChunk], msg *messagehubv1.PeekContentChunk) error {
+// sendHeld sends msg, an answer to actor, holding its encoded size of the
+// answers' budget until gRPC has written it (answers.go): a bundle sent
+// alone is as large as a Peek's answer, up to about 16 MiB, and a client
+// that does not read it must not make the server hold more than the budget
+// allows.
+func sendHeld(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChunk], actor string, msg *messagehubv1.PeekContentChunk) error {
 	if _, ok := stream.Context().Value(connAnswersKey{}).(*connAnswers); !ok {
 		// A gRPC server not built by this package (a bare grpc.NewServer
 		// with the Service registered) has neither the budget nor the
 		// codec that encodes a heldAnswer.
 		return stream.Send(msg)
 	}
-	release, err := reserve(stream.Context(), int64(proto.Size(msg)))
+	release, err := reserve(stream.Context(), actor, int64(proto.Size(msg)))
 	if err != nil {
 		return err
 	}
@@ -147,7 +148,8 @@ func sendDocument(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChun
 	ctx := stream.Context()
 	// The read buffer counts against the answers' budget for the whole
 	// call, each message until it is written (see answers.go).
-	releaseBuf, err := reserve(ctx, content.MaxMessageBytes)
+	actor := first.GetBundle().GetRecipient()
+	releaseBuf, err := reserve(ctx, actor, content.MaxMessageBytes)
 	if err != nil {
 		return err
 	}
@@ -159,7 +161,7 @@ func sendDocument(stream grpc.ServerStreamingServer[messagehubv1.PeekContentChun
 		n, err := fill(body, buf[:room])
 		if n > 0 || msg == first {
 			msg.Data = buf[:n]
-			if serr := sendHeld(stream, msg); serr != nil {
+			if serr := sendHeld(stream, actor, msg); serr != nil {
 				return serr
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"math"
 	"time"
 
-	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -243,7 +242,7 @@ func NewGRPCServer(hub Hub, logger *slog.Logger, opts ...Option) (*grpc.Server, 
 		grpc.ForceServerCodecV2(serverCodec{codec.New()}),
 		grpc.NumStreamWorkers(streamWorkers),
 	}
-	serverOpts = append(serverOpts, grpc.StatsHandler(answerBudgets{perConn: o.answers.PerConnection, total: semaphore.NewWeighted(o.answers.Total), wait: o.answers.Wait}))
+	serverOpts = append(serverOpts, grpc.StatsHandler(newAnswerBudgets(o.answers)))
 	for _, h := range o.stats {
 		serverOpts = append(serverOpts, grpc.StatsHandler(h))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"math"
+	"net/url"
 	"testing"
 	"time"
 
@@ -107,6 +108,7 @@ func (c *rawClient) callPath(id uint32, path string, body []byte) {
 type event struct {
 	answered, ended bool
 	reset           http2.ErrCode
+	message         string // an ended call's grpc-message
 }
 
 // next reads frames until the server answers or resets a stream, and
@@ -138,7 +140,13 @@ func (c *rawClient) next(settings func(http2.Setting)) (uint32, event) {
 			}
 		case *http2.MetaHeadersFrame:
 			if f.StreamEnded() {
-				return f.StreamID, event{ended: true}
+				var message string
+				for _, h := range f.RegularFields() {
+					if h.Name == "grpc-message" {
+						message, _ = url.PathUnescape(h.Value) // percent-encoded
+					}
+				}
+				return f.StreamID, event{ended: true, message: message}
 			}
 			return f.StreamID, event{answered: true}
 		case *http2.RSTStreamFrame:

@@ -21,10 +21,12 @@ import (
 )
 
 // The answer budget's defaults (README, "Bounded resources"): answers
-// encoded and not yet written hold at most 64 MiB per connection and 512
-// MiB in all; an answer that finds no room within 5 s is refused.
+// encoded and not yet written hold at most 64 MiB per connection, 80 MiB
+// per actor and 320 MiB in all; an answer that finds no room within 5 s is
+// refused.
 const (
 	answersPerConnection = 64 << 20
+	answersPerActor      = answersTotal / 4
 	answersTotal         = 320 << 20
 	answerWait           = 5 * time.Second
 )
@@ -49,9 +51,9 @@ func pendingLargestBundle(t *testing.T, extra ...string) (*hub, string, int) {
 
 // Peeks whose answers are never read (the client's flow-control window
 // shut) hold at most the answer budget: on each connection the answers
-// that fit its 64 MiB, in all those that fit 320 MiB; the others are
-// refused with RESOURCE_EXHAUSTED once they have waited 5 s. Without the
-// budget every call held its 15 MiB answer: here 1 GiB.
+// that fit its 64 MiB, for the one actor peeking those that fit its 80 MiB;
+// the others are refused with RESOURCE_EXHAUSTED once they have waited 5 s.
+// Without the budget every call held its 15 MiB answer: here 1 GiB.
 func unreadGRPCPeekAnswers(t *testing.T) {
 	h, recipient, size := pendingLargestBundle(t)
 	const conns, perConn = 12, 6
@@ -111,8 +113,8 @@ func unreadGRPCPeekAnswers(t *testing.T) {
 		}
 	}
 	t.Logf("%d answers held (%.0f MiB), %d refused, in %v", answered, mib(int64(answered*size)), refused, time.Since(start))
-	if held := answered * size; held > answersTotal {
-		t.Errorf("%d unread answers held, %.0f MiB: over the total budget", answered, mib(int64(held)))
+	if held := answered * size; held > answersPerActor {
+		t.Errorf("%d unread answers of one actor held, %.0f MiB: over its share of the budget", answered, mib(int64(held)))
 	}
 	if answered == 0 || refused == 0 {
 		t.Errorf("%d answered and %d refused: the attack did not reach the budget", answered, refused)
@@ -128,9 +130,14 @@ func unreadGRPCPeekAnswers(t *testing.T) {
 }
 
 // The gateway answers at most 32 documents at once (README, "HTTP gateway"),
-// each holding at most about 3 MiB however slowly it is read; the others
-// are answered 503 with Retry-After.
-const contentPlaces = 32
+// 8 of them to one actor, each holding at most about 3 MiB however slowly it
+// is read; the others are answered 503 with Retry-After.
+const (
+	contentPlaces = 32
+	// actorsToFill is how many actors it takes to fill the places: one
+	// actor holds at most a quarter of them.
+	actorsToFill = 4
+)
 
 // Content peeks over HTTP whose answers are never read hold at most the
 // gateway's places for documents, whatever the document's size: 64 unread
@@ -145,23 +152,28 @@ func unreadContentPeeks(t *testing.T) {
 		return contenttest.Document("application/xml", document, 1<<20)
 	})
 	h := startHub(t, "--content-provider", "DOMAIN_TIME_SERIES="+provider.Address)
-	recipient := uuid.NewString()
-	if _, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(recipient)}}); err != nil {
-		t.Fatal(err)
-	}
-	path := "/v1/peek/content?recipient=" + recipient
-	// The first peek has the document built and stored; the restarted hub
-	// answers it from its data directory.
-	if status, n := getAll(t, h.httpAddr, path); status != http.StatusOK || n != docSize {
-		t.Fatalf("the first content peek: %d with %d bytes", status, n)
+	// As many actors as fill the places.
+	var paths []string
+	for range actorsToFill {
+		recipient := uuid.NewString()
+		if _, err := h.client.Save(ctxT(t), &messagehubv1.SaveRequest{Notifications: []*messagehubv1.DataAvailable{notification(recipient)}}); err != nil {
+			t.Fatal(err)
+		}
+		path := "/v1/peek/content?recipient=" + recipient
+		// The first peek has the document built and stored; the restarted
+		// hub answers it from its data directory.
+		if status, n := getAll(t, h.httpAddr, path); status != http.StatusOK || n != docSize {
+			t.Fatalf("the first content peek: %d with %d bytes", status, n)
+		}
+		paths = append(paths, path)
 	}
 	h = h.restart(t)
 
 	statuses := map[int]int{}
 	var conns []net.Conn
 	measure(t, h, budget, func() {
-		for range unread {
-			conn, status := getUnread(t, h.httpAddr, path)
+		for i := range unread {
+			conn, status := getUnread(t, h.httpAddr, paths[i%len(paths)])
 			conns = append(conns, conn)
 			statuses[status]++
 		}
@@ -174,7 +186,7 @@ func unreadContentPeeks(t *testing.T) {
 	for _, c := range conns {
 		_ = c.Close()
 	}
-	if status, n := getAll(t, h.httpAddr, path); status != http.StatusOK || n != docSize {
+	if status, n := getAll(t, h.httpAddr, paths[0]); status != http.StatusOK || n != docSize {
 		t.Fatalf("a content peek after the attack: %d with %d bytes", status, n)
 	}
 }
