@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
@@ -38,9 +40,15 @@ const (
 	typeFigures      = "figures"
 )
 
-// backlogQuery reads what a recount needs of every recipient (the same
-// query as backlogOfQuery, across partitions).
-const backlogQuery = backlogOfQuery
+// backlogQuery reads what a recount needs of every recipient (across
+// partitions), and of one whose saves it settles (in its partition): its
+// backlog, as backlogOfQuery, and its head, whose reservations are the
+// saves in flight, or that died in flight (heldHeads).
+const backlogQuery = "SELECT " + backlogFields + " FROM c WHERE c.t IN ('head', 'entry', 'shelf', 'cursor', 'pending')"
+
+// backlogWithoutHeadsQuery is backlogQuery without the heads, for a
+// recount that knows them (heldHeads).
+const backlogWithoutHeadsQuery = backlogOfQuery
 
 // figuresDoc is one part of the figures.
 type figuresDoc struct {
@@ -52,13 +60,21 @@ type figuresDoc struct {
 
 // scanBacklog reads every recipient's entries, cursors and pending bundles
 // and calls fn once per recipient; it returns the request units the query
-// cost.
+// cost. It reads the heads too unless this store has followed them since
+// its last recount that did (heldHeads), and settles the saves whose
+// reservations outlived their lease (settledBacklogOf).
 func (s *Store) scanBacklog(ctx context.Context, fn func(store.RecipientRecords) error) (float64, error) {
+	heads := !s.held.isComplete()
+	sql := backlogWithoutHeadsQuery
+	if heads {
+		sql = backlogQuery
+		s.held.forgetHeads()
+	}
 	byRecipient := map[string]*backlogOf{}
 	var order []string
 	// With this instance's tokens the recount includes its own writes;
 	// other instances' may lag by the replica lag.
-	cost, err := s.queryCharged(ctx, azcosmos.NewPartitionKey(), backlogQuery, func(raw []byte) error {
+	cost, err := s.queryCharged(ctx, azcosmos.NewPartitionKey(), sql, func(raw []byte) error {
 		pk, err := recipientOf(raw)
 		if err != nil {
 			return err
@@ -74,25 +90,206 @@ func (s *Store) scanBacklog(ctx context.Context, fn func(store.RecipientRecords)
 	if err != nil {
 		return cost, err
 	}
+	if heads {
+		for _, pk := range order {
+			s.held.note(pk, byRecipient[pk].heldUntil)
+		}
+	}
+	settle := map[string]bool{}
+	for _, pk := range s.held.ended(s.cfg.Now().UnixMilli()) {
+		settle[pk] = true
+		if byRecipient[pk] == nil { // nothing but its head and reservation
+			byRecipient[pk] = &backlogOf{records: store.RecipientRecords{Recipient: pk}}
+			order = append(order, pk)
+		}
+	}
 	for _, pk := range order {
-		if err := fn(byRecipient[pk].done()); err != nil {
+		r := byRecipient[pk].done()
+		if settle[pk] {
+			var c float64
+			r, c, err = s.settledBacklogOf(ctx, pk)
+			if cost += c; err != nil {
+				return cost, err
+			}
+		}
+		if len(r.Entries) == 0 && len(r.Cursors) == 0 && len(r.Pending) == 0 {
+			continue // a head alone: nothing saved that retention has not removed
+		}
+		if err := fn(r); err != nil {
 			return cost, err
 		}
+	}
+	if heads {
+		s.held.counted()
 	}
 	return cost, nil
 }
 
-// backlogDoc is what a recount reads of an entry, a cursor or a pending
-// bundle.
+// heldHeads are the recipients whose head, as the figures' holder last read
+// it, holds reservations, each with the end of the earliest lease (unix
+// ms). A save takes its positions in the catalog with its reservation, so
+// the figures count its notifications as waiting from then on. A save whose
+// process dies before its commit writes nothing more: its positions are no
+// notification a Peek could deliver (the first load of the recipient once
+// the lease has ended aborts the save and makes them a hole), yet the
+// change feed names the recipient no more, and for an actor that never
+// polls they would count for good. So the holder settles such a save itself
+// once the lease has ended (settledBacklogOf), as a load would.
+//
+// It learns the heads from a recount that reads them with the rest (a
+// document more per recipient) and from then on from the change feed, which
+// carries every head a save wrote (a finished save's last write drops its
+// reservation): complete says that the feed was followed without a gap from
+// before that recount to last, the cursor this store's reading of the feed
+// reached at lastAt. A later recount then reads no head: it first follows
+// the feed from last (changedBacklog), and only the settle of a save whose
+// lease ended reads one. A holder that starts afresh (it takes the lease
+// over, or its last reading of the feed is older than heldResumeWithin)
+// reads them all again.
+type heldHeads struct {
+	mu       sync.Mutex
+	m        map[string]int64
+	complete bool
+	last     string
+	lastAt   int64
+}
+
+// heldResumeWithin is how old the last reading of the feed may be for a
+// recount to go on from it rather than read every head: a holder reads it
+// every minute, and one that did not for longer may have lost the lease
+// meanwhile, the changes since then costing more to follow than the heads
+// to read.
+const heldResumeWithin = 10 * time.Minute
+
+// reset forgets every head.
+func (h *heldHeads) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.m, h.complete, h.last = nil, false, ""
+}
+
+// forgetHeads forgets every head, not where the feed was read to: a
+// recount reads them all again.
+func (h *heldHeads) forgetHeads() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.m, h.complete = nil, false
+}
+
+// counted says that a recount read every head since the feed's cursor
+// last.
+func (h *heldHeads) counted() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.complete = true
+}
+
+func (h *heldHeads) isComplete() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.complete
+}
+
+// followed records that the feed was read up to cursor at now (unix ms).
+func (h *heldHeads) followed(cursor string, now int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.last, h.lastAt = cursor, now
+}
+
+// resumable returns the cursor a recount at now goes on from, when the
+// heads are known up to it.
+func (h *heldHeads) resumable(now int64) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last, h.complete && h.last != "" && now-h.lastAt <= heldResumeWithin.Milliseconds()
+}
+
+// note records the recipient's head as read: reservations held until
+// until, or none (0).
+func (h *heldHeads) note(recipient string, until int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if until == 0 {
+		delete(h.m, recipient)
+		return
+	}
+	if h.m == nil {
+		h.m = map[string]int64{}
+	}
+	h.m[recipient] = until
+}
+
+// ended returns the recipients a reservation of whose head has outlived
+// its lease at now (unix ms).
+func (h *heldHeads) ended(now int64) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for r, until := range h.m {
+		if until < now {
+			out = append(out, r)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// settledBacklogOf settles the saves whose reservations in the recipient's
+// head outlived their lease (resolveExpired: finalized if committed, else
+// aborted and rolled back) and reads the recipient's backlog and head
+// again. A settle that fails is logged and the recipient read as it is:
+// the next update tries again.
+func (s *Store) settledBacklogOf(ctx context.Context, recipient string) (store.RecipientRecords, float64, error) {
+	if err := s.resolveExpired(ctx, recipient); err != nil && !errors.Is(err, store.ErrConflict) {
+		if ctx.Err() != nil {
+			return store.RecipientRecords{}, 0, err
+		}
+		s.cfg.Logger.Warn("cosmos: the backlog figures could not settle a save whose lease ended; they count its notifications until an update that does",
+			"recipient", recipient, "err", err)
+	}
+	b := backlogOf{records: store.RecipientRecords{Recipient: recipient}}
+	cost, err := s.queryCharged(ctx, azcosmos.NewPartitionKeyString(recipient), backlogQuery, b.add)
+	if err != nil {
+		return store.RecipientRecords{}, cost, err
+	}
+	s.held.note(recipient, b.heldUntil)
+	return b.done(), cost, nil
+}
+
+// backlogDoc is what a recount reads of an entry, a cursor, a pending
+// bundle or a head.
 type backlogDoc struct {
-	PK      string       `json:"pk"`
-	T       string       `json:"t"`
+	heldDoc
 	Origin  int32        `json:"o"`
 	CT      string       `json:"ct"`
 	Total   int64        `json:"tot"`
 	Drawers []drawerMeta `json:"dr"`
 	Acked   int64        `json:"ack"`
 	Created int64        `json:"ca"` // a pending bundle's, unix microseconds
+}
+
+// heldDoc is what the figures read of any document of the recipients
+// container (the change feed carries them all): its partition, its type
+// and, a head's, its reservations' leases.
+type heldDoc struct {
+	PK   string `json:"pk"`
+	T    string `json:"t"`
+	Held []struct {
+		Expires int64 `json:"exp"` // unix ms
+	} `json:"res"`
+}
+
+// heldUntil is the end of the earliest lease of a head's reservations
+// (unix ms); 0 when it has none.
+func (d heldDoc) heldUntil() int64 {
+	var until int64
+	for _, r := range d.Held {
+		if until == 0 || r.Expires < until {
+			until = r.Expires
+		}
+	}
+	return until
 }
 
 func recipientOf(raw []byte) (string, error) {
@@ -108,6 +305,9 @@ func recipientOf(raw []byte) (string, error) {
 type backlogOf struct {
 	records store.RecipientRecords
 	cat     catalogDocs
+	// heldUntil is when the earliest lease of the head's reservations
+	// ends (unix ms), when the head was read; 0 when none.
+	heldUntil int64
 }
 
 // add adds one document of the backlog query.
@@ -117,6 +317,8 @@ func (b *backlogOf) add(raw []byte) error {
 		return err
 	}
 	switch d.T {
+	case typeHead:
+		b.heldUntil = d.heldUntil()
 	case typeEntry, typeShelf:
 		return b.cat.add(d.T, raw)
 	case typeCursor:

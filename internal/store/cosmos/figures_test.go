@@ -316,14 +316,23 @@ func TestAHolderBackAfterAnotherHolderKeepsItsHistory(t *testing.T) {
 // open stores of one database on it.
 func withoutLag(t *testing.T) func(now func() time.Time, transport *faulty) *cosmos.Store {
 	t.Helper()
+	openOn := withoutLagAs(t)
+	return func(now func() time.Time, transport *faulty) *cosmos.Store {
+		return openOn(cosmos.Config{Transport: transport, Now: now})
+	}
+}
+
+// withoutLagAs starts a test server without replica lag and returns how to
+// open stores of one database on it, as cfg says otherwise.
+func withoutLagAs(t *testing.T) func(cfg cosmos.Config) *cosmos.Store {
+	t.Helper()
 	opts := cosmostest.Default()
 	opts.Lag = 0
 	srv := cosmostest.StartWith(t, opts)
 	db := cosmostest.UniqueID("db")
-	return func(now func() time.Time, transport *faulty) *cosmos.Store {
-		s, err := cosmos.Open(context.Background(), cosmos.Config{
-			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: transport, Now: now,
-		})
+	return func(cfg cosmos.Config) *cosmos.Store {
+		cfg.Endpoint, cfg.Key, cfg.Provision, cfg.Database = srv.Endpoint, srv.Key, true, db
+		s, err := cosmos.Open(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -109,6 +109,9 @@ type Store struct {
 	heads knownHeads
 	// drains: recipients this instance saw drained, by head version.
 	drains drains
+	// held: the recipients whose head holds reservations, as the backlog
+	// figures last read it (backlog.go).
+	held heldHeads
 	// retainedBudget bounds one recipient's retained dequeued bundles, in
 	// bytes (retention.go); 0: defaultRetainedBudget.
 	retainedBudget int64
