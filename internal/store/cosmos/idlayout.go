@@ -93,13 +93,18 @@ type idSettings struct {
 }
 
 // layout returns the id layout to use now, re-reading the settings (on the
-// primary) when the copy is older than settingsRefresh.
+// primary) when the copy is older than settingsRefresh. The read is made
+// without the lock: one whose answer never comes holds up its own caller,
+// until that caller's deadline, not every save of the instance behind it.
+// Callers that find the copy old at once each read; the copy keeps the
+// read that began last, so a slow answer never replaces a newer one.
 func (s *Store) layout(ctx context.Context) (idLayout, error) {
 	st := &s.idSettings
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	now := s.cfg.Now()
-	if now.Sub(st.readAt) >= settingsRefresh {
+	st.mu.Lock()
+	stale := now.Sub(st.readAt) >= settingsRefresh
+	st.mu.Unlock()
+	if stale {
 		d, found, err := s.readSettings(ctx)
 		if err != nil {
 			return idLayout{}, fmt.Errorf("cosmos: settings: %w", err)
@@ -107,12 +112,18 @@ func (s *Store) layout(ctx context.Context) (idLayout, error) {
 		if !found {
 			return idLayout{}, fmt.Errorf("cosmos: database %s: its settings document is gone", s.cfg.Database)
 		}
-		if d.IDBuckets != st.doc.IDBuckets || d.NextIDBuckets != st.doc.NextIDBuckets {
-			s.cfg.Logger.Info("cosmos id index layout changed",
-				"buckets", d.IDBuckets, "migrating_to", d.NextIDBuckets)
+		st.mu.Lock()
+		if now.After(st.readAt) {
+			if d.IDBuckets != st.doc.IDBuckets || d.NextIDBuckets != st.doc.NextIDBuckets {
+				s.cfg.Logger.Info("cosmos id index layout changed",
+					"buckets", d.IDBuckets, "migrating_to", d.NextIDBuckets)
+			}
+			st.doc, st.readAt = d, now
 		}
-		st.doc, st.readAt = d, now
+		st.mu.Unlock()
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	l := st.doc.layoutAt(now)
 	if len(l.write) == 1 && len(l.read) == 2 && now.Sub(st.checkedAt) >= emptyCheckEvery && st.checking.CompareAndSwap(false, true) {
 		st.checkedAt = now

@@ -3,7 +3,9 @@ package cosmos_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,4 +175,69 @@ func TestTheOldLayoutIsFoundEmptyOnlyByAReadThatSeesItsIDs(t *testing.T) {
 	}
 	clock.advance(time.Minute) // the settings are read again
 	saveExpecting(t, oldHub, before, 0, 50)
+}
+
+// holdSettingsRead holds the first read of the settings document sent once
+// armed without an answer until its caller gives up (a lost answer: the
+// request reached no one, or its answer never came back), and passes every
+// other request.
+type holdSettingsRead struct {
+	next    *http.Client
+	armed   atomic.Bool
+	arrived chan struct{}
+}
+
+func (h *holdSettingsRead) Do(req *http.Request) (*http.Response, error) {
+	if toContainer(req, "recipients") && req.Header.Get("x-ms-cosmos-is-batch-request") != "" &&
+		strings.Contains(req.Header.Get("x-ms-documentdb-partitionkey"), "_settings") && h.armed.CompareAndSwap(true, false) {
+		close(h.arrived)
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	}
+	return h.next.Do(req)
+}
+
+// Every minute the settings are read again, for the id index's layout. A
+// read whose answer never comes holds up its own caller, until that
+// caller's deadline, and no one else: a Save meanwhile reads them itself
+// and commits. It waited behind the lost read, whatever its own deadline
+// (a sweep's read may go on for minutes: four attempts of up to 65 s), and
+// every Save of the instance failed for that long.
+func TestASettingsReadThatIsNeverAnsweredHoldsUpNoSave(t *testing.T) {
+	hold := &holdSettingsRead{next: cosmostest.NewHTTPClient(), arrived: make(chan struct{})}
+	clock := &costClock{now: time.Now()}
+	s := open(t, cosmos.Config{Transport: hold, Now: clock.Now})
+	repo := hub.New(s, hub.Options{}, nil)
+	t.Cleanup(repo.Close)
+	r := uuid.NewString()
+	saveExpecting(t, repo, notifications(1, r, 1), 1, 0)
+
+	clock.advance(2 * time.Minute) // the settings are read again before the next use
+	hold.armed.Store(true)
+	held, release := context.WithCancel(context.Background())
+	lookupDone := make(chan error, 1)
+	go func() {
+		_, err := s.LookupIDs(held, []string{uuid.NewString()})
+		lookupDone <- err
+	}()
+	<-hold.arrived
+
+	saveDone := make(chan error, 1)
+	go func() {
+		_, err := repo.Save(context.Background(), notifications(1, r, 1))
+		saveDone <- err
+	}()
+	select {
+	case err := <-saveDone:
+		if err != nil {
+			t.Fatalf("a save while another caller's settings read goes unanswered: %v", err)
+		}
+	case <-time.After(20 * time.Second): // never reached unless the Save waits for the held read
+		release()
+		t.Fatalf("a save waited for another caller's settings read that was never answered: %v", <-saveDone)
+	}
+	release()
+	if err := <-lookupDone; err == nil {
+		t.Fatal("the lookup whose settings read was never answered succeeded")
+	}
 }

@@ -411,12 +411,18 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 	// their notifications visible through a failed Save, for which no hub
 	// rings: the store does.
 	var revealed []string
+	// A save's id documents hold the ids of all its recipients, one per
+	// bucket, and each reservation lists those holding its own: each is
+	// deleted by the first rollback that lists it, not again by every
+	// other (at 64 buckets, a save over 250 recipients would send some
+	// 8,700 deletes one after the other, past the hub's deadline).
+	idDocsGone := map[docRef]bool{}
 	for _, p := range plans {
 		var planned []resDetail
 		for _, c := range p.chunks {
 			planned = append(planned, c.detail)
 		}
-		shown, err := s.rollback(ctx, p.save.Recipient, record.ID, planned, &p.reservedOn)
+		shown, err := s.rollback(ctx, p.save.Recipient, record.ID, planned, &p.reservedOn, idDocsGone)
 		if err != nil {
 			s.cfg.Logger.Warn("cosmos: rollback incomplete; its lease will finish it", "save", record.ID, "err", err)
 		}
@@ -436,8 +442,10 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 // settler): a head without the reservation is fenced against that batch
 // before the rollback counts it as not written (fenceHead). revealed says
 // that dropping the reservation made other saves' notifications visible
-// (dropAborted), also when a later step failed.
-func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned []resDetail, fence *string) (revealed bool, err error) {
+// (dropAborted), also when a later step failed. idDocsGone holds the id
+// documents of the save that an earlier rollback of its other recipients
+// deleted, and takes those this one deletes (nil: none known).
+func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned []resDetail, fence *string, idDocsGone map[docRef]bool) (revealed bool, err error) {
 	var head headDoc
 	i := -1
 	for attempt := 0; ; attempt++ {
@@ -464,7 +472,7 @@ func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned 
 		}
 	}
 	if i < 0 {
-		return false, s.deleteWritten(ctx, saveID, planned)
+		return false, s.deleteWritten(ctx, saveID, planned, idDocsGone)
 	}
 	res := head.Reservations[i]
 	parts, err := s.readParts(ctx, recipient, saveID, 1, res.Parts)
@@ -486,7 +494,7 @@ func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned 
 	// moment they are recorded holes, so the recipient does not wait for
 	// the drawers to take deletes. Pages left behind by a delete that
 	// fails are removed with their drawer by retention.
-	return revealed, s.deleteWritten(ctx, saveID, written)
+	return revealed, s.deleteWritten(ctx, saveID, written, idDocsGone)
 }
 
 // fenceHead makes sure that a reserve batch sent on the head's version
@@ -529,10 +537,11 @@ func (s *Store) fenceHead(ctx context.Context, recipient string, head headDoc, f
 // list. A page is deleted only when the primary shows it written by saveID
 // (its sv), on the etag read: positions a save planned but never reserved
 // may hold another save's pages, and those are never touched. Id documents
-// are named by the save's id, so they are its own.
-func (s *Store) deleteWritten(ctx context.Context, saveID string, details []resDetail) error {
+// are named by the save's id, so they are its own; those in gone are
+// deleted already, and those deleted here are added to it (when not nil).
+func (s *Store) deleteWritten(ctx context.Context, saveID string, details []resDetail, gone map[docRef]bool) error {
 	pages := map[string][]string{} // drawer → page ids
-	idDocs := map[[2]string]bool{}
+	idDocs := map[docRef]bool{}
 	for _, d := range details {
 		for _, pg := range d.Pages {
 			if !slices.Contains(pages[pg.Drawer], pg.ID) {
@@ -540,7 +549,7 @@ func (s *Store) deleteWritten(ctx context.Context, saveID string, details []resD
 			}
 		}
 		for _, ix := range d.IDDocs {
-			idDocs[[2]string{ix.PK, ix.ID}] = true
+			idDocs[ix] = true
 		}
 	}
 	for _, drawerID := range slices.Sorted(maps.Keys(pages)) {
@@ -574,15 +583,18 @@ func (s *Store) deleteWritten(ctx context.Context, saveID string, details []resD
 			}
 		}
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(idDocs), func(a, b [2]string) int {
-		return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+	for _, k := range slices.SortedFunc(maps.Keys(idDocs), func(a, b docRef) int {
+		return cmp.Or(cmp.Compare(a.PK, b.PK), cmp.Compare(a.ID, b.ID))
 	}) {
-		if k[1] != saveID {
-			continue // not this save's (never expected)
+		if k.ID != saveID || gone[k] {
+			continue // not this save's (never expected), or deleted already
 		}
-		err := s.deleteItem(ctx, s.ids, azcosmos.NewPartitionKeyString(k[0]), k[1])
+		err := s.deleteItem(ctx, s.ids, azcosmos.NewPartitionKeyString(k.PK), k.ID)
 		if err != nil && !isStatus(err, http.StatusNotFound) {
 			return err
+		}
+		if gone != nil {
+			gone[k] = true
 		}
 	}
 	return nil
@@ -735,7 +747,7 @@ func (s *Store) dropAborted(ctx context.Context, recipient, saveID string, parts
 			if err != nil {
 				return false, err
 			}
-			if err := s.deleteWritten(ctx, saveID, written); err != nil {
+			if err := s.deleteWritten(ctx, saveID, written, nil); err != nil {
 				s.cfg.Logger.Warn("cosmos: pages of an aborted save left to retention", "save", saveID, "err", err)
 			}
 			partsDone = res.Parts
@@ -874,7 +886,7 @@ func (s *Store) resolveExpired(ctx context.Context, recipient string) error {
 				err = s.deleteParts(ctx, recipient, res.Save, res.Parts)
 			}
 		} else {
-			shown, err = s.rollback(ctx, recipient, res.Save, nil, nil)
+			shown, err = s.rollback(ctx, recipient, res.Save, nil, nil, nil)
 		}
 		revealed = revealed || shown
 		if err != nil {
