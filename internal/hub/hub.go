@@ -66,6 +66,9 @@ type Hub struct {
 	// sweeping holds the one retention pass of this hub that runs
 	// (sweep.go).
 	sweeping chan struct{}
+	// stuck counts the visits in a row of retention that failed, per
+	// recipient (sweep.go).
+	stuck stuckSweeps
 }
 
 // New starts a Repository over store. Close stops its background work; the

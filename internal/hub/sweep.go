@@ -234,11 +234,16 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 		g.Go(func() error {
 			err := r.sweepRecipient(gctx, recipient, cutoff, visits[recipient])
 			switch {
-			case err == nil, errors.Is(err, store.ErrConflict): // someone wrote meanwhile; the next pass looks again
+			case err == nil:
+				r.stuck.swept(recipient)
+				return nil
+			case errors.Is(err, store.ErrConflict): // someone wrote meanwhile; the next pass looks again
+				r.sweepFailed(recipient, err)
 				return nil
 			case gctx.Err() != nil:
 				return err
 			}
+			r.sweepFailed(recipient, err)
 			// One recipient the store keeps failing (a full partition, a
 			// record it cannot read) must not hold up everyone else's
 			// retention: the pass goes on and reports it at the end.
@@ -257,6 +262,86 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 		return failedSince(), fmt.Errorf("retention of %d recipients failed (%s first): %w", len(failed), failed[0], first)
 	}
 	return nil, nil
+}
+
+// stuckAfter is how many visits in a row of one recipient must fail or
+// conflict before retention warns of it (SweepKeepsFailing): a conflict
+// is someone writing the recipient's catalog between the visit's read and
+// its writes, which the next visit, reading again, gets past; one that
+// comes back visit after visit is the visit's own doing (a write built on
+// something that is not as it read it), and the recipient's storage grows
+// until someone looks.
+const stuckAfter = 3
+
+// maxStuck bounds the recipients whose failed visits are counted; one
+// forgotten only delays its warning.
+const maxStuck = 10_000
+
+// SweepKeepsFailing is the warning of a recipient whose last visits of
+// retention all failed or conflicted: retention removes nothing of it
+// until what fails them is found.
+const SweepKeepsFailing = "retention keeps failing for a recipient: nothing of it is removed"
+
+// stuckSweeps counts, per recipient, the visits of retention in a row
+// that failed or conflicted, on the instance that visits (the holder of
+// the sweep lease), in memory: a new holder counts afresh.
+type stuckSweeps struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+// swept notes a visit of the recipient that succeeded.
+func (s *stuckSweeps) swept(recipient string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.runs, recipient)
+}
+
+// failed notes a visit of the recipient that failed or conflicted, and
+// returns how many in a row did.
+func (s *stuckSweeps) failed(recipient string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runs == nil {
+		s.runs = map[string]int{}
+	}
+	if _, ok := s.runs[recipient]; !ok && len(s.runs) >= maxStuck {
+		for other := range s.runs { // any one: map order is random
+			delete(s.runs, other)
+			break
+		}
+	}
+	s.runs[recipient]++
+	return s.runs[recipient]
+}
+
+// count is the recipients whose last stuckAfter visits or more failed.
+func (s *stuckSweeps) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, runs := range s.runs {
+		if runs >= stuckAfter {
+			n++
+		}
+	}
+	return n
+}
+
+// StuckSweeps is how many recipients' last visits of retention on this
+// instance failed or conflicted, stuckAfter in a row or more (a gauge:
+// messagehub_retention_stuck_recipients).
+func (r *Hub) StuckSweeps() int { return r.stuck.count() }
+
+// sweepFailed counts a failed or conflicting visit of the recipient and
+// warns once stuckAfter came in a row, and again each time the count
+// doubles, so that a recipient stuck for good is named without a line a
+// pass.
+func (r *Hub) sweepFailed(recipient string, err error) {
+	n := r.stuck.failed(recipient)
+	if n >= stuckAfter && n%stuckAfter == 0 && (n/stuckAfter)&(n/stuckAfter-1) == 0 {
+		r.logger.Warn(SweepKeepsFailing, "recipient", recipient, "visits", n, "err", err)
+	}
 }
 
 // sweepRecipient removes what retention allows of one recipient. It reads
