@@ -69,6 +69,8 @@ type Hub struct {
 	// stuck counts the visits in a row of retention that failed, per
 	// recipient (sweep.go).
 	stuck stuckSweeps
+	// revisits holds the recipients a later pass comes back to (sweep.go).
+	revisits revisits
 }
 
 // New starts a Repository over store. Close stops its background work; the

@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/store"
 	"github.com/energydatahub/messagehub/internal/store/pebble"
 )
@@ -76,13 +75,7 @@ func TestAnEmbeddedStoresSweepThatKeepsConflictingIsReported(t *testing.T) {
 	if _, err := h.Save(ctx, dropDelayNotes(3, r)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := h.Peek(ctx, r, domain.GroupAll, "")
-	if err != nil || b == nil {
-		t.Fatalf("peek: %v, %v", b, err)
-	}
-	if err := h.Dequeue(ctx, r, b.ID); err != nil {
-		t.Fatal(err)
-	}
+	drainOne(ctx, t, h, r)
 	clock.Advance(25 * time.Hour) // the bundle is due, its drawer older than the retention
 	interfere.Store(true)
 	for pass := 1; pass <= stuckAfter; pass++ {
