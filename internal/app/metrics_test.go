@@ -31,6 +31,15 @@ func TestTheDiskGuardIsOnMetrics(t *testing.T) {
 	}
 }
 
+// The recipients whose retention keeps failing are on /metrics.
+func TestTheStuckRetentionGaugeIsOnMetrics(t *testing.T) {
+	r := start(t, testConfig(t))
+	_, body := send(t, http.MethodGet, "http://"+r.app.HTTPAddr()+"/metrics", "")
+	if want := "\nmessagehub_retention_stuck_recipients 0\n"; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
+	}
+}
+
 // send makes an HTTP request with body (none if empty) and returns the
 // answer's status and body, read whole.
 func send(t *testing.T, method, url, body string) (int, []byte) {

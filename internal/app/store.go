@@ -101,6 +101,9 @@ func (a *App) openHub(ctx context.Context) (*hub.Hub, *content.Service, error) {
 	// Queued saves commit here; a store that does not answer holds this
 	// stage up until the shutdown deadline (shutdown.go).
 	a.onClose("hub", func() error { core.Close(); return nil })
+	if err := a.tel.ObserveRetention(core.StuckSweeps); err != nil {
+		return nil, nil, err
+	}
 	if documents == nil {
 		return core, nil, nil
 	}

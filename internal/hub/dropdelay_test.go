@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,6 +63,28 @@ func dropDelayNotes(n int, recipient string) []domain.Notification {
 	return out
 }
 
+// drainOne peeks the recipient's one bundle and dequeues it.
+func drainOne(ctx context.Context, t *testing.T, h *Hub, recipient string) {
+	t.Helper()
+	b, err := h.Peek(ctx, recipient, domain.GroupAll, "")
+	if err != nil || b == nil {
+		t.Fatalf("peek: %v, %v", b, err)
+	}
+	if err := h.Dequeue(ctx, recipient, b.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cabinetOf counts the recipient's catalog entries and cursors.
+func cabinetOf(ctx context.Context, t *testing.T, s store.Store, recipient string) (entries, cursors int) {
+	t.Helper()
+	st, err := s.LoadRecipient(ctx, recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(st.Entries), len(st.Cursors)
+}
+
 // A drained cabinet whose last drawer is older than the retention would go
 // at the first pass after its dequeue; it stays, entry and cursor, while
 // its cursor moved within cabinetDropDelay by the sweeper's clock, and goes
@@ -76,22 +99,9 @@ func TestADrainedCabinetGoesOnlyOnceItsCursorHasStoodStill(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(25 * time.Hour) // the cabinet's drawer is older than the retention
-	b, err := h.Peek(ctx, r, domain.GroupAll, "")
-	if err != nil || b == nil {
-		t.Fatalf("peek: %v, %v", b, err)
-	}
-	if err := h.Dequeue(ctx, r, b.ID); err != nil {
-		t.Fatal(err)
-	}
+	drainOne(ctx, t, h, r)
 	dequeuedAt := clock.Now()
-	cabinet := func() (entries, cursors int) {
-		t.Helper()
-		st, err := inner.LoadRecipient(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(st.Entries), len(st.Cursors)
-	}
+	cabinet := func() (entries, cursors int) { return cabinetOf(ctx, t, inner, r) }
 	for _, step := range []time.Duration{0, cabinetDropDelay} {
 		clock.Advance(step)
 		if err := h.SweepNow(ctx); err != nil {
@@ -128,7 +138,7 @@ func TestBothPlannersKeepADrainedCabinetWhoseCursorMovedLately(t *testing.T) {
 			State: bundle.Dequeued, DequeuedAt: cutoff.Add(-time.Minute), Drawers: []drawer.Meta{d1, d2}}},
 	}
 	due, _ := sweepOfDue("r", st, cutoff, true, now.Add(-cabinetDropDelay))
-	for name, sw := range map[string]store.Sweep{"due": due, "all": sweepOfAll("r", st, cutoff, true, now.Add(-cabinetDropDelay))} {
+	for name, sw := range map[string]sweepPlan{"due": due, "all": sweepOfAll("r", st, cutoff, true, now.Add(-cabinetDropDelay))} {
 		if len(sw.DeleteEntries) != 0 || len(sw.DeleteCursors) != 0 || len(sw.Entries) != 1 ||
 			len(sw.Entries[0].Drawers) != 1 || sw.Entries[0].Drawers[0].ID != "d2" {
 			t.Fatalf("%s: sweep %+v; want the cabinet kept with its last drawer", name, sw)
@@ -136,7 +146,7 @@ func TestBothPlannersKeepADrainedCabinetWhoseCursorMovedLately(t *testing.T) {
 	}
 	later := moved.Add(cabinetDropDelay + time.Millisecond)
 	due, _ = sweepOfDue("r", st, cutoff, true, later.Add(-cabinetDropDelay))
-	for name, sw := range map[string]store.Sweep{"due": due, "all": sweepOfAll("r", st, cutoff, true, later.Add(-cabinetDropDelay))} {
+	for name, sw := range map[string]sweepPlan{"due": due, "all": sweepOfAll("r", st, cutoff, true, later.Add(-cabinetDropDelay))} {
 		if len(sw.DeleteEntries) != 1 || len(sw.DeleteCursors) != 1 {
 			t.Fatalf("%s: sweep %+v; want the cabinet gone, its cursor with it", name, sw)
 		}
@@ -193,5 +203,71 @@ func TestABundleCutFromALoadPastTheWriteBoundIsCutAgain(t *testing.T) {
 	defer st.mu.Unlock()
 	if st.loads != 2 || st.creates != 1 {
 		t.Fatalf("the peek loaded %d times and created %d bundles; want the late cut dropped and one from a second load", st.loads, st.creates)
+	}
+}
+
+// visitCounting counts the visits of retention (LoadRetention).
+type visitCounting struct {
+	store.Store
+	visits atomic.Int32
+}
+
+func (s *visitCounting) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
+	s.visits.Add(1)
+	return s.Store.LoadRetention(ctx, recipient, dueBefore, since)
+}
+
+// A pass that keeps a drained cabinet because its cursor moved lately
+// comes back for it: nothing else brings a pass to the recipient until a
+// bundle of it is due, up to a whole retention later, and the cabinet's
+// entry, cursor and last drawer would wait that long. The first pass
+// after the cursor has stood still for cabinetDropDelay visits the
+// recipient again and takes the cabinet out; the passes before it do not
+// visit it.
+func TestAPassComesBackForADrainedCabinetItKeptForItsCursor(t *testing.T) {
+	clock := &testClock{now: time.UnixMilli(1_700_000_000_000)}
+	var counting *visitCounting
+	h, inner := onPebble(t, Options{Retention: 24 * time.Hour, SweepInterval: time.Hour, Now: clock.Now}, func(s store.Store) store.Store {
+		counting = &visitCounting{Store: s}
+		return counting
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := uuid.NewString()
+	if _, err := h.Save(ctx, dropDelayNotes(3, r)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(25 * time.Hour)          // the cabinet's drawer is older than the retention
+	since := clock.Now().Add(-time.Minute) // the previous pass's start
+	drainOne(ctx, t, h, r)
+	cabinet := func() (entries, cursors int) { return cabinetOf(ctx, t, inner, r) }
+	// Each pass looks back to the previous one's start.
+	pass := func() {
+		t.Helper()
+		start := clock.Now()
+		if err := h.SweepSince(ctx, since); err != nil {
+			t.Fatal(err)
+		}
+		since = start
+	}
+	clock.Advance(time.Second)
+	pass() // visits the recipient, which dequeued since: the cursor moved a second ago
+	if e, c := cabinet(); e != 1 || c != 1 || counting.visits.Load() != 1 {
+		t.Fatalf("the pass after the dequeue left %d entries and %d cursors after %d visits, want the cabinet kept after one", e, c, counting.visits.Load())
+	}
+	clock.Advance(cabinetDropDelay - time.Second)
+	pass() // the cursor moved exactly cabinetDropDelay ago: not yet
+	if e, c := cabinet(); e != 1 || c != 1 || counting.visits.Load() != 1 {
+		t.Fatalf("a pass within the drop delay left %d entries and %d cursors after %d visits, want the cabinet kept and no visit", e, c, counting.visits.Load())
+	}
+	clock.Advance(time.Millisecond)
+	pass()
+	if e, c := cabinet(); e != 0 || c != 0 || counting.visits.Load() != 2 {
+		t.Fatalf("the first pass past the drop delay left %d entries and %d cursors after %d visits, want the cabinet gone after one more visit", e, c, counting.visits.Load())
+	}
+	clock.Advance(time.Hour)
+	pass()
+	if n := counting.visits.Load(); n != 2 {
+		t.Fatalf("%d visits after the cabinet went, want none more", n)
 	}
 }

@@ -66,6 +66,11 @@ type Hub struct {
 	// sweeping holds the one retention pass of this hub that runs
 	// (sweep.go).
 	sweeping chan struct{}
+	// stuck counts the visits in a row of retention that failed, per
+	// recipient (sweep.go).
+	stuck stuckSweeps
+	// revisits holds the recipients a later pass comes back to (sweep.go).
+	revisits revisits
 }
 
 // New starts a Repository over store. Close stops its background work; the

@@ -193,12 +193,16 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 	}); err != nil {
 		return nil, err
 	}
-	for _, recipient := range slices.Sorted(maps.Keys(retry)) {
-		if at, listed := visits[recipient]; !listed || retry[recipient].Before(at) {
-			if !listed {
-				due = append(due, recipient)
+	// The recipients of retry, and those a visit asked to come back to
+	// whose time has come, are visited too, looking back as far as asked.
+	for _, also := range []map[string]time.Time{retry, r.revisits.take(r.opts.Now())} {
+		for _, recipient := range slices.Sorted(maps.Keys(also)) {
+			if at, listed := visits[recipient]; !listed || also[recipient].Before(at) {
+				if !listed {
+					due = append(due, recipient)
+				}
+				visits[recipient] = also[recipient]
 			}
-			visits[recipient] = retry[recipient]
 		}
 	}
 	r.pruneAudit(ctx, cutoff)
@@ -234,11 +238,16 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 		g.Go(func() error {
 			err := r.sweepRecipient(gctx, recipient, cutoff, visits[recipient])
 			switch {
-			case err == nil, errors.Is(err, store.ErrConflict): // someone wrote meanwhile; the next pass looks again
+			case err == nil:
+				r.stuck.swept(recipient)
+				return nil
+			case errors.Is(err, store.ErrConflict): // someone wrote meanwhile; the next pass looks again
+				r.sweepFailed(recipient, err)
 				return nil
 			case gctx.Err() != nil:
 				return err
 			}
+			r.sweepFailed(recipient, err)
 			// One recipient the store keeps failing (a full partition, a
 			// record it cannot read) must not hold up everyone else's
 			// retention: the pass goes on and reports it at the end.
@@ -257,6 +266,86 @@ func (r *Hub) sweepPass(ctx context.Context, since time.Time, renew time.Duratio
 		return failedSince(), fmt.Errorf("retention of %d recipients failed (%s first): %w", len(failed), failed[0], first)
 	}
 	return nil, nil
+}
+
+// stuckAfter is how many visits in a row of one recipient must fail or
+// conflict before retention warns of it (SweepKeepsFailing): a conflict
+// is someone writing the recipient's catalog between the visit's read and
+// its writes, which the next visit, reading again, gets past; one that
+// comes back visit after visit is the visit's own doing (a write built on
+// something that is not as it read it), and the recipient's storage grows
+// until someone looks.
+const stuckAfter = 3
+
+// maxStuck bounds the recipients whose failed visits are counted; one
+// forgotten only delays its warning.
+const maxStuck = 10_000
+
+// SweepKeepsFailing is the warning of a recipient whose last visits of
+// retention all failed or conflicted: retention removes nothing of it
+// until what fails them is found.
+const SweepKeepsFailing = "retention keeps failing for a recipient: nothing of it is removed"
+
+// stuckSweeps counts, per recipient, the visits of retention in a row
+// that failed or conflicted, on the instance that visits (the holder of
+// the sweep lease), in memory: a new holder counts afresh.
+type stuckSweeps struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+// swept notes a visit of the recipient that succeeded.
+func (s *stuckSweeps) swept(recipient string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.runs, recipient)
+}
+
+// failed notes a visit of the recipient that failed or conflicted, and
+// returns how many in a row did.
+func (s *stuckSweeps) failed(recipient string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runs == nil {
+		s.runs = map[string]int{}
+	}
+	if _, ok := s.runs[recipient]; !ok && len(s.runs) >= maxStuck {
+		for other := range s.runs { // any one: map order is random
+			delete(s.runs, other)
+			break
+		}
+	}
+	s.runs[recipient]++
+	return s.runs[recipient]
+}
+
+// count is the recipients whose last stuckAfter visits or more failed.
+func (s *stuckSweeps) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, runs := range s.runs {
+		if runs >= stuckAfter {
+			n++
+		}
+	}
+	return n
+}
+
+// StuckSweeps is how many recipients' last visits of retention on this
+// instance failed or conflicted, stuckAfter in a row or more (a gauge:
+// messagehub_retention_stuck_recipients).
+func (r *Hub) StuckSweeps() int { return r.stuck.count() }
+
+// sweepFailed counts a failed or conflicting visit of the recipient and
+// warns once stuckAfter came in a row, and again each time the count
+// doubles, so that a recipient stuck for good is named without a line a
+// pass.
+func (r *Hub) sweepFailed(recipient string, err error) {
+	n := r.stuck.failed(recipient)
+	if n >= stuckAfter && n%stuckAfter == 0 && (n/stuckAfter)&(n/stuckAfter-1) == 0 {
+		r.logger.Warn(SweepKeepsFailing, "recipient", recipient, "visits", n, "err", err)
+	}
 }
 
 // sweepRecipient removes what retention allows of one recipient. It reads
@@ -288,6 +377,13 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, sinc
 		st.Bundles = all
 		sw = sweepOfAll(recipient, st, cutoff, keepDrained, movedBefore)
 	}
+	if !sw.revisit.IsZero() {
+		// Nothing else may bring a pass back to the recipient before a
+		// bundle of it is due: come back for the cabinet once it may go,
+		// looking back as far, so that the bundles this visit read as new
+		// are read again and the visit decides on them alone.
+		r.revisits.note(recipient, sw.revisit, since)
+	}
 	if len(sw.Bundles) == 0 && len(sw.Drawers) == 0 && len(sw.DeleteEntries) == 0 && len(sw.Entries) == 0 && len(sw.Done) == 0 {
 		return nil
 	}
@@ -301,7 +397,7 @@ func (r *Hub) sweepRecipient(ctx context.Context, recipient string, cutoff, sinc
 			return err
 		}
 	}
-	return r.store.ApplySweep(ctx, sw)
+	return r.store.ApplySweep(ctx, sw.Sweep)
 }
 
 // expired lists the bundles past their retention.
@@ -332,8 +428,8 @@ func expired(bundles []bundle.Record, cutoff time.Time) []bundle.Record {
 // needed (sweepOfAll), when a drawer must leave an entry of more runs, or
 // the bundle covering its end is not among those read. A drained cabinet
 // whose cursor moved at or after movedBefore stays (dropWhenStill).
-func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, keepDrained bool, movedBefore time.Time) (sw store.Sweep, settled bool) {
-	sw = store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
+func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, keepDrained bool, movedBefore time.Time) (sw sweepPlan, settled bool) {
+	sw = sweepPlan{Sweep: store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}}
 	settledBy := cutoff.Add(-sweepSkew)
 	// last finds a dequeued bundle read that covers the drawer's end: one
 	// that names it, or one that names none and was dequeued after the
@@ -364,17 +460,17 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, kee
 				return found && !rec.DequeuedAt.Before(settledBy)
 			})
 		}
-		out, drop = dropWhenStill(e, cur, out, drop, movedBefore)
+		out, drop = dropWhenStill(&sw, e, cur, out, drop, movedBefore)
 		keep := store.Kept{Cabinet: e.Key()}
 		for _, d := range out {
 			rec, found := last(e.Key(), lastRun(e.Drawers, d.ID))
 			switch {
 			case !found:
-				return store.Sweep{}, false
+				return sweepPlan{}, false
 			case rec.DequeuedAt.Before(settledBy):
-				free(&sw, d.ID, pagesEnd(e))
+				free(&sw.Sweep, d.ID, pagesEnd(e))
 			case len(e.Drawers) > maxDetachedDrawers:
-				return store.Sweep{}, false
+				return sweepPlan{}, false
 			default:
 				keep.Drawers = append(keep.Drawers, d.ID)
 				if until := rec.DequeuedAt.Add(sweepSkew); until.After(keep.Until) {
@@ -382,9 +478,9 @@ func sweepOfDue(recipient string, st store.RetentionState, cutoff time.Time, kee
 				}
 			}
 		}
-		removeFromEntry(&sw, e, cur, out, drop, keep)
+		removeFromEntry(&sw.Sweep, e, cur, out, drop, keep)
 	}
-	addKept(&sw, st.Kept)
+	addKept(&sw.Sweep, st.Kept)
 	return sw, true
 }
 
@@ -417,13 +513,75 @@ func keepDrainedCabinet(e catalog.Entry, out []drawer.Meta, cutoff time.Time, re
 // dropWhenStill keeps a cabinet that would go whole (drop) while its cursor
 // moved at or after movedBefore (cabinetDropDelay): it is treated as one
 // not drained, its last drawer staying in the entry and its other drawers
-// in out leaving; a later pass takes it out. It returns out and whether the
-// entry goes.
-func dropWhenStill(e catalog.Entry, cur catalog.Cursor, out []drawer.Meta, drop bool, movedBefore time.Time) ([]drawer.Meta, bool) {
+// in out leaving; sw notes when a later visit may take it out
+// (sweepPlan.revisit). It returns out and whether the entry goes.
+func dropWhenStill(sw *sweepPlan, e catalog.Entry, cur catalog.Cursor, out []drawer.Meta, drop bool, movedBefore time.Time) ([]drawer.Meta, bool) {
 	if !drop || cur.MovedAt < movedBefore.UnixMilli() {
 		return out, drop
 	}
+	if at := time.UnixMilli(cur.MovedAt).Add(cabinetDropDelay + time.Millisecond); at.After(sw.revisit) {
+		sw.revisit = at
+	}
 	return withoutLast(e, out), false
+}
+
+// sweepPlan is a visit's sweep, and when it kept a drained cabinet only
+// because its cursor moved lately (dropWhenStill), the time from which a
+// visit takes that cabinet out (the latest, of several).
+type sweepPlan struct {
+	store.Sweep
+	revisit time.Time
+}
+
+// maxRevisits bounds the recipients a pass is asked to come back to; one
+// forgotten waits for its next dequeue or due bundle.
+const maxRevisits = 10_000
+
+// revisits holds the recipients a visit asked a later pass to come back
+// to: from when, and the since of that visit. In memory, on the instance
+// that sweeps: a new holder of the sweep lease, or a pass that stops
+// early, leaves them to the index of dequeue times.
+type revisits struct {
+	mu sync.Mutex
+	by map[string]revisit
+}
+
+type revisit struct{ at, since time.Time }
+
+// note asks a pass from at on to visit the recipient, looking back to
+// since.
+func (v *revisits) note(recipient string, at, since time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.by == nil {
+		v.by = map[string]revisit{}
+	}
+	old, ok := v.by[recipient]
+	if !ok && len(v.by) >= maxRevisits {
+		return
+	}
+	if ok && old.since.Before(since) {
+		since = old.since
+	}
+	if old.at.After(at) {
+		at = old.at
+	}
+	v.by[recipient] = revisit{at: at, since: since}
+}
+
+// take returns, and forgets, the recipients whose time has come by now,
+// each with its since.
+func (v *revisits) take(now time.Time) map[string]time.Time {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := map[string]time.Time{}
+	for recipient, rv := range v.by {
+		if !now.Before(rv.at) {
+			out[recipient] = rv.since
+			delete(v.by, recipient)
+		}
+	}
+	return out
 }
 
 // withoutLast is out without the cabinet's last drawer, which stays in its
@@ -536,8 +694,8 @@ func lastRun(runs []drawer.Meta, id string) drawer.Meta {
 // it; those whose records name their drawers (dequeued since they do) only
 // keep the drawers, out of the entry, so that it stays small. A drained
 // cabinet whose cursor moved at or after movedBefore stays (dropWhenStill).
-func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, keepDrained bool, movedBefore time.Time) store.Sweep {
-	sw := store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}
+func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, keepDrained bool, movedBefore time.Time) sweepPlan {
+	sw := sweepPlan{Sweep: store.Sweep{Recipient: recipient, Bundles: expired(st.Bundles, cutoff)}}
 	var throughEntry []catalog.Span
 	detached := map[string]time.Time{} // drawers retained records name: the last one's dequeue
 	for _, rec := range st.Bundles {
@@ -565,7 +723,7 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, kee
 				return ok
 			})
 		}
-		out, dropEntry = dropWhenStill(e, cur, out, dropEntry, movedBefore)
+		out, dropEntry = dropWhenStill(&sw, e, cur, out, dropEntry, movedBefore)
 		keep := store.Kept{Cabinet: e.Key()}
 		for _, d := range out {
 			if until, ok := detached[d.ID]; ok { // it leaves the entry, kept for the records that name it
@@ -575,10 +733,10 @@ func sweepOfAll(recipient string, st store.RetentionState, cutoff time.Time, kee
 				}
 				continue
 			}
-			free(&sw, d.ID, pagesEnd(e))
+			free(&sw.Sweep, d.ID, pagesEnd(e))
 		}
-		removeFromEntry(&sw, e, cur, out, dropEntry, keep)
+		removeFromEntry(&sw.Sweep, e, cur, out, dropEntry, keep)
 	}
-	addKept(&sw, st.Kept)
+	addKept(&sw.Sweep, st.Kept)
 	return sw
 }

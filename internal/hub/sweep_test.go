@@ -368,7 +368,7 @@ func TestASweepOfEveryBundleKeepsADrainedCabinetForAppending(t *testing.T) {
 	if sw := sweepOfAll("r", opened(now.Add(-time.Hour)), cutoff, true, now.Add(-cabinetDropDelay)); len(sw.DeleteEntries)+len(sw.Entries)+len(sw.Keep)+len(sw.Drawers) != 0 {
 		t.Fatalf("sweep %+v; want the drained cabinet kept as it is", sw)
 	}
-	for name, sw := range map[string]store.Sweep{
+	for name, sw := range map[string]sweepPlan{
 		"bounded to one drawer":              sweepOfAll("r", opened(now.Add(-time.Hour)), cutoff, false, now.Add(-cabinetDropDelay)),
 		"drawer opened before the retention": sweepOfAll("r", opened(cutoff.Add(-time.Hour)), cutoff, true, now.Add(-cabinetDropDelay)),
 	} {

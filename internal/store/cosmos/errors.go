@@ -188,17 +188,28 @@ func batchError(resp azcosmos.TransactionalBatchResponse, err error) error {
 	if resp.Success {
 		return nil
 	}
-	for _, r := range resp.OperationResults {
-		if r.StatusCode == http.StatusFailedDependency || r.StatusCode < 300 {
-			continue
-		}
+	if i := failedOperation(resp); i >= 0 {
 		// A batch runs on the primary: its operations' 404s are final.
-		if mapped := statusError(int(r.StatusCode), 0); mapped != nil {
-			return fmt.Errorf("%w: batch operation answered %d", mapped, r.StatusCode)
+		code := resp.OperationResults[i].StatusCode
+		if mapped := statusError(int(code), 0); mapped != nil {
+			return fmt.Errorf("%w: batch operation answered %d", mapped, code)
 		}
-		break
 	}
 	return fmt.Errorf("cosmos: transactional batch failed: %+v", statusCodes(resp))
+}
+
+// failedOperation is the index of the operation that failed a batch (the
+// others answer 424), or -1.
+func failedOperation(resp azcosmos.TransactionalBatchResponse) int {
+	if resp.Success {
+		return -1
+	}
+	for i, r := range resp.OperationResults {
+		if r.StatusCode != http.StatusFailedDependency && r.StatusCode >= 300 {
+			return i
+		}
+	}
+	return -1
 }
 
 func statusCodes(resp azcosmos.TransactionalBatchResponse) []int32 {

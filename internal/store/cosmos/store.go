@@ -794,7 +794,7 @@ func (s *Store) applySweep(ctx context.Context, sw store.Sweep) error {
 // sweep to finish.
 func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	type unit struct {
-		ops   int
+		docs  []string // the documents its operations write, in order
 		bytes int
 		add   func(*azcosmos.TransactionalBatch) error
 	}
@@ -807,8 +807,9 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		kept[k.Cabinet] = k
 	}
 	keptRecord := func(k store.Kept, drawers []string) unit {
-		raw := mustJSON(keptDoc{ID: keptID(uuid.NewString()), PK: sw.Recipient, T: typeKept, Until: k.Until.UnixMicro(), Drawers: drawers})
-		return unit{1, len(raw), func(b *azcosmos.TransactionalBatch) error { b.CreateItem(raw, nil); return nil }}
+		doc := keptDoc{ID: keptID(uuid.NewString()), PK: sw.Recipient, T: typeKept, Until: k.Until.UnixMicro(), Drawers: drawers}
+		raw := mustJSON(doc)
+		return unit{[]string{doc.ID}, len(raw), func(b *azcosmos.TransactionalBatch) error { b.CreateItem(raw, nil); return nil }}
 	}
 	withKept := func(key catalog.Key, u unit) unit {
 		k, ok := kept[key]
@@ -816,7 +817,7 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 			return u
 		}
 		r := keptRecord(k, k.Drawers)
-		return unit{u.ops + r.ops, u.bytes + r.bytes, func(b *azcosmos.TransactionalBatch) error {
+		return unit{slices.Concat(u.docs, r.docs), u.bytes + r.bytes, func(b *azcosmos.TransactionalBatch) error {
 			if err := u.add(b); err != nil {
 				return err
 			}
@@ -889,10 +890,12 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 			return err
 		}
 		size := len(mustJSON(doc))
+		var docs []string
 		for _, op := range ops {
 			size += op.bytes
+			docs = append(docs, op.id)
 		}
-		units = append(units, withKept(e.Key(), unit{1 + len(ops), size, func(b *azcosmos.TransactionalBatch) error {
+		units = append(units, withKept(e.Key(), unit{append(docs, doc.ID), size, func(b *azcosmos.TransactionalBatch) error {
 			for _, op := range ops {
 				op.add(b)
 			}
@@ -922,7 +925,15 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		if err != nil {
 			return err
 		}
-		units = append(units, withKept(e.Key(), unit{2 + len(ops), 0, func(b *azcosmos.TransactionalBatch) error {
+		var docs []string
+		for _, op := range ops {
+			docs = append(docs, op.id)
+		}
+		docs = append(docs, entryID(e.Key()))
+		if withCursor {
+			docs = append(docs, cursorID(c.Key()))
+		}
+		units = append(units, withKept(e.Key(), unit{docs, 0, func(b *azcosmos.TransactionalBatch) error {
 			for _, op := range ops {
 				op.add(b)
 			}
@@ -935,12 +946,12 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 	}
 	for _, c := range sw.DeleteCursors {
 		if _, alone := cursors[c.Key()]; alone {
-			units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { deleteCursor(b, c); return nil }})
+			units = append(units, unit{[]string{cursorID(c.Key())}, 0, func(b *azcosmos.TransactionalBatch) error { deleteCursor(b, c); return nil }})
 		}
 	}
 	// Kept drawers deleted above lose their record.
 	for _, id := range sw.Done {
-		units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(id, nil); return nil }})
+		units = append(units, unit{[]string{id}, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(id, nil); return nil }})
 	}
 	// Expired bundles go in the same batches, each on the etag it was read
 	// at: once the TTL removed a record that names no drawer, its id is
@@ -953,22 +964,27 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 		if rec.Version != "" {
 			opts = &azcosmos.TransactionalBatchItemOptions{IfMatchETag: etag(rec.Version)}
 		}
-		units = append(units, unit{1, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(bundleDocID(rec.ID), opts); return nil }})
+		units = append(units, unit{[]string{bundleDocID(rec.ID)}, 0, func(b *azcosmos.TransactionalBatch) error { b.DeleteItem(bundleDocID(rec.ID), opts); return nil }})
 	}
 	for len(units) > 0 {
 		b := s.recipients.NewTransactionalBatch(azcosmos.NewPartitionKeyString(sw.Recipient))
-		ops, size, n := 0, 0, 0
+		var docs []string
+		size, n := 0, 0
 		for ; n < len(units); n++ {
 			u := units[n]
-			if n > 0 && (ops+u.ops > maxBatchOps || size+u.bytes > maxBatchBytes) {
+			if n > 0 && (len(docs)+len(u.docs) > maxBatchOps || size+u.bytes > maxBatchBytes) {
 				break
 			}
 			if err := u.add(&b); err != nil {
 				return err
 			}
-			ops, size = ops+u.ops, size+u.bytes
+			docs, size = append(docs, u.docs...), size+u.bytes
 		}
-		if err := s.execute(ctx, s.recipients, b); err != nil {
+		if resp, err := s.runBatch(ctx, s.recipients, b); err != nil {
+			// Named, so that a batch that fails at every pass says on what.
+			if i := failedOperation(resp); i >= 0 && i < len(docs) {
+				err = fmt.Errorf("retention's batch failed on %s: %w", docs[i], err)
+			}
 			return err
 		}
 		units = units[n:]
@@ -979,6 +995,7 @@ func (s *Store) sweepCatalog(ctx context.Context, sw store.Sweep) error {
 // shelfOp is one shelf's delete or write in a sweep's catalog batch, and
 // the drawers it takes out of the catalog.
 type shelfOp struct {
+	id     string
 	bytes  int
 	add    func(*azcosmos.TransactionalBatch)
 	leaves []string
@@ -1010,11 +1027,11 @@ func shelfOps(stored []shelfDoc, gone []string, write []shelfDoc) []shelfOp {
 	}
 	var ops []shelfOp
 	for _, id := range gone {
-		ops = append(ops, shelfOp{0, func(b *azcosmos.TransactionalBatch) { b.DeleteItem(id, nil) }, leaves(id, shelfDoc{})})
+		ops = append(ops, shelfOp{id, 0, func(b *azcosmos.TransactionalBatch) { b.DeleteItem(id, nil) }, leaves(id, shelfDoc{})})
 	}
 	for _, sh := range write {
 		raw := mustJSON(sh)
-		ops = append(ops, shelfOp{len(raw), func(b *azcosmos.TransactionalBatch) { b.UpsertItem(raw, nil) }, leaves(sh.ID, sh)})
+		ops = append(ops, shelfOp{sh.ID, len(raw), func(b *azcosmos.TransactionalBatch) { b.UpsertItem(raw, nil) }, leaves(sh.ID, sh)})
 	}
 	return ops
 }
