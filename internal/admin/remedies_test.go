@@ -193,10 +193,16 @@ func (s *stopAfterAcknowledge) Acknowledge(ctx context.Context, recipient string
 	return err
 }
 
+// testsOwnRead marks a context of the test's own calls, whose loads
+// stopAfterAcknowledge never holds: the remedy, once its caller has left,
+// may end before it loads again, and the first load after the
+// acknowledgement is then the test's.
+type testsOwnRead struct{}
+
 func (s *stopAfterAcknowledge) LoadRecipient(ctx context.Context, recipient string, opts ...store.LoadOption) (store.RecipientState, error) {
 	select {
 	case <-s.acknowledged:
-		if s.stopped.CompareAndSwap(false, true) {
+		if ctx.Value(testsOwnRead{}) == nil && s.stopped.CompareAndSwap(false, true) {
 			<-ctx.Done()
 			return store.RecipientState{}, ctx.Err()
 		}
@@ -317,7 +323,7 @@ func TestAnAcknowledgementCutShortRecordsWhatItDequeued(t *testing.T) {
 	if status.Code(err) != codes.Canceled {
 		t.Fatalf("an acknowledgement whose caller left: %v; want CANCELED", err)
 	}
-	trace, err := h.TraceNotification(ctxT(t), recipient, ids[0])
+	trace, err := h.TraceNotification(context.WithValue(ctxT(t), testsOwnRead{}, true), recipient, ids[0])
 	if err != nil || trace.State != hub.TraceDequeued {
 		t.Fatalf("the first notification after the call: %+v, %v; want it dequeued", trace, err)
 	}
