@@ -35,8 +35,8 @@ type Record struct {
 	Count       int
 	Weight      int64
 	// DocumentTypes are the distinct document types of its items; a store
-	// may keep none (nil) when they are many: they are read back from the
-	// items then.
+	// keeps none (nil) when they are many (StoredDocumentTypes): they are
+	// read back from the items then.
 	DocumentTypes []string
 	NextSeq       int64 // sequence number at End when it was known at peek time, else 0
 	// Drawers, recorded at dequeue, are the runs of the cabinet's drawers
@@ -53,4 +53,23 @@ type Record struct {
 	// so Acknowledge puts a notice in the outbox in the same atomic write.
 	Notice  bool `json:",omitempty"`
 	Version string
+}
+
+// MaxStoredDocumentTypesBytes bounds the document types a store keeps in a
+// bundle's record, counted as JSON (quotes and a comma each). A bundle may
+// hold thousands of distinct 255-character types (13 MB at the default
+// weight limit), which every read of its record would decode; beyond the
+// bound the record keeps none and they are read back from the items.
+const MaxStoredDocumentTypesBytes = 8 << 10
+
+// StoredDocumentTypes is what a store keeps of a bundle's document types:
+// all of them, or none (nil) beyond MaxStoredDocumentTypesBytes.
+func StoredDocumentTypes(types []string) []string {
+	n := 0
+	for _, t := range types {
+		if n += len(t) + 3; n > MaxStoredDocumentTypesBytes {
+			return nil
+		}
+	}
+	return types
 }

@@ -414,12 +414,9 @@ func fromBundle(recipient string, rec bundle.Record) bundleDoc {
 		Group: int32(rec.Group), Start: rec.Start, End: rec.End, Count: rec.Count, Weight: rec.Weight,
 		NextSeq: rec.NextSeq, CreatedAt: rec.CreatedAt.UnixMicro(),
 	}
-	// A bundle may hold thousands of distinct 255-character document types
-	// (2 MB for 8,000): beyond a few KB they are left out and derived from
-	// the items whenever the bundle is read back.
-	if docTypesBytes(rec.DocumentTypes) <= maxBundleDocTypesBytes {
-		d.DocTypes = rec.DocumentTypes
-	}
+	// Beyond a few KB the document types are left out and derived from the
+	// items whenever the bundle is read back.
+	d.DocTypes = bundle.StoredDocumentTypes(rec.DocumentTypes)
 	switch rec.State {
 	case bundle.Dequeued:
 		d.T = typeDequeued
@@ -430,17 +427,6 @@ func fromBundle(recipient string, rec bundle.Record) bundleDoc {
 	}
 	d.Drawers, d.Holes = fromRuns(rec.Drawers)
 	return d
-}
-
-// maxBundleDocTypesBytes bounds the document types a bundle document keeps.
-const maxBundleDocTypesBytes = 8 << 10
-
-func docTypesBytes(types []string) int {
-	n := 0
-	for _, t := range types {
-		n += len(t) + 3 // quotes and a comma
-	}
-	return n
 }
 
 func etag(v string) *azcore.ETag {

@@ -15,6 +15,9 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, bun bundle.R
 	if err != nil {
 		return err
 	}
+	// Many document types are not kept: retention reads every record a
+	// recipient retains, at every visit.
+	bun.DocumentTypes = bundle.StoredDocumentTypes(bun.DocumentTypes)
 	return s.write(ctx, func(tx *txn) error {
 		rec, err := tx.records(r)
 		if err != nil {
@@ -47,6 +50,7 @@ func (s *Store) CreateBundle(ctx context.Context, recipient string, bun bundle.R
 
 // Acknowledge moves a pending bundle to the dequeued ones and writes the cursor.
 func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Record, cursor catalog.Cursor) error {
+	bun.DocumentTypes = bundle.StoredDocumentTypes(bun.DocumentTypes) // as CreateBundle
 	return s.whilePending(ctx, recipient, bun, func(tx *txn, r, id [16]byte, rec *records) error {
 		if rec.cursorVersion(cursor.Key()) != cursor.Version {
 			return conflict("cursor %v moved", cursor.Key())
@@ -78,6 +82,7 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Re
 // ReleaseBundle moves a pending bundle, at the version read, to where the
 // dequeued ones are, marked released; the cursor is left alone.
 func (s *Store) ReleaseBundle(ctx context.Context, recipient string, bun bundle.Record) error {
+	bun.DocumentTypes = bundle.StoredDocumentTypes(bun.DocumentTypes) // as CreateBundle
 	return s.whilePending(ctx, recipient, bun, func(tx *txn, r, id [16]byte, rec *records) error {
 		bun.Version = s.nextVersion()
 		rel, err := setPut(dequeuedKey(r, id), bun)

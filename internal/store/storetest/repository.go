@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ func RunRepository(t *testing.T, newStore Factory) {
 	h := &harness{newStore: newStore}
 	t.Run("SavesAndReadsBackEveryFieldInOrder", h.savesAndReadsBack)
 	t.Run("DrawerNeverExceedsCapacity", h.drawerNeverExceedsCapacity)
+	t.Run("ABundleOfManyDocumentTypesIsStoredWithoutThemAndAnsweredWithAll", h.manyDocumentTypes)
 	t.Run("CabinetBoundRefusesOnlyTheSaveThatNeedsMoreDrawers", h.cabinetBound)
 	t.Run("AcknowledgedDrawersLeaveTheEntryButNotTheirBundles", h.acknowledgedDrawersLeave)
 	t.Run("AcknowledgedDrawerLeavesALiveCabinet", h.acknowledgedDrawerLeavesALiveCabinet)
@@ -219,6 +221,49 @@ func (h *harness) savesAndReadsBack(t *testing.T) {
 			expectIDs(t, "delivered", delivered, ids(ns))
 		})
 	}
+}
+
+// A bundle may hold thousands of distinct document types of 255
+// characters (13 MB at the default weight limit): its stored record keeps
+// none of them beyond bundle.MaxStoredDocumentTypesBytes, for every read of
+// the record decodes them (retention reads every record a recipient
+// retains, at every visit), and every answer reads them back from the items.
+func (h *harness) manyDocumentTypes(t *testing.T) {
+	e := h.env(t, hub.Options{})
+	r := newRecipient()
+	ns := notes(bundle.MaxStoredDocumentTypesBytes/domain.MaxContentTypeLength+1, r, domain.OriginCharges, "c")
+	types := make([]string, len(ns))
+	for i := range ns {
+		ns[i].DocumentType = fmt.Sprintf("%04d", i) + strings.Repeat("t", domain.MaxContentTypeLength-4)
+		types[i] = ns[i].DocumentType
+	}
+	e.save(ns...)
+	answered := func(what string, b *domain.Bundle) *domain.Bundle {
+		t.Helper()
+		if b == nil || len(b.NotificationIDs) != len(ns) || !slices.Equal(b.DocumentTypes, types) {
+			t.Fatalf("%s: %+v, want a bundle of all %d notifications and their document types", what, b, len(ns))
+		}
+		return b
+	}
+	kept := func(what string, recs []bundle.Record) {
+		t.Helper()
+		if len(recs) != 1 || recs[0].DocumentTypes != nil {
+			t.Fatalf("%s: %d records, want one keeping no document types", what, len(recs))
+		}
+	}
+	b := answered("peek", e.peek(r, domain.GroupAll, ""))
+	st, err := e.store.LoadRecipient(ctx(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept("pending", st.Pending)
+	answered("peek again", e.peek(r, domain.GroupAll, ""))
+	e.dequeue(r, b.ID)
+	dequeued, err := e.store.DequeuedBundles(ctx(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept("dequeued", dequeued)
 }
 
 func (h *harness) drawerNeverExceedsCapacity(t *testing.T) {
