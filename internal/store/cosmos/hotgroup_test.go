@@ -5,8 +5,10 @@ import (
 	"errors"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,5 +90,118 @@ func TestAnUnavailableRecipientFailsOnlyItsOwnSaveInASharedGroup(t *testing.T) {
 	}
 	if err := <-otherSaved; err != nil {
 		t.Fatalf("the Save for another recipient in the same group: %v", err)
+	}
+}
+
+// Two Saves for different recipients share a group, and one recipient's
+// partition answers 429 to its reads for longer than the group's time:
+// the other recipient's Save is stored (visible, peeked once), the
+// throttled one fails UNAVAILABLE with nothing of it visible, and its
+// resend once the partition answers again stores it once.
+func TestARecipientThrottledPastTheGroupsDeadlineFailsOnlyItsOwnSave(t *testing.T) {
+	f := newFaulty()
+	f.retryAfter.Store(50)
+	s := open(t, cosmos.Config{Transport: f, Throughput: "manual=1000000"})
+	repo := hub.New(s, hub.Options{PlanParallel: cosmos.Parallel, ConcurrentGroups: 8}, nil)
+	t.Cleanup(repo.Close)
+	ctx := context.Background()
+	hot, other, gate := uuid.NewString(), uuid.NewString(), uuid.NewString()
+
+	// As above, a first Save naming all three holds the Saves for hot and
+	// other back until they form one group. From its release until the
+	// throttled Save has been answered, every read of hot's partition is
+	// answered 429.
+	var (
+		throttled         atomic.Bool
+		gateHit, hotSeen  = make(chan struct{}), make(chan struct{})
+		gateOnce, hotOnce sync.Once
+		release           = make(chan struct{})
+	)
+	f.set(func(req *http.Request) int {
+		pk := req.Header.Get("x-ms-documentdb-partitionkey")
+		switch {
+		case strings.Contains(pk, gate):
+			first := false
+			gateOnce.Do(func() { first = true; close(gateHit) })
+			if first {
+				<-release
+			}
+		case strings.Contains(pk, hot):
+			hotOnce.Do(func() { close(hotSeen) })
+			read := req.Method == http.MethodGet || strings.HasPrefix(req.Header.Get("Content-Type"), "application/query+json")
+			if throttled.Load() && toContainer(req, "recipients") && read {
+				return http.StatusTooManyRequests
+			}
+		}
+		return 0
+	})
+
+	first := append(append(notifications(1, hot, 1), notifications(1, other, 1)...), notifications(1, gate, 1)...)
+	firstSaved := make(chan error, 1)
+	go func() { _, err := repo.Save(ctx, first); firstSaved <- err }()
+	<-gateHit
+	<-hotSeen
+	hotSave, otherSave := notifications(10, hot, 1), notifications(10, other, 1)
+	hotSaved, otherSaved := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := repo.Save(ctx, hotSave); hotSaved <- err }()
+	go func() { _, err := repo.Save(ctx, otherSave); otherSaved <- err }()
+	for deadline := time.Now().Add(time.Minute); repo.QueuedSaves() < 2; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Saves wait for the held group after a minute, want 2", repo.QueuedSaves())
+		}
+	}
+	throttled.Store(true)
+	close(release)
+	if err := <-firstSaved; err != nil {
+		t.Fatalf("the first Save: %v", err)
+	}
+	hotErr := <-hotSaved
+	throttled.Store(false)
+	otherErr := <-otherSaved
+	if otherErr != nil {
+		t.Fatalf("the Save for a healthy recipient in the throttled one's group: %v", otherErr)
+	}
+	if !errors.Is(hotErr, domain.ErrUnavailable) {
+		t.Fatalf("the Save for the throttled recipient: %v, want unavailable", hotErr)
+	}
+
+	// peekOnce peeks recipient's bundle past the first Save's and dequeues
+	// it, and says which ids it held; nothing is left after it.
+	peekOnce := func(recipient string) []string {
+		t.Helper()
+		var ids []string
+		for {
+			b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b == nil {
+				return ids
+			}
+			ids = append(ids, b.NotificationIDs...)
+			if err := repo.Dequeue(ctx, recipient, b.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ids := func(ns ...domain.Notification) []string {
+		var out []string
+		for _, n := range ns {
+			out = append(out, n.ID)
+		}
+		return out
+	}
+	if got, want := peekOnce(other), ids(append(first[1:2:2], otherSave...)...); !slices.Equal(got, want) {
+		t.Fatalf("%s holds %v, want %v", other, got, want)
+	}
+	if got, want := peekOnce(hot), ids(first[0]); !slices.Equal(got, want) {
+		t.Fatalf("the failed Save shows: %s holds %v, want only the first Save's %v", hot, got, want)
+	}
+	res, err := repo.Save(ctx, hotSave)
+	if err != nil || res.Saved != len(hotSave) || res.Duplicates != 0 {
+		t.Fatalf("the resend of the failed Save: %+v, %v; want all %d saved", res, err, len(hotSave))
+	}
+	if got, want := peekOnce(hot), ids(hotSave...); !slices.Equal(got, want) {
+		t.Fatalf("after the resend %s holds %v, want %v", hot, got, want)
 	}
 }
