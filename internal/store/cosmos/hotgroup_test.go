@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,6 +98,39 @@ func TestAnUnavailableRecipientFailsOnlyItsOwnSaveInASharedGroup(t *testing.T) {
 // throttled one fails UNAVAILABLE with nothing of it visible, and its
 // resend once the partition answers again stores it once.
 func TestARecipientThrottledPastTheGroupsDeadlineFailsOnlyItsOwnSave(t *testing.T) {
+	saveBesideAFailingRecipient(t, func(read bool) int {
+		if read {
+			return http.StatusTooManyRequests
+		}
+		return 0
+	})
+}
+
+// Two Saves for different recipients share a group, and one recipient's
+// partition refuses its writes (unavailable past the retries) once the
+// group's loads are done: only that recipient's Save fails, nothing of it
+// stored, and its resend stores it once.
+func TestARecipientWhoseWritesFailFailsOnlyItsOwnSaveInASharedGroup(t *testing.T) {
+	loaded := false // only the group's goroutines call the fault, one at a time
+	saveBesideAFailingRecipient(t, func(read bool) int {
+		if read {
+			loaded = true
+			return 0
+		}
+		if loaded {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+}
+
+// saveBesideAFailingRecipient saves 10 notifications for a recipient and
+// 10 for another in one group, while the first one's requests to the
+// recipients container are answered with fault (0: the server answers), and
+// checks that only its Save failed, UNAVAILABLE, and left nothing visible:
+// the other's is peeked once, and the failed one's resend, once the fault
+// is gone, stores it once.
+func saveBesideAFailingRecipient(t *testing.T, fault func(read bool) int) {
 	f := newFaulty()
 	f.retryAfter.Store(50)
 	s := open(t, cosmos.Config{Transport: f, Throughput: "manual=1000000"})
@@ -109,10 +141,10 @@ func TestARecipientThrottledPastTheGroupsDeadlineFailsOnlyItsOwnSave(t *testing.
 
 	// As above, a first Save naming all three holds the Saves for hot and
 	// other back until they form one group. From its release until the
-	// throttled Save has been answered, every read of hot's partition is
-	// answered 429.
+	// failing Save has been answered, fault answers hot's requests.
 	var (
-		throttled         atomic.Bool
+		mu                sync.Mutex
+		failing           bool
 		gateHit, hotSeen  = make(chan struct{}), make(chan struct{})
 		gateOnce, hotOnce sync.Once
 		release           = make(chan struct{})
@@ -129,12 +161,19 @@ func TestARecipientThrottledPastTheGroupsDeadlineFailsOnlyItsOwnSave(t *testing.
 		case strings.Contains(pk, hot):
 			hotOnce.Do(func() { close(hotSeen) })
 			read := req.Method == http.MethodGet || strings.HasPrefix(req.Header.Get("Content-Type"), "application/query+json")
-			if throttled.Load() && toContainer(req, "recipients") && read {
-				return http.StatusTooManyRequests
+			mu.Lock()
+			defer mu.Unlock()
+			if failing && toContainer(req, "recipients") {
+				return fault(read)
 			}
 		}
 		return 0
 	})
+	setFailing := func(on bool) {
+		mu.Lock()
+		failing = on
+		mu.Unlock()
+	}
 
 	first := append(append(notifications(1, hot, 1), notifications(1, other, 1)...), notifications(1, gate, 1)...)
 	firstSaved := make(chan error, 1)
@@ -150,23 +189,24 @@ func TestARecipientThrottledPastTheGroupsDeadlineFailsOnlyItsOwnSave(t *testing.
 			t.Fatalf("%d Saves wait for the held group after a minute, want 2", repo.QueuedSaves())
 		}
 	}
-	throttled.Store(true)
+	setFailing(true)
 	close(release)
 	if err := <-firstSaved; err != nil {
 		t.Fatalf("the first Save: %v", err)
 	}
 	hotErr := <-hotSaved
-	throttled.Store(false)
+	setFailing(false)
 	otherErr := <-otherSaved
 	if otherErr != nil {
-		t.Fatalf("the Save for a healthy recipient in the throttled one's group: %v", otherErr)
+		t.Fatalf("the Save for a healthy recipient in the failing one's group: %v", otherErr)
 	}
 	if !errors.Is(hotErr, domain.ErrUnavailable) {
-		t.Fatalf("the Save for the throttled recipient: %v, want unavailable", hotErr)
+		t.Fatalf("the Save for the failing recipient: %v, want unavailable", hotErr)
 	}
+	t.Logf("the failing recipient's Save: %v", hotErr)
 
-	// peekOnce peeks recipient's bundle past the first Save's and dequeues
-	// it, and says which ids it held; nothing is left after it.
+	// peekOnce peeks and dequeues recipient's bundles until none is left,
+	// and says which ids they held.
 	peekOnce := func(recipient string) []string {
 		t.Helper()
 		var ids []string
