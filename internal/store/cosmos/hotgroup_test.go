@@ -20,76 +20,15 @@ import (
 
 // Two Saves for different recipients share a group, and one recipient's
 // partition cannot be read (unavailable past the retries): only that
-// recipient's Save fails.
+// recipient's Save fails, nothing of it stored, and its resend stores it
+// once.
 func TestAnUnavailableRecipientFailsOnlyItsOwnSaveInASharedGroup(t *testing.T) {
-	f := newFaulty()
-	s := open(t, cosmos.Config{Transport: f, Throughput: "manual=1000000"})
-	repo := hub.New(s, hub.Options{PlanParallel: cosmos.Parallel, ConcurrentGroups: 8}, nil)
-	t.Cleanup(repo.Close)
-	ctx := context.Background()
-	hot, other, gate := uuid.NewString(), uuid.NewString(), uuid.NewString()
-
-	// A first Save naming all three is held in flight on its first request
-	// for gate, once its load of hot was sent, so that the Saves for hot and
-	// for other both wait for it and then form one group. From the release
-	// on, hot's partition cannot be read.
-	var (
-		mu                sync.Mutex
-		failing           bool
-		gateHit, hotSeen  = make(chan struct{}), make(chan struct{})
-		gateOnce, hotOnce sync.Once
-		release           = make(chan struct{})
-	)
-	f.set(func(req *http.Request) int {
-		pk := req.Header.Get("x-ms-documentdb-partitionkey")
-		switch {
-		case strings.Contains(pk, gate):
-			first := false
-			gateOnce.Do(func() { first = true; close(gateHit) })
-			if first {
-				<-release
-			}
-		case strings.Contains(pk, hot):
-			hotOnce.Do(func() { close(hotSeen) })
-			mu.Lock()
-			defer mu.Unlock()
-			read := req.Method == http.MethodGet || strings.HasPrefix(req.Header.Get("Content-Type"), "application/query+json")
-			if failing && toContainer(req, "recipients") && read {
-				return http.StatusServiceUnavailable
-			}
+	saveBesideAFailingRecipient(t, func(read bool) int {
+		if read {
+			return http.StatusServiceUnavailable
 		}
 		return 0
 	})
-
-	first := append(append(notifications(1, hot, 1), notifications(1, other, 1)...), notifications(1, gate, 1)...)
-	firstSaved := make(chan error, 1)
-	go func() { _, err := repo.Save(ctx, first); firstSaved <- err }()
-	<-gateHit
-	<-hotSeen
-	hotSaved, otherSaved := make(chan error, 1), make(chan error, 1)
-	go func() { _, err := repo.Save(ctx, notifications(10, hot, 1)); hotSaved <- err }()
-	go func() { _, err := repo.Save(ctx, notifications(10, other, 1)); otherSaved <- err }()
-	// Both wait for the first Save's group (the minute is only against a
-	// hang).
-	for deadline := time.Now().Add(time.Minute); repo.QueuedSaves() < 2; runtime.Gosched() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d Saves wait for the held group after a minute, want 2", repo.QueuedSaves())
-		}
-	}
-	mu.Lock()
-	failing = true
-	mu.Unlock()
-	close(release)
-	// The first Save names hot too: it commits or is unavailable.
-	if err := <-firstSaved; err != nil && !errors.Is(err, domain.ErrUnavailable) {
-		t.Fatalf("the first Save: %v", err)
-	}
-	if err := <-hotSaved; !errors.Is(err, domain.ErrUnavailable) {
-		t.Fatalf("the Save for the unavailable recipient: %v, want unavailable", err)
-	}
-	if err := <-otherSaved; err != nil {
-		t.Fatalf("the Save for another recipient in the same group: %v", err)
-	}
 }
 
 // Two Saves for different recipients share a group, and one recipient's
@@ -111,7 +50,7 @@ func TestARecipientThrottledPastTheGroupsDeadlineFailsOnlyItsOwnSave(t *testing.
 // group's loads are done: only that recipient's Save fails, nothing of it
 // stored, and its resend stores it once.
 func TestARecipientWhoseWritesFailFailsOnlyItsOwnSaveInASharedGroup(t *testing.T) {
-	loaded := false // only the group's goroutines call the fault, one at a time
+	loaded := false // fault runs under the transport's lock
 	saveBesideAFailingRecipient(t, func(read bool) int {
 		if read {
 			loaded = true
@@ -124,6 +63,17 @@ func TestARecipientWhoseWritesFailFailsOnlyItsOwnSaveInASharedGroup(t *testing.T
 	})
 }
 
+// hubWithFaults is a hub as the binary runs it on Cosmos DB (groups written
+// side by side), over a transport that injects faults; a 429 asks for 50 ms.
+func hubWithFaults(t *testing.T) (*faulty, *hub.Hub) {
+	f := newFaulty()
+	f.retryAfter.Store(50)
+	s := open(t, cosmos.Config{Transport: f, Throughput: "manual=1000000"})
+	repo := hub.New(s, hub.Options{PlanParallel: cosmos.Parallel, ConcurrentGroups: 8}, nil)
+	t.Cleanup(repo.Close)
+	return f, repo
+}
+
 // saveBesideAFailingRecipient saves 10 notifications for a recipient and
 // 10 for another in one group, while the first one's requests to the
 // recipients container are answered with fault (0: the server answers), and
@@ -131,17 +81,16 @@ func TestARecipientWhoseWritesFailFailsOnlyItsOwnSaveInASharedGroup(t *testing.T
 // the other's is peeked once, and the failed one's resend, once the fault
 // is gone, stores it once.
 func saveBesideAFailingRecipient(t *testing.T, fault func(read bool) int) {
-	f := newFaulty()
-	f.retryAfter.Store(50)
-	s := open(t, cosmos.Config{Transport: f, Throughput: "manual=1000000"})
-	repo := hub.New(s, hub.Options{PlanParallel: cosmos.Parallel, ConcurrentGroups: 8}, nil)
-	t.Cleanup(repo.Close)
+	f, repo := hubWithFaults(t)
 	ctx := context.Background()
 	hot, other, gate := uuid.NewString(), uuid.NewString(), uuid.NewString()
 
-	// As above, a first Save naming all three holds the Saves for hot and
-	// other back until they form one group. From its release until the
-	// failing Save has been answered, fault answers hot's requests.
+	// A first Save naming all three is held in flight on its first request
+	// for gate, once its load of hot was sent, so that the Saves for hot
+	// and for other both wait for it and then form one group. From its
+	// release (after which it reads hot no more) until the failing Save has
+	// been answered, fault answers hot's requests to the recipients
+	// container.
 	var (
 		mu                sync.Mutex
 		failing           bool
@@ -205,43 +154,17 @@ func saveBesideAFailingRecipient(t *testing.T, fault func(read bool) int) {
 	}
 	t.Logf("the failing recipient's Save: %v", hotErr)
 
-	// peekOnce peeks and dequeues recipient's bundles until none is left,
-	// and says which ids they held.
-	peekOnce := func(recipient string) []string {
-		t.Helper()
-		var ids []string
-		for {
-			b, err := repo.Peek(ctx, recipient, domain.GroupAll, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if b == nil {
-				return ids
-			}
-			ids = append(ids, b.NotificationIDs...)
-			if err := repo.Dequeue(ctx, recipient, b.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	ids := func(ns ...domain.Notification) []string {
-		var out []string
-		for _, n := range ns {
-			out = append(out, n.ID)
-		}
-		return out
-	}
-	if got, want := peekOnce(other), ids(append(first[1:2:2], otherSave...)...); !slices.Equal(got, want) {
+	if got, want := drainAll(t, repo, other), ids(append(first[1:2:2], otherSave...)); !slices.Equal(got, want) {
 		t.Fatalf("%s holds %v, want %v", other, got, want)
 	}
-	if got, want := peekOnce(hot), ids(first[0]); !slices.Equal(got, want) {
+	if got, want := drainAll(t, repo, hot), ids(first[:1]); !slices.Equal(got, want) {
 		t.Fatalf("the failed Save shows: %s holds %v, want only the first Save's %v", hot, got, want)
 	}
 	res, err := repo.Save(ctx, hotSave)
 	if err != nil || res.Saved != len(hotSave) || res.Duplicates != 0 {
 		t.Fatalf("the resend of the failed Save: %+v, %v; want all %d saved", res, err, len(hotSave))
 	}
-	if got, want := peekOnce(hot), ids(hotSave...); !slices.Equal(got, want) {
+	if got, want := drainAll(t, repo, hot), ids(hotSave); !slices.Equal(got, want) {
 		t.Fatalf("after the resend %s holds %v, want %v", hot, got, want)
 	}
 }
