@@ -135,7 +135,14 @@ func groupDeadline(calls []*saveCall, now time.Time) time.Time {
 func (r *Hub) commitSplitting(ctx context.Context, live []*saveCall, write func([]store.RecipientSave) error) []saveOutcome {
 	outcomes, err := r.commitGroup(ctx, live, write)
 	var u *unloadable
-	if errors.As(err, &u) {
+	var failed *store.RecipientsFailedError
+	if errors.As(err, &failed) && errors.Is(err, domain.ErrUnavailable) {
+		u = &unloadable{err: err, recipients: make(map[string]bool)}
+		for _, rcpt := range failed.Recipients {
+			u.recipients[rcpt] = true
+		}
+	}
+	if u != nil || errors.As(err, &u) {
 		if outcomes, ok := r.commitWithout(ctx, live, u, write); ok {
 			return outcomes
 		}
@@ -153,7 +160,8 @@ func (r *Hub) commitSplitting(ctx context.Context, live []*saveCall, write func(
 	return outcomes
 }
 
-// unloadable is a plan that could not load some of its recipients, each
+// unloadable is a plan that could not load some of its recipients, or a
+// write refused because of theirs alone (store.RecipientsFailedError), each
 // unavailable: nothing was written, so the calls that name none of them may
 // be planned and committed on their own.
 type unloadable struct {
@@ -165,9 +173,9 @@ func (u *unloadable) Error() string { return u.err.Error() }
 func (u *unloadable) Unwrap() error { return u.err }
 
 // commitWithout fails the calls naming a recipient that could not be loaded
-// with its error and commits the others, so that one unavailable partition
-// fails only the Saves that name it. It reports false when every call names
-// one.
+// or written with its error and commits the others, so that one unavailable
+// partition fails only the Saves that name it. It reports false when every
+// call names one.
 func (r *Hub) commitWithout(ctx context.Context, live []*saveCall, u *unloadable, write func([]store.RecipientSave) error) ([]saveOutcome, bool) {
 	outcomes := make([]saveOutcome, len(live))
 	var rest []*saveCall
@@ -208,12 +216,29 @@ func (r *Hub) commitGroup(ctx context.Context, live []*saveCall, write func([]st
 	// loads fresh. A plan reads the head and the entries alone
 	// (store.CatalogOnly).
 	lagging := true
+	// The first plan has half the group's time when one recipient's loads
+	// could fail some of the Saves and not the others: a recipient whose
+	// partition does not answer by then (throttled, unavailable) fails the
+	// Saves that name it, and the others have the rest of the time.
+	firstPlan, cancel := ctx, context.CancelFunc(func() {})
+	if separable(live) {
+		deadline, _ := ctx.Deadline()
+		firstPlan, cancel = context.WithDeadlineCause(ctx, time.Now().Add(time.Until(deadline)/2), errSplitPoint)
+	}
+	defer cancel()
 	return retry(ctx, func() ([]saveOutcome, error) {
 		load := []store.LoadOption{store.CatalogOnly}
+		planCtx := ctx
 		if lagging {
 			load = append(load, store.MayLag)
+			planCtx = firstPlan
 		}
-		outcomes, saves, err := r.planGroup(ctx, live, stored, load...)
+		outcomes, saves, err := r.planGroup(planCtx, live, stored, load...)
+		if errors.Is(err, errPlanCut) {
+			// The split point passed between two loads: no recipient held
+			// the plan up.
+			outcomes, saves, err = r.planGroup(ctx, live, stored, load...)
+		}
 		if errors.Is(err, domain.ErrCabinetFull) && lagging {
 			// A lagging load may still show drawers that another
 			// instance's sweep took out of the entry; a refusal is no
@@ -278,6 +303,10 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 	loadFailed := make([]bool, len(recipients))
 	at := r.opts.Now().UnixMilli()
 	plan := func(i int) {
+		if errors.Is(context.Cause(ctx), errSplitPoint) {
+			errs[i] = errPlanCut
+			return
+		}
 		closeBefore := at - r.opts.Retention.Milliseconds()
 		state, err := r.store.LoadRecipient(ctx, recipients[i], load...)
 		if err == nil && state.Cursors == nil && slices.ContainsFunc(state.Entries, func(e catalog.Entry) bool { return openedBefore(e, closeBefore) }) {
@@ -325,10 +354,16 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 	work()
 	wg.Wait()
 	var unavailable *unloadable
+	cut := false
 	for i, err := range errs {
 		switch {
 		case err == nil:
-		case loadFailed[i] && errors.Is(err, domain.ErrUnavailable):
+		case errors.Is(err, errPlanCut):
+			cut = true
+		case loadFailed[i] && (errors.Is(err, domain.ErrUnavailable) || heldUp(ctx, err)):
+			if !errors.Is(err, domain.ErrUnavailable) {
+				err = errHeldUp
+			}
 			if unavailable == nil {
 				unavailable = &unloadable{err: err, recipients: make(map[string]bool)}
 			}
@@ -337,10 +372,47 @@ func (r *Hub) planGroup(ctx context.Context, calls []*saveCall, stored map[strin
 			return nil, nil, err
 		}
 	}
-	if unavailable != nil {
+	switch {
+	case unavailable != nil:
 		return nil, nil, unavailable
+	case cut:
+		return nil, nil, errPlanCut
 	}
 	return outcomes, saves, nil
+}
+
+var (
+	// errSplitPoint ends a group's first plan halfway through the group's
+	// time (commitGroup).
+	errSplitPoint = errors.New("hub: half the save group's time is spent planning")
+	// errPlanCut is a plan that stopped at the split point between loads.
+	errPlanCut = errors.New("hub: the save group's plan stopped at its split point")
+	// errHeldUp is what a Save gets whose recipient's load did not end by
+	// the split point.
+	errHeldUp = fmt.Errorf("%w: the store did not answer for a recipient of this save within half the time of the group it was written in (a throttled or unavailable partition); send it again", domain.ErrUnavailable)
+)
+
+// heldUp says whether a load failed with err because the group's first plan
+// reached its split point while it waited for the store.
+func heldUp(ctx context.Context, err error) bool {
+	return errors.Is(context.Cause(ctx), errSplitPoint) && errors.Is(err, context.DeadlineExceeded)
+}
+
+// separable says whether some recipient of the calls is not named by all
+// of them: an unavailable one may then fail some calls and not others.
+func separable(calls []*saveCall) bool {
+	named := make(map[string]int)
+	for _, c := range calls {
+		for _, rcpt := range recipientsOf(c) {
+			named[rcpt]++
+		}
+	}
+	for _, n := range named {
+		if n < len(calls) {
+			return true
+		}
+	}
+	return false
 }
 
 // parallelPlanRecipients is the fewest recipients a group is planned for by

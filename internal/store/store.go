@@ -52,6 +52,20 @@ func (e *IDsExistError) Error() string {
 // Unwrap makes errors.Is(err, ErrConflict) hold.
 func (e *IDsExistError) Unwrap() error { return ErrConflict }
 
+// RecipientsFailedError is how CommitSaves may report a refusal that the
+// writes of some recipients alone caused (their partitions unavailable or
+// throttled), the others' writes having gone through or been cancelled
+// for it: nothing was stored, and a save of the other recipients alone
+// need not fail the same way.
+type RecipientsFailedError struct {
+	Recipients []string
+	Err        error
+}
+
+func (e *RecipientsFailedError) Error() string { return e.Err.Error() }
+
+func (e *RecipientsFailedError) Unwrap() error { return e.Err }
+
 // Head is a recipient's sequence counter and watermark. Sequence numbers up
 // to NextSeq-1 are handed out; readers ignore anything above Watermark.
 type Head struct {
@@ -225,7 +239,9 @@ type Store interface {
 	// CommitSaves writes the saves of several recipients all or nothing. A
 	// head or entry not at the version read is ErrConflict; ids that already
 	// exist make it fail with *IDsExistError naming all of them. Refused,
-	// none of its notifications or ids is stored, for any recipient.
+	// none of its notifications or ids is stored, for any recipient; a
+	// refusal that some recipients' writes alone caused may name them
+	// (*RecipientsFailedError).
 	CommitSaves(ctx context.Context, saves []RecipientSave) error
 	// BundleExists reports whether the recipient has a bundle with this id,
 	// pending, dequeued or released.

@@ -12,8 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/energydatahub/messagehub/internal/domain"
-	"github.com/energydatahub/messagehub/internal/hub"
-	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/internal/store/storetest"
 )
 
@@ -29,11 +27,7 @@ func TestContractWithConcurrentGroups(t *testing.T) {
 // Cosmos DB, that Save commits meanwhile instead of queueing behind the
 // throttled group.
 func TestAThrottledRecipientHoldsUpOnlyItsOwnSaves(t *testing.T) {
-	f := newFaulty()
-	f.retryAfter.Store(50)
-	s := open(t, cosmos.Config{Transport: f, Throughput: "manual=1000000"})
-	repo := hub.New(s, hub.Options{PlanParallel: cosmos.Parallel, ConcurrentGroups: 8}, nil)
-	t.Cleanup(repo.Close)
+	f, repo := hubWithFaults(t)
 	ctx := context.Background()
 	hot, other := uuid.NewString(), uuid.NewString()
 

@@ -383,8 +383,17 @@ func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known head
 // abort marks the save aborted and undoes what it reserved and wrote. It
 // reports true when the save turns out committed: its own commit applied
 // though its answer was lost (or came after the deadline), so the save
-// must be finalized, never rolled back.
-func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans []savePlan) (committed bool) {
+// must be finalized, never rolled back. Otherwise unsettled names the
+// recipients whose reservation it may have left in their head, for its
+// lease to settle.
+func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans []savePlan) (committed bool, unsettled []string) {
+	all := func() []string {
+		out := make([]string, len(plans))
+		for i, p := range plans {
+			out[i] = p.save.Recipient
+		}
+		return out
+	}
 	record.State = stateAborted
 	resp, err := s.saves.ReplaceItem(ctx, azcosmos.NewPartitionKeyString(record.ID), record.ID, mustJSON(record),
 		&azcosmos.ItemOptions{IfMatchEtag: etag(version)})
@@ -399,12 +408,12 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 		switch {
 		case rerr != nil:
 			s.cfg.Logger.Warn("cosmos: could not abort save; its lease will", "save", record.ID, "err", err, "read", rerr)
-			return false
+			return false, all()
 		case d.State == stateCommitted:
-			return true
+			return true, nil
 		case d.State != stateAborted:
 			s.cfg.Logger.Warn("cosmos: could not abort save; its lease will", "save", record.ID, "err", err)
-			return false
+			return false, all()
 		}
 	}
 	// A rollback that releases the saves its reservation held back makes
@@ -425,13 +434,14 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 		shown, err := s.rollback(ctx, p.save.Recipient, record.ID, planned, &p.reservedOn, idDocsGone)
 		if err != nil {
 			s.cfg.Logger.Warn("cosmos: rollback incomplete; its lease will finish it", "save", record.ID, "err", err)
+			unsettled = append(unsettled, p.save.Recipient)
 		}
 		if shown {
 			revealed = append(revealed, p.save.Recipient)
 		}
 	}
 	s.ringRevealed(ctx, revealed)
-	return false
+	return false, unsettled
 }
 
 // rollback deletes what an aborted save wrote for the recipient, records

@@ -129,10 +129,10 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 		// account that stops answering the SDK's retries would hold the
 		// Save for as long as they go on.
 		actx, acancel := context.WithDeadline(context.WithoutCancel(ctx), leaseEnd)
-		committed := s.abort(actx, record, version, reserved)
+		committed, unsettled := s.abort(actx, record, version, reserved)
 		acancel()
 		if !committed {
-			return tooLarge(err)
+			return tooLarge(failedFor(err, w.failed, unsettled, len(plans)))
 		}
 		s.cfg.Logger.Warn("cosmos: a save whose commit seemed to fail is committed; finalizing it", "save", saveID, "err", err)
 	}
@@ -153,6 +153,24 @@ func (s *Store) commitSaves(ctx context.Context, saves []store.RecipientSave) er
 			return nil
 		}
 	}
+}
+
+// failedFor is err, a save that failed before its commit was sent, as the
+// failure of the recipients whose own requests failed it, when there are
+// such and others: nothing of the save will show, and a save of the others
+// alone may succeed. The recipients whose reservation the abort left in
+// their head (unsettled) are named too: until their lease ends that
+// reservation holds their watermark, and a save stored meanwhile would not
+// be visible when acknowledged.
+func failedFor(err error, failed, unsettled []string, recipients int) error {
+	if len(failed) == 0 {
+		return err
+	}
+	named := slices.Concat(failed, slices.DeleteFunc(slices.Clone(unsettled), func(r string) bool { return slices.Contains(failed, r) }))
+	if len(named) >= recipients {
+		return err
+	}
+	return &store.RecipientsFailedError{Recipients: named, Err: err}
 }
 
 // tooLarge marks the answers Cosmos DB gives a request beyond its limits:
@@ -206,6 +224,9 @@ type written struct {
 	version    string     // the commit record's etag; empty when it was not created
 	reserved   []savePlan // the plans that may hold a reservation, for the abort
 	pagesToken string     // the merged session token of the page batches
+	// failed are the recipients whose own requests failed the write (not
+	// cancelled for another's failure or the deadline).
+	failed []string
 }
 
 // write runs steps 1 to 4 with every step started as soon as what it
@@ -257,21 +278,16 @@ func (s *Store) write(ctx context.Context, record saveDoc, plans []savePlan, ids
 	for i := range plans {
 		reserved[i] = make(chan struct{})
 		g.Go(func() error {
-			head, err := s.headToReserve(gctx, plans[i].save)
-			if err != nil {
-				return err
+			err := s.writeRecipient(gctx, &plans[i], created, reserved[i], &held[i], func(pagesTokens []string) {
+				mu.Lock()
+				tokens = append(tokens, pagesTokens...)
+				mu.Unlock()
+			})
+			if err != nil && gctx.Err() == nil {
+				mu.Lock()
+				w.failed = append(w.failed, plans[i].save.Recipient)
+				mu.Unlock()
 			}
-			if !wait(gctx, created) {
-				return gctx.Err()
-			}
-			if held[i], err = s.reserve(gctx, &plans[i], head); err != nil {
-				return err
-			}
-			close(reserved[i])
-			pagesTokens, err := s.writePlanPages(gctx, plans[i])
-			mu.Lock()
-			tokens = append(tokens, pagesTokens...)
-			mu.Unlock()
 			return err
 		})
 	}
@@ -294,6 +310,27 @@ func (s *Store) write(ctx context.Context, record saveDoc, plans []savePlan, ids
 	}
 	w.pagesToken = mergeTokens(tokens...)
 	return w, err
+}
+
+// writeRecipient is one recipient's part of write: its head, once the
+// commit record is created its reservation (held says it may exist, and
+// reserved is closed once it does), then its pages, whose batches' session
+// tokens go to pages.
+func (s *Store) writeRecipient(ctx context.Context, p *savePlan, created <-chan struct{}, reserved chan<- struct{}, held *bool, pages func([]string)) error {
+	head, err := s.headToReserve(ctx, p.save)
+	if err != nil {
+		return err
+	}
+	if !wait(ctx, created) {
+		return ctx.Err()
+	}
+	if *held, err = s.reserve(ctx, p, head); err != nil {
+		return err
+	}
+	close(reserved)
+	pagesTokens, err := s.writePlanPages(ctx, *p)
+	pages(pagesTokens)
+	return err
 }
 
 // wait waits for done to be closed; false when ctx ends first.
