@@ -27,6 +27,12 @@ import (
 // back when gRPC has written it (or dropped it with its stream or
 // connection). An answer that finds no room within AnswerBudget.Wait is
 // refused with RESOURCE_EXHAUSTED.
+//
+// An answer waiting for room holds what it answers meanwhile (a Peek's
+// bundle as the store read it, each call its own), so the answers waiting
+// are bounded too: at most AnswerBudget.Waiting bytes of them wait at once
+// in the server, and one that finds no room at once and none to wait in is
+// refused at once.
 
 // AnswerBudget bounds the bytes of answers encoded and not yet written.
 type AnswerBudget struct {
@@ -34,6 +40,8 @@ type AnswerBudget struct {
 	PerConnection int64
 	// Total is what all connections' answers together may hold.
 	Total int64
+	// Waiting is what the answers waiting for room may hold, in all.
+	Waiting int64
 	// Wait is how long an answer waits for room before it is refused:
 	// the client's earlier answers are being written meanwhile, if it
 	// reads them.
@@ -50,9 +58,10 @@ type AnswerBudget struct {
 func ActorShare(total int64) int64 { return max(total/4, 1) }
 
 // DefaultAnswerBudget lets a connection hold four of the largest bundles
-// (about 16 MiB each) and the server 320 MiB, so that no abuse of unread
-// answers makes the hub hold more than its stated memory budget (README).
-var DefaultAnswerBudget = AnswerBudget{PerConnection: 64 << 20, Total: 320 << 20, Wait: 5 * time.Second}
+// (about 16 MiB each), the server 320 MiB and two of the largest wait for
+// room, so that no abuse of unread answers makes the hub hold more than its
+// stated memory budget (docs/operations.md).
+var DefaultAnswerBudget = AnswerBudget{PerConnection: 64 << 20, Total: 320 << 20, Waiting: 32 << 20, Wait: 5 * time.Second}
 
 // smallAnswer is the size below which answers are not counted: most
 // answers, and the room a buffer must have for gRPC to pool it, which the
@@ -65,6 +74,7 @@ func WithAnswerBudget(b AnswerBudget) Option {
 	return func(o *options) {
 		setPositive(&o.answers.PerConnection, b.PerConnection)
 		setPositive(&o.answers.Total, b.Total)
+		setPositive(&o.answers.Waiting, b.Waiting)
 		setPositive(&o.answers.Wait, b.Wait)
 	}
 }
@@ -75,12 +85,14 @@ type answerBudgets struct {
 	perConn int64
 	total   *semaphore.Weighted
 	actors  *actorShares
+	waiting *semaphore.Weighted
 	wait    time.Duration
 }
 
 func newAnswerBudgets(b AnswerBudget) answerBudgets {
 	return answerBudgets{perConn: b.PerConnection, total: semaphore.NewWeighted(b.Total),
-		actors: &actorShares{limit: ActorShare(b.Total), byActor: map[string]*actorShare{}}, wait: b.Wait}
+		actors:  &actorShares{limit: ActorShare(b.Total), byActor: map[string]*actorShare{}},
+		waiting: semaphore.NewWeighted(b.Waiting), wait: b.Wait}
 }
 
 // actorShares are what each actor's answers hold of the server's total, on
@@ -101,9 +113,20 @@ type actorShare struct {
 
 // take takes n of actor's share, waiting until ctx ends; "" (an answer
 // for no actor) takes nothing and returns nil.
-func (a *actorShares) take(ctx context.Context, actor string, n int64) (*actorShare, error) {
+func (a *actorShares) take(ctx context.Context, actor string, n int64) (*actorShare, bool) {
+	return a.takeBy(actor, n, func(sem *semaphore.Weighted) bool { return sem.Acquire(ctx, n) == nil })
+}
+
+// tryTake takes n of actor's share if it has room now (and no answer waits
+// for it).
+func (a *actorShares) tryTake(actor string, n int64) (*actorShare, bool) {
+	return a.takeBy(actor, n, func(sem *semaphore.Weighted) bool { return sem.TryAcquire(n) })
+}
+
+// takeBy takes n of actor's share with acquire.
+func (a *actorShares) takeBy(actor string, n int64, acquire func(*semaphore.Weighted) bool) (*actorShare, bool) {
 	if actor == "" {
-		return nil, nil
+		return nil, true
 	}
 	a.mu.Lock()
 	s := a.byActor[actor]
@@ -113,16 +136,16 @@ func (a *actorShares) take(ctx context.Context, actor string, n int64) (*actorSh
 	}
 	s.waiting++
 	a.mu.Unlock()
-	err := s.sem.Acquire(ctx, n)
+	ok := acquire(s.sem)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s.waiting--
-	if err != nil {
+	if !ok {
 		a.dropLocked(s)
-		return nil, err
+		return nil, false
 	}
 	s.held += n
-	return s, nil
+	return s, true
 }
 
 // give gives n back to s (nil: nothing was taken).
@@ -149,10 +172,11 @@ type connAnswersKey struct{}
 // server's total is given back when the connection ends, whatever gRPC did
 // with their buffers.
 type connAnswers struct {
-	own    *semaphore.Weighted
-	total  *semaphore.Weighted
-	actors *actorShares
-	wait   time.Duration
+	own     *semaphore.Weighted
+	total   *semaphore.Weighted
+	actors  *actorShares
+	waiting *semaphore.Weighted // the server's, for answers waiting for room
+	wait    time.Duration
 
 	mu     sync.Mutex
 	held   int64                 // of total
@@ -162,7 +186,7 @@ type connAnswers struct {
 
 func (b answerBudgets) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
 	return context.WithValue(ctx, connAnswersKey{}, &connAnswers{own: semaphore.NewWeighted(b.perConn), total: b.total,
-		actors: b.actors, wait: b.wait, heldOf: map[*actorShare]int64{}})
+		actors: b.actors, waiting: b.waiting, wait: b.wait, heldOf: map[*actorShare]int64{}})
 }
 
 func (b answerBudgets) HandleConn(ctx context.Context, s stats.ConnStats) {
@@ -187,27 +211,26 @@ func (answerBudgets) HandleRPC(context.Context, stats.RPCStats)                 
 
 // reserve takes n bytes of the call's connection, of actor's share ("" for
 // an answer to no actor) and of the server, waiting at most the budget's
-// Wait, and returns what gives them back (once). Without a budget in ctx (a
-// server without one) it takes nothing.
+// Wait (in the server's room for waiting answers: none left, it is refused
+// at once), and returns what gives them back (once). Without a budget in
+// ctx (a server without one) it takes nothing.
 func reserve(ctx context.Context, actor string, n int64) (func(), error) {
 	c, ok := ctx.Value(connAnswersKey{}).(*connAnswers)
 	if !ok || n < smallAnswer {
 		return func() {}, nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, c.wait)
-	defer cancel()
-	if err := c.own.Acquire(wctx, n); err != nil {
-		return nil, refused(ctx, n, "this connection", c.wait)
-	}
-	share, err := c.actors.take(wctx, actor, n)
-	if err != nil {
-		c.own.Release(n)
-		return nil, refused(ctx, n, "this actor's share (a quarter of the server's, on all its connections)", c.wait)
-	}
-	if err := c.total.Acquire(wctx, n); err != nil {
-		c.actors.give(share, n)
-		c.own.Release(n)
-		return nil, refused(ctx, n, "the server", c.wait)
+	share, ok := c.tryTake(actor, n)
+	if !ok {
+		if !c.waiting.TryAcquire(n) {
+			return nil, status.Error(codes.ResourceExhausted, fmt.Sprintf(
+				"answers not yet read by their clients hold all the room, and answers waiting for room all the room to wait in; an answer of %d bytes is refused at once: read the answers of earlier calls first",
+				n))
+		}
+		defer c.waiting.Release(n)
+		var err error
+		if share, err = c.take(ctx, actor, n); err != nil {
+			return nil, err
+		}
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -237,6 +260,46 @@ func reserve(ctx context.Context, actor string, n int64) (func(), error) {
 			}
 		}
 	}), nil
+}
+
+// tryTake takes n of the connection, of actor's share and of the server if
+// all have room now; otherwise it takes nothing.
+func (c *connAnswers) tryTake(actor string, n int64) (*actorShare, bool) {
+	if !c.own.TryAcquire(n) {
+		return nil, false
+	}
+	share, ok := c.actors.tryTake(actor, n)
+	if !ok {
+		c.own.Release(n)
+		return nil, false
+	}
+	if !c.total.TryAcquire(n) {
+		c.actors.give(share, n)
+		c.own.Release(n)
+		return nil, false
+	}
+	return share, true
+}
+
+// take takes n of the connection, of actor's share and of the server,
+// waiting at most the budget's Wait for each.
+func (c *connAnswers) take(ctx context.Context, actor string, n int64) (*actorShare, error) {
+	wctx, cancel := context.WithTimeout(ctx, c.wait)
+	defer cancel()
+	if err := c.own.Acquire(wctx, n); err != nil {
+		return nil, refused(ctx, n, "this connection", c.wait)
+	}
+	share, ok := c.actors.take(wctx, actor, n)
+	if !ok {
+		c.own.Release(n)
+		return nil, refused(ctx, n, "this actor's share (a quarter of the server's, on all its connections)", c.wait)
+	}
+	if err := c.total.Acquire(wctx, n); err != nil {
+		c.actors.give(share, n)
+		c.own.Release(n)
+		return nil, refused(ctx, n, "the server", c.wait)
+	}
+	return share, nil
 }
 
 func refused(ctx context.Context, n int64, whose string, waited time.Duration) error {

@@ -180,3 +180,65 @@ func (h bundlePerRecipient) Peek(ctx context.Context, recipient string, group do
 	own.Recipient = recipient
 	return &own, err
 }
+
+// Answers waiting for room hold their bundles while they wait, each call's
+// its own as the store reads it: at most the budget's Waiting bytes of
+// them wait at once in the server, and an answer beyond is refused with
+// RESOURCE_EXHAUSTED at once, naming the answers waiting. (Without the
+// bound every call waiting for room held its bundle, uncounted: here 36 of
+// them, over 100 MiB, on top of the answers held.)
+func TestAnswersWaitingForRoomHoldAtMostTheWaitingRoom(t *testing.T) {
+	const (
+		calls   = 40
+		perConn = 8 << 20
+		waiting = 8 << 20
+	)
+	hub := &ownBundles{n: 50_000}
+	size := proto.Size(&messagehubv1.PeekResponse{Bundle: apiconv.Bundle(timeSeriesBundle(hub.n))})
+	base := heapInUse()
+	// The answers that wait never get room: they wait until the test ends.
+	c := newRawClientOver(t, hub, []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}},
+		WithLimits(Limits{MaxConcurrentStreams: calls}),
+		WithAnswerBudget(AnswerBudget{PerConnection: perConn, Total: 1 << 30, Waiting: waiting, Wait: time.Hour}))
+	req, err := proto.Marshal(&messagehubv1.PeekRequest{Recipient: recipient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range calls {
+		c.callPath(uint32(2*i+1), "/messagehub.v1.MessageHub/Peek", req)
+	}
+	fit, wait := perConn/size, waiting/size
+	answered, refused := 0, 0
+	for answered < fit || refused < calls-fit-wait {
+		switch _, ev := c.next(nil); {
+		case ev.answered:
+			answered++
+		case ev.ended && strings.Contains(ev.message, "waiting for room"):
+			refused++
+		default:
+			t.Fatalf("a call ended otherwise: %+v %q; want %d answered and %d refused at once", ev, ev.message, fit, calls-fit-wait)
+		}
+	}
+	held := int64(heapInUse()) - int64(base)
+	// A waiting answer's bundle, decoded, is about 1.7 times its encoded
+	// size (a 48-byte allocation and a string header for each 38 bytes).
+	const slack = 4 << 20
+	limit := int64(perConn + 2*waiting + slack)
+	t.Logf("%d calls, answers of %.1f MiB: %d held, %d refused at once, %d waiting; heap %.1f MiB", calls,
+		float64(size)/(1<<20), answered, refused, calls-answered-refused, float64(held)/(1<<20))
+	if held > limit {
+		t.Fatalf("unread and waiting answers hold %d bytes of heap, over %d", held, limit)
+	}
+}
+
+// ownBundles answers every Peek with a bundle of n notifications made for
+// it, as the store reads each Peek's bundle anew: no two answers share
+// their strings.
+type ownBundles struct {
+	recordingHub
+	n int
+}
+
+func (h *ownBundles) Peek(context.Context, string, domain.PeekGroup, string) (*domain.Bundle, error) {
+	return timeSeriesBundle(h.n), nil
+}

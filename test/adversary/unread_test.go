@@ -29,39 +29,56 @@ const (
 	answersPerActor      = answersTotal / 4
 	answersTotal         = 320 << 20
 	answerWait           = 5 * time.Second
+	// actorsToFill is how many actors it takes to fill a budget of answers
+	// being written (the gRPC listener's bytes, the gateway's places for
+	// documents): one actor holds at most a quarter of it.
+	actorsToFill = 4
 )
 
-// pendingLargestBundle starts a hub holding the largest bundle pending for a
-// new recipient, restarted so that it holds only what it holds idle, and
-// returns it, the recipient and the size of a Peek's answer.
-func pendingLargestBundle(t *testing.T, extra ...string) (*hub, string, int) {
+// pendingLargestBundle starts a hub holding the largest bundle pending for
+// each of actors new recipients, restarted so that it holds only what it
+// holds idle, and returns it, the recipients and the size of a Peek's
+// answer.
+func pendingLargestBundle(t *testing.T, actors int, extra ...string) (*hub, []string, int) {
 	t.Helper()
 	h := startHub(t, extra...)
-	recipient := uuid.NewString()
-	saveLargestBundle(t, h, recipient)
-	resp, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient})
-	if err != nil {
-		t.Fatalf("peek: %v", err)
+	var recipients []string
+	size := 0
+	for range actors {
+		recipient := uuid.NewString()
+		saveLargestBundle(t, h, recipient)
+		resp, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient})
+		if err != nil {
+			t.Fatalf("peek: %v", err)
+		}
+		if got := len(resp.GetBundle().GetNotificationIds()); got != maxBundleWeight {
+			t.Fatalf("a bundle of %d notifications, want %d", got, maxBundleWeight)
+		}
+		recipients = append(recipients, recipient)
+		size = max(size, proto.Size(resp))
 	}
-	if got := len(resp.GetBundle().GetNotificationIds()); got != maxBundleWeight {
-		t.Fatalf("a bundle of %d notifications, want %d", got, maxBundleWeight)
-	}
-	return h.restart(t), recipient, proto.Size(resp)
+	return h.restart(t), recipients, size
 }
 
 // Peeks whose answers are never read (the client's flow-control window
 // shut) hold at most the answer budget: on each connection the answers
-// that fit its 64 MiB, for the one actor peeking those that fit its 80 MiB;
-// the others are refused with RESOURCE_EXHAUSTED once they have waited 5 s.
-// Without the budget every call held its 15 MiB answer: here 1 GiB.
+// that fit its 64 MiB, for each actor those that fit its 80 MiB, in all
+// those that fit 320 MiB; the others are refused with RESOURCE_EXHAUSTED
+// once they have waited 5 s. Without the budget every call held its 15 MiB
+// answer: here 1 GiB. The connections are those of as many actors as fill
+// the budget, each peeking a bundle of its own.
 func unreadGRPCPeekAnswers(t *testing.T) {
-	h, recipient, size := pendingLargestBundle(t)
+	h, recipients, size := pendingLargestBundle(t, actorsToFill)
 	const conns, perConn = 12, 6
-	t.Logf("%d connections × %d Peeks of a %.1f MiB answer: %.0f MiB if every answer were held",
-		conns, perConn, mib(int64(size)), mib(int64(conns*perConn*size)))
-	req, err := proto.Marshal(&messagehubv1.PeekRequest{Recipient: recipient})
-	if err != nil {
-		t.Fatal(err)
+	t.Logf("%d connections × %d Peeks of a %.1f MiB answer, for %d actors: %.0f MiB if every answer were held",
+		conns, perConn, mib(int64(size)), len(recipients), mib(int64(conns*perConn*size)))
+	reqs := make([][]byte, len(recipients))
+	for i, recipient := range recipients {
+		req, err := proto.Marshal(&messagehubv1.PeekRequest{Recipient: recipient})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs[i] = req
 	}
 	type result struct {
 		answered, refused int
@@ -78,6 +95,7 @@ func unreadGRPCPeekAnswers(t *testing.T) {
 		for i, c := range attackers {
 			wg.Go(func() {
 				r := &results[i]
+				req := reqs[i%len(reqs)]
 				for k := range perConn {
 					if err := c.call(uint32(2*k+1), messagehubv1.MessageHub_Peek_FullMethodName, nil, req, false); err != nil {
 						r.other = append(r.other, event{closed: true, err: err})
@@ -102,9 +120,11 @@ func unreadGRPCPeekAnswers(t *testing.T) {
 		wg.Wait()
 	})
 	answered, refused := 0, 0
+	perActor := make([]int, len(recipients))
 	for i, r := range results {
 		answered += r.answered
 		refused += r.refused
+		perActor[i%len(recipients)] += r.answered
 		if len(r.other) > 0 {
 			t.Errorf("connection %d: %v, want each Peek answered or refused with RESOURCE_EXHAUSTED", i, r.other)
 		}
@@ -112,9 +132,14 @@ func unreadGRPCPeekAnswers(t *testing.T) {
 			t.Errorf("connection %d holds %d unread answers, %.0f MiB: over its budget", i, r.answered, mib(int64(held)))
 		}
 	}
-	t.Logf("%d answers held (%.0f MiB), %d refused, in %v", answered, mib(int64(answered*size)), refused, time.Since(start))
-	if held := answered * size; held > answersPerActor {
-		t.Errorf("%d unread answers of one actor held, %.0f MiB: over its share of the budget", answered, mib(int64(held)))
+	t.Logf("%d answers held (%.0f MiB; per actor %v), %d refused, in %v", answered, mib(int64(answered*size)), perActor, refused, time.Since(start))
+	for a, n := range perActor {
+		if held := n * size; held > answersPerActor {
+			t.Errorf("%d unread answers of actor %d held, %.0f MiB: over its share of the budget", n, a, mib(int64(held)))
+		}
+	}
+	if held := answered * size; held > answersTotal {
+		t.Errorf("%d unread answers held, %.0f MiB: over the budget", answered, mib(int64(held)))
 	}
 	if answered == 0 || refused == 0 {
 		t.Errorf("%d answered and %d refused: the attack did not reach the budget", answered, refused)
@@ -123,7 +148,7 @@ func unreadGRPCPeekAnswers(t *testing.T) {
 	for _, c := range attackers {
 		_ = c.conn.Close()
 	}
-	resp, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipient})
+	resp, err := h.client.Peek(ctxT(t), &messagehubv1.PeekRequest{Recipient: recipients[0]})
 	if err != nil || len(resp.GetBundle().GetNotificationIds()) != maxBundleWeight {
 		t.Fatalf("a Peek after the attack: %v", err)
 	}
@@ -132,12 +157,7 @@ func unreadGRPCPeekAnswers(t *testing.T) {
 // The gateway answers at most 32 documents at once (README, "HTTP gateway"),
 // 8 of them to one actor, each holding at most about 3 MiB however slowly it
 // is read; the others are answered 503 with Retry-After.
-const (
-	contentPlaces = 32
-	// actorsToFill is how many actors it takes to fill the places: one
-	// actor holds at most a quarter of them.
-	actorsToFill = 4
-)
+const contentPlaces = 32
 
 // Content peeks over HTTP whose answers are never read hold at most the
 // gateway's places for documents, whatever the document's size: 64 unread
@@ -250,7 +270,8 @@ func getAll(t *testing.T, addr, path string) (int, int) {
 // rest are answered 503 with Retry-After, their bundle pending for the next
 // peek. Without the budget 20 of them held 1.3 GiB.
 func unreadHTTPPeekAnswers(t *testing.T) {
-	h, recipient, size := pendingLargestBundle(t)
+	h, recipients, size := pendingLargestBundle(t, 1)
+	recipient := recipients[0]
 	const unread = 20
 	statuses := map[int]int{}
 	var conns []net.Conn
