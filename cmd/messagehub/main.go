@@ -37,26 +37,9 @@ import (
 // does not raise the collector's goal.
 const defaultGCPercent = 400
 
-// defaultMemoryLimit is the garbage collector's soft limit (GOMEMLIMIT)
-// unless the environment sets one. At GOGC=400 the collector lets the heap
-// grow to five times what it kept at its last collection: little between
-// calls, but unread answers may keep their whole budget (320 MiB, see
-// internal/server/answers.go), and the garbage of the Peeks around them
-// (each load of a large bundle, each refused answer) could then pile up to
-// 1.6 GiB before a collection. Near the limit the collector runs as often as
-// it must, so the heap stays within the memory budget (docs/operations.md)
-// whatever GOGC's goal. The limit is above what the budgets let answers hold
-// (320 MiB, and 32 MiB waiting for room), which the collector cannot free;
-// an ordinary heap of tens of MiB never reaches it, so Saves keep GOGC's
-// pace.
-const defaultMemoryLimit = 384 << 20
-
 func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -68,6 +68,11 @@ func pendingLargestBundle(t *testing.T, actors int, extra ...string) (*hub, []st
 // answer: here 1 GiB. The connections are those of as many actors as fill
 // the budget, each peeking a bundle of its own.
 func unreadGRPCPeekAnswers(t *testing.T) {
+	// At GOGC=400 the garbage of the Peeks around the answers held could
+	// pile up past the budget before a collection: the budget holds with
+	// the soft limit docs/operations.md gives for it (the hub sets none
+	// itself, as one that low slows the drain of large bundles).
+	t.Setenv("GOMEMLIMIT", "384MiB")
 	h, recipients, size := pendingLargestBundle(t, actorsToFill)
 	const conns, perConn = 12, 6
 	t.Logf("%d connections × %d Peeks of a %.1f MiB answer, for %d actors: %.0f MiB if every answer were held",
