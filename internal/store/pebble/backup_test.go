@@ -6,8 +6,11 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/uuid"
@@ -110,4 +113,54 @@ func storeWithASave(t *testing.T, dir string) (*pebble.Store, domain.Notificatio
 		t.Fatal(err)
 	}
 	return s, n
+}
+
+// A backup onto a full volume fails, and leaves no file open on that
+// volume: pebble's checkpoint leaves open the copy of its options file
+// when writing it fails, which would keep a descriptor and the file's
+// space on the backup volume (and that volume from being unmounted) for
+// as long as the hub runs, one more per backup tried.
+func TestABackupOntoAFullVolumeLeavesNoFileOpenOnIt(t *testing.T) {
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v %s)", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", mnt, err, out)
+			_ = exec.Command("umount", "-l", mnt).Run()
+		}
+	})
+	for i := 0; ; i++ { // something else fills the backup volume
+		if err := os.WriteFile(filepath.Join(mnt, strconv.Itoa(i)), make([]byte, 4096), 0o600); err != nil {
+			break
+		}
+	}
+	s, _ := storeWithASave(t, t.TempDir())
+	defer func() { _ = s.Close() }()
+	for i := range 3 {
+		if err := s.Backup(context.Background(), filepath.Join(mnt, "backup"+strconv.Itoa(i))); !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("a backup onto a full volume: %v; want ENOSPC", err)
+		}
+	}
+	if open := openFilesUnder(t, mnt); len(open) > 0 {
+		t.Fatalf("failed backups left open on the backup volume: %v", open)
+	}
+}
+
+// openFilesUnder lists the files under dir this process holds open.
+func openFilesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot list this process's open files: %v", err)
+	}
+	var open []string
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(target, dir+string(filepath.Separator)) {
+			open = append(open, target)
+		}
+	}
+	return open
 }
