@@ -52,7 +52,7 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 	} else {
 		// Writes answered before the call are synced already; this makes
 		// it so for anything pebble holds unsynced too.
-		err = s.db.Checkpoint(dir, pebble.WithFlushedWAL())
+		err = s.fs.checkpoint(dir, func() error { return s.db.Checkpoint(dir, pebble.WithFlushedWAL()) })
 	}
 	if err != nil {
 		return fmt.Errorf("back up the embedded store to %s: %w", dir, err)
