@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -163,4 +164,30 @@ func openFilesUnder(t *testing.T, dir string) []string {
 		}
 	}
 	return open
+}
+
+// A backup directory inside the data directory is refused also when it is
+// named through another mount of the data directory's volume folder (a
+// bind mount, a container's second volume on a folder of the data
+// directory): the copy would be part of what it copies.
+func TestABackupInsideTheDataDirectoryThroughABindMountIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := storeWithASave(t, dir)
+	defer func() { _ = s.Close() }()
+	other := t.TempDir()
+	if out, err := exec.Command("mount", "--bind", dir, other).CombinedOutput(); err != nil {
+		t.Skipf("cannot bind-mount here (%v %s)", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", other).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", other, err, out)
+		}
+	})
+	err := s.Backup(context.Background(), filepath.Join(other, "backup"))
+	if !errors.Is(err, domain.ErrInvalidArgument) || !strings.Contains(err.Error(), "inside the data directory") {
+		t.Fatalf("a backup into the data directory through a bind mount: %v; want it refused as inside the data directory", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "backup")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the refused backup wrote into the data directory (%v)", err)
+	}
 }
