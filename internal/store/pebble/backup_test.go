@@ -191,3 +191,50 @@ func TestABackupInsideTheDataDirectoryThroughABindMountIsRefused(t *testing.T) {
 		t.Fatalf("the refused backup wrote into the data directory (%v)", err)
 	}
 }
+
+// A backup onto a volume that runs out of inodes fails at whichever file
+// of the checkpoint it is at, and leaves no file or folder open on that
+// volume at any of them (pebble's checkpoint leaves its folder open when
+// it cannot make the marker files naming the format and the manifest).
+func TestABackupCutShortByAVolumeOutOfInodesLeavesNoFileOpenOnIt(t *testing.T) {
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=64", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v %s)", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", mnt, err, out)
+			_ = exec.Command("umount", "-l", mnt).Run()
+		}
+	})
+	s, _ := storeWithASave(t, t.TempDir())
+	defer func() { _ = s.Close() }()
+	fill := filepath.Join(mnt, "fill")
+	if err := os.Mkdir(fill, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	var filled []string
+	for i := 0; ; i++ { // something else takes every inode
+		p := filepath.Join(fill, strconv.Itoa(i))
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			break
+		}
+		filled = append(filled, p)
+	}
+	for free := 1; free <= 12; free++ { // each time one more inode to spare
+		if err := os.Remove(filled[len(filled)-1]); err != nil {
+			t.Fatal(err)
+		}
+		filled = filled[:len(filled)-1]
+		dir := filepath.Join(mnt, "backup"+strconv.Itoa(free))
+		err := s.Backup(context.Background(), dir)
+		if open := openFilesUnder(t, mnt); len(open) > 0 {
+			t.Fatalf("a backup with %d inodes to spare (%v) left open on the backup volume: %v", free, err, open)
+		}
+		if err == nil {
+			return // a whole backup fits: every point of failure before it was passed
+		}
+		_ = os.RemoveAll(dir)
+	}
+	t.Fatal("no backup fitted in 12 inodes")
+}
