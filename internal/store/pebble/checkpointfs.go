@@ -2,19 +2,19 @@ package pebble
 
 import (
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // checkpointFS is the store's file system: pebble's own, but for the files
-// a checkpoint (Backup) creates in its directory, which it keeps track of
-// until the checkpoint returns and then closes if still open. Pebble leaves
-// open the copy of its options file when writing it fails (a full backup
-// volume): each such backup would hold a descriptor, and the file's space
-// on the backup volume, which could then not be unmounted, for as long as
-// the hub runs.
+// and folders a checkpoint (Backup) opens in its directory, which it keeps
+// track of until the checkpoint returns and then closes if still open.
+// Pebble leaves open the copy of its options file when writing it fails
+// (a full backup volume), and the checkpoint's folder when it cannot make
+// a marker file in it (a volume out of inodes): each such backup would
+// hold a descriptor, and the space on the backup volume, which could then
+// not be unmounted, for as long as the hub runs.
 type checkpointFS struct {
 	vfs.FS
 	mu   sync.Mutex
@@ -22,21 +22,34 @@ type checkpointFS struct {
 	open map[*checkpointFile]struct{}
 }
 
-// Create creates the file, and keeps track of it when it is in the
-// directory of the checkpoint under way.
+// Create creates the file, kept track of when it is in the directory of
+// the checkpoint under way.
 func (c *checkpointFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := c.FS.Create(name, category)
-	if err != nil {
-		return f, err
+	return c.track(name)(c.FS.Create(name, category))
+}
+
+// OpenDir opens the folder, kept track of when it is the directory of the
+// checkpoint under way or lies in it.
+func (c *checkpointFS) OpenDir(name string) (vfs.File, error) {
+	return c.track(name)(c.FS.OpenDir(name))
+}
+
+// track returns what keeps track of the file opened at name, if it is in
+// the directory of the checkpoint under way.
+func (c *checkpointFS) track(name string) func(vfs.File, error) (vfs.File, error) {
+	return func(f vfs.File, err error) (vfs.File, error) {
+		if err != nil {
+			return f, err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.dir == "" || !inside(c.dir, filepath.Clean(name)) {
+			return f, nil
+		}
+		tracked := &checkpointFile{File: f, fs: c}
+		c.open[tracked] = struct{}{}
+		return tracked, nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.dir == "" || !strings.HasPrefix(name, c.dir+string(filepath.Separator)) {
-		return f, nil
-	}
-	tracked := &checkpointFile{File: f, fs: c}
-	c.open[tracked] = struct{}{}
-	return tracked, nil
 }
 
 // checkpoint runs take, a checkpoint into dir, and closes the files it
