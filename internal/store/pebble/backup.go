@@ -52,7 +52,7 @@ func (s *Store) Backup(ctx context.Context, dir string) error {
 	} else {
 		// Writes answered before the call are synced already; this makes
 		// it so for anything pebble holds unsynced too.
-		err = s.db.Checkpoint(dir, pebble.WithFlushedWAL())
+		err = s.fs.checkpoint(dir, func() error { return s.db.Checkpoint(dir, pebble.WithFlushedWAL()) })
 	}
 	if err != nil {
 		return fmt.Errorf("back up the embedded store to %s: %w", dir, err)
@@ -118,10 +118,29 @@ func CheckBackupDir(dataDir, dir string) error {
 	// directory reached through a link (a volume mounted elsewhere and
 	// linked into place), or a backup directory named through one, is the
 	// same folder.
-	if inside(own, filepath.Clean(dir)) || inside(resolved(own), resolved(dir)) {
+	if inside(own, filepath.Clean(dir)) || inside(resolved(own), resolved(dir)) || sameFolderAbove(own, dir) {
 		return fmt.Errorf("%w: backup directory %s is inside the data directory %s; name one outside it", domain.ErrInvalidArgument, dir, own)
 	}
 	return nil
+}
+
+// sameFolderAbove says whether the folder dir, or one it lies in, is the
+// folder own by its identity on disk: the data directory named through
+// another mount of it (a bind mount, a container's second volume on a
+// folder of it), which no path comparison sees.
+func sameFolderAbove(own, dir string) bool {
+	ownInfo, err := os.Stat(own)
+	if err != nil {
+		return false // no data directory yet: nothing to lie inside
+	}
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		if info, err := os.Stat(p); err == nil && os.SameFile(info, ownInfo) {
+			return true
+		}
+		if filepath.Dir(p) == p {
+			return false
+		}
+	}
 }
 
 // inside says whether path is dir or lies under it.

@@ -23,6 +23,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/drawer"
@@ -38,6 +39,7 @@ type Store struct {
 
 	db      *pebble.DB
 	dir     string
+	fs      *checkpointFS
 	version atomic.Uint64
 	logger  *slog.Logger
 
@@ -103,7 +105,8 @@ func OpenWith(dir string, logger *slog.Logger, o Options) (*Store, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	// A large memtable absorbs bursts of saves without write stalls.
-	opts := &pebble.Options{Logger: &pebbleLogger{l: logger, errors: lograte.Limiter{Max: pebbleErrorsPerSecond}}, MemTableSize: 64 << 20}
+	fs := &checkpointFS{FS: vfs.Default}
+	opts := &pebble.Options{FS: fs, Logger: &pebbleLogger{l: logger, errors: lograte.Limiter{Max: pebbleErrorsPerSecond}}, MemTableSize: 64 << 20}
 	// Nearly every key a save writes lands all over the key space (recipients,
 	// drawers), so every flush overlaps the level below it, and compacting
 	// L0 at pebble's default of 4 sublevels rewrites that level again and
@@ -163,7 +166,7 @@ func OpenWith(dir string, logger *slog.Logger, o Options) (*Store, error) {
 	// Tell a second process who holds the directory; only read while locked.
 	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 	s := &Store{
-		db: db, dir: dir, logger: logger, cache: make(map[[16]byte]*records), pinned: map[[16]byte]int{}, readOnly: opts.ReadOnly, refusal: o.ReadOnly, room: o.Room,
+		db: db, dir: dir, fs: fs, logger: logger, cache: make(map[[16]byte]*records), pinned: map[[16]byte]int{}, readOnly: opts.ReadOnly, refusal: o.ReadOnly, room: o.Room,
 		unsynced:  unsyncedRecords{latest: map[[16]byte]unsyncedRecord{}},
 		evictStop: make(chan struct{}),
 	}
