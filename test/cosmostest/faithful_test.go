@@ -553,3 +553,55 @@ func TestFaithfulLagShowsABatchWhole(t *testing.T) {
 	}
 	t.Logf("%d reads", reads)
 }
+
+// TestASessionTokenAheadOfItsRangeIsNotServed: a read whose session token names a write its
+// partition key range never made (an LSN past the range's) is answered 404 with substatus 1002
+// (ReadSessionNotAvailable), as Cosmos DB answers when no replica has caught up with the token
+// (https://learn.microsoft.com/azure/cosmos-db/nosql/troubleshoot-not-found), never served as
+// if the token were met. Segments of other ranges do not matter to a read of one range.
+func TestASessionTokenAheadOfItsRangeIsNotServed(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{Ranges: 2}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	w, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 1}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := tokens{}
+	rng := tok.note(t, w.SessionToken)
+	other := "0"
+	if rng == "0" {
+		other = "1"
+	}
+	met := tok.String()
+	tok[rng] += 5
+	ahead := tok.String()
+	elsewhere := met + "," + other + ":-1#1000"
+
+	wantUnavailable := func(what string, err error) {
+		t.Helper()
+		var re *azcore.ResponseError
+		if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound || re.RawResponse.Header.Get("x-ms-substatus") != "1002" {
+			t.Errorf("%s with a token ahead of its range (%s): %v, want 404 with substatus 1002", what, ahead, err)
+		}
+	}
+	_, err = c.ReadItem(ctx, pk, "x", &azcosmos.ItemOptions{SessionToken: &ahead})
+	wantUnavailable("point read", err)
+	_, err = c.NewQueryItemsPager("SELECT * FROM c", pk, &azcosmos.QueryOptions{SessionToken: &ahead}).NextPage(ctx)
+	wantUnavailable("query", err)
+	_, err = c.NewQueryItemsPager("SELECT * FROM c", azcosmos.NewPartitionKey(), &azcosmos.QueryOptions{SessionToken: &ahead}).NextPage(ctx)
+	wantUnavailable("cross-partition query", err)
+
+	for what, tk := range map[string]string{"the write's token": met, "a token ahead only on another range": elsewhere} {
+		if _, err := c.ReadItem(ctx, pk, "x", &azcosmos.ItemOptions{SessionToken: &tk}); err != nil {
+			t.Errorf("point read with %s (%s): %v", what, tk, err)
+		}
+		if _, err := c.NewQueryItemsPager("SELECT * FROM c", pk, &azcosmos.QueryOptions{SessionToken: &tk}).NextPage(ctx); err != nil {
+			t.Errorf("query with %s (%s): %v", what, tk, err)
+		}
+	}
+	// Writes go to the primary: a token does not hold them back.
+	if _, err := c.UpsertItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 2}), &azcosmos.ItemOptions{SessionToken: &ahead}); err != nil {
+		t.Errorf("upsert with a token ahead: %v", err)
+	}
+}
