@@ -605,3 +605,60 @@ func TestASessionTokenAheadOfItsRangeIsNotServed(t *testing.T) {
 		t.Errorf("upsert with a token ahead: %v", err)
 	}
 }
+
+// TestWritesAnswerNoBodyUnlessAsked: azcosmos sends `Prefer: return=minimal` on every write
+// unless EnableContentResponseOnWrite is set, and Cosmos DB then answers no resource: an empty
+// body for a point write, no resourceBody for a transactional batch's operations unless the
+// batch holds a read (the SDK then asks for content) — the ETag and status still come back.
+// A caller that reads the document a write answered must ask for it.
+func TestWritesAnswerNoBodyUnlessAsked(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	var patch azcosmos.PatchOperations
+	patch.AppendSet("/n", 7)
+	minimal := map[string]func() (azcosmos.ItemResponse, error){
+		"create":  func() (azcosmos.ItemResponse, error) { return c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 1}), nil) },
+		"upsert":  func() (azcosmos.ItemResponse, error) { return c.UpsertItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 2}), nil) },
+		"replace": func() (azcosmos.ItemResponse, error) { return c.ReplaceItem(ctx, pk, "x", mustJSON(t, doc{ID: "x", PK: "p", N: 3}), nil) },
+		"patch":   func() (azcosmos.ItemResponse, error) { return c.PatchItem(ctx, pk, "x", patch, nil) },
+	}
+	for _, what := range []string{"create", "upsert", "replace", "patch"} {
+		r, err := minimal[what]()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if len(r.Value) != 0 || r.ETag == "" {
+			t.Errorf("%s without EnableContentResponseOnWrite: body %q, ETag %q; want no body and an ETag", what, r.Value, r.ETag)
+		}
+	}
+	r, err := c.ReplaceItem(ctx, pk, "x", mustJSON(t, doc{ID: "x", PK: "p", N: 4}), &azcosmos.ItemOptions{EnableContentResponseOnWrite: true})
+	if err != nil || decode(t, r.Value).N != 4 {
+		t.Errorf("replace with EnableContentResponseOnWrite: %v %q, want the document", err, r.Value)
+	}
+
+	b := c.NewTransactionalBatch(pk)
+	b.CreateItem(mustJSON(t, doc{ID: "y", PK: "p"}), nil)
+	b.ReplaceItem("x", mustJSON(t, doc{ID: "x", PK: "p", N: 5}), nil)
+	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil || !resp.Success || len(resp.OperationResults) != 2 {
+		t.Fatalf("write batch: %v %+v", err, resp.OperationResults)
+	}
+	for i, op := range resp.OperationResults {
+		if op.ResourceBody != nil || op.ETag == "" || op.StatusCode >= 300 {
+			t.Errorf("write batch operation %d: status %d, body %q, ETag %q; want no body and an ETag", i, op.StatusCode, op.ResourceBody, op.ETag)
+		}
+	}
+	b = c.NewTransactionalBatch(pk)
+	b.ReplaceItem("x", mustJSON(t, doc{ID: "x", PK: "p", N: 6}), nil)
+	b.ReadItem("y", nil)
+	resp, err = c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil || !resp.Success || len(resp.OperationResults) != 2 {
+		t.Fatalf("batch with a read: %v %+v", err, resp.OperationResults)
+	}
+	for i, op := range resp.OperationResults {
+		if op.ResourceBody == nil {
+			t.Errorf("batch with a read, operation %d: no body; want every operation's document", i)
+		}
+	}
+}
