@@ -662,3 +662,43 @@ func TestWritesAnswerNoBodyUnlessAsked(t *testing.T) {
 		}
 	}
 }
+
+// TestAQueryPageHoldsAtMost4MB: Cosmos DB answers at most 4 MB per query page
+// (https://learn.microsoft.com/azure/cosmos-db/concepts-limits#per-request-limits) and goes on
+// with a continuation, whatever PageSizeHint asks: five items of 1.5 MB come two by two.
+func TestAQueryPageHoldsAtMost4MB(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pad := strings.Repeat("x", 1536<<10)
+	for i := range 5 {
+		item := map[string]any{"id": "big" + strconv.Itoa(i), "pk": "p", "pad": pad}
+		if _, err := c.CreateItem(ctx, azcosmos.NewPartitionKeyString("p"), mustJSON(t, item), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for what, pk := range map[string]azcosmos.PartitionKey{"one partition": azcosmos.NewPartitionKeyString("p"), "cross-partition": azcosmos.NewPartitionKey()} {
+		for _, hint := range []int32{0, 10} {
+			pager := c.NewQueryItemsPager("SELECT * FROM c", pk, &azcosmos.QueryOptions{PageSizeHint: hint})
+			seen := map[string]bool{}
+			pages := 0
+			for pager.More() {
+				page, err := pager.NextPage(ctx)
+				if err != nil {
+					t.Fatalf("%s, hint %d: %v", what, hint, err)
+				}
+				pages++
+				size := 0
+				for _, raw := range page.Items {
+					size += len(raw)
+					seen[decode(t, raw).ID] = true
+				}
+				if size > 4<<20 {
+					t.Errorf("%s, hint %d: page %d holds %d bytes, over 4 MB", what, hint, pages, size)
+				}
+			}
+			if len(seen) != 5 || pages != 3 {
+				t.Errorf("%s, hint %d: %d items in %d pages, want 5 in 3", what, hint, len(seen), pages)
+			}
+		}
+	}
+}
