@@ -702,3 +702,41 @@ func TestAQueryPageHoldsAtMost4MB(t *testing.T) {
 		}
 	}
 }
+
+// TestAPatchOfMoreThanTenOperationsIsRefused: "there's a limit of 10 patch operations that can be
+// added in a single patch specification"
+// (https://learn.microsoft.com/azure/cosmos-db/partial-document-update-faq): a patch of 11 is
+// refused 400 and changes nothing, alone or in a transactional batch; one of 10 applies. (The
+// package refuses it itself; this keeps it so.)
+func TestAPatchOfMoreThanTenOperationsIsRefused(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{Limits: true}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	if _, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p"}), nil); err != nil {
+		t.Fatal(err)
+	}
+	ops := func(n int) azcosmos.PatchOperations {
+		var p azcosmos.PatchOperations
+		for i := range n {
+			p.AppendSet("/f"+strconv.Itoa(i), i)
+		}
+		return p
+	}
+	if _, err := c.PatchItem(ctx, pk, "x", ops(11), nil); statusOf(err) != http.StatusBadRequest {
+		t.Logf("XX %v", err)
+		t.Errorf("patch of 11 operations: %v, want 400", err)
+	}
+	b := c.NewTransactionalBatch(pk)
+	b.PatchItem("x", ops(11), nil)
+	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if statusOf(err) != http.StatusBadRequest && (err != nil || resp.Success || resp.OperationResults[0].StatusCode != http.StatusBadRequest) {
+		t.Errorf("batch patch of 11 operations: %v %+v, want 400", err, resp.OperationResults)
+	}
+	r, err := c.ReadItem(ctx, pk, "x", nil)
+	if err != nil || bytes.Contains(r.Value, []byte(`"f0"`)) {
+		t.Fatalf("after the refused patches: %v %s, want the item unchanged", err, r.Value)
+	}
+	if _, err := c.PatchItem(ctx, pk, "x", ops(10), nil); err != nil {
+		t.Errorf("patch of 10 operations: %v", err)
+	}
+}
