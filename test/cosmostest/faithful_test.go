@@ -618,10 +618,16 @@ func TestWritesAnswerNoBodyUnlessAsked(t *testing.T) {
 	var patch azcosmos.PatchOperations
 	patch.AppendSet("/n", 7)
 	minimal := map[string]func() (azcosmos.ItemResponse, error){
-		"create":  func() (azcosmos.ItemResponse, error) { return c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 1}), nil) },
-		"upsert":  func() (azcosmos.ItemResponse, error) { return c.UpsertItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 2}), nil) },
-		"replace": func() (azcosmos.ItemResponse, error) { return c.ReplaceItem(ctx, pk, "x", mustJSON(t, doc{ID: "x", PK: "p", N: 3}), nil) },
-		"patch":   func() (azcosmos.ItemResponse, error) { return c.PatchItem(ctx, pk, "x", patch, nil) },
+		"create": func() (azcosmos.ItemResponse, error) {
+			return c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 1}), nil)
+		},
+		"upsert": func() (azcosmos.ItemResponse, error) {
+			return c.UpsertItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 2}), nil)
+		},
+		"replace": func() (azcosmos.ItemResponse, error) {
+			return c.ReplaceItem(ctx, pk, "x", mustJSON(t, doc{ID: "x", PK: "p", N: 3}), nil)
+		},
+		"patch": func() (azcosmos.ItemResponse, error) { return c.PatchItem(ctx, pk, "x", patch, nil) },
 	}
 	for _, what := range []string{"create", "upsert", "replace", "patch"} {
 		r, err := minimal[what]()
