@@ -553,3 +553,196 @@ func TestFaithfulLagShowsABatchWhole(t *testing.T) {
 	}
 	t.Logf("%d reads", reads)
 }
+
+// TestASessionTokenAheadOfItsRangeIsNotServed: a read whose session token names a write its
+// partition key range never made (an LSN past the range's) is answered 404 with substatus 1002
+// (ReadSessionNotAvailable), as Cosmos DB answers when no replica has caught up with the token
+// (https://learn.microsoft.com/azure/cosmos-db/nosql/troubleshoot-not-found), never served as
+// if the token were met. Segments of other ranges do not matter to a read of one range.
+func TestASessionTokenAheadOfItsRangeIsNotServed(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{Ranges: 2}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	w, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 1}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := tokens{}
+	rng := tok.note(t, w.SessionToken)
+	other := "0"
+	if rng == "0" {
+		other = "1"
+	}
+	met := tok.String()
+	tok[rng] += 5
+	ahead := tok.String()
+	elsewhere := met + "," + other + ":-1#1000"
+
+	wantUnavailable := func(what string, err error) {
+		t.Helper()
+		var re *azcore.ResponseError
+		if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound || re.RawResponse.Header.Get("x-ms-substatus") != "1002" {
+			t.Errorf("%s with a token ahead of its range (%s): %v, want 404 with substatus 1002", what, ahead, err)
+		}
+	}
+	_, err = c.ReadItem(ctx, pk, "x", &azcosmos.ItemOptions{SessionToken: &ahead})
+	wantUnavailable("point read", err)
+	_, err = c.NewQueryItemsPager("SELECT * FROM c", pk, &azcosmos.QueryOptions{SessionToken: &ahead}).NextPage(ctx)
+	wantUnavailable("query", err)
+	_, err = c.NewQueryItemsPager("SELECT * FROM c", azcosmos.NewPartitionKey(), &azcosmos.QueryOptions{SessionToken: &ahead}).NextPage(ctx)
+	wantUnavailable("cross-partition query", err)
+
+	for what, tk := range map[string]string{"the write's token": met, "a token ahead only on another range": elsewhere} {
+		if _, err := c.ReadItem(ctx, pk, "x", &azcosmos.ItemOptions{SessionToken: &tk}); err != nil {
+			t.Errorf("point read with %s (%s): %v", what, tk, err)
+		}
+		if _, err := c.NewQueryItemsPager("SELECT * FROM c", pk, &azcosmos.QueryOptions{SessionToken: &tk}).NextPage(ctx); err != nil {
+			t.Errorf("query with %s (%s): %v", what, tk, err)
+		}
+	}
+	// Writes go to the primary: a token does not hold them back.
+	if _, err := c.UpsertItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 2}), &azcosmos.ItemOptions{SessionToken: &ahead}); err != nil {
+		t.Errorf("upsert with a token ahead: %v", err)
+	}
+}
+
+// TestWritesAnswerNoBodyUnlessAsked: azcosmos sends `Prefer: return=minimal` on every write
+// unless EnableContentResponseOnWrite is set, and Cosmos DB then answers no resource: an empty
+// body for a point write, no resourceBody for a transactional batch's operations unless the
+// batch holds a read (the SDK then asks for content) — the ETag and status still come back.
+// A caller that reads the document a write answered must ask for it.
+func TestWritesAnswerNoBodyUnlessAsked(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	var patch azcosmos.PatchOperations
+	patch.AppendSet("/n", 7)
+	minimal := map[string]func() (azcosmos.ItemResponse, error){
+		"create": func() (azcosmos.ItemResponse, error) {
+			return c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 1}), nil)
+		},
+		"upsert": func() (azcosmos.ItemResponse, error) {
+			return c.UpsertItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p", N: 2}), nil)
+		},
+		"replace": func() (azcosmos.ItemResponse, error) {
+			return c.ReplaceItem(ctx, pk, "x", mustJSON(t, doc{ID: "x", PK: "p", N: 3}), nil)
+		},
+		"patch": func() (azcosmos.ItemResponse, error) { return c.PatchItem(ctx, pk, "x", patch, nil) },
+	}
+	for _, what := range []string{"create", "upsert", "replace", "patch"} {
+		r, err := minimal[what]()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if len(r.Value) != 0 || r.ETag == "" {
+			t.Errorf("%s without EnableContentResponseOnWrite: body %q, ETag %q; want no body and an ETag", what, r.Value, r.ETag)
+		}
+	}
+	r, err := c.ReplaceItem(ctx, pk, "x", mustJSON(t, doc{ID: "x", PK: "p", N: 4}), &azcosmos.ItemOptions{EnableContentResponseOnWrite: true})
+	if err != nil || decode(t, r.Value).N != 4 {
+		t.Errorf("replace with EnableContentResponseOnWrite: %v %q, want the document", err, r.Value)
+	}
+
+	b := c.NewTransactionalBatch(pk)
+	b.CreateItem(mustJSON(t, doc{ID: "y", PK: "p"}), nil)
+	b.ReplaceItem("x", mustJSON(t, doc{ID: "x", PK: "p", N: 5}), nil)
+	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil || !resp.Success || len(resp.OperationResults) != 2 {
+		t.Fatalf("write batch: %v %+v", err, resp.OperationResults)
+	}
+	for i, op := range resp.OperationResults {
+		if op.ResourceBody != nil || op.ETag == "" || op.StatusCode >= 300 {
+			t.Errorf("write batch operation %d: status %d, body %q, ETag %q; want no body and an ETag", i, op.StatusCode, op.ResourceBody, op.ETag)
+		}
+	}
+	b = c.NewTransactionalBatch(pk)
+	b.ReplaceItem("x", mustJSON(t, doc{ID: "x", PK: "p", N: 6}), nil)
+	b.ReadItem("y", nil)
+	resp, err = c.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil || !resp.Success || len(resp.OperationResults) != 2 {
+		t.Fatalf("batch with a read: %v %+v", err, resp.OperationResults)
+	}
+	for i, op := range resp.OperationResults {
+		if op.ResourceBody == nil {
+			t.Errorf("batch with a read, operation %d: no body; want every operation's document", i)
+		}
+	}
+}
+
+// TestAQueryPageHoldsAtMost4MB: Cosmos DB answers at most 4 MB per query page
+// (https://learn.microsoft.com/azure/cosmos-db/concepts-limits#per-request-limits) and goes on
+// with a continuation, whatever PageSizeHint asks: five items of 1.5 MB come two by two.
+func TestAQueryPageHoldsAtMost4MB(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pad := strings.Repeat("x", 1536<<10)
+	for i := range 5 {
+		item := map[string]any{"id": "big" + strconv.Itoa(i), "pk": "p", "pad": pad}
+		if _, err := c.CreateItem(ctx, azcosmos.NewPartitionKeyString("p"), mustJSON(t, item), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for what, pk := range map[string]azcosmos.PartitionKey{"one partition": azcosmos.NewPartitionKeyString("p"), "cross-partition": azcosmos.NewPartitionKey()} {
+		for _, hint := range []int32{0, 10} {
+			pager := c.NewQueryItemsPager("SELECT * FROM c", pk, &azcosmos.QueryOptions{PageSizeHint: hint})
+			seen := map[string]bool{}
+			pages := 0
+			for pager.More() {
+				page, err := pager.NextPage(ctx)
+				if err != nil {
+					t.Fatalf("%s, hint %d: %v", what, hint, err)
+				}
+				pages++
+				size := 0
+				for _, raw := range page.Items {
+					size += len(raw)
+					seen[decode(t, raw).ID] = true
+				}
+				if size > 4<<20 {
+					t.Errorf("%s, hint %d: page %d holds %d bytes, over 4 MB", what, hint, pages, size)
+				}
+			}
+			if len(seen) != 5 || pages != 3 {
+				t.Errorf("%s, hint %d: %d items in %d pages, want 5 in 3", what, hint, len(seen), pages)
+			}
+		}
+	}
+}
+
+// TestAPatchOfMoreThanTenOperationsIsRefused: "there's a limit of 10 patch operations that can be
+// added in a single patch specification"
+// (https://learn.microsoft.com/azure/cosmos-db/partial-document-update-faq): a patch of 11 is
+// refused 400 and changes nothing, alone or in a transactional batch; one of 10 applies. (The
+// package refuses it itself; this keeps it so.)
+func TestAPatchOfMoreThanTenOperationsIsRefused(t *testing.T) {
+	_, c, _ := faithfulContainer(t, cosmostest.Options{Limits: true}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pk := azcosmos.NewPartitionKeyString("p")
+	if _, err := c.CreateItem(ctx, pk, mustJSON(t, doc{ID: "x", PK: "p"}), nil); err != nil {
+		t.Fatal(err)
+	}
+	ops := func(n int) azcosmos.PatchOperations {
+		var p azcosmos.PatchOperations
+		for i := range n {
+			p.AppendSet("/f"+strconv.Itoa(i), i)
+		}
+		return p
+	}
+	if _, err := c.PatchItem(ctx, pk, "x", ops(11), nil); statusOf(err) != http.StatusBadRequest {
+		t.Logf("XX %v", err)
+		t.Errorf("patch of 11 operations: %v, want 400", err)
+	}
+	b := c.NewTransactionalBatch(pk)
+	b.PatchItem("x", ops(11), nil)
+	resp, err := c.ExecuteTransactionalBatch(ctx, b, nil)
+	if statusOf(err) != http.StatusBadRequest && (err != nil || resp.Success || resp.OperationResults[0].StatusCode != http.StatusBadRequest) {
+		t.Errorf("batch patch of 11 operations: %v %+v, want 400", err, resp.OperationResults)
+	}
+	r, err := c.ReadItem(ctx, pk, "x", nil)
+	if err != nil || bytes.Contains(r.Value, []byte(`"f0"`)) {
+		t.Fatalf("after the refused patches: %v %s, want the item unchanged", err, r.Value)
+	}
+	if _, err := c.PatchItem(ctx, pk, "x", ops(10), nil); err != nil {
+		t.Errorf("patch of 10 operations: %v", err)
+	}
+}

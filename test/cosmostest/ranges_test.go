@@ -215,3 +215,54 @@ func TestAPartitionKeyRangeServesAtMost10000RUPerSecond(t *testing.T) {
 		}
 	}
 }
+
+// TestATokenOfOneRangeDoesNotHurryAnother: replicas of different partition key ranges lag on
+// their own, and a session token says only how far the ranges it names must have caught up
+// (https://learn.microsoft.com/azure/cosmos-db/consistency-levels#session-consistency). A
+// cross-partition query that carries the token of a write in one range sees that write, but
+// not a write in another range its token does not name (the replicas lag an hour here), and
+// the token it answers does not claim that range caught up.
+func TestATokenOfOneRangeDoesNotHurryAnother(t *testing.T) {
+	_, c, _, _ := countedContainer(t, cosmostest.Options{Lag: time.Hour, LagFixed: true, Ranges: 2}, azcosmos.ContainerProperties{})
+	ctx := ctxT(t)
+	pkIn := map[string]string{} // range -> a partition key in it
+	for i := 0; len(pkIn) < 2; i++ {
+		pk := "k" + strconv.Itoa(i)
+		r, err := c.CreateItem(ctx, azcosmos.NewPartitionKeyString(pk), mustJSON(t, doc{ID: "probe", PK: pk}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk := tokens{}
+		if rng := tk.note(t, r.SessionToken); pkIn[rng] == "" {
+			pkIn[rng] = pk
+		}
+	}
+	// Another client writes in range 1, then this one in range 0.
+	other := tokens{}
+	w, err := c.CreateItem(ctx, azcosmos.NewPartitionKeyString(pkIn["1"]), mustJSON(t, doc{ID: "theirs", PK: pkIn["1"]}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.note(t, w.SessionToken)
+	first := tokens{}
+	w, err = c.CreateItem(ctx, azcosmos.NewPartitionKeyString(pkIn["0"]), mustJSON(t, doc{ID: "mine", PK: pkIn["0"]}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.note(t, w.SessionToken)
+	tok := first.String()
+	page, err := c.NewQueryItemsPager("SELECT * FROM c WHERE c.id IN ('mine', 'theirs')", azcosmos.NewPartitionKey(),
+		&azcosmos.QueryOptions{SessionToken: &tok}).NextPage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(t, page.Items); !slices.Equal(got, []string{"mine"}) {
+		t.Errorf("cross-partition query with the token of range 0 only: %v, want [mine] (range 1 lags and its write is not covered)", got)
+	}
+	answered := tokens{}
+	got := page.RawResponse.Header.Get("x-ms-session-token")
+	answered.note(t, &got)
+	if answered["1"] >= other["1"] {
+		t.Errorf("the query answered token %s, claiming range 1 at LSN %d, which the write it did not see made", answered, answered["1"])
+	}
+}
