@@ -39,19 +39,7 @@ func TestASweepBehindAnotherInstancesSaveKeepsTheIDsOfItsLiveDrawers(t *testing.
 	db := cosmostest.UniqueID("db")
 	clock := &costClock{now: time.Now()}
 	hopts := hub.Options{Now: clock.Now, Retention: time.Hour, SweepInterval: time.Hour, MaxCabinetDrawers: 1}
-	openHub := func() *hub.Hub {
-		s, err := cosmos.Open(context.Background(), cosmos.Config{
-			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
-			Throughput: "manual=100000", Now: clock.Now,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		h := hub.New(withoutBells{s}, hopts, nil)
-		t.Cleanup(h.Close)
-		return h
-	}
+	openHub := func() *hub.Hub { return lagHub(t, srv, db, hopts) }
 	a := openHub()
 	sweepers := make([]*hub.Hub, trials) // opened before the saves: no token of them
 	for i := range sweepers {
@@ -99,6 +87,23 @@ func TestASweepBehindAnotherInstancesSaveKeepsTheIDsOfItsLiveDrawers(t *testing.
 		}
 	}
 	t.Logf("%d of %d live notifications stored twice", lost, len(live))
+}
+
+// lagHub is a hub over a new instance of the store on db of srv, without
+// bells, on the clock of opts.
+func lagHub(t *testing.T, srv *cosmostest.Server, db string, opts hub.Options) *hub.Hub {
+	t.Helper()
+	s, err := cosmos.Open(context.Background(), cosmos.Config{
+		Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
+		Throughput: "manual=100000", Now: opts.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	h := hub.New(withoutBells{s}, opts, nil)
+	t.Cleanup(h.Close)
+	return h
 }
 
 // drainIDs peeks and dequeues the recipient's bundles until none is left,
