@@ -43,6 +43,23 @@ func (s beforeSweepStore) ApplySweep(ctx context.Context, sw store.Sweep) error 
 	return s.Store.ApplySweep(ctx, sw)
 }
 
+// sweepInterferedHub is a hub over an embedded store in which before runs
+// between each visit's read and its writes, given the hub.
+func sweepInterferedHub(t *testing.T, opts Options, logger *slog.Logger, before func(context.Context, *Hub) error) (*Hub, store.Store) {
+	t.Helper()
+	inner, err := pebble.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h *Hub
+	h = New(beforeSweepStore{Store: inner, before: func(ctx context.Context) error { return before(ctx, h) }}, opts, logger)
+	t.Cleanup(func() {
+		h.Close()
+		_ = inner.Close()
+	})
+	return h, inner
+}
+
 // The embedded store's sweep conflicts as Cosmos DB's does, and is
 // reported the same: a save landing in every visit of a recipient makes
 // each conflict, and from the stuckAfter-th in a row the sweeper warns,
@@ -50,26 +67,18 @@ func (s beforeSweepStore) ApplySweep(ctx context.Context, sw store.Sweep) error 
 // visit succeeds.
 func TestAnEmbeddedStoresSweepThatKeepsConflictingIsReported(t *testing.T) {
 	clock := &testClock{now: time.UnixMilli(1_700_000_000_000)}
-	inner, err := pebble.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h *Hub
 	r := uuid.NewString()
 	var interfere atomic.Bool
 	records := make(chan slog.Record, 64)
 	var warned []string
-	h = New(beforeSweepStore{Store: inner, before: func(ctx context.Context) error {
-		if !interfere.Load() {
-			return nil
-		}
-		_, err := h.Save(ctx, dropDelayNotes(1, r))
-		return err
-	}}, Options{Retention: 24 * time.Hour, SweepInterval: time.Hour, Now: clock.Now}, slog.New(warnings{records}))
-	t.Cleanup(func() {
-		h.Close()
-		_ = inner.Close()
-	})
+	h, _ := sweepInterferedHub(t, Options{Retention: 24 * time.Hour, SweepInterval: time.Hour, Now: clock.Now}, slog.New(warnings{records}),
+		func(ctx context.Context, h *Hub) error {
+			if !interfere.Load() {
+				return nil
+			}
+			_, err := h.Save(ctx, dropDelayNotes(1, r))
+			return err
+		})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := h.Save(ctx, dropDelayNotes(3, r)); err != nil {

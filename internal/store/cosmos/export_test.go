@@ -74,6 +74,10 @@ func DequeuedTTL(retention time.Duration) int32 { return dequeuedTTL(retention) 
 // Bucket is the id index's partition of id in a layout of count buckets.
 func Bucket(count int, id string) string { return bucket(count, id) }
 
+// Buckets lists the id index's partitions of a layout of count buckets,
+// in the order retention reads them.
+func Buckets(count int) []string { return buckets(count) }
+
 // ForgetHeads has the next recount read every recipient's head, as one by
 // a holder that takes the figures lease over does.
 func ForgetHeads(s *Store) { s.held.reset() }

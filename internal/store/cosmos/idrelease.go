@@ -127,7 +127,12 @@ func (s *Store) deleteSaveRecords(ctx context.Context, saves []string) error {
 
 // loadSavedIDs reads the drawer lists of the id documents of the saves not
 // remembered yet: one query per bucket (of every layout read) for all of
-// them.
+// them. Each carries the token its bucket's primary answers (anchorOnPrimary,
+// a 1 RU read): the ids were written by any instance, and a replica behind
+// one of a save's documents would leave it out, the others would be taken
+// for the save's last, and the commit record would go with them, while the
+// document left lists a drawer that still holds the save's notifications:
+// their ids would count for no look-up and a resend would be stored twice.
 func (s *Store) loadSavedIDs(ctx context.Context, saves []string) error {
 	r := &s.released
 	if r.saves == nil {
@@ -155,17 +160,23 @@ func (s *Store) loadSavedIDs(ctx context.Context, saves []string) error {
 		all = append(all, buckets(count)...)
 	}
 	for _, b := range all {
-		err := s.query(ctx, s.ids, b, "SELECT c.id, c.pk, c.s, c.ds, c.dp FROM c WHERE ARRAY_CONTAINS(@s, c.s)",
-			[]azcosmos.QueryParameter{{Name: "@s", Value: missing}}, func(raw []byte) error {
-				var d idDocDrawers
-				if err := json.Unmarshal(raw, &d); err != nil {
-					return err
-				}
-				if e := found[d.Save]; e != nil {
-					e.docs = append(e.docs, d)
-				}
-				return nil
-			})
+		opts := &azcosmos.QueryOptions{
+			QueryParameters: []azcosmos.QueryParameter{{Name: "@s", Value: missing}},
+			SessionToken:    s.tokens.get(containerIDs),
+		}
+		if err := s.anchorOnPrimary(ctx, s.ids, b, opts); err != nil {
+			return err
+		}
+		err := queryWith(ctx, s.ids, b, "SELECT c.id, c.pk, c.s, c.ds, c.dp FROM c WHERE ARRAY_CONTAINS(@s, c.s)", opts, func(raw []byte) error {
+			var d idDocDrawers
+			if err := json.Unmarshal(raw, &d); err != nil {
+				return err
+			}
+			if e := found[d.Save]; e != nil {
+				e.docs = append(e.docs, d)
+			}
+			return nil
+		})
 		if err != nil {
 			return err
 		}

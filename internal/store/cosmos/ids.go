@@ -240,14 +240,9 @@ func (s *Store) lookup(ctx context.Context, ids []string, except string, anchore
 			}
 			opts := &azcosmos.QueryOptions{QueryParameters: params, SessionToken: s.tokens.get(containerIDs)}
 			if p.anchor {
-				token, err := s.primaryToken(ctx, s.ids, p.bucket)
-				if err != nil {
+				if err := s.anchorOnPrimary(ctx, s.ids, p.bucket, opts); err != nil {
 					return err
 				}
-				if opts.SessionToken != nil {
-					token = mergeTokens(token, *opts.SessionToken)
-				}
-				opts.SessionToken = &token
 			}
 			return queryWith(ctx, s.ids, p.bucket, lookupSQL, opts, func(raw []byte) error {
 				var d idDoc

@@ -978,6 +978,21 @@ func (s *Store) primaryToken(ctx context.Context, c *azcosmos.ContainerClient, p
 	return resp.SessionToken, nil
 }
 
+// anchorOnPrimary has a query of partition pk carry the token its primary
+// answers now (primaryToken), merged with the one it carries: it sees every
+// write that succeeded there, whichever instance made it.
+func (s *Store) anchorOnPrimary(ctx context.Context, c *azcosmos.ContainerClient, pk string, opts *azcosmos.QueryOptions) error {
+	token, err := s.primaryToken(ctx, c, pk)
+	if err != nil {
+		return err
+	}
+	if opts.SessionToken != nil {
+		token = mergeTokens(token, *opts.SessionToken)
+	}
+	opts.SessionToken = &token
+	return nil
+}
+
 // primaryTokenID is the id primaryToken reads: no document is named so
 // (the store's ids are GUIDs or carry a prefix).
 const primaryTokenID = "~token"

@@ -12,7 +12,6 @@ import (
 
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/hub"
-	"github.com/energydatahub/messagehub/internal/store/cosmos"
 	"github.com/energydatahub/messagehub/test/cosmostest"
 )
 
@@ -44,19 +43,10 @@ func TestASweepReadsTheRetainedBundlesAtLeastAsFreshAsTheCatalog(t *testing.T) {
 	clock := &costClock{now: time.Now()}
 	repos := make([]*hub.Hub, 2)
 	for i := range repos {
-		s, err := cosmos.Open(context.Background(), cosmos.Config{
-			Endpoint: srv.Endpoint, Key: srv.Key, Provision: true, Database: db, Transport: cosmostest.NewHTTPClient(),
-			Throughput: "manual=100000", Now: clock.Now,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
 		// Cabinets of one drawer leave the catalog once drained (others
 		// keep their last drawer to append to), so that the visits decide
 		// on every drawer.
-		repos[i] = hub.New(withoutBells{s}, hub.Options{Now: clock.Now, Retention: 7 * 24 * time.Hour, SweepInterval: time.Hour, MaxCabinetDrawers: 1}, nil)
-		t.Cleanup(repos[i].Close)
+		repos[i] = lagHub(t, srv, db, hub.Options{Now: clock.Now, Retention: 7 * 24 * time.Hour, SweepInterval: time.Hour, MaxCabinetDrawers: 1})
 	}
 	a, b := repos[0], repos[1]
 	ctx := context.Background()
