@@ -27,6 +27,13 @@ func dequeuedRecord(i int, at time.Time, d string) bundle.Record {
 // batch, as Acknowledge writes each.
 func putDequeued(t testing.TB, s *Store, recipient string, recs []bundle.Record) {
 	t.Helper()
+	putRecords(t, s, recipient, recs, func(rec bundle.Record, r, id [16]byte) ([]put, error) { return retentionPuts(rec, r, id, false) })
+}
+
+// putRecords writes the records of the recipient's dequeued bundles, each
+// with the keys index returns, in one batch.
+func putRecords(t testing.TB, s *Store, recipient string, recs []bundle.Record, index func(rec bundle.Record, r, id [16]byte) ([]put, error)) {
+	t.Helper()
 	r := uuid.MustParse(recipient)
 	batch := s.db.NewBatch()
 	for _, rec := range recs {
@@ -35,11 +42,14 @@ func putDequeued(t testing.TB, s *Store, recipient string, recs []bundle.Record)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := batch.Set(dequeuedKey(r, id), v, nil); err != nil {
+		puts, err := index(rec, r, id)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := batch.Set(retainedKey(rec, r, id), nil, nil); err != nil {
-			t.Fatal(err)
+		for _, p := range append(puts, put{key: dequeuedKey(r, id), value: v}) {
+			if err := batch.Set(p.key, p.value, nil); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := batch.Commit(pebble.Sync); err != nil {

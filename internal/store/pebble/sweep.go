@@ -3,6 +3,7 @@ package pebble
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"time"
@@ -63,8 +64,8 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 			if err != nil {
 				return err
 			}
-			// Its entry in the retention index goes with it: the record
-			// says where that is.
+			// Its keys in the retention indexes go with it: the record
+			// says where those are.
 			b, found, err := s.dequeuedRecord(r, bid)
 			if err != nil {
 				return err
@@ -78,7 +79,11 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 			if read.Version != "" && b.Version != read.Version {
 				return conflict("bundle %s changed since it was read", read.ID)
 			}
-			puts = append(puts, put{key: dequeuedKey(r, bid), del: true}, put{key: retainedKey(b, r, bid), del: true})
+			index, err := retentionPuts(b, r, bid, true)
+			if err != nil {
+				return err
+			}
+			puts = append(append(puts, put{key: dequeuedKey(r, bid), del: true}), index...)
 			// Its notice goes with it, as a notice's ttl (the retention)
 			// takes it on Cosmos DB: told or not, nothing reads the bundle
 			// for it any more, and a notice of a domain that has no
@@ -259,21 +264,28 @@ func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, f
 }
 
 // LoadRetention implements store.Retention: the recipient's state, its
-// dequeued and released bundles in either of DueRecipients' ranges, and
-// as kept drawers whose retention is over those out of the catalog that
-// only expired bundles name. The store keeps no record of kept drawers
-// (ApplySweep ignores Keep but for those no record names, keptUnnamed):
-// it reads every bundle's record, which is local.
+// dequeued and released bundles in either of DueRecipients' ranges, read
+// through the recipient's retention index (keys.go) without touching those
+// retained in between, and as kept drawers whose retention is over those
+// out of the catalog that only expired bundles name. The store keeps no
+// record of kept drawers (ApplySweep ignores Keep but for those no record
+// names, keptUnnamed): a drawer an expired bundle names is kept still when
+// a bundle dequeued at or after dueBefore names it, which one seek in the
+// drawers' index tells.
 func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
+	r, err := uuidBytes(recipient)
+	if err != nil {
+		return store.RetentionState{}, err
+	}
 	state, err := s.LoadRecipient(ctx, recipient)
 	if err != nil {
 		return store.RetentionState{}, err
 	}
-	retained, err := s.DequeuedBundles(ctx, recipient)
+	read, namedLater, err := s.retentionRanges(ctx, recipient, r, dueBefore, since)
 	if err != nil {
 		return store.RetentionState{}, err
 	}
-	out := store.RetentionState{Entries: state.Entries, Cursors: state.Cursors}
+	out := store.RetentionState{Entries: state.Entries, Cursors: state.Cursors, Bundles: read}
 	named := map[string]bool{} // by the catalog or a bundle not yet due
 	for _, e := range state.Entries {
 		for _, d := range e.Drawers {
@@ -281,10 +293,7 @@ func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, 
 		}
 	}
 	var expired []string
-	for _, rec := range retained {
-		if inRetentionRanges(rec, dueBefore, since) {
-			out.Bundles = append(out.Bundles, rec)
-		}
+	for _, rec := range read {
 		for _, d := range rec.Drawers {
 			if rec.DequeuedAt.Before(dueBefore) {
 				expired = append(expired, d.ID)
@@ -295,7 +304,14 @@ func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, 
 	}
 	var kept store.Kept
 	for _, d := range expired {
-		if !named[d] && !slices.Contains(kept.Drawers, d) {
+		if named[d] || slices.Contains(kept.Drawers, d) {
+			continue
+		}
+		later, err := namedLater(d)
+		if err != nil {
+			return store.RetentionState{}, err
+		}
+		if !later {
 			kept.Drawers = append(kept.Drawers, d)
 		}
 	}
@@ -303,6 +319,88 @@ func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, 
 		out.Kept = []store.Kept{kept}
 	}
 	return out, nil
+}
+
+// retentionRanges reads the recipient's dequeued and released bundles in
+// either of DueRecipients' ranges, through its retention index, and
+// returns with them whether a bundle dequeued at or after dueBefore names
+// a drawer. A store of the format before that index, opened read-only so
+// that it could not be given it (migrateFormat), reads every record.
+func (s *Store) retentionRanges(ctx context.Context, recipient string, r [16]byte, dueBefore, since time.Time) ([]bundle.Record, func(drawer string) (bool, error), error) {
+	if s.unindexed {
+		all, err := s.DequeuedBundles(ctx, recipient)
+		if err != nil {
+			return nil, nil, err
+		}
+		later := map[string]bool{}
+		var read []bundle.Record
+		for _, rec := range all {
+			if inRetentionRanges(rec, dueBefore, since) {
+				read = append(read, rec)
+			}
+			if rec.State == bundle.Dequeued && !rec.DequeuedAt.Before(dueBefore) {
+				for _, d := range rec.Drawers {
+					later[d.ID] = true
+				}
+			}
+		}
+		return read, func(d string) (bool, error) { return later[d], nil }, nil
+	}
+	// The index holds whole microseconds: each range takes in the
+	// microsecond it starts or ends in, and the records say which are in.
+	var ids [][16]byte
+	seen := map[[16]byte]bool{} // the ranges may share a microsecond
+	add := func(key, _ []byte) error {
+		if id := [16]byte(key[len(key)-16:]); !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+		return nil
+	}
+	if err := s.scanRange(retainedByAt(r, time.Unix(0, 0)), retainedByAt(r, dueBefore.Add(time.Microsecond)), add); err != nil {
+		return nil, nil, err
+	}
+	if !since.IsZero() {
+		if err := s.scanRange(retainedByAt(r, maxTime(since, dueBefore)), prefixEnd(append([]byte{prefixRetainedBy}, r[:]...)), add); err != nil {
+			return nil, nil, err
+		}
+	}
+	var read []bundle.Record
+	for _, id := range ids {
+		rec, found, err := s.dequeuedRecord(r, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if found && inRetentionRanges(rec, dueBefore, since) { // not found: deleted by a sweep since the index was read
+			read = append(read, rec)
+		}
+	}
+	namedLater := func(drawerID string) (bool, error) {
+		d, err := uuidBytes(drawerID)
+		if err != nil {
+			return false, err
+		}
+		later := false
+		err = s.scanRange(namedByAt(r, d, dueBefore), prefixEnd(namedByPrefix(r, d)), func(_, _ []byte) error {
+			later = true
+			return errStopScan
+		})
+		if errors.Is(err, errStopScan) {
+			err = nil
+		}
+		return later, err
+	}
+	return read, namedLater, nil
+}
+
+// errStopScan ends a scan that found what it looked for.
+var errStopScan = errors.New("stop the scan")
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // inRetentionRanges says whether a dequeued or released bundle was so
