@@ -3,6 +3,7 @@ package pebble
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/energydatahub/messagehub/internal/bundle"
 	"github.com/energydatahub/messagehub/internal/domain"
 	"github.com/energydatahub/messagehub/internal/drawer"
+	"github.com/energydatahub/messagehub/internal/store"
 )
 
 // dequeuedRecord is a dequeued bundle of the recipient's time series
@@ -101,5 +103,47 @@ func TestAVisitDecodesOnlyTheDueAndNewBundles(t *testing.T) {
 	few, many := visit(100), visit(2000)
 	if many > few+few/2 {
 		t.Fatalf("a visit allocates %.0f times with 2,000 bundles retained in between, %.0f with 100: it decodes what is retained", many, few)
+	}
+}
+
+// A sweep that deletes a due bundle naming a drawer it keeps (within the
+// clocks' margin) tells whether another retained bundle names that drawer
+// without reading every retained record: its allocations are the same
+// whether the recipient retains 100 other bundles or 2,000.
+func TestASweepKeepingADrawerOfADeletedBundleReadsOnlyThatDrawersBundles(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	sweep := func(others int) uint64 {
+		s, err := Open(t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		r, d, named := uuid.NewString(), uuid.NewString(), uuid.NewString()
+		due := dequeuedRecord(0, now.Add(-time.Hour), d)
+		due.Drawers = append(due.Drawers, drawer.Meta{ID: named, Start: 10, Count: 10})
+		recs := []bundle.Record{due, dequeuedRecord(1, now, named)}
+		for i := range others {
+			recs = append(recs, dequeuedRecord(i+2, now, uuid.NewString()))
+		}
+		putDequeued(t, s, r, recs)
+		sw := store.Sweep{Recipient: r, Bundles: []bundle.Record{due}, Keep: []store.Kept{{Drawers: []string{d, named}}}}
+		if unnamed, err := s.keptUnnamed(uuid.MustParse(r), sw); err != nil || len(unnamed) != 1 || unnamed[0] != d {
+			t.Fatalf("unnamed %v (%v), want the drawer only the deleted bundle names, %s", unnamed, err, d)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err = s.ApplySweep(context.Background(), sw)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.BundleExists(context.Background(), r, due.ID); err != nil || ok {
+			t.Fatalf("the due bundle is there still after the sweep (%v)", err)
+		}
+		return after.Mallocs - before.Mallocs
+	}
+	few, many := sweep(100), sweep(2000)
+	if many > few+few/2 {
+		t.Fatalf("a sweep allocates %d times with 2,000 other bundles retained, %d with 100: it decodes what is retained", many, few)
 	}
 }
