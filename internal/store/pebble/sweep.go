@@ -2,7 +2,6 @@ package pebble
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
@@ -144,8 +143,8 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 // would be found by no later sweep, its pages and ids kept for good, so it
 // goes with the bundles. No record can name it later: only fully
 // acknowledged drawers are kept, and no new bundle covers those. The
-// recipient's records are read only when a bundle the sweep deletes names
-// a drawer it keeps.
+// bundles naming the kept drawers are looked up only when a bundle the
+// sweep deletes names one of them.
 func (s *Store) keptUnnamed(r [16]byte, sw store.Sweep) ([]string, error) {
 	kept := map[string]bool{}
 	for _, k := range sw.Keep {
@@ -176,21 +175,22 @@ func (s *Store) keptUnnamed(r [16]byte, sw store.Sweep) ([]string, error) {
 	if !namesKept {
 		return nil, nil
 	}
+	// The drawers' index (namedByKey) lists the dequeued bundles that
+	// name each; a released bundle reads nothing back.
 	named := map[string]bool{}
-	err := s.scan(dequeuedPrefix(r), func(_, value []byte) error {
-		var b bundle.Record
-		if err := json.Unmarshal(value, &b); err != nil {
-			return err
-		}
-		if !deleted[b.ID] {
-			for _, d := range b.Drawers {
-				named[d.ID] = true
+	for _, k := range sw.Keep {
+		for _, drawerID := range k.Drawers {
+			d, err := uuidBytes(drawerID)
+			if err != nil {
+				return nil, err
+			}
+			prefix := namedByPrefix(r, d)
+			if named[drawerID], err = s.anyKey(prefix, prefixEnd(prefix), func(key []byte) bool {
+				return !deleted[uuidString(key[len(key)-16:])]
+			}); err != nil {
+				return nil, err
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	var unnamed []string
 	for _, k := range sw.Keep {
@@ -380,17 +380,26 @@ func (s *Store) retentionRanges(ctx context.Context, recipient string, r [16]byt
 		if err != nil {
 			return false, err
 		}
-		later := false
-		err = s.scanRange(namedByAt(r, d, dueBefore), prefixEnd(namedByPrefix(r, d)), func(_, _ []byte) error {
-			later = true
-			return errStopScan
-		})
-		if errors.Is(err, errStopScan) {
-			err = nil
-		}
-		return later, err
+		return s.anyKey(namedByAt(r, d, dueBefore), prefixEnd(namedByPrefix(r, d)), func([]byte) bool { return true })
 	}
 	return read, namedLater, nil
+}
+
+// anyKey says whether a key in [lo, hi) is one that match accepts; it
+// reads no further than the first.
+func (s *Store) anyKey(lo, hi []byte, match func(key []byte) bool) (bool, error) {
+	found := false
+	err := s.scanRange(lo, hi, func(key, _ []byte) error {
+		if match(key) {
+			found = true
+			return errStopScan
+		}
+		return nil
+	})
+	if errors.Is(err, errStopScan) {
+		err = nil
+	}
+	return found, err
 }
 
 // errStopScan ends a scan that found what it looked for.
