@@ -65,7 +65,11 @@ func (s *Store) Acknowledge(ctx context.Context, recipient string, bun bundle.Re
 		if err != nil {
 			return err
 		}
-		puts := []put{{key: pendingKey(r, id), del: true}, dq, cur, {key: retainedKey(bun, r, id), value: []byte{}}}
+		index, err := retentionPuts(bun, r, id, false)
+		if err != nil {
+			return err
+		}
+		puts := append([]put{{key: pendingKey(r, id), del: true}, dq, cur}, index...)
 		if bun.Notice {
 			puts = append(puts, put{key: noticeKey(bun.Origin, bun.DequeuedAt.UnixNano(), r, id), value: []byte{}})
 		}
@@ -89,7 +93,11 @@ func (s *Store) ReleaseBundle(ctx context.Context, recipient string, bun bundle.
 		if err != nil {
 			return err
 		}
-		tx.apply([]put{{key: pendingKey(r, id), del: true}, rel, {key: retainedKey(bun, r, id), value: []byte{}}})
+		index, err := retentionPuts(bun, r, id, false)
+		if err != nil {
+			return err
+		}
+		tx.apply(append([]put{{key: pendingKey(r, id), del: true}, rel}, index...))
 		tx.dequeued[string(rel.key)] = true
 		tx.change(r, rec, pendingMap, func(rec *records) { delete(rec.pending, bun.ID) })
 		return nil

@@ -70,9 +70,9 @@ func TestAStoreOfAnotherFormatVersionIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	setRaw(t, dir, map[string][]byte{string(formatVersionKey): binary.AppendUvarint(nil, 99)})
-	openRefused(t, dir, "format version 99", "this build reads format version 3")
+	openRefused(t, dir, "format version 99", "this build reads format version 4")
 	setRaw(t, dir, map[string][]byte{string(formatVersionKey): {0xff}})
-	openRefused(t, dir, "(ff)", "this build reads format version 3")
+	openRefused(t, dir, "(ff)", "this build reads format version 4")
 
 	setRaw(t, dir, map[string][]byte{string(formatVersionKey): binary.AppendUvarint(nil, formatVersion)})
 	s, err = Open(dir, nil)
@@ -102,7 +102,7 @@ func TestAStoreWithoutAFormatVersionIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	setRaw(t, dir, map[string][]byte{string(formatVersionKey): nil})
-	openRefused(t, dir, "without a format version", "this build reads format version 3")
+	openRefused(t, dir, "without a format version", "this build reads format version 4")
 
 	empty := t.TempDir()
 	setRaw(t, empty, nil)

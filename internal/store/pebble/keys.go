@@ -1,8 +1,10 @@
 package pebble
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,6 +25,8 @@ import (
 //	r <recipient> p <bundle>               pending bundle
 //	x <recipient> <bundle>                 dequeued (or released) bundle
 //	y <at> <recipient> <bundle>            retention index: that bundle by when it was dequeued (or released), unix µs
+//	z <recipient> <at> <bundle>            the same, by recipient: what a visit of it reads (LoadRetention)
+//	w <recipient> <drawer> <at> <bundle>   a drawer a dequeued bundle names, by when it was dequeued
 //	d <drawer> <start position>            page of a drawer
 //	j <group> <notification id>            id record (idindex.go)
 //	o <origin> <dequeued at> <recipient> <bundle>  notice: a domain to tell of a dequeue
@@ -34,6 +38,8 @@ const (
 	prefixRecipient   = 'r'
 	prefixDequeued    = 'x'
 	prefixRetained    = 'y'
+	prefixRetainedBy  = 'z'
+	prefixNamedBy     = 'w'
 	prefixDrawer      = 'd'
 	prefixIDByGroup   = 'j'
 	prefixNotice      = 'o'
@@ -78,6 +84,55 @@ func dequeuedKey(r, b [16]byte) []byte { return append(dequeuedPrefix(r), b[:]..
 // pending ones (rec.DequeuedAt or rec.ReleasedAt), for DueRecipients.
 func retainedKey(rec bundle.Record, r, b [16]byte) []byte {
 	return append(append(retainedAt(leftPendingAt(rec)), r[:]...), b[:]...)
+}
+
+// retentionPuts stages the keys that index a dequeued or released bundle's
+// record for retention, to set with it (or to delete with it, del): its
+// place in the retention index, in its recipient's (retainedByKey) and, of
+// a dequeued bundle, under each drawer it names (namedByKey). Released
+// bundles read nothing back, so they keep no drawer.
+func retentionPuts(rec bundle.Record, r, b [16]byte, del bool) ([]put, error) {
+	puts := []put{{key: retainedKey(rec, r, b), value: []byte{}, del: del}, {key: retainedByKey(r, leftPendingAt(rec), b), value: []byte{}, del: del}}
+	if rec.State != bundle.Dequeued {
+		return puts, nil
+	}
+	for _, d := range rec.Drawers {
+		id, err := uuidBytes(d.ID)
+		if err != nil {
+			return nil, err
+		}
+		key := namedByKey(r, id, rec.DequeuedAt, b)
+		if !slices.ContainsFunc(puts, func(p put) bool { return bytes.Equal(p.key, key) }) { // a drawer of several runs
+			puts = append(puts, put{key: key, value: []byte{}, del: del})
+		}
+	}
+	return puts, nil
+}
+
+// retainedByKey is a bundle's key in its recipient's retention index.
+func retainedByKey(r [16]byte, at time.Time, b [16]byte) []byte {
+	return append(retainedByAt(r, at), b[:]...)
+}
+
+// retainedByAt is where the recipient's retention index reaches at.
+func retainedByAt(r [16]byte, at time.Time) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte{prefixRetainedBy}, r[:]...), uint64(max(at.UnixMicro(), 0)))
+}
+
+// namedByKey indexes a drawer a dequeued bundle names by when the bundle
+// was dequeued: LoadRetention tells by one seek whether a bundle that is
+// not due yet names a drawer.
+func namedByKey(r, d [16]byte, at time.Time, b [16]byte) []byte {
+	return append(namedByAt(r, d, at), b[:]...)
+}
+
+// namedByAt is where the drawer's keys of namedByKey reach at.
+func namedByAt(r, d [16]byte, at time.Time) []byte {
+	return binary.BigEndian.AppendUint64(namedByPrefix(r, d), uint64(max(at.UnixMicro(), 0)))
+}
+
+func namedByPrefix(r, d [16]byte) []byte {
+	return append(append([]byte{prefixNamedBy}, r[:]...), d[:]...)
 }
 
 // leftPendingAt is when a dequeued or released bundle stopped being

@@ -56,6 +56,7 @@ type Store struct {
 	backupMu  sync.Mutex // held by a backup under way, and by Close to set closed
 	closed    bool
 	readOnly  bool
+	unindexed bool                     // data of unindexedVersion, opened read-only (checkFormat)
 	refusal   error                    // while readOnly, what every write fails with (Options.ReadOnly)
 	room      func(bytes uint64) error // see Options
 
@@ -159,14 +160,15 @@ func OpenWith(dir string, logger *slog.Logger, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
 	}
-	if err := checkFormat(db, opts.ReadOnly); err != nil {
+	unindexed, err := checkFormat(db, opts.ReadOnly)
+	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open embedded store in %s: %w", dir, err)
 	}
 	// Tell a second process who holds the directory; only read while locked.
 	_ = os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 	s := &Store{
-		db: db, dir: dir, fs: fs, logger: logger, cache: make(map[[16]byte]*records), pinned: map[[16]byte]int{}, readOnly: opts.ReadOnly, refusal: o.ReadOnly, room: o.Room,
+		db: db, dir: dir, fs: fs, logger: logger, cache: make(map[[16]byte]*records), pinned: map[[16]byte]int{}, readOnly: opts.ReadOnly, refusal: o.ReadOnly, room: o.Room, unindexed: unindexed,
 		unsynced:  unsyncedRecords{latest: map[[16]byte]unsyncedRecord{}},
 		evictStop: make(chan struct{}),
 	}

@@ -2,7 +2,7 @@ package pebble
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"time"
@@ -63,8 +63,8 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 			if err != nil {
 				return err
 			}
-			// Its entry in the retention index goes with it: the record
-			// says where that is.
+			// Its keys in the retention indexes go with it: the record
+			// says where those are.
 			b, found, err := s.dequeuedRecord(r, bid)
 			if err != nil {
 				return err
@@ -78,7 +78,11 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 			if read.Version != "" && b.Version != read.Version {
 				return conflict("bundle %s changed since it was read", read.ID)
 			}
-			puts = append(puts, put{key: dequeuedKey(r, bid), del: true}, put{key: retainedKey(b, r, bid), del: true})
+			index, err := retentionPuts(b, r, bid, true)
+			if err != nil {
+				return err
+			}
+			puts = append(append(puts, put{key: dequeuedKey(r, bid), del: true}), index...)
 			// Its notice goes with it, as a notice's ttl (the retention)
 			// takes it on Cosmos DB: told or not, nothing reads the bundle
 			// for it any more, and a notice of a domain that has no
@@ -139,8 +143,8 @@ func (s *Store) ApplySweep(ctx context.Context, sw store.Sweep) error {
 // would be found by no later sweep, its pages and ids kept for good, so it
 // goes with the bundles. No record can name it later: only fully
 // acknowledged drawers are kept, and no new bundle covers those. The
-// recipient's records are read only when a bundle the sweep deletes names
-// a drawer it keeps.
+// bundles naming the kept drawers are looked up only when a bundle the
+// sweep deletes names one of them.
 func (s *Store) keptUnnamed(r [16]byte, sw store.Sweep) ([]string, error) {
 	kept := map[string]bool{}
 	for _, k := range sw.Keep {
@@ -171,21 +175,22 @@ func (s *Store) keptUnnamed(r [16]byte, sw store.Sweep) ([]string, error) {
 	if !namesKept {
 		return nil, nil
 	}
+	// The drawers' index (namedByKey) lists the dequeued bundles that
+	// name each; a released bundle reads nothing back.
 	named := map[string]bool{}
-	err := s.scan(dequeuedPrefix(r), func(_, value []byte) error {
-		var b bundle.Record
-		if err := json.Unmarshal(value, &b); err != nil {
-			return err
-		}
-		if !deleted[b.ID] {
-			for _, d := range b.Drawers {
-				named[d.ID] = true
+	for _, k := range sw.Keep {
+		for _, drawerID := range k.Drawers {
+			d, err := uuidBytes(drawerID)
+			if err != nil {
+				return nil, err
+			}
+			prefix := namedByPrefix(r, d)
+			if named[drawerID], err = s.anyKey(prefix, prefixEnd(prefix), func(key []byte) bool {
+				return !deleted[uuidString(key[len(key)-16:])]
+			}); err != nil {
+				return nil, err
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	var unnamed []string
 	for _, k := range sw.Keep {
@@ -259,21 +264,28 @@ func (s *Store) DueRecipients(ctx context.Context, dueBefore, since time.Time, f
 }
 
 // LoadRetention implements store.Retention: the recipient's state, its
-// dequeued and released bundles in either of DueRecipients' ranges, and
-// as kept drawers whose retention is over those out of the catalog that
-// only expired bundles name. The store keeps no record of kept drawers
-// (ApplySweep ignores Keep but for those no record names, keptUnnamed):
-// it reads every bundle's record, which is local.
+// dequeued and released bundles in either of DueRecipients' ranges, read
+// through the recipient's retention index (keys.go) without touching those
+// retained in between, and as kept drawers whose retention is over those
+// out of the catalog that only expired bundles name. The store keeps no
+// record of kept drawers (ApplySweep ignores Keep but for those no record
+// names, keptUnnamed): a drawer an expired bundle names is kept still when
+// a bundle dequeued at or after dueBefore names it, which one seek in the
+// drawers' index tells.
 func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, since time.Time) (store.RetentionState, error) {
+	r, err := uuidBytes(recipient)
+	if err != nil {
+		return store.RetentionState{}, err
+	}
 	state, err := s.LoadRecipient(ctx, recipient)
 	if err != nil {
 		return store.RetentionState{}, err
 	}
-	retained, err := s.DequeuedBundles(ctx, recipient)
+	read, namedLater, err := s.retentionRanges(ctx, recipient, r, dueBefore, since)
 	if err != nil {
 		return store.RetentionState{}, err
 	}
-	out := store.RetentionState{Entries: state.Entries, Cursors: state.Cursors}
+	out := store.RetentionState{Entries: state.Entries, Cursors: state.Cursors, Bundles: read}
 	named := map[string]bool{} // by the catalog or a bundle not yet due
 	for _, e := range state.Entries {
 		for _, d := range e.Drawers {
@@ -281,10 +293,7 @@ func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, 
 		}
 	}
 	var expired []string
-	for _, rec := range retained {
-		if inRetentionRanges(rec, dueBefore, since) {
-			out.Bundles = append(out.Bundles, rec)
-		}
+	for _, rec := range read {
 		for _, d := range rec.Drawers {
 			if rec.DequeuedAt.Before(dueBefore) {
 				expired = append(expired, d.ID)
@@ -295,7 +304,14 @@ func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, 
 	}
 	var kept store.Kept
 	for _, d := range expired {
-		if !named[d] && !slices.Contains(kept.Drawers, d) {
+		if named[d] || slices.Contains(kept.Drawers, d) {
+			continue
+		}
+		later, err := namedLater(d)
+		if err != nil {
+			return store.RetentionState{}, err
+		}
+		if !later {
 			kept.Drawers = append(kept.Drawers, d)
 		}
 	}
@@ -303,6 +319,97 @@ func (s *Store) LoadRetention(ctx context.Context, recipient string, dueBefore, 
 		out.Kept = []store.Kept{kept}
 	}
 	return out, nil
+}
+
+// retentionRanges reads the recipient's dequeued and released bundles in
+// either of DueRecipients' ranges, through its retention index, and
+// returns with them whether a bundle dequeued at or after dueBefore names
+// a drawer. A store of the format before that index, opened read-only so
+// that it could not be given it (migrateFormat), reads every record.
+func (s *Store) retentionRanges(ctx context.Context, recipient string, r [16]byte, dueBefore, since time.Time) ([]bundle.Record, func(drawer string) (bool, error), error) {
+	if s.unindexed {
+		all, err := s.DequeuedBundles(ctx, recipient)
+		if err != nil {
+			return nil, nil, err
+		}
+		later := map[string]bool{}
+		var read []bundle.Record
+		for _, rec := range all {
+			if inRetentionRanges(rec, dueBefore, since) {
+				read = append(read, rec)
+			}
+			if rec.State == bundle.Dequeued && !rec.DequeuedAt.Before(dueBefore) {
+				for _, d := range rec.Drawers {
+					later[d.ID] = true
+				}
+			}
+		}
+		return read, func(d string) (bool, error) { return later[d], nil }, nil
+	}
+	// The index holds whole microseconds: each range takes in the
+	// microsecond it starts or ends in, and the records say which are in.
+	var ids [][16]byte
+	seen := map[[16]byte]bool{} // the ranges may share a microsecond
+	add := func(key, _ []byte) error {
+		if id := [16]byte(key[len(key)-16:]); !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+		return nil
+	}
+	if err := s.scanRange(retainedByAt(r, time.Unix(0, 0)), retainedByAt(r, dueBefore.Add(time.Microsecond)), add); err != nil {
+		return nil, nil, err
+	}
+	if !since.IsZero() {
+		if err := s.scanRange(retainedByAt(r, maxTime(since, dueBefore)), prefixEnd(append([]byte{prefixRetainedBy}, r[:]...)), add); err != nil {
+			return nil, nil, err
+		}
+	}
+	var read []bundle.Record
+	for _, id := range ids {
+		rec, found, err := s.dequeuedRecord(r, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if found && inRetentionRanges(rec, dueBefore, since) { // not found: deleted by a sweep since the index was read
+			read = append(read, rec)
+		}
+	}
+	namedLater := func(drawerID string) (bool, error) {
+		d, err := uuidBytes(drawerID)
+		if err != nil {
+			return false, err
+		}
+		return s.anyKey(namedByAt(r, d, dueBefore), prefixEnd(namedByPrefix(r, d)), func([]byte) bool { return true })
+	}
+	return read, namedLater, nil
+}
+
+// anyKey says whether a key in [lo, hi) is one that match accepts; it
+// reads no further than the first.
+func (s *Store) anyKey(lo, hi []byte, match func(key []byte) bool) (bool, error) {
+	found := false
+	err := s.scanRange(lo, hi, func(key, _ []byte) error {
+		if match(key) {
+			found = true
+			return errStopScan
+		}
+		return nil
+	})
+	if errors.Is(err, errStopScan) {
+		err = nil
+	}
+	return found, err
+}
+
+// errStopScan ends a scan that found what it looked for.
+var errStopScan = errors.New("stop the scan")
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // inRetentionRanges says whether a dequeued or released bundle was so
