@@ -449,13 +449,21 @@ func (s *Store) finalizeAll(ctx context.Context, saveID string, plans []savePlan
 	g, ctx := errgroup.WithContext(ctx)
 	for _, p := range plans {
 		g.Go(func() error {
-			err := s.updateHeadFrom(ctx, p.save.Recipient, p.head, func(h *headDoc) bool {
+			written, err := s.updateHeadFrom(ctx, p.save.Recipient, p.head, func(h *headDoc) bool {
 				if !dropReservation(h, saveID, p.save.Head.Watermark) {
 					return false
 				}
 				h.DrawersToken = mergeTokens(h.DrawersToken, pagesToken)
 				return true
 			})
+			if written.ETag != "" {
+				// Written on the head the reservation left: the catalog
+				// that went with it goes with this one (knownCatalogs).
+				s.heads.keep(p.save.Recipient, written)
+				s.catalogs.advance(p.save.Recipient, p.head.ETag, written.ETag, nil)
+			} else {
+				s.catalogs.forget(p.save.Recipient)
+			}
 			if err == nil && len(p.chunks) > 1 {
 				// Only rollbacks read the parts; left behind they cost
 				// storage, not correctness.
