@@ -281,6 +281,45 @@ func TestASavePlansOnTheCatalogItsInstanceLastWrote(t *testing.T) {
 	drainExactly(t, e.repo, r, want)
 }
 
+// TestAPeekReadsThePageItsInstanceWroteByID: a Peek of the notifications
+// one page of this instance's save holds reads that page by id, not by a
+// query of the drawer; another instance, which did not write it, queries
+// the drawer and delivers the same notifications.
+func TestAPeekReadsThePageItsInstanceWroteByID(t *testing.T) {
+	e := newCostEnv(t, hub.Options{})
+	other := e.another(t)
+	ctx := context.Background()
+	for _, peeker := range []struct {
+		name       string
+		repo       *hub.Hub
+		wrotePages bool
+	}{{"the instance that saved", e.repo, true}, {"another instance", other, false}} {
+		r := uuid.NewString()
+		ns := notifications(5, r, 1)
+		if _, err := e.repo.Save(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		before := e.audit.queriesOf("drawers")
+		b, err := peeker.repo.Peek(ctx, r, domain.GroupAll, "")
+		if err != nil || b == nil {
+			t.Fatalf("%s: peek: %v %v", peeker.name, b, err)
+		}
+		if len(b.NotificationIDs) != len(ns) {
+			t.Fatalf("%s: peeked %d notifications, want %d", peeker.name, len(b.NotificationIDs), len(ns))
+		}
+		for i, n := range ns {
+			if b.NotificationIDs[i] != n.ID {
+				t.Fatalf("%s: peeked %v, want the saved ones in order", peeker.name, b.NotificationIDs)
+			}
+		}
+		// Only the instance that saved sends its requests through the
+		// audit.
+		if queried := e.audit.queriesOf("drawers") - before; peeker.wrotePages && queried != 0 {
+			t.Fatalf("%s: the peek queried the drawer %d times, want its page read by id", peeker.name, queried)
+		}
+	}
+}
+
 func TestDequeueCostsOneRequestAndPeekReadsDrawersOnce(t *testing.T) {
 	e := newCostEnv(t, hub.Options{})
 	ctx := context.Background()

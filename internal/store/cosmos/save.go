@@ -372,6 +372,11 @@ func (s *Store) writePages(ctx context.Context, drawerID string, chunk []pageBat
 	if err == nil {
 		s.tokens.note(containerDrawers, resp.SessionToken)
 	}
+	if err == nil && resp.Success {
+		for _, it := range chunk {
+			s.pages.wrote(drawerID, it.start, it.end)
+		}
+	}
 	if err != nil || resp.Success {
 		return resp.SessionToken, batchError(resp, err)
 	}
@@ -428,7 +433,7 @@ func pageBatches(pages []pageDoc) [][]pageBatchItem {
 			out = append(out, cur)
 			cur, size = nil, 0
 		}
-		cur = append(cur, pageBatchItem{id: pg.ID, raw: raw})
+		cur = append(cur, pageBatchItem{id: pg.ID, raw: raw, start: pg.Start, end: pg.End})
 		size += len(raw)
 	}
 	if len(cur) > 0 {
@@ -439,8 +444,9 @@ func pageBatches(pages []pageDoc) [][]pageBatchItem {
 
 // pageBatchItem is a page as a batch sends it.
 type pageBatchItem struct {
-	id  string
-	raw []byte
+	id         string
+	raw        []byte
+	start, end int64 // its positions, [start, end)
 }
 
 // finalizeAll drops the reservation from every head, moving the watermarks.

@@ -110,6 +110,9 @@ type Store struct {
 	// catalogs are the entries that go with the heads kept, for a save's
 	// plan (knownCatalogs).
 	catalogs knownCatalogs
+	// pages are the pages this instance wrote last, which a drawer read
+	// of their positions reads by id (writtenPages).
+	pages writtenPages
 	// drains: recipients this instance saw drained, by head version.
 	drains drains
 	// retainedBudget bounds one recipient's retained dequeued bundles, in
@@ -584,6 +587,9 @@ func (s *Store) readDrawerWith(ctx context.Context, token *string, drawerID stri
 	// Positions are consecutive within pages, so limit items lie below
 	// from+limit.
 	to = min(to, from+int64(limit))
+	if items, ok := s.readOwnPage(ctx, token, drawerID, from, to); ok {
+		return items, nil
+	}
 	var items []drawer.Item
 	opts := &azcosmos.QueryOptions{
 		QueryParameters: []azcosmos.QueryParameter{{Name: "@from", Value: from}, {Name: "@to", Value: to}},
