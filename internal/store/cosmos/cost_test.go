@@ -29,6 +29,7 @@ type partitionAudit struct {
 	mu      sync.Mutex
 	cross   []string
 	charged map[string]float64 // container → RU
+	queries map[string]int     // container → queries sent
 }
 
 func (a *partitionAudit) Do(req *http.Request) (*http.Response, error) {
@@ -45,9 +46,22 @@ func (a *partitionAudit) Do(req *http.Request) (*http.Response, error) {
 			a.charged = map[string]float64{}
 		}
 		a.charged[parts[3]] += ru
+		if cosmos.Classify(req) == cosmos.OpQuery {
+			if a.queries == nil {
+				a.queries = map[string]int{}
+			}
+			a.queries[parts[3]]++
+		}
 		a.mu.Unlock()
 	}
 	return resp, err
+}
+
+// queriesOf returns the queries sent so far to container.
+func (a *partitionAudit) queriesOf(container string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.queries[container]
 }
 
 // byContainer returns the charges so far by container.
@@ -222,6 +236,87 @@ func TestSaveCostGrowsWithNOver100(t *testing.T) {
 	}
 	if len(e.audit.cross) > 0 {
 		t.Fatalf("cross-partition queries: %v", e.audit.cross)
+	}
+}
+
+// TestASavePlansOnTheCatalogItsInstanceLastWrote: a recipient's next save
+// on the instance that made its last one is planned on the head and
+// entries that save left, without a query; after another instance's save
+// the plan's reserve batch fails on the head's etag, the save loads the
+// recipient and goes on, and every notification is delivered once, in
+// order.
+func TestASavePlansOnTheCatalogItsInstanceLastWrote(t *testing.T) {
+	e := newCostEnv(t, hub.Options{})
+	other := e.another(t)
+	ctx := context.Background()
+	r := uuid.NewString()
+	var want []string
+	save := func(repo *hub.Hub) {
+		t.Helper()
+		ns := notifications(3, r, 1)
+		if _, err := repo.Save(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			want = append(want, n.ID)
+		}
+	}
+	queried := func(repo *hub.Hub) int {
+		t.Helper()
+		before := e.audit.queriesOf("recipients")
+		save(repo)
+		return e.audit.queriesOf("recipients") - before
+	}
+	save(e.repo)
+	if n := queried(e.repo); n != 0 {
+		t.Fatalf("a save after this instance's own cost %d queries of the recipient, want 0", n)
+	}
+	save(other)
+	if n := queried(e.repo); n == 0 {
+		t.Fatal("a save after another instance's was planned without loading the recipient")
+	}
+	if n := queried(e.repo); n != 0 {
+		t.Fatalf("a save after this instance's own cost %d queries of the recipient, want 0", n)
+	}
+	drainExactly(t, e.repo, r, want)
+}
+
+// TestAPeekReadsThePageItsInstanceWroteByID: a Peek of the notifications
+// one page of this instance's save holds reads that page by id, not by a
+// query of the drawer; another instance, which did not write it, queries
+// the drawer and delivers the same notifications.
+func TestAPeekReadsThePageItsInstanceWroteByID(t *testing.T) {
+	e := newCostEnv(t, hub.Options{})
+	other := e.another(t)
+	ctx := context.Background()
+	for _, peeker := range []struct {
+		name       string
+		repo       *hub.Hub
+		wrotePages bool
+	}{{"the instance that saved", e.repo, true}, {"another instance", other, false}} {
+		r := uuid.NewString()
+		ns := notifications(5, r, 1)
+		if _, err := e.repo.Save(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		before := e.audit.queriesOf("drawers")
+		b, err := peeker.repo.Peek(ctx, r, domain.GroupAll, "")
+		if err != nil || b == nil {
+			t.Fatalf("%s: peek: %v %v", peeker.name, b, err)
+		}
+		if len(b.NotificationIDs) != len(ns) {
+			t.Fatalf("%s: peeked %d notifications, want %d", peeker.name, len(b.NotificationIDs), len(ns))
+		}
+		for i, n := range ns {
+			if b.NotificationIDs[i] != n.ID {
+				t.Fatalf("%s: peeked %v, want the saved ones in order", peeker.name, b.NotificationIDs)
+			}
+		}
+		// Only the instance that saved sends its requests through the
+		// audit.
+		if queried := e.audit.queriesOf("drawers") - before; peeker.wrotePages && queried != 0 {
+			t.Fatalf("%s: the peek queried the drawer %d times, want its page read by id", peeker.name, queried)
+		}
 	}
 }
 

@@ -50,6 +50,15 @@ func (k *knownHeads) get(recipient, version string) (headDoc, bool) {
 	return h, true
 }
 
+// lastDoc returns the recipient's head as the last load or finalize of
+// this instance left it, when it is kept.
+func (k *knownHeads) lastDoc(recipient string) (headDoc, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h, ok := k.m[recipient]
+	return h, ok
+}
+
 // last returns the version of the recipient's head the last load read,
 // when it is kept.
 func (k *knownHeads) last(recipient string) (string, bool) {

@@ -256,10 +256,22 @@ func (s *Store) reserveBatch(ctx context.Context, recipient string, head headDoc
 		b.UpsertItem(mustJSON(d), nil)
 	}
 	resp, err := s.recipients.ExecuteTransactionalBatch(ctx, b, nil)
+	if err != nil || !resp.Success {
+		s.catalogs.forget(recipient)
+	}
 	if err == nil {
 		s.tokens.note(s.recipients.ID(), resp.SessionToken)
 		if resp.Success && len(resp.OperationResults) > 0 {
 			head.ETag = string(resp.OperationResults[0].ETag)
+			if k == 0 && len(c.shelves) == 0 && len(resp.OperationResults) == 1+len(c.entries) {
+				written := cloneEntries(c.entries)
+				for i := range written {
+					written[i].Version = string(resp.OperationResults[1+i].ETag)
+				}
+				s.catalogs.advance(recipient, version, head.ETag, written)
+			} else {
+				s.catalogs.forget(recipient)
+			}
 			return head, nil
 		}
 	}
@@ -342,14 +354,17 @@ func (s *Store) readHead(ctx context.Context, recipient string) (headDoc, error)
 // concurrency, rereading after a lost race. change reports whether there is
 // anything to write.
 func (s *Store) updateHead(ctx context.Context, recipient string, change func(*headDoc) bool) error {
-	return s.updateHeadFrom(ctx, recipient, headDoc{}, change)
+	_, err := s.updateHeadFrom(ctx, recipient, headDoc{}, change)
+	return err
 }
 
 // updateHeadFrom is updateHead starting from known, a version of the head
 // this process wrote (its ETag set), without reading it first: when no one
 // changed the head since, that saves a round trip; when someone did, the
-// replace on known's etag is refused and the head is read as usual.
-func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known headDoc, change func(*headDoc) bool) error {
+// replace on known's etag is refused and the head is read as usual. onKnown
+// is the head as written when the replace applied on known's version (its
+// ETag the new one), else the zero head.
+func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known headDoc, change func(*headDoc) bool) (onKnown headDoc, err error) {
 	pk := azcosmos.NewPartitionKeyString(recipient)
 	for attempt := 0; ; attempt++ {
 		h := known
@@ -358,12 +373,12 @@ func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known head
 		if attempt > 0 || h.ETag == "" {
 			var err error
 			if h, err = s.readHead(ctx, recipient); err != nil {
-				return err
+				return headDoc{}, err
 			}
 		}
 		version := h.ETag
 		if !change(&h) {
-			return nil
+			return headDoc{}, nil
 		}
 		h.ETag = ""
 		resp, err := s.recipients.ReplaceItem(ctx, pk, headID, mustJSON(h), &azcosmos.ItemOptions{IfMatchEtag: etag(version)})
@@ -371,11 +386,15 @@ func (s *Store) updateHeadFrom(ctx context.Context, recipient string, known head
 			// This instance's loads see its own writes (store.MayLag).
 			s.tokens.note(containerRecipients, *resp.SessionToken)
 		}
+		if err == nil && attempt == 0 && known.ETag != "" && version == known.ETag {
+			h.ETag = string(resp.ETag)
+			return h, nil
+		}
 		if !isStatus(err, http.StatusPreconditionFailed) {
-			return err
+			return headDoc{}, err
 		}
 		if (attempt > 0 || known.ETag == "") && !pause(ctx, attempt) {
-			return ctx.Err()
+			return headDoc{}, ctx.Err()
 		}
 	}
 }
@@ -456,6 +475,7 @@ func (s *Store) abort(ctx context.Context, record saveDoc, version string, plans
 // documents of the save that an earlier rollback of its other recipients
 // deleted, and takes those this one deletes (nil: none known).
 func (s *Store) rollback(ctx context.Context, recipient, saveID string, planned []resDetail, fence *string, idDocsGone map[docRef]bool) (revealed bool, err error) {
+	s.catalogs.forget(recipient)
 	var head headDoc
 	i := -1
 	for attempt := 0; ; attempt++ {

@@ -409,6 +409,11 @@ func (s *Store) writePages(ctx context.Context, drawerID string, chunk []pageBat
 	if err == nil {
 		s.tokens.note(containerDrawers, resp.SessionToken)
 	}
+	if err == nil && resp.Success {
+		for _, it := range chunk {
+			s.pages.wrote(drawerID, it.start, it.end)
+		}
+	}
 	if err != nil || resp.Success {
 		return resp.SessionToken, batchError(resp, err)
 	}
@@ -465,7 +470,7 @@ func pageBatches(pages []pageDoc) [][]pageBatchItem {
 			out = append(out, cur)
 			cur, size = nil, 0
 		}
-		cur = append(cur, pageBatchItem{id: pg.ID, raw: raw})
+		cur = append(cur, pageBatchItem{id: pg.ID, raw: raw, start: pg.Start, end: pg.End})
 		size += len(raw)
 	}
 	if len(cur) > 0 {
@@ -476,8 +481,9 @@ func pageBatches(pages []pageDoc) [][]pageBatchItem {
 
 // pageBatchItem is a page as a batch sends it.
 type pageBatchItem struct {
-	id  string
-	raw []byte
+	id         string
+	raw        []byte
+	start, end int64 // its positions, [start, end)
 }
 
 // finalizeAll drops the reservation from every head, moving the watermarks.
@@ -486,13 +492,21 @@ func (s *Store) finalizeAll(ctx context.Context, saveID string, plans []savePlan
 	g, ctx := errgroup.WithContext(ctx)
 	for _, p := range plans {
 		g.Go(func() error {
-			err := s.updateHeadFrom(ctx, p.save.Recipient, p.head, func(h *headDoc) bool {
+			written, err := s.updateHeadFrom(ctx, p.save.Recipient, p.head, func(h *headDoc) bool {
 				if !dropReservation(h, saveID, p.save.Head.Watermark) {
 					return false
 				}
 				h.DrawersToken = mergeTokens(h.DrawersToken, pagesToken)
 				return true
 			})
+			if written.ETag != "" {
+				// Written on the head the reservation left: the catalog
+				// that went with it goes with this one (knownCatalogs).
+				s.heads.keep(p.save.Recipient, written)
+				s.catalogs.advance(p.save.Recipient, p.head.ETag, written.ETag, nil)
+			} else {
+				s.catalogs.forget(p.save.Recipient)
+			}
 			if err == nil && len(p.chunks) > 1 {
 				// Only rollbacks read the parts; left behind they cost
 				// storage, not correctness.

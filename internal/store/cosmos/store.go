@@ -107,6 +107,12 @@ type Store struct {
 	bells *bells
 	// heads: the heads recent loads read, for the saves planned on them.
 	heads knownHeads
+	// catalogs are the entries that go with the heads kept, for a save's
+	// plan (knownCatalogs).
+	catalogs knownCatalogs
+	// pages are the pages this instance wrote last, which a drawer read
+	// of their positions reads by id (writtenPages).
+	pages writtenPages
 	// drains: recipients this instance saw drained, by head version.
 	drains drains
 	// held: the recipients whose head holds reservations, as the backlog
@@ -359,6 +365,17 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, how loadHow
 		// pay for.
 		sql = sqlWithoutHead
 	}
+	if how.catalogOnly && mayLag && !primary {
+		if known, ok := s.heads.lastDoc(recipient); ok {
+			if entries, ok := s.catalogs.at(recipient, known.ETag); ok {
+				// What this instance last read or wrote of the catalog:
+				// as fresh as a lagging query, and the save's writes are
+				// conditional on it (knownCatalogs).
+				s.tokens.note(containerDrawers, known.DrawersToken)
+				return store.RecipientState{Head: toHead(known), Entries: entries}, known, nil
+			}
+		}
+	}
 	var cat catalogDocs
 	// A query is answered in pages, each from a replica as of its own
 	// moment: a document deleted and created again in between (an entry or
@@ -412,6 +429,11 @@ func (s *Store) loadRecipient(ctx context.Context, recipient string, how loadHow
 	}
 	if err == nil && head.ETag != "" {
 		s.heads.keep(recipient, head)
+	}
+	if err == nil && pages <= 1 && len(cat.shelved) == 0 {
+		s.catalogs.keep(recipient, head.ETag, st.Entries)
+	} else {
+		s.catalogs.forget(recipient)
 	}
 	if err == nil && mayBeIdle && !how.catalogOnly {
 		s.drains.loaded(recipient, head.ETag, st)
@@ -568,6 +590,9 @@ func (s *Store) readDrawerWith(ctx context.Context, token *string, drawerID stri
 	// Positions are consecutive within pages, so limit items lie below
 	// from+limit.
 	to = min(to, from+int64(limit))
+	if items, ok := s.readOwnPage(ctx, token, drawerID, from, to); ok {
+		return items, nil
+	}
 	var items []drawer.Item
 	opts := &azcosmos.QueryOptions{
 		QueryParameters: []azcosmos.QueryParameter{{Name: "@from", Value: from}, {Name: "@to", Value: to}},
@@ -773,6 +798,9 @@ func (s *Store) DequeuedBundles(ctx context.Context, recipient string) ([]bundle
 // at or beyond that end, so they stay, and its entry's change makes the
 // batch fail: the drawer stays in the catalog.
 func (s *Store) applySweep(ctx context.Context, sw store.Sweep) error {
+	if len(sw.Entries) > 0 || len(sw.DeleteEntries) > 0 {
+		s.catalogs.forget(sw.Recipient)
+	}
 	for _, d := range sw.Drawers {
 		below, named := sw.DrawerEnds[d]
 		if !named {
